@@ -1,0 +1,215 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// runningJob is one job this agent holds a lease on.
+type runningJob struct {
+	claimed  store.Claimed
+	ctx      context.Context
+	cancelFn context.CancelCauseFunc
+
+	mu     sync.Mutex
+	handle []byte
+}
+
+// cancel stops the plugin call. The first cause wins: a lease lost after a
+// cancel request still counts as a cancel request, and vice versa.
+func (j *runningJob) cancel(cause error) { j.cancelFn(cause) }
+
+// run takes one claimed job to its end under its lease.
+func (s *Service) run(j *runningJob) {
+	c := j.claimed
+	log := s.log.With("job", c.Job.ID, "command", c.Job.Command, "lease", c.Lease)
+	j.handle = c.Handle
+
+	cmd, ok := s.cfg.Commands[c.Job.Command]
+	if !ok { // claim filters by command, so only a config change mid-flight gets here
+		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("command %q is not configured on agent %s", c.Job.Command, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
+		return
+	}
+	pluginName := c.Job.Plugin
+	if pluginName == "" {
+		pluginName = cmd.Plugin
+	}
+	info, loaded := s.plugins.Info(pluginName)
+
+	jobCtx, err := mergeContext(cmd.Context, c.Job.Context)
+	if err != nil {
+		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.Permanent)})
+		return
+	}
+	pj := &plugin.Job{ID: c.Job.ID, Command: c.Job.Command, Attempt: c.Job.Attempt, Context: jobCtx}
+	rt := &runtime{svc: s, job: j, stdout: s.logs.writer(c.Job.ID, stdoutStream), stderr: s.logs.writer(c.Job.ID, stderrStream)}
+
+	var call func(context.Context, string, *plugin.Job, plugin.Runtime) (*plugin.Result, error)
+	switch {
+	case !loaded:
+		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("plugin %q is not loaded on agent %s", pluginName, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
+		return
+	case c.Resume && !info.Has(plugin.CapResume):
+		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: "awol: job is stale, marking failed", ErrorClass: string(plugin.Retriable)})
+		return
+	case c.Resume:
+		if err := s.store.RecordEvent(j.ctx, s.cfg.Holder, c.Job.ID, c.Lease, "resumed", "resumed by "+s.cfg.Holder.Name); err != nil {
+			log.Warn("recording resumed event", "err", err)
+		}
+		call = s.plugins.Resume
+	default:
+		status, err := s.store.MarkRunning(j.ctx, s.cfg.Holder, c.Job.ID, c.Lease, "attempt "+fmt.Sprint(c.Job.Attempt)+" on "+s.cfg.Holder.Name)
+		switch {
+		case errors.Is(err, store.ErrLeaseLost):
+			s.recordLeaseLost(j, log)
+			return
+		case err != nil && context.Cause(j.ctx) != nil:
+			s.afterCancel(j, log, pluginName, info, pj)
+			return
+		case err != nil:
+			log.Error("marking job running", "err", err)
+			s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: "marking job running: " + err.Error(), ErrorClass: string(plugin.Retriable)})
+			return
+		case status == store.StatusCanceling:
+			// Canceled before the plugin was called: nothing ran, nothing to clean.
+			s.finish(j, log, store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
+			return
+		}
+		call = s.plugins.Execute
+	}
+
+	log.Debug("calling plugin", "plugin", pluginName, "resume", c.Resume)
+	res, err := call(j.ctx, pluginName, pj, rt)
+
+	// Work that finished counts, even if a cancel raced with its end; the
+	// fenced write still refuses it if the lease was lost.
+	if err != nil && context.Cause(j.ctx) != nil {
+		s.afterCancel(j, log, pluginName, info, pj)
+		return
+	}
+	if err != nil {
+		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.ClassOf(err))})
+		if c.Resume && info.Has(plugin.CapCleanup) {
+			// Nothing else will stop remote work a failed Resume left behind.
+			s.cleanup(j, log, pluginName, pj)
+		}
+		return
+	}
+	out := store.Outcome{Status: store.StatusSucceeded}
+	if res != nil {
+		out.Result, out.Message = res.Output, res.Message
+	}
+	s.finish(j, log, out)
+}
+
+// afterCancel records the end of a job whose context was cancelled, by cause.
+func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string, info plugin.Info, pj *plugin.Job) {
+	cause := context.Cause(j.ctx)
+	switch {
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSuperseded):
+		// Someone else owns the job now: never write, never clean up.
+		s.recordLeaseLost(j, log)
+	case errors.Is(cause, errCancelRequested):
+		if s.finish(j, log, store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}) && info.Has(plugin.CapCleanup) {
+			s.cleanup(j, log, pluginName, pj)
+		}
+	case errors.Is(cause, errShutdown):
+		if info.Has(plugin.CapResume) {
+			// The remote work goes on; the janitor or the next agent picks it up.
+			log.Info("detached from resumable job at shutdown")
+			return
+		}
+		if s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)}) && info.Has(plugin.CapCleanup) {
+			s.cleanup(j, log, pluginName, pj)
+		}
+	default:
+		log.Error("job context ended for an unknown reason", "cause", cause)
+	}
+}
+
+// finish flushes the job's output, then writes its final state, fenced, on its
+// own timeout (the job's context may have ended). It reports whether the write
+// landed.
+func (s *Service) finish(j *runningJob, log *slog.Logger, o store.Outcome) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
+	defer cancel()
+	s.logs.flushNow(ctx)
+	err := s.store.Finish(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, o)
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		s.recordLeaseLost(j, log)
+		return false
+	case err != nil:
+		// The lease stays with this agent until it goes stale; the janitor
+		// then settles the job.
+		log.Error("writing final status", "status", o.Status, "err", err)
+		return false
+	}
+	log.Info("job finished", "status", o.Status, "error", o.Error)
+	return true
+}
+
+// cleanup runs the plugin's Cleanup after the terminal status is committed, so
+// results are durable before anything is deleted.
+func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj *plugin.Job) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.CleanupTimeout)
+	defer cancel()
+	kind, msg := "cleanup_ok", ""
+	if err := s.plugins.Cleanup(ctx, pluginName, pj); err != nil {
+		kind, msg = "cleanup_failed", err.Error()
+		log.Warn("cleanup failed", "err", err)
+	}
+	if err := s.store.RecordEvent(ctx, s.cfg.Holder, pj.ID, j.claimed.Lease, kind, msg); err != nil {
+		log.Warn("recording cleanup event", "err", err)
+	}
+}
+
+func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger) {
+	log.Warn("lease lost; stopped the job without writing")
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
+	defer cancel()
+	if err := s.store.RecordEvent(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, "lease_lost", "agent "+s.cfg.Holder.Name+" stopped the job: its lease was taken over"); err != nil {
+		log.Warn("recording lease_lost event", "err", err)
+	}
+}
+
+// runtime is the host side of plugin.Runtime for one job.
+type runtime struct {
+	svc            *Service
+	job            *runningJob
+	stdout, stderr *jobWriter
+}
+
+func (r *runtime) Stdout() io.Writer { return r.stdout }
+func (r *runtime) Stderr() io.Writer { return r.stderr }
+
+// Checkpoint stores the handle, fenced by the job's lease; a lost lease stops
+// the job.
+func (r *runtime) Checkpoint(ctx context.Context, handle []byte) error {
+	c := r.job.claimed
+	err := r.svc.store.Checkpoint(ctx, c.Job.ID, c.Lease, handle)
+	if errors.Is(err, store.ErrLeaseLost) {
+		r.job.cancel(errLeaseLost)
+		return plugin.Errorf(plugin.Retriable, "checkpoint of job %s rejected: lease %d lost", c.Job.ID, c.Lease)
+	}
+	if err != nil {
+		return err
+	}
+	r.job.mu.Lock()
+	r.job.handle = append([]byte(nil), handle...)
+	r.job.mu.Unlock()
+	return nil
+}
+
+func (r *runtime) Handle() []byte {
+	r.job.mu.Lock()
+	defer r.job.mu.Unlock()
+	return append([]byte(nil), r.job.handle...)
+}

@@ -1,0 +1,66 @@
+package claim
+
+import (
+	"context"
+	"time"
+
+	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/queries"
+)
+
+// listenLoop wakes the claim loop when a job of ours is submitted and the
+// heartbeat when one of our jobs is canceled. Notifications only speed things
+// up: polling and heartbeats work without them, so errors just reconnect.
+func (s *Service) listenLoop(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("listening for notifications; reconnecting", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (s *Service) listen(ctx context.Context) error {
+	conn, err := s.store.Pool().Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection carries LISTEN state, so it never goes back to the pool.
+	pc := conn.Hijack()
+	defer pc.Close(context.WithoutCancel(ctx))
+	if _, err := pc.Exec(ctx, queries.Get("listen")); err != nil {
+		return err
+	}
+	s.kick(s.wake) // anything submitted while we were not listening
+	mine := make(map[string]bool, len(s.commands))
+	for _, c := range s.commands {
+		mine[c] = true
+	}
+	for {
+		n, err := pc.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch n.Channel {
+		case store.NotifyChannel:
+			if mine[n.Payload] {
+				s.kick(s.wake)
+			}
+		case store.CancelChannel:
+			s.mu.Lock()
+			_, ours := s.jobs[n.Payload]
+			s.mu.Unlock()
+			if ours {
+				s.kick(s.beat)
+			}
+		}
+	}
+}

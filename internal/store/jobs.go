@@ -1,0 +1,243 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherjobs/tether/queries"
+)
+
+// SubmitParams is a validated submit request.
+type SubmitParams struct {
+	Command        string
+	Plugin         string
+	Context        json.RawMessage // a JSON object; nil means {}
+	Submitter      string
+	IdempotencyKey string // optional
+}
+
+// requestHash identifies the body of a submit for idempotency checks.
+func (p SubmitParams) requestHash() (string, error) {
+	var ctx any = map[string]any{}
+	if len(p.Context) > 0 {
+		if err := json.Unmarshal(p.Context, &ctx); err != nil {
+			return "", fmt.Errorf("decoding context: %w", err)
+		}
+	}
+	// Re-encoding sorts object keys, so key order in the request does not matter.
+	b, err := json.Marshal(map[string]any{"command": p.Command, "context": ctx, "submitter": p.Submitter})
+	if err != nil {
+		return "", fmt.Errorf("encoding request: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Submit inserts a queued job. With an idempotency key already used by an
+// identical request it returns that job and created=false; with a different
+// request it returns ErrIdempotencyConflict.
+func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
+	hash, err := p.requestHash()
+	if err != nil {
+		return Job{}, false, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Job{}, false, fmt.Errorf("generating job id: %w", err)
+	}
+	jobCtx := p.Context
+	if len(jobCtx) == 0 {
+		jobCtx = json.RawMessage(`{}`)
+	}
+	var key *string
+	if p.IdempotencyKey != "" {
+		key = &p.IdempotencyKey
+	}
+	var got string
+	err = s.pool.QueryRow(ctx, queries.Get("job_submit"),
+		id.String(), p.Command, p.Plugin, jobCtx, p.Submitter, key, hash).Scan(&got)
+	switch {
+	case err == nil:
+		j, err := s.GetJob(ctx, got)
+		return j, true, err
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Job{}, false, fmt.Errorf("inserting job: %w", err)
+	}
+	// The key was taken: replay or conflict.
+	var existingHash string
+	if err := s.pool.QueryRow(ctx, queries.Get("job_get_by_key"), p.IdempotencyKey).Scan(&got, &existingHash); err != nil {
+		return Job{}, false, fmt.Errorf("looking up idempotency key: %w", err)
+	}
+	if existingHash != hash {
+		return Job{}, false, ErrIdempotencyConflict
+	}
+	j, err := s.GetJob(ctx, got)
+	return j, false, err
+}
+
+func scanJob(row pgx.Row) (Job, error) {
+	var j Job
+	err := row.Scan(&j.ID, &j.Command, &j.Plugin, &j.Status, &j.Context, &j.Attempt,
+		&j.Error, &j.ErrorClass, &j.Result, &j.Submitter, &j.IdempotencyKey,
+		&j.CreatedAt, &j.UpdatedAt, &j.StartedAt, &j.FinishedAt, &j.Agent, &j.Lease)
+	return j, err
+}
+
+// GetJob returns one job, or ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (Job, error) {
+	j, err := scanJob(s.pool.QueryRow(ctx, queries.Get("job_get"), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("reading job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// ListParams filters and pages ListJobs. Empty strings match everything.
+type ListParams struct {
+	Status, Command, Submitter string
+	After                      string // cursor: the last ID of the previous page
+	Limit                      int
+}
+
+// ListJobs returns jobs newest first and the cursor of the next page ("" at the end).
+func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, error) {
+	if p.Limit <= 0 {
+		p.Limit = 50
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("job_list"), p.Status, p.Command, p.Submitter, p.After, p.Limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) { return scanJob(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("listing jobs: %w", err)
+	}
+	next := ""
+	if len(jobs) > p.Limit {
+		jobs = jobs[:p.Limit]
+		next = jobs[len(jobs)-1].ID
+	}
+	return jobs, next, nil
+}
+
+// Cancel cancels a queued job at once and asks the owner of a claimed one to
+// stop it (status canceling). Canceling twice is harmless; a finished job gives
+// a *TransitionError.
+func (s *Store) Cancel(ctx context.Context, id, reason string) (Job, error) {
+	if reason == "" {
+		reason = "canceled by request"
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, queries.Get("job_cancel_lock_active"), id); err != nil {
+			return fmt.Errorf("locking active job: %w", err)
+		}
+		var status string
+		var owned bool
+		err := tx.QueryRow(ctx, queries.Get("job_cancel_lock"), id).Scan(&status, &owned)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("locking job: %w", err)
+		}
+		switch {
+		case Terminal(status):
+			return &TransitionError{Op: "cancel", Status: status}
+		case status == StatusCanceling:
+			return nil
+		case !owned && status == StatusQueued:
+			_, err = tx.Exec(ctx, queries.Get("job_cancel_queued"), id, reason)
+		default:
+			_, err = tx.Exec(ctx, queries.Get("job_cancel_request"), id, reason)
+		}
+		if err != nil {
+			return fmt.Errorf("canceling job: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	return s.GetJob(ctx, id)
+}
+
+// Events returns up to limit events of a job after event id after.
+func (s *Store) Events(ctx context.Context, jobID string, after int64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("job_events"), jobID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading events of %s: %w", jobID, err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := r.Scan(&e.ID, &e.JobID, &e.At, &e.Kind, &e.Agent, &e.Generation, &e.Lease, &e.Message)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading events of %s: %w", jobID, err)
+	}
+	return evs, nil
+}
+
+// Logs returns up to limit chunks of a job's output after seq; stream "" means both.
+func (s *Store) Logs(ctx context.Context, jobID, stream string, after int64, limit int) ([]LogChunk, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("job_logs"), jobID, stream, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading logs of %s: %w", jobID, err)
+	}
+	chunks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LogChunk, error) {
+		var c LogChunk
+		err := r.Scan(&c.Seq, &c.Stream, &c.At, &c.Data)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading logs of %s: %w", jobID, err)
+	}
+	return chunks, nil
+}
+
+// JobStatus returns a job's status, or ErrNotFound.
+func (s *Store) JobStatus(ctx context.Context, id string) (string, error) {
+	var status string
+	err := s.pool.QueryRow(ctx, queries.Get("job_exists"), id).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading status of %s: %w", id, err)
+	}
+	return status, nil
+}
+
+// ListAgents returns every registered agent.
+func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
+	rows, err := s.pool.Query(ctx, queries.Get("agent_list"))
+	if err != nil {
+		return nil, fmt.Errorf("listing agents: %w", err)
+	}
+	agents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Agent, error) {
+		var a Agent
+		err := r.Scan(&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
+			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing agents: %w", err)
+	}
+	return agents, nil
+}

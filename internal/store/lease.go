@@ -1,0 +1,279 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherjobs/tether/queries"
+)
+
+// Holder identifies the agent process that holds leases.
+type Holder struct {
+	Name       string
+	Generation string
+}
+
+// Registration is what an agent announces at start.
+type Registration struct {
+	Holder
+	Version  string
+	Capacity int
+	Commands []string
+	Plugins  json.RawMessage // plugin name -> {"version", "capabilities"}
+}
+
+// RegisterAgent records this process under its name with its generation and
+// returns the generation the name had before ("" if new).
+func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, error) {
+	plugins := r.Plugins
+	if len(plugins) == 0 {
+		plugins = json.RawMessage(`{}`)
+	}
+	commands := r.Commands
+	if commands == nil {
+		commands = []string{}
+	}
+	var prev string
+	err := s.pool.QueryRow(ctx, queries.Get("agent_register"),
+		r.Name, r.Generation, r.Version, r.Capacity, commands, plugins).Scan(&prev)
+	if err != nil {
+		return "", fmt.Errorf("registering agent %s: %w", r.Name, err)
+	}
+	return prev, nil
+}
+
+// SetAgentState records running, draining or stopped for this process.
+func (s *Store) SetAgentState(ctx context.Context, h Holder, state string) error {
+	if _, err := s.pool.Exec(ctx, queries.Get("agent_set_state"), h.Name, h.Generation, state); err != nil {
+		return fmt.Errorf("setting agent %s state %s: %w", h.Name, state, err)
+	}
+	return nil
+}
+
+// Claimed is a job an agent just took a lease on.
+type Claimed struct {
+	Job    Job
+	Lease  int64
+	Handle []byte
+	// Resume is true when the job was already running under an earlier lease:
+	// the plugin must reattach, not start it again.
+	Resume bool
+}
+
+// Claim takes leases on up to limit claimable jobs of the given commands.
+func (s *Store) Claim(ctx context.Context, h Holder, limit int, commands []string) ([]Claimed, error) {
+	if limit <= 0 || len(commands) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("claim"), h.Name, h.Generation, limit, commands)
+	if err != nil {
+		return nil, fmt.Errorf("claiming jobs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		var c Claimed
+		err := r.Scan(&c.Job.ID, &c.Job.Command, &c.Job.Plugin, &c.Job.Status, &c.Job.Context,
+			&c.Job.Attempt, &c.Lease, &c.Handle)
+		c.Job.Agent, c.Job.Lease = h.Name, c.Lease
+		c.Resume = c.Job.Status == StatusRunning
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming jobs: %w", err)
+	}
+	return out, nil
+}
+
+// Held is one lease the heartbeat confirmed, with the job's current status.
+type Held struct {
+	JobID  string
+	Lease  int64
+	Status string
+}
+
+// HeartbeatResult is the answer to one heartbeat.
+type HeartbeatResult struct {
+	// Registered is false when another process registered under this agent's
+	// name since: this process must stop.
+	Registered bool
+	Held       []Held
+}
+
+// Lease is one job an agent believes it holds.
+type Lease struct {
+	JobID string
+	Lease int64
+}
+
+// Heartbeat refreshes the agent and all the leases it holds in one statement.
+func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (HeartbeatResult, error) {
+	ids := make([]string, len(leases))
+	nums := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], nums[i] = l.JobID, l.Lease
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("heartbeat"), h.Name, h.Generation, ids, nums)
+	if err != nil {
+		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	defer rows.Close()
+	var res HeartbeatResult
+	for rows.Next() {
+		var id, status *string
+		var lease *int64
+		if err := rows.Scan(&res.Registered, &id, &lease, &status); err != nil {
+			return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+		}
+		if id != nil {
+			res.Held = append(res.Held, Held{JobID: *id, Lease: *lease, Status: *status})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	return res, nil
+}
+
+// MarkRunning moves a job from accepted to running under lease and returns the
+// job's status afterwards: running, or the status that stopped the change (a
+// cancel arrived: canceling). ErrLeaseLost means the lease no longer holds.
+func (s *Store) MarkRunning(ctx context.Context, h Holder, jobID string, lease int64, message string) (string, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, queries.Get("job_mark_running"), jobID, lease, h.Name, h.Generation, message).Scan(&n)
+	if err != nil {
+		return "", fmt.Errorf("marking job %s running: %w", jobID, err)
+	}
+	if n == 1 {
+		return StatusRunning, nil
+	}
+	status, err := s.leaseStatus(ctx, jobID, lease)
+	if err != nil {
+		return "", err
+	}
+	if status == "" {
+		return "", ErrLeaseLost
+	}
+	return status, nil
+}
+
+func (s *Store) leaseStatus(ctx context.Context, jobID string, lease int64) (string, error) {
+	var status string
+	err := s.pool.QueryRow(ctx, queries.Get("lease_status"), jobID, lease).Scan(&status)
+	if err == pgx.ErrNoRows {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("checking lease of %s: %w", jobID, err)
+	}
+	return status, nil
+}
+
+// Outcome is the final state of one attempt.
+type Outcome struct {
+	Status     string // succeeded, failed or canceled
+	Result     json.RawMessage
+	Error      string
+	ErrorClass string
+	Message    string // for the final event
+}
+
+// Finish writes a job's final status, result, error and event and removes its
+// active row, fenced by lease. ErrLeaseLost means nothing was written.
+func (s *Store) Finish(ctx context.Context, h Holder, jobID string, lease int64, o Outcome) error {
+	var errText, errClass *string
+	if o.Error != "" {
+		errText = &o.Error
+	}
+	if o.ErrorClass != "" {
+		errClass = &o.ErrorClass
+	}
+	msg := o.Message
+	if msg == "" {
+		msg = o.Error
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, queries.Get("job_finish"), jobID, lease, o.Status, nullJSON(o.Result),
+		errText, errClass, h.Name, h.Generation, msg).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("finishing job %s: %w", jobID, err)
+	}
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// Checkpoint stores a job's resumable handle, fenced by lease.
+func (s *Store) Checkpoint(ctx context.Context, jobID string, lease int64, handle []byte) error {
+	tag, err := s.pool.Exec(ctx, queries.Get("job_checkpoint"), jobID, lease, handle)
+	if err != nil {
+		return fmt.Errorf("checkpointing job %s: %w", jobID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// RecordEvent appends an event to a job's timeline. It is not fenced: use it
+// only for what an agent observed (lease_lost), never for a change of state.
+func (s *Store) RecordEvent(ctx context.Context, h Holder, jobID string, lease int64, kind, message string) error {
+	if _, err := s.pool.Exec(ctx, queries.Get("event_insert"), jobID, kind, h.Name, h.Generation, lease, message); err != nil {
+		return fmt.Errorf("recording %s event for %s: %w", kind, jobID, err)
+	}
+	return nil
+}
+
+// LogBatch is the output of one job gathered since the last flush.
+type LogBatch struct {
+	JobID          string
+	Lease          int64
+	Stdout, Stderr []byte
+}
+
+// AppendLogs writes many jobs' output in one fenced statement, capping each
+// stream at maxPerStream bytes per job. It returns the IDs whose lease held;
+// the output of the others was dropped.
+func (s *Store) AppendLogs(ctx context.Context, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
+	ids := make([]string, len(batches))
+	leases := make([]int64, len(batches))
+	outs := make([][]byte, len(batches))
+	errs := make([][]byte, len(batches))
+	for i, b := range batches {
+		ids[i], leases[i] = b.JobID, b.Lease
+		outs[i], errs[i] = nonNil(b.Stdout), nonNil(b.Stderr)
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("log_append"), ids, leases, outs, errs, maxPerStream)
+	if err != nil {
+		return nil, fmt.Errorf("appending logs: %w", err)
+	}
+	held := make(map[string]bool, len(batches))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("appending logs: %w", err)
+		}
+		held[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("appending logs: %w", err)
+	}
+	return held, nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

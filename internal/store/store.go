@@ -1,0 +1,140 @@
+// Package store is tether's access to PostgreSQL: jobs, leases, agents, events
+// and logs. Every statement comes from the queries package. Every write about a
+// job that an agent makes is fenced by (job_id, lease): when it matches no row
+// the lease was lost and the write changes nothing.
+//
+// Lock order, to keep concurrent statements deadlock-free: an active_jobs row
+// is locked before its jobs row.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tetherjobs/tether/queries"
+)
+
+// Errors callers branch on.
+var (
+	ErrNotFound            = errors.New("not found")
+	ErrIdempotencyConflict = errors.New("idempotency key already used with a different request")
+	ErrInvalidTransition   = errors.New("invalid transition")
+	ErrLeaseLost           = errors.New("lease lost")
+)
+
+// TransitionError says which state a job was in when an operation did not apply.
+type TransitionError struct {
+	Op     string
+	Status string
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("cannot %s a job that is %s", e.Op, e.Status)
+}
+
+func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }
+
+// Job statuses.
+const (
+	StatusQueued    = "queued"
+	StatusAccepted  = "accepted"
+	StatusRunning   = "running"
+	StatusCanceling = "canceling"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusCanceled  = "canceled"
+)
+
+// Terminal reports whether status is final.
+func Terminal(status string) bool {
+	return status == StatusSucceeded || status == StatusFailed || status == StatusCanceled
+}
+
+// NotifyChannel carries the command name of each submitted job, so idle agents
+// wake without waiting for their poll interval.
+const NotifyChannel = "tether_jobs"
+
+// CancelChannel carries the ID of each job whose cancel was requested, so its
+// owner acts before its next heartbeat.
+const CancelChannel = "tether_cancel"
+
+// Job is a job as submitters see it.
+type Job struct {
+	ID             string          `json:"id"`
+	Command        string          `json:"command"`
+	Plugin         string          `json:"plugin"`
+	Status         string          `json:"status"`
+	Context        json.RawMessage `json:"context"`
+	Attempt        int             `json:"attempt"`
+	Error          string          `json:"error,omitempty"`
+	ErrorClass     string          `json:"error_class,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	Submitter      string          `json:"submitter,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	StartedAt      *time.Time      `json:"started_at,omitempty"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	Agent          string          `json:"agent,omitempty"` // current holder, if any
+	Lease          int64           `json:"lease,omitempty"`
+}
+
+// Event is one entry in a job's timeline.
+type Event struct {
+	ID         int64     `json:"id"`
+	JobID      string    `json:"job_id"`
+	At         time.Time `json:"at"`
+	Kind       string    `json:"kind"`
+	Agent      string    `json:"agent,omitempty"`
+	Generation string    `json:"generation,omitempty"`
+	Lease      int64     `json:"lease,omitempty"`
+	Message    string    `json:"message,omitempty"`
+}
+
+// LogChunk is one stored piece of a job's output.
+type LogChunk struct {
+	Seq    int64     `json:"seq"`
+	Stream string    `json:"stream"`
+	At     time.Time `json:"at"`
+	Data   []byte    `json:"-"`
+}
+
+// Agent is an agent's registration and liveness.
+type Agent struct {
+	Name       string          `json:"name"`
+	Generation string          `json:"generation"`
+	StartedAt  time.Time       `json:"started_at"`
+	LastSeen   time.Time       `json:"last_seen"`
+	SilentFor  float64         `json:"silent_seconds"` // now() - last_seen, by the database clock
+	State      string          `json:"state"`          // running, draining, stopped
+	Version    string          `json:"version"`
+	Capacity   int             `json:"capacity"`
+	Commands   []string        `json:"commands"`
+	Plugins    json.RawMessage `json:"plugins"`
+	ActiveJobs int             `json:"active_jobs"`
+}
+
+// Store wraps a connection pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Pool returns the underlying pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.pool.QueryRow(ctx, queries.Get("ping")).Scan(&one); err != nil {
+		return fmt.Errorf("pinging database: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorClass tells the host what a failure means for retries.
+type ErrorClass string
+
+const (
+	// Retriable failures may be retried automatically (the job's max_retry).
+	Retriable ErrorClass = "retriable"
+	// Permanent failures are never retried automatically.
+	Permanent ErrorClass = "permanent"
+	// OutcomeUnknown means the work may or may not have happened; never retried
+	// automatically, since a retry could run it twice.
+	OutcomeUnknown ErrorClass = "outcome_unknown"
+)
+
+// Valid reports whether c is one of the known classes.
+func (c ErrorClass) Valid() bool {
+	return c == Retriable || c == Permanent || c == OutcomeUnknown
+}
+
+// Error is a classified failure. It crosses the plugin boundary with its class
+// and message intact.
+type Error struct {
+	Class   ErrorClass
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf returns a classified error.
+func Errorf(class ErrorClass, format string, args ...any) error {
+	return &Error{Class: class, Message: fmt.Sprintf(format, args...)}
+}
+
+// WithClass classifies err, keeping its message. A nil err stays nil.
+func WithClass(class ErrorClass, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Class: class, Message: err.Error()}
+}
+
+// ClassOf returns err's class. An error that carries no class is Permanent:
+// retrying work nobody said was safe to retry could run it twice.
+func ClassOf(err error) ErrorClass {
+	var e *Error
+	if errors.As(err, &e) && e.Class.Valid() {
+		return e.Class
+	}
+	return Permanent
+}

@@ -1,0 +1,100 @@
+// Package plugin is tether's public SDK for plugin authors and the host side of
+// the plugin protocol.
+//
+// A plugin is a separate binary whose main calls Serve with an implementation
+// of Plugin and, optionally, Resumer, Cleaner and HealthChecker. The agent runs
+// the binary through hashicorp/go-plugin over gRPC and discovers what it can do
+// from Info, never by calling and catching Unimplemented.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+)
+
+// ProtocolVersion is bumped on any incompatible change to the gRPC protocol.
+const ProtocolVersion = 1
+
+// Capabilities a plugin declares in Info.
+const (
+	CapResume  = "resume"  // implements Resumer
+	CapCleanup = "cleanup" // implements Cleaner
+	CapHealth  = "health"  // implements HealthChecker
+)
+
+// Info describes a plugin. Serve fills Capabilities from the interfaces the
+// implementation satisfies; a plugin only sets Name and Version.
+type Info struct {
+	Name         string
+	Version      string
+	Capabilities []string
+}
+
+// Has reports whether the plugin declared capability c.
+func (i Info) Has(c string) bool {
+	for _, x := range i.Capabilities {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Job is what a plugin is asked to run.
+type Job struct {
+	ID      string // stable across attempts and resumes; derive remote names from it
+	Command string // the configured command name
+	Attempt int    // 1 for the first run, +1 per retry
+	// Context is the command's default context merged with the job's own
+	// (top-level keys of the job win).
+	Context json.RawMessage
+	// Config is the plugin's own section of the agent config (plugins.<name>.config).
+	Config json.RawMessage
+}
+
+// Result is a successful outcome.
+type Result struct {
+	Output  json.RawMessage // stored as the job's result (JSON); may be nil
+	Message string          // short human summary, recorded in the final event
+}
+
+// Runtime is the host's side of a running job, reached over the go-plugin
+// broker. Every call is fenced by the job's lease on the host: after the lease
+// is lost, writes fail and the job's context is cancelled.
+type Runtime interface {
+	Stdout() io.Writer
+	Stderr() io.Writer
+	// Checkpoint stores handle as the job's resumable state. Resume receives it
+	// through Handle. Call it as soon as remote work exists.
+	Checkpoint(ctx context.Context, handle []byte) error
+	// Handle is the last checkpointed handle (nil if none).
+	Handle() []byte
+}
+
+// Plugin is implemented by every plugin.
+type Plugin interface {
+	Info(ctx context.Context) (Info, error)
+	// Execute starts the job's work and returns when it has ended. It must
+	// return promptly when ctx is cancelled, stopping work it cannot leave
+	// behind.
+	Execute(ctx context.Context, job *Job, rt Runtime) (*Result, error)
+}
+
+// Resumer is implemented by plugins whose work outlives the agent watching it.
+// Resume reattaches to work an earlier Execute or Resume started, found by
+// names derived from job.ID and rt.Handle(), and follows it to the end.
+type Resumer interface {
+	Resume(ctx context.Context, job *Job, rt Runtime) (*Result, error)
+}
+
+// Cleaner stops and deletes whatever remote work a job left. It must be
+// idempotent: it may be called more than once, and for work that never started.
+type Cleaner interface {
+	Cleanup(ctx context.Context, job *Job) error
+}
+
+// HealthChecker reports whether the plugin can reach what it drives.
+type HealthChecker interface {
+	HealthCheck(ctx context.Context, config json.RawMessage) error
+}

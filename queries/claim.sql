@@ -1,0 +1,34 @@
+-- Claim up to $3 claimable jobs of the commands this agent runs. SKIP LOCKED
+-- lets agents claim side by side; the lease bump fences out any earlier holder.
+-- A queued job becomes accepted; a released running job stays running (the
+-- agent resumes it).
+WITH picked AS (
+    SELECT a.job_id
+    FROM active_jobs a
+    WHERE a.agent_name IS NULL
+      AND a.run_after <= now()
+      AND a.command = ANY($4::text[])
+    ORDER BY a.run_after, a.job_id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE active_jobs a
+    SET agent_name = $1, agent_generation = $2, lease = a.lease + 1,
+        last_heartbeat = now(), claimed_at = now()
+    FROM picked
+    WHERE a.job_id = picked.job_id
+    RETURNING a.job_id, a.lease, a.handle, a.released_at, a.release_reason
+), j AS (
+    UPDATE jobs
+    SET status = CASE WHEN status = 'queued' THEN 'accepted' ELSE status END,
+        updated_at = now()
+    FROM claimed
+    WHERE jobs.id = claimed.job_id AND jobs.status IN ('queued', 'running')
+    RETURNING jobs.id, jobs.command, jobs.plugin, jobs.status, jobs.context, jobs.attempt
+), e AS (
+    INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
+    SELECT j.id, 'claimed', $1, $2, c.lease, 'attempt ' || j.attempt
+    FROM j JOIN claimed c ON c.job_id = j.id
+)
+SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt, c.lease, c.handle
+FROM j JOIN claimed c ON c.job_id = j.id;

@@ -1,0 +1,1 @@
+SELECT 1 FROM active_jobs WHERE job_id = $1 FOR UPDATE;

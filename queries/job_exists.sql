@@ -1,0 +1,1 @@
+SELECT status FROM jobs WHERE id = $1;

@@ -1,0 +1,61 @@
+// Package queries holds every SQL statement tether runs: the schema migrations
+// under migrations/ and one .sql file per statement, embedded at build time.
+package queries
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+)
+
+//go:embed *.sql migrations/*.sql
+var files embed.FS
+
+// Get returns the statement in <name>.sql. It panics if the file is missing:
+// names are compile-time constants, so a missing file is a build mistake that
+// every test catches.
+func Get(name string) string {
+	b, err := files.ReadFile(name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("queries: no statement %q: %v", name, err))
+	}
+	return string(b)
+}
+
+// Migration is one schema version.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations returns the schema migrations in version order. Files are named
+// NNNN_description.sql.
+func Migrations() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("reading migrations: %w", err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := e.Name()
+		var v int
+		if _, err := fmt.Sscanf(name, "%04d_", &v); err != nil || !strings.HasSuffix(name, ".sql") {
+			return nil, fmt.Errorf("migration file %q: want NNNN_name.sql", name)
+		}
+		b, err := files.ReadFile("migrations/" + name)
+		if err != nil {
+			return nil, fmt.Errorf("reading migration %s: %w", name, err)
+		}
+		out = append(out, Migration{Version: v, Name: strings.TrimSuffix(name, ".sql"), SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i := range out {
+		if out[i].Version != i+1 {
+			return nil, fmt.Errorf("migration %s: versions must run 1,2,3… without gaps", out[i].Name)
+		}
+	}
+	return out, nil
+}
