@@ -13,6 +13,7 @@ WITH ag AS (
     SELECT a.job_id
     FROM active_jobs a JOIN held ON a.job_id = held.job_id AND a.lease = held.lease
     WHERE a.agent_name = $1 AND a.agent_generation = $2
+      AND EXISTS (SELECT 1 FROM ag) -- a superseded process renews nothing
     ORDER BY a.job_id
     FOR UPDATE OF a
 ), hb AS (

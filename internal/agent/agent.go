@@ -1,0 +1,250 @@
+// Package agent wires one tether agent process together: database, schema,
+// plugins, registration, the claim loop and the HTTP API.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/claim"
+	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/migrate"
+	"github.com/tetherjobs/tether/internal/pluginhost"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// Version is the agent's version, recorded in its registration.
+var Version = "dev"
+
+// Options are the knobs of Run that are not configuration.
+type Options struct {
+	NoMigrate bool
+	// Getenv reads the environment (nil = os.Getenv); tests pass their own.
+	Getenv func(string) string
+	// Started, if set, is called once the API is listening, with its address.
+	Started func(addr string)
+}
+
+// Run runs an agent until ctx is cancelled, then shuts it down.
+func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Options) error {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if cfg.DatabaseURL == "" {
+		return errors.New("database_url is not set: set DATABASE_URL or database_url in the config file (or use `tether dev`, which starts a private PostgreSQL)")
+	}
+	name, err := resolveName(ctx, cfg.Agent.Name, opts.Getenv)
+	if err != nil {
+		return err
+	}
+	gen, err := newGeneration()
+	if err != nil {
+		return err
+	}
+	log := logger.With("agent", name)
+
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st := store.New(pool)
+	if err := st.Ping(ctx); err != nil {
+		return fmt.Errorf("connecting to the database (database_url %s): %w", config.RedactURL(cfg.DatabaseURL), err)
+	}
+	if !opts.NoMigrate {
+		applied, err := migrate.Migrate(ctx, pool, log)
+		if err != nil {
+			return fmt.Errorf("migrating the database: %w", err)
+		}
+		if len(applied) > 0 {
+			log.Info("applied migrations", "versions", applied)
+		}
+	}
+
+	plugins, err := startPlugins(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer plugins.Close()
+
+	commands, err := claimCommands(cfg, plugins, log)
+	if err != nil {
+		return err
+	}
+	holder := store.Holder{Name: name, Generation: gen}
+	if _, err := st.RegisterAgent(ctx, store.Registration{
+		Holder: holder, Version: Version, Capacity: cfg.Agent.Capacity,
+		Commands: sortedKeys(commands), Plugins: pluginsJSON(plugins),
+	}); err != nil {
+		return err
+	}
+	log.Info("agent registered", "generation", gen, "capacity", cfg.Agent.Capacity, "commands", sortedKeys(commands))
+
+	svc := claim.New(st, plugins, claim.Config{
+		Holder:       holder,
+		Capacity:     cfg.Agent.Capacity,
+		Commands:     commands,
+		PollInterval: cfg.Agent.PollInterval.Std(),
+		Keepalive:    cfg.Agent.Keepalive.Std(),
+		LogFlush:     cfg.Logs.FlushInterval.Std(),
+		LogMaxBytes:  cfg.Logs.MaxBytesPerStream,
+		Logger:       logger,
+	})
+
+	srv, ln, err := listen(cfg, st, plugins, logger)
+	if err != nil {
+		return err
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("API listening", "addr", ln.Addr().String())
+	if opts.Started != nil {
+		opts.Started(ln.Addr().String())
+	}
+
+	runErr := make(chan error, 1)
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() { runErr <- svc.Run(runCtx) }()
+
+	var result error
+	select {
+	case <-ctx.Done():
+		stopRun()
+		result = <-runErr
+	case err := <-runErr:
+		result = err
+	case err := <-serveErr:
+		stopRun()
+		<-runErr
+		result = fmt.Errorf("serving the API on %s: %w", cfg.HTTP.Listen, err)
+	}
+
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HTTP.ShutdownGrace.Std())
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Warn("shutting down the API", "err", err)
+	}
+	if result == nil {
+		if err := st.SetAgentState(shutCtx, holder, "stopped"); err != nil {
+			log.Warn("marking agent stopped", "err", err)
+		}
+	}
+	log.Info("agent stopped", "err", result)
+	return result
+}
+
+func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database_url: %w", err)
+	}
+	// Room for the listener, the heartbeat, the log flusher, claiming, the
+	// API, and the final writes of every job at once.
+	if want := int32(cfg.Agent.Capacity + 8); pc.MaxConns < want {
+		pc.MaxConns = want
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("opening database pool: %w", err)
+	}
+	return pool, nil
+}
+
+func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pluginhost.Manager, error) {
+	dir := cfg.PluginDir
+	if dir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding the plugin directory (set plugin_dir): %w", err)
+		}
+		dir = filepath.Dir(exe)
+	}
+	pcs := make(map[string]pluginhost.PluginConfig, len(cfg.Plugins))
+	for name, p := range cfg.Plugins {
+		raw, err := p.ConfigJSON()
+		if err != nil {
+			return nil, fmt.Errorf("plugins.%s.config: %w", name, err)
+		}
+		pcs[name] = pluginhost.PluginConfig{SHA256: p.SHA256, Env: p.Env, PassEnv: p.PassEnv, Config: raw}
+	}
+	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("plugins: %w", err)
+	}
+	if err := m.Start(ctx); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("starting plugins from %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// claimCommands returns the configured commands whose plugin is loaded here.
+// A command whose plugin is missing is left to other agents, with a warning.
+func claimCommands(cfg *config.Config, plugins *pluginhost.Manager, log *slog.Logger) (map[string]claim.Command, error) {
+	out := map[string]claim.Command{}
+	for name, c := range cfg.Commands {
+		if _, ok := plugins.Info(c.Plugin); !ok {
+			log.Warn("command's plugin is not loaded here; other agents may run it", "command", name, "plugin", c.Plugin)
+			continue
+		}
+		raw, err := c.ContextJSON()
+		if err != nil {
+			return nil, fmt.Errorf("commands.%s.context: %w", name, err)
+		}
+		out[name] = claim.Command{Plugin: c.Plugin, Context: raw}
+	}
+	return out, nil
+}
+
+func pluginsJSON(m *pluginhost.Manager) json.RawMessage {
+	type entry struct {
+		Version      string   `json:"version"`
+		Capabilities []string `json:"capabilities"`
+	}
+	out := map[string]entry{}
+	for name, info := range m.Infos() {
+		out[name] = entry{Version: info.Version, Capabilities: info.Capabilities}
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+func listen(cfg *config.Config, st *store.Store, plugins *pluginhost.Manager, logger *slog.Logger) (*http.Server, net.Listener, error) {
+	handler := api.New(api.Options{
+		Store:        st,
+		Commands:     cfg.Commands,
+		Ready:        func(context.Context) error { return plugins.Ready() },
+		Tokens:       cfg.HTTP.Tokens,
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+		Logger:       logger,
+	})
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	return srv, ln, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
