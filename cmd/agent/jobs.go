@@ -1,0 +1,232 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tetherjobs/tether/internal/client"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (a *app) getCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get <id>",
+		Short: "Show a job",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			j, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(j)
+			}
+			tw := a.table()
+			row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+			row("ID", j.ID)
+			row("Command", j.Command)
+			row("Plugin", j.Plugin)
+			row("Status", j.Status)
+			row("Attempt", fmt.Sprint(j.Attempt))
+			row("Submitter", orDash(j.Submitter))
+			row("Agent", orDash(j.Agent))
+			row("Created", fmtTime(&j.CreatedAt))
+			row("Started", fmtTime(j.StartedAt))
+			row("Finished", fmtTime(j.FinishedAt))
+			if j.Error != "" {
+				row("Error", j.Error+orEmpty(j.ErrorClass, " ("+j.ErrorClass+")"))
+			}
+			row("Context", string(j.Context))
+			if len(j.Result) > 0 {
+				row("Result", string(j.Result))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func orEmpty(cond, s string) string {
+	if cond == "" {
+		return ""
+	}
+	return s
+}
+
+func (a *app) logsCmd() *cobra.Command {
+	var (
+		follow bool
+		stream string
+	)
+	cmd := &cobra.Command{
+		Use:   "logs <id>",
+		Short: "Print a job's output (both streams unless --stream)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if stream != "" && stream != "stdout" && stream != "stderr" {
+				return fmt.Errorf("--stream must be stdout or stderr, got %q", stream)
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			return c.Logs(cmd.Context(), args[0], stream, follow, a.stdout)
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing output until the job ends")
+	cmd.Flags().StringVar(&stream, "stream", "", "only stdout or stderr")
+	return cmd
+}
+
+func (a *app) cancelCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel <id>",
+		Short: "Cancel a job (a queued job at once; a running one is stopped by its agent)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			j, err := c.Cancel(cmd.Context(), args[0], reason)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(j)
+			}
+			switch j.Status {
+			case store.StatusCanceling:
+				fmt.Fprintf(a.stdout, "job %s: canceling (its agent is stopping it)\n", j.ID)
+			default:
+				fmt.Fprintf(a.stdout, "job %s: %s\n", j.ID, j.Status)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why; recorded in the job's events")
+	return cmd
+}
+
+func (a *app) jobsCmd() *cobra.Command {
+	var (
+		o   client.ListOptions
+		all bool
+	)
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List jobs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var jobs []store.Job
+			next := ""
+			for {
+				page, n, err := c.List(cmd.Context(), o)
+				if err != nil {
+					return err
+				}
+				jobs, next = append(jobs, page...), n
+				if !all || next == "" {
+					break
+				}
+				o.After = next
+			}
+			if a.output == "json" {
+				if jobs == nil {
+					jobs = []store.Job{}
+				}
+				return a.printJSON(map[string]any{"jobs": jobs, "next": next})
+			}
+			tw := a.table()
+			fmt.Fprintln(tw, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tCREATED")
+			for _, j := range jobs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Command, j.Status, j.Attempt,
+					orDash(j.Submitter), orDash(j.Agent), fmtTime(&j.CreatedAt))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(a.stderr, "more jobs: --after %s (or --all)\n", next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Status, "status", "", "only jobs in this status (queued, accepted, running, canceling, succeeded, failed, canceled)")
+	f.StringVar(&o.Command, "command", "", "only jobs of this command")
+	f.StringVar(&o.Submitter, "submitter", "", "only jobs of this submitter")
+	f.IntVar(&o.Limit, "limit", 50, "jobs per page (1-1000)")
+	f.StringVar(&o.After, "after", "", "start after this cursor (from a previous page)")
+	f.BoolVar(&all, "all", false, "fetch every page")
+	return cmd
+}
+
+func (a *app) agentsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "agents",
+		Short: "List agents and their liveness",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			agents, err := c.Agents(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				if agents == nil {
+					agents = []store.Agent{}
+				}
+				return a.printJSON(map[string]any{"agents": agents})
+			}
+			tw := a.table()
+			fmt.Fprintln(tw, "NAME\tSTATE\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS")
+			for _, ag := range agents {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s ago\t%s\t%s\n", ag.Name, ag.State, ag.ActiveJobs, ag.Capacity,
+					(time.Duration(ag.SilentFor * float64(time.Second))).Round(time.Second), orDash(ag.Version),
+					orDash(strings.Join(ag.Commands, ",")))
+			}
+			return tw.Flush()
+		},
+	}
+}

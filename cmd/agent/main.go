@@ -1,0 +1,198 @@
+// Command tether is the tether agent (`tether run`) and its command-line
+// client (submit, get, logs, cancel, jobs, agents).
+//
+// Exit codes: 0 success; 1 an error (bad flags, API error, agent failure).
+// `tether submit --wait` exits with the job's outcome instead: 0 succeeded,
+// 1 failed, 2 canceled, 3 anything else (the job's outcome is unknown: the
+// submit was rejected, the wait was interrupted or the server was lost).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tetherjobs/tether/internal/client"
+)
+
+const defaultServer = "http://127.0.0.1:9090"
+
+func main() {
+	// The first SIGINT/SIGTERM cancels ctx; commands wind down from there.
+	// `run` (and the later drain) may register its own signal channel to
+	// treat SIGTERM and a second signal specially.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // restore default handling: a second Ctrl-C kills a stuck client
+	}()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// exitError ends the process with a specific code. A nil err prints nothing.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+// app holds what every subcommand shares: I/O, environment and global flags.
+type app struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+
+	configPath string
+	server     string
+	token      string
+	logLevel   string
+	logFormat  string
+	output     string
+}
+
+// syncWriter serialises writes from the log-following goroutines and the
+// status lines of `submit --wait`.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// run executes the command line and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{stdout: &syncWriter{w: stdout}, stderr: &syncWriter{w: stderr}, getenv: getenv}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(a.stderr, "tether: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(a.stderr, "tether: %v\n", err)
+	return 1
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tether",
+		Short: "tether runs jobs through plugins under fenced leases, and reattaches them when agents die",
+		Long: `tether is a pluggable remote-job agent. "tether run" starts an agent; the other
+commands talk to an agent's HTTP API (--server, TETHER_SERVER).
+
+Exit codes: 0 success, 1 error. "tether submit --wait" exits with the job's
+outcome: 0 succeeded, 1 failed, 2 canceled, 3 unknown (rejected, interrupted,
+or the server was lost while waiting).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.resolveFlags(cmd)
+		},
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&a.configPath, "config", "", "config file (YAML) (env TETHER_CONFIG)")
+	f.StringVar(&a.server, "server", defaultServer, "API server URL (env TETHER_SERVER)")
+	f.StringVar(&a.token, "token", "", "API bearer token (env TETHER_TOKEN)")
+	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error (env TETHER_LOG_LEVEL)")
+	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json (env TETHER_LOG_FORMAT)")
+	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+
+	root.AddCommand(
+		a.runCmd(),
+		a.migrateCmd(),
+		a.submitCmd(),
+		a.getCmd(),
+		a.logsCmd(),
+		a.cancelCmd(),
+		a.jobsCmd(),
+		a.agentsCmd(),
+		a.versionCmd(),
+		a.devCmd(),
+	)
+	return root
+}
+
+// resolveFlags fills unset flags from the environment and checks them. Env
+// values are read here, not as flag defaults, so --help never shows a token.
+func (a *app) resolveFlags(cmd *cobra.Command) error {
+	f := cmd.Flags()
+	for flag, env := range map[string]string{
+		"config": "TETHER_CONFIG", "server": "TETHER_SERVER", "token": "TETHER_TOKEN",
+		"log-level": "TETHER_LOG_LEVEL", "log-format": "TETHER_LOG_FORMAT",
+	} {
+		if v := a.getenv(env); v != "" && !f.Changed(flag) {
+			if err := f.Set(flag, v); err != nil {
+				return fmt.Errorf("%s: %w", env, err)
+			}
+		}
+	}
+	if a.output != "table" && a.output != "json" {
+		return fmt.Errorf("--output must be table or json, got %q", a.output)
+	}
+	if _, err := parseLevel(a.logLevel); err != nil {
+		return err
+	}
+	if a.logFormat != "text" && a.logFormat != "json" {
+		return fmt.Errorf("--log-format must be text or json, got %q", a.logFormat)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+// logger writes to stderr at --log-level in --log-format.
+func (a *app) logger() *slog.Logger {
+	level, _ := parseLevel(a.logLevel) // checked in resolveFlags
+	opts := &slog.HandlerOptions{Level: level}
+	if a.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
+}
+
+// client returns an API client for --server and --token.
+func (a *app) client() (*client.Client, error) {
+	var opts []client.Option
+	if a.token != "" {
+		opts = append(opts, client.WithToken(a.token))
+	}
+	c, err := client.New(strings.TrimSpace(a.server), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--server: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/pgtest"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type cli struct {
+	st  *store.Store
+	url string
+	env map[string]string
+}
+
+func newCLI(t *testing.T) *cli {
+	t.Helper()
+	st := store.New(pgtest.DB(t))
+	srv := httptest.NewServer(api.New(api.Options{
+		Store:           st,
+		Commands:        map[string]config.Command{"hello": {Plugin: "shell"}},
+		Logger:          slog.New(slog.DiscardHandler),
+		LogPollInterval: 10 * time.Millisecond,
+	}))
+	t.Cleanup(srv.Close)
+	return &cli{st: st, url: srv.URL, env: map[string]string{"TETHER_SERVER": srv.URL}}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (c *cli) run(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb, func(k string) string { return c.env[k] })
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// agent plays the part of a tether agent for the one job it finds: it
+// claims it, writes output and finishes it with status.
+func (c *cli) agent(t *testing.T, status string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			h := store.Holder{Name: "fake-agent", Generation: "g1"}
+			if _, err := c.st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 1, Commands: []string{"hello"}}); err != nil {
+				return err
+			}
+			var claimed []store.Claimed
+			for len(claimed) == 0 {
+				var err error
+				if claimed, err = c.st.Claim(ctx, h, 1, []string{"hello"}); err != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			id, lease := claimed[0].Job.ID, claimed[0].Lease
+			if _, err := c.st.MarkRunning(ctx, h, id, lease, ""); err != nil {
+				return err
+			}
+			for i := range 3 {
+				batch := store.LogBatch{JobID: id, Lease: lease, Stdout: fmt.Appendf(nil, "out %d\n", i), Stderr: fmt.Appendf(nil, "err %d\n", i)}
+				if _, err := c.st.AppendLogs(ctx, []store.LogBatch{batch}, 1<<20); err != nil {
+					return err
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			o := store.Outcome{Status: status}
+			if status == store.StatusFailed {
+				o.Error, o.ErrorClass = "exit status 7", "permanent"
+			}
+			return c.st.Finish(ctx, h, id, lease, o)
+		}()
+	}()
+	return done
+}
+
+func TestSubmitWaitExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		status string
+		code   int
+	}{
+		{store.StatusSucceeded, 0},
+		{store.StatusFailed, 1},
+		{store.StatusCanceled, 2},
+	} {
+		t.Run(tc.status, func(t *testing.T) {
+			c := newCLI(t)
+			done := c.agent(t, tc.status)
+			r := c.run(t, "submit", "hello", "--set", "script=echo hi", "--wait")
+			require.NoError(t, <-done)
+			assert.Equal(t, tc.code, r.code, "stderr: %s", r.stderr)
+			assert.Equal(t, "out 0\nout 1\nout 2\n", r.stdout, "the job's stdout, and nothing else, on stdout")
+			assert.Contains(t, r.stderr, "err 0\nerr 1\nerr 2\n")
+			assert.Contains(t, r.stderr, "submitted job ")
+			assert.Contains(t, r.stderr, ": "+tc.status)
+			if tc.status == store.StatusFailed {
+				assert.Contains(t, r.stderr, "failed: exit status 7")
+			}
+		})
+	}
+}
+
+func TestSubmitWaitCanceledWhileQueued(t *testing.T) {
+	c := newCLI(t)
+	go func() {
+		// Cancel the job as soon as it exists; no agent ever claims it.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for ctx.Err() == nil {
+			jobs, _, err := c.st.ListJobs(ctx, store.ListParams{})
+			if err == nil && len(jobs) == 1 {
+				_, _ = c.st.Cancel(ctx, jobs[0].ID, "test")
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	r := c.run(t, "submit", "hello", "--wait")
+	assert.Equal(t, exitCanceled, r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stderr, "canceled: test")
+}
+
+func TestSubmitWaitRejectedIsUnknown(t *testing.T) {
+	c := newCLI(t)
+	r := c.run(t, "submit", "nope", "--wait")
+	assert.Equal(t, exitUnknown, r.code)
+	assert.Contains(t, r.stderr, `unknown command "nope"; known commands: hello`)
+
+	r = c.run(t, "submit", "nope")
+	assert.Equal(t, 1, r.code, "without --wait an error is exit 1")
+
+	c.env["TETHER_SERVER"] = "http://127.0.0.1:1" // nothing listens
+	r = c.run(t, "submit", "hello", "--wait")
+	assert.Equal(t, exitUnknown, r.code)
+	assert.Contains(t, r.stderr, "submitting")
+}
+
+func TestSubmitContextAndKey(t *testing.T) {
+	c := newCLI(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ctx.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"script":"from file","env":{"A":"1"}}`), 0o600))
+
+	r := c.run(t, "submit", "hello", "--context", "@"+file, "--set", "env.B=2", "--set-json", "retries=3", "--key", "k1", "--submitter", "me")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	require.True(t, strings.HasPrefix(r.stdout, "submitted job "), r.stdout)
+	id := strings.Fields(r.stdout)[2]
+	j, err := c.st.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"script":"from file","env":{"A":"1","B":"2"},"retries":3}`, string(j.Context))
+	assert.Equal(t, "me", j.Submitter)
+	assert.Equal(t, "k1", j.IdempotencyKey)
+
+	// The same request again is a replay; --output json prints the job.
+	r = c.run(t, "submit", "hello", "--context", "@"+file, "--set", "env.B=2", "--set-json", "retries=3", "--key", "k1", "--submitter", "me", "-o", "json")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	var replay store.Job
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &replay))
+	assert.Equal(t, id, replay.ID)
+
+	for _, args := range [][]string{
+		{"--context", "[1]"}, {"--context", "null"}, {"--set", "novalue"}, {"--set-json", "a={"}, {"--set", "a..b=1"},
+		{"--context", `{"a":1}`, "--set", "a.b=1"},
+	} {
+		r := c.run(t, append([]string{"submit", "hello"}, args...)...)
+		assert.Equal(t, 1, r.code, "%v", args)
+		assert.NotEmpty(t, r.stderr, "%v", args)
+	}
+}
+
+func TestClientCommands(t *testing.T) {
+	c := newCLI(t)
+	ctx := context.Background()
+	j, _, err := c.st.Submit(ctx, store.SubmitParams{Command: "hello", Plugin: "shell", Submitter: "ann"})
+	require.NoError(t, err)
+
+	r := c.run(t, "get", j.ID)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "Status:     queued")
+	assert.Contains(t, r.stdout, "Submitter:  ann")
+	r = c.run(t, "get", j.ID, "--output", "json")
+	var got store.Job
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	assert.Equal(t, j.ID, got.ID)
+	r = c.run(t, "get", "missing")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `job "missing" not found (HTTP 404)`)
+
+	r = c.run(t, "jobs")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "ID")
+	assert.Contains(t, r.stdout, j.ID)
+	r = c.run(t, "jobs", "--status", "running")
+	assert.NotContains(t, r.stdout, j.ID)
+	r = c.run(t, "jobs", "--status", "bogus")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "field status")
+
+	second, _, err := c.st.Submit(ctx, store.SubmitParams{Command: "hello", Plugin: "shell"})
+	require.NoError(t, err)
+	r = c.run(t, "jobs", "--limit", "1")
+	assert.Contains(t, r.stdout, second.ID)
+	assert.NotContains(t, r.stdout, j.ID)
+	assert.Contains(t, r.stderr, "more jobs: --after")
+	r = c.run(t, "jobs", "--limit", "1", "--all", "-o", "json")
+	var list api.JobList
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	assert.Len(t, list.Jobs, 2)
+
+	r = c.run(t, "cancel", j.ID, "--reason", "no longer needed")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "job "+j.ID+": canceled\n", r.stdout)
+	r = c.run(t, "cancel", j.ID)
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "already canceled")
+
+	r = c.run(t, "logs", j.ID)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, r.stdout)
+	r = c.run(t, "logs", j.ID, "--stream", "both")
+	assert.Equal(t, 1, r.code)
+
+	_, err = c.st.RegisterAgent(ctx, store.Registration{Holder: store.Holder{Name: "agent-7", Generation: "g"}, Capacity: 3, Commands: []string{"hello"}})
+	require.NoError(t, err)
+	r = c.run(t, "agents")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "agent-7")
+	assert.Contains(t, r.stdout, "running")
+}
+
+func TestLogsFollow(t *testing.T) {
+	c := newCLI(t)
+	done := c.agent(t, store.StatusSucceeded)
+	r := c.run(t, "submit", "hello")
+	require.Equal(t, 0, r.code, r.stderr)
+	id := strings.Fields(r.stdout)[2]
+	r = c.run(t, "logs", "-f", id, "--stream", "stdout")
+	require.NoError(t, <-done)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "out 0\nout 1\nout 2\n", r.stdout)
+}
+
+func TestGlobalFlags(t *testing.T) {
+	c := newCLI(t)
+	r := c.run(t, "jobs", "--output", "yaml")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "--output must be table or json")
+
+	r = c.run(t, "jobs", "--log-level", "loud")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "--log-level")
+
+	// --server wins over TETHER_SERVER.
+	c.env["TETHER_SERVER"] = "http://127.0.0.1:1"
+	r = c.run(t, "jobs", "--server", c.url)
+	assert.Equal(t, 0, r.code, r.stderr)
+	r = c.run(t, "jobs")
+	assert.Equal(t, 1, r.code)
+
+	c.env["TETHER_SERVER"] = "not a url"
+	r = c.run(t, "agents")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "--server")
+
+	r = c.run(t, "version")
+	assert.Equal(t, 0, r.code)
+	assert.True(t, strings.HasPrefix(r.stdout, "tether "), r.stdout)
+
+	r = c.run(t, "frobnicate")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "unknown command")
+}
+
+func TestTokenFromEnv(t *testing.T) {
+	st := store.New(pgtest.DB(t))
+	srv := httptest.NewServer(api.New(api.Options{
+		Store: st, Logger: slog.New(slog.DiscardHandler),
+		Tokens: []config.Token{{Name: "ops", Token: "ops-token-0123456789"}},
+	}))
+	t.Cleanup(srv.Close)
+	c := &cli{st: st, url: srv.URL, env: map[string]string{"TETHER_SERVER": srv.URL}}
+	r := c.run(t, "agents")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "missing bearer token")
+	c.env["TETHER_TOKEN"] = "ops-token-0123456789"
+	r = c.run(t, "agents")
+	assert.Equal(t, 0, r.code, r.stderr)
+}
+
+func TestMigrateCommand(t *testing.T) {
+	c := &cli{env: map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)}}
+	r := c.run(t, "migrate", "--log-level", "error")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "applied migrations [1")
+	r = c.run(t, "migrate")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "database schema is up to date")
+
+	c.env = map[string]string{}
+	r = c.run(t, "migrate")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "database_url is not set")
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	c := &cli{env: map[string]string{"TETHER_AGENT_KEEPALIVE": "24hh"}}
+	r := c.run(t, "run")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "TETHER_AGENT_KEEPALIVE")
+
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("agent:\n  capacty: 3\n"), 0o600))
+	c.env = map[string]string{"TETHER_CONFIG": path}
+	r = c.run(t, "run")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "agent.capacty: unknown key")
+}
+
+func TestBuildContext(t *testing.T) {
+	got, err := buildContext("", nil, nil)
+	require.NoError(t, err)
+	assert.Nil(t, got, "no flags: the server's default {}")
+	got, err = buildContext(`{"a":{"b":1}}`, []string{"a.c=x", "d=1=2"}, []string{"e=[1,2]", "a.b=null"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"a":{"b":null,"c":"x"},"d":"1=2","e":[1,2]}`, string(got))
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// Exit codes of `submit --wait`.
+const (
+	exitSucceeded = 0
+	exitFailed    = 1
+	exitCanceled  = 2
+	exitUnknown   = 3
+)
+
+// logDrainTimeout bounds how long --wait waits for the log streams after the
+// job finished (they end by themselves once the rest of the output is sent).
+const logDrainTimeout = 10 * time.Second
+
+func (a *app) submitCmd() *cobra.Command {
+	var (
+		contextArg string
+		sets       []string
+		setJSON    []string
+		key        string
+		submitter  string
+		wait       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit <command>",
+		Short: "Submit a job",
+		Long: `Submit a job of a configured command. The job's context is --context (a JSON
+object, or @file to read one) with --set key=value (a string) and
+--set-json key=<json> applied on top; dotted keys build nested objects
+(--set env.GREETING=hi).
+
+With --wait, status changes are printed to stderr and the job's output is
+streamed (its stdout to stdout, its stderr to stderr) until it ends. The exit
+code is then the job's outcome: 0 succeeded, 1 failed, 2 canceled,
+3 unknown (the submit was rejected, the wait was interrupted, or the server
+was lost).`,
+		Example: `  tether submit hello
+  tether submit hello --set script='echo hi' --wait
+  tether submit report --context @ctx.json --key nightly-2024-06-01`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			jobCtx, err := buildContext(contextArg, sets, setJSON)
+			if err != nil {
+				return fail(wait, err)
+			}
+			c, err := a.client()
+			if err != nil {
+				return fail(wait, err)
+			}
+			ctx := cmd.Context()
+			job, created, err := c.Submit(ctx, api.SubmitRequest{
+				Command: args[0], Context: jobCtx, IdempotencyKey: key, Submitter: submitter,
+			})
+			if err != nil {
+				return fail(wait, fmt.Errorf("submitting: %w", err))
+			}
+			if !wait {
+				if a.output == "json" {
+					return a.printJSON(job)
+				}
+				verb := "submitted"
+				if !created {
+					verb = "already submitted with this idempotency key:"
+				}
+				fmt.Fprintf(a.stdout, "%s job %s (%s, %s)\n", verb, job.ID, job.Command, job.Status)
+				return nil
+			}
+			if created {
+				fmt.Fprintf(a.stderr, "submitted job %s (%s)\n", job.ID, job.Command)
+			} else {
+				fmt.Fprintf(a.stderr, "job %s was already submitted with this idempotency key\n", job.ID)
+			}
+			return a.waitForJob(ctx, job.ID)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&contextArg, "context", "", "job context: a JSON object, or @file")
+	f.StringArrayVar(&sets, "set", nil, "set a context key to a string: key=value (repeatable; dotted keys nest)")
+	f.StringArrayVar(&setJSON, "set-json", nil, "set a context key to a JSON value: key=<json> (repeatable)")
+	f.StringVar(&key, "key", "", "idempotency key: resubmitting the same request returns the same job")
+	f.StringVar(&submitter, "submitter", "", "who submits (ignored when the server uses tokens: the token's name is used)")
+	f.BoolVar(&wait, "wait", false, "wait for the job to end, streaming its output; the exit code reflects its outcome")
+	return cmd
+}
+
+// fail turns an error before the job's outcome is known into exit code 3
+// under --wait (1 otherwise), so a script never reads it as "the job failed".
+func fail(wait bool, err error) error {
+	if wait {
+		return &exitError{code: exitUnknown, err: err}
+	}
+	return err
+}
+
+// waitForJob prints status changes, streams the job's output and returns an
+// exitError carrying the job's outcome.
+func (a *app) waitForJob(ctx context.Context, id string) error {
+	c, err := a.client()
+	if err != nil {
+		return fail(true, err)
+	}
+	logCtx, stopLogs := context.WithCancel(ctx)
+	defer stopLogs()
+	var wg sync.WaitGroup
+	for _, s := range []struct {
+		name string
+		w    io.Writer
+	}{{"stdout", a.stdout}, {"stderr", a.stderr}} {
+		wg.Go(func() {
+			if err := c.Logs(logCtx, id, s.name, true, s.w); err != nil && logCtx.Err() == nil {
+				fmt.Fprintf(a.stderr, "tether: following %s of job %s: %v\n", s.name, id, err)
+			}
+		})
+	}
+
+	final, err := c.Wait(ctx, id, func(j store.Job) {
+		fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
+	})
+	if err != nil {
+		stopLogs()
+		wg.Wait()
+		if ctx.Err() != nil {
+			return &exitError{code: exitUnknown, err: fmt.Errorf("stopped waiting; job %s goes on (tether cancel %s stops it)", id, id)}
+		}
+		return &exitError{code: exitUnknown, err: fmt.Errorf("waiting for job %s: %w", id, err)}
+	}
+
+	// The log streams end once the server has sent all output of the
+	// finished job; bound the wait in case one is stuck.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	timer := time.NewTimer(logDrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		stopLogs()
+		<-done
+	case <-ctx.Done():
+		stopLogs()
+		<-done
+	}
+	if a.output == "json" {
+		if err := a.printJSON(final); err != nil {
+			return &exitError{code: exitUnknown, err: err}
+		}
+	}
+	switch final.Status {
+	case store.StatusSucceeded:
+		return nil
+	case store.StatusFailed:
+		return &exitError{code: exitFailed}
+	case store.StatusCanceled:
+		return &exitError{code: exitCanceled}
+	default:
+		return &exitError{code: exitUnknown}
+	}
+}
+
+func describeStatus(j store.Job) string {
+	s := j.Status
+	if j.Attempt > 1 {
+		s += fmt.Sprintf(" (attempt %d)", j.Attempt)
+	}
+	if j.Agent != "" && !store.Terminal(j.Status) {
+		s += " on " + j.Agent
+	}
+	if j.Error != "" {
+		s += ": " + j.Error
+	}
+	return s
+}
+
+// buildContext assembles the job context from --context, --set and --set-json.
+func buildContext(base string, sets, setJSON []string) (json.RawMessage, error) {
+	obj := map[string]any{}
+	if base != "" {
+		raw := []byte(base)
+		if name, ok := strings.CutPrefix(base, "@"); ok {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				return nil, fmt.Errorf("--context: %w", err)
+			}
+			raw = b
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+			return nil, fmt.Errorf("--context must be a JSON object: %v", errOr(err, "got null"))
+		}
+	}
+	for _, s := range sets {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--set %q: want key=value", s)
+		}
+		if err := setPath(obj, k, v); err != nil {
+			return nil, fmt.Errorf("--set %q: %w", s, err)
+		}
+	}
+	for _, s := range setJSON {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--set-json %q: want key=<json>", s)
+		}
+		var val any
+		if err := json.Unmarshal([]byte(v), &val); err != nil {
+			return nil, fmt.Errorf("--set-json %q: value is not JSON: %v", s, err)
+		}
+		if err := setPath(obj, k, val); err != nil {
+			return nil, fmt.Errorf("--set-json %q: %w", s, err)
+		}
+	}
+	if base == "" && len(sets) == 0 && len(setJSON) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding context: %w", err)
+	}
+	return b, nil
+}
+
+func errOr(err error, msg string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return msg
+}
+
+// setPath sets a dotted key ("env.GREETING") in obj, creating objects.
+func setPath(obj map[string]any, key string, val any) error {
+	parts := strings.Split(key, ".")
+	for i, p := range parts[:len(parts)-1] {
+		if p == "" {
+			return errors.New("empty key segment")
+		}
+		next, ok := obj[p].(map[string]any)
+		if !ok {
+			if _, exists := obj[p]; exists {
+				return fmt.Errorf("%s is not an object", strings.Join(parts[:i+1], "."))
+			}
+			next = map[string]any{}
+			obj[p] = next
+		}
+		obj = next
+	}
+	last := parts[len(parts)-1]
+	if last == "" {
+		return errors.New("empty key segment")
+	}
+	obj[last] = val
+	return nil
+}

@@ -1,0 +1,85 @@
+// Package api is tether's HTTP API, served by every agent: submit, inspect,
+// cancel and follow jobs, list agents, and health and readiness probes.
+// Request and response bodies are JSON, except job logs, which are raw bytes.
+// Errors are {"error": "...", "field": "...", "code": "..."}.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// Options configure the API handler.
+type Options struct {
+	Store *store.Store
+	// Commands that may be submitted, by name.
+	Commands map[string]config.Command
+	// Ready reports whether this agent can do work (plugins started, not
+	// draining); nil means always ready. /readyz also pings the database.
+	Ready func(context.Context) error
+	// Tokens enable bearer-token auth on /api/ when non-empty; the token's
+	// name is the submitter of the jobs submitted with it.
+	Tokens []config.Token
+	// MaxBodyBytes limits request bodies; 0 means 1 MiB.
+	MaxBodyBytes int64
+	Logger       *slog.Logger // nil means slog.Default()
+	// Metrics is served at GET /metrics when non-nil.
+	Metrics http.Handler
+	// LogPollInterval is how often a followed log polls the database; 0
+	// means 250ms.
+	LogPollInterval time.Duration
+}
+
+// Defaults for zero Options fields.
+const (
+	DefaultMaxBodyBytes    = 1 << 20
+	DefaultLogPollInterval = 250 * time.Millisecond
+	DefaultListLimit       = 50
+	MaxListLimit           = 1000
+)
+
+type server struct {
+	opts         Options
+	log          *slog.Logger
+	commandNames []string
+}
+
+// New returns the API handler.
+func New(opts Options) http.Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.LogPollInterval <= 0 {
+		opts.LogPollInterval = DefaultLogPollInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &server{opts: opts, log: opts.Logger}
+	for name := range opts.Commands {
+		s.commandNames = append(s.commandNames, name)
+	}
+	sort.Strings(s.commandNames)
+
+	mux := http.NewServeMux()
+	auth := s.authenticate
+	mux.Handle("POST /api/v1/jobs", auth(s.submit))
+	mux.Handle("GET /api/v1/jobs", auth(s.listJobs))
+	mux.Handle("GET /api/v1/jobs/{id}", auth(s.getJob))
+	mux.Handle("POST /api/v1/jobs/{id}/cancel", auth(s.cancel))
+	mux.Handle("GET /api/v1/jobs/{id}/logs", auth(s.logs))
+	mux.Handle("GET /api/v1/jobs/{id}/events", auth(s.events))
+	mux.Handle("GET /api/v1/agents", auth(s.agents))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	return s.logRequests(mux)
+}

@@ -1,0 +1,419 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+const (
+	maxKeyLen       = 255
+	maxSubmitterLen = 255
+	maxReasonLen    = 4096
+	logPageSize     = 1000
+	readyTimeout    = 2 * time.Second
+)
+
+var statuses = []string{
+	store.StatusQueued, store.StatusAccepted, store.StatusRunning, store.StatusCanceling,
+	store.StatusSucceeded, store.StatusFailed, store.StatusCanceled,
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the client went away; nothing to do
+}
+
+func writeError(w http.ResponseWriter, status int, code, field, msg string) {
+	writeJSON(w, status, Error{Error: msg, Field: field, Code: code})
+}
+
+func badRequest(w http.ResponseWriter, field, format string, args ...any) {
+	writeError(w, http.StatusBadRequest, CodeBadRequest, field, fmt.Sprintf(format, args...))
+}
+
+// internalError logs err and answers 500 without database details.
+func (s *server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.ErrorContext(r.Context(), "http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, CodeInternal, "", "internal error; the agent's log has the details")
+}
+
+func jobNotFound(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, CodeNotFound, "", fmt.Sprintf("job %q not found", id))
+}
+
+// decode reads a JSON object body into v: unknown fields, trailing data and
+// bodies over MaxBodyBytes are rejected. With allowEmpty an empty body leaves
+// v as it is. It answers the request itself and returns false on error.
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		// Exactly one JSON value: anything after it is a malformed body.
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = terr
+			if err == nil {
+				err = errors.New("data after the JSON object")
+			}
+		}
+	}
+	if err == nil || (allowEmpty && errors.Is(err, io.EOF)) {
+		return true
+	}
+	var (
+		tooBig   *http.MaxBytesError
+		syntax   *json.SyntaxError
+		typeErr  *json.UnmarshalTypeError
+		unknownF = "json: unknown field "
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "",
+			fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit))
+	case errors.Is(err, io.EOF):
+		badRequest(w, "", "request body is empty; send a JSON object")
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		badRequest(w, "", "malformed JSON in request body: %v", err)
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			badRequest(w, "", "request body must be a JSON object, not %s", typeErr.Value)
+		} else {
+			badRequest(w, typeErr.Field, "%s: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		}
+	case strings.HasPrefix(err.Error(), unknownF):
+		field, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), unknownF))
+		if uerr != nil {
+			field = strings.TrimPrefix(err.Error(), unknownF)
+		}
+		badRequest(w, field, "unknown field %q in request body", field)
+	default:
+		badRequest(w, "", "malformed request body: %v", err)
+	}
+	return false
+}
+
+func (s *server) submit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	if !s.decode(w, r, &req, false) {
+		return
+	}
+	if req.Command == "" {
+		badRequest(w, "command", "command is required; %s", s.knownCommands())
+		return
+	}
+	cmd, ok := s.opts.Commands[req.Command]
+	if !ok {
+		writeError(w, http.StatusBadRequest, CodeUnknownCommand, "command",
+			fmt.Sprintf("unknown command %q; %s", req.Command, s.knownCommands()))
+		return
+	}
+	jobCtx := bytes.TrimSpace(req.Context)
+	if string(jobCtx) == "null" {
+		jobCtx = nil
+	}
+	if len(jobCtx) > 0 && jobCtx[0] != '{' {
+		badRequest(w, "context", "context must be a JSON object, e.g. {\"key\": \"value\"}")
+		return
+	}
+	if len(req.IdempotencyKey) > maxKeyLen {
+		badRequest(w, "idempotency_key", "idempotency_key is longer than %d bytes", maxKeyLen)
+		return
+	}
+	submitter := req.Submitter
+	if len(s.opts.Tokens) > 0 {
+		submitter = principal(r.Context()) // the token decides who submitted
+	} else if len(submitter) > maxSubmitterLen {
+		badRequest(w, "submitter", "submitter is longer than %d bytes", maxSubmitterLen)
+		return
+	}
+	job, created, err := s.opts.Store.Submit(r.Context(), store.SubmitParams{
+		Command:        req.Command,
+		Plugin:         cmd.Plugin,
+		Context:        json.RawMessage(jobCtx),
+		Submitter:      submitter,
+		IdempotencyKey: req.IdempotencyKey,
+	})
+	switch {
+	case errors.Is(err, store.ErrIdempotencyConflict):
+		writeError(w, http.StatusConflict, CodeIdempotencyConflict, "idempotency_key",
+			fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key or resend the original request", req.IdempotencyKey))
+		return
+	case err != nil:
+		s.internalError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/jobs/"+job.ID)
+	status := http.StatusOK // a replay of an earlier identical request
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, job)
+}
+
+func (s *server) knownCommands() string {
+	if len(s.commandNames) == 0 {
+		return "no commands are configured on this agent"
+	}
+	return "known commands: " + strings.Join(s.commandNames, ", ")
+}
+
+func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	job, err := s.opts.Store.GetJob(r.Context(), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		jobNotFound(w, id)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, job)
+	}
+}
+
+// intParam parses an optional integer query parameter within [lo, hi].
+func intParam(r *http.Request, name string, def, lo, hi int64) (int64, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%s must be an integer from %d to %d, got %q", name, lo, hi, raw)
+	}
+	return n, nil
+}
+
+func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	status := q.Get("status")
+	if status != "" && !validStatus(status) {
+		badRequest(w, "status", "unknown status %q; use one of %s", status, strings.Join(statuses, ", "))
+		return
+	}
+	limit, err := intParam(r, "limit", DefaultListLimit, 1, MaxListLimit)
+	if err != nil {
+		badRequest(w, "limit", "%v", err)
+		return
+	}
+	jobs, next, err := s.opts.Store.ListJobs(r.Context(), store.ListParams{
+		Status:    status,
+		Command:   q.Get("command"),
+		Submitter: q.Get("submitter"),
+		After:     q.Get("after"),
+		Limit:     int(limit),
+	})
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if jobs == nil {
+		jobs = []store.Job{}
+	}
+	writeJSON(w, http.StatusOK, JobList{Jobs: jobs, Next: next})
+}
+
+func validStatus(s string) bool {
+	for _, v := range statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req CancelRequest
+	if !s.decode(w, r, &req, true) {
+		return
+	}
+	if len(req.Reason) > maxReasonLen {
+		badRequest(w, "reason", "reason is longer than %d bytes", maxReasonLen)
+		return
+	}
+	reason := req.Reason
+	if who := principal(r.Context()); who != "" {
+		if reason == "" {
+			reason = "canceled by request"
+		}
+		reason += " (by " + who + ")"
+	}
+	job, err := s.opts.Store.Cancel(r.Context(), id, reason)
+	var te *store.TransitionError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		jobNotFound(w, id)
+	case errors.As(err, &te):
+		writeError(w, http.StatusConflict, CodeInvalidTransition, "",
+			fmt.Sprintf("job %s is already %s; only unfinished jobs can be canceled", id, te.Status))
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, job)
+	}
+}
+
+func (s *server) events(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	after, err := intParam(r, "after", 0, 0, 1<<62)
+	if err != nil {
+		badRequest(w, "after", "%v", err)
+		return
+	}
+	limit, err := intParam(r, "limit", 1000, 1, 10000)
+	if err != nil {
+		badRequest(w, "limit", "%v", err)
+		return
+	}
+	if _, err := s.opts.Store.JobStatus(r.Context(), id); errors.Is(err, store.ErrNotFound) {
+		jobNotFound(w, id)
+		return
+	} else if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	evs, err := s.opts.Store.Events(r.Context(), id, after, int(limit))
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if evs == nil {
+		evs = []store.Event{}
+	}
+	writeJSON(w, http.StatusOK, EventList{Events: evs})
+}
+
+func (s *server) agents(w http.ResponseWriter, r *http.Request) {
+	agents, err := s.opts.Store.ListAgents(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if agents == nil {
+		agents = []store.Agent{}
+	}
+	writeJSON(w, http.StatusOK, AgentList{Agents: agents})
+}
+
+// logs answers a job's output as raw bytes. With follow=true it keeps the
+// response open, polling for new chunks, until the job is finished and every
+// chunk written before that has been sent, or the client goes away.
+func (s *server) logs(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	stream := q.Get("stream")
+	if stream != "" && stream != "stdout" && stream != "stderr" {
+		badRequest(w, "stream", "stream must be stdout or stderr (or absent for both), got %q", stream)
+		return
+	}
+	follow := false
+	if raw := q.Get("follow"); raw != "" {
+		var err error
+		if follow, err = strconv.ParseBool(raw); err != nil {
+			badRequest(w, "follow", "follow must be true or false, got %q", raw)
+			return
+		}
+	}
+	after, err := intParam(r, "after", 0, 0, 1<<62)
+	if err != nil {
+		badRequest(w, "after", "%v", err)
+		return
+	}
+	ctx := r.Context()
+	status, err := s.opts.Store.JobStatus(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		jobNotFound(w, id)
+		return
+	} else if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	if follow {
+		// A followed log lasts as long as the job; a server-wide write
+		// timeout must not cut it.
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+	w.WriteHeader(http.StatusOK)
+
+	timer := time.NewTimer(s.opts.LogPollInterval)
+	defer timer.Stop()
+	for {
+		// The status is read before the chunks: if it was already final,
+		// every chunk the job wrote is committed and this pass sends the rest.
+		finished := store.Terminal(status)
+		for {
+			chunks, err := s.opts.Store.Logs(ctx, id, stream, after, logPageSize)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.ErrorContext(ctx, "reading job logs", "job", id, "err", err)
+				}
+				return
+			}
+			for _, c := range chunks {
+				if _, err := w.Write(c.Data); err != nil {
+					return // the client went away
+				}
+				after = c.Seq
+			}
+			if len(chunks) < logPageSize {
+				break
+			}
+		}
+		if !follow || finished {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		timer.Reset(s.opts.LogPollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
+			// Deleted by retention or the database is gone: end the stream;
+			// the client sees it end before the job did.
+			if ctx.Err() == nil {
+				s.log.WarnContext(ctx, "following job logs", "job", id, "err", err)
+			}
+			return
+		}
+	}
+}
+
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, Status{Status: "ok"})
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.opts.Store.Ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Status{Status: "not ready", Error: "database: " + err.Error()})
+		return
+	}
+	if s.opts.Ready != nil {
+		if err := s.opts.Ready(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, Status{Status: "not ready", Error: err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, Status{Status: "ready"})
+}

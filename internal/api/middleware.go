@@ -1,0 +1,124 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// requestInfo is filled in by inner handlers for the request log.
+type requestInfo struct {
+	principal string
+}
+
+type requestInfoKey struct{}
+
+type principalKey struct{}
+
+// principal returns the name of the token that authenticated the request, or
+// "" when auth is off.
+func principal(ctx context.Context) string {
+	name, _ := ctx.Value(principalKey{}).(string)
+	return name
+}
+
+// authenticate requires a known bearer token when tokens are configured.
+func (s *server) authenticate(h http.HandlerFunc) http.Handler {
+	if len(s.opts.Tokens) == 0 {
+		return h
+	}
+	// Compare digests so the comparison takes the same time whatever the
+	// length of the presented token.
+	type entry struct {
+		name   string
+		digest [32]byte
+	}
+	entries := make([]entry, len(s.opts.Tokens))
+	for i, t := range s.opts.Tokens {
+		entries[i] = entry{name: t.Name, digest: sha256.Sum256([]byte(t.Token))}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		header := r.Header.Get("Authorization")
+		scheme, token, _ := strings.Cut(header, " ")
+		if header == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "",
+				"missing bearer token: send the header \"Authorization: Bearer <token>\" (tether CLI: --token or TETHER_TOKEN)")
+			return
+		}
+		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		name, found := "", 0
+		for _, e := range entries {
+			if subtle.ConstantTimeCompare(got[:], e.digest[:]) == 1 {
+				name, found = e.name, 1
+			}
+		}
+		if found == 0 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tether", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "", "invalid bearer token")
+			return
+		}
+		if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+			info.principal = name
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, name)))
+	})
+}
+
+// statusRecorder remembers the status and size of an answer for the request
+// log. Unwrap lets http.ResponseController reach Flush and deadlines.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (s *server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		info := &requestInfo{}
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info)))
+		level := slog.LevelInfo
+		switch {
+		case rec.status >= 500:
+			level = slog.LevelError
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics":
+			level = slog.LevelDebug // probes every few seconds would drown the log
+		}
+		attrs := []slog.Attr{
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status),
+			slog.Int64("bytes", rec.bytes),
+			slog.Duration("duration", time.Since(start)),
+			slog.String("remote", r.RemoteAddr),
+		}
+		if info.principal != "" {
+			attrs = append(attrs, slog.String("principal", info.principal))
+		}
+		s.log.LogAttrs(r.Context(), level, "http request", attrs...)
+	})
+}

@@ -1,0 +1,67 @@
+package api
+
+import (
+	"encoding/json"
+
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// SubmitRequest is the body of POST /api/v1/jobs.
+type SubmitRequest struct {
+	Command string `json:"command"`
+	// Context is a JSON object given to the plugin; absent or null means {}.
+	Context        json.RawMessage `json:"context,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	// Submitter is recorded only when auth is off; with auth the token's
+	// name is the submitter.
+	Submitter string `json:"submitter,omitempty"`
+}
+
+// CancelRequest is the optional body of POST /api/v1/jobs/{id}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// JobList is the answer of GET /api/v1/jobs. Next is the cursor of the next
+// page (pass it as ?after=), "" on the last page.
+type JobList struct {
+	Jobs []store.Job `json:"jobs"`
+	Next string      `json:"next"`
+}
+
+// EventList is the answer of GET /api/v1/jobs/{id}/events.
+type EventList struct {
+	Events []store.Event `json:"events"`
+}
+
+// AgentList is the answer of GET /api/v1/agents.
+type AgentList struct {
+	Agents []store.Agent `json:"agents"`
+}
+
+// Status is the answer of /healthz and /readyz.
+type Status struct {
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Error is the body of every error answer. Field names the offending request
+// field or query parameter, if any; Code is a stable machine-readable kind.
+type Error struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+	Code  string `json:"code,omitempty"`
+}
+
+// Error codes.
+const (
+	CodeBadRequest          = "bad_request"
+	CodeUnknownCommand      = "unknown_command"
+	CodeBodyTooLarge        = "body_too_large"
+	CodeUnauthorized        = "unauthorized"
+	CodeNotFound            = "not_found"
+	CodeIdempotencyConflict = "idempotency_conflict"
+	CodeInvalidTransition   = "invalid_transition"
+	CodeNotReady            = "not_ready"
+	CodeInternal            = "internal"
+)

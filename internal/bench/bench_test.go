@@ -1,0 +1,150 @@
+// Package bench measures tether end to end: no-op jobs through real plugin
+// processes (go-plugin over gRPC) with 1, 2 and 4 agents on one PostgreSQL.
+// Run with `make bench`; figures go in docs/benchmarks.md.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherjobs/tether/internal/claim"
+	"github.com/tetherjobs/tether/internal/pgtest"
+	"github.com/tetherjobs/tether/internal/pluginhost"
+	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/internal/testbin"
+)
+
+var pluginDir string
+
+func TestMain(m *testing.M) {
+	dir, cleanup, err := testbin.TempPlugins(context.Background(), map[string]string{"noop": testbin.Noop})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pluginDir = dir
+	code := pgtest.Run(m)
+	cleanup()
+	os.Exit(code)
+}
+
+// jobsPerRun is large enough that start-up costs vanish into the rate.
+var jobsPerRun = envInt("TETHER_BENCH_JOBS", 20000)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func BenchmarkEndToEnd(b *testing.B) {
+	for _, agents := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				runOnce(b, agents, jobsPerRun)
+			}
+		})
+	}
+}
+
+func runOnce(b *testing.B, agents, jobs int) {
+	b.Helper()
+	ctx := context.Background()
+	pool := pgtest.DB(b)
+	st := store.New(pool)
+	// A backlog submitted up front: the run measures claiming and running,
+	// not the submit API.
+	rows := make([][]any, jobs)
+	for i := range rows {
+		rows[i] = []any{fmt.Sprintf("job-%08d", i), "noop", "noop", "queued"}
+	}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"jobs"}, []string{"id", "command", "plugin", "status"}, pgx.CopyFromRows(rows)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO active_jobs (job_id, command) SELECT id, command FROM jobs`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE active_jobs`); err != nil {
+		b.Fatal(err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	var done []chan error
+	var managers []*pluginhost.Manager
+	for i := 0; i < agents; i++ {
+		m, err := pluginhost.New(pluginhost.Config{Dir: pluginDir, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		managers = append(managers, m)
+		h := store.Holder{Name: fmt.Sprintf("bench-%d", i), Generation: strconv.Itoa(i)}
+		if _, err := st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 32, Commands: []string{"noop"}}); err != nil {
+			b.Fatal(err)
+		}
+		svc := claim.New(st, m, claim.Config{
+			Holder: h, Capacity: 32,
+			Commands: map[string]claim.Command{"noop": {Plugin: "noop"}},
+			Logger:   slog.New(slog.DiscardHandler),
+		})
+		ch := make(chan error, 1)
+		done = append(done, ch)
+		go func() { ch <- svc.Run(runCtx) }()
+	}
+
+	b.ResetTimer()
+	start := time.Now()
+	for {
+		var left int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM active_jobs`).Scan(&left); err != nil {
+			b.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stop()
+	for _, ch := range done {
+		if err := <-ch; err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, m := range managers {
+		m.Close()
+	}
+
+	var ok int
+	var p50, p99 float64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&ok); err != nil {
+		b.Fatal(err)
+	}
+	if ok != jobs {
+		b.Fatalf("%d of %d jobs succeeded", ok, jobs)
+	}
+	err := pool.QueryRow(ctx, `
+		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d)
+		FROM (SELECT extract(epoch FROM r.at - c.at) * 1000 AS d
+		      FROM job_events c JOIN job_events r ON r.job_id = c.job_id
+		      WHERE c.kind = 'claimed' AND r.kind = 'running') x`).Scan(&p50, &p99)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate := float64(jobs) / elapsed.Seconds()
+	b.ReportMetric(rate, "jobs/s")
+	b.ReportMetric(p50, "claim-to-running-p50-ms")
+	b.ReportMetric(p99, "claim-to-running-p99-ms")
+	b.Logf("agents=%d jobs=%d elapsed=%s rate=%.0f jobs/s claim->running p50=%.2fms p99=%.2fms", agents, jobs, elapsed.Round(time.Millisecond), rate, p50, p99)
+}

@@ -1,0 +1,262 @@
+// Package client is a typed Go client for tether's HTTP API, used by the CLI
+// and by tests.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// APIError is an error answer from the API.
+type APIError struct {
+	Status  int    // HTTP status code
+	Message string // the "error" field
+	Field   string // the offending request field, if any
+	Code    string // machine-readable kind, e.g. "idempotency_conflict"
+}
+
+func (e *APIError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s (HTTP %d, field %s)", e.Message, e.Status, e.Field)
+	}
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
+}
+
+// IsNotFound reports whether err is a 404 from the API.
+func IsNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}
+
+// Client talks to one tether API server.
+type Client struct {
+	base         *url.URL
+	token        string
+	http         *http.Client
+	pollInterval time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends a bearer token with every request.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient replaces http.DefaultClient. It must not have a Timeout if
+// logs are followed; use contexts instead.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// WithPollInterval sets how often Wait polls the job (default 500ms).
+func WithPollInterval(d time.Duration) Option { return func(c *Client) { c.pollInterval = d } }
+
+// New returns a client of the server at baseURL, e.g. "http://127.0.0.1:9090".
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("server %q: want a URL like http://127.0.0.1:9090", baseURL)
+	}
+	c := &Client{base: u, http: http.DefaultClient, pollInterval: 500 * time.Millisecond}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// do sends a request and returns the response when its status is 2xx; other
+// answers become *APIError. The caller closes the body.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	u := *c.base
+	u.Path = c.base.Path + path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encoding request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, fmt.Errorf("building request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e api.Error
+	if json.Unmarshal(b, &e) != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(b))
+		if e.Error == "" {
+			e.Error = http.StatusText(resp.StatusCode)
+		}
+	}
+	return nil, &APIError{Status: resp.StatusCode, Message: e.Error, Field: e.Field, Code: e.Code}
+}
+
+// call sends a JSON request and decodes a JSON answer into out.
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
+	resp, err := c.do(ctx, method, path, query, body)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return resp.StatusCode, fmt.Errorf("%s %s: decoding answer: %w", method, path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+func jobPath(id string, rest ...string) string {
+	return "/api/v1/jobs/" + url.PathEscape(id) + strings.Join(rest, "")
+}
+
+// Submit submits a job. created is false when the idempotency key replayed an
+// earlier identical request.
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (job store.Job, created bool, err error) {
+	status, err := c.call(ctx, http.MethodPost, "/api/v1/jobs", nil, req, &job)
+	return job, status == http.StatusCreated, err
+}
+
+// Get returns a job.
+func (c *Client) Get(ctx context.Context, id string) (store.Job, error) {
+	var j store.Job
+	_, err := c.call(ctx, http.MethodGet, jobPath(id), nil, nil, &j)
+	return j, err
+}
+
+// ListOptions filter List. Empty fields match everything.
+type ListOptions struct {
+	Status, Command, Submitter string
+	Limit                      int    // 0 = server default (50)
+	After                      string // cursor from a previous page
+}
+
+// List returns one page of jobs, newest first, and the cursor of the next
+// page ("" on the last).
+func (c *Client) List(ctx context.Context, o ListOptions) ([]store.Job, string, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": o.Status, "command": o.Command, "submitter": o.Submitter, "after": o.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	var l api.JobList
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/jobs", q, nil, &l)
+	return l.Jobs, l.Next, err
+}
+
+// Cancel cancels a job; reason may be empty.
+func (c *Client) Cancel(ctx context.Context, id, reason string) (store.Job, error) {
+	var j store.Job
+	_, err := c.call(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, api.CancelRequest{Reason: reason}, &j)
+	return j, err
+}
+
+// Logs copies a job's output to w: stream "stdout", "stderr" or "" for both.
+// With follow it returns when the job has finished and all its output was
+// written, or ctx ends.
+func (c *Client) Logs(ctx context.Context, id, stream string, follow bool, w io.Writer) error {
+	q := url.Values{}
+	if stream != "" {
+		q.Set("stream", stream)
+	}
+	if follow {
+		q.Set("follow", "true")
+	}
+	resp, err := c.do(ctx, http.MethodGet, jobPath(id, "/logs"), q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("reading logs of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Events returns a job's timeline.
+func (c *Client) Events(ctx context.Context, id string) ([]store.Event, error) {
+	var l api.EventList
+	_, err := c.call(ctx, http.MethodGet, jobPath(id, "/events"), nil, nil, &l)
+	return l.Events, err
+}
+
+// Agents lists the registered agents.
+func (c *Client) Agents(ctx context.Context) ([]store.Agent, error) {
+	var l api.AgentList
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/agents", nil, nil, &l)
+	return l.Agents, err
+}
+
+// Ready returns nil when the server answers /readyz with 200.
+func (c *Client) Ready(ctx context.Context) error {
+	var s api.Status
+	_, err := c.call(ctx, http.MethodGet, "/readyz", nil, nil, &s)
+	return err
+}
+
+// maxWaitFailures is how many network errors in a row Wait rides out.
+const maxWaitFailures = 20
+
+// Wait polls a job until it is finished and returns it. onChange, if not nil,
+// is called with the job whenever its status (or attempt) changes, first with
+// its state when Wait starts. Network errors are retried a few times (the
+// server may be restarting); API errors end the wait.
+func (c *Client) Wait(ctx context.Context, id string, onChange func(store.Job)) (store.Job, error) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last store.Job
+	seen, failures := false, 0
+	for {
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-timer.C:
+		}
+		timer.Reset(c.pollInterval)
+		j, err := c.Get(ctx, id)
+		if err != nil {
+			var ae *APIError
+			if !errors.As(err, &ae) && ctx.Err() == nil && failures < maxWaitFailures {
+				failures++ // the server may be restarting (a rollout): try again
+				continue
+			}
+			return last, err
+		}
+		failures = 0
+		if onChange != nil && (!seen || j.Status != last.Status || j.Attempt != last.Attempt) {
+			onChange(j)
+		}
+		last, seen = j, true
+		if store.Terminal(j.Status) {
+			return j, nil
+		}
+	}
+}

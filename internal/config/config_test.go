@@ -1,0 +1,357 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func noEnv(string) string { return "" }
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tether.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	return path
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load("", noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, "", cfg.Agent.Name)
+	assert.Equal(t, 10, cfg.Agent.Capacity)
+	assert.Equal(t, time.Second, cfg.Agent.PollInterval.Std())
+	assert.Equal(t, 5*time.Second, cfg.Agent.Keepalive.Std())
+	assert.Equal(t, 120*time.Second, cfg.Agent.StaleJob.Std())
+	assert.Equal(t, 15*time.Second, cfg.Agent.OfflineAfter.Std(), "offline_after defaults to 3×keepalive")
+	assert.Equal(t, 10*time.Second, cfg.Agent.CleanInterval.Std())
+	assert.Equal(t, time.Hour, cfg.Agent.AWOLTimeout.Std())
+	assert.Equal(t, 100*time.Second, cfg.Agent.ShutdownTimeout.Std())
+	assert.Equal(t, ":9090", cfg.HTTP.Listen)
+	assert.Equal(t, int64(1<<20), cfg.HTTP.MaxBodyBytes)
+	assert.Empty(t, cfg.HTTP.Tokens)
+	assert.Equal(t, 10*time.Second, cfg.HTTP.ShutdownGrace.Std())
+	assert.Equal(t, int64(10485760), cfg.Logs.MaxBytesPerStream)
+	assert.Equal(t, 200*time.Millisecond, cfg.Logs.FlushInterval.Std())
+	assert.Equal(t, "", cfg.PluginDir)
+	assert.Empty(t, cfg.Commands)
+}
+
+const fullYAML = `
+database_url: postgres://tether:secret@db:5432/tether
+agent:
+  name: agent-a
+  capacity: 4
+  poll_interval: 500ms
+  keepalive: 2s
+  stale_job: 60s
+  clean_interval: 5s
+  awol_timeout: 30m
+  shutdown_timeout: 90s
+http:
+  listen: 127.0.0.1:8080
+  max_body_bytes: 2048
+  shutdown_grace: 3s
+  tokens:
+    - name: ci
+      token: 0123456789abcdef0123
+logs:
+  max_bytes_per_stream: 1000
+  flush_interval: 50ms
+plugin_dir: /opt/tether/plugins
+plugins:
+  shell:
+    sha256: "` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `"
+    env: {LANG: C.UTF-8}
+    pass_env: [PATH, AWS_*]
+    config: {grace: 5s, nested: {a: [1, 2]}}
+commands:
+  hello:
+    plugin: shell
+    context:
+      script: echo hello
+      env: {GREETING: hi}
+  nightly.report-2:
+    plugin: shell
+`
+
+func TestParseYAML(t *testing.T) {
+	cfg, err := Load(writeConfig(t, fullYAML), noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, "postgres://tether:secret@db:5432/tether", cfg.DatabaseURL)
+	assert.Equal(t, "agent-a", cfg.Agent.Name)
+	assert.Equal(t, 4, cfg.Agent.Capacity)
+	assert.Equal(t, 500*time.Millisecond, cfg.Agent.PollInterval.Std())
+	assert.Equal(t, 2*time.Second, cfg.Agent.Keepalive.Std())
+	assert.Equal(t, 6*time.Second, cfg.Agent.OfflineAfter.Std(), "derived from the configured keepalive")
+	assert.Equal(t, 30*time.Minute, cfg.Agent.AWOLTimeout.Std())
+	assert.Equal(t, 90*time.Second, cfg.Agent.ShutdownTimeout.Std())
+	assert.Equal(t, "127.0.0.1:8080", cfg.HTTP.Listen)
+	assert.Equal(t, int64(2048), cfg.HTTP.MaxBodyBytes)
+	assert.Equal(t, []Token{{Name: "ci", Token: "0123456789abcdef0123"}}, cfg.HTTP.Tokens)
+	assert.Equal(t, int64(1000), cfg.Logs.MaxBytesPerStream)
+	assert.Equal(t, "/opt/tether/plugins", cfg.PluginDir)
+	sh := cfg.Plugins["shell"]
+	assert.Equal(t, map[string]string{"LANG": "C.UTF-8"}, sh.Env)
+	assert.Equal(t, []string{"PATH", "AWS_*"}, sh.PassEnv)
+	pc, err := sh.ConfigJSON()
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"grace":"5s","nested":{"a":[1,2]}}`, string(pc))
+	assert.Equal(t, []string{"hello", "nightly.report-2"}, cfg.CommandNames())
+	ctx, err := cfg.Commands["hello"].ContextJSON()
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"script":"echo hello","env":{"GREETING":"hi"}}`, string(ctx))
+}
+
+func TestEmptyFileGivesDefaults(t *testing.T) {
+	cfg, err := Load(writeConfig(t, "# nothing\n"), noEnv)
+	require.NoError(t, err)
+	want := Default()
+	want.fillDerived()
+	assert.Equal(t, want, cfg)
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), noEnv)
+	require.ErrorContains(t, err, "reading config")
+}
+
+func TestUnknownKeysNamed(t *testing.T) {
+	_, err := Load(writeConfig(t, `
+agent:
+  keepaliv: 5s
+htp:
+  listen: ":1"
+commands:
+  x:
+    plugin: shell
+    contxt: {}
+`), noEnv)
+	require.Error(t, err)
+	msg := err.Error()
+	assert.Contains(t, msg, "agent.keepaliv: unknown key (line 3)")
+	assert.Contains(t, msg, "keepalive") // known keys listed
+	assert.Contains(t, msg, "htp: unknown key")
+	assert.Contains(t, msg, "commands.x.contxt: unknown key")
+}
+
+func TestDurationErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"agent:\n  keepalive: 5\n", `agent.keepalive: use a duration string like "5s"`},
+		{"agent:\n  awol_timeout: 24hh\n", `agent.awol_timeout: "24hh" is not a duration`},
+		{"logs:\n  flush_interval: [1s]\n", `logs.flush_interval: use a duration string`},
+	} {
+		_, err := Load(writeConfig(t, tc.yaml), noEnv)
+		require.Error(t, err, tc.yaml)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	// "0" is a valid duration (shutdown_timeout may be 0: no waiting).
+	cfg, err := Load(writeConfig(t, "agent:\n  shutdown_timeout: 0\n"), noEnv)
+	require.NoError(t, err)
+	assert.Zero(t, cfg.Agent.ShutdownTimeout)
+}
+
+func TestEnvOverrides(t *testing.T) {
+	env := map[string]string{
+		"DATABASE_URL":                     "postgres://env/db",
+		"TETHER_AGENT_NAME":                "from-env",
+		"TETHER_AGENT_CAPACITY":            "3",
+		"TETHER_AGENT_KEEPALIVE":           "1s",
+		"TETHER_AGENT_STALE_JOB":           "10s",
+		"TETHER_AGENT_CLEAN_INTERVAL":      "2s",
+		"TETHER_AGENT_AWOL_TIMEOUT":        "10m",
+		"TETHER_HTTP_LISTEN":               ":7000",
+		"TETHER_HTTP_MAX_BODY_BYTES":       "4096",
+		"TETHER_PLUGIN_DIR":                "/plugins",
+		"TETHER_LOGS_MAX_BYTES_PER_STREAM": "123",
+		"TETHER_LOGS_FLUSH_INTERVAL":       "1s",
+		"TETHER_API_TOKENS":                "alice:aaaaaaaaaaaaaaaa1, bob:bbbbbbbbbbbbbbbb2",
+	}
+	cfg, err := Load(writeConfig(t, fullYAML), envMap(env))
+	require.NoError(t, err)
+	assert.Equal(t, "postgres://env/db", cfg.DatabaseURL)
+	assert.Equal(t, "from-env", cfg.Agent.Name)
+	assert.Equal(t, 3, cfg.Agent.Capacity)
+	assert.Equal(t, time.Second, cfg.Agent.Keepalive.Std())
+	assert.Equal(t, 3*time.Second, cfg.Agent.OfflineAfter.Std())
+	assert.Equal(t, ":7000", cfg.HTTP.Listen)
+	assert.Equal(t, int64(4096), cfg.HTTP.MaxBodyBytes)
+	assert.Equal(t, "/plugins", cfg.PluginDir)
+	assert.Equal(t, int64(123), cfg.Logs.MaxBytesPerStream)
+	assert.Equal(t, time.Second, cfg.Logs.FlushInterval.Std())
+	assert.Equal(t, []Token{{"alice", "aaaaaaaaaaaaaaaa1"}, {"bob", "bbbbbbbbbbbbbbbb2"}}, cfg.HTTP.Tokens)
+	// Untouched keys keep the file's values.
+	assert.Equal(t, 90*time.Second, cfg.Agent.ShutdownTimeout.Std())
+}
+
+func TestEnvVarNames(t *testing.T) {
+	got := map[string]string{}
+	for _, e := range EnvVars() {
+		got[e.Key] = e.Env
+	}
+	want := map[string]string{
+		"database_url":              "DATABASE_URL",
+		"agent.name":                "TETHER_AGENT_NAME",
+		"agent.capacity":            "TETHER_AGENT_CAPACITY",
+		"agent.poll_interval":       "TETHER_AGENT_POLL_INTERVAL",
+		"agent.keepalive":           "TETHER_AGENT_KEEPALIVE",
+		"agent.stale_job":           "TETHER_AGENT_STALE_JOB",
+		"agent.offline_after":       "TETHER_AGENT_OFFLINE_AFTER",
+		"agent.clean_interval":      "TETHER_AGENT_CLEAN_INTERVAL",
+		"agent.awol_timeout":        "TETHER_AGENT_AWOL_TIMEOUT",
+		"agent.shutdown_timeout":    "TETHER_AGENT_SHUTDOWN_TIMEOUT",
+		"http.listen":               "TETHER_HTTP_LISTEN",
+		"http.max_body_bytes":       "TETHER_HTTP_MAX_BODY_BYTES",
+		"http.shutdown_grace":       "TETHER_HTTP_SHUTDOWN_GRACE",
+		"http.tokens":               "TETHER_API_TOKENS",
+		"logs.max_bytes_per_stream": "TETHER_LOGS_MAX_BYTES_PER_STREAM",
+		"logs.flush_interval":       "TETHER_LOGS_FLUSH_INTERVAL",
+		"plugin_dir":                "TETHER_PLUGIN_DIR",
+	}
+	assert.Equal(t, want, got)
+}
+
+// Every environment variable is documented.
+func TestEnvVarsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	require.NoError(t, err)
+	for _, e := range EnvVars() {
+		assert.Contains(t, string(doc), "`"+e.Env+"`", "docs/configuration.md does not mention %s", e.Env)
+		assert.Contains(t, string(doc), "`"+e.Key+"`", "docs/configuration.md does not mention %s", e.Key)
+	}
+}
+
+func TestBadEnvValuesNamed(t *testing.T) {
+	_, err := Load("", envMap(map[string]string{
+		"TETHER_AGENT_CAPACITY":  "ten",
+		"TETHER_AGENT_KEEPALIVE": "5",
+		"TETHER_AGENT_STALE_JOB": "24hh",
+		"TETHER_API_TOKENS":      "justatoken",
+	}))
+	require.Error(t, err)
+	msg := err.Error()
+	assert.Contains(t, msg, `TETHER_AGENT_CAPACITY (overrides agent.capacity): "ten" is not an integer`)
+	assert.Contains(t, msg, `TETHER_AGENT_KEEPALIVE (overrides agent.keepalive): "5" is not a duration`)
+	assert.Contains(t, msg, `TETHER_AGENT_STALE_JOB (overrides agent.stale_job): "24hh" is not a duration`)
+	assert.Contains(t, msg, `TETHER_API_TOKENS: entry 1: want name:token`)
+}
+
+func TestValidationRules(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"capacity", "agent: {capacity: 0}", []string{"agent.capacity: must be at least 1, got 0"}},
+		{"negative duration", "agent: {poll_interval: -1s}", []string{"agent.poll_interval: must be a positive duration"}},
+		{"negative shutdown", "agent: {shutdown_timeout: -1s}", []string{"agent.shutdown_timeout: must not be negative"}},
+		{"negative grace", "http: {shutdown_grace: -1s}", []string{"http.shutdown_grace: must not be negative"}},
+		{"zero keepalive", "agent: {keepalive: 0, offline_after: 10s}", []string{"agent.keepalive: must be a positive duration"}},
+		{"keepalive vs stale_job", "agent: {keepalive: 31s, offline_after: 60s}", []string{"agent.keepalive (31s) must be at most agent.stale_job/4 (30s)"}},
+		{"offline_after vs stale_job", "agent: {offline_after: 120s}", []string{"agent.offline_after (2m0s) must be less than agent.stale_job (2m0s)"}},
+		{"awol vs stale_job", "agent: {awol_timeout: 119s}", []string{"agent.awol_timeout (1m59s) must be at least agent.stale_job (2m0s)"}},
+		{"clean_interval vs stale_job", "agent: {clean_interval: 121s}", []string{"agent.clean_interval (2m1s) must be at most agent.stale_job (2m0s)"}},
+		{"shutdown vs ECS", "agent: {shutdown_timeout: 120s}", []string{"ECS stops the task 2m0s after SIGTERM (stopTimeout); shutdown_timeout must leave time to hand off and exit"}},
+		{"listen", `http: {listen: ""}`, []string{"http.listen: must not be empty"}},
+		{"body", "http: {max_body_bytes: 0}", []string{"http.max_body_bytes: must be at least 1"}},
+		{"log cap", "logs: {max_bytes_per_stream: -5}", []string{"logs.max_bytes_per_stream: must be at least 1"}},
+		{"short token", "http: {tokens: [{name: a, token: short}]}", []string{"http.tokens[0].token: must be at least 16 characters"}},
+		{"duplicate token name", "http: {tokens: [{name: a, token: aaaaaaaaaaaaaaaa1}, {name: a, token: aaaaaaaaaaaaaaaa2}]}", []string{`http.tokens[1].name: "a" is used by another token`}},
+		{"bad command name", "commands: {Bad/Name: {plugin: shell}}", []string{"commands.Bad/Name: command names must match"}},
+		{"command without plugin", "commands: {x: {context: {a: 1}}}", []string{"commands.x.plugin: required"}},
+		{"bad plugin reference", "commands: {x: {plugin: ../evil}}", []string{`commands.x.plugin: "../evil" is not a valid plugin name`}},
+		{"bad plugin key", "plugins: {Sh.ell: {}}", []string{"plugins.Sh.ell: plugin names must match"}},
+		{"bad sha", "plugins: {shell: {sha256: xyz}}", []string{"plugins.shell.sha256: must be 64 hex digits"}},
+		{"secret pass_env", "plugins: {shell: {pass_env: [DATABASE_URL]}}", []string{"plugins.shell.pass_env[0]: DATABASE_URL is never passed to plugins"}},
+		{"bad pass_env", "plugins: {shell: {pass_env: [A-B]}}", []string{`plugins.shell.pass_env[0]: "A-B" is not a variable name`}},
+		{"non-string context keys", "commands: {x: {plugin: shell, context: {a: {1: b}}}}", []string{"commands.x.context: cannot be stored as JSON"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(writeConfig(t, tc.yaml), noEnv)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestValidationCollectsAllErrors(t *testing.T) {
+	_, err := Load(writeConfig(t, "agent: {capacity: 0, keepalive: 40s, shutdown_timeout: 5m}\ncommands: {x: {}}"), noEnv)
+	require.Error(t, err)
+	for _, w := range []string{"agent.capacity", "agent.keepalive (40s)", "agent.shutdown_timeout", "commands.x.plugin"} {
+		assert.Contains(t, err.Error(), w)
+	}
+}
+
+func TestTestTimingsAreValid(t *testing.T) {
+	// The fast timings tests use must pass validation.
+	_, err := Load("", envMap(map[string]string{
+		"TETHER_AGENT_KEEPALIVE": "1s", "TETHER_AGENT_STALE_JOB": "4s",
+		"TETHER_AGENT_CLEAN_INTERVAL": "1s", "TETHER_AGENT_AWOL_TIMEOUT": "30s",
+	}))
+	require.NoError(t, err)
+}
+
+func TestRedacted(t *testing.T) {
+	cfg, err := Load(writeConfig(t, fullYAML), envMap(map[string]string{"TETHER_API_TOKENS": "ci:supersecrettoken123"}))
+	require.NoError(t, err)
+	r := cfg.Redacted()
+	assert.Equal(t, "postgres://tether:REDACTED@db:5432/tether", r.DatabaseURL)
+	assert.Equal(t, "supersecrettoken123", cfg.HTTP.Tokens[0].Token, "the original is untouched")
+	assert.Equal(t, "REDACTED", r.HTTP.Tokens[0].Token)
+	assert.Equal(t, "REDACTED", r.Plugins["shell"].Env["LANG"])
+	assert.Equal(t, "C.UTF-8", cfg.Plugins["shell"].Env["LANG"])
+
+	var buf strings.Builder
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", cfg)
+	out := buf.String()
+	assert.NotContains(t, out, "secret")
+	assert.Contains(t, out, `"database_url":"postgres://tether:REDACTED@db:5432/tether"`)
+	assert.Contains(t, out, `"http.tokens":["ci"]`)
+	assert.NotContains(t, fmt.Sprintf("%v", r), "supersecrettoken123")
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:p@h/db":                        "postgres://u:REDACTED@h/db",
+		"postgres://u@h/db":                          "postgres://u@h/db",
+		"postgres://h/db?password=p&sslmode=disable": "postgres://h/db?password=REDACTED&sslmode=disable",
+		"host=h user=u password=secret dbname=d":     "host=h user=u password=REDACTED dbname=d",
+		"host=h password='se cret' dbname=d":         "host=h password=REDACTED dbname=d",
+	} {
+		assert.Equal(t, want, RedactURL(in), in)
+	}
+}
+
+func TestPluginEnviron(t *testing.T) {
+	p := Plugin{PassEnv: []string{"PATH", "AWS_*"}, Env: map[string]string{"B": "2", "A": "1"}}
+	got := p.Environ([]string{"PATH=/bin", "HOME=/root", "AWS_REGION=eu", "AWS_SECRET_ACCESS_KEY=x",
+		"DATABASE_URL=postgres://x", "TETHER_API_TOKENS=a:b"})
+	assert.Equal(t, []string{"PATH=/bin", "AWS_REGION=eu", "AWS_SECRET_ACCESS_KEY=x", "A=1", "B=2"}, got)
+	all := Plugin{PassEnv: []string{"*"}}
+	assert.Equal(t, []string{"HOME=/root"}, all.Environ([]string{"HOME=/root", "DATABASE_URL=x", "PGPASSWORD=y", "TETHER_TOKEN=z"}))
+}
+
+func TestMergeContext(t *testing.T) {
+	c := Command{Plugin: "shell", Context: map[string]any{"script": "echo a", "env": map[string]any{"X": "1"}}}
+	got, err := c.MergeContext(json.RawMessage(`{"script":"echo b","extra":true}`))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"script":"echo b","env":{"X":"1"},"extra":true}`, string(got))
+	got, err = c.MergeContext(nil)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"script":"echo a","env":{"X":"1"}}`, string(got))
+	assert.Equal(t, "echo a", c.Context["script"], "defaults are not modified")
+}

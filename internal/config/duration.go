@@ -1,0 +1,67 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Duration is a time.Duration written as a Go duration string ("90s", "5m")
+// in YAML and environment variables. "0" is accepted; a bare integer such as
+// 30 is rejected because its unit would be a guess.
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// ParseDuration parses a Go duration string or "0".
+func ParseDuration(s string) (Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration: use a Go duration string like \"5s\", \"90s\" or \"5m\"", s)
+	}
+	return Duration(v), nil
+}
+
+// UnmarshalYAML accepts duration strings. checkNode reports the same problems
+// with the key's path before decoding; this is the backstop.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if err := durationNodeError(n); err != nil {
+		return err
+	}
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// durationNodeError says what is wrong with a YAML value meant as a duration.
+func durationNodeError(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("use a duration string like \"5s\"")
+	}
+	if n.Tag == "!!int" || n.Tag == "!!float" {
+		if n.Value == "0" {
+			return nil
+		}
+		return fmt.Errorf("use a duration string like \"5s\" (a bare number %s has no unit)", n.Value)
+	}
+	if _, err := ParseDuration(n.Value); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// MarshalText writes the duration string (JSON, logs).
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }

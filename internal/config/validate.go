@@ -1,0 +1,160 @@
+package config
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+var (
+	commandNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	// Plugin names become file names (tether-plugin-<name>): no dots or slashes.
+	pluginNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	envNameRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$|^\*$`)
+	tokenNameRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$`)
+)
+
+// ValidCommandName reports whether name may name a command.
+func ValidCommandName(name string) bool { return commandNameRe.MatchString(name) }
+
+// ValidPluginName reports whether name may name a plugin.
+func ValidPluginName(name string) bool { return pluginNameRe.MatchString(name) }
+
+// Validate checks every value and the relations between the timing values.
+// All problems are reported, joined; each names the key and how to fix it.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	a := c.Agent
+	if a.Capacity < 1 {
+		add("agent.capacity: must be at least 1, got %d", a.Capacity)
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{
+		{"agent.poll_interval", a.PollInterval},
+		{"agent.keepalive", a.Keepalive},
+		{"agent.stale_job", a.StaleJob},
+		{"agent.offline_after", a.OfflineAfter},
+		{"agent.clean_interval", a.CleanInterval},
+		{"agent.awol_timeout", a.AWOLTimeout},
+		{"logs.flush_interval", c.Logs.FlushInterval},
+	} {
+		if d.v <= 0 {
+			add("%s: must be a positive duration such as \"5s\", got %s", d.key, d.v)
+		}
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{
+		{"agent.shutdown_timeout", a.ShutdownTimeout},
+		{"http.shutdown_grace", c.HTTP.ShutdownGrace},
+	} {
+		if d.v < 0 {
+			add("%s: must not be negative, got %s", d.key, d.v)
+		}
+	}
+	// The relations only mean something between positive values.
+	if a.Keepalive > 0 && a.StaleJob > 0 {
+		if a.Keepalive > a.StaleJob/4 {
+			add("agent.keepalive (%s) must be at most agent.stale_job/4 (%s): an agent stops its jobs itself after stale_job - 2×keepalive without a heartbeat, which must leave room for missed beats; lower keepalive or raise stale_job",
+				a.Keepalive, a.StaleJob/4)
+		}
+		if a.OfflineAfter >= a.StaleJob {
+			add("agent.offline_after (%s) must be less than agent.stale_job (%s): accepted jobs of a silent agent are requeued before its running jobs are released; lower offline_after (default 3×keepalive) or raise stale_job",
+				a.OfflineAfter, a.StaleJob)
+		}
+		if a.AWOLTimeout > 0 && a.AWOLTimeout < a.StaleJob {
+			add("agent.awol_timeout (%s) must be at least agent.stale_job (%s): a released job needs time to be resumed; raise awol_timeout",
+				a.AWOLTimeout, a.StaleJob)
+		}
+		if a.CleanInterval > a.StaleJob {
+			add("agent.clean_interval (%s) must be at most agent.stale_job (%s): the janitor must look at least once per stale_job; lower clean_interval",
+				a.CleanInterval, a.StaleJob)
+		}
+	}
+	if a.ShutdownTimeout >= Duration(ECSStopTimeout) {
+		add("agent.shutdown_timeout (%s) must be less than %s: ECS stops the task %s after SIGTERM (stopTimeout); shutdown_timeout must leave time to hand off and exit (default 100s)",
+			a.ShutdownTimeout, ECSStopTimeout, ECSStopTimeout)
+	}
+
+	if c.HTTP.Listen == "" {
+		add("http.listen: must not be empty; use an address such as \":9090\"")
+	}
+	if c.HTTP.MaxBodyBytes < 1 {
+		add("http.max_body_bytes: must be at least 1, got %d", c.HTTP.MaxBodyBytes)
+	}
+	names := map[string]bool{}
+	secrets := map[string]bool{}
+	for i, t := range c.HTTP.Tokens {
+		key := fmt.Sprintf("http.tokens[%d]", i)
+		if !tokenNameRe.MatchString(t.Name) {
+			add("%s.name: %q must be 1-100 letters, digits or _ . @ - (it is recorded as the submitter)", key, t.Name)
+		}
+		if names[t.Name] {
+			add("%s.name: %q is used by another token; names must be unique", key, t.Name)
+		}
+		names[t.Name] = true
+		if len(t.Token) < 16 {
+			add("%s.token: must be at least 16 characters (generate one with `openssl rand -hex 32`)", key)
+		}
+		if secrets[t.Token] {
+			add("%s.token: the same token is listed twice; give each name its own token", key)
+		}
+		secrets[t.Token] = true
+	}
+	if c.Logs.MaxBytesPerStream < 1 {
+		add("logs.max_bytes_per_stream: must be at least 1, got %d", c.Logs.MaxBytesPerStream)
+	}
+
+	for _, name := range sortedKeys(c.Plugins) {
+		p := c.Plugins[name]
+		key := "plugins." + name
+		if !ValidPluginName(name) {
+			add("%s: plugin names must match %s (the binary is tether-plugin-<name>)", key, pluginNameRe)
+		}
+		if p.SHA256 != "" {
+			if b, err := hex.DecodeString(p.SHA256); err != nil || len(b) != 32 {
+				add("%s.sha256: must be 64 hex digits (sha256sum of the binary)", key)
+			}
+		}
+		for i, e := range p.PassEnv {
+			if !envNameRe.MatchString(e) {
+				add("%s.pass_env[%d]: %q is not a variable name or NAME_* prefix", key, i, e)
+			} else if secretEnv(e) {
+				add("%s.pass_env[%d]: %s is never passed to plugins; give the plugin what it needs under %s.env", key, i, e, key)
+			}
+		}
+		for k := range p.Env {
+			if strings.ContainsAny(k, "=\x00") || k == "" {
+				add("%s.env: %q is not a valid variable name", key, k)
+			}
+		}
+		if _, err := json.Marshal(p.Config); err != nil {
+			add("%s.config: cannot be passed to the plugin as JSON (use string keys only): %v", key, err)
+		}
+	}
+	for _, name := range c.CommandNames() {
+		cmd := c.Commands[name]
+		key := "commands." + name
+		if !ValidCommandName(name) {
+			add("%s: command names must match %s", key, commandNameRe)
+		}
+		switch {
+		case cmd.Plugin == "":
+			add("%s.plugin: required; name the plugin that runs this command (e.g. shell)", key)
+		case !ValidPluginName(cmd.Plugin):
+			add("%s.plugin: %q is not a valid plugin name; plugin names must match %s", key, cmd.Plugin, pluginNameRe)
+		}
+		if _, err := json.Marshal(cmd.Context); err != nil {
+			add("%s.context: cannot be stored as JSON (use string keys only): %v", key, err)
+		}
+	}
+	return errors.Join(errs...)
+}
