@@ -1,0 +1,686 @@
+// Package shell implements tether's shell plugin: it runs a job as a local
+// process (an argv or a /bin/sh script) in its own process group, streams its
+// output to the host, and makes sure no process of the job outlives it.
+//
+// The plugin does not implement Resume: a local process dies with its agent.
+// It implements Cleanup, which kills whatever is left of a job's process group,
+// even from a plugin process other than the one that started it. It runs only
+// on Linux (it relies on waitid(WNOWAIT) and /proc).
+package shell
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// Name and Version are reported by Info.
+const (
+	Name    = "shell"
+	Version = "0.1.0"
+)
+
+const (
+	// killWait bounds how long processes may survive SIGKILL (uninterruptible
+	// sleep) before the plugin gives up and reports them.
+	killWait = 30 * time.Second
+	// cleanupKillWait is the same bound inside Cleanup, which has a caller's
+	// deadline to respect.
+	cleanupKillWait = 5 * time.Second
+	// outputDrainWait bounds how long output is drained after the job's
+	// process group is gone: a process that left the group may still hold the
+	// pipes open.
+	outputDrainWait = 2 * time.Second
+)
+
+var (
+	errCleanup  = errors.New("killed by Cleanup")
+	errShutdown = errors.New("the shell plugin is shutting down")
+)
+
+// Compile-time checks of the interfaces the plugin serves.
+var (
+	_ plugin.Plugin        = (*Plugin)(nil)
+	_ plugin.Cleaner       = (*Plugin)(nil)
+	_ plugin.HealthChecker = (*Plugin)(nil)
+)
+
+// Plugin is the shell plugin. Create it with New; it is safe for concurrent
+// jobs.
+type Plugin struct {
+	log     *slog.Logger
+	tempDir string
+
+	mu      sync.Mutex
+	runs    map[runKey]*run
+	closing bool
+}
+
+type runKey struct {
+	id      string
+	attempt int
+}
+
+// run is a job's process group while Execute is running it.
+type run struct {
+	cancel    context.CancelCauseFunc // cancels Execute's context: graceful stop
+	force     chan struct{}           // closed to skip the kill grace
+	forceOnce sync.Once
+	done      chan struct{} // closed when Execute has returned
+}
+
+// kill stops the run without waiting for its kill grace.
+func (r *run) kill(cause error) {
+	r.cancel(cause)
+	r.forceOnce.Do(func() { close(r.force) })
+}
+
+// New returns a shell plugin logging to slog.Default().
+func New() *Plugin {
+	return NewWithLogger(slog.Default())
+}
+
+// NewWithLogger returns a shell plugin logging to log.
+func NewWithLogger(log *slog.Logger) *Plugin {
+	return &Plugin{
+		log:     log.With("plugin", Name),
+		tempDir: os.TempDir(),
+		runs:    make(map[runKey]*run),
+	}
+}
+
+// Info reports the plugin's name and version; Serve adds the capabilities.
+func (p *Plugin) Info(context.Context) (plugin.Info, error) {
+	return plugin.Info{Name: Name, Version: Version}, nil
+}
+
+// HealthCheck reports whether /bin/sh is executable and the configured
+// directories are usable.
+func (p *Plugin) HealthCheck(_ context.Context, rawConfig json.RawMessage) error {
+	if !procSupported {
+		return plugin.Errorf(plugin.Permanent, "the shell plugin runs only on Linux")
+	}
+	cfg, err := parseConfig(rawConfig, p.tempDir)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat("/bin/sh"); err != nil || !fi.Mode().IsRegular() || unix.Access("/bin/sh", unix.X_OK) != nil {
+		return plugin.Errorf(plugin.Permanent, "/bin/sh is missing or not executable; scripts cannot run")
+	}
+	if fi, err := os.Stat(cfg.WorkRoot); err != nil || !fi.IsDir() {
+		return plugin.Errorf(plugin.Permanent, "config.work_root: %s is not an existing directory", cfg.WorkRoot)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return plugin.Errorf(plugin.Permanent, "config.state_dir: %v", err)
+	}
+	return nil
+}
+
+// Execute runs the job's command or script and returns when its whole process
+// group is gone. On cancellation the group gets SIGTERM, then SIGKILL after
+// kill_grace, and Execute returns a retriable "canceled: ..." error.
+func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	if job == nil {
+		return nil, validationError("job: missing")
+	}
+	if rt == nil {
+		return nil, validationError("runtime: missing")
+	}
+	if job.ID == "" || strings.ContainsRune(job.ID, 0) {
+		return nil, validationError("job.id: %q is not a usable job ID", job.ID)
+	}
+	if !procSupported {
+		return nil, plugin.Errorf(plugin.Permanent, "the shell plugin runs only on Linux")
+	}
+	cfg, err := parseConfig(job.Config, p.tempDir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := parseSpec(job.Context, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, plugin.Errorf(plugin.Retriable, "canceled before start: %v", context.Cause(ctx))
+	}
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &run{cancel: cancel, force: make(chan struct{}), done: make(chan struct{})}
+	key := runKey{job.ID, job.Attempt}
+	p.mu.Lock()
+	switch {
+	case p.closing:
+		p.mu.Unlock()
+		return nil, plugin.Errorf(plugin.Retriable, "not started: %v", errShutdown)
+	case p.runs[key] != nil:
+		p.mu.Unlock()
+		return nil, plugin.Errorf(plugin.Permanent, "job %s attempt %d is already running in this plugin", job.ID, job.Attempt)
+	}
+	p.runs[key] = r
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.runs, key)
+		p.mu.Unlock()
+		close(r.done)
+	}()
+
+	return p.execute(runCtx, r, job, s, cfg, rt)
+}
+
+func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, cfg config, rt plugin.Runtime) (*plugin.Result, error) {
+	log := p.log.With("job", job.ID, "attempt", job.Attempt)
+	what := describeArgv(s)
+
+	dir, createdDir := s.WorkingDir, false
+	if dir == "" {
+		d, err := os.MkdirTemp(cfg.WorkRoot, "tether-shell-"+safeName(job.ID)+"-"+strconv.Itoa(job.Attempt)+"-")
+		if err != nil {
+			return nil, plugin.Errorf(plugin.Retriable, "creating working directory under %s: %v", cfg.WorkRoot, err)
+		}
+		dir, createdDir = d, true
+	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, validationError("context.working_dir: %s is not an existing directory; create it first or leave working_dir unset for a fresh per-job directory", dir)
+	}
+	removeDir := createdDir && !s.KeepWorkingDir
+	groupGone := false
+	defer func() {
+		// A directory still in use by surviving processes is left to Cleanup.
+		if removeDir && groupGone {
+			if err := os.RemoveAll(dir); err != nil {
+				log.Warn("removing working directory", "dir", dir, "err", err)
+			}
+		}
+	}()
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, plugin.Errorf(plugin.Retriable, "creating state directory: %v", err)
+	}
+
+	runID := randomHex()
+	env := buildEnv(s, dir, job, runID)
+	path, args := "/bin/sh", []string{"/bin/sh", "-c", s.Script}
+	if s.Script == "" {
+		var err error
+		if path, err = lookPath(s.Command[0], envValue(env, "PATH"), dir); err != nil {
+			return nil, validationError("context.command[0]: %v", err)
+		}
+		args = s.Command
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, plugin.Errorf(plugin.Retriable, "creating stdout pipe: %v", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, plugin.Errorf(plugin.Retriable, "creating stderr pipe: %v", err)
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        args,
+		Env:         env,
+		Dir:         dir,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	startErr := cmd.Start()
+	// The child has its own copies; ours must go so readers see EOF.
+	outW.Close()
+	errW.Close()
+	if startErr != nil {
+		outR.Close()
+		errR.Close()
+		groupGone = true
+		class := plugin.Permanent
+		if errors.Is(startErr, syscall.EAGAIN) || errors.Is(startErr, syscall.ENOMEM) {
+			class = plugin.Retriable
+		}
+		return nil, plugin.Errorf(class, "starting %s: %v", what, startErr)
+	}
+	pid := cmd.Process.Pid
+	log = log.With("pid", pid)
+
+	tail := &tailBuffer{}
+	var copiers sync.WaitGroup
+	copiers.Go(func() { p.pump(log, "stdout", outR, rt.Stdout(), nil) })
+	copiers.Go(func() { p.pump(log, "stderr", errR, rt.Stderr(), tail) })
+	exited := make(chan error, 1)
+	go func() { exited <- waitExit(pid) }()
+
+	// Record the group before anything else can go wrong, so a crash of this
+	// plugin process leaves Cleanup something to find.
+	recErr := p.record(cfg, job, s, pid, runID, dir, removeDir)
+	if recErr != nil {
+		log.Error("recording process group; stopping the job", "err", recErr)
+		r.kill(recErr)
+	}
+
+	var cancelCause, waitErr error
+	exitedSeen := false
+	select {
+	case waitErr = <-exited:
+		exitedSeen = true
+	case <-ctx.Done():
+		cancelCause = context.Cause(ctx)
+		log.Info("job canceled; stopping its process group", "cause", cancelCause, "kill_grace", s.KillGrace)
+	}
+
+	// Whether the leader exited or was canceled, nothing of the group may
+	// outlive the job. After a normal exit, leftovers get the same TERM/grace/
+	// KILL treatment, hurried by cancellation.
+	var hurry <-chan struct{} = r.force
+	if cancelCause == nil {
+		hurry = ctx.Done()
+	}
+	outcome, stopErr := stopGroup(pid, s.KillGrace, hurry, killWait)
+	if stopErr != nil {
+		log.Error("stopping process group", "err", stopErr)
+	}
+	if !exitedSeen {
+		select {
+		case waitErr = <-exited:
+		case <-time.After(pollInterval):
+			// The leader is normally dead by now (it was in the group). If it
+			// moved to another group it is not: kill it directly. Signalling
+			// a zombie does nothing, so this is safe either way.
+			_ = cmd.Process.Kill()
+			select {
+			case waitErr = <-exited:
+			case <-time.After(killWait):
+				go func() { _ = cmd.Wait() }() // reap whenever it dies
+				waitErr = fmt.Errorf("process %d did not exit %s after SIGKILL", pid, killWait)
+			}
+		}
+	}
+	var state *os.ProcessState
+	if waitErr == nil {
+		_ = cmd.Wait() // reaps the leader; its status is in ProcessState
+		if state = cmd.ProcessState; state == nil {
+			waitErr = fmt.Errorf("no exit status for process %d", pid)
+		}
+	}
+	groupGone = stopErr == nil && waitErr == nil
+
+	p.drain(&copiers, outR, errR)
+	outR.Close()
+	errR.Close()
+
+	if groupGone && recErr == nil {
+		if err := os.Remove(recordPath(cfg.StateDir, job.ID, job.Attempt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("removing process record", "err", err)
+		}
+	}
+
+	switch {
+	case recErr != nil:
+		return nil, plugin.Errorf(plugin.Retriable, "stopped: %v", recErr)
+	case cancelCause != nil:
+		msg := fmt.Sprintf("canceled: %v (process group %d %s)", cancelCause, pid, outcome.describe(s.KillGrace))
+		if stopErr != nil || waitErr != nil {
+			msg += fmt.Sprintf("; %v", errors.Join(stopErr, waitErr))
+		}
+		return nil, plugin.Errorf(plugin.Retriable, "%s", msg)
+	case waitErr != nil:
+		return nil, plugin.Errorf(plugin.OutcomeUnknown, "waiting for %s: %v", what, waitErr)
+	}
+	if state.Success() {
+		out := map[string]any{"exit_code": 0}
+		if createdDir && s.KeepWorkingDir {
+			out["working_dir"] = dir
+		}
+		b, _ := json.Marshal(out)
+		return &plugin.Result{Output: b, Message: fmt.Sprintf("%s exited with code 0", what)}, nil
+	}
+	msg := what + " " + exitDescription(state)
+	if lines := tail.lines(tailLines); len(lines) > 0 {
+		msg += "; last stderr lines:\n" + strings.Join(lines, "\n")
+	}
+	return nil, plugin.Errorf(plugin.Permanent, "%s", msg)
+}
+
+// record writes the run's process record to the state directory.
+func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID, dir string, removeDir bool) error {
+	info, err := readProc(pid)
+	if err != nil {
+		return fmt.Errorf("reading /proc for process %d: %w", pid, err)
+	}
+	rec := record{
+		JobID:     job.ID,
+		Attempt:   job.Attempt,
+		PID:       pid,
+		PGID:      pid,
+		StartTime: info.StartTime,
+		BootID:    bootID(),
+		RunID:     runID,
+		KillGrace: s.KillGrace.String(),
+	}
+	if removeDir {
+		rec.WorkDir = dir
+	}
+	return writeRecord(cfg.StateDir, rec)
+}
+
+// pump copies one output stream to the host as it arrives. After a write to
+// the host fails it keeps reading and discards, so the job never blocks on a
+// full pipe.
+func (p *Plugin) pump(log *slog.Logger, stream string, r io.Reader, w io.Writer, tail *tailBuffer) {
+	if w == nil {
+		w = io.Discard
+	}
+	buf := make([]byte, 32<<10)
+	var werr error
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if tail != nil {
+				_, _ = tail.Write(buf[:n])
+			}
+			if werr == nil {
+				if _, werr = w.Write(buf[:n]); werr != nil {
+					log.Warn("forwarding output to the host failed; discarding the rest", "stream", stream, "err", werr)
+				}
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) {
+				log.Warn("reading job output", "stream", stream, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// drain waits for the output copiers. A process that escaped the group may
+// hold the pipes open forever, so after outputDrainWait the reads are cut off.
+func (p *Plugin) drain(copiers *sync.WaitGroup, readers ...*os.File) {
+	done := make(chan struct{})
+	go func() {
+		copiers.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(outputDrainWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	for _, f := range readers {
+		_ = f.SetReadDeadline(time.Now())
+	}
+	<-done
+}
+
+// Cleanup kills whatever is left of the job's process groups: runs of this
+// plugin process and, through the state directory, runs of earlier plugin
+// processes. It covers attempts up to job.Attempt (all attempts when
+// job.Attempt <= 0), so a later retry running elsewhere is never touched.
+// Cleanup of an unknown job succeeds, and Cleanup is idempotent.
+func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
+	if job == nil {
+		return validationError("job: missing")
+	}
+	if job.ID == "" {
+		return nil // nothing can have run under an empty ID
+	}
+	covers := func(attempt int) bool { return job.Attempt <= 0 || attempt <= job.Attempt }
+
+	p.mu.Lock()
+	var live []*run
+	for k, r := range p.runs {
+		if k.id == job.ID && covers(k.attempt) {
+			live = append(live, r)
+		}
+	}
+	p.mu.Unlock()
+	for _, r := range live {
+		r.kill(errCleanup)
+	}
+	for _, r := range live {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return plugin.Errorf(plugin.Retriable, "cleanup of job %s: its process group is still stopping: %v", job.ID, context.Cause(ctx))
+		}
+	}
+
+	if !procSupported {
+		return nil
+	}
+	cfg, err := parseConfig(job.Config, p.tempDir)
+	if err != nil {
+		return err
+	}
+	paths, err := jobRecords(cfg.StateDir, job.ID)
+	if err != nil {
+		return plugin.WithClass(plugin.Retriable, err)
+	}
+	var errs []error
+	for _, path := range paths {
+		rec, err := readRecord(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed by its Execute meanwhile
+		}
+		if err != nil {
+			// Unreadable records cannot be acted on; keeping them helps nobody.
+			p.log.Warn("removing unreadable process record", "path", path, "err", err)
+			_ = os.Remove(path)
+			continue
+		}
+		if rec.JobID != job.ID || !covers(rec.Attempt) {
+			continue
+		}
+		p.mu.Lock()
+		running := p.runs[runKey{rec.JobID, rec.Attempt}] != nil
+		p.mu.Unlock()
+		if running {
+			continue // a newer Execute of this attempt owns it
+		}
+		if err := p.cleanupRecord(ctx, rec); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing process record: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return plugin.Errorf(plugin.Retriable, "cleanup of job %s: %v", job.ID, err)
+	}
+	return nil
+}
+
+// cleanupRecord stops the process group a record describes, if it is still
+// the run's group, and removes the run's working directory.
+func (p *Plugin) cleanupRecord(ctx context.Context, rec record) error {
+	log := p.log.With("job", rec.JobID, "attempt", rec.Attempt, "pgid", rec.PGID)
+	if rec.BootID == "" || rec.BootID == bootID() {
+		ours, err := ownsGroup(rec)
+		if err != nil {
+			return fmt.Errorf("checking process group %d: %w", rec.PGID, err)
+		}
+		if ours {
+			grace, err := time.ParseDuration(rec.KillGrace)
+			if err != nil || grace < 0 {
+				grace = DefaultKillGrace
+			}
+			outcome, err := stopGroup(rec.PGID, grace, ctx.Done(), cleanupKillWait)
+			if err != nil {
+				return err
+			}
+			log.Info("cleanup stopped a leftover process group", "how", outcome.describe(grace))
+		}
+	}
+	// Only ever remove a directory this plugin created.
+	if rec.WorkDir != "" && filepath.IsAbs(rec.WorkDir) && strings.HasPrefix(filepath.Base(rec.WorkDir), "tether-shell-") {
+		if err := os.RemoveAll(rec.WorkDir); err != nil {
+			return fmt.Errorf("removing working directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// ownsGroup reports whether the process group in rec still belongs to the
+// run, so that a recycled group ID is never killed. The group is the run's if
+// its leader is the recorded process (same PID and start time: while the
+// leader's PID is allocated, no other group can take that ID), or, once the
+// leader is gone, if a member still carries the run's TETHER_SHELL_RUN_ID.
+func ownsGroup(rec record) (bool, error) {
+	if rec.PGID <= 1 || rec.PID <= 1 {
+		return false, nil
+	}
+	leader, err := readProc(rec.PID)
+	if err == nil {
+		return leader.StartTime == rec.StartTime, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	members, err := groupMembers(rec.PGID)
+	if err != nil {
+		return false, err
+	}
+	marker := runIDEnv + "=" + rec.RunID
+	for _, pid := range members {
+		if rec.RunID != "" && hasEnv(pid, marker) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Shutdown stops every running job, for when the plugin process itself must
+// exit (e.g. its host is gone). Jobs get SIGTERM and their kill grace; when
+// ctx ends first, SIGKILL. New Executes are refused from now on. It returns
+// once every job's Execute has returned.
+func (p *Plugin) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	runs := make([]*run, 0, len(p.runs))
+	for _, r := range p.runs {
+		runs = append(runs, r)
+	}
+	p.mu.Unlock()
+
+	for _, r := range runs {
+		r.cancel(errShutdown)
+	}
+	forced := false
+	for _, r := range runs {
+		select {
+		case <-r.done:
+			continue
+		case <-ctx.Done():
+		}
+		if !forced {
+			forced = true
+			for _, r := range runs {
+				r.kill(errShutdown)
+			}
+		}
+		select {
+		case <-r.done:
+		case <-time.After(killWait + outputDrainWait):
+			return fmt.Errorf("shutting down the shell plugin: a job's processes survive SIGKILL")
+		}
+	}
+	return nil
+}
+
+// buildEnv returns the job's environment: a minimal base, the job's env on
+// top, and the run marker. Nothing of the plugin's own environment is passed.
+func buildEnv(s spec, dir string, job *plugin.Job, runID string) []string {
+	m := map[string]string{
+		"PATH":               basePath,
+		"HOME":               dir,
+		"LANG":               "C.UTF-8",
+		"TETHER_JOB_ID":      job.ID,
+		"TETHER_JOB_ATTEMPT": strconv.Itoa(job.Attempt),
+	}
+	for k, v := range s.Env {
+		m[k] = v
+	}
+	m[runIDEnv] = runID
+	env := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		env = append(env, k+"="+m[k])
+	}
+	return env
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds the program like a shell would, but with the job's PATH, not
+// the plugin's. Relative paths are relative to the working directory.
+func lookPath(name, pathEnv, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := executable(p); err != nil {
+			return "", fmt.Errorf("%q: %w", name, err)
+		}
+		return p, nil
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, name)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH %q; use an absolute path or set env.PATH", name, pathEnv)
+}
+
+func executable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return errors.New("not an executable file")
+	}
+	return nil
+}
+
+// exitDescription renders how the leader ended: "exited with code 3" or
+// "was killed by signal SIGKILL".
+func exitDescription(state *os.ProcessState) string {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "was killed by signal " + unix.SignalName(ws.Signal())
+	}
+	return fmt.Sprintf("exited with code %d", state.ExitCode())
+}

@@ -1,0 +1,319 @@
+package shell
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// Defaults for settings a job or the plugin config may leave out.
+const (
+	DefaultKillGrace = 10 * time.Second
+	// defaultStateDirName is joined to os.TempDir() when config.state_dir is unset.
+	defaultStateDirName = "tether-shell-state"
+	// runIDEnv marks every process of a run so Cleanup can recognise the run's
+	// process group after the process that started it is gone.
+	runIDEnv = "TETHER_SHELL_RUN_ID"
+)
+
+// basePath is the PATH a job gets unless its env sets one. The plugin's own
+// PATH is not used: plugins start with a scrubbed environment, and a job must
+// not depend on how the agent was launched.
+const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// spec is a validated job context.
+type spec struct {
+	Command        []string          // argv; empty when Script is set
+	Script         string            // run by /bin/sh -c; empty when Command is set
+	Env            map[string]string // explicit variables, added to the base env
+	WorkingDir     string            // absolute; empty means a fresh per-job directory
+	KeepWorkingDir bool
+	KillGrace      time.Duration
+}
+
+// config is the plugin's validated section of the agent config.
+type config struct {
+	KillGrace time.Duration // default for jobs that do not set kill_grace
+	WorkRoot  string        // parent of per-job working directories
+	StateDir  string        // where process-group records live
+}
+
+var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "script", "working_dir"}
+
+var configKeys = []string{"kill_grace", "state_dir", "work_root"}
+
+// validationError is the error every bad input produces: permanent, since
+// retrying the same input cannot help.
+func validationError(format string, args ...any) error {
+	return plugin.Errorf(plugin.Permanent, format, args...)
+}
+
+// parseConfig validates the plugin config. tempDir is os.TempDir(), passed in
+// so defaults are decided in one place.
+func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
+	cfg := config{
+		KillGrace: DefaultKillGrace,
+		WorkRoot:  tempDir,
+		StateDir:  filepath.Join(tempDir, defaultStateDirName),
+	}
+	fields, err := objectFields("config", raw, configKeys)
+	if err != nil {
+		return config{}, err
+	}
+	for _, key := range sortedKeys(fields) {
+		val := fields[key]
+		if isNull(val) {
+			continue
+		}
+		switch key {
+		case "kill_grace":
+			if cfg.KillGrace, err = parseGrace("config.kill_grace", val); err != nil {
+				return config{}, err
+			}
+		case "work_root":
+			if cfg.WorkRoot, err = parseAbsDir("config.work_root", val); err != nil {
+				return config{}, err
+			}
+		case "state_dir":
+			if cfg.StateDir, err = parseAbsDir("config.state_dir", val); err != nil {
+				return config{}, err
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// parseSpec validates a job context; defaults come from cfg.
+func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
+	s := spec{KillGrace: cfg.KillGrace}
+	fields, err := objectFields("context", raw, contextKeys)
+	if err != nil {
+		return spec{}, err
+	}
+	// null counts as unset, so a job can clear a command's default key
+	// (e.g. "command": null to run its own script instead).
+	for k, v := range fields {
+		if isNull(v) {
+			delete(fields, k)
+		}
+	}
+	rawCmd, hasCmd := fields["command"]
+	rawScript, hasScript := fields["script"]
+	switch {
+	case hasCmd && hasScript:
+		return spec{}, validationError(`context: both command and script are set; set exactly one (a job can clear a default with "command": null or "script": null)`)
+	case !hasCmd && !hasScript:
+		return spec{}, validationError(`context: neither command nor script is set; set command: ["prog", "arg"] or script: "..."`)
+	}
+	if hasCmd {
+		if s.Command, err = parseCommand(rawCmd); err != nil {
+			return spec{}, err
+		}
+	}
+	if hasScript {
+		if s.Script, err = parseScript(rawScript); err != nil {
+			return spec{}, err
+		}
+	}
+	if v, ok := fields["env"]; ok {
+		if s.Env, err = parseEnv(v); err != nil {
+			return spec{}, err
+		}
+	}
+	if v, ok := fields["working_dir"]; ok {
+		if s.WorkingDir, err = parseAbsDir("context.working_dir", v); err != nil {
+			return spec{}, err
+		}
+	}
+	if v, ok := fields["keep_working_dir"]; ok {
+		if err := json.Unmarshal(v, &s.KeepWorkingDir); err != nil {
+			return spec{}, validationError("context.keep_working_dir: must be true or false, got %s", jsonKind(v))
+		}
+	}
+	if v, ok := fields["kill_grace"]; ok {
+		if s.KillGrace, err = parseGrace("context.kill_grace", v); err != nil {
+			return spec{}, err
+		}
+	}
+	return s, nil
+}
+
+// objectFields splits a JSON object into its top-level fields and rejects keys
+// not in known. Empty input and null are an empty object.
+func objectFields(what string, raw json.RawMessage, known []string) (map[string]json.RawMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || isNull(raw) {
+		return map[string]json.RawMessage{}, nil
+	}
+	if !json.Valid(raw) {
+		return nil, validationError("%s: not valid JSON", what)
+	}
+	if kind := jsonKind(raw); kind != "object" {
+		return nil, validationError("%s: must be a JSON object, got %s", what, kind)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, validationError("%s: %v", what, err)
+	}
+	for _, k := range sortedKeys(fields) {
+		if !slices.Contains(known, k) {
+			return nil, validationError("%s: unknown key %q; known keys are %s", what, k, strings.Join(known, ", "))
+		}
+	}
+	return fields, nil
+}
+
+func parseCommand(raw json.RawMessage) ([]string, error) {
+	if jsonKind(raw) != "array" {
+		return nil, validationError(`context.command: must be a list of strings like ["prog", "arg"], got %s`, jsonKind(raw))
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, validationError("context.command: %v", err)
+	}
+	if len(items) == 0 {
+		return nil, validationError(`context.command: empty argv; set command: ["prog", "arg"] or script: "..."`)
+	}
+	argv := make([]string, len(items))
+	for i, item := range items {
+		if jsonKind(item) != "string" {
+			return nil, validationError("context.command[%d]: must be a string, got %s", i, jsonKind(item))
+		}
+		if err := json.Unmarshal(item, &argv[i]); err != nil {
+			return nil, validationError("context.command[%d]: %v", i, err)
+		}
+		if strings.ContainsRune(argv[i], 0) {
+			return nil, validationError("context.command[%d]: contains a NUL byte", i)
+		}
+	}
+	if strings.TrimSpace(argv[0]) == "" {
+		return nil, validationError(`context.command[0]: empty program name; set command: ["prog", "arg"] or script: "..."`)
+	}
+	return argv, nil
+}
+
+func parseScript(raw json.RawMessage) (string, error) {
+	var script string
+	if jsonKind(raw) != "string" || json.Unmarshal(raw, &script) != nil {
+		return "", validationError(`context.script: must be a string of shell code, got %s`, jsonKind(raw))
+	}
+	if strings.TrimSpace(script) == "" {
+		return "", validationError(`context.script: empty; set script: "..." or command: ["prog", "arg"]`)
+	}
+	if strings.ContainsRune(script, 0) {
+		return "", validationError("context.script: contains a NUL byte")
+	}
+	return script, nil
+}
+
+func parseEnv(raw json.RawMessage) (map[string]string, error) {
+	if jsonKind(raw) != "object" {
+		return nil, validationError(`context.env: must be an object of strings like {"NAME": "value"}, got %s`, jsonKind(raw))
+	}
+	var items map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, validationError("context.env: %v", err)
+	}
+	env := make(map[string]string, len(items))
+	for _, k := range sortedKeys(items) {
+		v := items[k]
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, validationError("context.env: invalid variable name %q; names must be non-empty without '=' or NUL", k)
+		}
+		if k == runIDEnv {
+			return nil, validationError("context.env.%s: reserved; the plugin sets it to recognise the job's processes", k)
+		}
+		var s string
+		if jsonKind(v) != "string" || json.Unmarshal(v, &s) != nil {
+			return nil, validationError(`context.env.%s: must be a string, got %s (quote numbers and booleans: "1")`, k, jsonKind(v))
+		}
+		if strings.ContainsRune(s, 0) {
+			return nil, validationError("context.env.%s: contains a NUL byte", k)
+		}
+		env[k] = s
+	}
+	return env, nil
+}
+
+func parseGrace(field string, raw json.RawMessage) (time.Duration, error) {
+	var s string
+	if jsonKind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
+		return 0, validationError(`%s: must be a duration string like "10s", got %s`, field, jsonKind(raw))
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, validationError(`%s: %q is not a duration; use a Go duration like "10s" or "1m30s"`, field, s)
+	}
+	if d < 0 {
+		return 0, validationError("%s: %q is negative; use 0 for an immediate SIGKILL or a positive duration", field, s)
+	}
+	return d, nil
+}
+
+func parseAbsDir(field string, raw json.RawMessage) (string, error) {
+	var s string
+	if jsonKind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
+		return "", validationError("%s: must be a directory path string, got %s", field, jsonKind(raw))
+	}
+	if s == "" || strings.ContainsRune(s, 0) || !filepath.IsAbs(s) {
+		return "", validationError("%s: %q is not an absolute path; set an absolute directory like \"/srv/jobs\"", field, s)
+	}
+	return filepath.Clean(s), nil
+}
+
+// jsonKind names the JSON type of a valid JSON value, for error messages.
+func jsonKind(raw json.RawMessage) string {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	default:
+		return "number"
+	}
+}
+
+func isNull(raw json.RawMessage) bool {
+	return string(bytes.TrimSpace(raw)) == "null"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// safeName turns a job ID into a file-name component. IDs are UUIDs in
+// practice, but a plugin must not trust them to be safe path elements.
+func safeName(id string) string {
+	if len(id) > 0 && len(id) <= 100 && strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == "" {
+		return id
+	}
+	return "h" + hashHex(id)
+}
+
+// describeArgv renders argv for messages.
+func describeArgv(s spec) string {
+	if s.Script != "" {
+		return "script"
+	}
+	return fmt.Sprintf("command %q", s.Command[0])
+}
