@@ -33,7 +33,7 @@ bench:
 ## proto: regenerate pkg/plugin/pb from pkg/plugin/proto (needs protoc,
 ## protoc-gen-go and protoc-gen-go-grpc on PATH; see README)
 proto:
-	$(GO) generate ./pkg/plugin/
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./pkg/plugin/
 
 clean:
 	rm -rf $(BIN)

@@ -20,6 +20,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
@@ -93,6 +94,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}
 	log.Info("agent registered", "generation", gen, "capacity", cfg.Agent.Capacity, "commands", sortedKeys(commands))
 
+	m := metrics.New()
 	svc := claim.New(st, plugins, claim.Config{
 		Holder:       holder,
 		Capacity:     cfg.Agent.Capacity,
@@ -102,9 +104,10 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		LogFlush:     cfg.Logs.FlushInterval.Std(),
 		LogMaxBytes:  cfg.Logs.MaxBytesPerStream,
 		Logger:       logger,
+		Metrics:      m,
 	})
 
-	srv, ln, err := listen(cfg, st, plugins, logger)
+	srv, ln, err := listen(cfg, st, plugins, m, logger)
 	if err != nil {
 		return err
 	}
@@ -223,7 +226,7 @@ func pluginsJSON(m *pluginhost.Manager) json.RawMessage {
 	return b
 }
 
-func listen(cfg *config.Config, st *store.Store, plugins *pluginhost.Manager, logger *slog.Logger) (*http.Server, net.Listener, error) {
+func listen(cfg *config.Config, st *store.Store, plugins *pluginhost.Manager, m *metrics.Metrics, logger *slog.Logger) (*http.Server, net.Listener, error) {
 	handler := api.New(api.Options{
 		Store:        st,
 		Commands:     cfg.Commands,
@@ -231,6 +234,7 @@ func listen(cfg *config.Config, st *store.Store, plugins *pluginhost.Manager, lo
 		Tokens:       cfg.HTTP.Tokens,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		Logger:       logger,
+		Metrics:      m.Handler(),
 	})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {

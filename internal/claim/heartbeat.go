@@ -34,13 +34,17 @@ func (s *Service) heartbeat(ctx context.Context) {
 
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.Keepalive)
 	defer cancel()
+	began := time.Now()
 	res, err := s.store.Heartbeat(hctx, s.cfg.Holder, leases)
+	s.cfg.Metrics.HeartbeatTime.Observe(time.Since(began).Seconds())
 	if err != nil {
+		s.cfg.Metrics.Heartbeats.WithLabelValues("error").Inc()
 		if ctx.Err() == nil {
 			s.log.Warn("heartbeat failed", "err", err)
 		}
 		return
 	}
+	s.cfg.Metrics.Heartbeats.WithLabelValues("ok").Inc()
 	if s.TestSignals.Heartbeat != nil {
 		select {
 		case s.TestSignals.Heartbeat <- res:

@@ -152,6 +152,7 @@ func (s *Service) finish(j *runningJob, log *slog.Logger, o store.Outcome) bool 
 		log.Error("writing final status", "status", o.Status, "err", err)
 		return false
 	}
+	s.cfg.Metrics.JobsFinished.WithLabelValues(o.Status).Inc()
 	log.Info("job finished", "status", o.Status, "error", o.Error)
 	return true
 }
@@ -164,6 +165,7 @@ func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj
 	kind, msg := "cleanup_ok", ""
 	if err := s.plugins.Cleanup(ctx, pluginName, pj); err != nil {
 		kind, msg = "cleanup_failed", err.Error()
+		s.cfg.Metrics.CleanupFailures.Inc()
 		log.Warn("cleanup failed", "err", err)
 	}
 	if err := s.store.RecordEvent(ctx, s.cfg.Holder, pj.ID, j.claimed.Lease, kind, msg); err != nil {
@@ -172,6 +174,7 @@ func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj
 }
 
 func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger) {
+	s.cfg.Metrics.LeasesLost.Inc()
 	log.Warn("lease lost; stopped the job without writing")
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
 	defer cancel()

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -27,6 +30,7 @@ type logFlusher struct {
 	every  time.Duration
 	log    *slog.Logger
 	onLost func(jobID string)
+	bytes  [2]prometheus.Counter
 
 	mu      sync.Mutex
 	bufs    map[string]*jobBuf
@@ -42,9 +46,10 @@ type jobBuf struct {
 	seen  [2]int64 // bytes accepted so far, to stop buffering past the cap
 }
 
-func newLogFlusher(st *store.Store, max int64, every time.Duration, log *slog.Logger, onLost func(string)) *logFlusher {
+func newLogFlusher(st *store.Store, max int64, every time.Duration, log *slog.Logger, onLost func(string), m *metrics.Metrics) *logFlusher {
 	return &logFlusher{store: st, max: max, every: every, log: log, onLost: onLost,
-		bufs: map[string]*jobBuf{}, kick: make(chan struct{}, 1)}
+		bytes: [2]prometheus.Counter{m.LogBytes.WithLabelValues("stdout"), m.LogBytes.WithLabelValues("stderr")},
+		bufs:  map[string]*jobBuf{}, kick: make(chan struct{}, 1)}
 }
 
 func (f *logFlusher) track(jobID string, lease int64) {
@@ -136,6 +141,7 @@ type jobWriter struct {
 // kept: the database already holds the truncation marker.
 func (w *jobWriter) Write(p []byte) (int, error) {
 	f := w.f
+	f.bytes[w.stream].Add(float64(len(p)))
 	f.mu.Lock()
 	b := f.bufs[w.jobID]
 	if b == nil {

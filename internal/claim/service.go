@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -45,7 +46,8 @@ type Config struct {
 	FinalTimeout   time.Duration // bound on final writes after shutdown began (10s)
 	CleanupTimeout time.Duration // bound on one Cleanup call (2m)
 
-	Logger *slog.Logger
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics // nil: a private set nobody scrapes
 }
 
 func (c *Config) setDefaults() {
@@ -72,6 +74,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
 	}
 }
 
@@ -131,7 +136,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		beat:       make(chan struct{}, 1),
 		superseded: make(chan struct{}),
 	}
-	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost)
+	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	return s
 }
 
@@ -234,6 +239,7 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.cfg.Metrics.JobsClaimed.Add(float64(len(claimed)))
 	for _, c := range claimed {
 		s.start(ctx, c)
 	}
@@ -246,6 +252,7 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 	j := &runningJob{claimed: c, ctx: jctx, cancelFn: cancel}
 	s.mu.Lock()
 	s.jobs[c.Job.ID] = j
+	s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
 	s.mu.Unlock()
 	s.logs.track(c.Job.ID, c.Lease)
 	s.wg.Add(1)
@@ -255,6 +262,7 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 			s.logs.untrack(c.Job.ID)
 			s.mu.Lock()
 			delete(s.jobs, c.Job.ID)
+			s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
 			s.mu.Unlock()
 			s.kick(s.wake)
 		}()

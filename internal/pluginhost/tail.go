@@ -1,0 +1,94 @@
+package pluginhost
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+)
+
+const (
+	tailLines   = 100 // kept from a plugin's stderr
+	reportLines = 12  // shown in a crash error
+	maxLineLen  = 512
+)
+
+// tail keeps the last lines a plugin process wrote to stderr, so a crash can
+// be reported with its cause (usually a panic and its stack).
+type tail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *tail) add(line string) {
+	if len(line) > maxLineLen {
+		line = line[:maxLineLen] + "…"
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, line)
+	if len(t.lines) > tailLines {
+		t.lines = append(t.lines[:0:0], t.lines[len(t.lines)-tailLines:]...)
+	}
+}
+
+// report returns up to reportLines lines: from the last panic or fatal error
+// when there is one (its message, then the top of the stack), else the last.
+func (t *tail) report() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start := max(0, len(t.lines)-reportLines)
+	for i := len(t.lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(t.lines[i], "panic: ") || strings.HasPrefix(t.lines[i], "fatal error: ") {
+			start = i
+			break
+		}
+	}
+	end := min(len(t.lines), start+reportLines)
+	return strings.Join(t.lines[start:end], "\n")
+}
+
+// lineWriter splits what is written into lines and hands each to fn.
+type lineWriter struct {
+	mu  sync.Mutex
+	buf []byte
+	fn  func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.fn(strings.TrimRight(string(w.buf[:i]), "\r"))
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 64<<10 { // a very long line: pass it on in pieces
+		w.fn(string(w.buf))
+		w.buf = nil
+	}
+	return len(p), nil
+}
+
+// hclogLevel maps the level prefix of a line hclog formatted to slog.
+func hclogLevel(line string) (slog.Level, string) {
+	for _, l := range []struct {
+		prefix string
+		level  slog.Level
+	}{
+		{"[ERROR]", slog.LevelError},
+		{"[WARN]", slog.LevelWarn},
+		{"[INFO]", slog.LevelInfo},
+		{"[DEBUG]", slog.LevelDebug},
+		{"[TRACE]", slog.LevelDebug},
+	} {
+		if rest, ok := strings.CutPrefix(line, l.prefix); ok {
+			return l.level, strings.TrimSpace(rest)
+		}
+	}
+	return slog.LevelInfo, line
+}

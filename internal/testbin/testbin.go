@@ -1,0 +1,76 @@
+// Package testbin builds plugin binaries for tests, once per test binary
+// (call it from TestMain), so tests drive real plugin processes.
+package testbin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+)
+
+// Package paths of the test plugins.
+const (
+	Noop = "github.com/tetherjobs/tether/internal/testplugins/noop"
+	Bare = "github.com/tetherjobs/tether/internal/testplugins/bare"
+)
+
+// PluginPath is where Build puts the plugin called name in dir.
+func PluginPath(dir, name string) string {
+	return filepath.Join(dir, "tether-plugin-"+name)
+}
+
+// Build compiles each package into dir as tether-plugin-<name>, for pkgs
+// mapping name to package path. It must run inside the tether module (any
+// test's working directory is).
+func Build(ctx context.Context, dir string, pkgs map[string]string) error {
+	goBin, err := goTool()
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(pkgs))
+	for name := range pkgs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		cmd := exec.CommandContext(ctx, goBin, "build", "-o", PluginPath(dir, name), pkgs[name])
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("building plugin %q from %s: %w\n%s", name, pkgs[name], err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// TempPlugins builds pkgs into a fresh temporary directory and returns it
+// with a func that removes it. Typical use in TestMain:
+//
+//	dir, cleanup, err := testbin.TempPlugins(ctx, map[string]string{"noop": testbin.Noop})
+func TempPlugins(ctx context.Context, pkgs map[string]string) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "tether-plugins-")
+	if err != nil {
+		return "", nil, fmt.Errorf("creating plugin dir: %w", err)
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	if err := Build(ctx, dir, pkgs); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return dir, cleanup, nil
+}
+
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("finding the go tool: not on PATH nor at %s", p)
+	}
+	return p, nil
+}

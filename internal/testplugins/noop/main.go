@@ -1,0 +1,154 @@
+// Command noop is a test plugin. Execute returns at once unless the job's
+// context scripts it:
+//
+//	{"sleep_ms": 50, "stdout": ["a"], "stderr": ["b"], "checkpoint": "h",
+//	 "output": {...}, "fail": {"class": "retriable", "message": "m"},
+//	 "panic": true, "wait": true, "cancel_file": "/path", "print_env": true}
+//
+// Without "output", the result is {"pid": <plugin process id>}.
+// wait blocks until the call's context is cancelled; cancel_file is written
+// when the context is cancelled before the call returns, so a test can see
+// the cancellation reached the plugin. panic
+// crashes the whole process mid-job. Resume reports the handle it was given;
+// Cleanup writes context's cleanup_file if set.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+type script struct {
+	SleepMS    int             `json:"sleep_ms"`
+	Stdout     []string        `json:"stdout"`
+	Stderr     []string        `json:"stderr"`
+	Checkpoint string          `json:"checkpoint"`
+	Output     json.RawMessage `json:"output"`
+	Fail       *struct {
+		Class   plugin.ErrorClass `json:"class"`
+		Message string            `json:"message"`
+	} `json:"fail"`
+	Panic       bool   `json:"panic"`
+	Wait        bool   `json:"wait"`
+	CancelFile  string `json:"cancel_file"`
+	PrintEnv    bool   `json:"print_env"`
+	CleanupFile string `json:"cleanup_file"`
+}
+
+type noop struct{}
+
+func (noop) Info(context.Context) (plugin.Info, error) {
+	return plugin.Info{Name: "noop", Version: "test"}, nil
+}
+
+func (noop) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	return run(ctx, job, rt)
+}
+
+func (noop) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	fmt.Fprintf(rt.Stdout(), "resumed %s from %q\n", job.ID, rt.Handle())
+	return run(ctx, job, rt)
+}
+
+func (noop) Cleanup(_ context.Context, job *plugin.Job) error {
+	s, err := parse(job)
+	if err != nil {
+		return err
+	}
+	if s.CleanupFile != "" {
+		if err := os.WriteFile(s.CleanupFile, []byte(job.ID), 0o600); err != nil {
+			return plugin.WithClass(plugin.Retriable, err)
+		}
+	}
+	return nil
+}
+
+func (noop) HealthCheck(context.Context, json.RawMessage) error { return nil }
+
+func parse(job *plugin.Job) (script, error) {
+	var s script
+	if len(job.Context) > 0 {
+		if err := json.Unmarshal(job.Context, &s); err != nil {
+			return s, plugin.Errorf(plugin.Permanent, "noop: bad context: %v", err)
+		}
+	}
+	return s, nil
+}
+
+func run(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	s, err := parse(job)
+	if err != nil {
+		return nil, err
+	}
+	if s.CancelFile != "" {
+		// Written if ctx is cancelled before this call returns, wherever the
+		// job is at that moment.
+		written := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			defer close(written)
+			_ = os.WriteFile(s.CancelFile, []byte(job.ID), 0o600)
+		})
+		defer func() {
+			if !stop() {
+				<-written // it started: let it finish before the process may exit
+			}
+		}()
+	}
+	for _, l := range s.Stdout {
+		fmt.Fprintln(rt.Stdout(), l)
+	}
+	for _, l := range s.Stderr {
+		fmt.Fprintln(rt.Stderr(), l)
+	}
+	if s.PrintEnv {
+		env := os.Environ()
+		sort.Strings(env)
+		for _, e := range env {
+			fmt.Fprintln(rt.Stdout(), e)
+		}
+	}
+	if s.Checkpoint != "" {
+		if err := rt.Checkpoint(ctx, []byte(s.Checkpoint)); err != nil {
+			return nil, err
+		}
+	}
+	if s.SleepMS > 0 {
+		t := time.NewTimer(time.Duration(s.SleepMS) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, plugin.WithClass(plugin.Retriable, ctx.Err())
+		case <-t.C:
+		}
+	}
+	if s.Panic {
+		// From a fresh goroutine, as a bug in plugin code would: nothing can
+		// recover it, and the whole process dies.
+		go func() { panic("noop: panic requested by job " + job.ID) }()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if s.Wait {
+		<-ctx.Done()
+		return nil, plugin.WithClass(plugin.Retriable, ctx.Err())
+	}
+	if s.Fail != nil {
+		return nil, &plugin.Error{Class: s.Fail.Class, Message: s.Fail.Message}
+	}
+	out := s.Output
+	if len(out) == 0 {
+		// The pid lets tests tell whether jobs shared a process.
+		out = json.RawMessage(fmt.Sprintf(`{"pid":%d}`, os.Getpid()))
+	}
+	return &plugin.Result{Output: out, Message: "noop " + job.ID}, nil
+}
+
+func main() {
+	plugin.Serve(noop{})
+}

@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package plugin
+
+import "syscall"
+
+func setParentDeathSignal(syscall.Signal) {}

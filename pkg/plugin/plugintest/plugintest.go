@@ -1,0 +1,222 @@
+// Package plugintest helps plugin authors test a plugin without an agent or
+// PostgreSQL: a fake Runtime that records what the plugin wrote and
+// checkpointed, and Run, which drives an implementation both directly and
+// through a real go-plugin gRPC connection.
+package plugintest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+
+	goplugin "github.com/hashicorp/go-plugin"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// Runtime is a fake plugin.Runtime that records stdout, stderr and
+// checkpoints. It is safe for concurrent use.
+type Runtime struct {
+	mu          sync.Mutex
+	stdout      bytes.Buffer
+	stderr      bytes.Buffer
+	handle      []byte
+	checkpoints [][]byte
+	failWrite   error
+	failCkpt    error
+}
+
+// NewRuntime returns a Runtime whose Handle starts as handle (nil for a
+// fresh job; the last checkpoint when testing Resume).
+func NewRuntime(handle []byte) *Runtime {
+	return &Runtime{handle: handle}
+}
+
+// FailWrites makes every later write to Stdout or Stderr fail with err, as
+// the agent's does after the job's lease is lost.
+func (r *Runtime) FailWrites(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failWrite = err
+}
+
+// FailCheckpoints makes every later Checkpoint fail with err.
+func (r *Runtime) FailCheckpoints(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failCkpt = err
+}
+
+func (r *Runtime) Stdout() io.Writer { return writer{r, &r.stdout} }
+func (r *Runtime) Stderr() io.Writer { return writer{r, &r.stderr} }
+
+func (r *Runtime) Checkpoint(_ context.Context, handle []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failCkpt != nil {
+		return r.failCkpt
+	}
+	h := append([]byte(nil), handle...)
+	r.handle = h
+	r.checkpoints = append(r.checkpoints, h)
+	return nil
+}
+
+func (r *Runtime) Handle() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handle
+}
+
+// StdoutString is everything written to Stdout.
+func (r *Runtime) StdoutString() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stdout.String()
+}
+
+// StderrString is everything written to Stderr.
+func (r *Runtime) StderrString() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stderr.String()
+}
+
+// Checkpoints are the handles checkpointed, in order.
+func (r *Runtime) Checkpoints() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]byte(nil), r.checkpoints...)
+}
+
+type writer struct {
+	r   *Runtime
+	buf *bytes.Buffer
+}
+
+func (w writer) Write(p []byte) (int, error) {
+	w.r.mu.Lock()
+	defer w.r.mu.Unlock()
+	if w.r.failWrite != nil {
+		return 0, w.r.failWrite
+	}
+	return w.buf.Write(p)
+}
+
+// Client is how a test calls a plugin: the host's view of it.
+type Client interface {
+	plugin.Plugin
+	plugin.Resumer
+	plugin.Cleaner
+	plugin.HealthChecker
+}
+
+// Direct returns a Client that calls impl in-process, behaving like the host
+// does over gRPC: Info's capabilities come from the interfaces impl
+// satisfies, and optional methods impl lacks fail with a permanent error.
+func Direct(impl plugin.Plugin) Client {
+	return direct{impl}
+}
+
+type direct struct{ impl plugin.Plugin }
+
+func (d direct) Info(ctx context.Context) (plugin.Info, error) {
+	info, err := d.impl.Info(ctx)
+	if err != nil {
+		return plugin.Info{}, err
+	}
+	info.Capabilities = plugin.Capabilities(d.impl)
+	return info, nil
+}
+
+func (d direct) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	res, err := d.impl.Execute(ctx, job, rt)
+	return orEmpty(ctx, "execute", res, err)
+}
+
+func (d direct) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	r, ok := d.impl.(plugin.Resumer)
+	if !ok {
+		return nil, plugin.Errorf(plugin.Permanent, "plugin does not implement Resume")
+	}
+	res, err := r.Resume(ctx, job, rt)
+	return orEmpty(ctx, "resume", res, err)
+}
+
+func (d direct) Cleanup(ctx context.Context, job *plugin.Job) error {
+	c, ok := d.impl.(plugin.Cleaner)
+	if !ok {
+		return plugin.Errorf(plugin.Permanent, "plugin does not implement Cleanup")
+	}
+	return c.Cleanup(ctx, job)
+}
+
+func (d direct) HealthCheck(ctx context.Context, config json.RawMessage) error {
+	h, ok := d.impl.(plugin.HealthChecker)
+	if !ok {
+		return plugin.Errorf(plugin.Permanent, "plugin does not implement HealthCheck")
+	}
+	return h.HealthCheck(ctx, config)
+}
+
+// orEmpty mirrors the wire: a nil result with no error arrives as an empty one,
+// an error arrives without a result, and a call whose ctx ended fails with
+// ctx's error whatever the plugin returned.
+func orEmpty(ctx context.Context, op string, res *plugin.Result, err error) (*plugin.Result, error) {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, fmt.Errorf("plugin %s: %w", op, ctxErr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		return &plugin.Result{}, nil
+	}
+	return res, nil
+}
+
+// Connect serves impl over a real go-plugin gRPC connection inside the test
+// process (no plugin binary) and returns the host's client for it. The
+// connection is closed when the test ends.
+func Connect(t testing.TB, impl plugin.Plugin) Client {
+	t.Helper()
+	// Multiplexed broker, as the agent runs plugins.
+	client, server := goplugin.TestPluginGRPCConn(t, true, plugin.PluginSet(impl))
+	t.Cleanup(func() {
+		// Close shuts the server down through go-plugin's controller.
+		_ = client.Close()
+		_ = server
+	})
+	raw, err := client.Dispense(plugin.PluginKey)
+	if err != nil {
+		t.Fatalf("dispensing plugin: %v", err)
+	}
+	c, ok := raw.(*plugin.GRPCClient)
+	if !ok {
+		t.Fatalf("dispensed %T, want *plugin.GRPCClient", raw)
+	}
+	return c
+}
+
+// Run runs f twice as subtests: "direct" calls impl in-process and "grpc"
+// calls it through a real go-plugin gRPC connection, so a test proves the
+// plugin behaves the same across the process boundary (error classes, output,
+// checkpoints, handles).
+func Run(t *testing.T, impl plugin.Plugin, f func(t *testing.T, c Client)) {
+	t.Helper()
+	t.Run("direct", func(t *testing.T) { f(t, Direct(impl)) })
+	t.Run("grpc", func(t *testing.T) { f(t, Connect(t, impl)) })
+}
+
+// Error returns err's class and message, failing the test if err is nil.
+func Error(t testing.TB, err error) (plugin.ErrorClass, string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("expected an error, got nil")
+	}
+	return plugin.ClassOf(err), err.Error()
+}

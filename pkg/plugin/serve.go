@@ -1,0 +1,55 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+)
+
+// Shutdowner is implemented by plugins with local work that must not outlive
+// the plugin process (the shell plugin's process groups). Serve calls Shutdown
+// when the host goes away, with a deadline inside ShutdownGrace; it should
+// stop that work, harder as the deadline nears, and return.
+type Shutdowner interface {
+	Shutdown(ctx context.Context) error
+}
+
+// ShutdownGrace is how long a plugin's in-flight calls get to return after
+// their contexts are cancelled because the host went away.
+const ShutdownGrace = 5 * time.Second
+
+// Serve runs impl as a tether plugin. Call it from the plugin binary's main;
+// it returns when the host has closed the plugin, and main should then return.
+//
+// Info's Capabilities are filled from the optional interfaces impl satisfies
+// (Resumer, Cleaner, HealthChecker).
+//
+// When the host goes away (it closes the plugin, or its process dies), every
+// in-flight call's context is cancelled and the calls get ShutdownGrace to
+// return before the process exits. On Linux the process asks for a
+// parent-death signal; everywhere it also watches its parent process id.
+// SIGTERM and SIGINT while the host lives are ignored: the host decides when
+// its plugins stop (a rollout drains jobs first).
+func Serve(impl Plugin) {
+	life := newLifecycle()
+	if s, ok := impl.(Shutdowner); ok {
+		life.stop = s.Shutdown
+	}
+	watchHost(life)
+	goplugin.Serve(&goplugin.ServeConfig{
+		HandshakeConfig: Handshake(),
+		Plugins:         goplugin.PluginSet{PluginKey: &GRPCPlugin{Impl: impl, life: life}},
+		GRPCServer:      goplugin.DefaultGRPCServer,
+		// JSON on the process's real stderr, which the host parses into its log.
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name:       "plugin",
+			Level:      hclog.Info,
+			JSONFormat: true,
+			Output:     os.Stderr,
+		}),
+	})
+	life.shutdown(ShutdownGrace)
+}

@@ -1,0 +1,316 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	goplugin "github.com/hashicorp/go-plugin"
+
+	"github.com/tetherjobs/tether/pkg/plugin/pb"
+)
+
+// grpcServer adapts a plugin author's implementation to the Plugin service.
+type grpcServer struct {
+	pb.UnimplementedPluginServer
+	impl   Plugin
+	broker *goplugin.GRPCBroker
+	life   *lifecycle
+
+	mu       sync.Mutex
+	runtimes map[uint32]pb.RuntimeClient // by broker id; dialed once, kept
+}
+
+// runtime returns a client for the host's Runtime service at broker id,
+// dialing it on first use.
+func (s *grpcServer) runtime(id uint32) (pb.RuntimeClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.runtimes[id]; ok {
+		return c, nil
+	}
+	conn, err := s.broker.Dial(id)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the host's runtime: %w", err)
+	}
+	if s.runtimes == nil {
+		s.runtimes = map[uint32]pb.RuntimeClient{}
+	}
+	c := pb.NewRuntimeClient(conn)
+	s.runtimes[id] = c
+	return c, nil
+}
+
+func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
+	ctx, done := s.life.begin(ctx)
+	defer done()
+	info, err := s.impl.Info(ctx)
+	if err != nil {
+		return &pb.InfoResponse{Error: errToPB(err)}, nil
+	}
+	return &pb.InfoResponse{
+		Name:         info.Name,
+		Version:      info.Version,
+		Capabilities: Capabilities(s.impl),
+	}, nil
+}
+
+func (s *grpcServer) Execute(ctx context.Context, req *pb.RunRequest) (*pb.RunResponse, error) {
+	return s.run(ctx, req, s.impl.Execute)
+}
+
+func (s *grpcServer) Resume(ctx context.Context, req *pb.RunRequest) (*pb.RunResponse, error) {
+	r, ok := s.impl.(Resumer)
+	if !ok {
+		return &pb.RunResponse{Error: errToPB(Errorf(Permanent, "plugin does not implement Resume"))}, nil
+	}
+	return s.run(ctx, req, r.Resume)
+}
+
+func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(context.Context, *Job, Runtime) (*Result, error)) (*pb.RunResponse, error) {
+	ctx, done := s.life.begin(ctx)
+	defer done()
+	client, err := s.runtime(req.GetRuntimeBrokerId())
+	if err != nil {
+		// Nothing ran yet, so the job can safely be tried again.
+		return &pb.RunResponse{Error: errToPB(WithClass(Retriable, err))}, nil
+	}
+	rt := newRemoteRuntime(client, req.GetCallId(), req.GetHandle())
+	res, err := fn(ctx, jobFromPB(req.GetJob()), rt)
+	// Deliver buffered output before answering, so the host has all of it when
+	// the call returns. A failed flush is not the job's failure: it means the
+	// host refused the write (lease lost) or went away, and it knows that.
+	rt.close()
+	if err != nil {
+		return &pb.RunResponse{Error: errToPB(err)}, nil
+	}
+	return &pb.RunResponse{Result: resultToPB(res)}, nil
+}
+
+func (s *grpcServer) Cleanup(ctx context.Context, req *pb.CleanupRequest) (*pb.CleanupResponse, error) {
+	c, ok := s.impl.(Cleaner)
+	if !ok {
+		return &pb.CleanupResponse{Error: errToPB(Errorf(Permanent, "plugin does not implement Cleanup"))}, nil
+	}
+	ctx, done := s.life.begin(ctx)
+	defer done()
+	return &pb.CleanupResponse{Error: errToPB(c.Cleanup(ctx, jobFromPB(req.GetJob())))}, nil
+}
+
+func (s *grpcServer) HealthCheck(ctx context.Context, req *pb.HealthCheckRequest) (*pb.HealthCheckResponse, error) {
+	h, ok := s.impl.(HealthChecker)
+	if !ok {
+		return &pb.HealthCheckResponse{Error: errToPB(Errorf(Permanent, "plugin does not implement HealthCheck"))}, nil
+	}
+	ctx, done := s.life.begin(ctx)
+	defer done()
+	return &pb.HealthCheckResponse{Error: errToPB(h.HealthCheck(ctx, nilIfEmpty(req.GetConfig())))}, nil
+}
+
+// lifecycle tracks a plugin process's in-flight calls so that shutdown can
+// cancel them and give them a grace period to stop their work.
+type lifecycle struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// stop is the implementation's Shutdown, if it has one.
+	stop func(context.Context) error
+}
+
+func newLifecycle() *lifecycle {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &lifecycle{ctx: ctx, cancel: cancel}
+}
+
+// begin returns a context cancelled when either ctx (the host's call) or the
+// process's lifetime ends, and a func to call when the call is done.
+func (l *lifecycle) begin(ctx context.Context) (context.Context, func()) {
+	l.wg.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		l.wg.Done()
+	}
+}
+
+// shutdown cancels every in-flight call and waits up to grace for them to
+// return. It reports whether they all did.
+func (l *lifecycle) shutdown(grace time.Duration) bool {
+	l.cancel()
+	if l.stop != nil {
+		// Leave a little of the grace for the calls to return after the
+		// implementation has stopped its work.
+		ctx, cancel := context.WithTimeout(context.Background(), grace*9/10)
+		_ = l.stop(ctx)
+		cancel()
+	}
+	done := make(chan struct{})
+	go func() {
+		l.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Output is sent to the host in chunks of at most maxChunk bytes, and at most
+// flushDelay after it was written, so a job's logs stream while it runs
+// without one RPC per write.
+const (
+	maxChunk     = 32 << 10
+	flushDelay   = 100 * time.Millisecond
+	writeTimeout = 30 * time.Second
+)
+
+var errRuntimeClosed = errors.New("runtime closed: the job's call has returned")
+
+// remoteRuntime is the plugin side of Runtime for one call.
+type remoteRuntime struct {
+	client pb.RuntimeClient
+	callID uint64
+
+	mu     sync.Mutex
+	handle []byte
+
+	stdout, stderr *chunkWriter
+}
+
+func newRemoteRuntime(client pb.RuntimeClient, callID uint64, handle []byte) *remoteRuntime {
+	r := &remoteRuntime{client: client, callID: callID, handle: nilIfEmpty(handle)}
+	r.stdout = &chunkWriter{send: r.sender(pb.Stream_STREAM_STDOUT)}
+	r.stderr = &chunkWriter{send: r.sender(pb.Stream_STREAM_STDERR)}
+	return r
+}
+
+func (r *remoteRuntime) sender(stream pb.Stream) func([]byte) error {
+	return func(data []byte) error {
+		// Output has no caller context (io.Writer), and the final flush runs
+		// after the job's context may be cancelled; bound it by a timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		defer cancel()
+		resp, err := r.client.Write(ctx, &pb.WriteRequest{CallId: r.callID, Stream: stream, Data: data})
+		if err != nil {
+			return fmt.Errorf("writing job output: %w", err)
+		}
+		return errFromPB(resp.GetError())
+	}
+}
+
+func (r *remoteRuntime) Stdout() io.Writer { return r.stdout }
+func (r *remoteRuntime) Stderr() io.Writer { return r.stderr }
+
+func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
+	// Output written before a checkpoint reaches the host before it.
+	_ = r.stdout.flush()
+	_ = r.stderr.flush()
+	resp, err := r.client.Checkpoint(ctx, &pb.CheckpointRequest{CallId: r.callID, Handle: handle})
+	if err != nil {
+		return fmt.Errorf("checkpointing: %w", err)
+	}
+	if err := errFromPB(resp.GetError()); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.handle = append([]byte(nil), handle...)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *remoteRuntime) Handle() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handle
+}
+
+// close flushes buffered output; later writes fail.
+func (r *remoteRuntime) close() {
+	_ = r.stdout.close()
+	_ = r.stderr.close()
+}
+
+// chunkWriter buffers writes and hands them to send in order, in chunks.
+type chunkWriter struct {
+	send func([]byte) error
+
+	sendMu sync.Mutex // held while taking the buffer and sending it: keeps order
+
+	mu     sync.Mutex
+	buf    []byte
+	timer  *time.Timer
+	err    error // first send error; later writes return it
+	closed bool
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return 0, errRuntimeClosed
+	}
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return 0, err
+	}
+	w.buf = append(w.buf, p...)
+	full := len(w.buf) >= maxChunk
+	if !full && w.timer == nil {
+		w.timer = time.AfterFunc(flushDelay, func() { _ = w.flush() })
+	}
+	w.mu.Unlock()
+	if full {
+		// Flushing in the writer's goroutine pushes back on a fast writer.
+		if err := w.flush(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+func (w *chunkWriter) flush() error {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	w.mu.Lock()
+	data := w.buf
+	w.buf = nil
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for len(data) > 0 {
+		n := min(len(data), maxChunk)
+		if err := w.send(data[:n]); err != nil {
+			w.mu.Lock()
+			if w.err == nil {
+				w.err = err
+			}
+			w.mu.Unlock()
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+func (w *chunkWriter) close() error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	return w.flush()
+}
