@@ -87,8 +87,20 @@ func hclogLevel(line string) (slog.Level, string) {
 		{"[TRACE]", slog.LevelDebug},
 	} {
 		if rest, ok := strings.CutPrefix(line, l.prefix); ok {
-			return l.level, strings.TrimSpace(rest)
+			rest = strings.TrimSpace(rest)
+			if closingNoise(rest) {
+				return slog.LevelDebug, rest
+			}
+			return l.level, rest
 		}
 	}
 	return slog.LevelInfo, line
+}
+
+// closingNoise reports go-plugin's complaints about a connection that is being
+// closed on purpose (the plugin is stopped with its agent); a crash is
+// reported separately, with the plugin's stderr.
+func closingNoise(msg string) bool {
+	return strings.Contains(msg, "use of closed network connection") ||
+		strings.Contains(msg, "session shutdown")
 }
