@@ -75,6 +75,12 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		}
 	}
 
+	lock, err := acquireNameLock(ctx, cfg.DatabaseURL, name, cfg.Agent.StaleJob.Std(), log)
+	if err != nil {
+		return err
+	}
+	defer lock.close()
+
 	plugins, err := startPlugins(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -103,8 +109,11 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		Keepalive:    cfg.Agent.Keepalive.Std(),
 		LogFlush:     cfg.Logs.FlushInterval.Std(),
 		LogMaxBytes:  cfg.Logs.MaxBytesPerStream,
-		Logger:       logger,
-		Metrics:      m,
+		// Stop before the janitor may act: it waits stale_job from the last
+		// renewal, we stop 2×keepalive sooner.
+		SelfFenceAfter: cfg.Agent.StaleJob.Std() - 2*cfg.Agent.Keepalive.Std(),
+		Logger:         logger,
+		Metrics:        m,
 	})
 
 	srv, ln, err := listen(cfg, st, plugins, m, logger)
@@ -122,6 +131,8 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	go func() { runErr <- svc.Run(runCtx) }()
+	lockErr := make(chan error, 1)
+	go func() { lockErr <- lock.watch(runCtx, cfg.Agent.Keepalive.Std()) }()
 
 	var result error
 	select {
@@ -129,6 +140,10 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		stopRun()
 		result = <-runErr
 	case err := <-runErr:
+		result = err
+	case err := <-lockErr:
+		stopRun()
+		<-runErr
 		result = err
 	case err := <-serveErr:
 		stopRun()

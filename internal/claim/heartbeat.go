@@ -2,9 +2,11 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
 // heartbeatLoop renews every lease this agent holds, once per keepalive (or at
@@ -35,6 +37,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.Keepalive)
 	defer cancel()
 	began := time.Now()
+	defer s.checkFence(began)
 	res, err := s.store.Heartbeat(hctx, s.cfg.Holder, leases)
 	s.cfg.Metrics.HeartbeatTime.Observe(time.Since(began).Seconds())
 	if err != nil {
@@ -45,6 +48,10 @@ func (s *Service) heartbeat(ctx context.Context) {
 		return
 	}
 	s.cfg.Metrics.Heartbeats.WithLabelValues("ok").Inc()
+	s.mu.Lock()
+	s.lastBeat = began
+	s.mu.Unlock()
+	s.runDeferred(ctx)
 	if s.TestSignals.Heartbeat != nil {
 		select {
 		case s.TestSignals.Heartbeat <- res:
@@ -77,5 +84,93 @@ func (s *Service) heartbeat(ctx context.Context) {
 		case status == store.StatusCanceling:
 			j.cancel(errCancelRequested)
 		}
+	}
+}
+
+// checkFence stops every job once no heartbeat has succeeded for
+// SelfFenceAfter, so this agent never acts on a lease the janitor may already
+// have handed to someone else.
+func (s *Service) checkFence(now time.Time) {
+	if s.cfg.SelfFenceAfter <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	silent := now.Sub(s.lastBeat)
+	if silent < s.cfg.SelfFenceAfter || len(s.jobs) == 0 {
+		return
+	}
+	s.log.Error("no heartbeat succeeded; stopping every job before its lease can expire",
+		"silent", silent.Round(time.Millisecond), "self_fence_after", s.cfg.SelfFenceAfter, "jobs", len(s.jobs))
+	for _, j := range s.jobs {
+		j.cancel(errSelfFenced)
+	}
+}
+
+// deferredWrite is a fenced write that waits for the database.
+type deferredWrite struct {
+	claimed store.Claimed
+	release bool   // release the job (resumable), else finish it with outcome
+	reason  string // for release
+	outcome store.Outcome
+	plugin  string
+	cleanup bool
+	job     *plugin.Job
+}
+
+func (s *Service) deferWrite(w deferredWrite) {
+	s.mu.Lock()
+	s.deferred = append(s.deferred, w)
+	s.mu.Unlock()
+}
+
+// runDeferred applies the writes that waited for the database. A write the
+// lease no longer allows becomes a lease_lost event; other errors keep it for
+// the next heartbeat.
+func (s *Service) runDeferred(ctx context.Context) {
+	s.mu.Lock()
+	pending := s.deferred
+	s.deferred = nil
+	s.mu.Unlock()
+	var keep []deferredWrite
+	for _, w := range pending {
+		c := w.claimed
+		var err error
+		s.logs.flushNow(ctx) // output kept since the outage goes first
+		if w.release {
+			err = s.store.Release(ctx, s.cfg.Holder, c.Job.ID, c.Lease, w.reason)
+		} else {
+			err = s.store.Finish(ctx, s.cfg.Holder, c.Job.ID, c.Lease, w.outcome)
+		}
+		log := s.log.With("job", c.Job.ID, "lease", c.Lease)
+		if err == nil || errors.Is(err, store.ErrLeaseLost) {
+			s.logs.untrack(c.Job.ID)
+		}
+		switch {
+		case errors.Is(err, store.ErrLeaseLost):
+			s.cfg.Metrics.LeasesLost.Inc()
+			if err := s.store.RecordEvent(ctx, s.cfg.Holder, c.Job.ID, c.Lease, "lease_lost",
+				"agent "+s.cfg.Holder.Name+" was fenced off while the database was unreachable"); err != nil {
+				log.Warn("recording lease_lost event", "err", err)
+			}
+		case err != nil:
+			keep = append(keep, w)
+		case !w.release && w.cleanup:
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.CleanupTimeout)
+			kind, msg := "cleanup_ok", ""
+			if err := s.plugins.Cleanup(cctx, w.plugin, w.job); err != nil {
+				kind, msg = "cleanup_failed", err.Error()
+				s.cfg.Metrics.CleanupFailures.Inc()
+			}
+			cancel()
+			if err := s.store.RecordEvent(ctx, s.cfg.Holder, c.Job.ID, c.Lease, kind, msg); err != nil {
+				log.Warn("recording cleanup event", "err", err)
+			}
+		}
+	}
+	if len(keep) > 0 {
+		s.mu.Lock()
+		s.deferred = append(keep, s.deferred...)
+		s.mu.Unlock()
 	}
 }

@@ -18,6 +18,9 @@ type runningJob struct {
 	ctx      context.Context
 	cancelFn context.CancelCauseFunc
 
+	resumable bool // the plugin can reattach: stopping means detaching
+	deferred  bool // its final write waits for the database; keep its output
+
 	mu     sync.Mutex
 	handle []byte
 }
@@ -120,10 +123,33 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 		if s.finish(j, log, store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}) && info.Has(plugin.CapCleanup) {
 			s.cleanup(j, log, pluginName, pj)
 		}
+	case errors.Is(cause, errSelfFenced):
+		// The database is unreachable: write what happened when it returns.
+		if info.Has(plugin.CapResume) {
+			log.Warn("self-fenced: detached from resumable job; will release it when the database returns")
+			j.deferred = true
+			s.deferWrite(deferredWrite{claimed: j.claimed, release: true, reason: "self-fenced: agent could not renew its leases"})
+			return
+		}
+		log.Warn("self-fenced: stopped the job; will record it failed when the database returns")
+		j.deferred = true
+		s.deferWrite(deferredWrite{claimed: j.claimed, plugin: pluginName, cleanup: info.Has(plugin.CapCleanup), job: pj,
+			outcome: store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+				Error: "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"}})
 	case errors.Is(cause, errShutdown):
 		if info.Has(plugin.CapResume) {
-			// The remote work goes on; the janitor or the next agent picks it up.
-			log.Info("detached from resumable job at shutdown")
+			// The remote work goes on; hand it to another agent at once.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
+			defer cancel()
+			err := s.store.Release(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, "handoff: agent "+s.cfg.Holder.Name+" shutting down")
+			switch {
+			case errors.Is(err, store.ErrLeaseLost):
+				s.recordLeaseLost(j, log)
+			case err != nil:
+				log.Warn("handing off resumable job; the janitor will release it after stale_job", "err", err)
+			default:
+				log.Info("handed off resumable job at shutdown")
+			}
 			return
 		}
 		if s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)}) && info.Has(plugin.CapCleanup) {
@@ -147,9 +173,11 @@ func (s *Service) finish(j *runningJob, log *slog.Logger, o store.Outcome) bool 
 		s.recordLeaseLost(j, log)
 		return false
 	case err != nil:
-		// The lease stays with this agent until it goes stale; the janitor
-		// then settles the job.
-		log.Error("writing final status", "status", o.Status, "err", err)
+		// Most likely the database is away: keep the outcome (and the
+		// output) and write them when a heartbeat gets through again.
+		log.Warn("writing final status; will retry when the database answers", "status", o.Status, "err", err)
+		j.deferred = true
+		s.deferWrite(deferredWrite{claimed: j.claimed, outcome: o})
 		return false
 	}
 	s.cfg.Metrics.JobsFinished.WithLabelValues(o.Status).Inc()

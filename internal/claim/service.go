@@ -39,11 +39,15 @@ type Config struct {
 	Capacity int
 	Commands map[string]Command
 
-	PollInterval   time.Duration // claim poll when no notification arrives (1s)
-	Keepalive      time.Duration // heartbeat period (5s)
-	LogFlush       time.Duration // log batch period (200ms)
-	LogMaxBytes    int64         // cap per job per stream (10 MiB)
-	FinalTimeout   time.Duration // bound on final writes after shutdown began (10s)
+	PollInterval time.Duration // claim poll when no notification arrives (1s)
+	Keepalive    time.Duration // heartbeat period (5s)
+	LogFlush     time.Duration // log batch period (200ms)
+	LogMaxBytes  int64         // cap per job per stream (10 MiB)
+	FinalTimeout time.Duration // bound on final writes after shutdown began (10s)
+	// SelfFenceAfter stops every job when no heartbeat has succeeded for this
+	// long (stale_job − 2×keepalive), before the janitor could act on them:
+	// resumable jobs are detached, others killed. 0 disables it.
+	SelfFenceAfter time.Duration
 	CleanupTimeout time.Duration // bound on one Cleanup call (2m)
 
 	Logger  *slog.Logger
@@ -86,6 +90,7 @@ var (
 	errLeaseLost       = errors.New("lease lost")
 	errShutdown        = errors.New("agent shut down before the job finished")
 	errSuperseded      = errors.New("another process registered under this agent's name")
+	errSelfFenced      = errors.New("self-fenced: the agent could not renew its leases")
 )
 
 // Service is one agent's claim loop, heartbeat and job runners.
@@ -106,6 +111,12 @@ type Service struct {
 	wg             sync.WaitGroup
 	superseded     chan struct{}
 	supersededOnce sync.Once
+
+	// lastBeat is when the last successful heartbeat was sent (monotonic);
+	// the database stamped it no earlier, so fencing on it is safe.
+	lastBeat time.Time
+	// deferred are fenced writes that must wait for the database to return.
+	deferred []deferredWrite
 
 	// Test signals: a test may wait on these to observe the loop.
 	TestSignals TestSignals
@@ -136,6 +147,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		beat:       make(chan struct{}, 1),
 		superseded: make(chan struct{}),
 	}
+	s.lastBeat = time.Now()
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	return s
 }
@@ -249,7 +261,8 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 // start registers the job and runs it on its own goroutine.
 func (s *Service) start(ctx context.Context, c store.Claimed) {
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	j := &runningJob{claimed: c, ctx: jctx, cancelFn: cancel}
+	info, _ := s.plugins.Info(c.Job.Plugin)
+	j := &runningJob{claimed: c, ctx: jctx, cancelFn: cancel, resumable: info.Has(plugin.CapResume)}
 	s.mu.Lock()
 	s.jobs[c.Job.ID] = j
 	s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
@@ -259,7 +272,9 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 	go func() {
 		defer s.wg.Done()
 		defer func() {
-			s.logs.untrack(c.Job.ID)
+			if !j.deferred {
+				s.logs.untrack(c.Job.ID) // else after the deferred write
+			}
 			s.mu.Lock()
 			delete(s.jobs, c.Job.ID)
 			s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))

@@ -277,3 +277,17 @@ func nonNil(b []byte) []byte {
 	}
 	return b
 }
+
+// Release gives up a job this holder leases without finishing it: the job
+// stays running, becomes claimable at once, and the next holder resumes it.
+// ErrLeaseLost means someone else already holds it.
+func (s *Store) Release(ctx context.Context, h Holder, jobID string, lease int64, reason string) error {
+	var n int
+	if err := s.pool.QueryRow(ctx, queries.Get("job_release"), jobID, lease, h.Name, h.Generation, reason).Scan(&n); err != nil {
+		return fmt.Errorf("releasing job %s: %w", jobID, err)
+	}
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}

@@ -283,3 +283,27 @@ func TestGetAndListJobs(t *testing.T) {
 	assert.Empty(t, next2)
 	assert.Equal(t, ids[0], page2[1].ID)
 }
+
+func TestReleaseKeepsRunningAndFencesTheOldHolder(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a, b := register(t, st, "a"), register(t, st, "b")
+	j := submit(t, st, "c")
+	got, err := st.Claim(ctx, a, 1, []string{"c"})
+	require.NoError(t, err)
+	_, err = st.MarkRunning(ctx, a, j.ID, got[0].Lease, "")
+	require.NoError(t, err)
+	require.NoError(t, st.Checkpoint(ctx, j.ID, got[0].Lease, []byte("h1")))
+
+	require.NoError(t, st.Release(ctx, a, j.ID, got[0].Lease, "handoff: test"))
+	assert.ErrorIs(t, st.Release(ctx, a, j.ID, got[0].Lease, "again"), store.ErrLeaseLost)
+	assert.ErrorIs(t, st.Finish(ctx, a, j.ID, got[0].Lease, store.Outcome{Status: store.StatusSucceeded}), store.ErrLeaseLost)
+
+	again, err := st.Claim(ctx, b, 1, []string{"c"})
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	assert.True(t, again[0].Resume, "a released running job is resumed, not started again")
+	assert.Equal(t, []byte("h1"), again[0].Handle)
+	assert.Equal(t, got[0].Lease+2, again[0].Lease)
+	assert.Equal(t, []string{"submitted", "claimed", "running", "released", "claimed"}, kinds(t, st, j.ID))
+}

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherjobs/tether/queries"
+)
+
+// nameLock holds the session advisory lock on this agent's name. It needs its
+// own connection straight to PostgreSQL: through a transaction-pooling proxy
+// the session (and so the lock) would not be this process's.
+type nameLock struct {
+	conn *pgx.Conn
+	url  string
+	name string
+	log  *slog.Logger
+}
+
+// acquireNameLock takes the lock, waiting up to wait for a previous holder:
+// a killed process's lock is freed when its connection closes, so a restart
+// under the same name gets it at once, while a second live process never does.
+func acquireNameLock(ctx context.Context, url, name string, wait time.Duration, log *slog.Logger) (*nameLock, error) {
+	l := &nameLock{url: url, name: name, log: log}
+	deadline := time.Now().Add(wait)
+	warned := false
+	for {
+		ok, err := l.try(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return l, nil
+		}
+		if time.Now().After(deadline) {
+			l.close()
+			return nil, fmt.Errorf("agent name %q is held by another live process (waited %s): agent names must be unique per process; set a distinct agent.name (TETHER_AGENT_NAME) for each agent", name, wait)
+		}
+		if !warned {
+			log.Warn("another process holds this agent name; waiting for it to exit", "name", name, "up_to", wait)
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			l.close()
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (l *nameLock) try(ctx context.Context) (bool, error) {
+	if l.conn == nil || l.conn.IsClosed() {
+		conn, err := pgx.Connect(ctx, l.url)
+		if err != nil {
+			return false, fmt.Errorf("connecting for the agent name lock: %w", err)
+		}
+		l.conn = conn
+	}
+	var ok bool
+	if err := l.conn.QueryRow(ctx, queries.Get("agent_name_lock"), l.name).Scan(&ok); err != nil {
+		l.close()
+		return false, fmt.Errorf("taking the agent name lock: %w", err)
+	}
+	return ok, nil
+}
+
+// watch keeps the lock: when its connection drops (a database restart), it
+// reconnects and takes the lock again. It returns an error only when another
+// process took the name meanwhile; the agent must then stop.
+func (l *nameLock) watch(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if l.conn != nil && !l.conn.IsClosed() {
+			if err := l.conn.Ping(ctx); err == nil {
+				continue
+			}
+			l.close()
+		}
+		ok, err := l.try(ctx)
+		switch {
+		case err != nil:
+			l.log.Debug("agent name lock: database unreachable; retrying", "err", err)
+		case !ok:
+			return fmt.Errorf("agent name %q was taken by another process while the database was unreachable: agent names must be unique per process", l.name)
+		default:
+			l.log.Info("agent name lock retaken after reconnecting")
+		}
+	}
+}
+
+func (l *nameLock) close() {
+	if l.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = l.conn.Close(ctx)
+		cancel()
+		l.conn = nil
+	}
+}

@@ -1,0 +1,194 @@
+package janitor
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind is what the janitor does to one job.
+type Kind string
+
+// Actions. The string values are the metric labels.
+const (
+	None     Kind = "none"
+	Requeue  Kind = "requeue"   // back to queued: the plugin was never called
+	Release  Kind = "release"   // claimable again, status stays running: another agent resumes it
+	Fail     Kind = "fail"      // failed (retriable), then Cleanup
+	FailAWOL Kind = "fail_awol" // released and not resumed within awol_timeout: failed, then Cleanup
+	Cancel   Kind = "cancel"    // canceling with no live owner: canceled, then Cleanup if the plugin ran
+)
+
+// Action is the janitor's decision for one job.
+type Action struct {
+	Kind Kind
+	// Reason is the release reason (release), the job's error (fail,
+	// fail_awol, cancel) or the event message (requeue).
+	Reason string
+	// Cleanup queues a plugin Cleanup in the transaction that writes the
+	// terminal status.
+	Cleanup bool
+}
+
+// Owner is the agents row of a job's holder, as the database saw it.
+type Owner struct {
+	Exists      bool // false: no agents row under that name
+	Generation  string
+	State       string        // running, draining, stopped
+	LastSeenAge time.Duration // now() - last_seen, database clock
+}
+
+// Rules are the timeouts the decision depends on.
+type Rules struct {
+	StaleJob     time.Duration // running jobs of a silent owner are released or failed
+	OfflineAfter time.Duration // accepted jobs of a silent owner are requeued
+	AWOLTimeout  time.Duration // a released job not resumed by then is failed
+}
+
+// Input is everything Decide looks at for one job. Ages come from the
+// database clock.
+type Input struct {
+	Status  string
+	Plugin  string
+	Started bool // jobs.started_at is set: the plugin was called at least once
+
+	// The active row.
+	AgentName       string // "" = unowned (claimable)
+	AgentGeneration string
+	HeartbeatAge    time.Duration // now() - last_heartbeat
+	Released        bool          // released_at is set
+	ReleasedAge     time.Duration // now() - released_at
+
+	Owner Owner
+
+	// PluginLoaded: some live agent (or this one) has the job's plugin.
+	// Resumable: some live agent's copy of it declares the resume capability.
+	PluginLoaded bool
+	Resumable    bool
+
+	Rules Rules
+}
+
+// ownerCondition classifies the holder of an owned job.
+type ownerCondition int
+
+const (
+	ownerLive ownerCondition = iota
+	ownerGone                // no agents row
+	ownerStopped             // the process said it stopped
+	ownerRestarted           // the name has a newer generation
+)
+
+func (in Input) owner() ownerCondition {
+	switch {
+	case !in.Owner.Exists:
+		return ownerGone
+	case in.Owner.Generation != in.AgentGeneration:
+		return ownerRestarted
+	case in.Owner.State == "stopped":
+		return ownerStopped
+	}
+	return ownerLive
+}
+
+// Decide returns what the janitor does to one job. It is pure: the caller
+// reads the rows under lock, decides, and applies the action in the same
+// transaction.
+//
+// A restarted, stopped or vanished owner is acted on at once; a live owner
+// only once its lease has been silent for offline_after (accepted jobs) or
+// stale_job (running and canceling jobs). A running job is released only when
+// a live agent has its plugin with the resume capability; when no live agent
+// has the plugin at all the job cannot be resumed, so it is failed rather than
+// released to wait out awol_timeout.
+func Decide(in Input) Action {
+	switch in.Status {
+	case "queued", "accepted":
+		return decideAccepted(in)
+	case "running":
+		if in.AgentName == "" {
+			return decideReleased(in)
+		}
+		return decideRunning(in)
+	case "canceling":
+		return decideCanceling(in)
+	}
+	return Action{Kind: None} // terminal, or a status this version does not know
+}
+
+func decideAccepted(in Input) Action {
+	if in.AgentName == "" {
+		return Action{Kind: None} // claimable: the claim loop's business
+	}
+	switch in.owner() {
+	case ownerGone:
+		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s is gone; the job never started", in.AgentName)}
+	case ownerStopped:
+		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s stopped; the job never started", in.AgentName)}
+	case ownerRestarted:
+		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s restarted; the job never started", in.AgentName)}
+	}
+	if in.HeartbeatAge >= in.Rules.OfflineAfter {
+		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s offline, silent for %s; the job never started", in.AgentName, seconds(in.HeartbeatAge))}
+	}
+	return Action{Kind: None}
+}
+
+func decideRunning(in Input) Action {
+	var why, failMsg string
+	switch in.owner() {
+	case ownerGone:
+		why = "agent gone"
+		failMsg = fmt.Sprintf("awol: agent %s gone", in.AgentName)
+	case ownerStopped:
+		why = "agent stopped"
+		failMsg = fmt.Sprintf("awol: agent %s stopped", in.AgentName)
+	case ownerRestarted:
+		why = "agent restarted"
+		failMsg = "agent restarted"
+	default:
+		if in.HeartbeatAge < in.Rules.StaleJob {
+			return Action{Kind: None} // the owner enforces active_timeout
+		}
+		why = "stale for " + seconds(in.HeartbeatAge)
+		failMsg = fmt.Sprintf("awol: agent %s silent for %s", in.AgentName, seconds(in.HeartbeatAge))
+	}
+	switch {
+	case in.PluginLoaded && in.Resumable:
+		return Action{Kind: Release, Reason: why}
+	case !in.PluginLoaded:
+		failMsg += fmt.Sprintf(" (plugin %q is not loaded by any live agent, so the job cannot be resumed)", in.Plugin)
+	}
+	return Action{Kind: Fail, Reason: failMsg, Cleanup: true}
+}
+
+func decideReleased(in Input) Action {
+	if in.Released && in.ReleasedAge >= in.Rules.AWOLTimeout {
+		return Action{Kind: FailAWOL, Reason: fmt.Sprintf("awol: not resumed within awol_timeout (%s)", in.Rules.AWOLTimeout), Cleanup: true}
+	}
+	return Action{Kind: None}
+}
+
+func decideCanceling(in Input) Action {
+	if in.AgentName != "" && in.owner() == ownerLive {
+		// A live owner stops the plugin itself. Before the plugin was called
+		// (accepted when the cancel came) offline_after is enough.
+		limit := in.Rules.StaleJob
+		if !in.Started {
+			limit = in.Rules.OfflineAfter
+		}
+		if in.HeartbeatAge < limit {
+			return Action{Kind: None}
+		}
+	}
+	msg := "canceled by request; no live agent held the job, so the janitor finished the cancel"
+	if in.AgentName != "" {
+		msg = fmt.Sprintf("canceled by request; agent %s stopped answering, so the janitor finished the cancel", in.AgentName)
+	}
+	// Remote work exists only if a plugin was called.
+	return Action{Kind: Cancel, Reason: msg, Cleanup: in.Started}
+}
+
+// seconds formats a silence as whole seconds, "130s".
+func seconds(d time.Duration) string {
+	return fmt.Sprintf("%ds", int64(d/time.Second))
+}

@@ -1,0 +1,401 @@
+// Command resumable is a test plugin whose "remote work" outlives the agent
+// and the plugin process: Execute starts a detached process (its own session,
+// re-executing this binary in work mode) that sleeps for the job's
+// duration_ms and then writes an outcome record. Resume reattaches to that
+// work by names derived from the job ID and the checkpointed handle; it never
+// starts work that already exists. Cleanup kills the work and removes its
+// files.
+//
+// Job context (top-level keys of the job win over the command's):
+//
+//	{"duration_ms": 3000, "fail": "message", "work_dir": "/abs/dir"}
+//
+// work_dir may also come from the plugin config (plugins.resumable.config.work_dir).
+// Files under work_dir, per job:
+//
+//	<job_id>.starts  one line per start of work (O_APPEND), never removed
+//	<job_id>.pid     the work process id
+//	<job_id>.record  the outcome, written by the work when it ends
+//
+// Tests assert "started once" by counting the lines of the starts file.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// Work mode: the re-executed binary reads these instead of serving a plugin.
+const (
+	envWorkRecord   = "TETHER_RESUMABLE_WORK_RECORD"
+	envWorkDuration = "TETHER_RESUMABLE_WORK_DURATION_MS"
+	envWorkFail     = "TETHER_RESUMABLE_WORK_FAIL"
+)
+
+const pollInterval = 50 * time.Millisecond
+
+// handle is what Execute checkpoints once the work exists.
+type handle struct {
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
+}
+
+// record is the outcome the work writes when it ends.
+type record struct {
+	Name    string `json:"name"`
+	OK      bool   `json:"ok"`
+	Message string `json:"message,omitempty"`
+}
+
+type spec struct {
+	DurationMS int    `json:"duration_ms"`
+	Fail       string `json:"fail"`
+	WorkDir    string `json:"work_dir"`
+}
+
+// work is one job's work, located by names derived from the job ID.
+type work struct {
+	name   string
+	dir    string
+	spec   spec
+	jobID  string
+	starts string
+	pid    string
+	record string
+}
+
+func newWork(job *plugin.Job) (*work, error) {
+	var s spec
+	if len(job.Context) > 0 {
+		if err := json.Unmarshal(job.Context, &s); err != nil {
+			return nil, plugin.Errorf(plugin.Permanent, "resumable: bad context: %v", err)
+		}
+	}
+	if s.WorkDir == "" && len(job.Config) > 0 {
+		var cfg struct {
+			WorkDir string `json:"work_dir"`
+		}
+		if err := json.Unmarshal(job.Config, &cfg); err != nil {
+			return nil, plugin.Errorf(plugin.Permanent, "resumable: bad config: %v", err)
+		}
+		s.WorkDir = cfg.WorkDir
+	}
+	if !filepath.IsAbs(s.WorkDir) {
+		return nil, plugin.Errorf(plugin.Permanent, "resumable: work_dir must be an absolute path (context or config), got %q", s.WorkDir)
+	}
+	if s.DurationMS < 0 {
+		return nil, plugin.Errorf(plugin.Permanent, "resumable: duration_ms must be >= 0, got %d", s.DurationMS)
+	}
+	// Job IDs are UUIDs; refuse anything that could escape work_dir.
+	if job.ID == "" || strings.ContainsAny(job.ID, `/\`) || strings.HasPrefix(job.ID, ".") {
+		return nil, plugin.Errorf(plugin.Permanent, "resumable: unusable job id %q", job.ID)
+	}
+	base := filepath.Join(s.WorkDir, job.ID)
+	return &work{
+		name:   "resumable-" + job.ID,
+		dir:    s.WorkDir,
+		spec:   s,
+		jobID:  job.ID,
+		starts: base + ".starts",
+		pid:    base + ".pid",
+		record: base + ".record",
+	}, nil
+}
+
+type resumable struct{}
+
+func (resumable) Info(context.Context) (plugin.Info, error) {
+	return plugin.Info{Name: "resumable", Version: "test"}, nil
+}
+
+func (resumable) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	w, err := newWork(job)
+	if err != nil {
+		return nil, err
+	}
+	// Execute always starts: a second Execute for the same job shows up as a
+	// second line in the starts file, which is what tests look for.
+	if err := w.start(ctx, rt); err != nil {
+		return nil, err
+	}
+	return w.wait(ctx, rt)
+}
+
+func (resumable) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	w, err := newWork(job)
+	if err != nil {
+		return nil, err
+	}
+	var h *handle
+	if raw := rt.Handle(); len(raw) > 0 {
+		h = new(handle)
+		if err := json.Unmarshal(raw, h); err != nil {
+			return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: stored handle %q is not valid: %v", raw, err)
+		}
+	}
+	fmt.Fprintf(rt.Stdout(), "resuming %s (handle %s)\n", w.name, rt.Handle())
+
+	if _, err := os.Stat(w.record); err == nil {
+		return w.wait(ctx, rt) // finished while nobody watched
+	}
+	pid, err := w.readPID()
+	if err != nil {
+		return nil, err
+	}
+	if pid == 0 && h != nil {
+		pid = h.PID
+	}
+	switch {
+	case pid != 0:
+		return w.wait(ctx, rt)
+	case h != nil:
+		return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s (pid %d) was started but no trace of it is left", h.Name, h.PID)
+	}
+	n, err := w.startCount()
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		// A start was begun but never recorded its pid: it may be running.
+		return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s was being started (%d start(s)) but left no pid", w.name, n)
+	}
+	// Never submitted: start it now.
+	if err := w.start(ctx, rt); err != nil {
+		return nil, err
+	}
+	return w.wait(ctx, rt)
+}
+
+func (resumable) Cleanup(_ context.Context, job *plugin.Job) error {
+	w, err := newWork(job)
+	if err != nil {
+		return err
+	}
+	pid, err := w.readPID()
+	if err != nil {
+		return plugin.WithClass(plugin.Retriable, err)
+	}
+	if pid > 0 && alive(pid) {
+		// The work leads its own session: kill the whole group.
+		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return plugin.Errorf(plugin.Retriable, "resumable: killing work %s (pid %d): %v", w.name, pid, err)
+		}
+	}
+	for _, p := range []string{w.pid, w.record} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return plugin.Errorf(plugin.Retriable, "resumable: removing %s: %v", p, err)
+		}
+	}
+	return nil
+}
+
+// start launches the detached work, records it and checkpoints its handle.
+func (w *work) start(ctx context.Context, rt plugin.Runtime) error {
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return plugin.Errorf(plugin.Retriable, "resumable: creating work_dir: %v", err)
+	}
+	// Left over from an earlier start, if any: this start's outcome is what counts.
+	if err := os.Remove(w.record); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return plugin.Errorf(plugin.Retriable, "resumable: removing old record: %v", err)
+	}
+	if err := appendLine(w.starts, fmt.Sprintf("%d %s", os.Getpid(), time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+		return plugin.Errorf(plugin.Retriable, "resumable: counting start: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: finding own binary: %v", err)
+	}
+	// Not CommandContext: the work must survive the call, the plugin and the agent.
+	cmd := exec.Command(exe, w.name)
+	cmd.Env = []string{
+		envWorkRecord + "=" + w.record,
+		envWorkDuration + "=" + strconv.Itoa(w.spec.DurationMS),
+		envWorkFail + "=" + w.spec.Fail,
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: starting work %s: %v", w.name, err)
+	}
+	pid := cmd.Process.Pid
+	// Reap it if it ends while this plugin lives; otherwise init does.
+	go func() { _ = cmd.Wait() }()
+	if err := writeAtomic(w.pid, []byte(strconv.Itoa(pid))); err != nil {
+		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: recording pid of work %s: %v", w.name, err)
+	}
+	h, err := json.Marshal(handle{Name: w.name, PID: pid})
+	if err != nil {
+		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: encoding handle: %v", err)
+	}
+	if err := rt.Checkpoint(ctx, h); err != nil {
+		// The work runs on; a later Resume finds it by name.
+		return plugin.WithClass(plugin.Retriable, fmt.Errorf("checkpointing work %s: %w", w.name, err))
+	}
+	fmt.Fprintf(rt.Stdout(), "started %s pid %d\n", w.name, pid)
+	return nil
+}
+
+// wait polls for the record. On ctx cancellation it returns and leaves the
+// work running: it is remote work, detached from whoever watches it.
+func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, error) {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		rec, ok, err := w.readRecord()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return w.result(rt, rec)
+		}
+		pid, err := w.readPID()
+		if err != nil {
+			return nil, err
+		}
+		if pid == 0 || !alive(pid) {
+			// It may have written the record just before exiting.
+			if rec, ok, err := w.readRecord(); err != nil || ok {
+				if err != nil {
+					return nil, err
+				}
+				return w.result(rt, rec)
+			}
+			return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s (pid %d) ended without an outcome", w.name, pid)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, plugin.WithClass(plugin.Retriable, fmt.Errorf("watching work %s: %w", w.name, ctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
+func (w *work) result(rt plugin.Runtime, rec record) (*plugin.Result, error) {
+	if !rec.OK {
+		return nil, plugin.Errorf(plugin.Permanent, "resumable: work %s failed: %s", w.name, rec.Message)
+	}
+	fmt.Fprintf(rt.Stdout(), "work %s done\n", w.name)
+	out, err := json.Marshal(map[string]string{"name": w.name})
+	if err != nil {
+		return nil, plugin.Errorf(plugin.Permanent, "resumable: encoding output: %v", err)
+	}
+	return &plugin.Result{Output: out, Message: "work " + w.name + " done"}, nil
+}
+
+func (w *work) readRecord() (record, bool, error) {
+	b, err := os.ReadFile(w.record)
+	if errors.Is(err, fs.ErrNotExist) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, plugin.Errorf(plugin.Retriable, "resumable: reading record of %s: %v", w.name, err)
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return record{}, false, plugin.Errorf(plugin.OutcomeUnknown, "resumable: record of %s is corrupt: %v", w.name, err)
+	}
+	return rec, true, nil
+}
+
+// readPID returns 0 when there is no pid file.
+func (w *work) readPID() (int, error) {
+	b, err := os.ReadFile(w.pid)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, plugin.Errorf(plugin.Retriable, "resumable: reading pid of %s: %v", w.name, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, plugin.Errorf(plugin.OutcomeUnknown, "resumable: pid file of %s is corrupt: %q", w.name, b)
+	}
+	return pid, nil
+}
+
+func (w *work) startCount() (int, error) {
+	b, err := os.ReadFile(w.starts)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, plugin.Errorf(plugin.Retriable, "resumable: reading starts of %s: %v", w.name, err)
+	}
+	return strings.Count(string(b), "\n"), nil
+}
+
+// alive reports whether pid runs and is not a zombie (an unreaped zombie
+// still answers kill 0 but will never write its record).
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z' && s[i+2] != 'X'
+	}
+	return true
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeAtomic makes path appear complete or not at all.
+func writeAtomic(path string, data []byte) error {
+	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// runWork is the detached work: sleep, then write the outcome.
+func runWork(recordPath string) int {
+	ms, _ := strconv.Atoi(os.Getenv(envWorkDuration))
+	time.Sleep(time.Duration(ms) * time.Millisecond) // a process of its own; nothing to cancel it but a signal
+	rec := record{Name: filepath.Base(recordPath), OK: true}
+	if msg := os.Getenv(envWorkFail); msg != "" {
+		rec.OK, rec.Message = false, msg
+	}
+	b, err := json.Marshal(rec)
+	if err == nil {
+		err = writeAtomic(recordPath, b)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "resumable work: writing %s: %v\n", recordPath, err)
+		return 1
+	}
+	return 0
+}
+
+func main() {
+	if p := os.Getenv(envWorkRecord); p != "" {
+		os.Exit(runWork(p))
+	}
+	plugin.Serve(resumable{})
+}

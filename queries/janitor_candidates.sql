@@ -1,0 +1,36 @@
+-- One janitor batch: lock up to $5 active rows (after job_id $4) that may need
+-- the janitor, with their job, owning agent and the plugin capabilities live
+-- agents announce. The filter is a superset; the janitor decides in Go and
+-- applies in the same transaction. SKIP LOCKED lets every agent's janitor run
+-- side by side; the locks on active_jobs are held until commit.
+-- $1 offline_after, $2 awol_timeout, $3 stale_job (seconds).
+SELECT a.job_id, j.status, j.plugin, j.command, j.started_at IS NOT NULL,
+       coalesce(a.agent_name, ''), coalesce(a.agent_generation, ''), a.lease,
+       extract(epoch FROM now() - coalesce(a.last_heartbeat, a.claimed_at, 'epoch'))::float8,
+       a.released_at IS NOT NULL,
+       coalesce(extract(epoch FROM now() - a.released_at), 0)::float8,
+       g.name IS NOT NULL, coalesce(g.generation, ''), coalesce(g.state, ''),
+       coalesce(extract(epoch FROM now() - g.last_seen), 0)::float8,
+       EXISTS (SELECT 1 FROM agents l
+               WHERE l.state <> 'stopped' AND l.last_seen > now() - $3::float8 * interval '1 second'
+                 AND l.plugins ? j.plugin),
+       EXISTS (SELECT 1 FROM agents l
+               WHERE l.state <> 'stopped' AND l.last_seen > now() - $3::float8 * interval '1 second'
+                 AND l.plugins -> j.plugin -> 'capabilities' ? 'resume')
+FROM active_jobs a
+JOIN jobs j ON j.id = a.job_id
+LEFT JOIN agents g ON g.name = a.agent_name
+WHERE a.job_id > $4
+  AND (
+        (a.agent_name IS NOT NULL AND (
+             g.name IS NULL
+          OR g.generation IS DISTINCT FROM a.agent_generation
+          OR g.state = 'stopped'
+          OR coalesce(a.last_heartbeat, a.claimed_at, 'epoch') < now() - $1::float8 * interval '1 second'))
+     OR (a.agent_name IS NULL AND j.status = 'canceling')
+     OR (a.agent_name IS NULL AND j.status = 'running'
+         AND a.released_at < now() - $2::float8 * interval '1 second')
+  )
+ORDER BY a.job_id
+LIMIT $5
+FOR UPDATE OF a SKIP LOCKED;
