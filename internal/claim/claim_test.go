@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -350,4 +351,62 @@ func TestLogsAreCappedWithMarker(t *testing.T) {
 	assert.True(t, strings.HasPrefix(out, "line 00\nline 01\n"), out)
 	assert.Contains(t, out, "[tether: stdout truncated at 64 bytes")
 	assert.NotContains(t, out, "line 49")
+}
+
+func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t *testing.T) {
+	cluster, url := pgtest.StartCluster(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st := store.New(pool)
+	cancelFile := filepath.Join(t.TempDir(), "canceled")
+	startAgent(t, st, "a1", 4, func(c *claim.Config) {
+		c.Keepalive = 200 * time.Millisecond
+		c.SelfFenceAfter = time.Second
+	})
+	resumable := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q}`, cancelFile))
+	shell := submit(t, st, "shell", `{"script":"sleep 300"}`)
+	waitStatus(t, st, resumable.ID, 20*time.Second, store.StatusRunning)
+	waitStatus(t, st, shell.ID, 20*time.Second, store.StatusRunning)
+
+	require.NoError(t, cluster.StopServer(ctx))
+	// The fence stops the plugin calls while the database is away.
+	waitFile(t, cancelFile, 10*time.Second)
+	require.NoError(t, cluster.StartServer(ctx))
+
+	failed := waitStatus(t, st, shell.ID, 20*time.Second, store.StatusFailed)
+	assert.Contains(t, failed.Error, "lost its database connection")
+	assert.Equal(t, "retriable", failed.ErrorClass)
+	require.Eventually(t, func() bool {
+		j, err := st.GetJob(ctx, resumable.ID)
+		return err == nil && j.Status == store.StatusRunning && j.Agent == ""
+	}, 20*time.Second, 50*time.Millisecond, "the resumable job is released (claimable, still running) once the database is back")
+	evs, err := st.Events(ctx, resumable.ID, 0, 0)
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	assert.Equal(t, "released", last.Kind)
+	assert.Contains(t, last.Message, "self-fenced")
+}
+
+func TestShortOutageLosesNothing(t *testing.T) {
+	cluster, url := pgtest.StartCluster(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st := store.New(pool)
+	startAgent(t, st, "a1", 4, func(c *claim.Config) {
+		c.Keepalive = 200 * time.Millisecond
+		c.SelfFenceAfter = time.Minute
+	})
+	// The job ends while the database is down: its output and status wait.
+	j := submit(t, st, "shell", `{"script":"echo before; sleep 2; echo after"}`)
+	waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
+	require.NoError(t, cluster.StopServer(ctx))
+	time.Sleep(3 * time.Second)
+	require.NoError(t, cluster.StartServer(ctx))
+	done := waitStatus(t, st, j.ID, 20*time.Second, store.StatusSucceeded, store.StatusFailed)
+	assert.Equal(t, store.StatusSucceeded, done.Status, done.Error)
+	assert.Equal(t, "before\nafter\n", logs(t, st, j.ID, "stdout"))
 }
