@@ -101,6 +101,13 @@ func hclogLevel(line string) (slog.Level, string) {
 // closed on purpose (the plugin is stopped with its agent); a crash is
 // reported separately, with the plugin's stderr.
 func closingNoise(msg string) bool {
-	return strings.Contains(msg, "use of closed network connection") ||
-		strings.Contains(msg, "session shutdown")
+	if !strings.Contains(msg, "yamux") {
+		return false
+	}
+	for _, s := range []string{"use of closed network connection", "session shutdown", "broken pipe", "connection reset by peer", "EOF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
