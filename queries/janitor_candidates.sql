@@ -1,7 +1,8 @@
 -- One janitor batch: lock up to $5 active rows (after job_id $4) that may need
 -- the janitor, with their job, owning agent and the plugin capabilities live
--- agents announce. The filter is a superset; the janitor decides in Go and
--- applies in the same transaction. SKIP LOCKED lets every agent's janitor run
+-- agents announce. The filter mirrors janitor.Decide loosely (a superset, so
+-- the rows of a slow but live agent are not locked every pass); the janitor
+-- decides in Go and applies in the same transaction. SKIP LOCKED lets every agent's janitor run
 -- side by side; the locks on active_jobs are held until commit.
 -- $1 offline_after, $2 awol_timeout, $3 stale_job (seconds).
 SELECT a.job_id, j.status, j.plugin, j.command, j.started_at IS NOT NULL,
@@ -26,7 +27,9 @@ WHERE a.job_id > $4
              g.name IS NULL
           OR g.generation IS DISTINCT FROM a.agent_generation
           OR g.state = 'stopped'
-          OR coalesce(a.last_heartbeat, a.claimed_at, 'epoch') < now() - $1::float8 * interval '1 second'))
+          OR coalesce(a.last_heartbeat, a.claimed_at, 'epoch') < now() - $3::float8 * interval '1 second'
+          OR (coalesce(a.last_heartbeat, a.claimed_at, 'epoch') < now() - $1::float8 * interval '1 second'
+              AND (j.status IN ('queued', 'accepted') OR (j.status = 'canceling' AND j.started_at IS NULL)))))
      OR (a.agent_name IS NULL AND j.status = 'canceling')
      OR (a.agent_name IS NULL AND j.status = 'running'
          AND a.released_at < now() - $2::float8 * interval '1 second')

@@ -20,6 +20,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/janitor"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/pluginhost"
@@ -92,6 +93,13 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return err
 	}
 	holder := store.Holder{Name: name, Generation: gen}
+	// Whatever this name's previous process held is settled before we claim:
+	// restart detection takes start-up time, not stale_job.
+	if n, err := janitor.ReleasePrevious(ctx, pool, holder, plugins.Info); err != nil {
+		return fmt.Errorf("releasing the previous generation's jobs: %w", err)
+	} else if n > 0 {
+		log.Info("settled jobs of this agent's previous process", "jobs", n)
+	}
 	if _, err := st.RegisterAgent(ctx, store.Registration{
 		Holder: holder, Version: Version, Capacity: cfg.Agent.Capacity,
 		Commands: sortedKeys(commands), Plugins: pluginsJSON(plugins),
@@ -114,6 +122,26 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		SelfFenceAfter: cfg.Agent.StaleJob.Std() - 2*cfg.Agent.Keepalive.Std(),
 		Logger:         logger,
 		Metrics:        m,
+		EnqueueCleanup: func(ctx context.Context, jobID, reason string) error {
+			return janitor.Enqueue(ctx, pool, jobID, reason)
+		},
+	})
+
+	defaults := map[string]json.RawMessage{}
+	for name, c := range cfg.Commands {
+		if raw, err := c.ContextJSON(); err == nil {
+			defaults[name] = raw
+		}
+	}
+	jan := janitor.New(pool, plugins, janitor.Config{
+		Holder:        holder,
+		StaleJob:      cfg.Agent.StaleJob.Std(),
+		OfflineAfter:  cfg.Agent.OfflineAfter.Std(),
+		CleanInterval: cfg.Agent.CleanInterval.Std(),
+		AWOLTimeout:   cfg.Agent.AWOLTimeout.Std(),
+		Commands:      defaults,
+		Logger:        logger,
+		Metrics:       m,
 	})
 
 	srv, ln, err := listen(cfg, st, plugins, m, logger)
@@ -131,6 +159,14 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	go func() { runErr <- svc.Run(runCtx) }()
+	janDone := make(chan struct{})
+	go func() {
+		defer close(janDone)
+		if err := jan.Run(runCtx); err != nil {
+			log.Error("janitor stopped", "err", err)
+		}
+	}()
+	defer func() { stopRun(); <-janDone }()
 	lockErr := make(chan error, 1)
 	go func() { lockErr <- lock.watch(runCtx, cfg.Agent.Keepalive.Std()) }()
 

@@ -76,6 +76,7 @@ func New(opts Options) http.Handler {
 	mux.Handle("GET /api/v1/jobs/{id}/logs", auth(s.logs))
 	mux.Handle("GET /api/v1/jobs/{id}/events", auth(s.events))
 	mux.Handle("GET /api/v1/agents", auth(s.agents))
+	mux.Handle("GET /api/v1/cleanups", auth(s.cleanups))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	if opts.Metrics != nil {

@@ -194,7 +194,12 @@ func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj
 	if err := s.plugins.Cleanup(ctx, pluginName, pj); err != nil {
 		kind, msg = "cleanup_failed", err.Error()
 		s.cfg.Metrics.CleanupFailures.Inc()
-		log.Warn("cleanup failed", "err", err)
+		log.Warn("cleanup failed; queued for retry", "err", err)
+		if s.cfg.EnqueueCleanup != nil {
+			if qerr := s.cfg.EnqueueCleanup(ctx, pj.ID, "cleanup after the job ended failed: "+err.Error()); qerr != nil {
+				log.Error("queueing cleanup for retry", "err", qerr)
+			}
+		}
 	}
 	if err := s.store.RecordEvent(ctx, s.cfg.Holder, pj.ID, j.claimed.Lease, kind, msg); err != nil {
 		log.Warn("recording cleanup event", "err", err)

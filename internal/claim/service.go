@@ -48,6 +48,9 @@ type Config struct {
 	// long (stale_job − 2×keepalive), before the janitor could act on them:
 	// resumable jobs are detached, others killed. 0 disables it.
 	SelfFenceAfter time.Duration
+	// EnqueueCleanup queues a Cleanup that failed here for retries with
+	// backoff (the janitor's cleanup queue). Nil: a failure is only recorded.
+	EnqueueCleanup func(ctx context.Context, jobID, reason string) error
 	CleanupTimeout time.Duration // bound on one Cleanup call (2m)
 
 	Logger  *slog.Logger

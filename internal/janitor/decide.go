@@ -31,10 +31,13 @@ type Action struct {
 
 // Owner is the agents row of a job's holder, as the database saw it.
 type Owner struct {
-	Exists      bool // false: no agents row under that name
-	Generation  string
-	State       string        // running, draining, stopped
-	LastSeenAge time.Duration // now() - last_seen, database clock
+	Exists     bool // false: no agents row under that name
+	Generation string
+	State      string // running, draining, stopped
+	// LastSeenAge is now() - last_seen (database clock). Informational: the
+	// rules look at the silence of the job's own lease, which the owner's
+	// heartbeat renews together with last_seen.
+	LastSeenAge time.Duration
 }
 
 // Rules are the timeouts the decision depends on.
@@ -72,10 +75,10 @@ type Input struct {
 type ownerCondition int
 
 const (
-	ownerLive ownerCondition = iota
-	ownerGone                // no agents row
-	ownerStopped             // the process said it stopped
-	ownerRestarted           // the name has a newer generation
+	ownerLive      ownerCondition = iota
+	ownerGone                     // no agents row
+	ownerStopped                  // the process said it stopped
+	ownerRestarted                // the name has a newer generation
 )
 
 func (in Input) owner() ownerCondition {

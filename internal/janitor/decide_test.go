@@ -1,0 +1,161 @@
+package janitor
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+var testRules = Rules{StaleJob: 120 * time.Second, OfflineAfter: 15 * time.Second, AWOLTimeout: time.Hour}
+
+// owned is a job held by agent a1 (generation g1), whose agents row is live,
+// silent for hb; plugin p is loaded and resumable unless a case says not.
+func owned(status string, hb time.Duration) Input {
+	return Input{
+		Status: status, Plugin: "p", Started: status == "running" || status == "canceling",
+		AgentName: "a1", AgentGeneration: "g1", HeartbeatAge: hb,
+		Owner:        Owner{Exists: true, Generation: "g1", State: "running", LastSeenAge: hb},
+		PluginLoaded: true, Resumable: true,
+		Rules: testRules,
+	}
+}
+
+func unowned(status string) Input {
+	return Input{Status: status, Plugin: "p", PluginLoaded: true, Resumable: true, Rules: testRules}
+}
+
+func with(in Input, fs ...func(*Input)) Input {
+	for _, f := range fs {
+		f(&in)
+	}
+	return in
+}
+
+var (
+	gone      = func(in *Input) { in.Owner = Owner{} }
+	restarted = func(in *Input) { in.Owner.Generation = "g2" }
+	stopped   = func(in *Input) { in.Owner.State = "stopped" }
+	draining  = func(in *Input) { in.Owner.State = "draining" }
+	notResum  = func(in *Input) { in.Resumable = false }
+	notLoaded = func(in *Input) { in.Resumable, in.PluginLoaded = false, false }
+	notStart  = func(in *Input) { in.Started = false }
+)
+
+func released(age time.Duration) Input {
+	in := unowned("running")
+	in.Started, in.Released, in.ReleasedAge = true, true, age
+	return in
+}
+
+func TestDecide(t *testing.T) {
+	const stale = 130 * time.Second
+	tests := []struct {
+		name string
+		in   Input
+		want Action
+	}{
+		// Terminal jobs are never touched.
+		{"succeeded", unowned("succeeded"), Action{Kind: None}},
+		{"failed", unowned("failed"), Action{Kind: None}},
+		{"canceled", unowned("canceled"), Action{Kind: None}},
+		{"unknown status", unowned("archived"), Action{Kind: None}},
+
+		// Queued and accepted: nothing ran, requeue when the owner is not live.
+		{"queued unowned", unowned("queued"), Action{Kind: None}},
+		{"accepted unowned", unowned("accepted"), Action{Kind: None}},
+		{"accepted, owner fresh", owned("accepted", 2*time.Second), Action{Kind: None}},
+		{"accepted, just under offline_after", owned("accepted", 15*time.Second-time.Millisecond), Action{Kind: None}},
+		{"accepted, owner offline", owned("accepted", 16*time.Second),
+			Action{Kind: Requeue, Reason: "requeued: agent a1 offline, silent for 16s; the job never started"}},
+		{"accepted, owner missing", with(owned("accepted", 0), gone),
+			Action{Kind: Requeue, Reason: "requeued: agent a1 is gone; the job never started"}},
+		{"accepted, owner restarted, fresh heartbeat", with(owned("accepted", 0), restarted),
+			Action{Kind: Requeue, Reason: "requeued: agent a1 restarted; the job never started"}},
+		{"accepted, owner stopped", with(owned("accepted", 0), stopped),
+			Action{Kind: Requeue, Reason: "requeued: agent a1 stopped; the job never started"}},
+		{"queued but owned, owner offline", owned("queued", time.Minute),
+			Action{Kind: Requeue, Reason: "requeued: agent a1 offline, silent for 60s; the job never started"}},
+
+		// Running with a live owner: nothing, the owner enforces active_timeout.
+		{"running, owner fresh", owned("running", time.Second), Action{Kind: None}},
+		{"running, offline but not stale", owned("running", 60*time.Second), Action{Kind: None}},
+		{"running, owner draining and fresh", with(owned("running", time.Second), draining), Action{Kind: None}},
+		{"running, fresh, plugin gone", with(owned("running", time.Second), notLoaded), Action{Kind: None}},
+
+		// Running, owner stale / gone / restarted, resumable: release.
+		{"running, stale, resumable", owned("running", stale), Action{Kind: Release, Reason: "stale for 130s"}},
+		{"running, exactly stale_job", owned("running", 120*time.Second), Action{Kind: Release, Reason: "stale for 120s"}},
+		{"running, restarted, resumable (no wait)", with(owned("running", 0), restarted), Action{Kind: Release, Reason: "agent restarted"}},
+		{"running, gone, resumable", with(owned("running", 0), gone), Action{Kind: Release, Reason: "agent gone"}},
+		{"running, stopped, resumable", with(owned("running", 0), stopped), Action{Kind: Release, Reason: "agent stopped"}},
+
+		// Running, owner stale / gone / restarted, not resumable: fail + Cleanup.
+		{"running, stale, not resumable", with(owned("running", stale), notResum),
+			Action{Kind: Fail, Reason: "awol: agent a1 silent for 130s", Cleanup: true}},
+		{"running, restarted, not resumable (no wait)", with(owned("running", 0), restarted, notResum),
+			Action{Kind: Fail, Reason: "agent restarted", Cleanup: true}},
+		{"running, gone, not resumable", with(owned("running", 0), gone, notResum),
+			Action{Kind: Fail, Reason: "awol: agent a1 gone", Cleanup: true}},
+		{"running, stopped, not resumable", with(owned("running", 0), stopped, notResum),
+			Action{Kind: Fail, Reason: "awol: agent a1 stopped", Cleanup: true}},
+
+		// Plugin no longer loaded by any live agent: it cannot be resumed.
+		{"running, stale, plugin not loaded anywhere", with(owned("running", stale), notLoaded),
+			Action{Kind: Fail, Reason: `awol: agent a1 silent for 130s (plugin "p" is not loaded by any live agent, so the job cannot be resumed)`, Cleanup: true}},
+		{"running, restarted, plugin not loaded anywhere", with(owned("running", 0), restarted, notLoaded),
+			Action{Kind: Fail, Reason: `agent restarted (plugin "p" is not loaded by any live agent, so the job cannot be resumed)`, Cleanup: true}},
+		{"running, stale, resumable flag but not loaded", with(owned("running", stale), func(in *Input) { in.PluginLoaded = false }),
+			Action{Kind: Fail, Reason: `awol: agent a1 silent for 130s (plugin "p" is not loaded by any live agent, so the job cannot be resumed)`, Cleanup: true}},
+
+		// Released and unclaimed.
+		{"released, within awol_timeout", released(59 * time.Minute), Action{Kind: None}},
+		{"released, past awol_timeout", released(61 * time.Minute),
+			Action{Kind: FailAWOL, Reason: "awol: not resumed within awol_timeout (1h0m0s)", Cleanup: true}},
+		{"released, past awol_timeout, plugin gone", with(released(2*time.Hour), notLoaded),
+			Action{Kind: FailAWOL, Reason: "awol: not resumed within awol_timeout (1h0m0s)", Cleanup: true}},
+		{"released, plugin gone, within awol_timeout", with(released(time.Minute), notLoaded), Action{Kind: None}},
+		{"running unowned, never released", unowned("running"), Action{Kind: None}},
+
+		// Canceling.
+		{"canceling, owner fresh", owned("canceling", time.Second), Action{Kind: None}},
+		{"canceling, owner offline but not stale", owned("canceling", 60*time.Second), Action{Kind: None}},
+		{"canceling, owner stale", owned("canceling", stale),
+			Action{Kind: Cancel, Reason: "canceled by request; agent a1 stopped answering, so the janitor finished the cancel", Cleanup: true}},
+		{"canceling, owner restarted", with(owned("canceling", 0), restarted),
+			Action{Kind: Cancel, Reason: "canceled by request; agent a1 stopped answering, so the janitor finished the cancel", Cleanup: true}},
+		{"canceling, owner gone", with(owned("canceling", 0), gone),
+			Action{Kind: Cancel, Reason: "canceled by request; agent a1 stopped answering, so the janitor finished the cancel", Cleanup: true}},
+		{"canceling, unowned (released)", with(unowned("canceling"), func(in *Input) { in.Started = true }),
+			Action{Kind: Cancel, Reason: "canceled by request; no live agent held the job, so the janitor finished the cancel", Cleanup: true}},
+		{"canceling, never started, owner offline", with(owned("canceling", 16*time.Second), notStart),
+			Action{Kind: Cancel, Reason: "canceled by request; agent a1 stopped answering, so the janitor finished the cancel"}},
+		{"canceling, never started, owner fresh", with(owned("canceling", time.Second), notStart), Action{Kind: None}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, Decide(tt.in))
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	lo, hi := time.Second, 5*time.Minute
+	assert.Equal(t, time.Second, backoff(1, lo, hi))
+	assert.Equal(t, 2*time.Second, backoff(2, lo, hi))
+	assert.Equal(t, 4*time.Second, backoff(3, lo, hi))
+	assert.Equal(t, 256*time.Second, backoff(9, lo, hi))
+	assert.Equal(t, hi, backoff(10, lo, hi))
+	assert.Equal(t, hi, backoff(1000, lo, hi))
+}
+
+func TestMergeContext(t *testing.T) {
+	got, err := mergeContext([]byte(`{"a":1,"b":2}`), []byte(`{"b":3}`))
+	assert.NoError(t, err)
+	assert.JSONEq(t, `{"a":1,"b":3}`, string(got))
+	got, err = mergeContext(nil, nil)
+	assert.NoError(t, err)
+	assert.JSONEq(t, `{}`, string(got))
+	_, err = mergeContext([]byte(`[1]`), nil)
+	assert.Error(t, err)
+}

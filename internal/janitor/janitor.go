@@ -1,0 +1,443 @@
+// Package janitor settles jobs whose holder stopped looking after them and
+// drains the queue of plugin Cleanup calls.
+//
+// Every agent runs a Service. Each pass locks a bounded batch of suspicious
+// active rows with FOR UPDATE SKIP LOCKED, decides each with the pure Decide,
+// and applies the decisions in the same short transaction, so janitors on many
+// agents share the work without acting twice. Every action bumps the job's
+// lease, so a late write of the old holder is refused. Cleanup calls never run
+// inside a transaction: a terminal status and its queued Cleanup commit
+// together, and a worker loop calls the plugin afterwards, with a timeout,
+// retrying with backoff until it succeeds.
+package janitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tetherjobs/tether/internal/metrics"
+	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/plugin"
+	"github.com/tetherjobs/tether/queries"
+)
+
+// Plugins is the part of the plugin manager the janitor uses.
+type Plugins interface {
+	Info(name string) (plugin.Info, bool)
+	Infos() map[string]plugin.Info
+	Cleanup(ctx context.Context, name string, job *plugin.Job) error
+}
+
+// Config configures a Service. Zero values take the defaults.
+type Config struct {
+	Holder store.Holder // the agent this janitor runs in; recorded on its events
+
+	StaleJob      time.Duration // 120s
+	OfflineAfter  time.Duration // 15s (3 × the default keepalive)
+	CleanInterval time.Duration // 10s; each wait is jittered ±20%
+	AWOLTimeout   time.Duration // 1h
+
+	BatchSize          int           // active rows per transaction (100)
+	CleanupTimeout     time.Duration // bound on one Cleanup call (2m)
+	CleanupBackoffMin  time.Duration // wait after the first failed Cleanup (1s)
+	CleanupBackoffMax  time.Duration // cap of the doubling wait (5m)
+	CleanupConcurrency int           // Cleanup calls in flight at once (4)
+
+	// Commands maps each configured command to its default context, merged
+	// under the job's own context for Cleanup as the runner does for Execute.
+	Commands map[string]json.RawMessage
+
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics // nil: a private set nobody scrapes
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.StaleJob, 120*time.Second)
+	def(&c.OfflineAfter, 15*time.Second)
+	def(&c.CleanInterval, 10*time.Second)
+	def(&c.AWOLTimeout, time.Hour)
+	def(&c.CleanupTimeout, 2*time.Minute)
+	def(&c.CleanupBackoffMin, time.Second)
+	def(&c.CleanupBackoffMax, 5*time.Minute)
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.CleanupConcurrency <= 0 {
+		c.CleanupConcurrency = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New()
+	}
+}
+
+func (c *Config) rules() Rules {
+	return Rules{StaleJob: c.StaleJob, OfflineAfter: c.OfflineAfter, AWOLTimeout: c.AWOLTimeout}
+}
+
+// resultTimeout bounds the write of a Cleanup's outcome, which runs even when
+// the agent is shutting down.
+const resultTimeout = 10 * time.Second
+
+// Service is one agent's janitor and Cleanup worker.
+type Service struct {
+	pool    *pgxpool.Pool
+	plugins Plugins
+	cfg     Config
+	log     *slog.Logger
+
+	actions         *prometheus.CounterVec
+	cleanupAttempts *prometheus.CounterVec
+	pending         prometheus.Gauge
+	cleanupFailures prometheus.Counter
+}
+
+// New returns a Service. It does nothing until Run.
+func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
+	cfg.setDefaults()
+	reg := cfg.Metrics.Registry()
+	return &Service{
+		pool:    pool,
+		plugins: plugins,
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "janitor", "agent", cfg.Holder.Name),
+		actions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_janitor_actions_total", Help: "Jobs the janitor settled, by action: requeue, release, fail, fail_awol, cancel.",
+		}, []string{"action"})),
+		cleanupAttempts: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_cleanup_attempts_total", Help: "Queued Cleanup calls this agent made, by result: ok, failed, skipped.",
+		}, []string{"result"})),
+		pending: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tether_cleanups_pending", Help: "Cleanup calls queued and not yet successful (all agents), as of this agent's last janitor pass.",
+		})),
+		cleanupFailures: cfg.Metrics.CleanupFailures,
+	}
+}
+
+// register adds c to reg, or returns the collector already registered under
+// its name (a second Service on the same Metrics shares it).
+func register[T prometheus.Collector](reg *prometheus.Registry, c T) T {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(T); ok {
+			return existing
+		}
+	}
+	return c
+}
+
+// Run runs a janitor pass and a Cleanup pass every clean_interval (jittered)
+// until ctx is cancelled. Database errors are logged and retried next pass.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s.every(ctx, func(ctx context.Context) {
+			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("janitor pass", "err", err)
+			}
+		})
+	})
+	wg.Go(func() {
+		s.every(ctx, func(ctx context.Context) {
+			if _, err := s.CleanupPass(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("cleanup pass", "err", err)
+			}
+		})
+	})
+	wg.Wait()
+	return nil
+}
+
+// every runs fn at once and then every jittered clean_interval.
+func (s *Service) every(ctx context.Context, fn func(context.Context)) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		fn(ctx)
+		timer.Reset(jitter(s.cfg.CleanInterval))
+	}
+}
+
+// jitter spreads d by ±20% so the agents' janitors do not run in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// Pass settles every job that needs it now, a bounded batch per transaction,
+// and returns how many actions it applied. A full batch is followed by the
+// next one at once.
+func (s *Service) Pass(ctx context.Context) (int, error) {
+	total := 0
+	cursor := ""
+	for {
+		n, last, full, err := s.batch(ctx, cursor)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if !full {
+			break
+		}
+		cursor = last
+	}
+	if pending, err := pendingCleanups(ctx, s.pool); err == nil {
+		s.pending.Set(float64(pending))
+	} else {
+		s.log.Warn("counting pending cleanups", "err", err)
+	}
+	return total, nil
+}
+
+// batch locks, decides and applies one batch of rows after cursor. It
+// returns the actions applied, the last job ID seen and whether the batch
+// was full (more may follow).
+func (s *Service) batch(ctx context.Context, cursor string) (int, string, bool, error) {
+	var applied []Kind
+	var last string
+	var full bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		applied = applied[:0]
+		rows, err := tx.Query(ctx, queries.Get("janitor_candidates"),
+			secs(s.cfg.OfflineAfter), secs(s.cfg.AWOLTimeout), secs(s.cfg.StaleJob), cursor, s.cfg.BatchSize)
+		if err != nil {
+			return fmt.Errorf("selecting janitor candidates: %w", err)
+		}
+		cands, err := scanCandidates(rows)
+		if err != nil {
+			return fmt.Errorf("selecting janitor candidates: %w", err)
+		}
+		full = len(cands) == s.cfg.BatchSize
+		if len(cands) > 0 {
+			last = cands[len(cands)-1].JobID
+		}
+		for _, c := range cands {
+			// This agent is live: its own plugins count as well.
+			if info, ok := s.plugins.Info(c.Input.Plugin); ok {
+				c.Input.PluginLoaded = true
+				c.Input.Resumable = c.Input.Resumable || info.Has(plugin.CapResume)
+			}
+			c.Input.Rules = s.cfg.rules()
+			a := Decide(c.Input)
+			ok, err := apply(ctx, tx, s.cfg.Holder, c, a)
+			if err != nil {
+				return err
+			}
+			if ok {
+				applied = append(applied, a.Kind)
+				s.log.Info("janitor settled job", "job", c.JobID, "action", string(a.Kind),
+					"reason", a.Reason, "was_held_by", c.Input.AgentName, "cleanup", a.Cleanup)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, last, false, fmt.Errorf("janitor batch: %w", err)
+	}
+	for _, k := range applied {
+		s.actions.WithLabelValues(string(k)).Inc()
+	}
+	return len(applied), last, full, nil
+}
+
+// ReleasePrevious settles, before the agent claims anything, every job an
+// earlier generation of holder.Name still holds: accepted → requeued;
+// running with a resumable plugin → released "agent restarted"; running
+// otherwise → failed "agent restarted" with a Cleanup queued; canceling →
+// canceled (Cleanup queued if the plugin ran). caps reports this agent's
+// plugins, which decide whether a job can be resumed. It returns how many
+// jobs it settled.
+func ReleasePrevious(ctx context.Context, pool *pgxpool.Pool, holder store.Holder, caps func(plugin string) (plugin.Info, bool)) (int, error) {
+	total := 0
+	cursor := ""
+	const batchSize = 100
+	for {
+		var n int
+		var last string
+		var full bool
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			n = 0
+			rows, err := tx.Query(ctx, queries.Get("janitor_previous"), holder.Name, holder.Generation, cursor, batchSize)
+			if err != nil {
+				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
+			}
+			cands, err := scanCandidates(rows)
+			if err != nil {
+				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
+			}
+			full = len(cands) == batchSize
+			if len(cands) > 0 {
+				last = cands[len(cands)-1].JobID
+			}
+			for _, c := range cands {
+				// The name now belongs to this generation, registered or not yet.
+				c.Input.Owner = Owner{Exists: true, Generation: holder.Generation, State: "running"}
+				if info, ok := caps(c.Input.Plugin); ok {
+					c.Input.PluginLoaded = true
+					c.Input.Resumable = info.Has(plugin.CapResume)
+				}
+				ok, err := apply(ctx, tx, holder, c, Decide(c.Input))
+				if err != nil {
+					return err
+				}
+				if ok {
+					n++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("releasing jobs of earlier generations of %s: %w", holder.Name, err)
+		}
+		total += n
+		if !full {
+			return total, nil
+		}
+		cursor = last
+	}
+}
+
+// CleanupPass runs the due Cleanups of the plugins this agent has loaded,
+// CleanupConcurrency at a time, until none is due. It returns how many it
+// attempted.
+func (s *Service) CleanupPass(ctx context.Context) (int, error) {
+	infos := s.plugins.Infos()
+	names := make([]string, 0, len(infos))
+	for name := range infos {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return 0, nil
+	}
+	// The claim outlives the call's timeout, so only a dead worker's lapses.
+	hold := s.cfg.CleanupTimeout + resultTimeout + 5*time.Second
+	total := 0
+	for ctx.Err() == nil {
+		claimed, err := claimCleanups(ctx, s.pool, s.cfg.Holder.Name, names, s.cfg.CleanupConcurrency, hold)
+		if err != nil {
+			return total, err
+		}
+		var wg sync.WaitGroup
+		for _, c := range claimed {
+			wg.Go(func() { s.runCleanup(ctx, c) })
+		}
+		wg.Wait()
+		total += len(claimed)
+		if len(claimed) < s.cfg.CleanupConcurrency {
+			break
+		}
+	}
+	return total, nil
+}
+
+// runCleanup makes one Cleanup call outside any transaction and records it.
+func (s *Service) runCleanup(ctx context.Context, c claimedCleanup) {
+	log := s.log.With("job", c.JobID, "plugin", c.Plugin, "attempt", c.Attempts)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultTimeout+s.cfg.CleanupTimeout)
+	defer cancel()
+
+	info, loaded := s.plugins.Info(c.Plugin)
+	if loaded && !info.Has(plugin.CapCleanup) {
+		msg := fmt.Sprintf("plugin %q has no Cleanup; nothing to clean up", c.Plugin)
+		if err := cleanupDone(wctx, s.pool, s.cfg.Holder, c, "cleanup_skipped", msg); err != nil {
+			log.Warn("recording skipped cleanup", "err", err)
+		}
+		s.cleanupAttempts.WithLabelValues("skipped").Inc()
+		return
+	}
+	err := s.callCleanup(ctx, c, loaded)
+	if err == nil {
+		if err := cleanupDone(wctx, s.pool, s.cfg.Holder, c, "cleanup_ok", fmt.Sprintf("attempt %d", c.Attempts)); err != nil {
+			log.Warn("recording cleanup", "err", err)
+		}
+		s.cleanupAttempts.WithLabelValues("ok").Inc()
+		log.Info("cleanup done")
+		return
+	}
+	wait := backoff(c.Attempts, s.cfg.CleanupBackoffMin, s.cfg.CleanupBackoffMax)
+	log.Warn("cleanup failed; will retry", "err", err, "retry_in", wait)
+	s.cleanupAttempts.WithLabelValues("failed").Inc()
+	s.cleanupFailures.Inc()
+	if err := cleanupFailed(wctx, s.pool, s.cfg.Holder, c, wait, err); err != nil {
+		log.Warn("recording failed cleanup", "err", err)
+	}
+}
+
+func (s *Service) callCleanup(ctx context.Context, c claimedCleanup, loaded bool) error {
+	if !loaded {
+		return fmt.Errorf("plugin %q is no longer loaded on agent %s", c.Plugin, s.cfg.Holder.Name)
+	}
+	jobCtx, err := mergeContext(s.cfg.Commands[c.Command], c.Context)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CleanupTimeout)
+	defer cancel()
+	job := &plugin.Job{ID: c.JobID, Command: c.Command, Attempt: c.Attempt, Context: jobCtx}
+	if err := s.plugins.Cleanup(cctx, c.Plugin, job); err != nil {
+		return fmt.Errorf("cleanup through plugin %q: %w", c.Plugin, err)
+	}
+	return nil
+}
+
+// backoff is the wait after the attempts-th failed call: lo doubling per
+// attempt, capped at hi.
+func backoff(attempts int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 1; i < attempts && d < hi; i++ {
+		d *= 2
+	}
+	if d > hi {
+		d = hi
+	}
+	return d
+}
+
+// mergeContext lays the job's top-level keys over the command's defaults,
+// exactly as the runner does for Execute and Resume.
+func mergeContext(defaults, job json.RawMessage) (json.RawMessage, error) {
+	if len(defaults) == 0 || string(defaults) == "null" {
+		if len(job) == 0 {
+			return json.RawMessage(`{}`), nil
+		}
+		return job, nil
+	}
+	merged := map[string]json.RawMessage{}
+	if err := json.Unmarshal(defaults, &merged); err != nil {
+		return nil, fmt.Errorf("command default context: %w", err)
+	}
+	if len(job) > 0 && string(job) != "null" {
+		var over map[string]json.RawMessage
+		if err := json.Unmarshal(job, &over); err != nil {
+			return nil, fmt.Errorf("job context: %w", err)
+		}
+		for k, v := range over {
+			merged[k] = v
+		}
+	}
+	return json.Marshal(merged)
+}
