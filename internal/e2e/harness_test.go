@@ -282,9 +282,13 @@ func (h *harness) waitTerminal(ctx context.Context, ids []string, within time.Du
 	h.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		var open int
+		var open, found int
 		require.NoError(h.t, h.pool.QueryRow(ctx,
-			`SELECT count(*) FROM jobs WHERE id = ANY($1) AND status NOT IN ('succeeded', 'failed', 'canceled')`, ids).Scan(&open))
+			`SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'failed', 'canceled')), count(*) FROM jobs WHERE id = ANY($1)`,
+			ids).Scan(&open, &found))
+		if found != len(ids) {
+			h.t.Fatalf("%d of %d jobs vanished from the database", len(ids)-found, len(ids))
+		}
 		if open == 0 {
 			return
 		}
