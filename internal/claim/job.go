@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -46,7 +47,7 @@ func (s *Service) run(j *runningJob) {
 	}
 	info, loaded := s.plugins.Info(pluginName)
 
-	jobCtx, err := mergeContext(cmd.Context, c.Job.Context)
+	jobCtx, err := jobctx.Merge(cmd.Context, c.Job.Context)
 	if err != nil {
 		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.Permanent)})
 		return

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
@@ -296,28 +295,4 @@ func (s *Service) leaseLost(jobID string) {
 	if j != nil {
 		j.cancel(errLeaseLost)
 	}
-}
-
-// mergeContext lays the job's top-level keys over the command's defaults.
-func mergeContext(defaults, job json.RawMessage) (json.RawMessage, error) {
-	if len(defaults) == 0 || string(defaults) == "null" {
-		if len(job) == 0 {
-			return json.RawMessage(`{}`), nil
-		}
-		return job, nil
-	}
-	merged := map[string]json.RawMessage{}
-	if err := json.Unmarshal(defaults, &merged); err != nil {
-		return nil, fmt.Errorf("command default context: %w", err)
-	}
-	if len(job) > 0 && string(job) != "null" {
-		var over map[string]json.RawMessage
-		if err := json.Unmarshal(job, &over); err != nil {
-			return nil, fmt.Errorf("job context: %w", err)
-		}
-		for k, v := range over {
-			merged[k] = v
-		}
-	}
-	return json.Marshal(merged)
 }

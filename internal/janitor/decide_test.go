@@ -1,6 +1,8 @@
 package janitor
 
 import (
+	"github.com/tetherjobs/tether/internal/jobctx"
+
 	"testing"
 	"time"
 
@@ -150,12 +152,12 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestMergeContext(t *testing.T) {
-	got, err := mergeContext([]byte(`{"a":1,"b":2}`), []byte(`{"b":3}`))
+	got, err := jobctx.Merge([]byte(`{"a":1,"b":2}`), []byte(`{"b":3}`))
 	assert.NoError(t, err)
 	assert.JSONEq(t, `{"a":1,"b":3}`, string(got))
-	got, err = mergeContext(nil, nil)
+	got, err = jobctx.Merge(nil, nil)
 	assert.NoError(t, err)
 	assert.JSONEq(t, `{}`, string(got))
-	_, err = mergeContext([]byte(`[1]`), nil)
+	_, err = jobctx.Merge([]byte(`[1]`), nil)
 	assert.Error(t, err)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -391,7 +392,7 @@ func (s *Service) callCleanup(ctx context.Context, c claimedCleanup, loaded bool
 	if !loaded {
 		return fmt.Errorf("plugin %q is no longer loaded on agent %s", c.Plugin, s.cfg.Holder.Name)
 	}
-	jobCtx, err := mergeContext(s.cfg.Commands[c.Command], c.Context)
+	jobCtx, err := jobctx.Merge(s.cfg.Commands[c.Command], c.Context)
 	if err != nil {
 		return err
 	}
@@ -415,29 +416,4 @@ func backoff(attempts int, lo, hi time.Duration) time.Duration {
 		d = hi
 	}
 	return d
-}
-
-// mergeContext lays the job's top-level keys over the command's defaults,
-// exactly as the runner does for Execute and Resume.
-func mergeContext(defaults, job json.RawMessage) (json.RawMessage, error) {
-	if len(defaults) == 0 || string(defaults) == "null" {
-		if len(job) == 0 {
-			return json.RawMessage(`{}`), nil
-		}
-		return job, nil
-	}
-	merged := map[string]json.RawMessage{}
-	if err := json.Unmarshal(defaults, &merged); err != nil {
-		return nil, fmt.Errorf("command default context: %w", err)
-	}
-	if len(job) > 0 && string(job) != "null" {
-		var over map[string]json.RawMessage
-		if err := json.Unmarshal(job, &over); err != nil {
-			return nil, fmt.Errorf("job context: %w", err)
-		}
-		for k, v := range over {
-			merged[k] = v
-		}
-	}
-	return json.Marshal(merged)
 }
