@@ -168,7 +168,14 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}()
 	defer func() { stopRun(); <-janDone }()
 	lockErr := make(chan error, 1)
-	go func() { lockErr <- lock.watch(runCtx, cfg.Agent.Keepalive.Std()) }()
+	lockDone := make(chan struct{})
+	go func() {
+		defer close(lockDone)
+		lockErr <- lock.watch(runCtx, cfg.Agent.Keepalive.Std())
+	}()
+	// The lock's connection is closed (deferred above) only after watch
+	// stopped using it.
+	defer func() { stopRun(); <-lockDone }()
 
 	var result error
 	select {
