@@ -29,6 +29,7 @@ type Config struct {
 	Agent       Agent  `yaml:"agent"`
 	HTTP        HTTP   `yaml:"http"`
 	Logs        Logs   `yaml:"logs"`
+	Drain       Drain  `yaml:"drain"`
 	// PluginDir is where tether-plugin-<name> binaries are found; "" means
 	// the directory of the running tether executable.
 	PluginDir string `yaml:"plugin_dir"`
@@ -70,6 +71,22 @@ type Token struct {
 	Name  string `yaml:"name"`
 	Token string `yaml:"token"`
 }
+
+// Drain configures what an agent does with its jobs on SIGTERM/SIGINT.
+type Drain struct {
+	// Handoff is when resumable jobs are released to other agents:
+	// "immediate" (at once, the default), "deadline" (keep watching them
+	// until shutdown_timeout, then release) or "never" (only stop watching;
+	// the janitor releases them).
+	Handoff string `yaml:"handoff"`
+}
+
+// Handoff modes.
+const (
+	HandoffImmediate = "immediate"
+	HandoffDeadline  = "deadline"
+	HandoffNever     = "never"
+)
 
 // Logs configures job log capture.
 type Logs struct {
@@ -115,6 +132,7 @@ func Default() *Config {
 			MaxBodyBytes:  1 << 20,
 			ShutdownGrace: Duration(10 * time.Second),
 		},
+		Drain: Drain{Handoff: HandoffImmediate},
 		Logs: Logs{
 			MaxBytesPerStream: 10 << 20,
 			FlushInterval:     Duration(200 * time.Millisecond),

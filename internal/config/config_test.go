@@ -203,6 +203,7 @@ func TestEnvVarNames(t *testing.T) {
 	}
 	want := map[string]string{
 		"database_url":              "DATABASE_URL",
+		"drain.handoff":             "TETHER_DRAIN_HANDOFF",
 		"agent.name":                "TETHER_AGENT_NAME",
 		"agent.capacity":            "TETHER_AGENT_CAPACITY",
 		"agent.poll_interval":       "TETHER_AGENT_POLL_INTERVAL",
@@ -354,4 +355,13 @@ func TestMergeContext(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"script":"echo a","env":{"X":"1"}}`, string(got))
 	assert.Equal(t, "echo a", c.Context["script"], "defaults are not modified")
+}
+
+func TestDrainHandoff(t *testing.T) {
+	cfg, err := Load("", func(k string) string { return map[string]string{"TETHER_DRAIN_HANDOFF": "deadline"}[k] })
+	require.NoError(t, err)
+	assert.Equal(t, HandoffDeadline, cfg.Drain.Handoff)
+	assert.Equal(t, HandoffImmediate, Default().Drain.Handoff)
+	_, err = Load("", func(k string) string { return map[string]string{"TETHER_DRAIN_HANDOFF": "later"}[k] })
+	assert.ErrorContains(t, err, `drain.handoff: must be "immediate", "deadline" or "never", got "later"`)
 }

@@ -29,6 +29,11 @@ func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
+	switch c.Drain.Handoff {
+	case HandoffImmediate, HandoffDeadline, HandoffNever:
+	default:
+		add("drain.handoff: must be %q, %q or %q, got %q", HandoffImmediate, HandoffDeadline, HandoffNever, c.Drain.Handoff)
+	}
 	a := c.Agent
 	if a.Capacity < 1 {
 		add("agent.capacity: must be at least 1, got %d", a.Capacity)
