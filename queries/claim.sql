@@ -5,12 +5,14 @@
 WITH picked AS (
     SELECT a.job_id
     FROM active_jobs a
+    JOIN jobs j ON j.id = a.job_id
     WHERE a.agent_name IS NULL
       AND a.run_after <= now()
       AND a.command = ANY($4::text[])
+      AND j.status IN ('queued', 'running') -- an unowned canceling job is the janitor's
     ORDER BY a.run_after, a.job_id
     LIMIT $3
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF a SKIP LOCKED
 ), claimed AS (
     UPDATE active_jobs a
     SET agent_name = $1, agent_generation = $2, lease = a.lease + 1,

@@ -91,8 +91,10 @@ func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) e
 
 	started := make(chan string, 1)
 	agentErr := make(chan error, 1)
+	agentCtx, hurry, stopSignals := drainSignals(ctx, log)
+	defer stopSignals()
 	go func() {
-		agentErr <- agent.Run(ctx, cfg, log, agent.Options{Getenv: a.getenv, Started: func(addr string) { started <- addr }})
+		agentErr <- agent.Run(agentCtx, cfg, log, agent.Options{Getenv: a.getenv, Hurry: hurry, Started: func(addr string) { started <- addr }})
 	}()
 	var addr string
 	select {

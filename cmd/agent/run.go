@@ -1,6 +1,12 @@
 package main
 
 import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
 	"github.com/spf13/cobra"
 
 	"github.com/tetherjobs/tether/internal/agent"
@@ -23,9 +29,49 @@ and TETHER_* environment variables; see docs/configuration.md.`,
 			}
 			logger := a.logger()
 			logger.Info("starting tether agent", "version", agent.Version, "config", cfg)
-			return agent.Run(cmd.Context(), cfg, logger, agent.Options{NoMigrate: noMigrate, Getenv: a.getenv})
+			ctx, hurry, stop := drainSignals(cmd.Context(), logger)
+			defer stop()
+			return agent.Run(ctx, cfg, logger, agent.Options{NoMigrate: noMigrate, Getenv: a.getenv, Hurry: hurry})
 		},
 	}
 	cmd.Flags().BoolVar(&noMigrate, "no-migrate", false, "do not apply database migrations at start")
 	return cmd
+}
+
+// drainSignals turns SIGTERM/SIGINT into the drain: the first ends the
+// returned context (the agent drains), the second closes hurry (it stops
+// waiting for running jobs). While registered here, signals never kill the
+// process outright, so a second Ctrl-C still hands resumable jobs off.
+func drainSignals(parent context.Context, log *slog.Logger) (context.Context, <-chan struct{}, func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, os.Interrupt)
+	// The root command's context also ends on the first signal; the drain
+	// must not depend on it, or a parent's cancel would skip the handoff.
+	ctx, begin := context.WithCancel(context.WithoutCancel(parent))
+	hurry := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case sig := <-ch:
+				n++
+				switch n {
+				case 1:
+					log.Info("signal received: draining (a second signal stops waiting for jobs)", "signal", sig.String())
+					begin()
+				case 2:
+					log.Info("second signal: stopping running jobs now", "signal", sig.String())
+					close(hurry)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, hurry, func() {
+		signal.Stop(ch)
+		close(done)
+		begin()
+	}
 }

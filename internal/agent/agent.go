@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,6 +21,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/drain"
 	"github.com/tetherjobs/tether/internal/janitor"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/migrate"
@@ -30,8 +32,14 @@ import (
 // Version is the agent's version, recorded in its registration.
 var Version = "dev"
 
+// drainStopTimeout bounds the last drain step: the plugins' own grace for
+// stopping a job (shell: kill_grace, 10s by default) plus the final writes.
+const drainStopTimeout = 15 * time.Second
+
 // Options are the knobs of Run that are not configuration.
 type Options struct {
+	// Hurry, closed by a second signal, cuts the drain's wait short.
+	Hurry     <-chan struct{}
 	NoMigrate bool
 	// Getenv reads the environment (nil = os.Getenv); tests pass their own.
 	Getenv func(string) string
@@ -39,7 +47,8 @@ type Options struct {
 	Started func(addr string)
 }
 
-// Run runs an agent until ctx is cancelled, then shuts it down.
+// Run runs an agent until ctx is cancelled, then drains it (see
+// internal/drain) and shuts it down.
 func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Options) error {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
@@ -144,7 +153,15 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		Metrics:       m,
 	})
 
-	srv, ln, err := listen(cfg, st, plugins, m, logger)
+	var draining atomic.Bool
+	ready := func(context.Context) error {
+		if draining.Load() {
+			return fmt.Errorf("agent %s is draining", name)
+		}
+		return plugins.Ready()
+	}
+	stopping := make(chan struct{})
+	srv, ln, err := listen(cfg, st, ready, stopping, m, logger)
 	if err != nil {
 		return err
 	}
@@ -156,7 +173,8 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}
 
 	runErr := make(chan error, 1)
-	runCtx, stopRun := context.WithCancel(ctx)
+	// ctx ending starts the drain; the loops run on until it is done.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	go func() { runErr <- svc.Run(runCtx) }()
 	janDone := make(chan struct{})
@@ -180,6 +198,20 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	var result error
 	select {
 	case <-ctx.Done():
+		draining.Store(true) // /readyz fails first, so load balancers move on
+		bg := context.WithoutCancel(ctx)
+		if err := st.SetAgentState(bg, holder, "draining"); err != nil {
+			log.Warn("marking agent draining", "err", err)
+		}
+		if _, err := drain.Run(bg, svc, opts.Hurry, drain.Config{
+			Handoff:         cfg.Drain.Handoff,
+			ShutdownTimeout: cfg.Agent.ShutdownTimeout.Std(),
+			StopTimeout:     drainStopTimeout,
+			AgentName:       name,
+			Logger:          log,
+		}); err != nil {
+			log.Error("draining", "err", err)
+		}
 		stopRun()
 		result = <-runErr
 	case err := <-runErr:
@@ -196,6 +228,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HTTP.ShutdownGrace.Std())
 	defer cancel()
+	close(stopping) // end followed log streams; other requests finish
 	if err := srv.Shutdown(shutCtx); err != nil {
 		log.Warn("shutting down the API", "err", err)
 	}
@@ -284,11 +317,12 @@ func pluginsJSON(m *pluginhost.Manager) json.RawMessage {
 	return b
 }
 
-func listen(cfg *config.Config, st *store.Store, plugins *pluginhost.Manager, m *metrics.Metrics, logger *slog.Logger) (*http.Server, net.Listener, error) {
+func listen(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger) (*http.Server, net.Listener, error) {
 	handler := api.New(api.Options{
 		Store:        st,
 		Commands:     cfg.Commands,
-		Ready:        func(context.Context) error { return plugins.Ready() },
+		Ready:        ready,
+		Stopping:     stopping,
 		Tokens:       cfg.HTTP.Tokens,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		Logger:       logger,

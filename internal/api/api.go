@@ -34,6 +34,9 @@ type Options struct {
 	// LogPollInterval is how often a followed log polls the database; 0
 	// means 250ms.
 	LogPollInterval time.Duration
+	// Stopping, when closed, ends followed log streams, so a graceful
+	// shutdown is not held by clients tailing a long job. Nil: never.
+	Stopping <-chan struct{}
 }
 
 // Defaults for zero Options fields.

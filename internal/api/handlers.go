@@ -385,6 +385,8 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.opts.Stopping:
+			return // the agent is shutting down; the client may follow another
 		case <-timer.C:
 		}
 		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {

@@ -19,8 +19,9 @@ type runningJob struct {
 	ctx      context.Context
 	cancelFn context.CancelCauseFunc
 
-	resumable bool // the plugin can reattach: stopping means detaching
-	deferred  bool // its final write waits for the database; keep its output
+	resumable bool          // the plugin can reattach: stopping means detaching
+	deferred  bool          // its final write waits for the database; keep its output
+	done      chan struct{} // closed when its runner has returned
 
 	mu     sync.Mutex
 	handle []byte
@@ -124,6 +125,13 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 		if s.finish(j, log, store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}) && info.Has(plugin.CapCleanup) {
 			s.cleanup(j, log, pluginName, pj)
 		}
+	case errors.Is(cause, errHandoff), errors.Is(cause, errDetached):
+		// Stop watching; the remote work goes on. HandOff releases the lease
+		// (or, detached, the janitor does). Keep the output written so far.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
+		defer cancel()
+		s.logs.flushNow(ctx)
+		log.Info("stopped watching resumable job", "why", cause)
 	case errors.Is(cause, errSelfFenced):
 		// The database is unreachable: write what happened when it returns.
 		if info.Has(plugin.CapResume) {

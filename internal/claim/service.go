@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/metrics"
@@ -93,6 +94,8 @@ var (
 	errShutdown        = errors.New("agent shut down before the job finished")
 	errSuperseded      = errors.New("another process registered under this agent's name")
 	errSelfFenced      = errors.New("self-fenced: the agent could not renew its leases")
+	errHandoff         = errors.New("handed off to another agent")
+	errDetached        = errors.New("detached at shutdown; left to the janitor")
 )
 
 // Service is one agent's claim loop, heartbeat and job runners.
@@ -108,6 +111,8 @@ type Service struct {
 	mu   sync.Mutex
 	jobs map[string]*runningJob
 
+	draining       atomic.Bool   // no more claims
+	changed        chan struct{} // a job ended (for WaitIdle)
 	wake           chan struct{} // claim now
 	beat           chan struct{} // heartbeat now
 	wg             sync.WaitGroup
@@ -146,6 +151,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		commands:   cmds,
 		jobs:       map[string]*runningJob{},
 		wake:       make(chan struct{}, 1),
+		changed:    make(chan struct{}, 1),
 		beat:       make(chan struct{}, 1),
 		superseded: make(chan struct{}),
 	}
@@ -246,7 +252,7 @@ func (s *Service) claimLoop(ctx context.Context) error {
 
 func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	free := s.free()
-	if free <= 0 {
+	if free <= 0 || s.draining.Load() {
 		return 0, nil
 	}
 	claimed, err := s.store.Claim(ctx, s.cfg.Holder, free, s.commands)
@@ -264,7 +270,7 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 func (s *Service) start(ctx context.Context, c store.Claimed) {
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	info, _ := s.plugins.Info(c.Job.Plugin)
-	j := &runningJob{claimed: c, ctx: jctx, cancelFn: cancel, resumable: info.Has(plugin.CapResume)}
+	j := &runningJob{claimed: c, ctx: jctx, cancelFn: cancel, resumable: info.Has(plugin.CapResume), done: make(chan struct{})}
 	s.mu.Lock()
 	s.jobs[c.Job.ID] = j
 	s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
@@ -281,6 +287,8 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 			delete(s.jobs, c.Job.ID)
 			s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
 			s.mu.Unlock()
+			close(j.done)
+			s.kick(s.changed)
 			s.kick(s.wake)
 		}()
 		s.run(j)

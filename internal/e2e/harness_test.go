@@ -161,21 +161,22 @@ func (a *agentProc) exited() bool {
 }
 
 // startAgent starts `tether run` under name and waits until it registered.
-func (h *harness) startAgent(ctx context.Context, name string) *agentProc {
+// env adds KEY=value overrides (TETHER_* variables) to the agent's environment.
+func (h *harness) startAgent(ctx context.Context, name string, env ...string) *agentProc {
 	h.t.Helper()
-	a := h.spawnAgent(name)
+	a := h.spawnAgent(name, env...)
 	h.waitRegistered(ctx, a)
 	return a
 }
 
-func (h *harness) spawnAgent(name string) *agentProc {
+func (h *harness) spawnAgent(name string, env ...string) *agentProc {
 	h.t.Helper()
 	cmd := exec.Command(bins.Tether, "run", "--config", h.cfgPath, "--log-level", "debug")
-	cmd.Env = []string{
+	cmd.Env = append([]string{
 		"DATABASE_URL=" + h.dbURL,
 		"TETHER_AGENT_NAME=" + name,
 		"PATH=" + os.Getenv("PATH"),
-	}
+	}, env...)
 	out := &syncBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own group, so cleanup can take the agent and its plugins at once;
@@ -223,6 +224,52 @@ func (h *harness) kill9(a *agentProc) {
 		h.t.Fatalf("killing agent %s: %v", a.name, err)
 	}
 	<-a.done
+}
+
+// signal sends sig to the agent process alone, as ECS or a terminal would.
+func (h *harness) signal(a *agentProc, sig syscall.Signal) {
+	h.t.Helper()
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		h.t.Fatalf("sending %v to agent %s: %v", sig, a.name, err)
+	}
+}
+
+// waitExit waits up to within for the agent to exit and returns its exit
+// code (-1 if a signal ended it).
+func (h *harness) waitExit(a *agentProc, within time.Duration) int {
+	h.t.Helper()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-a.done:
+		return a.cmd.ProcessState.ExitCode()
+	case <-t.C:
+		h.t.Fatalf("agent %s did not exit within %s:\n%s", a.name, within, a.out.tail(8000))
+		return 0
+	}
+}
+
+// apiAddr waits for the agent's "API listening" log line and returns its
+// address (the harness listens on port 0).
+func (h *harness) apiAddr(ctx context.Context, a *agentProc) string {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, line := range strings.Split(a.out.String(), "\n") {
+			if !strings.Contains(line, "API listening") {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if addr, ok := strings.CutPrefix(f, "addr="); ok {
+					return addr
+				}
+			}
+		}
+		if a.exited() || time.Now().After(deadline) {
+			h.t.Fatalf("agent %s logged no API address:\n%s", a.name, a.out.tail(8000))
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
 }
 
 func (h *harness) killAll() {

@@ -1,0 +1,54 @@
+# syntax=docker/dockerfile:1
+#
+# tether agent image: the agent plus every plugin under plugins/ (today
+# shell; ecs and sparkeks join automatically when their directories exist).
+#
+#   docker build -t tether:dev --build-arg VERSION=$(git describe --always) .
+#
+# The entrypoint runs the agent directly under tini (exec form, no shell in
+# between), so the SIGTERM that ECS sends on a rollout reaches `tether run`,
+# which drains: see docs/operations.md, "Rolling deploys".
+
+FROM golang:1.26 AS build
+WORKDIR /src
+# Module downloads are cached in their own layer.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+# Static binaries: the final stage needs no Go toolchain or matching libc.
+ENV CGO_ENABLED=0
+RUN set -eu; \
+    mkdir -p /out; \
+    go build -trimpath \
+        -ldflags "-s -w -X github.com/tetherjobs/tether/internal/agent.Version=${VERSION}" \
+        -o /out/tether ./cmd/agent; \
+    for dir in plugins/*/; do \
+        name="$(basename "$dir")"; \
+        echo "building tether-plugin-$name"; \
+        go build -trimpath -ldflags "-s -w" -o "/out/tether-plugin-$name" "./$dir"; \
+    done
+
+FROM debian:trixie-slim
+# tini: PID 1 that forwards signals and reaps orphans (plugin processes and
+# their children re-parented to PID 1). curl: the ECS container health check.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates curl tini \
+    && rm -rf /var/lib/apt/lists/*
+RUN groupadd --system --gid 10001 tether \
+    && useradd --system --uid 10001 --gid tether --home-dir /var/lib/tether --create-home --shell /usr/sbin/nologin tether
+# Plugins sit next to the agent: plugin_dir defaults to the directory of the
+# tether executable.
+COPY --from=build /out/ /usr/local/bin/
+# An example configuration (commands and plugin settings live in the file;
+# everything scalar can be overridden with TETHER_* variables). Replace it in
+# a derived image or mount your own at this path.
+COPY deploy/tether.yaml /etc/tether/tether.yaml
+ENV TETHER_CONFIG=/etc/tether/tether.yaml
+USER 10001:10001
+WORKDIR /var/lib/tether
+EXPOSE 9090
+# -s: stay a child subreaper when ECS's own init (initProcessEnabled) is PID 1,
+# so orphans are reaped here either way. tini forwards SIGTERM to tether only;
+# the agent decides when its plugins stop.
+ENTRYPOINT ["/usr/bin/tini", "-s", "--", "/usr/local/bin/tether", "run"]
