@@ -45,9 +45,9 @@ and TETHER_* environment variables; see docs/configuration.md.`,
 func drainSignals(parent context.Context, log *slog.Logger) (context.Context, <-chan struct{}, func()) {
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGTERM, os.Interrupt)
-	// The root command's context also ends on the first signal; the drain
-	// must not depend on it, or a parent's cancel would skip the handoff.
-	ctx, begin := context.WithCancel(context.WithoutCancel(parent))
+	// The root command's context also ends on the first signal (and tests
+	// end it to stop an in-process agent): either begins the drain.
+	ctx, begin := context.WithCancel(parent)
 	hurry := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

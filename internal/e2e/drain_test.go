@@ -106,7 +106,7 @@ func TestDrainHandsOffResumableAndWaitsForShell(t *testing.T) {
 	h := newHarness(t, pgtest.URL(t), drainTimings())
 
 	a := h.startAgent(ctx, "drain-a", drainEnv(20*time.Second, "")...)
-	res, sh := h.submitMix(ctx, 5, 2, 8*time.Second, 4*time.Second)
+	res, sh := h.submitMix(ctx, 5, 2, 10*time.Second, 6*time.Second)
 	h.waitStarted(ctx, res, sh)
 	b := h.startAgent(ctx, "drain-b")
 
@@ -319,15 +319,23 @@ func TestDrainHTTPGracefulShutdown(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, ready.code, "/readyz while draining: %s", ready.body)
 	assert.Contains(t, ready.body, "draining", "/readyz while draining")
 
-	agents := httpGet(ctx, t, base+"/api/v1/agents")
-	require.Equal(t, http.StatusOK, agents.code, "the API keeps serving during the drain: %s", agents.body)
-	var list struct {
-		Agents []store.Agent `json:"agents"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(agents.body), &list), agents.body)
+	// /readyz turns first; the row is marked draining right after.
+	var agents httpResult
 	states := map[string]string{}
-	for _, ag := range list.Agents {
-		states[ag.Name] = ag.State
+	for deadline := time.Now().Add(time.Second); ; {
+		agents = httpGet(ctx, t, base+"/api/v1/agents")
+		require.Equal(t, http.StatusOK, agents.code, "the API keeps serving during the drain: %s", agents.body)
+		var list struct {
+			Agents []store.Agent `json:"agents"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(agents.body), &list), agents.body)
+		for _, ag := range list.Agents {
+			states[ag.Name] = ag.State
+		}
+		if states[a.name] != "running" || time.Now().After(deadline) {
+			break
+		}
+		sleep(ctx, 20*time.Millisecond)
 	}
 	assert.Equal(t, "draining", states[a.name], "GET /api/v1/agents during the drain: %s", agents.body)
 	assert.Equal(t, "running", states["http-b"], "GET /api/v1/agents during the drain: %s", agents.body)
