@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -21,6 +22,10 @@ import (
 // error means the call itself failed (the process crashed, the connection
 // broke, or ctx ended; then it wraps ctx.Err()).
 type GRPCClient struct {
+	// StopGrace is how long a cancelled Execute or Resume may take to return
+	// (0: DefaultStopGrace). Set it before the first call.
+	StopGrace time.Duration
+
 	client pb.PluginClient
 	broker *goplugin.GRPCBroker
 
@@ -74,6 +79,10 @@ func (c *GRPCClient) HealthCheck(ctx context.Context, config json.RawMessage) er
 	return errFromPB(resp.GetError())
 }
 
+// DefaultStopGrace bounds how long the host waits for a cancelled call to
+// return: above the shell plugin's default kill_grace (10s).
+const DefaultStopGrace = 30 * time.Second
+
 type runFunc func(context.Context, *pb.RunRequest, ...grpc.CallOption) (*pb.RunResponse, error)
 
 // run routes the plugin's Runtime requests for this call to rt while it lasts.
@@ -92,14 +101,56 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 		c.mu.Unlock()
 	}()
 
-	resp, err := call(ctx, &pb.RunRequest{Job: jobToPB(job), Handle: rt.Handle(), RuntimeBrokerId: c.runtimeID, CallId: id})
+	// ctx ending does not cut the call: the plugin is asked to stop (Cancel)
+	// and the call returns when it has, so the job's end is recorded only
+	// once its work has really stopped. A plugin that does not return within
+	// StopGrace, or that cannot be asked, is cut off.
+	callCtx, cut := context.WithCancel(context.WithoutCancel(ctx))
+	defer cut()
+	returned := make(chan struct{})
+	defer close(returned)
+	go c.cancelOnDone(ctx, callCtx, cut, returned, id)
+
+	resp, err := call(callCtx, &pb.RunRequest{Job: jobToPB(job), Handle: rt.Handle(), RuntimeBrokerId: c.runtimeID, CallId: id})
 	if err != nil {
 		return nil, callError(ctx, op, err)
 	}
 	if err := errFromPB(resp.GetError()); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			// Stopped because we asked: keep the plugin's class and say why.
+			return nil, fmt.Errorf("%w (%w)", err, ctxErr)
+		}
 		return nil, err
 	}
 	return resultFromPB(resp.GetResult()), nil
+}
+
+// cancelOnDone forwards the end of ctx to the plugin as a Cancel of call id,
+// then cuts the call if it has not returned within the stop grace.
+func (c *GRPCClient) cancelOnDone(ctx, callCtx context.Context, cut context.CancelFunc, returned <-chan struct{}, id uint64) {
+	select {
+	case <-returned:
+		return
+	case <-ctx.Done():
+	}
+	askCtx, cancel := context.WithTimeout(callCtx, 5*time.Second)
+	resp, err := c.client.Cancel(askCtx, &pb.CancelRequest{CallId: id})
+	cancel()
+	if err != nil || !resp.GetFound() {
+		cut() // an older plugin, or a broken connection: stop waiting at once
+		return
+	}
+	grace := c.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-returned:
+	case <-t.C:
+		cut()
+	}
 }
 
 // serveRuntime serves the Runtime service to the plugin through the broker

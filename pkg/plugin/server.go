@@ -22,6 +22,23 @@ type grpcServer struct {
 
 	mu       sync.Mutex
 	runtimes map[uint32]pb.RuntimeClient // by broker id; dialed once, kept
+	calls    map[uint64]context.CancelCauseFunc // in-flight runs by call id
+}
+
+// errHostCanceled is the cause a plugin's job context carries when the host
+// asked it to stop.
+var errHostCanceled = errors.New("canceled by the host")
+
+// Cancel stops an in-flight Execute or Resume; the call itself returns when
+// the implementation does.
+func (s *grpcServer) Cancel(_ context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
+	s.mu.Lock()
+	cancel, ok := s.calls[req.GetCallId()]
+	s.mu.Unlock()
+	if ok {
+		cancel(errHostCanceled)
+	}
+	return &pb.CancelResponse{Found: ok}, nil
 }
 
 // runtime returns a client for the host's Runtime service at broker id,
@@ -73,6 +90,20 @@ func (s *grpcServer) Resume(ctx context.Context, req *pb.RunRequest) (*pb.RunRes
 func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(context.Context, *Job, Runtime) (*Result, error)) (*pb.RunResponse, error) {
 	ctx, done := s.life.begin(ctx)
 	defer done()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	id := req.GetCallId()
+	s.mu.Lock()
+	if s.calls == nil {
+		s.calls = map[uint64]context.CancelCauseFunc{}
+	}
+	s.calls[id] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.calls, id)
+		s.mu.Unlock()
+	}()
 	client, err := s.runtime(req.GetRuntimeBrokerId())
 	if err != nil {
 		// Nothing ran yet, so the job can safely be tried again.

@@ -916,6 +916,94 @@ func (x *CheckpointResponse) GetError() *Error {
 	return nil
 }
 
+type CancelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CallId        uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"` // the RunRequest's call_id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_plugin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CancelRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+type CancelResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"` // false: the call had already returned
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_plugin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CancelResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
 var File_plugin_proto protoreflect.FileDescriptor
 
 const file_plugin_proto_rawDesc = "" +
@@ -966,7 +1054,11 @@ const file_plugin_proto_rawDesc = "" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\fR\x06handle\"C\n" +
 	"\x12CheckpointResponse\x12-\n" +
-	"\x05error\x18\x01 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error*\x80\x01\n" +
+	"\x05error\x18\x01 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\"(\n" +
+	"\rCancelRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\"&\n" +
+	"\x0eCancelResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found*\x80\x01\n" +
 	"\n" +
 	"ErrorClass\x12\x1b\n" +
 	"\x17ERROR_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -976,13 +1068,14 @@ const file_plugin_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\x8a\x03\n" +
+	"\rSTREAM_STDERR\x10\x022\xd7\x03\n" +
 	"\x06Plugin\x12E\n" +
 	"\x04Info\x12\x1d.tether.plugin.v1.InfoRequest\x1a\x1e.tether.plugin.v1.InfoResponse\x12F\n" +
 	"\aExecute\x12\x1c.tether.plugin.v1.RunRequest\x1a\x1d.tether.plugin.v1.RunResponse\x12E\n" +
 	"\x06Resume\x12\x1c.tether.plugin.v1.RunRequest\x1a\x1d.tether.plugin.v1.RunResponse\x12N\n" +
 	"\aCleanup\x12 .tether.plugin.v1.CleanupRequest\x1a!.tether.plugin.v1.CleanupResponse\x12Z\n" +
-	"\vHealthCheck\x12$.tether.plugin.v1.HealthCheckRequest\x1a%.tether.plugin.v1.HealthCheckResponse2\xac\x01\n" +
+	"\vHealthCheck\x12$.tether.plugin.v1.HealthCheckRequest\x1a%.tether.plugin.v1.HealthCheckResponse\x12K\n" +
+	"\x06Cancel\x12\x1f.tether.plugin.v1.CancelRequest\x1a .tether.plugin.v1.CancelResponse2\xac\x01\n" +
 	"\aRuntime\x12H\n" +
 	"\x05Write\x12\x1e.tether.plugin.v1.WriteRequest\x1a\x1f.tether.plugin.v1.WriteResponse\x12W\n" +
 	"\n" +
@@ -1001,7 +1094,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_plugin_proto_goTypes = []any{
 	(ErrorClass)(0),             // 0: tether.plugin.v1.ErrorClass
 	(Stream)(0),                 // 1: tether.plugin.v1.Stream
@@ -1020,6 +1113,8 @@ var file_plugin_proto_goTypes = []any{
 	(*WriteResponse)(nil),       // 14: tether.plugin.v1.WriteResponse
 	(*CheckpointRequest)(nil),   // 15: tether.plugin.v1.CheckpointRequest
 	(*CheckpointResponse)(nil),  // 16: tether.plugin.v1.CheckpointResponse
+	(*CancelRequest)(nil),       // 17: tether.plugin.v1.CancelRequest
+	(*CancelResponse)(nil),      // 18: tether.plugin.v1.CancelResponse
 }
 var file_plugin_proto_depIdxs = []int32{
 	0,  // 0: tether.plugin.v1.Error.class:type_name -> tether.plugin.v1.ErrorClass
@@ -1038,17 +1133,19 @@ var file_plugin_proto_depIdxs = []int32{
 	7,  // 13: tether.plugin.v1.Plugin.Resume:input_type -> tether.plugin.v1.RunRequest
 	9,  // 14: tether.plugin.v1.Plugin.Cleanup:input_type -> tether.plugin.v1.CleanupRequest
 	11, // 15: tether.plugin.v1.Plugin.HealthCheck:input_type -> tether.plugin.v1.HealthCheckRequest
-	13, // 16: tether.plugin.v1.Runtime.Write:input_type -> tether.plugin.v1.WriteRequest
-	15, // 17: tether.plugin.v1.Runtime.Checkpoint:input_type -> tether.plugin.v1.CheckpointRequest
-	6,  // 18: tether.plugin.v1.Plugin.Info:output_type -> tether.plugin.v1.InfoResponse
-	8,  // 19: tether.plugin.v1.Plugin.Execute:output_type -> tether.plugin.v1.RunResponse
-	8,  // 20: tether.plugin.v1.Plugin.Resume:output_type -> tether.plugin.v1.RunResponse
-	10, // 21: tether.plugin.v1.Plugin.Cleanup:output_type -> tether.plugin.v1.CleanupResponse
-	12, // 22: tether.plugin.v1.Plugin.HealthCheck:output_type -> tether.plugin.v1.HealthCheckResponse
-	14, // 23: tether.plugin.v1.Runtime.Write:output_type -> tether.plugin.v1.WriteResponse
-	16, // 24: tether.plugin.v1.Runtime.Checkpoint:output_type -> tether.plugin.v1.CheckpointResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
+	17, // 16: tether.plugin.v1.Plugin.Cancel:input_type -> tether.plugin.v1.CancelRequest
+	13, // 17: tether.plugin.v1.Runtime.Write:input_type -> tether.plugin.v1.WriteRequest
+	15, // 18: tether.plugin.v1.Runtime.Checkpoint:input_type -> tether.plugin.v1.CheckpointRequest
+	6,  // 19: tether.plugin.v1.Plugin.Info:output_type -> tether.plugin.v1.InfoResponse
+	8,  // 20: tether.plugin.v1.Plugin.Execute:output_type -> tether.plugin.v1.RunResponse
+	8,  // 21: tether.plugin.v1.Plugin.Resume:output_type -> tether.plugin.v1.RunResponse
+	10, // 22: tether.plugin.v1.Plugin.Cleanup:output_type -> tether.plugin.v1.CleanupResponse
+	12, // 23: tether.plugin.v1.Plugin.HealthCheck:output_type -> tether.plugin.v1.HealthCheckResponse
+	18, // 24: tether.plugin.v1.Plugin.Cancel:output_type -> tether.plugin.v1.CancelResponse
+	14, // 25: tether.plugin.v1.Runtime.Write:output_type -> tether.plugin.v1.WriteResponse
+	16, // 26: tether.plugin.v1.Runtime.Checkpoint:output_type -> tether.plugin.v1.CheckpointResponse
+	19, // [19:27] is the sub-list for method output_type
+	11, // [11:19] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1065,7 +1162,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

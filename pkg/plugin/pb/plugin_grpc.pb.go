@@ -38,6 +38,7 @@ const (
 	Plugin_Resume_FullMethodName      = "/tether.plugin.v1.Plugin/Resume"
 	Plugin_Cleanup_FullMethodName     = "/tether.plugin.v1.Plugin/Cleanup"
 	Plugin_HealthCheck_FullMethodName = "/tether.plugin.v1.Plugin/HealthCheck"
+	Plugin_Cancel_FullMethodName      = "/tether.plugin.v1.Plugin/Cancel"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -49,6 +50,10 @@ type PluginClient interface {
 	Resume(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (*RunResponse, error)
 	Cleanup(ctx context.Context, in *CleanupRequest, opts ...grpc.CallOption) (*CleanupResponse, error)
 	HealthCheck(ctx context.Context, in *HealthCheckRequest, opts ...grpc.CallOption) (*HealthCheckResponse, error)
+	// Cancel asks an in-flight Execute or Resume to stop. The host keeps the
+	// call open until the plugin has really stopped its work (a shell job's
+	// grace period included), so it records the end only when it is true.
+	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 }
 
 type pluginClient struct {
@@ -109,6 +114,16 @@ func (c *pluginClient) HealthCheck(ctx context.Context, in *HealthCheckRequest, 
 	return out, nil
 }
 
+func (c *pluginClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, Plugin_Cancel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -118,6 +133,10 @@ type PluginServer interface {
 	Resume(context.Context, *RunRequest) (*RunResponse, error)
 	Cleanup(context.Context, *CleanupRequest) (*CleanupResponse, error)
 	HealthCheck(context.Context, *HealthCheckRequest) (*HealthCheckResponse, error)
+	// Cancel asks an in-flight Execute or Resume to stop. The host keeps the
+	// call open until the plugin has really stopped its work (a shell job's
+	// grace period included), so it records the end only when it is true.
+	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -142,6 +161,9 @@ func (UnimplementedPluginServer) Cleanup(context.Context, *CleanupRequest) (*Cle
 }
 func (UnimplementedPluginServer) HealthCheck(context.Context, *HealthCheckRequest) (*HealthCheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method HealthCheck not implemented")
+}
+func (UnimplementedPluginServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -254,6 +276,24 @@ func _Plugin_HealthCheck_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).Cancel(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -280,6 +320,10 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "HealthCheck",
 			Handler:    _Plugin_HealthCheck_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _Plugin_Cancel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -159,10 +159,44 @@ func TestCleanupFromFreshPluginKillsRunningGroup(t *testing.T) {
 	}
 }
 
-func TestCleanupInSameProcessSkipsGrace(t *testing.T) {
+// Cleanup of a job still running here stops it the graceful way: the
+// group gets kill_grace after SIGTERM (a cancel's stop may be under way), and
+// is killed at once only when Cleanup's own deadline comes.
+func TestCleanupInSameProcessHonoursGraceUntilItsDeadline(t *testing.T) {
 	e := newTestEnv(t)
 	dir := t.TempDir()
 	job := e.job(t, map[string]any{"script": stubbornScript, "working_dir": dir, "kill_grace": "1m"})
+	p := New()
+	done := startExecute(context.Background(), p, job, &fakeRuntime{})
+	gc := readPID(t, filepath.Join(dir, "gc.pid"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := p.Cleanup(ctx, job); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	took := time.Since(start)
+	if took < time.Second {
+		t.Errorf("Cleanup took %s: the SIGTERM-ignoring group was killed before Cleanup's deadline", took)
+	}
+	if took > 10*time.Second {
+		t.Errorf("Cleanup took %s: its deadline did not force the kill", took)
+	}
+	if alive(gc) {
+		t.Errorf("grandchild %d alive after Cleanup", gc)
+	}
+	r := waitResult(t, done, time.Second) // Cleanup waits for Execute to return
+	pe := requireClass(t, r.err, plugin.Retriable)
+	if !strings.HasPrefix(pe.Message, "canceled: stopped by Cleanup") {
+		t.Errorf("message = %q", pe.Message)
+	}
+}
+
+func TestCleanupInSameProcessWaitsOutTheGrace(t *testing.T) {
+	e := newTestEnv(t)
+	dir := t.TempDir()
+	job := e.job(t, map[string]any{"script": stubbornScript, "working_dir": dir, "kill_grace": "700ms"})
 	p := New()
 	done := startExecute(context.Background(), p, job, &fakeRuntime{})
 	gc := readPID(t, filepath.Join(dir, "gc.pid"))
@@ -171,17 +205,13 @@ func TestCleanupInSameProcessSkipsGrace(t *testing.T) {
 	if err := p.Cleanup(context.Background(), job); err != nil {
 		t.Fatalf("Cleanup: %v", err)
 	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("Cleanup took %s", took)
+	if took := time.Since(start); took < 700*time.Millisecond {
+		t.Errorf("Cleanup took %s, less than kill_grace: the grace was skipped", took)
 	}
 	if alive(gc) {
 		t.Errorf("grandchild %d alive after Cleanup", gc)
 	}
-	r := waitResult(t, done, time.Second) // Cleanup waits for Execute to return
-	pe := requireClass(t, r.err, plugin.Retriable)
-	if !strings.HasPrefix(pe.Message, "canceled: killed by Cleanup") {
-		t.Errorf("message = %q", pe.Message)
-	}
+	waitResult(t, done, time.Second)
 }
 
 func TestCleanupUnknownJobSucceeds(t *testing.T) {

@@ -50,7 +50,7 @@ const (
 )
 
 var (
-	errCleanup  = errors.New("killed by Cleanup")
+	errCleanup  = errors.New("stopped by Cleanup")
 	errShutdown = errors.New("the shell plugin is shutting down")
 )
 
@@ -78,6 +78,9 @@ type runKey struct {
 }
 
 // run is a job's process group while Execute is running it.
+// forcedStopWait is how long Cleanup waits for a group it had to SIGKILL.
+const forcedStopWait = 2 * time.Second
+
 type run struct {
 	cancel    context.CancelCauseFunc // cancels Execute's context: graceful stop
 	force     chan struct{}           // closed to skip the kill grace
@@ -453,13 +456,25 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 		}
 	}
 	p.mu.Unlock()
+	// A job still running here is stopped the graceful way (SIGTERM, then
+	// SIGKILL after kill_grace): Cleanup often follows a cancel whose stop is
+	// already under way, and must not cut its grace short. Only when
+	// Cleanup's own deadline comes is the group killed at once.
 	for _, r := range live {
-		r.kill(errCleanup)
+		r.cancel(errCleanup)
 	}
 	for _, r := range live {
 		select {
 		case <-r.done:
+			continue
 		case <-ctx.Done():
+		}
+		r.kill(errCleanup)
+		t := time.NewTimer(forcedStopWait)
+		select {
+		case <-r.done:
+			t.Stop()
+		case <-t.C:
 			return plugin.Errorf(plugin.Retriable, "cleanup of job %s: its process group is still stopping: %v", job.ID, context.Cause(ctx))
 		}
 	}
