@@ -32,10 +32,6 @@ import (
 // Version is the agent's version, recorded in its registration.
 var Version = "dev"
 
-// drainStopTimeout bounds the last drain step: the plugins' own grace for
-// stopping a job (shell: kill_grace, 10s by default) plus the final writes.
-const drainStopTimeout = 15 * time.Second
-
 // Options are the knobs of Run that are not configuration.
 type Options struct {
 	// Hurry, closed by a second signal, cuts the drain's wait short.
@@ -206,7 +202,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		if _, err := drain.Run(bg, svc, opts.Hurry, drain.Config{
 			Handoff:         cfg.Drain.Handoff,
 			ShutdownTimeout: cfg.Agent.ShutdownTimeout.Std(),
-			StopTimeout:     drainStopTimeout,
+			StopTimeout:     config.DrainStopBound,
 			AgentName:       name,
 			Logger:          log,
 		}); err != nil {

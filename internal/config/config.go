@@ -22,6 +22,11 @@ import (
 // must finish inside it.
 const ECSStopTimeout = 120 * time.Second
 
+// DrainStopBound is how long a drain may take, after shutdown_timeout, to stop
+// the jobs still running: the plugins' own grace (the shell plugin's
+// kill_grace, 10s by default) plus the final writes.
+const DrainStopBound = 12 * time.Second
+
 // Config is the whole configuration of an agent.
 type Config struct {
 	// DatabaseURL is a libpq URL or keyword/value string. Env: DATABASE_URL.
@@ -130,7 +135,7 @@ func Default() *Config {
 		HTTP: HTTP{
 			Listen:        ":9090",
 			MaxBodyBytes:  1 << 20,
-			ShutdownGrace: Duration(10 * time.Second),
+			ShutdownGrace: Duration(5 * time.Second),
 		},
 		Drain: Drain{Handoff: HandoffImmediate},
 		Logs: Logs{

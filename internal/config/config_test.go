@@ -42,7 +42,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, ":9090", cfg.HTTP.Listen)
 	assert.Equal(t, int64(1<<20), cfg.HTTP.MaxBodyBytes)
 	assert.Empty(t, cfg.HTTP.Tokens)
-	assert.Equal(t, 10*time.Second, cfg.HTTP.ShutdownGrace.Std())
+	assert.Equal(t, 5*time.Second, cfg.HTTP.ShutdownGrace.Std())
 	assert.Equal(t, int64(10485760), cfg.Logs.MaxBytesPerStream)
 	assert.Equal(t, 200*time.Millisecond, cfg.Logs.FlushInterval.Std())
 	assert.Equal(t, "", cfg.PluginDir)
@@ -364,4 +364,11 @@ func TestDrainHandoff(t *testing.T) {
 	assert.Equal(t, HandoffImmediate, Default().Drain.Handoff)
 	_, err = Load("", func(k string) string { return map[string]string{"TETHER_DRAIN_HANDOFF": "later"}[k] })
 	assert.ErrorContains(t, err, `drain.handoff: must be "immediate", "deadline" or "never", got "later"`)
+}
+
+func TestDrainMustFitECSStopTimeout(t *testing.T) {
+	_, err := Parse([]byte("agent: {shutdown_timeout: 110s}\n"))
+	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m50s) + 12s to stop the last jobs + http.shutdown_grace (5s) = 2m7s must be less than ECS's 2m0s stopTimeout")
+	_, err = Parse([]byte("agent: {shutdown_timeout: 100s}\n"))
+	assert.NoError(t, err, "the defaults fit: 100s + 12s + 5s = 117s")
 }
