@@ -21,7 +21,7 @@ type grpcServer struct {
 	life   *lifecycle
 
 	mu       sync.Mutex
-	runtimes map[uint32]pb.RuntimeClient // by broker id; dialed once, kept
+	runtimes map[uint32]pb.RuntimeClient        // by broker id; dialed once, kept
 	calls    map[uint64]context.CancelCauseFunc // in-flight runs by call id
 }
 
