@@ -1,0 +1,567 @@
+package emulator
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type tag struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+type cluster struct {
+	name string
+	arn  string
+	tags []tag
+}
+
+func newCluster(name string, tags []tag) *cluster {
+	return &cluster{name: name, arn: "arn:aws:ecs:" + region + ":" + account + ":cluster/" + name, tags: tags}
+}
+
+type kv struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type logConfig struct {
+	LogDriver string            `json:"logDriver"`
+	Options   map[string]string `json:"options"`
+}
+
+// containerDef holds the container fields the emulator acts on; the full
+// definition is kept raw so it is echoed back unchanged.
+type containerDef struct {
+	Name             string     `json:"name"`
+	Image            string     `json:"image"`
+	Essential        *bool      `json:"essential"`
+	Command          []string   `json:"command"`
+	EntryPoint       []string   `json:"entryPoint"`
+	Environment      []kv       `json:"environment"`
+	LogConfiguration *logConfig `json:"logConfiguration"`
+	WorkingDirectory string     `json:"workingDirectory"`
+}
+
+func (c containerDef) essential() bool { return c.Essential == nil || *c.Essential }
+
+type taskDef struct {
+	family         string
+	revision       int
+	arn            string
+	status         string
+	raw            map[string]any
+	containers     []containerDef
+	networkMode    string
+	registeredAt   time.Time
+	deregisteredAt time.Time
+	tags           []tag
+}
+
+func (td *taskDef) render() map[string]any {
+	m := make(map[string]any, len(td.raw)+6)
+	for k, v := range td.raw {
+		m[k] = v
+	}
+	m["taskDefinitionArn"] = td.arn
+	m["family"] = td.family
+	m["revision"] = td.revision
+	m["status"] = td.status
+	m["registeredAt"] = epoch(td.registeredAt)
+	m["registeredBy"] = "arn:aws:iam::" + account + ":root"
+	if !td.deregisteredAt.IsZero() {
+		m["deregisteredAt"] = epoch(td.deregisteredAt)
+	}
+	if _, ok := m["compatibilities"]; !ok {
+		m["compatibilities"] = []string{"EC2", "FARGATE"}
+	}
+	return m
+}
+
+func (e *Emulator) ecsOps() map[string]func([]byte) (any, error) {
+	return map[string]func([]byte) (any, error){
+		"CreateCluster":            e.createCluster,
+		"DescribeClusters":         e.describeClusters,
+		"RegisterTaskDefinition":   e.registerTaskDefinition,
+		"DescribeTaskDefinition":   e.describeTaskDefinition,
+		"ListTaskDefinitions":      e.listTaskDefinitions,
+		"DeregisterTaskDefinition": e.deregisterTaskDefinition,
+		"RunTask":                  e.runTaskOp,
+		"DescribeTasks":            e.describeTasks,
+		"ListTasks":                e.listTasks,
+		"StopTask":                 e.stopTask,
+		"TagResource":              e.tagResource,
+		"UntagResource":            e.untagResource,
+		"ListTagsForResource":      e.listTagsForResource,
+	}
+}
+
+// clusterName accepts a short name or a cluster ARN; empty means "default".
+func clusterName(s string) string {
+	if s == "" {
+		return "default"
+	}
+	if i := strings.Index(s, ":cluster/"); i >= 0 && strings.HasPrefix(s, "arn:") {
+		return s[i+len(":cluster/"):]
+	}
+	return s
+}
+
+// lookupCluster needs e.mu held.
+func (e *Emulator) lookupCluster(s string) (*cluster, error) {
+	c, ok := e.clusters[clusterName(s)]
+	if !ok {
+		return nil, errf("ClusterNotFoundException", "Cluster not found.")
+	}
+	return c, nil
+}
+
+func validateTags(tags []tag) error {
+	if len(tags) > 50 {
+		return invalidParam("Tags: at most 50 tags are allowed")
+	}
+	for _, t := range tags {
+		if t.Key == "" || len(t.Key) > 128 || len(t.Value) > 256 {
+			return invalidParam("Tag key must be 1-128 characters and value at most 256 characters")
+		}
+		if strings.HasPrefix(strings.ToLower(t.Key), "aws:") {
+			return invalidParam("Tag keys prefixed with 'aws:' are reserved")
+		}
+	}
+	return nil
+}
+
+// mergeTags returns base with add applied (same key replaces).
+func mergeTags(base, add []tag) []tag {
+	out := append([]tag(nil), base...)
+	for _, a := range add {
+		replaced := false
+		for i := range out {
+			if out[i].Key == a.Key {
+				out[i].Value, replaced = a.Value, true
+			}
+		}
+		if !replaced {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func renderCluster(c *cluster, running, pending int, withTags bool) map[string]any {
+	m := map[string]any{
+		"clusterArn":                        c.arn,
+		"clusterName":                       c.name,
+		"status":                            "ACTIVE",
+		"runningTasksCount":                 running,
+		"pendingTasksCount":                 pending,
+		"activeServicesCount":               0,
+		"registeredContainerInstancesCount": 0,
+	}
+	if withTags {
+		m["tags"] = nonNilTags(c.tags)
+	}
+	return m
+}
+
+func nonNilTags(t []tag) []tag {
+	if t == nil {
+		return []tag{}
+	}
+	return t
+}
+
+func (e *Emulator) clusterCounts(name string) (running, pending int) {
+	now := time.Now()
+	for _, t := range e.tasks {
+		if t.cluster != name || e.expired(t, now) {
+			continue
+		}
+		switch t.lastStatus {
+		case "RUNNING":
+			running++
+		case "PROVISIONING", "PENDING":
+			pending++
+		}
+	}
+	return running, pending
+}
+
+func (e *Emulator) createCluster(body []byte) (any, error) {
+	var req struct {
+		ClusterName string `json:"clusterName"`
+		Tags        []tag  `json:"tags"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := validateTags(req.Tags); err != nil {
+		return nil, err
+	}
+	name := clusterName(req.ClusterName)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, ok := e.clusters[name]
+	if !ok {
+		// CreateCluster is idempotent in ECS: an existing cluster is returned.
+		c = newCluster(name, req.Tags)
+		e.clusters[name] = c
+	}
+	r, p := e.clusterCounts(name)
+	return map[string]any{"cluster": renderCluster(c, r, p, true)}, nil
+}
+
+func (e *Emulator) describeClusters(body []byte) (any, error) {
+	var req struct {
+		Clusters []string `json:"clusters"`
+		Include  []string `json:"include"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Clusters) == 0 {
+		req.Clusters = []string{"default"}
+	}
+	if len(req.Clusters) > 100 {
+		return nil, invalidParam("clusters: at most 100 clusters can be described")
+	}
+	withTags := contains(req.Include, "TAGS")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	clusters := []map[string]any{}
+	failures := []failure{}
+	for _, s := range req.Clusters {
+		c, ok := e.clusters[clusterName(s)]
+		if !ok {
+			arn := s
+			if !strings.HasPrefix(s, "arn:") {
+				arn = newCluster(s, nil).arn
+			}
+			failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
+			continue
+		}
+		r, p := e.clusterCounts(c.name)
+		clusters = append(clusters, renderCluster(c, r, p, withTags))
+	}
+	return map[string]any{"clusters": clusters, "failures": failures}, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Emulator) registerTaskDefinition(body []byte) (any, error) {
+	var raw map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, errf("SerializationException", "decoding request: %v", err)
+	}
+	var req struct {
+		Family               string         `json:"family"`
+		ContainerDefinitions []containerDef `json:"containerDefinitions"`
+		NetworkMode          string         `json:"networkMode"`
+		Tags                 []tag          `json:"tags"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.Family == "" || len(req.Family) > 255 {
+		return nil, clientErr("Family must be 1-255 characters")
+	}
+	for _, r := range req.Family {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return nil, clientErr("Family contains invalid characters; allowed are letters, numbers, hyphens and underscores")
+		}
+	}
+	if len(req.ContainerDefinitions) == 0 {
+		return nil, clientErr("Container list cannot be empty.")
+	}
+	essential := false
+	seen := map[string]bool{}
+	for _, c := range req.ContainerDefinitions {
+		if c.Name == "" {
+			return nil, clientErr("Container.name should not be null or empty.")
+		}
+		if c.Image == "" {
+			return nil, clientErr("Container.image should not be null or empty.")
+		}
+		if seen[c.Name] {
+			return nil, clientErr("Duplicate container name %q", c.Name)
+		}
+		seen[c.Name] = true
+		essential = essential || c.essential()
+	}
+	if !essential {
+		return nil, clientErr("Task definition must have at least one essential container.")
+	}
+	if err := validateTags(req.Tags); err != nil {
+		return nil, err
+	}
+	delete(raw, "tags")
+	// Echo container definitions with essential made explicit, as ECS does.
+	if defs, ok := raw["containerDefinitions"].([]any); ok {
+		for i, d := range defs {
+			if m, ok := d.(map[string]any); ok {
+				if _, has := m["essential"]; !has {
+					m["essential"] = req.ContainerDefinitions[i].essential()
+				}
+			}
+		}
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rev := len(e.families[req.Family]) + 1
+	td := &taskDef{
+		family:       req.Family,
+		revision:     rev,
+		arn:          "arn:aws:ecs:" + region + ":" + account + ":task-definition/" + req.Family + ":" + strconv.Itoa(rev),
+		status:       "ACTIVE",
+		raw:          raw,
+		containers:   req.ContainerDefinitions,
+		networkMode:  req.NetworkMode,
+		registeredAt: time.Now(),
+		tags:         req.Tags,
+	}
+	e.families[req.Family] = append(e.families[req.Family], td)
+	return map[string]any{"taskDefinition": td.render(), "tags": nonNilTags(td.tags)}, nil
+}
+
+// lookupTaskDef resolves family, family:revision or an ARN; e.mu must be held.
+// A bare family means its latest ACTIVE revision.
+func (e *Emulator) lookupTaskDef(s string) (*taskDef, bool) {
+	if i := strings.Index(s, ":task-definition/"); i >= 0 && strings.HasPrefix(s, "arn:") {
+		s = s[i+len(":task-definition/"):]
+	}
+	family, revStr, hasRev := strings.Cut(s, ":")
+	defs := e.families[family]
+	if !hasRev {
+		for i := len(defs) - 1; i >= 0; i-- {
+			if defs[i].status == "ACTIVE" {
+				return defs[i], true
+			}
+		}
+		return nil, false
+	}
+	rev, err := strconv.Atoi(revStr)
+	if err != nil || rev < 1 || rev > len(defs) {
+		return nil, false
+	}
+	return defs[rev-1], true
+}
+
+func (e *Emulator) describeTaskDefinition(body []byte) (any, error) {
+	var req struct {
+		TaskDefinition string   `json:"taskDefinition"`
+		Include        []string `json:"include"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	td, ok := e.lookupTaskDef(req.TaskDefinition)
+	if !ok {
+		return nil, clientErr("Unable to describe task definition.")
+	}
+	out := map[string]any{"taskDefinition": td.render()}
+	if contains(req.Include, "TAGS") {
+		out["tags"] = nonNilTags(td.tags)
+	}
+	return out, nil
+}
+
+func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
+	var req struct {
+		FamilyPrefix string `json:"familyPrefix"`
+		Status       string `json:"status"`
+		Sort         string `json:"sort"`
+		MaxResults   *int   `json:"maxResults"`
+		NextToken    string `json:"nextToken"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.Status == "" {
+		req.Status = "ACTIVE"
+	}
+	limit := 100
+	if req.MaxResults != nil {
+		if *req.MaxResults < 1 || *req.MaxResults > 100 {
+			return nil, invalidParam("maxResults must be between 1 and 100")
+		}
+		limit = *req.MaxResults
+	}
+	e.mu.Lock()
+	var arns []string
+	families := make([]string, 0, len(e.families))
+	for f := range e.families {
+		if strings.HasPrefix(f, req.FamilyPrefix) {
+			families = append(families, f)
+		}
+	}
+	sort.Strings(families)
+	for _, f := range families {
+		for _, td := range e.families[f] {
+			if td.status == req.Status {
+				arns = append(arns, td.arn)
+			}
+		}
+	}
+	e.mu.Unlock()
+	if strings.EqualFold(req.Sort, "DESC") {
+		for i, j := 0, len(arns)-1; i < j; i, j = i+1, j-1 {
+			arns[i], arns[j] = arns[j], arns[i]
+		}
+	}
+	page, next, err := paginate(arns, req.NextToken, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"taskDefinitionArns": page}
+	if next != "" {
+		out["nextToken"] = next
+	}
+	return out, nil
+}
+
+// paginate pages a stable list by offset.
+func paginate(list []string, token string, limit int) ([]string, string, error) {
+	start := 0
+	if token != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(token, "o/"))
+		if err != nil || n < 0 {
+			return nil, "", invalidParam("Invalid nextToken")
+		}
+		start = min(n, len(list))
+	}
+	end := min(start+limit, len(list))
+	page := append([]string{}, list[start:end]...)
+	if end < len(list) {
+		return page, "o/" + strconv.Itoa(end), nil
+	}
+	return page, "", nil
+}
+
+func (e *Emulator) deregisterTaskDefinition(body []byte) (any, error) {
+	var req struct {
+		TaskDefinition string `json:"taskDefinition"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	s := req.TaskDefinition
+	if i := strings.Index(s, ":task-definition/"); i >= 0 {
+		s = s[i+len(":task-definition/"):]
+	}
+	if !strings.Contains(s, ":") {
+		return nil, clientErr("Revision must be specified: use family:revision or the full ARN")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	td, ok := e.lookupTaskDef(s)
+	if !ok {
+		return nil, clientErr("The specified task definition does not exist.")
+	}
+	if td.status == "ACTIVE" {
+		td.status = "INACTIVE"
+		td.deregisteredAt = time.Now()
+	}
+	return map[string]any{"taskDefinition": td.render()}, nil
+}
+
+// resourceTags finds the tag list of a cluster, task definition or task ARN; e.mu held.
+func (e *Emulator) resourceTags(arn string) (*[]tag, error) {
+	switch {
+	case strings.Contains(arn, ":cluster/"):
+		if c, ok := e.clusters[clusterName(arn)]; ok {
+			return &c.tags, nil
+		}
+	case strings.Contains(arn, ":task-definition/"):
+		if strings.Contains(arn[strings.Index(arn, ":task-definition/")+len(":task-definition/"):], ":") {
+			if td, ok := e.lookupTaskDef(arn); ok {
+				return &td.tags, nil
+			}
+		}
+	case strings.Contains(arn, ":task/"):
+		id := arn[strings.LastIndex(arn, "/")+1:]
+		if t, ok := e.tasks[id]; ok && !e.expired(t, time.Now()) {
+			return &t.tags, nil
+		}
+	default:
+		return nil, invalidParam("Invalid resource ARN %q", arn)
+	}
+	return nil, errf("ResourceNotFoundException", "The specified resource could not be found.")
+}
+
+func (e *Emulator) tagResource(body []byte) (any, error) {
+	var req struct {
+		ResourceArn string `json:"resourceArn"`
+		Tags        []tag  `json:"tags"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	tags, err := e.resourceTags(req.ResourceArn)
+	if err != nil {
+		return nil, err
+	}
+	merged := mergeTags(*tags, req.Tags)
+	if err := validateTags(merged); err != nil {
+		return nil, err
+	}
+	*tags = merged
+	return map[string]any{}, nil
+}
+
+func (e *Emulator) untagResource(body []byte) (any, error) {
+	var req struct {
+		ResourceArn string   `json:"resourceArn"`
+		TagKeys     []string `json:"tagKeys"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	tags, err := e.resourceTags(req.ResourceArn)
+	if err != nil {
+		return nil, err
+	}
+	var kept []tag
+	for _, t := range *tags {
+		if !contains(req.TagKeys, t.Key) {
+			kept = append(kept, t)
+		}
+	}
+	*tags = kept
+	return map[string]any{}, nil
+}
+
+func (e *Emulator) listTagsForResource(body []byte) (any, error) {
+	var req struct {
+		ResourceArn string `json:"resourceArn"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	tags, err := e.resourceTags(req.ResourceArn)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"tags": nonNilTags(append([]tag(nil), *tags...))}, nil
+}

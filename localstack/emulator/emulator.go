@@ -1,0 +1,411 @@
+// Package emulator serves a local subset of the Amazon ECS and CloudWatch
+// Logs JSON 1.1 protocols, good enough for the real aws-sdk-go-v2 clients.
+// Each ECS task runs its containers' commands as local processes.
+package emulator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	region  = "us-east-1"
+	account = "000000000000"
+
+	ecsTargetPrefix  = "AmazonEC2ContainerServiceV20141113."
+	logsTargetPrefix = "Logs_20140328."
+
+	// stepDelay separates PROVISIONING, PENDING and RUNNING so pollers can see them.
+	stepDelay = 20 * time.Millisecond
+	// clientTokenTTL is how long RunTask remembers a clientToken, as in ECS.
+	clientTokenTTL = 24 * time.Hour
+	maxBodyBytes   = 10 << 20
+)
+
+// Options configures an Emulator. Zero values get the documented defaults.
+type Options struct {
+	// StoppedRetention is how long stopped tasks stay visible (default 1h).
+	StoppedRetention time.Duration
+	// StopTimeout is the wait between SIGTERM and SIGKILL (default 30s).
+	StopTimeout time.Duration
+	// ThrottleRate is the fraction of AWS requests answered with ThrottlingException.
+	ThrottleRate float64
+	// ServerErrorRate is the fraction of AWS requests answered with HTTP 500.
+	ServerErrorRate float64
+	// Latency is added to every AWS request.
+	Latency time.Duration
+	// FailToStartRate is the fraction of tasks that stop with TaskFailedToStart.
+	FailToStartRate float64
+	// CapacityErrorRate is the fraction of RunTask task slots returned under
+	// failures with reason RESOURCE:CPU instead of being launched.
+	CapacityErrorRate float64
+	Logger            *slog.Logger
+	// Seed makes fault injection reproducible; 0 picks a random seed.
+	Seed int64
+}
+
+// Faults are the fault-injection knobs that can change at runtime.
+type Faults struct {
+	ThrottleRate      float64       `json:"throttleRate"`
+	ServerErrorRate   float64       `json:"serverErrorRate"`
+	Latency           time.Duration `json:"latency"` // nanoseconds in JSON
+	FailToStartRate   float64       `json:"failToStartRate"`
+	CapacityErrorRate float64       `json:"capacityErrorRate"`
+}
+
+// Emulator holds all emulated state in memory.
+type Emulator struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	faults   Faults
+	rng      *mrand.Rand
+	clusters map[string]*cluster
+	families map[string][]*taskDef
+	tasks    map[string]*task // by task ID
+	tokens   map[string]*tokenEntry
+	launches map[string]int
+	seq      uint64
+	logs     map[string]*logGroup
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	srv       *http.Server
+}
+
+// New returns an Emulator with the implicit "default" cluster.
+func New(opts Options) *Emulator {
+	if opts.StoppedRetention <= 0 {
+		opts.StoppedRetention = time.Hour
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = 30 * time.Second
+	}
+	lg := opts.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	seed := uint64(opts.Seed)
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	e := &Emulator{
+		opts: opts,
+		log:  lg,
+		faults: Faults{
+			ThrottleRate:      opts.ThrottleRate,
+			ServerErrorRate:   opts.ServerErrorRate,
+			Latency:           opts.Latency,
+			FailToStartRate:   opts.FailToStartRate,
+			CapacityErrorRate: opts.CapacityErrorRate,
+		},
+		rng:      mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		clusters: map[string]*cluster{},
+		families: map[string][]*taskDef{},
+		tasks:    map[string]*task{},
+		tokens:   map[string]*tokenEntry{},
+		launches: map[string]int{},
+		logs:     map[string]*logGroup{},
+		closing:  make(chan struct{}),
+	}
+	e.clusters["default"] = newCluster("default", nil)
+	e.wg.Add(1)
+	go e.janitor()
+	return e
+}
+
+// Handler serves the AWS JSON protocols on POST / and the admin API under /_emulator/.
+func (e *Emulator) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /_emulator/launches", e.handleLaunches)
+	mux.HandleFunc("GET /_emulator/faults", e.handleGetFaults)
+	mux.HandleFunc("POST /_emulator/faults", e.handleSetFaults)
+	mux.HandleFunc("GET /_emulator/health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("/", e.handleAWS)
+	return mux
+}
+
+// Start listens on addr and serves in the background; it returns the base URL.
+func (e *Emulator) Start(addr string) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	e.mu.Lock()
+	e.srv = srv
+	e.mu.Unlock()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.log.Error("emulator server stopped", "err", err)
+		}
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// Close stops the server and kills every task process, waiting for them.
+func (e *Emulator) Close() error {
+	var err error
+	e.closeOnce.Do(func() {
+		close(e.closing)
+		e.mu.Lock()
+		srv := e.srv
+		e.mu.Unlock()
+		if srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if serr := srv.Shutdown(ctx); serr != nil {
+				err = fmt.Errorf("shutting down emulator server: %w", serr)
+				_ = srv.Close()
+			}
+		}
+		e.wg.Wait()
+	})
+	return err
+}
+
+// Launches reports how many tasks RunTask has launched with this startedBy.
+func (e *Emulator) Launches(startedBy string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.launches[startedBy]
+}
+
+// SetFaults replaces the fault-injection settings.
+func (e *Emulator) SetFaults(f Faults) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults = f
+}
+
+func (e *Emulator) currentFaults() Faults {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.faults
+}
+
+// chance reports true with probability p; e.mu must be held.
+func (e *Emulator) chance(p float64) bool {
+	return p > 0 && e.rng.Float64() < p
+}
+
+// janitor drops stopped tasks past retention and expired client tokens.
+func (e *Emulator) janitor() {
+	defer e.wg.Done()
+	every := min(e.opts.StoppedRetention, time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.closing:
+			return
+		case now := <-t.C:
+			e.mu.Lock()
+			for id, tk := range e.tasks {
+				if e.expired(tk, now) {
+					delete(e.tasks, id)
+				}
+			}
+			for k, te := range e.tokens {
+				if now.Sub(te.at) > clientTokenTTL {
+					delete(e.tokens, k)
+				}
+			}
+			e.mu.Unlock()
+		}
+	}
+}
+
+func (e *Emulator) handleLaunches(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.URL.Query().Has("startedBy") {
+		sb := r.URL.Query().Get("startedBy")
+		writeJSON(w, http.StatusOK, map[string]any{"startedBy": sb, "count": e.launches[sb]})
+		return
+	}
+	counts := make(map[string]int, len(e.launches))
+	for k, v := range e.launches {
+		counts[k] = v
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"counts": counts})
+}
+
+func (e *Emulator) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, e.currentFaults())
+}
+
+func (e *Emulator) handleSetFaults(w http.ResponseWriter, r *http.Request) {
+	var f Faults
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxBodyBytes)).Decode(&f); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	e.SetFaults(f)
+	writeJSON(w, http.StatusOK, f)
+}
+
+// apiError is an AWS error reply: {"__type": ..., "message": ...}.
+type apiError struct {
+	status int
+	typ    string
+	msg    string
+	extra  map[string]any
+}
+
+func (a *apiError) Error() string { return a.typ + ": " + a.msg }
+
+func errf(typ, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: typ, msg: fmt.Sprintf(format, args...)}
+}
+
+func invalidParam(format string, args ...any) *apiError {
+	return errf("InvalidParameterException", format, args...)
+}
+
+func clientErr(format string, args ...any) *apiError {
+	return errf("ClientException", format, args...)
+}
+
+func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
+	target := r.Header.Get("X-Amz-Target")
+	if r.Method != http.MethodPost || target == "" {
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "not an AWS JSON request"})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
+	if err != nil {
+		writeAPIError(w, errf("SerializationException", "reading body: %v", err))
+		return
+	}
+	var (
+		handler func([]byte) (any, error)
+		service string
+		op      string
+	)
+	switch {
+	case strings.HasPrefix(target, ecsTargetPrefix):
+		service, op = "ecs", strings.TrimPrefix(target, ecsTargetPrefix)
+		handler = e.ecsOps()[op]
+	case strings.HasPrefix(target, logsTargetPrefix):
+		service, op = "logs", strings.TrimPrefix(target, logsTargetPrefix)
+		handler = e.logsOps()[op]
+	}
+	if handler == nil {
+		writeAPIError(w, errf("UnknownOperationException", "unknown operation %q", target))
+		return
+	}
+
+	f := e.currentFaults()
+	if f.Latency > 0 {
+		t := time.NewTimer(f.Latency)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		case <-e.closing:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	e.mu.Lock()
+	throttle := e.chance(f.ThrottleRate)
+	fail5xx := !throttle && e.chance(f.ServerErrorRate)
+	e.mu.Unlock()
+	if throttle {
+		writeAPIError(w, errf("ThrottlingException", "Rate exceeded"))
+		return
+	}
+	if fail5xx {
+		typ := "ServerException"
+		if service == "logs" {
+			typ = "ServiceUnavailableException"
+		}
+		writeAPIError(w, &apiError{status: http.StatusInternalServerError, typ: typ, msg: "injected server error"})
+		return
+	}
+
+	out, err := handler(body)
+	if err != nil {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = &apiError{status: http.StatusInternalServerError, typ: "ServerException", msg: err.Error()}
+		}
+		e.log.Debug("aws request failed", "op", op, "type", ae.typ, "msg", ae.msg)
+		writeAPIError(w, ae)
+		return
+	}
+	e.log.Debug("aws request", "op", op)
+	writeAWS(w, http.StatusOK, out)
+}
+
+// decode parses a request body; an empty body is an empty object.
+func decode(body []byte, v any) error {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return errf("SerializationException", "decoding request: %v", err)
+	}
+	return nil
+}
+
+func writeAPIError(w http.ResponseWriter, ae *apiError) {
+	m := map[string]any{"__type": ae.typ, "message": ae.msg}
+	for k, v := range ae.extra {
+		m[k] = v
+	}
+	w.Header().Set("X-Amzn-ErrorType", ae.typ)
+	writeAWS(w, ae.status, m)
+}
+
+func writeAWS(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.Header().Set("X-Amzn-RequestId", newID()[:32])
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"__type":"ServerException","message":"encoding response"}`)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// newID returns 32 lowercase hex characters, like an ECS task ID.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// epoch renders a time as the JSON protocol's epoch seconds; zero stays absent.
+func epoch(t time.Time) *float64 {
+	if t.IsZero() {
+		return nil
+	}
+	v := float64(t.UnixMilli()) / 1000
+	return &v
+}
+
+func millis(t time.Time) int64 { return t.UnixMilli() }

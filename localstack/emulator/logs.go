@@ -1,0 +1,341 @@
+package emulator
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type logEvent struct {
+	ts        int64
+	ingestion int64
+	msg       string
+}
+
+type logStream struct {
+	name    string
+	created time.Time
+	events  []logEvent
+	bytes   int64
+}
+
+type logGroup struct {
+	name    string
+	created time.Time
+	streams map[string]*logStream
+}
+
+func (e *Emulator) logsOps() map[string]func([]byte) (any, error) {
+	return map[string]func([]byte) (any, error){
+		"CreateLogGroup":     e.createLogGroup,
+		"CreateLogStream":    e.createLogStream,
+		"PutLogEvents":       e.putLogEvents,
+		"GetLogEvents":       e.getLogEvents,
+		"DescribeLogStreams": e.describeLogStreams,
+	}
+}
+
+func logGroupArn(name string) string {
+	return "arn:aws:logs:" + region + ":" + account + ":log-group:" + name
+}
+
+// groupName accepts a name or, for logGroupIdentifier, an ARN.
+func groupName(name, identifier string) string {
+	if name != "" {
+		return name
+	}
+	if i := strings.Index(identifier, ":log-group:"); i >= 0 {
+		return strings.TrimSuffix(identifier[i+len(":log-group:"):], ":*")
+	}
+	return identifier
+}
+
+// ensureStream creates the group and stream if missing; awslogs in the
+// emulator always behaves as if awslogs-create-group were true.
+func (e *Emulator) ensureStream(group, stream string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g, ok := e.logs[group]
+	if !ok {
+		g = &logGroup{name: group, created: time.Now(), streams: map[string]*logStream{}}
+		e.logs[group] = g
+	}
+	if _, ok := g.streams[stream]; !ok {
+		g.streams[stream] = &logStream{name: stream, created: time.Now()}
+	}
+}
+
+func (e *Emulator) appendEvent(group, stream, msg string, at time.Time) {
+	e.ensureStream(group, stream)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.logs[group].streams[stream]
+	now := time.Now().UnixMilli()
+	s.events = append(s.events, logEvent{ts: at.UnixMilli(), ingestion: now, msg: msg})
+	s.bytes += int64(len(msg))
+}
+
+func (e *Emulator) createLogGroup(body []byte) (any, error) {
+	var req struct {
+		LogGroupName string `json:"logGroupName"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.LogGroupName == "" || len(req.LogGroupName) > 512 {
+		return nil, invalidParam("logGroupName must be 1-512 characters")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.logs[req.LogGroupName]; ok {
+		return nil, errf("ResourceAlreadyExistsException", "The specified log group already exists")
+	}
+	e.logs[req.LogGroupName] = &logGroup{name: req.LogGroupName, created: time.Now(), streams: map[string]*logStream{}}
+	return map[string]any{}, nil
+}
+
+func (e *Emulator) group(name string) (*logGroup, error) {
+	g, ok := e.logs[name]
+	if !ok {
+		return nil, errf("ResourceNotFoundException", "The specified log group does not exist.")
+	}
+	return g, nil
+}
+
+func (e *Emulator) stream(group, stream string) (*logStream, error) {
+	g, err := e.group(group)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := g.streams[stream]
+	if !ok {
+		return nil, errf("ResourceNotFoundException", "The specified log stream does not exist.")
+	}
+	return s, nil
+}
+
+func (e *Emulator) createLogStream(body []byte) (any, error) {
+	var req struct {
+		LogGroupName  string `json:"logGroupName"`
+		LogStreamName string `json:"logStreamName"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.LogStreamName == "" || len(req.LogStreamName) > 512 || strings.ContainsAny(req.LogStreamName, ":*") {
+		return nil, invalidParam("logStreamName must be 1-512 characters without ':' or '*'")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g, err := e.group(req.LogGroupName)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := g.streams[req.LogStreamName]; ok {
+		return nil, errf("ResourceAlreadyExistsException", "The specified log stream already exists")
+	}
+	g.streams[req.LogStreamName] = &logStream{name: req.LogStreamName, created: time.Now()}
+	return map[string]any{}, nil
+}
+
+func (e *Emulator) putLogEvents(body []byte) (any, error) {
+	var req struct {
+		LogGroupName  string `json:"logGroupName"`
+		LogStreamName string `json:"logStreamName"`
+		LogEvents     []struct {
+			Timestamp int64  `json:"timestamp"`
+			Message   string `json:"message"`
+		} `json:"logEvents"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if len(req.LogEvents) == 0 || len(req.LogEvents) > 10000 {
+		return nil, invalidParam("logEvents must hold 1-10000 events")
+	}
+	for i := 1; i < len(req.LogEvents); i++ {
+		if req.LogEvents[i].Timestamp < req.LogEvents[i-1].Timestamp {
+			return nil, invalidParam("Log events in a single PutLogEvents request must be in chronological order.")
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, err := e.stream(req.LogGroupName, req.LogStreamName)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixMilli()
+	for _, ev := range req.LogEvents {
+		s.events = append(s.events, logEvent{ts: ev.Timestamp, ingestion: now, msg: ev.Message})
+		s.bytes += int64(len(ev.Message))
+	}
+	return map[string]any{"nextSequenceToken": strconv.Itoa(len(s.events))}, nil
+}
+
+type eventOut struct {
+	Timestamp     int64  `json:"timestamp"`
+	Message       string `json:"message"`
+	IngestionTime int64  `json:"ingestionTime"`
+}
+
+// getLogEvents pages by event index: "f/<n>" reads forward from event n,
+// "b/<n>" reads the events before n. At the end of the stream the forward
+// token stays the same, as in CloudWatch Logs.
+func (e *Emulator) getLogEvents(body []byte) (any, error) {
+	var req struct {
+		LogGroupName       string `json:"logGroupName"`
+		LogGroupIdentifier string `json:"logGroupIdentifier"`
+		LogStreamName      string `json:"logStreamName"`
+		StartFromHead      *bool  `json:"startFromHead"`
+		NextToken          string `json:"nextToken"`
+		Limit              *int   `json:"limit"`
+		StartTime          *int64 `json:"startTime"`
+		EndTime            *int64 `json:"endTime"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	limit := 10000
+	if req.Limit != nil {
+		if *req.Limit < 1 || *req.Limit > 10000 {
+			return nil, invalidParam("limit must be between 1 and 10000")
+		}
+		limit = *req.Limit
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, err := e.stream(groupName(req.LogGroupName, req.LogGroupIdentifier), req.LogStreamName)
+	if err != nil {
+		return nil, err
+	}
+	// Time filters narrow the index window the tokens move through.
+	lo, hi := 0, len(s.events)
+	if req.StartTime != nil {
+		for lo < hi && s.events[lo].ts < *req.StartTime {
+			lo++
+		}
+	}
+	if req.EndTime != nil {
+		for hi > lo && s.events[hi-1].ts >= *req.EndTime {
+			hi--
+		}
+	}
+	var start, end int
+	switch {
+	case req.NextToken != "":
+		dir, nStr, ok := strings.Cut(req.NextToken, "/")
+		n, perr := strconv.Atoi(nStr)
+		if !ok || perr != nil || n < 0 || (dir != "f" && dir != "b") {
+			return nil, invalidParam("The specified nextToken is invalid.")
+		}
+		n = max(lo, min(n, hi))
+		if dir == "f" {
+			start, end = n, min(n+limit, hi)
+		} else {
+			start, end = max(lo, n-limit), n
+		}
+	case req.StartFromHead != nil && *req.StartFromHead:
+		start, end = lo, min(lo+limit, hi)
+	default:
+		start, end = max(lo, hi-limit), hi
+	}
+	events := make([]eventOut, 0, end-start)
+	for _, ev := range s.events[start:end] {
+		events = append(events, eventOut{Timestamp: ev.ts, Message: ev.msg, IngestionTime: ev.ingestion})
+	}
+	return map[string]any{
+		"events":            events,
+		"nextForwardToken":  "f/" + strconv.Itoa(end),
+		"nextBackwardToken": "b/" + strconv.Itoa(start),
+	}, nil
+}
+
+type streamOut struct {
+	LogStreamName       string `json:"logStreamName"`
+	Arn                 string `json:"arn"`
+	CreationTime        int64  `json:"creationTime"`
+	FirstEventTimestamp *int64 `json:"firstEventTimestamp,omitempty"`
+	LastEventTimestamp  *int64 `json:"lastEventTimestamp,omitempty"`
+	LastIngestionTime   *int64 `json:"lastIngestionTime,omitempty"`
+	StoredBytes         int64  `json:"storedBytes"`
+}
+
+func (e *Emulator) describeLogStreams(body []byte) (any, error) {
+	var req struct {
+		LogGroupName        string `json:"logGroupName"`
+		LogGroupIdentifier  string `json:"logGroupIdentifier"`
+		LogStreamNamePrefix string `json:"logStreamNamePrefix"`
+		OrderBy             string `json:"orderBy"`
+		Descending          bool   `json:"descending"`
+		Limit               *int   `json:"limit"`
+		NextToken           string `json:"nextToken"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.OrderBy == "LastEventTime" && req.LogStreamNamePrefix != "" {
+		return nil, invalidParam("Cannot order by LastEventTime with a logStreamNamePrefix.")
+	}
+	limit := 50
+	if req.Limit != nil {
+		if *req.Limit < 1 || *req.Limit > 50 {
+			return nil, invalidParam("limit must be between 1 and 50")
+		}
+		limit = *req.Limit
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	name := groupName(req.LogGroupName, req.LogGroupIdentifier)
+	g, err := e.group(name)
+	if err != nil {
+		return nil, err
+	}
+	var list []streamOut
+	for _, s := range g.streams {
+		if !strings.HasPrefix(s.name, req.LogStreamNamePrefix) {
+			continue
+		}
+		o := streamOut{LogStreamName: s.name, CreationTime: millis(s.created), StoredBytes: s.bytes,
+			Arn: logGroupArn(name) + ":log-stream:" + s.name}
+		if n := len(s.events); n > 0 {
+			first, last, ing := s.events[0].ts, s.events[n-1].ts, s.events[n-1].ingestion
+			o.FirstEventTimestamp, o.LastEventTimestamp, o.LastIngestionTime = &first, &last, &ing
+		}
+		list = append(list, o)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		a, b := list[i], list[j]
+		less := a.LogStreamName < b.LogStreamName
+		if req.OrderBy == "LastEventTime" {
+			la, lb := int64(0), int64(0)
+			if a.LastEventTimestamp != nil {
+				la = *a.LastEventTimestamp
+			}
+			if b.LastEventTimestamp != nil {
+				lb = *b.LastEventTimestamp
+			}
+			if la != lb {
+				less = la < lb
+			}
+		}
+		if req.Descending {
+			return !less
+		}
+		return less
+	})
+	start := 0
+	if req.NextToken != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(req.NextToken, "o/"))
+		if err != nil || n < 0 {
+			return nil, invalidParam("The specified nextToken is invalid.")
+		}
+		start = min(n, len(list))
+	}
+	end := min(start+limit, len(list))
+	out := map[string]any{"logStreams": append([]streamOut{}, list[start:end]...)}
+	if end < len(list) {
+		out["nextToken"] = "o/" + strconv.Itoa(end)
+	}
+	return out, nil
+}

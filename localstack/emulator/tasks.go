@@ -1,0 +1,829 @@
+package emulator
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type failure struct {
+	Arn    string `json:"arn,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+type tokenEntry struct {
+	hash     string
+	taskArns []string
+	at       time.Time
+}
+
+type container struct {
+	name       string
+	image      string
+	essential  bool
+	argv       []string
+	env        []string
+	dir        string
+	logGroup   string
+	logStream  string
+	lastStatus string
+	exitCode   *int
+	reason     string
+	pid        int
+}
+
+type task struct {
+	id, arn       string
+	cluster       string
+	clusterArn    string
+	seq           uint64
+	td            *taskDef
+	startedBy     string
+	group         string
+	launchType    string
+	tags          []tag
+	overrides     json.RawMessage
+	cpu, memory   string
+	lastStatus    string
+	desiredStatus string
+	createdAt     time.Time
+	pullStartedAt time.Time
+	pullStoppedAt time.Time
+	startedAt     time.Time
+	stoppingAt    time.Time
+	stoppedAt     time.Time
+	stopCode      string
+	stoppedReason string
+	version       int64
+	containers    []*container
+	failStart     bool
+	stopReq       chan struct{}
+}
+
+// expired reports whether a stopped task is past retention; e.mu held.
+func (e *Emulator) expired(t *task, now time.Time) bool {
+	return t.lastStatus == "STOPPED" && now.Sub(t.stoppedAt) > e.opts.StoppedRetention
+}
+
+type taskOut struct {
+	TaskArn              string          `json:"taskArn"`
+	ClusterArn           string          `json:"clusterArn"`
+	TaskDefinitionArn    string          `json:"taskDefinitionArn"`
+	Containers           []containerOut  `json:"containers"`
+	LastStatus           string          `json:"lastStatus"`
+	DesiredStatus        string          `json:"desiredStatus"`
+	CreatedAt            *float64        `json:"createdAt,omitempty"`
+	PullStartedAt        *float64        `json:"pullStartedAt,omitempty"`
+	PullStoppedAt        *float64        `json:"pullStoppedAt,omitempty"`
+	StartedAt            *float64        `json:"startedAt,omitempty"`
+	StoppingAt           *float64        `json:"stoppingAt,omitempty"`
+	StoppedAt            *float64        `json:"stoppedAt,omitempty"`
+	ExecutionStoppedAt   *float64        `json:"executionStoppedAt,omitempty"`
+	StopCode             string          `json:"stopCode,omitempty"`
+	StoppedReason        string          `json:"stoppedReason,omitempty"`
+	StartedBy            string          `json:"startedBy,omitempty"`
+	Group                string          `json:"group,omitempty"`
+	LaunchType           string          `json:"launchType,omitempty"`
+	Cpu                  string          `json:"cpu,omitempty"`
+	Memory               string          `json:"memory,omitempty"`
+	Version              int64           `json:"version"`
+	Tags                 []tag           `json:"tags,omitempty"`
+	Overrides            json.RawMessage `json:"overrides,omitempty"`
+	AvailabilityZone     string          `json:"availabilityZone"`
+	HealthStatus         string          `json:"healthStatus"`
+	EnableExecuteCommand bool            `json:"enableExecuteCommand"`
+}
+
+type containerOut struct {
+	ContainerArn string `json:"containerArn"`
+	TaskArn      string `json:"taskArn"`
+	Name         string `json:"name"`
+	Image        string `json:"image"`
+	LastStatus   string `json:"lastStatus"`
+	ExitCode     *int   `json:"exitCode,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	HealthStatus string `json:"healthStatus"`
+	RuntimeID    string `json:"runtimeId,omitempty"`
+}
+
+// render snapshots a task for a response; e.mu held. Tags only when asked, as in ECS.
+func (t *task) render(withTags bool) taskOut {
+	o := taskOut{
+		TaskArn: t.arn, ClusterArn: t.clusterArn, TaskDefinitionArn: t.td.arn,
+		LastStatus: t.lastStatus, DesiredStatus: t.desiredStatus,
+		CreatedAt: epoch(t.createdAt), PullStartedAt: epoch(t.pullStartedAt), PullStoppedAt: epoch(t.pullStoppedAt),
+		StartedAt: epoch(t.startedAt), StoppingAt: epoch(t.stoppingAt), StoppedAt: epoch(t.stoppedAt),
+		ExecutionStoppedAt: epoch(t.stoppedAt),
+		StopCode:           t.stopCode, StoppedReason: t.stoppedReason,
+		StartedBy: t.startedBy, Group: t.group, LaunchType: t.launchType,
+		Cpu: t.cpu, Memory: t.memory, Version: t.version, Overrides: t.overrides,
+		AvailabilityZone: region + "a", HealthStatus: "UNKNOWN",
+	}
+	if withTags {
+		o.Tags = append([]tag{}, t.tags...)
+	}
+	o.Containers = make([]containerOut, 0, len(t.containers))
+	for _, c := range t.containers {
+		co := containerOut{
+			ContainerArn: "arn:aws:ecs:" + region + ":" + account + ":container/" + t.cluster + "/" + t.id + "/" + c.name,
+			TaskArn:      t.arn, Name: c.name, Image: c.image, LastStatus: c.lastStatus,
+			Reason: c.reason, HealthStatus: "UNKNOWN",
+		}
+		if c.exitCode != nil {
+			v := *c.exitCode
+			co.ExitCode = &v
+		}
+		if c.pid != 0 {
+			co.RuntimeID = t.id + "-" + strconv.Itoa(c.pid)
+		}
+		o.Containers = append(o.Containers, co)
+	}
+	return o
+}
+
+type containerOverride struct {
+	Name        string   `json:"name"`
+	Command     []string `json:"command,omitempty"`
+	Environment []kv     `json:"environment,omitempty"`
+}
+
+type runTaskReq struct {
+	Cluster                  string          `json:"cluster,omitempty"`
+	TaskDefinition           string          `json:"taskDefinition,omitempty"`
+	Count                    *int            `json:"count,omitempty"`
+	StartedBy                string          `json:"startedBy,omitempty"`
+	Group                    string          `json:"group,omitempty"`
+	LaunchType               string          `json:"launchType,omitempty"`
+	PlatformVersion          string          `json:"platformVersion,omitempty"`
+	NetworkConfiguration     json.RawMessage `json:"networkConfiguration,omitempty"`
+	CapacityProviderStrategy json.RawMessage `json:"capacityProviderStrategy,omitempty"`
+	Overrides                json.RawMessage `json:"overrides,omitempty"`
+	Tags                     []tag           `json:"tags,omitempty"`
+	PropagateTags            string          `json:"propagateTags,omitempty"`
+	EnableECSManagedTags     bool            `json:"enableECSManagedTags,omitempty"`
+	EnableExecuteCommand     bool            `json:"enableExecuteCommand,omitempty"`
+	ReferenceID              string          `json:"referenceId,omitempty"`
+	PlacementConstraints     json.RawMessage `json:"placementConstraints,omitempty"`
+	PlacementStrategy        json.RawMessage `json:"placementStrategy,omitempty"`
+	ClientToken              string          `json:"clientToken,omitempty"`
+}
+
+type overridesReq struct {
+	ContainerOverrides []containerOverride `json:"containerOverrides"`
+	Cpu                string              `json:"cpu"`
+	Memory             string              `json:"memory"`
+}
+
+func validStartedBy(s string) bool {
+	if len(s) > 36 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '/') {
+			return false
+		}
+	}
+	return true
+}
+
+func validClientToken(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 33 || s[i] > 126 {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *Emulator) runTaskOp(body []byte) (any, error) {
+	var req runTaskReq
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	if count < 1 || count > 10 {
+		return nil, invalidParam("count must be between 1 and 10")
+	}
+	if req.TaskDefinition == "" {
+		return nil, invalidParam("taskDefinition can not be blank.")
+	}
+	if !validStartedBy(req.StartedBy) {
+		return nil, invalidParam("startedBy must be at most 36 characters of letters, numbers, hyphens, underscores and forward slashes")
+	}
+	if !validClientToken(req.ClientToken) {
+		return nil, invalidParam("clientToken must be at most 64 ASCII characters in the range 33-126")
+	}
+	if err := validateTags(req.Tags); err != nil {
+		return nil, err
+	}
+	if req.LaunchType != "" && req.CapacityProviderStrategy != nil {
+		return nil, invalidParam("Specifying both a launchType and capacityProviderStrategy is not supported.")
+	}
+	switch req.LaunchType {
+	case "", "EC2", "FARGATE", "EXTERNAL":
+	default:
+		return nil, invalidParam("launchType %q is not valid", req.LaunchType)
+	}
+	var ov overridesReq
+	if len(req.Overrides) > 0 {
+		if err := json.Unmarshal(req.Overrides, &ov); err != nil {
+			return nil, invalidParam("overrides: %v", err)
+		}
+	}
+	hashReq := req
+	hashReq.ClientToken = ""
+	hb, _ := json.Marshal(hashReq)
+	sum := sha256.Sum256(hb)
+	hash := hex.EncodeToString(sum[:])
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.closing:
+		// No task goroutines may start once Close waits for them.
+		return nil, &apiError{status: 500, typ: "ServerException", msg: "emulator is shutting down"}
+	default:
+	}
+	c, err := e.lookupCluster(req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tokenKey := c.name + "\x00" + req.ClientToken
+	if req.ClientToken != "" {
+		if te, ok := e.tokens[tokenKey]; ok && now.Sub(te.at) <= clientTokenTTL {
+			if te.hash != hash {
+				return nil, &apiError{status: 400, typ: "ConflictException",
+					msg:   "The clientToken is already in use with a different RunTask request.",
+					extra: map[string]any{"resourceIds": te.taskArns}}
+			}
+			tasks := []taskOut{}
+			failures := []failure{}
+			for _, arn := range te.taskArns {
+				t, ok := e.tasks[arn[strings.LastIndex(arn, "/")+1:]]
+				if !ok || e.expired(t, now) {
+					failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
+					continue
+				}
+				tasks = append(tasks, t.render(true))
+			}
+			return map[string]any{"tasks": tasks, "failures": failures}, nil
+		}
+	}
+	td, ok := e.lookupTaskDef(req.TaskDefinition)
+	if !ok {
+		return nil, clientErr("Unable to find task definition %q", req.TaskDefinition)
+	}
+	if td.status != "ACTIVE" {
+		return nil, clientErr("TaskDefinition is inactive")
+	}
+	if td.networkMode == "awsvpc" && req.NetworkConfiguration == nil {
+		return nil, invalidParam("Network Configuration must be provided when networkMode 'awsvpc' is specified.")
+	}
+	overrideByName := map[string]containerOverride{}
+	for _, o := range ov.ContainerOverrides {
+		found := false
+		for _, cd := range td.containers {
+			found = found || cd.Name == o.Name
+		}
+		if !found {
+			return nil, invalidParam("Override for container named %s is not a container in the TaskDefinition.", o.Name)
+		}
+		overrideByName[o.Name] = o
+	}
+
+	launchType := req.LaunchType
+	if launchType == "" {
+		launchType = "EC2"
+	}
+	group := req.Group
+	if group == "" {
+		group = "family:" + td.family
+	}
+	tasks := []taskOut{}
+	failures := []failure{}
+	var arns []string
+	for range count {
+		if e.chance(e.faults.CapacityErrorRate) {
+			failures = append(failures, failure{Reason: "RESOURCE:CPU", Detail: "injected capacity error"})
+			continue
+		}
+		e.seq++
+		id := newID()
+		t := &task{
+			id: id, arn: "arn:aws:ecs:" + region + ":" + account + ":task/" + c.name + "/" + id,
+			cluster: c.name, clusterArn: c.arn, seq: e.seq, td: td,
+			startedBy: req.StartedBy, group: group, launchType: launchType,
+			tags: append([]tag(nil), req.Tags...), overrides: req.Overrides,
+			cpu: ov.Cpu, memory: ov.Memory,
+			lastStatus: "PROVISIONING", desiredStatus: "RUNNING", createdAt: now, version: 1,
+			failStart: e.chance(e.faults.FailToStartRate),
+			stopReq:   make(chan struct{}, 1),
+		}
+		if t.cpu == "" {
+			t.cpu, _ = td.raw["cpu"].(string)
+		}
+		if t.memory == "" {
+			t.memory, _ = td.raw["memory"].(string)
+		}
+		for _, cd := range td.containers {
+			t.containers = append(t.containers, buildContainer(cd, overrideByName[cd.Name], id))
+		}
+		e.tasks[id] = t
+		e.launches[req.StartedBy]++
+		arns = append(arns, t.arn)
+		tasks = append(tasks, t.render(true))
+		e.wg.Add(1)
+		go e.runTask(t)
+	}
+	// Only a request that launched something claims its token, so a retry
+	// after a capacity failure can still launch.
+	if req.ClientToken != "" && len(arns) > 0 {
+		e.tokens[tokenKey] = &tokenEntry{hash: hash, taskArns: arns, at: now}
+	}
+	return map[string]any{"tasks": tasks, "failures": failures}, nil
+}
+
+func buildContainer(cd containerDef, ov containerOverride, taskID string) *container {
+	cmd := cd.Command
+	if ov.Command != nil {
+		cmd = ov.Command
+	}
+	argv := append(append([]string{}, cd.EntryPoint...), cmd...)
+	envMap := map[string]string{}
+	var order []string
+	for _, list := range [][]kv{cd.Environment, ov.Environment} {
+		for _, v := range list {
+			if _, ok := envMap[v.Name]; !ok {
+				order = append(order, v.Name)
+			}
+			envMap[v.Name] = v.Value
+		}
+	}
+	// Containers do not inherit the host environment; PATH and HOME keep
+	// local commands runnable.
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for _, k := range order {
+		env = append(env, k+"="+envMap[k])
+	}
+	c := &container{name: cd.Name, image: cd.Image, essential: cd.essential(), argv: argv, env: env,
+		dir: cd.WorkingDirectory, lastStatus: "PENDING"}
+	if lc := cd.LogConfiguration; lc != nil && lc.LogDriver == "awslogs" && lc.Options["awslogs-group"] != "" {
+		c.logGroup = lc.Options["awslogs-group"]
+		if p := lc.Options["awslogs-stream-prefix"]; p != "" {
+			c.logStream = p + "/" + cd.Name + "/" + taskID
+		} else {
+			c.logStream = taskID
+		}
+	}
+	return c
+}
+
+type exitEvent struct {
+	idx  int
+	code int
+}
+
+// pause waits d; it returns false when a stop was requested or the emulator closes.
+func (e *Emulator) pause(t *task, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-t.stopReq:
+		return false
+	case <-e.closing:
+		return false
+	}
+}
+
+func (e *Emulator) setStatus(t *task, f func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f()
+	t.version++
+}
+
+// finish marks the task STOPPED; e.mu must not be held.
+func (e *Emulator) finish(t *task, code, reason string) {
+	e.setStatus(t, func() {
+		now := time.Now()
+		if t.stopCode == "" {
+			t.stopCode, t.stoppedReason = code, reason
+		}
+		if t.stoppingAt.IsZero() {
+			t.stoppingAt = now
+		}
+		t.desiredStatus, t.lastStatus, t.stoppedAt = "STOPPED", "STOPPED", now
+		for _, c := range t.containers {
+			c.lastStatus = "STOPPED"
+		}
+		e.log.Info("task stopped", "task", t.id, "startedBy", t.startedBy, "stopCode", t.stopCode, "reason", t.stoppedReason)
+	})
+}
+
+func (e *Emulator) runTask(t *task) {
+	defer e.wg.Done()
+	if !e.pause(t, stepDelay) {
+		e.finish(t, "UserInitiated", "Task stopped before it started")
+		return
+	}
+	e.setStatus(t, func() { t.lastStatus, t.pullStartedAt = "PENDING", time.Now() })
+	if !e.pause(t, stepDelay) {
+		e.finish(t, "UserInitiated", "Task stopped before it started")
+		return
+	}
+	if t.failStart {
+		e.setStatus(t, func() {
+			for _, c := range t.containers {
+				c.reason = "CannotPullContainerError: injected failure to start"
+			}
+		})
+		e.finish(t, "TaskFailedToStart", "CannotPullContainerError: injected failure to start")
+		return
+	}
+
+	exits := make(chan exitEvent, len(t.containers))
+	started := 0
+	var startErr error
+	for i, c := range t.containers {
+		if err := e.startContainer(t, i, c, exits); err != nil {
+			startErr = fmt.Errorf("CannotStartContainerError: container %s: %w", c.name, err)
+			e.setStatus(t, func() { c.reason = startErr.Error() })
+			break
+		}
+		started++
+	}
+	if startErr != nil {
+		e.setStatus(t, func() {
+			t.stopCode, t.stoppedReason, t.stoppingAt = "TaskFailedToStart", startErr.Error(), time.Now()
+		})
+		e.signalAll(t, syscall.SIGKILL)
+		e.collect(t, exits, started)
+		e.finish(t, "TaskFailedToStart", startErr.Error())
+		return
+	}
+	e.log.Info("task running", "task", t.id, "startedBy", t.startedBy)
+	e.setStatus(t, func() {
+		now := time.Now()
+		t.lastStatus, t.pullStoppedAt, t.startedAt = "RUNNING", now, now
+		for _, c := range t.containers {
+			c.lastStatus = "RUNNING"
+		}
+	})
+
+	running := len(t.containers)
+	stopping := false
+	var killC <-chan time.Time
+	closing := e.closing
+	beginStop := func() {
+		if stopping {
+			return
+		}
+		stopping = true
+		e.signalAll(t, syscall.SIGTERM)
+		killC = time.NewTimer(e.opts.StopTimeout).C
+	}
+	for running > 0 {
+		select {
+		case ev := <-exits:
+			running--
+			c := t.containers[ev.idx]
+			e.setStatus(t, func() {
+				code := ev.code
+				c.exitCode, c.lastStatus, c.pid = &code, "STOPPED", 0
+				if c.essential && t.stopCode == "" {
+					t.stopCode, t.stoppedReason = "EssentialContainerExited", "Essential container in task exited"
+					t.desiredStatus, t.stoppingAt = "STOPPED", time.Now()
+				}
+			})
+			if c.essential && running > 0 {
+				beginStop()
+			}
+		case <-t.stopReq:
+			beginStop()
+		case <-killC:
+			killC = nil
+			e.signalAll(t, syscall.SIGKILL)
+		case <-closing:
+			closing = nil
+			e.signalAll(t, syscall.SIGKILL)
+		}
+	}
+	e.finish(t, "EssentialContainerExited", "Essential container in task exited")
+}
+
+// collect waits for n container exits, recording their codes.
+func (e *Emulator) collect(t *task, exits <-chan exitEvent, n int) {
+	for range n {
+		ev := <-exits
+		e.setStatus(t, func() {
+			code := ev.code
+			c := t.containers[ev.idx]
+			c.exitCode, c.lastStatus, c.pid = &code, "STOPPED", 0
+		})
+	}
+}
+
+// signalAll signals every live container's process group.
+func (e *Emulator) signalAll(t *task, sig syscall.Signal) {
+	e.mu.Lock()
+	var pids []int
+	for _, c := range t.containers {
+		if c.pid != 0 {
+			pids = append(pids, c.pid)
+		}
+	}
+	e.mu.Unlock()
+	for _, pid := range pids {
+		_ = syscall.Kill(-pid, sig)
+	}
+}
+
+// startContainer runs a container's command in its own process group and
+// streams its output lines into CloudWatch Logs.
+func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- exitEvent) error {
+	if len(c.argv) == 0 {
+		return errors.New("no command or entryPoint (the emulator runs the container's command as a local process)")
+	}
+	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	cmd.Env = append(append([]string{}, c.env...),
+		"ECS_CONTAINER_NAME="+c.name, "ECS_TASK_ARN="+t.arn)
+	if c.dir != "" {
+		if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
+			cmd.Dir = c.dir
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("creating stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_ = outR.Close()
+		_ = outW.Close()
+		return fmt.Errorf("creating stderr pipe: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	if c.logGroup != "" {
+		e.ensureStream(c.logGroup, c.logStream)
+	}
+	if err := cmd.Start(); err != nil {
+		for _, f := range []*os.File{outR, outW, errR, errW} {
+			_ = f.Close()
+		}
+		return err
+	}
+	_ = outW.Close()
+	_ = errW.Close()
+	pid := cmd.Process.Pid
+	e.setStatus(t, func() { c.pid = pid })
+
+	done := make(chan struct{}, 2)
+	for _, r := range []*os.File{outR, errR} {
+		go func() {
+			e.pump(r, c.logGroup, c.logStream)
+			_ = r.Close()
+			done <- struct{}{}
+		}()
+	}
+	go func() {
+		_ = cmd.Wait()
+		// A container's leftover processes end with it.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-done
+		<-done
+		exits <- exitEvent{idx: idx, code: exitCode(cmd.ProcessState)}
+	}()
+	return nil
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// pump copies output lines to a log stream, or discards them without one.
+func (e *Emulator) pump(r io.Reader, group, stream string) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" && group != "" {
+			e.appendEvent(group, stream, strings.TrimRight(line, "\r\n"), time.Now())
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (e *Emulator) findTask(clusterName, ref string, now time.Time) (*task, string) {
+	id := ref
+	if strings.HasPrefix(ref, "arn:") {
+		id = ref[strings.LastIndex(ref, "/")+1:]
+	}
+	arn := ref
+	if !strings.HasPrefix(ref, "arn:") {
+		arn = "arn:aws:ecs:" + region + ":" + account + ":task/" + clusterName + "/" + ref
+	}
+	t, ok := e.tasks[id]
+	if !ok || t.cluster != clusterName || e.expired(t, now) {
+		return nil, arn
+	}
+	return t, arn
+}
+
+func (e *Emulator) describeTasks(body []byte) (any, error) {
+	var req struct {
+		Cluster string   `json:"cluster"`
+		Tasks   []string `json:"tasks"`
+		Include []string `json:"include"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Tasks) == 0 {
+		return nil, invalidParam("Tasks cannot be empty.")
+	}
+	if len(req.Tasks) > 100 {
+		return nil, invalidParam("Tasks cannot have more than 100 elements.")
+	}
+	withTags := contains(req.Include, "TAGS")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, err := e.lookupCluster(req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tasks := []taskOut{}
+	failures := []failure{}
+	for _, ref := range req.Tasks {
+		t, arn := e.findTask(c.name, ref, now)
+		if t == nil {
+			failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
+			continue
+		}
+		tasks = append(tasks, t.render(withTags))
+	}
+	return map[string]any{"tasks": tasks, "failures": failures}, nil
+}
+
+func (e *Emulator) listTasks(body []byte) (any, error) {
+	var req struct {
+		Cluster           string `json:"cluster"`
+		ContainerInstance string `json:"containerInstance"`
+		Family            string `json:"family"`
+		StartedBy         string `json:"startedBy"`
+		ServiceName       string `json:"serviceName"`
+		DesiredStatus     string `json:"desiredStatus"`
+		LaunchType        string `json:"launchType"`
+		MaxResults        *int   `json:"maxResults"`
+		NextToken         string `json:"nextToken"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.StartedBy != "" && (req.Family != "" || req.ServiceName != "" || req.LaunchType != "" || req.ContainerInstance != "") {
+		return nil, invalidParam("startedBy filter cannot be combined with family, serviceName, launchType or containerInstance")
+	}
+	limit := 100
+	if req.MaxResults != nil {
+		if *req.MaxResults < 1 || *req.MaxResults > 100 {
+			return nil, invalidParam("maxResults must be between 1 and 100")
+		}
+		limit = *req.MaxResults
+	}
+	if req.DesiredStatus == "" {
+		req.DesiredStatus = "RUNNING"
+	}
+	switch req.DesiredStatus {
+	case "RUNNING", "PENDING", "STOPPED":
+	default:
+		return nil, invalidParam("desiredStatus %q is not valid", req.DesiredStatus)
+	}
+	// Pages are keyed by the last task's sequence number, so tasks started
+	// between pages do not shift or repeat entries.
+	var after uint64
+	if req.NextToken != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(req.NextToken)
+		if err == nil {
+			after, err = strconv.ParseUint(string(raw), 10, 64)
+		}
+		if err != nil {
+			return nil, invalidParam("Invalid nextToken")
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, err := e.lookupCluster(req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var matched []*task
+	for _, t := range e.tasks {
+		if t.cluster != c.name || e.expired(t, now) || (after != 0 && t.seq >= after) {
+			continue
+		}
+		switch req.DesiredStatus {
+		case "STOPPED":
+			if t.desiredStatus != "STOPPED" {
+				continue
+			}
+		case "RUNNING":
+			if t.desiredStatus != "RUNNING" {
+				continue
+			}
+		case "PENDING":
+			if t.desiredStatus != "RUNNING" || (t.lastStatus != "PROVISIONING" && t.lastStatus != "PENDING") {
+				continue
+			}
+		}
+		if req.StartedBy != "" && t.startedBy != req.StartedBy ||
+			req.Family != "" && t.td.family != req.Family ||
+			req.ServiceName != "" && t.group != "service:"+req.ServiceName ||
+			req.LaunchType != "" && t.launchType != req.LaunchType ||
+			req.ContainerInstance != "" { // tasks here have no container instance
+			continue
+		}
+		matched = append(matched, t)
+	}
+	sort.Slice(matched, func(i, j int) bool { return matched[i].seq > matched[j].seq }) // newest first
+	out := map[string]any{}
+	arns := []string{}
+	for i, t := range matched {
+		if i == limit {
+			out["nextToken"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(matched[i-1].seq, 10)))
+			break
+		}
+		arns = append(arns, t.arn)
+	}
+	out["taskArns"] = arns
+	return out, nil
+}
+
+func (e *Emulator) stopTask(body []byte) (any, error) {
+	var req struct {
+		Cluster string `json:"cluster"`
+		Task    string `json:"task"`
+		Reason  string `json:"reason"`
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.Task == "" {
+		return nil, invalidParam("task can not be blank.")
+	}
+	if len(req.Reason) > 1024 {
+		return nil, invalidParam("reason must be at most 1024 characters")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, err := e.lookupCluster(req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	t, _ := e.findTask(c.name, req.Task, time.Now())
+	if t == nil {
+		return nil, invalidParam("The referenced task was not found.")
+	}
+	if t.desiredStatus != "STOPPED" {
+		reason := req.Reason
+		if reason == "" {
+			reason = "Task stopped by user"
+		}
+		t.desiredStatus, t.stopCode, t.stoppedReason, t.stoppingAt = "STOPPED", "UserInitiated", reason, time.Now()
+		t.version++
+	}
+	if t.lastStatus != "STOPPED" {
+		select {
+		case t.stopReq <- struct{}{}:
+		default:
+		}
+	}
+	return map[string]any{"task": t.render(true)}, nil
+}
