@@ -1,7 +1,7 @@
 # tether — the two commands a newcomer runs are `make run` and `make test`.
 GO      ?= go
 BIN     ?= bin
-PLUGINS := shell
+PLUGINS := shell ecs
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 

@@ -1,0 +1,68 @@
+package ecs
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ECS limits the names below must fit.
+const (
+	maxStartedByLen   = 36 // RunTask startedBy: [A-Za-z0-9-_/], at most 36 characters
+	maxClientTokenLen = 64 // RunTask clientToken: at most 64 characters, valid 24 h
+	// MaxTaskCount keeps "tether-" + hash + "-" + index within maxStartedByLen.
+	MaxTaskCount = 1000
+)
+
+// startedByHashLen is how many base32 characters of the job ID's hash go into
+// startedBy: 24 × 5 = 120 bits, leaving room for a four-digit task index.
+const startedByHashLen = 24
+
+var lowerBase32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// StartedBy is the ECS startedBy of a job's task index: "tether-", 24
+// lowercase base32 characters of SHA-256(job ID), "-", the index. A job ID
+// (a UUID) does not fit the 36 characters ECS allows, so it is hashed; the
+// same job and index always give the same name, which is how Resume and
+// Cleanup find tasks without a handle.
+func StartedBy(jobID string, index int) string {
+	sum := sha256.Sum256([]byte(jobID))
+	h := strings.ToLower(lowerBase32.EncodeToString(sum[:]))[:startedByHashLen]
+	return "tether-" + h + "-" + strconv.Itoa(index)
+}
+
+// ClientToken is the RunTask clientToken of one launch: the same job run
+// (job ID and job attempt), task index and launch attempt always give the
+// same token, so a RunTask repeated after a lost answer or by a resuming
+// agent returns the task the first call started instead of starting another.
+// A new launch attempt, or a retry of the whole job, gets a new token.
+func ClientToken(jobID string, jobAttempt, index, launch int) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d\x00%d", jobID, jobAttempt, index, launch)))
+	return "tether-" + hex.EncodeToString(sum[:])[:48]
+}
+
+// validStartedBy reports whether s is a startedBy ECS accepts.
+func validStartedBy(s string) bool {
+	if s == "" || len(s) > maxStartedByLen {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// taskID is the last segment of a task ARN, which awslogs uses in stream names.
+func taskID(arn string) string {
+	if i := strings.LastIndexByte(arn, '/'); i >= 0 {
+		return arn[i+1:]
+	}
+	return arn
+}

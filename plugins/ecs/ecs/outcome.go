@@ -1,0 +1,83 @@
+package ecs
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Outcomes of a task, as stored in the handle.
+const (
+	outcomeSucceeded = "succeeded"
+	outcomeFailed    = "failed"
+)
+
+const (
+	statusStopped = "STOPPED"
+	stopCodeFTS   = "TaskFailedToStart"
+)
+
+// containerResult is what DescribeTasks says about one container.
+type containerResult struct {
+	Name     string
+	ExitCode *int32
+	Reason   string
+}
+
+// stoppedTask is the part of a stopped task its outcome depends on.
+type stoppedTask struct {
+	StopCode      string
+	StoppedReason string
+	Containers    []containerResult
+}
+
+// evaluate decides a stopped task's outcome. essential maps container names
+// to the task definition's essential flag; a container missing from it counts
+// as essential (the ECS default). A task succeeds only when every essential
+// container exited 0: a missing exit code is not success.
+func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string) {
+	if t.StopCode == stopCodeFTS {
+		return outcomeFailed, "failed to start: " + orUnknown(t.StoppedReason)
+	}
+	var problems []string
+	checked := 0
+	for _, c := range t.Containers {
+		if ess, ok := essential[c.Name]; ok && !ess {
+			continue
+		}
+		checked++
+		switch {
+		case c.ExitCode == nil:
+			msg := fmt.Sprintf("container %s has no exit code", c.Name)
+			if c.Reason != "" {
+				msg += " (" + c.Reason + ")"
+			}
+			problems = append(problems, msg)
+		case *c.ExitCode != 0:
+			msg := fmt.Sprintf("container %s exited with code %d", c.Name, *c.ExitCode)
+			if c.Reason != "" {
+				msg += " (" + c.Reason + ")"
+			}
+			problems = append(problems, msg)
+		}
+	}
+	if checked == 0 {
+		problems = append(problems, "no essential container reported an exit code")
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		r := strings.Join(problems, "; ")
+		if t.StoppedReason != "" {
+			r += "; stopped: " + t.StoppedReason
+		}
+		return outcomeFailed, r
+	}
+	return outcomeSucceeded, ""
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}

@@ -1,0 +1,48 @@
+package ecs
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func code(n int32) *int32 { return &n }
+
+func TestEvaluate(t *testing.T) {
+	ess := map[string]bool{"app": true, "sidecar": false}
+	cases := []struct {
+		name    string
+		task    stoppedTask
+		outcome string
+		reason  string // substring of the reason
+	}{
+		{"all essential exited 0", stoppedTask{Containers: []containerResult{{Name: "app", ExitCode: code(0)}}}, outcomeSucceeded, ""},
+		{"non-essential failure ignored", stoppedTask{Containers: []containerResult{
+			{Name: "app", ExitCode: code(0)}, {Name: "sidecar", ExitCode: code(137)},
+		}}, outcomeSucceeded, ""},
+		{"non-zero exit", stoppedTask{StoppedReason: "Essential container in task exited", Containers: []containerResult{{Name: "app", ExitCode: code(3)}}},
+			outcomeFailed, "container app exited with code 3"},
+		{"nil exit code is not success", stoppedTask{Containers: []containerResult{{Name: "app", Reason: "CannotPullContainerError"}}},
+			outcomeFailed, "container app has no exit code (CannotPullContainerError)"},
+		{"failed to start", stoppedTask{StopCode: "TaskFailedToStart", StoppedReason: "ResourceInitializationError: boom",
+			Containers: []containerResult{{Name: "app", ExitCode: code(0)}}}, outcomeFailed, "failed to start: ResourceInitializationError: boom"},
+		{"unknown container counts as essential", stoppedTask{Containers: []containerResult{
+			{Name: "app", ExitCode: code(0)}, {Name: "other", ExitCode: code(1)},
+		}}, outcomeFailed, "container other exited with code 1"},
+		{"no containers", stoppedTask{}, outcomeFailed, "no essential container"},
+		{"only non-essential containers", stoppedTask{Containers: []containerResult{{Name: "sidecar", ExitCode: code(0)}}}, outcomeFailed, "no essential container"},
+		{"stopped reason kept", stoppedTask{StoppedReason: "Task stopped by user", Containers: []containerResult{{Name: "app", ExitCode: code(143)}}},
+			outcomeFailed, "stopped: Task stopped by user"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			outcome, reason := evaluate(c.task, ess)
+			require.Equal(t, c.outcome, outcome)
+			if c.reason == "" {
+				require.Empty(t, reason)
+			} else {
+				require.Contains(t, reason, c.reason)
+			}
+		})
+	}
+}
