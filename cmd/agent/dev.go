@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/tetherjobs/tether/internal/client"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/pgcluster"
+	"github.com/tetherjobs/tether/localstack/emulator"
 )
 
 // demoScript is what the demo job runs: a few lines of output over a couple
@@ -61,6 +63,13 @@ func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) e
 	}
 	if cfg.Agent.Name == "" {
 		cfg.Agent.Name = "dev"
+	}
+	withECS, err := a.devECS(cfg)
+	if err != nil {
+		return err
+	}
+	if withECS != nil {
+		defer withECS()
 	}
 
 	if cfg.DatabaseURL == "" {
@@ -111,8 +120,13 @@ func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) e
 		return err
 	}
 	if !noDemo {
-		if err := a.demo(ctx, c); err != nil && ctx.Err() == nil {
-			fmt.Fprintf(a.stderr, "demo job: %v\n", err)
+		for _, command := range []string{"demo", "ecs-demo"} {
+			if _, ok := cfg.Commands[command]; !ok {
+				continue
+			}
+			if err := a.demo(ctx, c, command); err != nil && ctx.Err() == nil {
+				fmt.Fprintf(a.stderr, "%s job: %v\n", command, err)
+			}
 		}
 	}
 	exe, _ := os.Executable()
@@ -120,6 +134,7 @@ func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) e
 tether is serving at %[1]s (Ctrl-C stops it). Try, in another terminal:
 
   %[2]s --server %[1]s submit shell --context '{"script":"echo hi; sleep 2; echo bye"}' --wait
+  %[2]s --server %[1]s submit ecs-demo --wait     # an ECS task, on the local emulator
   %[2]s --server %[1]s jobs
   %[2]s --server %[1]s agents
   curl -s %[1]s/api/v1/jobs | head
@@ -128,13 +143,13 @@ tether is serving at %[1]s (Ctrl-C stops it). Try, in another terminal:
 	return <-agentErr
 }
 
-// demo submits the demo job and follows it to its end.
-func (a *app) demo(ctx context.Context, c *client.Client) error {
-	job, _, err := c.Submit(ctx, api.SubmitRequest{Command: "demo", Submitter: "tether dev"})
+// demo submits a demo job and follows it to its end.
+func (a *app) demo(ctx context.Context, c *client.Client, command string) error {
+	job, _, err := c.Submit(ctx, api.SubmitRequest{Command: command, Submitter: "tether dev"})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "submitted demo job %s; following its output:\n\n", job.ID)
+	fmt.Fprintf(a.stdout, "submitted %s job %s; following its output:\n\n", command, job.ID)
 	if err := c.Logs(ctx, job.ID, "", true, a.stdout); err != nil {
 		return err
 	}
@@ -142,7 +157,7 @@ func (a *app) demo(ctx context.Context, c *client.Client) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "\ndemo job %s %s\n", final.ID, final.Status)
+	fmt.Fprintf(a.stdout, "\n%s job %s %s\n\n", command, final.ID, final.Status)
 	return nil
 }
 
@@ -153,4 +168,65 @@ func relPath(p string) string {
 		}
 	}
 	return p
+}
+
+// ecsDemoTask is the ECS demo: a task definition whose container the local
+// emulator runs as a process, with its output in CloudWatch Logs.
+var ecsDemoTask = map[string]any{
+	"family": "tether-dev-demo",
+	"containerDefinitions": []any{map[string]any{
+		"name":      "demo",
+		"image":     "public.ecr.aws/docker/library/busybox:latest",
+		"essential": true,
+		"command":   []any{"sh", "-c", `for i in 1 2 3 4; do echo "ecs task line $i"; sleep 0.5; done`},
+		"logConfiguration": map[string]any{
+			"logDriver": "awslogs",
+			"options": map[string]any{
+				"awslogs-group": "/tether/dev", "awslogs-region": "us-east-1",
+				"awslogs-stream-prefix": "demo", "awslogs-create-group": "true",
+			},
+		},
+	}},
+}
+
+// devECS sets up the ECS plugin for `tether dev` when its binary is next to
+// tether and nothing says where AWS is: it starts the local ECS + CloudWatch
+// Logs emulator and points the plugin at it. It returns the emulator's stop
+// func (nil when it started none).
+func (a *app) devECS(cfg *config.Config) (func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil
+	}
+	dir := cfg.PluginDir
+	if dir == "" {
+		dir = filepath.Dir(exe)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tether-plugin-ecs")); err != nil {
+		return nil, nil // not built: the shell demo is enough
+	}
+	if _, configured := cfg.Plugins["ecs"]; configured || a.getenv("AWS_ENDPOINT_URL") != "" {
+		return nil, nil // the user says where ECS is
+	}
+	emu := emulator.New(emulator.Options{StoppedRetention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	url, err := emu.Start("127.0.0.1:4566")
+	if err != nil {
+		if url, err = emu.Start("127.0.0.1:0"); err != nil { // 4566 is taken (LocalStack?)
+			return nil, fmt.Errorf("starting the local ECS emulator: %w", err)
+		}
+	}
+	fmt.Fprintf(a.stderr, "started the local ECS + CloudWatch Logs emulator at %s (set AWS_ENDPOINT_URL to use another)\n", url)
+	if cfg.Plugins == nil {
+		cfg.Plugins = map[string]config.Plugin{}
+	}
+	cfg.Plugins["ecs"] = config.Plugin{Env: map[string]string{
+		"AWS_ENDPOINT_URL": url, "AWS_REGION": "us-east-1",
+		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+	}}
+	if _, defaults := cfg.Commands["demo"]; defaults { // only next to the built-in demo
+		cfg.Commands["ecs-demo"] = config.Command{Plugin: "ecs", Context: map[string]any{
+			"task_definition_template": ecsDemoTask, "poll_interval": "500ms",
+		}}
+	}
+	return func() { _ = emu.Close() }, nil
 }

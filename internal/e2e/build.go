@@ -18,15 +18,16 @@ const (
 	AgentPackage     = "github.com/tetherjobs/tether/cmd/agent"
 	ShellPackage     = "github.com/tetherjobs/tether/plugins/shell"
 	ResumablePackage = "github.com/tetherjobs/tether/internal/testplugins/resumable"
+	ECSPackage       = "github.com/tetherjobs/tether/plugins/ecs"
 )
 
 // Binaries are the built executables.
 type Binaries struct {
 	Tether    string // the agent binary
-	PluginDir string // holds tether-plugin-shell and tether-plugin-resumable
+	PluginDir string // holds tether-plugin-shell, -resumable and -ecs
 }
 
-// Build compiles the tether binary and the shell and resumable plugins into
+// Build compiles the tether binary and the shell, resumable and ecs plugins into
 // dir. It must run inside the tether module (any test's working directory is).
 func Build(ctx context.Context, dir string) (Binaries, error) {
 	b := Binaries{Tether: filepath.Join(dir, "tether"), PluginDir: dir}
@@ -37,6 +38,7 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	if err := testbin.Build(ctx, dir, map[string]string{
 		"shell":     ShellPackage,
 		"resumable": ResumablePackage,
+		"ecs":       ECSPackage,
 	}); err != nil {
 		return Binaries{}, err
 	}

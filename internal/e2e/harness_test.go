@@ -89,6 +89,13 @@ type harness struct {
 
 func newHarness(t testing.TB, dbURL string, tm timings) *harness {
 	t.Helper()
+	return newHarnessWith(t, dbURL, tm, "", "")
+}
+
+// newHarnessWith is newHarness with extra YAML (indented two spaces) in the
+// config's plugins and commands sections.
+func newHarnessWith(t testing.TB, dbURL string, tm timings, extraPlugins, extraCommands string) *harness {
+	t.Helper()
 	root := t.TempDir()
 	h := &harness{
 		t:       t,
@@ -120,11 +127,11 @@ plugins:
     config: {state_dir: %q, kill_grace: 1s}
   resumable:
     config: {work_dir: %q}
-commands:
+%scommands:
   shell: {plugin: shell}
   resumable: {plugin: resumable}
-`, tm.Capacity, tm.PollInterval, tm.Keepalive, tm.StaleJob, tm.OfflineAfter, tm.CleanInterval, tm.AWOLTimeout,
-		bins.PluginDir, shellState, h.workDir)
+%s`, tm.Capacity, tm.PollInterval, tm.Keepalive, tm.StaleJob, tm.OfflineAfter, tm.CleanInterval, tm.AWOLTimeout,
+		bins.PluginDir, shellState, h.workDir, extraPlugins, extraCommands)
 	require.NoError(t, os.WriteFile(h.cfgPath, []byte(cfg), 0o600))
 
 	pool, err := pgxpool.New(context.Background(), dbURL)
@@ -547,4 +554,84 @@ func (s *syncBuf) tail(n int) string {
 		return "…" + str[len(str)-n:]
 	}
 	return str
+}
+
+// ecsContainer is the container the ecs command's task definition runs; jobs
+// give it their script with a container override.
+const ecsContainer = "app"
+
+// newECSHarness is newHarness whose agents also load the ecs plugin, pointed
+// at the emulator at emulatorURL with static test credentials, and offer the
+// command "ecs": one awslogs container, polled every 200ms.
+func newECSHarness(t testing.TB, dbURL string, tm timings, emulatorURL string) *harness {
+	t.Helper()
+	env, err := json.Marshal(map[string]string{
+		"AWS_ENDPOINT_URL":            emulatorURL,
+		"AWS_ACCESS_KEY_ID":           "test",
+		"AWS_SECRET_ACCESS_KEY":       "test",
+		"AWS_REGION":                  "us-east-1",
+		"AWS_EC2_METADATA_DISABLED":   "true",
+		"AWS_CONFIG_FILE":             os.DevNull,
+		"AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
+	})
+	require.NoError(t, err)
+	defaults, err := json.Marshal(map[string]any{
+		"poll_interval": "200ms",
+		"task_definition_template": map[string]any{
+			"family": "tether-e2e",
+			"containerDefinitions": []any{map[string]any{
+				"name":    ecsContainer,
+				"image":   "busybox",
+				"command": []string{"sh", "-c", "exit 0"},
+				"logConfiguration": map[string]any{
+					"logDriver": "awslogs",
+					"options": map[string]string{
+						"awslogs-group":         "/tether/e2e",
+						"awslogs-stream-prefix": "job",
+						"awslogs-region":        "us-east-1",
+					},
+				},
+			}},
+		},
+	})
+	require.NoError(t, err)
+	// JSON is YAML: the maps go in as flow mappings.
+	plugins := fmt.Sprintf("  ecs:\n    pass_env: [\"AWS_*\"]\n    env: %s\n    config: {cluster: default}\n", env)
+	commands := fmt.Sprintf("  ecs:\n    plugin: ecs\n    context: %s\n", defaults)
+	return newHarnessWith(t, dbURL, tm, plugins, commands)
+}
+
+// submitECS submits an ecs job whose one task runs script under sh; extra
+// keys go into the job's context.
+func (h *harness) submitECS(ctx context.Context, script string, extra map[string]any) string {
+	h.t.Helper()
+	c := map[string]any{
+		"container_overrides": []any{map[string]any{"name": ecsContainer, "command": []string{"sh", "-c", script}}},
+	}
+	for k, v := range extra {
+		c[k] = v
+	}
+	raw, err := json.Marshal(c)
+	require.NoError(h.t, err)
+	j, _, err := h.st.Submit(ctx, store.SubmitParams{Command: "ecs", Plugin: "ecs", Context: raw, Submitter: "e2e"})
+	require.NoError(h.t, err)
+	return j.ID
+}
+
+// stdout is the job's whole stdout as stored.
+func (h *harness) stdout(ctx context.Context, id string) string {
+	h.t.Helper()
+	var b strings.Builder
+	var after int64
+	for {
+		chunks, err := h.st.Logs(ctx, id, "stdout", after, 1000)
+		require.NoError(h.t, err)
+		if len(chunks) == 0 {
+			return b.String()
+		}
+		for _, c := range chunks {
+			b.Write(c.Data)
+			after = c.Seq
+		}
+	}
 }
