@@ -239,6 +239,12 @@ func (r *runtime) Stderr() io.Writer { return r.stderr }
 // the job.
 func (r *runtime) Checkpoint(ctx context.Context, handle []byte) error {
 	c := r.job.claimed
+	// A handle may point past output (a log position): store that output
+	// first, or an agent killed in between would resume past lines nobody
+	// stored.
+	if err := r.svc.logs.flushNow(ctx); err != nil {
+		return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: storing its output first: %v", c.Job.ID, err)
+	}
 	err := r.svc.store.Checkpoint(ctx, c.Job.ID, c.Lease, handle)
 	if errors.Is(err, store.ErrLeaseLost) {
 		r.job.cancel(errLeaseLost)

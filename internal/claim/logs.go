@@ -78,20 +78,20 @@ func (f *logFlusher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			f.flushNow(fctx)
+			_ = f.flushNow(fctx) // logged inside; nothing more to do at exit
 			cancel()
 			return
 		case <-t.C:
 		case <-f.kick:
 		}
-		f.flushNow(ctx)
+		_ = f.flushNow(ctx) // kept for the next tick on error
 	}
 }
 
 // flushNow writes everything buffered so far. Output of jobs whose lease is
 // gone is dropped and the job stopped; on a database error the output is kept
-// for the next flush.
-func (f *logFlusher) flushNow(ctx context.Context) {
+// for the next flush and the error returned.
+func (f *logFlusher) flushNow(ctx context.Context) error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
 
@@ -107,7 +107,7 @@ func (f *logFlusher) flushNow(ctx context.Context) {
 	}
 	f.mu.Unlock()
 	if len(batch) == 0 {
-		return
+		return nil
 	}
 	held, err := f.store.AppendLogs(ctx, batch, f.max)
 	if err != nil {
@@ -121,13 +121,14 @@ func (f *logFlusher) flushNow(ctx context.Context) {
 			}
 		}
 		f.mu.Unlock()
-		return
+		return err
 	}
 	for _, lb := range batch {
 		if !held[lb.JobID] {
 			f.onLost(lb.JobID)
 		}
 	}
+	return nil
 }
 
 // jobWriter is one stream of one job.

@@ -13,22 +13,29 @@ import (
 
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/plugins/ecs/ecs"
 )
 
-// Three agents run 60 jobs while agents are repeatedly killed with SIGKILL
-// and replaced, sometimes under the same name (restart path), sometimes
-// under a new one (silence path). Every job must end exactly once and
-// truthfully; no resumable work may start twice.
+// Three agents run 60 jobs (and 6 ECS jobs against the emulator) while
+// agents are repeatedly killed with SIGKILL and replaced, sometimes under the
+// same name (restart path), sometimes under a new one (silence path). Every
+// job must end exactly once and truthfully; no resumable work may start
+// twice and no ECS task may be launched twice.
 func TestChaosKillAndReplaceAgents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	h := newHarness(t, pgtest.URL(t), fast())
+	em, emURL := startEmulator(t)
+	h := newECSHarness(t, pgtest.URL(t), fast(), emURL)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 
 	live := []*agentProc{h.startAgent(ctx, "chaos-1"), h.startAgent(ctx, "chaos-2"), h.startAgent(ctx, "chaos-3")}
 	nextName := 4
 
-	var resumable, shell []string
+	const ecsLines = 20
+	var resumable, shell, ecsJobs []string
+	for range 6 {
+		ecsJobs = append(ecsJobs, h.submitECS(ctx, countingScript(ecsLines, time.Duration(150+rng.IntN(150))*time.Millisecond), nil))
+	}
 	for i := range 60 {
 		if i%3 == 2 {
 			shell = append(shell, h.submitShell(ctx, time.Duration(2000+rng.IntN(2000))*time.Millisecond))
@@ -36,7 +43,7 @@ func TestChaosKillAndReplaceAgents(t *testing.T) {
 			resumable = append(resumable, h.submitResumable(ctx, time.Duration(3000+rng.IntN(3000))*time.Millisecond))
 		}
 	}
-	all := append(append([]string(nil), resumable...), shell...)
+	all := append(append(append([]string(nil), resumable...), shell...), ecsJobs...)
 
 	// killed generations, to find the shell jobs that were on a killed agent.
 	killed := map[string]bool{}
@@ -70,6 +77,13 @@ func TestChaosKillAndReplaceAgents(t *testing.T) {
 		assert.Equal(t, store.StatusSucceeded, j.Status, "resumable job %s: %s; events: %s", id, j.Error, h.eventSummary(ctx, id))
 		assert.Equal(t, 1, h.startCount(id), "resumable job %s: work starts; events: %s", id, h.eventSummary(ctx, id))
 		h.checkTimeline(ctx, id)
+	}
+	for _, id := range ecsJobs {
+		j := h.job(ctx, id)
+		assert.Equal(t, store.StatusSucceeded, j.Status, "ecs job %s: %s; events: %s", id, j.Error, h.eventSummary(ctx, id))
+		assert.Equal(t, 1, em.Launches(ecs.StartedBy(id, 0)), "ecs job %s: launches; events: %s", id, h.eventSummary(ctx, id))
+		h.checkTimeline(ctx, id)
+		h.assertLinesOnce(ctx, id, ecsLines) // output is stored before a handle may point past it
 	}
 	onKilled := 0
 	for _, id := range shell {
