@@ -5,19 +5,20 @@
 WITH picked AS (
     SELECT a.job_id
     FROM active_jobs a
-    JOIN jobs j ON j.id = a.job_id
     WHERE a.agent_name IS NULL
       AND a.run_after <= now()
       AND a.command = ANY($4::text[])
-      AND j.status IN ('queued', 'running') -- an unowned canceling job is the janitor's
     ORDER BY a.run_after, a.job_id
     LIMIT $3
-    FOR UPDATE OF a SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ), claimed AS (
+    -- Only queued or released running jobs; an unowned canceling job is the
+    -- janitor's. (Filtering here, after the LIMIT, and not in picked: a join
+    -- in the locking scan halved claim throughput.)
     UPDATE active_jobs a
     SET agent_name = $1, agent_generation = $2, lease = a.lease + 1,
         last_heartbeat = now(), claimed_at = now()
-    FROM picked
+    FROM picked JOIN jobs pj ON pj.id = picked.job_id AND pj.status IN ('queued', 'running')
     WHERE a.job_id = picked.job_id
     RETURNING a.job_id, a.lease, a.handle, a.released_at, a.release_reason
 ), j AS (

@@ -307,3 +307,25 @@ func TestReleaseKeepsRunningAndFencesTheOldHolder(t *testing.T) {
 	assert.Equal(t, got[0].Lease+2, again[0].Lease)
 	assert.Equal(t, []string{"submitted", "claimed", "running", "released", "claimed"}, kinds(t, st, j.ID))
 }
+
+func TestClaimSkipsUnownedCancelingJobs(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a := register(t, st, "a")
+	j := submit(t, st, "c")
+	got, err := st.Claim(ctx, a, 1, []string{"c"})
+	require.NoError(t, err)
+	_, err = st.MarkRunning(ctx, a, j.ID, got[0].Lease, "")
+	require.NoError(t, err)
+	require.NoError(t, st.Release(ctx, a, j.ID, got[0].Lease, "test"))
+	_, err = st.Cancel(ctx, j.ID, "")
+	require.NoError(t, err)
+
+	again, err := st.Claim(ctx, a, 5, []string{"c"})
+	require.NoError(t, err)
+	assert.Empty(t, again, "an unowned canceling job is the janitor's, not a claim's")
+	after, err := st.GetJob(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusCanceling, after.Status)
+	assert.Empty(t, after.Agent)
+}
