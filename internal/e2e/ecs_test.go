@@ -266,3 +266,37 @@ func TestECSMaxFailCountHoldsAcrossKill9(t *testing.T) {
 	h.checkTimeline(ctx, id)
 	t.Logf("job failed: %s", j.Error)
 }
+
+// The task ends while no agent watches it (its only agent was killed): the
+// agent that resumes the job later reads the outcome from ECS, copies the
+// rest of the log from the stored position, and launches nothing.
+func TestECSTaskEndsWhileNoAgentWatches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	em, url := startEmulator(t)
+	h := newECSHarness(t, pgtest.URL(t), ecsKillTimings(), url)
+
+	const lines = 10 // about 1 s of output
+	a := h.startAgent(ctx, "ecs-alone")
+	ok := h.submitECS(ctx, countingScript(lines, 100*time.Millisecond), nil)
+	bad := h.submitECS(ctx, countingScript(lines, 100*time.Millisecond)+"; exit 4", nil)
+	h.waitStdout(ctx, ok, "line 2\n", 15*time.Second)
+	h.waitStdout(ctx, bad, "line 2\n", 15*time.Second)
+	h.kill9(a)
+	sleep(ctx, 3*time.Second) // both tasks end with nobody watching
+
+	h.startAgent(ctx, "ecs-later")
+	h.waitTerminal(ctx, []string{ok, bad}, 30*time.Second)
+	j := h.job(ctx, ok)
+	assert.Equal(t, store.StatusSucceeded, j.Status, "error: %s; events: %s", j.Error, h.eventSummary(ctx, ok))
+	h.assertLinesOnce(ctx, ok, lines)
+	assert.Contains(t, h.eventSummary(ctx, ok), "resumed")
+	f := h.job(ctx, bad)
+	assert.Equal(t, store.StatusFailed, f.Status, "events: %s", h.eventSummary(ctx, bad))
+	assert.Contains(t, f.Error, "exited with code 4")
+	h.assertLinesOnce(ctx, bad, lines)
+	for _, id := range []string{ok, bad} {
+		assert.Equal(t, 1, em.Launches(ecs.StartedBy(id, 0)), "job %s: the outcome is read, nothing relaunched", id)
+		h.checkTimeline(ctx, id)
+	}
+}
