@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"time"
 
@@ -229,27 +228,6 @@ func (c Command) ContextJSON() (json.RawMessage, error) {
 	b, err := json.Marshal(c.Context)
 	if err != nil {
 		return nil, fmt.Errorf("encoding default context: %w", err)
-	}
-	return b, nil
-}
-
-// MergeContext returns the command's default context with the job's context
-// on top (top-level keys of the job win). job must be a JSON object or empty.
-func (c Command) MergeContext(job json.RawMessage) (json.RawMessage, error) {
-	merged := maps.Clone(c.Context)
-	if merged == nil {
-		merged = map[string]any{}
-	}
-	if len(bytes.TrimSpace(job)) > 0 {
-		var over map[string]any
-		if err := json.Unmarshal(job, &over); err != nil {
-			return nil, fmt.Errorf("decoding job context: %w", err)
-		}
-		maps.Copy(merged, over)
-	}
-	b, err := json.Marshal(merged)
-	if err != nil {
-		return nil, fmt.Errorf("encoding merged context: %w", err)
 	}
 	return b, nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/internal/jobctx"
 )
 
 func noEnv(string) string { return "" }
@@ -337,24 +339,31 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-func TestPluginEnviron(t *testing.T) {
-	p := Plugin{PassEnv: []string{"PATH", "AWS_*"}, Env: map[string]string{"B": "2", "A": "1"}}
-	got := p.Environ([]string{"PATH=/bin", "HOME=/root", "AWS_REGION=eu", "AWS_SECRET_ACCESS_KEY=x",
-		"DATABASE_URL=postgres://x", "TETHER_API_TOKENS=a:b"})
-	assert.Equal(t, []string{"PATH=/bin", "AWS_REGION=eu", "AWS_SECRET_ACCESS_KEY=x", "A=1", "B=2"}, got)
-	all := Plugin{PassEnv: []string{"*"}}
-	assert.Equal(t, []string{"HOME=/root"}, all.Environ([]string{"HOME=/root", "DATABASE_URL=x", "PGPASSWORD=y", "TETHER_TOKEN=z"}))
+func TestSecretEnv(t *testing.T) {
+	for _, name := range []string{"DATABASE_URL", "PGPASSWORD", "TETHER_API_TOKENS", "TETHER_TOKEN", "TETHER_AGENT_NAME"} {
+		assert.True(t, SecretEnv(name), name)
+	}
+	for _, name := range []string{"PATH", "HOME", "AWS_REGION", "AWS_SECRET_ACCESS_KEY", "KUBECONFIG"} {
+		assert.False(t, SecretEnv(name), name)
+	}
 }
 
-func TestMergeContext(t *testing.T) {
+// The command's default context, as JSON, under the one merge rule the
+// runner and the janitor share.
+func TestCommandContextMerge(t *testing.T) {
 	c := Command{Plugin: "shell", Context: map[string]any{"script": "echo a", "env": map[string]any{"X": "1"}}}
-	got, err := c.MergeContext(json.RawMessage(`{"script":"echo b","extra":true}`))
+	defaults, err := c.ContextJSON()
+	require.NoError(t, err)
+	got, err := jobctx.Merge(defaults, json.RawMessage(`{"script":"echo b","extra":true}`))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"script":"echo b","env":{"X":"1"},"extra":true}`, string(got))
-	got, err = c.MergeContext(nil)
+	got, err = jobctx.Merge(defaults, nil)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"script":"echo a","env":{"X":"1"}}`, string(got))
 	assert.Equal(t, "echo a", c.Context["script"], "defaults are not modified")
+	empty, err := Command{Plugin: "shell"}.ContextJSON()
+	require.NoError(t, err)
+	assert.JSONEq(t, `{}`, string(empty))
 }
 
 func TestDrainHandoff(t *testing.T) {

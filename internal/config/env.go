@@ -117,44 +117,14 @@ func ParseTokens(raw string) ([]Token, error) {
 	return out, nil
 }
 
-// Environ builds the environment of a plugin process from the agent's
-// environment (os.Environ form): only the variables PassEnv names, never the
-// agent's secrets, plus Env.
-func (p Plugin) Environ(agentEnv []string) []string {
-	var out []string
-	for _, kv := range agentEnv {
-		name, _, ok := strings.Cut(kv, "=")
-		if !ok || secretEnv(name) {
-			continue
-		}
-		if p.passes(name) {
-			out = append(out, kv)
-		}
-	}
-	for _, k := range sortedKeys(p.Env) {
-		out = append(out, k+"="+p.Env[k])
-	}
-	return out
-}
-
-func (p Plugin) passes(name string) bool {
-	for _, pat := range p.PassEnv {
-		if prefix, ok := strings.CutSuffix(pat, "*"); ok {
-			if strings.HasPrefix(name, prefix) {
-				return true
-			}
-		} else if pat == name {
-			return true
-		}
-	}
-	return false
-}
-
-// secretEnv reports the agent's own secrets, which no plugin may see.
-func secretEnv(name string) bool {
+// SecretEnv reports the agent's own secrets and settings, which no plugin
+// may see: the database URL and password, and every TETHER_* variable (API
+// tokens among them). The plugin host scrubs them; validation refuses them
+// in pass_env.
+func SecretEnv(name string) bool {
 	switch name {
-	case "DATABASE_URL", TokensEnv, "TETHER_TOKEN", "PGPASSWORD":
+	case "DATABASE_URL", "PGPASSWORD":
 		return true
 	}
-	return false
+	return strings.HasPrefix(name, "TETHER_")
 }

@@ -135,7 +135,7 @@ func (c *Config) Validate() error {
 		for i, e := range p.PassEnv {
 			if !envNameRe.MatchString(e) {
 				add("%s.pass_env[%d]: %q is not a variable name or NAME_* prefix", key, i, e)
-			} else if secretEnv(e) {
+			} else if SecretEnv(strings.TrimSuffix(e, "*")) && (!strings.HasSuffix(e, "*") || strings.HasPrefix(e, "TETHER_")) {
 				add("%s.pass_env[%d]: %s is never passed to plugins; give the plugin what it needs under %s.env", key, i, e, key)
 			}
 		}

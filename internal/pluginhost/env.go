@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/tetherjobs/tether/internal/config"
 )
 
 // isBase reports whether every plugin gets name from the agent's
@@ -17,10 +19,8 @@ func isBase(name string) bool {
 }
 
 // forbidden reports whether name must never reach a plugin: the agent's
-// database URL and its own settings and tokens.
-func forbidden(name string) bool {
-	return name == "DATABASE_URL" || strings.HasPrefix(name, "TETHER_")
-}
+// database URL and password and its own settings and tokens.
+func forbidden(name string) bool { return config.SecretEnv(name) }
 
 func matches(pattern, name string) bool {
 	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
@@ -40,7 +40,7 @@ func validatePassEnv(patterns []string) error {
 			return fmt.Errorf("pass_env: empty name")
 		case strings.ContainsAny(name, "*= "):
 			return fmt.Errorf("pass_env %q: only a trailing * is allowed", p)
-		case p == "DATABASE_URL" || strings.HasPrefix(name, "TETHER_"):
+		case !strings.HasSuffix(p, "*") && forbidden(p), strings.HasPrefix(name, "TETHER_"):
 			return fmt.Errorf("pass_env %q: the agent's DATABASE_URL and TETHER_* settings are never passed to plugins", p)
 		}
 	}
