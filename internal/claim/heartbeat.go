@@ -161,6 +161,11 @@ func (s *Service) runDeferred(ctx context.Context) {
 			if err := s.plugins.Cleanup(cctx, w.plugin, w.job); err != nil {
 				kind, msg = "cleanup_failed", err.Error()
 				s.cfg.Metrics.CleanupFailures.Inc()
+				if s.cfg.EnqueueCleanup != nil {
+					if qerr := s.cfg.EnqueueCleanup(ctx, c.Job.ID, "cleanup after the job ended failed: "+err.Error()); qerr != nil {
+						log.Error("queueing cleanup for retry", "err", qerr)
+					}
+				}
 			}
 			cancel()
 			if err := s.store.RecordEvent(ctx, s.cfg.Holder, c.Job.ID, c.Lease, kind, msg); err != nil {

@@ -100,11 +100,13 @@ func (s *Service) run(j *runningJob) {
 		return
 	}
 	if err != nil {
-		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.ClassOf(err))})
+		o := store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.ClassOf(err))}
 		if c.Resume && info.Has(plugin.CapCleanup) {
 			// Nothing else will stop remote work a failed Resume left behind.
-			s.cleanup(j, log, pluginName, pj)
+			s.finishThenClean(j, log, o, pluginName, pj)
+			return
 		}
+		s.finish(j, log, o)
 		return
 	}
 	out := store.Outcome{Status: store.StatusSucceeded}
@@ -122,8 +124,11 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 		// Someone else owns the job now: never write, never clean up.
 		s.recordLeaseLost(j, log)
 	case errors.Is(cause, errCancelRequested):
-		if s.finish(j, log, store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}) && info.Has(plugin.CapCleanup) {
-			s.cleanup(j, log, pluginName, pj)
+		o := store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}
+		if info.Has(plugin.CapCleanup) {
+			s.finishThenClean(j, log, o, pluginName, pj)
+		} else {
+			s.finish(j, log, o)
 		}
 	case errors.Is(cause, errHandoff), errors.Is(cause, errDetached):
 		// Stop watching; the remote work goes on. HandOff releases the lease
@@ -161,8 +166,11 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 			}
 			return
 		}
-		if s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)}) && info.Has(plugin.CapCleanup) {
-			s.cleanup(j, log, pluginName, pj)
+		o := store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)}
+		if info.Has(plugin.CapCleanup) {
+			s.finishThenClean(j, log, o, pluginName, pj)
+		} else {
+			s.finish(j, log, o)
 		}
 	default:
 		log.Error("job context ended for an unknown reason", "cause", cause)
@@ -173,6 +181,20 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 // own timeout (the job's context may have ended). It reports whether the write
 // landed.
 func (s *Service) finish(j *runningJob, log *slog.Logger, o store.Outcome) bool {
+	return s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o})
+}
+
+// finishThenClean writes the job's final state and runs the plugin's Cleanup
+// only once that state is committed: results and remote state are never
+// deleted before the outcome is durable. When the write has to wait for the
+// database, the Cleanup waits with it.
+func (s *Service) finishThenClean(j *runningJob, log *slog.Logger, o store.Outcome, pluginName string, pj *plugin.Job) {
+	if s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o, plugin: pluginName, cleanup: true, job: pj}) {
+		s.cleanup(j, log, pluginName, pj)
+	}
+}
+
+func (s *Service) finishWith(j *runningJob, log *slog.Logger, o store.Outcome, later deferredWrite) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
 	defer cancel()
 	s.logs.flushNow(ctx)
@@ -186,7 +208,7 @@ func (s *Service) finish(j *runningJob, log *slog.Logger, o store.Outcome) bool 
 		// output) and write them when a heartbeat gets through again.
 		log.Warn("writing final status; will retry when the database answers", "status", o.Status, "err", err)
 		j.deferred = true
-		s.deferWrite(deferredWrite{claimed: j.claimed, outcome: o})
+		s.deferWrite(later)
 		return false
 	}
 	s.cfg.Metrics.JobsFinished.WithLabelValues(o.Status).Inc()
