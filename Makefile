@@ -2,10 +2,14 @@
 GO      ?= go
 BIN     ?= bin
 PLUGINS := shell ecs
+# The Kubernetes tests run a real kube-apiserver built from the Go module proxy
+# (tools/kube-apiserver pins its version) and Debian's etcd-server.
+KUBE_VERSION   := $(shell awk '$$1 == "k8s.io/kubernetes" {print $$2}' tools/kube-apiserver/go.mod)
+KUBE_APISERVER := .tether/bin/kube-apiserver-$(KUBE_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench proto clean
+.PHONY: all build run test vet bench proto clean kube-apiserver
 
 all: build
 
@@ -19,9 +23,21 @@ build:
 run: build
 	$(BIN)/tether dev
 
-## test: the whole suite against real PostgreSQL and real plugin binaries
-test: vet
+## test: the whole suite against real PostgreSQL, real plugin binaries and a
+## real kube-apiserver + etcd (the apiserver is built once, then cached)
+test: vet $(KUBE_APISERVER)
+	@command -v etcd >/dev/null || { echo "etcd not found: apt-get install -y etcd-server (the Kubernetes tests need it)"; exit 1; }
 	$(GO) test $(TEST_FLAGS) ./...
+
+## kube-apiserver: build the apiserver the Kubernetes tests use (about 5
+## minutes the first time; kept under .tether/bin)
+kube-apiserver: $(KUBE_APISERVER)
+
+$(KUBE_APISERVER): tools/kube-apiserver/go.mod tools/kube-apiserver/go.sum
+	@mkdir -p $(dir $@)
+	@echo "building kube-apiserver $(KUBE_VERSION) from the Go module proxy (once; a few minutes)"
+	cd tools/kube-apiserver && $(GO) build -o ../../$@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.tmp $@
 
 vet:
 	$(GO) vet ./...
