@@ -1,7 +1,7 @@
 # tether — the two commands a newcomer runs are `make run` and `make test`.
 GO      ?= go
 BIN     ?= bin
-PLUGINS := shell ecs
+PLUGINS := shell ecs sparkeks
 # The Kubernetes tests run a real kube-apiserver built from the Go module proxy
 # (tools/kube-apiserver pins its version) and Debian's etcd-server.
 KUBE_VERSION   := $(shell awk '$$1 == "k8s.io/kubernetes" {print $$2}' tools/kube-apiserver/go.mod)

@@ -19,15 +19,16 @@ const (
 	ShellPackage     = "github.com/tetherjobs/tether/plugins/shell"
 	ResumablePackage = "github.com/tetherjobs/tether/internal/testplugins/resumable"
 	ECSPackage       = "github.com/tetherjobs/tether/plugins/ecs"
+	SparkEKSPackage  = "github.com/tetherjobs/tether/plugins/sparkeks"
 )
 
 // Binaries are the built executables.
 type Binaries struct {
 	Tether    string // the agent binary
-	PluginDir string // holds tether-plugin-shell, -resumable and -ecs
+	PluginDir string // holds tether-plugin-shell, -resumable, -ecs and -sparkeks
 }
 
-// Build compiles the tether binary and the shell, resumable and ecs plugins into
+// Build compiles the tether binary and the shell, resumable, ecs and sparkeks plugins into
 // dir. It must run inside the tether module (any test's working directory is).
 func Build(ctx context.Context, dir string) (Binaries, error) {
 	b := Binaries{Tether: filepath.Join(dir, "tether"), PluginDir: dir}
@@ -39,6 +40,7 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 		"shell":     ShellPackage,
 		"resumable": ResumablePackage,
 		"ecs":       ECSPackage,
+		"sparkeks":  SparkEKSPackage,
 	}); err != nil {
 		return Binaries{}, err
 	}

@@ -44,6 +44,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	defer stopKube()
 	return pgtest.Run(m)
 }
 

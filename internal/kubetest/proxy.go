@@ -1,8 +1,11 @@
 package kubetest
 
 import (
+	"context"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -56,6 +59,14 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 		},
 		Transport:     transport,
 		FlushInterval: -1, // watches stream
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			// A client that went away (a watch ended, a test cancelled) is
+			// not a proxy failure worth a line.
+			if !errors.Is(err, context.Canceled) {
+				log.Printf("kubetest proxy: %s %s: %v", r.Method, r.URL.Path, err)
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.Request.Method == http.MethodPost && resp.StatusCode == http.StatusCreated {
 				p.mu.Lock()

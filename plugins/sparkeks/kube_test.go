@@ -1,0 +1,342 @@
+package main
+
+// The real plugin binary, through go-plugin, against a real kube-apiserver +
+// etcd (internal/kubetest) with the operator simulator moving applications
+// along and every request going through a proxy that counts creations and
+// injects faults.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tetherjobs/tether/internal/kubetest"
+	"github.com/tetherjobs/tether/pkg/plugin"
+	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
+)
+
+var (
+	binPath string
+	kube    *kubetest.Env
+	sim     *kubetest.Simulator
+	proxy   *kubetest.Proxy
+)
+
+const appsPath = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/default/sparkapplications"
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "tether-sparkeks-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "tether-plugin-sparkeks")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	startCtx, startCancel := context.WithTimeout(ctx, 2*time.Minute)
+	kube, err = kubetest.Start(startCtx, dir)
+	startCancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := kube.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
+	if proxy, err = kubetest.StartProxy(kube, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer proxy.Close()
+	sim = kubetest.NewSimulator(kube, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	simDone := make(chan struct{})
+	go func() { defer close(simDone); _ = sim.Run(ctx) }()
+	code := m.Run()
+	cancel()
+	<-simDone
+	return code
+}
+
+func connect(t *testing.T) *plugin.GRPCClient {
+	t.Helper()
+	cmd := exec.Command(binPath)
+	cmd.Env = []string{"HOME=" + t.TempDir()}
+	client := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  plugin.Handshake(),
+		Plugins:          plugin.PluginSet(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		AutoMTLS:         true,
+	})
+	t.Cleanup(client.Kill)
+	rpc, err := client.Client()
+	require.NoError(t, err, "starting plugin")
+	raw, err := rpc.Dispense(plugin.PluginKey)
+	require.NoError(t, err, "dispensing plugin")
+	return raw.(*plugin.GRPCClient)
+}
+
+// newJob is a job whose context scripts the simulator through spark_conf.
+func newJob(t *testing.T, sim map[string]string, extra map[string]any) *plugin.Job {
+	t.Helper()
+	cfg, err := json.Marshal(map[string]any{"kubeconfig": proxy.Kubeconfig, "poll_interval": "100ms"})
+	require.NoError(t, err)
+	ctx := map[string]any{
+		"image": "spark:3.5.3", "main_application_file": "local:///opt/tether/spark_sql.py",
+		"query": "SELECT 1", "spark_conf": sim,
+	}
+	for k, v := range extra {
+		ctx[k] = v
+	}
+	raw, err := json.Marshal(ctx)
+	require.NoError(t, err)
+	return &plugin.Job{ID: uuid.NewString(), Command: "spark-sql", Attempt: 1, Config: cfg, Context: raw}
+}
+
+func getApp(ctx context.Context, name string) (*unstructured.Unstructured, error) {
+	return kube.Dynamic.Resource(kubetest.SparkApplications).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+}
+
+// requireGone waits for the application and its ConfigMap to be deleted.
+func requireGone(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, err := getApp(ctx, name)
+		_, cmErr := kube.Clientset.CoreV1().ConfigMaps("default").Get(ctx, name+"-query", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(cmErr)
+	}, 20*time.Second, 50*time.Millisecond, "application %s and its ConfigMap should be deleted", name)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestInfoAndHealth(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "sparkeks", info.Name)
+	require.True(t, info.Has(plugin.CapResume) && info.Has(plugin.CapCleanup) && info.Has(plugin.CapHealth), "%+v", info)
+	cfg, _ := json.Marshal(map[string]any{"kubeconfig": proxy.Kubeconfig})
+	require.NoError(t, c.HealthCheck(ctx, cfg))
+	bad, _ := json.Marshal(map[string]any{"kubeconfig": filepath.Join(t.TempDir(), "missing")})
+	require.Error(t, c.HealthCheck(ctx, bad))
+}
+
+func TestSucceeds(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	job := newJob(t, map[string]string{kubetest.SimRun: "300ms"}, nil)
+	name := "spark-sql-job-" + job.ID
+	rt := plugintest.NewRuntime(nil)
+	res, err := c.Execute(ctx, job, rt)
+	require.NoError(t, err, "stderr: %s", rt.StderrString())
+
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(res.Output, &out))
+	require.Equal(t, name, out["name"])
+	require.Equal(t, "COMPLETED", out["state"])
+	require.Equal(t, name+"-driver", out["driver_pod"])
+	require.NotEmpty(t, out["spark_application_id"])
+
+	app, err := getApp(ctx, name)
+	require.NoError(t, err)
+	require.Equal(t, out["uid"], string(app.GetUID()))
+	require.Equal(t, 1, sim.Created("default", name))
+	// The query reached the ConfigMap the driver mounts, owned by the app.
+	cm, err := kube.Clientset.CoreV1().ConfigMaps("default").Get(ctx, name+"-query", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "SELECT 1", cm.Data["query.sql"])
+	require.Equal(t, app.GetUID(), cm.OwnerReferences[0].UID)
+	// No kubelet here: the logs cannot be read, said once.
+	require.Equal(t, 1, strings.Count(rt.StderrString(), "driver logs unavailable"), rt.StderrString())
+
+	// Cleanup deletes both; a second Cleanup finds nothing and succeeds.
+	require.NoError(t, c.Cleanup(ctx, job))
+	requireGone(t, ctx, name)
+	require.NoError(t, c.Cleanup(ctx, job))
+}
+
+func TestFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name, outcome, want string
+	}{
+		{"failed", "failed", "executor lost: boom"},
+		{"submission failed", "submission_failed", "spark-submit: no such image"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			c := connect(t)
+			job := newJob(t, map[string]string{kubetest.SimOutcome: tc.outcome, kubetest.SimMessage: tc.want, kubetest.SimRun: "50ms"}, nil)
+			_, err := c.Execute(ctx, job, plugintest.NewRuntime(nil))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			require.Equal(t, plugin.Permanent, plugin.ClassOf(err))
+		})
+	}
+}
+
+func TestTimeoutDeletesTheApplication(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	job := newJob(t, map[string]string{kubetest.SimOutcome: "hang"}, map[string]any{"timeout": "1s"})
+	_, err := c.Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.ErrorContains(t, err, "timed out")
+	requireGone(t, ctx, "spark-sql-job-"+job.ID)
+}
+
+func TestCancelLeavesCleanupToTheAgent(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	job := newJob(t, map[string]string{kubetest.SimOutcome: "hang"}, nil)
+	name := "spark-sql-job-" + job.ID
+	runCtx, cancel := context.WithCancel(ctx)
+	rt := plugintest.NewRuntime(nil)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Execute(runCtx, job, rt); errc <- err }()
+	require.Eventually(t, func() bool {
+		app, err := getApp(ctx, name)
+		if err != nil {
+			return false
+		}
+		state, _, _ := unstructured.NestedString(app.Object, "status", "applicationState", "state")
+		return state == "RUNNING"
+	}, 20*time.Second, 50*time.Millisecond)
+	cancel()
+	require.Error(t, <-errc)
+	// A cancelled call leaves the application (a handoff must); the agent's
+	// Cleanup, after it records the job canceled, deletes it.
+	_, err := getApp(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, c.Cleanup(ctx, job))
+	requireGone(t, ctx, name)
+}
+
+func TestTransientAPIErrorsDoNotFailTheJob(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	job := newJob(t, map[string]string{kubetest.SimRun: "1s"}, nil)
+	name := "spark-sql-job-" + job.ID
+	before := proxy.Injected()
+	proxy.Inject(kubetest.Fault{Method: http.MethodPost, Contains: "/sparkapplications", Status: http.StatusServiceUnavailable, Count: 2})
+	proxy.Inject(kubetest.Fault{Method: http.MethodGet, Contains: "/sparkapplications/" + name, Status: http.StatusInternalServerError, Count: 3})
+	proxy.Inject(kubetest.Fault{Method: http.MethodGet, Contains: "watch=true", Status: http.StatusTooManyRequests, Count: 2})
+	proxy.Inject(kubetest.Fault{Method: http.MethodPost, Contains: "/configmaps", Status: http.StatusGatewayTimeout, Count: 1})
+	rt := plugintest.NewRuntime(nil)
+	res, err := c.Execute(ctx, job, rt)
+	require.NoError(t, err, "stderr: %s", rt.StderrString())
+	require.Contains(t, string(res.Output), `"COMPLETED"`)
+	require.Equal(t, 8, proxy.Injected()-before, "every injected fault was hit")
+	require.Equal(t, 1, sim.Created("default", name), "one application, despite the failed creates")
+}
+
+// An agent lost mid-run: the call ends without an outcome; a new plugin
+// process resumes from the checkpointed handle and follows the same
+// application to the end.
+func TestResumeAttachesToTheSameApplication(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, map[string]string{kubetest.SimRun: "2s"}, nil)
+	name := "spark-sql-job-" + job.ID
+	runCtx, cancel := context.WithCancel(ctx)
+	rt := plugintest.NewRuntime(nil)
+	errc := make(chan error, 1)
+	go func() { _, err := connect(t).Execute(runCtx, job, rt); errc <- err }()
+	require.Eventually(t, func() bool { return strings.Contains(string(rt.Handle()), `"uid"`) }, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	<-errc
+
+	rt2 := plugintest.NewRuntime(rt.Handle())
+	res, err := connect(t).Resume(ctx, job, rt2)
+	require.NoError(t, err, "stderr: %s", rt2.StderrString())
+	require.Contains(t, string(res.Output), `"COMPLETED"`)
+	require.Equal(t, 1, sim.Created("default", name))
+}
+
+func TestResumeAfterTheApplicationWasDeletedIsOutcomeUnknown(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, map[string]string{kubetest.SimOutcome: "hang"}, nil)
+	name := "spark-sql-job-" + job.ID
+	runCtx, cancel := context.WithCancel(ctx)
+	rt := plugintest.NewRuntime(nil)
+	errc := make(chan error, 1)
+	go func() { _, err := connect(t).Execute(runCtx, job, rt); errc <- err }()
+	require.Eventually(t, func() bool { return strings.Contains(string(rt.Handle()), `"uid"`) }, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	<-errc
+
+	// Someone deletes it by hand while no agent watches.
+	fg := metav1.DeletePropagationForeground
+	require.NoError(t, kube.Dynamic.Resource(kubetest.SparkApplications).Namespace("default").Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg}))
+	requireGone(t, ctx, name)
+
+	creates := proxy.Creates(appsPath)
+	_, err := connect(t).Resume(ctx, job, plugintest.NewRuntime(rt.Handle()))
+	require.Error(t, err)
+	require.Equal(t, plugin.OutcomeUnknown, plugin.ClassOf(err), "%v", err)
+	require.Contains(t, err.Error(), "not resubmitting")
+	require.Equal(t, creates, proxy.Creates(appsPath), "never resubmitted")
+	_, err = getApp(ctx, name)
+	require.True(t, apierrors.IsNotFound(err))
+}
+
+// A job resumed before anything was submitted (no handle) submits it once.
+func TestResumeWithoutAHandleSubmits(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, nil, nil)
+	res, err := connect(t).Resume(ctx, job, plugintest.NewRuntime(nil))
+	require.NoError(t, err)
+	require.Contains(t, string(res.Output), `"COMPLETED"`)
+	require.Equal(t, 1, sim.Created("default", "spark-sql-job-"+job.ID))
+}
+
+// A retry (attempt 2) of a job whose attempt-1 application is still there
+// replaces it: the old one is deleted (foreground) and a new one created
+// under the same name.
+func TestLaterAttemptReplacesTheApplication(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	job := newJob(t, map[string]string{kubetest.SimOutcome: "failed", kubetest.SimMessage: "first try", kubetest.SimRun: "50ms"}, nil)
+	name := "spark-sql-job-" + job.ID
+	_, err := c.Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.ErrorContains(t, err, "first try")
+	first, err := getApp(ctx, name)
+	require.NoError(t, err)
+
+	job.Attempt = 2
+	job.Context = newJob(t, nil, nil).Context // this time it succeeds
+	res, err := c.Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.NoError(t, err)
+	second, err := getApp(ctx, name)
+	require.NoError(t, err)
+	require.NotEqual(t, first.GetUID(), second.GetUID())
+	require.Contains(t, string(res.Output), string(second.GetUID()))
+	require.Equal(t, "2", second.GetLabels()["tether.dev/job-attempt"])
+	require.Equal(t, 2, sim.Created("default", name))
+}

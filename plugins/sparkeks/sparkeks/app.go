@@ -1,0 +1,248 @@
+package sparkeks
+
+import (
+	"maps"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// GVR is the SparkApplication resource.
+var GVR = schema.GroupVersionResource{Group: Group, Version: Version1, Resource: Resource}
+
+// tetherLabels are the labels on both of a job's objects.
+func tetherLabels(job *plugin.Job) map[string]string {
+	l := map[string]string{
+		labelManagedBy:  managedByTether,
+		labelJobID:      job.ID,
+		labelJobAttempt: strconv.Itoa(job.Attempt),
+	}
+	if job.Command != "" {
+		l[labelCommand] = job.Command
+	}
+	return l
+}
+
+// buildApp is the job's SparkApplication: the template's, with the settings
+// laid over its spec, the query's ConfigMap mounted into the driver, and
+// tether's labels.
+func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
+	obj := runtime.DeepCopyJSON(cfg.Template)
+	if obj == nil {
+		obj = map[string]any{}
+	}
+	obj["apiVersion"] = APIVersion
+	obj["kind"] = Kind
+	tmeta := mapAt(obj, "metadata")
+	meta := map[string]any{"name": AppName(job.ID), "namespace": cfg.Namespace}
+	if a, ok := tmeta["annotations"].(map[string]any); ok {
+		meta["annotations"] = a
+	}
+	labels := stringsOf(tmeta["labels"])
+	maps.Copy(labels, cfg.Labels)
+	maps.Copy(labels, tetherLabels(job))
+	meta["labels"] = anyMap(labels)
+	obj["metadata"] = meta
+
+	spec := mapAt(obj, "spec")
+	setString(spec, "type", cfg.Type, DefaultType)
+	setString(spec, "mode", cfg.Mode, DefaultMode)
+	setString(spec, "sparkVersion", cfg.SparkVersion, DefaultSparkVersion)
+	setString(spec, "image", cfg.Image, "")
+	setString(spec, "imagePullPolicy", cfg.ImagePullPolicy, "")
+	setString(spec, "mainApplicationFile", cfg.MainApplicationFile, "")
+	setString(spec, "mainClass", cfg.MainClass, "")
+
+	args := cfg.Arguments
+	if args == nil {
+		if t, ok := spec["arguments"].([]any); ok {
+			for _, a := range t {
+				args = append(args, a.(string)) // checked by parseTemplate
+			}
+		} else {
+			args = defaultArguments()
+		}
+	}
+	list := make([]any, len(args))
+	for i, a := range args {
+		list[i] = strings.ReplaceAll(a, QueryFileToken, cfg.QueryFile())
+	}
+	spec["arguments"] = list
+
+	// Template first, then the merged settings (config, then context).
+	for _, kv := range []struct {
+		key  string
+		over map[string]string
+	}{{"sparkConf", cfg.SparkConf}, {"hadoopConf", cfg.HadoopConf}} {
+		if len(kv.over) == 0 {
+			continue
+		}
+		m := stringsOf(spec[kv.key])
+		maps.Copy(m, kv.over)
+		spec[kv.key] = anyMap(m)
+	}
+
+	driver := mapAt(spec, "driver")
+	setResources(driver, cfg.Driver)
+	setString(driver, "serviceAccount", cfg.ServiceAccount, "")
+	executor := mapAt(spec, "executor")
+	setResources(executor, cfg.Executor)
+	if cfg.Executor.Instances > 0 {
+		executor["instances"] = int64(cfg.Executor.Instances)
+	}
+
+	spec["volumes"] = replaceNamed(spec["volumes"], map[string]any{
+		"name":      queryVolume,
+		"configMap": map[string]any{"name": ConfigMapName(job.ID)},
+	})
+	driver["volumeMounts"] = replaceNamed(driver["volumeMounts"], map[string]any{
+		"name":      queryVolume,
+		"mountPath": cfg.QueryMountPath,
+		"readOnly":  true,
+	})
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// buildConfigMap is the job's query, owned by its SparkApplication so it is
+// deleted with it.
+func buildConfigMap(job *plugin.Job, cfg Config, appName, appUID string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      ConfigMapName(job.ID),
+			Namespace: cfg.Namespace,
+			Labels:    tetherLabels(job),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: APIVersion,
+				Kind:       Kind,
+				Name:       appName,
+				UID:        typesUID(appUID),
+			}},
+		},
+		Data: map[string]string{QueryKey: cfg.Query},
+	}
+}
+
+func setResources(m map[string]any, r Resources) {
+	if r.Cores > 0 {
+		m["cores"] = int64(r.Cores)
+	}
+	setString(m, "coreLimit", r.CoreLimit, "")
+	setString(m, "memory", r.Memory, "")
+	if len(r.Labels) > 0 {
+		l := stringsOf(m["labels"])
+		maps.Copy(l, r.Labels)
+		m["labels"] = anyMap(l)
+	}
+}
+
+// setString sets m[key] to v; when v is unset it keeps the template's value,
+// or sets def when there is none.
+func setString(m map[string]any, key, v, def string) {
+	switch {
+	case v != "":
+		m[key] = v
+	case hasString(m, key):
+	case def != "":
+		m[key] = def
+	}
+}
+
+// mapAt returns m[key] as a mapping, creating it when missing.
+func mapAt(m map[string]any, key string) map[string]any {
+	if x, ok := m[key].(map[string]any); ok {
+		return x
+	}
+	x := map[string]any{}
+	m[key] = x
+	return x
+}
+
+// replaceNamed appends item to a list of named entries, replacing an entry
+// of the same name.
+func replaceNamed(list any, item map[string]any) []any {
+	var out []any
+	items, _ := list.([]any)
+	for _, x := range items {
+		if e, ok := x.(map[string]any); ok && e["name"] == item["name"] {
+			continue
+		}
+		out = append(out, x)
+	}
+	return append(out, item)
+}
+
+// stringsOf copies a mapping's string values.
+func stringsOf(x any) map[string]string {
+	out := map[string]string{}
+	m, _ := x.(map[string]any)
+	for k, v := range m {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// appStatus is what tether reads from a SparkApplication's status.
+type appStatus struct {
+	State              string
+	ErrorMessage       string
+	SparkApplicationID string
+	DriverPod          string
+}
+
+func statusOf(u *unstructured.Unstructured) appStatus {
+	var s appStatus
+	s.State, _, _ = unstructured.NestedString(u.Object, "status", "applicationState", "state")
+	s.ErrorMessage, _, _ = unstructured.NestedString(u.Object, "status", "applicationState", "errorMessage")
+	s.SparkApplicationID, _, _ = unstructured.NestedString(u.Object, "status", "sparkApplicationId")
+	s.DriverPod, _, _ = unstructured.NestedString(u.Object, "status", "driverInfo", "podName")
+	return s
+}
+
+// Phases a SparkApplication state maps to.
+type phase int
+
+const (
+	phaseRunning phase = iota
+	phaseSucceeded
+	phaseFailed
+	phaseUnknown
+)
+
+// phaseOf maps status.applicationState.state. Everything not terminal and
+// not UNKNOWN is running, including states spark-operator may add later.
+func phaseOf(state string) phase {
+	switch state {
+	case "COMPLETED":
+		return phaseSucceeded
+	case "FAILED", "SUBMISSION_FAILED":
+		return phaseFailed
+	case "UNKNOWN":
+		return phaseUnknown
+	default:
+		return phaseRunning
+	}
+}
+
+// attemptOf is the job attempt an existing SparkApplication was created
+// for, from its label; ok is false when it has none.
+func attemptOf(u *unstructured.Unstructured) (int, bool) {
+	n, err := strconv.Atoi(u.GetLabels()[labelJobAttempt])
+	return n, err == nil
+}

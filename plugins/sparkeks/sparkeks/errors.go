@@ -1,0 +1,70 @@
+package sparkeks
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// transient reports whether err is worth repeating the same request for:
+// the API server was overloaded, timed out or failed, or the connection
+// broke (refused, reset, EOF, a network timeout, the per-call timeout). A
+// request the server refused on its merits is not, and neither is a TLS
+// verification failure (a wrong CA or endpoint does not fix itself).
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+			apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
+			status.Status().Code >= 500 // any other 5xx, e.g. a proxy's 502
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var certInvalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &certInvalid) || errors.As(err, &verify) {
+		return false
+	}
+	// Not an answer from the API server: the connection's trouble.
+	return true
+}
+
+// backoff is a capped exponential delay.
+type backoff struct {
+	base, max, cur time.Duration
+}
+
+func newBackoff(base time.Duration) backoff {
+	base = min(max(base, time.Millisecond), 500*time.Millisecond)
+	return backoff{base: base, max: 30 * time.Second}
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.base
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

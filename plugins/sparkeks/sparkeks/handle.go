@@ -1,0 +1,69 @@
+package sparkeks
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// handleVersion is bumped on an incompatible change to Handle.
+const handleVersion = 1
+
+// Outcomes stored in the handle once the job's end is known.
+const (
+	outcomeSucceeded = "succeeded"
+	outcomeFailed    = "failed"
+	outcomeUnknown   = "outcome_unknown"
+)
+
+// Handle is the checkpointed state of a job's SparkApplication. It is
+// checkpointed right after the SparkApplication is created (or found and
+// attached), on every state change, when the driver log position advances
+// (at most once per poll) and when the outcome is known.
+type Handle struct {
+	Version            int          `json:"v"`
+	JobAttempt         int          `json:"job_attempt"`
+	Name               string       `json:"name"`
+	Namespace          string       `json:"namespace"`
+	UID                string       `json:"uid,omitempty"`
+	Submitted          bool         `json:"submitted"`
+	CreatedAt          time.Time    `json:"created_at"` // the timeout counts from here, across agents
+	State              string       `json:"state,omitempty"`
+	ErrorMessage       string       `json:"error_message,omitempty"`
+	SparkApplicationID string       `json:"spark_application_id,omitempty"`
+	DriverPod          string       `json:"driver_pod,omitempty"`
+	Log                *LogPosition `json:"log,omitempty"`
+	UnknownSince       *time.Time   `json:"unknown_since,omitempty"`
+	// UIDMismatch notes that the SparkApplication found by name on resume was
+	// not the one this handle recorded (and which one that was).
+	UIDMismatch string `json:"uid_mismatch,omitempty"`
+	Outcome     string `json:"outcome,omitempty"` // succeeded, failed, outcome_unknown
+	Message     string `json:"message,omitempty"` // why, for failed and outcome_unknown
+}
+
+// LogPosition is how far the driver's log has been copied: the timestamp of
+// the last line written and how many lines with exactly that timestamp were
+// written.
+type LogPosition struct {
+	Time  time.Time `json:"time"`
+	Lines int       `json:"lines"`
+}
+
+func (h *Handle) encode() ([]byte, error) {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encoding handle: %w", err)
+	}
+	return b, nil
+}
+
+func decodeHandle(b []byte) (*Handle, error) {
+	var h Handle
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("decoding handle: %w", err)
+	}
+	if h.Version != handleVersion {
+		return nil, fmt.Errorf("decoding handle: version %d, this plugin reads version %d", h.Version, handleVersion)
+	}
+	return &h, nil
+}

@@ -1,0 +1,293 @@
+package sparkeks
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// driverContainer is the container spark-submit gives the driver pod.
+const driverContainer = "spark-kubernetes-driver"
+
+// logFlushBytes bounds how much log output is held before it is written.
+const logFlushBytes = 32 << 10
+
+// logCursor decides which lines of a timestamped log stream are new. A
+// stream asked for since a time (truncated to the second) repeats lines
+// already copied: lines before pos.Time are skipped, and so are the first
+// pos.Lines lines stamped exactly pos.Time.
+type logCursor struct {
+	pos  LogPosition
+	seen int // lines stamped pos.Time met in the current stream
+}
+
+// newStream resets the per-stream count; call it before each stream.
+func (c *logCursor) newStream() { c.seen = 0 }
+
+// accept reports whether a line stamped ts is new, and advances the
+// position if so.
+func (c *logCursor) accept(ts time.Time) bool {
+	switch {
+	case ts.Before(c.pos.Time):
+		return false
+	case ts.Equal(c.pos.Time):
+		c.seen++
+		if c.seen <= c.pos.Lines {
+			return false
+		}
+		c.pos.Lines = c.seen
+		return true
+	default:
+		c.pos = LogPosition{Time: ts, Lines: 1}
+		c.seen = 1
+		return true
+	}
+}
+
+// splitTimestamp splits a line of a Timestamps: true log into its
+// RFC 3339 timestamp and the rest; ok is false when it has none.
+func splitTimestamp(line string) (time.Time, string, bool) {
+	stamp, rest, found := strings.Cut(line, " ")
+	if !found {
+		stamp, rest = line, ""
+	}
+	ts, err := time.Parse(time.RFC3339Nano, stamp)
+	if err != nil {
+		return time.Time{}, line, false
+	}
+	return ts, rest, true
+}
+
+// copyLog copies the new lines of a timestamped log stream to w without
+// their timestamps, and calls advanced with the position after each write.
+// Lines without a timestamp are copied as they are and do not move the
+// position. It returns the reader's error (nil at EOF) or the writer's.
+func copyLog(r io.Reader, w io.Writer, c *logCursor, advanced func(LogPosition)) error {
+	c.newStream()
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf bytes.Buffer
+	pending := c.pos
+	flush := func() error {
+		if buf.Len() == 0 {
+			return nil
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return fmt.Errorf("writing the driver log: %w", err)
+		}
+		buf.Reset()
+		advanced(pending)
+		return nil
+	}
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			text := strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+			ts, rest, ok := splitTimestamp(text)
+			if !ok || c.accept(ts) {
+				buf.WriteString(rest)
+				buf.WriteByte('\n')
+				pending = c.pos
+			}
+		}
+		// Write what was read whenever the stream has nothing more at hand,
+		// so a following stream's lines appear as they come.
+		if err != nil || br.Buffered() == 0 || buf.Len() >= logFlushBytes {
+			if ferr := flush(); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// logFollower streams the driver pod's log into the job's stdout, from the
+// position in the handle, until finish or ctx's end. When the log cannot be
+// read it says why once and retries quietly every poll interval.
+type logFollower struct {
+	kube      kubernetes.Interface
+	namespace string
+	pod       string
+	interval  time.Duration
+	stdout    io.Writer
+	notef     func(format string, args ...any)
+
+	cursor logCursor // only the follower's goroutine uses it
+
+	mu    sync.Mutex
+	pos   LogPosition // what has been written
+	moved bool        // pos advanced since the last position call
+
+	stop   chan struct{} // closed by finish: the application ended
+	done   chan struct{}
+	cancel context.CancelFunc
+	warned bool
+	opened bool
+}
+
+func startLogFollower(ctx context.Context, kube kubernetes.Interface, namespace, pod string, interval time.Duration,
+	stdout io.Writer, notef func(string, ...any), pos *LogPosition) *logFollower {
+	lctx, cancel := context.WithCancel(ctx)
+	f := &logFollower{
+		kube: kube, namespace: namespace, pod: pod, interval: interval, stdout: stdout, notef: notef,
+		stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel,
+	}
+	if pos != nil {
+		f.cursor.pos, f.pos = *pos, *pos
+	}
+	go f.run(lctx)
+	return f
+}
+
+// position returns the copied position and whether it moved since the last call.
+func (f *logFollower) position() (LogPosition, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	moved := f.moved
+	f.moved = false
+	return f.pos, moved
+}
+
+// finish lets the follower read what is left of the log for at most drain,
+// then stops it.
+func (f *logFollower) finish(drain time.Duration) {
+	close(f.stop)
+	t := time.NewTimer(drain)
+	defer t.Stop()
+	select {
+	case <-f.done:
+	case <-t.C:
+	}
+	f.abort()
+}
+
+// abort stops the follower at once and waits for it.
+func (f *logFollower) abort() {
+	f.cancel()
+	<-f.done
+}
+
+func (f *logFollower) run(ctx context.Context) {
+	defer close(f.done)
+	for {
+		final := isClosed(f.stop)
+		err := f.streamOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var werr *writeError
+		if errors.As(err, &werr) {
+			return // the job's output is refused: the job is ending
+		}
+		if err != nil && !f.warned {
+			f.warned = true
+			f.notef("driver logs unavailable: %v; following the application status only (retrying every %s)", err, f.interval)
+		}
+		if final {
+			return
+		}
+		t := time.NewTimer(f.interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-f.stop:
+			t.Stop() // one last pass for the log's tail
+		case <-t.C:
+		}
+	}
+}
+
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+
+// streamOnce opens the driver's log from the copied position and copies it
+// until the stream ends.
+func (f *logFollower) streamOnce(ctx context.Context) error {
+	pod, err := f.kube.CoreV1().Pods(f.namespace).Get(ctx, f.pod, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting driver pod %s/%s: %w", f.namespace, f.pod, err)
+	}
+	if pod.Spec.NodeName == "" {
+		return fmt.Errorf("driver pod %s/%s is not on a node (not scheduled yet, or no kubelet serves it)", f.namespace, f.pod)
+	}
+	opts := &corev1.PodLogOptions{Follow: true, Timestamps: true, Container: containerOf(pod)}
+	if pos := f.cursor.pos; !pos.Time.IsZero() {
+		since := metav1.NewTime(pos.Time.Truncate(time.Second))
+		opts.SinceTime = &since
+	}
+	stream, err := f.kube.CoreV1().Pods(f.namespace).GetLogs(f.pod, opts).Stream(ctx)
+	if err != nil {
+		return fmt.Errorf("opening the log of driver pod %s/%s: %w", f.namespace, f.pod, err)
+	}
+	defer stream.Close()
+	if !f.opened {
+		f.opened = true
+		f.notef("streaming the log of driver pod %s/%s", f.namespace, f.pod)
+	}
+	err = copyLog(stream, writerFunc(func(p []byte) (int, error) {
+		n, err := f.stdout.Write(p)
+		if err != nil {
+			return n, &writeError{err}
+		}
+		return n, nil
+	}), &f.cursor, func(p LogPosition) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if p != f.pos {
+			f.pos, f.moved = p, true
+		}
+	})
+	if err != nil {
+		var werr *writeError
+		if errors.As(err, &werr) {
+			return werr
+		}
+		return fmt.Errorf("reading the log of driver pod %s/%s: %w", f.namespace, f.pod, err)
+	}
+	return nil
+}
+
+// containerOf picks the driver's container of a pod that may have sidecars.
+func containerOf(pod *corev1.Pod) string {
+	if len(pod.Spec.Containers) == 1 {
+		return pod.Spec.Containers[0].Name
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == driverContainer {
+			return c.Name
+		}
+	}
+	if len(pod.Spec.Containers) > 0 {
+		return pod.Spec.Containers[0].Name
+	}
+	return ""
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

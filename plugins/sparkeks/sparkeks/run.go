@@ -1,0 +1,760 @@
+package sparkeks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+const (
+	// checkpointTimeout bounds a checkpoint that must outlive a cancelled
+	// job context.
+	checkpointTimeout = 10 * time.Second
+	// logDrain bounds how long the rest of the driver's log is read once
+	// the application has ended.
+	logDrain = 10 * time.Second
+	// maxRefusedGets is how many gets in a row the API server may refuse
+	// (not a transient error: 401, 403, ...) before the job gives up
+	// following the application.
+	maxRefusedGets = 5
+	// watchTimeout makes the API server end a watch now and then; it is
+	// re-established at once.
+	watchTimeout = 5 * time.Minute
+)
+
+// errTimedOut is returned by call when the job's timeout passes while it
+// retries.
+var errTimedOut = errors.New("timed out")
+
+// run is one Execute or Resume of a job.
+type run struct {
+	p   *Plugin
+	job *plugin.Job
+	rt  plugin.Runtime
+	cfg Config
+	cl  *clients
+	h   *Handle
+	// started is when this run began; the timeout counts from it until the
+	// application's creation is known.
+	started     time.Time
+	callTimeout time.Duration
+	logs        *logFollower
+}
+
+func (p *Plugin) newRun(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*run, error) {
+	cfg, err := parseConfig(job.Config, job.Context)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNames(job.ID); err != nil {
+		return nil, err
+	}
+	cl, err := p.clients.get(ctx, cfg.Access)
+	if err != nil {
+		return nil, err
+	}
+	j := *job
+	j.Attempt = max(j.Attempt, 1)
+	return &run{
+		p: p, job: &j, rt: rt, cfg: cfg, cl: cl,
+		started:     time.Now(),
+		callTimeout: min(max(3*cfg.PollInterval, 5*time.Second), 30*time.Second),
+	}, nil
+}
+
+func (r *run) notef(format string, args ...any) {
+	fmt.Fprintf(r.rt.Stderr(), "sparkeks: "+format+"\n", args...)
+}
+
+func (r *run) apps() dynamic.ResourceInterface {
+	return r.cl.dyn.Resource(GVR).Namespace(r.cfg.Namespace)
+}
+
+func (r *run) name() string { return AppName(r.job.ID) }
+
+// ref is the application as messages name it.
+func (r *run) ref() string { return r.cfg.Namespace + "/" + r.name() }
+
+// checkpoint stores the handle, even when ctx was just cancelled: it must
+// record an application that now exists.
+func (r *run) checkpoint(ctx context.Context) error {
+	b, err := r.h.encode()
+	if err != nil {
+		return plugin.WithClass(plugin.OutcomeUnknown, err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	defer cancel()
+	if err := r.rt.Checkpoint(cctx, b); err != nil {
+		// The application runs on; a later Resume finds it by name.
+		return plugin.WithClass(plugin.Retriable, fmt.Errorf("sparkeks: checkpointing job %s: %w", r.job.ID, err))
+	}
+	return nil
+}
+
+func (r *run) ctxErr(err error) error {
+	return fmt.Errorf("sparkeks: following SparkApplication %s: %w", r.ref(), err)
+}
+
+// deadline is when the job times out (zero: never).
+func (r *run) deadline() time.Time {
+	if r.cfg.Timeout == 0 {
+		return time.Time{}
+	}
+	if r.h != nil && !r.h.CreatedAt.IsZero() {
+		return r.h.CreatedAt.Add(r.cfg.Timeout)
+	}
+	return r.started.Add(r.cfg.Timeout)
+}
+
+// call runs one API request, repeating it with backoff while it fails
+// transiently. It returns the request's other errors as they are, ctx's
+// error (wrapped), or errTimedOut.
+func (r *run) call(ctx context.Context, what string, f func(context.Context) error) error {
+	b := newBackoff(r.cfg.PollInterval)
+	for failures := 1; ; failures++ {
+		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+		err := f(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return r.ctxErr(ctx.Err())
+		}
+		if !transient(err) {
+			return err
+		}
+		if failures == 1 || failures%10 == 0 {
+			r.notef("%s: %v (retrying)", what, err)
+		}
+		r.p.log.Warn("sparkeks: transient API error", "job", r.job.ID, "what", what, "err", err, "failures", failures)
+		d := b.next()
+		if dl := r.deadline(); !dl.IsZero() {
+			left := time.Until(dl)
+			if left <= 0 {
+				return errTimedOut
+			}
+			d = min(d, left)
+		}
+		if err := sleep(ctx, d); err != nil {
+			return r.ctxErr(err)
+		}
+	}
+}
+
+// getApp gets the job's application, retrying transient errors.
+func (r *run) getApp(ctx context.Context) (*unstructured.Unstructured, error) {
+	var app *unstructured.Unstructured
+	err := r.call(ctx, "getting SparkApplication "+r.ref(), func(c context.Context) error {
+		var err error
+		app, err = r.apps().Get(c, r.name(), metav1.GetOptions{})
+		return err
+	})
+	return app, err
+}
+
+// fail turns an error of submit's or reattach's steps into the job's error.
+func (r *run) fail(ctx context.Context, what string, err error) error {
+	var pe *plugin.Error
+	switch {
+	case errors.Is(err, errTimedOut):
+		return r.timedOut(ctx)
+	case ctx.Err() != nil, errors.As(err, &pe):
+		return err
+	case apierrors.IsNotFound(err):
+		return plugin.Errorf(plugin.Permanent, "sparkeks: %s: %v (is the SparkApplication CRD installed, and does namespace %q exist?)", what, err, r.cfg.Namespace)
+	default:
+		return plugin.Errorf(plugin.Permanent, "sparkeks: %s: %v", what, err)
+	}
+}
+
+// submit creates the job's application, or attaches to the one this
+// attempt already created, replacing one of an earlier attempt.
+func (r *run) submit(ctx context.Context) error {
+	r.notef("submitting SparkApplication %s (job %s, attempt %d)", r.ref(), r.job.ID, r.job.Attempt)
+	obj := buildApp(r.job, r.cfg)
+	for {
+		var created *unstructured.Unstructured
+		err := r.call(ctx, "creating SparkApplication "+r.ref(), func(c context.Context) error {
+			var err error
+			created, err = r.apps().Create(c, obj.DeepCopy(), metav1.CreateOptions{})
+			return err
+		})
+		if err == nil {
+			return r.attach(ctx, created)
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return r.fail(ctx, "creating SparkApplication "+r.ref(), err)
+		}
+		// Created by an earlier call whose answer was lost, by another agent
+		// running this attempt, or by an earlier attempt.
+		existing, err := r.getApp(ctx)
+		if apierrors.IsNotFound(err) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return r.fail(ctx, "getting SparkApplication "+r.ref(), err)
+		}
+		attempt, ok := attemptOf(existing)
+		switch {
+		case ok && attempt == r.job.Attempt:
+			r.notef("SparkApplication %s already exists for this attempt (uid %s); attaching", r.ref(), existing.GetUID())
+			return r.attach(ctx, existing)
+		case ok && attempt < r.job.Attempt:
+			if err := r.replace(ctx, existing, attempt); err != nil {
+				return err
+			}
+		default:
+			return plugin.Errorf(plugin.Permanent,
+				"sparkeks: SparkApplication %s already exists and is not attempt %d of job %s (its %s label is %q); not touching it",
+				r.ref(), r.job.Attempt, r.job.ID, labelJobAttempt, existing.GetLabels()[labelJobAttempt])
+		}
+	}
+}
+
+// replace deletes an earlier attempt's application and its ConfigMap, and
+// waits until the application is gone, so this attempt can take the name.
+func (r *run) replace(ctx context.Context, old *unstructured.Unstructured, attempt int) error {
+	uid := string(old.GetUID())
+	r.notef("deleting SparkApplication %s (uid %s) of attempt %d before submitting attempt %d", r.ref(), uid, attempt, r.job.Attempt)
+	fg := metav1.DeletePropagationForeground
+	err := r.call(ctx, "deleting SparkApplication "+r.ref(), func(c context.Context) error {
+		err := r.apps().Delete(c, r.name(), metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: metav1.NewUIDPreconditions(uid)})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil // gone, or already replaced
+		}
+		return err
+	})
+	if err != nil {
+		return r.fail(ctx, "deleting SparkApplication "+r.ref()+" of attempt "+fmt.Sprint(attempt), err)
+	}
+	if err := r.deleteConfigMap(ctx); err != nil {
+		return err
+	}
+	for {
+		app, err := r.getApp(ctx)
+		if apierrors.IsNotFound(err) || (err == nil && string(app.GetUID()) != uid) {
+			return nil
+		}
+		if err != nil {
+			return r.fail(ctx, "waiting for SparkApplication "+r.ref()+" to be deleted", err)
+		}
+		if dl := r.deadline(); !dl.IsZero() && time.Now().After(dl) {
+			return r.timedOut(ctx)
+		}
+		if err := sleep(ctx, r.cfg.PollInterval); err != nil {
+			return r.ctxErr(err)
+		}
+	}
+}
+
+func (r *run) deleteConfigMap(ctx context.Context) error {
+	cms := r.cl.kube.CoreV1().ConfigMaps(r.cfg.Namespace)
+	err := r.call(ctx, "deleting ConfigMap "+ConfigMapName(r.job.ID), func(c context.Context) error {
+		err := cms.Delete(c, ConfigMapName(r.job.ID), metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return r.fail(ctx, "deleting ConfigMap "+r.cfg.Namespace+"/"+ConfigMapName(r.job.ID), err)
+	}
+	return nil
+}
+
+// attach makes app the job's application: the handle records it (right
+// after its creation, or when it was found) and its query ConfigMap is
+// created if missing.
+func (r *run) attach(ctx context.Context, app *unstructured.Unstructured) error {
+	uid := string(app.GetUID())
+	if r.h == nil {
+		r.h = &Handle{Version: handleVersion, JobAttempt: r.job.Attempt, Name: r.name(), Namespace: r.cfg.Namespace}
+	}
+	if r.h.UID != "" && r.h.UID != uid {
+		r.h.UIDMismatch = fmt.Sprintf("the handle recorded uid %s; found uid %s by name", r.h.UID, uid)
+		r.notef("SparkApplication %s has uid %s, not %s as recorded; following the one that exists", r.ref(), uid, r.h.UID)
+	}
+	r.h.UID = uid
+	r.h.Submitted = true
+	if r.h.CreatedAt.IsZero() {
+		r.h.CreatedAt = app.GetCreationTimestamp().UTC()
+		if r.h.CreatedAt.IsZero() {
+			r.h.CreatedAt = time.Now().UTC()
+		}
+	}
+	if err := r.checkpoint(ctx); err != nil {
+		return err
+	}
+	r.notef("following SparkApplication %s (uid %s)", r.ref(), uid)
+	if phaseOf(statusOf(app).State) != phaseRunning {
+		return nil // ended: its driver needs no query any more
+	}
+	return r.ensureConfigMap(ctx, uid)
+}
+
+// ensureConfigMap creates the query's ConfigMap, owned by the application
+// with uid. One left by another application (whose garbage collection has
+// not happened) is replaced.
+func (r *run) ensureConfigMap(ctx context.Context, uid string) error {
+	cms := r.cl.kube.CoreV1().ConfigMaps(r.cfg.Namespace)
+	cm := buildConfigMap(r.job, r.cfg, r.name(), uid)
+	what := "creating ConfigMap " + r.cfg.Namespace + "/" + cm.Name
+	for range 3 {
+		err := r.call(ctx, what, func(c context.Context) error {
+			_, err := cms.Create(c, cm.DeepCopy(), metav1.CreateOptions{})
+			return err
+		})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return r.configMapFailed(ctx, r.fail(ctx, what, err))
+		}
+		var existing *corev1.ConfigMap
+		err = r.call(ctx, "getting ConfigMap "+cm.Name, func(c context.Context) error {
+			var err error
+			existing, err = cms.Get(c, cm.Name, metav1.GetOptions{})
+			return err
+		})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return r.configMapFailed(ctx, r.fail(ctx, "getting ConfigMap "+cm.Name, err))
+		}
+		if ownedBy(existing.OwnerReferences, uid) {
+			return nil
+		}
+		r.notef("ConfigMap %s belongs to another SparkApplication; replacing it", cm.Name)
+		if err := r.deleteConfigMap(ctx); err != nil {
+			return r.configMapFailed(ctx, err)
+		}
+	}
+	return r.configMapFailed(ctx, plugin.Errorf(plugin.Permanent, "sparkeks: %s: it keeps being replaced", what))
+}
+
+// configMapFailed ends a job whose query could not be stored: its driver
+// cannot start without it, so the application is deleted.
+func (r *run) configMapFailed(ctx context.Context, err error) error {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	var pe *plugin.Error
+	if errors.As(err, &pe) && pe.Class == plugin.Permanent {
+		if derr := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, r.h.UID, r.callTimeout); derr != nil {
+			r.notef("deleting SparkApplication %s after the ConfigMap failed: %v", r.ref(), derr)
+		}
+		r.h.Outcome, r.h.Message = outcomeFailed, pe.Message
+		_ = r.checkpoint(ctx)
+	}
+	return err
+}
+
+// reattach loads the handle and finds the application by name. done is
+// true when the job's end is already known (res, err are its outcome).
+func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err error) {
+	if raw := r.rt.Handle(); len(raw) > 0 {
+		h, err := decodeHandle(raw)
+		if err != nil {
+			return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: resuming job %s: %v", r.job.ID, err)
+		}
+		if h.Name != r.name() {
+			return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: resuming job %s: the stored handle names SparkApplication %q, not %q", r.job.ID, h.Name, r.name())
+		}
+		if h.JobAttempt == r.job.Attempt {
+			r.h = h
+		} else {
+			r.notef("ignoring the handle of attempt %d of job %s; this is attempt %d", h.JobAttempt, r.job.ID, r.job.Attempt)
+		}
+	}
+	if r.h != nil {
+		// The application is where it was created, whatever the settings say now.
+		r.cfg.Namespace = r.h.Namespace
+		if r.h.Outcome != "" {
+			res, err := r.recorded()
+			return true, res, err
+		}
+	}
+	r.notef("resuming job %s (attempt %d): looking for SparkApplication %s", r.job.ID, r.job.Attempt, r.ref())
+	app, err := r.getApp(ctx)
+	switch {
+	case err == nil:
+		attempt, ok := attemptOf(app)
+		switch {
+		case ok && attempt == r.job.Attempt:
+			return false, nil, r.attach(ctx, app)
+		case ok && attempt < r.job.Attempt && (r.h == nil || !r.h.Submitted):
+			// An earlier attempt's: this attempt never submitted.
+			return false, nil, r.submit(ctx)
+		case ok && attempt < r.job.Attempt:
+			return true, nil, r.gone(ctx)
+		default:
+			return true, nil, plugin.Errorf(plugin.Permanent,
+				"sparkeks: SparkApplication %s exists but is not attempt %d of job %s (its %s label is %q); not touching it",
+				r.ref(), r.job.Attempt, r.job.ID, labelJobAttempt, app.GetLabels()[labelJobAttempt])
+		}
+	case apierrors.IsNotFound(err):
+		if r.h != nil && r.h.Submitted {
+			return true, nil, r.gone(ctx)
+		}
+		return false, nil, r.submit(ctx)
+	default:
+		return true, nil, r.fail(ctx, "getting SparkApplication "+r.ref(), err)
+	}
+}
+
+// gone ends a job whose submitted application no longer exists: whether it
+// ran is unknown, and submitting it again could run it twice.
+func (r *run) gone(ctx context.Context) error {
+	msg := fmt.Sprintf("SparkApplication %s (uid %s) no longer exists and its outcome was not recorded; not resubmitting", r.ref(), r.h.UID)
+	if r.h.State != "" {
+		msg += fmt.Sprintf(" (last seen %s)", r.h.State)
+	}
+	r.stopLogs()
+	r.h.Outcome, r.h.Message = outcomeUnknown, msg
+	if err := r.checkpoint(ctx); err != nil {
+		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
+	}
+	r.notef("%s", msg)
+	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
+}
+
+// recorded is the outcome a handle already holds.
+func (r *run) recorded() (*plugin.Result, error) {
+	switch r.h.Outcome {
+	case outcomeSucceeded:
+		return r.result(), nil
+	case outcomeFailed:
+		return nil, plugin.Errorf(plugin.Permanent, "sparkeks: %s", r.h.Message)
+	default:
+		return nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", r.h.Message)
+	}
+}
+
+// follow watches the application (a watch on it, re-established when it
+// ends, plus a get every poll interval) until it ends, the timeout passes
+// or ctx ends. On ctx's end the application is left alone: the agent
+// decides (Cleanup on a cancel; another agent's Resume on a handoff).
+func (r *run) follow(ctx context.Context) (*plugin.Result, error) {
+	defer r.stopLogs()
+	var deadlineC <-chan time.Time
+	if dl := r.deadline(); !dl.IsZero() {
+		t := time.NewTimer(time.Until(dl))
+		defer t.Stop()
+		deadlineC = t.C
+	}
+	getT := time.NewTimer(0)
+	defer getT.Stop()
+	watchT := time.NewTimer(0)
+	defer watchT.Stop()
+	watchC := watchT.C
+	getB, watchB := newBackoff(r.cfg.PollInterval), newBackoff(r.cfg.PollInterval)
+	var w watch.Interface
+	var events <-chan watch.Event
+	defer func() {
+		if w != nil {
+			w.Stop()
+		}
+	}()
+	rewatch := func(d time.Duration) {
+		if w != nil {
+			w.Stop()
+		}
+		w, events = nil, nil
+		watchT.Reset(d)
+		watchC = watchT.C
+	}
+	var watchStarted time.Time
+	rv := ""
+	transientGets, refusedGets := 0, 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, r.ctxErr(ctx.Err())
+
+		case <-deadlineC:
+			// It may have ended just now.
+			if app, err := r.getOnce(ctx); err == nil {
+				if done, res, err := r.observe(ctx, app, true); done {
+					return res, err
+				}
+			}
+			return nil, r.timedOut(ctx)
+
+		case <-watchC:
+			watchC = nil
+			nw, err := r.watchApp(ctx, rv)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.p.log.Warn("sparkeks: watching the SparkApplication", "job", r.job.ID, "err", err)
+					rewatch(watchB.next())
+				}
+				continue
+			}
+			w, events, watchStarted = nw, nw.ResultChan(), time.Now()
+
+		case ev, ok := <-events:
+			if !ok {
+				// Closed by the server or the connection: watch again, at
+				// once unless it keeps closing right away.
+				d := time.Duration(0)
+				if time.Since(watchStarted) < time.Second {
+					d = watchB.next()
+				} else {
+					watchB.reset()
+				}
+				rewatch(d)
+				continue
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				app, ok := ev.Object.(*unstructured.Unstructured)
+				if !ok || app.GetName() != r.name() {
+					continue
+				}
+				rv = app.GetResourceVersion()
+				if done, res, err := r.observe(ctx, app, false); done {
+					return res, err
+				}
+			case watch.Deleted:
+				if app, ok := ev.Object.(*unstructured.Unstructured); ok && app.GetName() == r.name() {
+					getT.Reset(0) // a get tells whether it is gone for good
+				}
+			case watch.Error:
+				if err := apierrors.FromObject(ev.Object); apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+					rv = ""
+				}
+				rewatch(watchB.next())
+			}
+
+		case <-getT.C:
+			app, err := r.getOnce(ctx)
+			switch {
+			case err == nil:
+				getB.reset()
+				transientGets, refusedGets = 0, 0
+				if done, res, err := r.observe(ctx, app, true); done {
+					return res, err
+				}
+				getT.Reset(r.cfg.PollInterval)
+			case ctx.Err() != nil:
+			case apierrors.IsNotFound(err):
+				return nil, r.gone(ctx)
+			case transient(err):
+				// Never fails the job by itself: the timeout or ctx ends it.
+				transientGets++
+				if transientGets == 1 || transientGets%10 == 0 {
+					r.notef("getting SparkApplication %s: %v (retrying)", r.ref(), err)
+				}
+				getT.Reset(getB.next())
+			default:
+				refusedGets++
+				r.notef("getting SparkApplication %s: %v", r.ref(), err)
+				if refusedGets >= maxRefusedGets {
+					return nil, plugin.Errorf(plugin.OutcomeUnknown,
+						"sparkeks: lost track of SparkApplication %s: the API server refused %d gets in a row: %v", r.ref(), refusedGets, err)
+				}
+				getT.Reset(getB.next())
+			}
+		}
+	}
+}
+
+func (r *run) getOnce(ctx context.Context) (*unstructured.Unstructured, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	defer cancel()
+	return r.apps().Get(cctx, r.name(), metav1.GetOptions{})
+}
+
+func (r *run) watchApp(ctx context.Context, rv string) (watch.Interface, error) {
+	secs := int64(watchTimeout / time.Second)
+	return r.apps().Watch(ctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", r.name()).String(),
+		ResourceVersion: rv,
+		TimeoutSeconds:  &secs,
+	})
+}
+
+// observe takes in what the API server says about the application. done is
+// true when the job has ended (res, err are its outcome) or following it
+// cannot go on. withLog records the driver log's position in the handle
+// (once per poll).
+func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withLog bool) (done bool, res *plugin.Result, err error) {
+	changed := false
+	if uid := string(app.GetUID()); uid != r.h.UID {
+		// The name belongs to another application now.
+		if attempt, ok := attemptOf(app); !ok || attempt != r.job.Attempt {
+			return true, nil, r.gone(ctx)
+		}
+		r.h.UIDMismatch = fmt.Sprintf("followed uid %s; the name now has uid %s", r.h.UID, uid)
+		r.notef("SparkApplication %s now has uid %s, not %s; following the one that exists", r.ref(), uid, r.h.UID)
+		r.h.UID, changed = uid, true
+	}
+	st := statusOf(app)
+	if st.SparkApplicationID != "" && st.SparkApplicationID != r.h.SparkApplicationID {
+		r.h.SparkApplicationID, changed = st.SparkApplicationID, true
+	}
+	if st.ErrorMessage != r.h.ErrorMessage {
+		r.h.ErrorMessage, changed = st.ErrorMessage, true
+	}
+	if st.DriverPod != "" && st.DriverPod != r.h.DriverPod {
+		if r.h.DriverPod != "" {
+			// A new driver (the operator retried the submission): its log
+			// starts over.
+			r.stopLogs()
+			r.h.Log = nil
+		}
+		r.h.DriverPod, changed = st.DriverPod, true
+	}
+	if r.logs == nil && r.h.DriverPod != "" {
+		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log)
+	}
+	if st.State != r.h.State {
+		r.h.State, changed = st.State, true
+		msg := fmt.Sprintf("SparkApplication %s is %s", r.ref(), orDash(st.State))
+		if st.SparkApplicationID != "" {
+			msg += " (" + st.SparkApplicationID + ")"
+		}
+		if st.ErrorMessage != "" {
+			msg += ": " + st.ErrorMessage
+		}
+		r.notef("%s", msg)
+	}
+	ph := phaseOf(st.State)
+	switch {
+	case ph == phaseUnknown && r.h.UnknownSince == nil:
+		now := time.Now().UTC()
+		r.h.UnknownSince, changed = &now, true
+	case ph != phaseUnknown && r.h.UnknownSince != nil:
+		r.h.UnknownSince, changed = nil, true
+	}
+	if withLog && r.logs != nil {
+		if pos, moved := r.logs.position(); moved {
+			r.h.Log, changed = &pos, true
+		}
+	}
+
+	switch {
+	case ph == phaseSucceeded:
+		r.end(ctx, outcomeSucceeded, "")
+		return true, r.result(), nil
+	case ph == phaseFailed:
+		msg := fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, orText(st.ErrorMessage, "no error message"))
+		r.end(ctx, outcomeFailed, msg)
+		return true, nil, plugin.Errorf(plugin.Permanent, "sparkeks: %s", msg)
+	case ph == phaseUnknown && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace:
+		msg := fmt.Sprintf("SparkApplication %s has been in state UNKNOWN for %s (unknown_grace %s): spark-operator lost track of its driver; the outcome is unknown",
+			r.ref(), time.Since(*r.h.UnknownSince).Round(time.Second), r.cfg.UnknownGrace)
+		r.end(ctx, outcomeUnknown, msg)
+		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
+	}
+	if changed {
+		if err := r.checkpoint(ctx); err != nil {
+			return true, nil, err
+		}
+	}
+	return false, nil, nil
+}
+
+// end records the job's outcome once the driver's log is drained.
+func (r *run) end(ctx context.Context, outcome, msg string) {
+	if r.logs != nil {
+		r.logs.finish(logDrain)
+		pos, _ := r.logs.position()
+		if !pos.Time.IsZero() {
+			r.h.Log = &pos
+		}
+		r.logs = nil
+	}
+	r.h.Outcome, r.h.Message = outcome, msg
+	if err := r.checkpoint(ctx); err != nil {
+		// The outcome is known all the same; the agent records it.
+		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
+	}
+}
+
+func (r *run) stopLogs() {
+	if r.logs != nil {
+		r.logs.abort()
+		r.logs = nil
+	}
+}
+
+// timedOut deletes the application and its ConfigMap and fails the job.
+func (r *run) timedOut(ctx context.Context) error {
+	r.stopLogs()
+	msg := fmt.Sprintf("timed out after %s", r.cfg.Timeout)
+	uid := ""
+	if r.h != nil {
+		uid = r.h.UID
+	}
+	if err := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, uid, r.callTimeout); err != nil {
+		msg += fmt.Sprintf(" (deleting it: %v)", err)
+	} else {
+		msg += "; deleted it"
+	}
+	full := fmt.Sprintf("SparkApplication %s %s", r.ref(), msg)
+	r.notef("%s", full)
+	if r.h != nil {
+		r.h.Outcome, r.h.Message = outcomeFailed, full
+		if err := r.checkpoint(ctx); err != nil {
+			r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
+		}
+	}
+	return plugin.Errorf(plugin.Permanent, "sparkeks: %s", full)
+}
+
+// Output is the job's result.
+type Output struct {
+	Name               string `json:"name"`
+	Namespace          string `json:"namespace"`
+	UID                string `json:"uid"`
+	State              string `json:"state"`
+	SparkApplicationID string `json:"spark_application_id"`
+	DriverPod          string `json:"driver_pod"`
+}
+
+func (r *run) result() *plugin.Result {
+	o := Output{
+		Name: r.h.Name, Namespace: r.h.Namespace, UID: r.h.UID, State: r.h.State,
+		SparkApplicationID: r.h.SparkApplicationID, DriverPod: r.h.DriverPod,
+	}
+	b, _ := json.Marshal(o) // plain strings: cannot fail
+	msg := fmt.Sprintf("SparkApplication %s/%s %s", o.Namespace, o.Name, o.State)
+	if o.SparkApplicationID != "" {
+		msg += " (" + o.SparkApplicationID + ")"
+	}
+	return &plugin.Result{Output: b, Message: msg}
+}
+
+func orDash(s string) string { return orText(s, "-") }
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// ownedBy reports whether refs name the object with uid.
+func ownedBy(refs []metav1.OwnerReference, uid string) bool {
+	for _, ref := range refs {
+		if string(ref.UID) == uid {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,168 @@
+// Package sparkeks is tether's Spark-on-Kubernetes plugin: a job runs a
+// Spark SQL query as a SparkApplication (sparkoperator.k8s.io/v1beta2, as
+// kubeflow spark-operator defines it), followed to its end with a watch and
+// periodic gets, its driver's log copied into the job's output. The
+// application outlives the agent watching it: the plugin checkpoints a
+// Handle, and Resume reattaches by the name derived from the job ID, never
+// submitting the same job twice.
+package sparkeks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// PluginVersion is reported in Info.
+const PluginVersion = "0.1.0"
+
+// requestTimeout bounds one API call of Cleanup and HealthCheck.
+const requestTimeout = 30 * time.Second
+
+// Plugin implements plugin.Plugin, Resumer, Cleaner and HealthChecker.
+// One value serves every job of the plugin process and shares its clients.
+type Plugin struct {
+	clients clientCache
+	log     *slog.Logger
+}
+
+// New returns the Spark-on-EKS plugin.
+func New() *Plugin {
+	return &Plugin{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
+}
+
+var (
+	_ plugin.Resumer       = (*Plugin)(nil)
+	_ plugin.Cleaner       = (*Plugin)(nil)
+	_ plugin.HealthChecker = (*Plugin)(nil)
+)
+
+// Info implements plugin.Plugin.
+func (p *Plugin) Info(context.Context) (plugin.Info, error) {
+	return plugin.Info{Name: "sparkeks", Version: PluginVersion}, nil
+}
+
+// Execute submits the job's SparkApplication and follows it to the end.
+func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	r, err := p.newRun(ctx, job, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.submit(ctx); err != nil {
+		return nil, err
+	}
+	return r.follow(ctx)
+}
+
+// Resume reattaches to the SparkApplication an earlier Execute or Resume
+// submitted and follows it to the end. It submits only when this attempt of
+// the job never did.
+func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	r, err := p.newRun(ctx, job, rt)
+	if err != nil {
+		return nil, err
+	}
+	if done, res, err := r.reattach(ctx); done {
+		return res, err
+	}
+	return r.follow(ctx)
+}
+
+// Cleanup deletes the job's SparkApplication (foreground propagation, so
+// its driver and executors go first) and its query ConfigMap. Both missing
+// is success.
+func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
+	cfg, err := parseConfig(job.Config, job.Context)
+	if err == nil {
+		err = checkNames(job.ID)
+	}
+	if err != nil {
+		// Execute validates the same settings before creating anything, so
+		// a job whose settings do not parse has nothing to delete; failing
+		// here would only make the agent call Cleanup forever.
+		p.log.Warn("cleanup: job settings do not parse; nothing can have been created", "job", job.ID, "err", err)
+		return nil
+	}
+	cl, err := p.clients.get(ctx, cfg.Access)
+	if err != nil {
+		return err
+	}
+	return deleteJobObjects(ctx, cl, cfg.Namespace, job.ID, "", requestTimeout)
+}
+
+// deleteJobObjects deletes a job's SparkApplication (only the one with uid,
+// when uid is set) and its ConfigMap; NotFound is success. A transient
+// failure is Retriable.
+func deleteJobObjects(ctx context.Context, cl *clients, namespace, jobID, uid string, timeout time.Duration) error {
+	name := AppName(jobID)
+	fg := metav1.DeletePropagationForeground
+	opts := metav1.DeleteOptions{PropagationPolicy: &fg}
+	if uid != "" {
+		opts.Preconditions = metav1.NewUIDPreconditions(uid)
+	}
+	var errs []string
+	var retriable bool
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	err := cl.dyn.Resource(GVR).Namespace(namespace).Delete(cctx, name, opts)
+	cancel()
+	// A Conflict is a failed UID precondition: the name now belongs to
+	// another application, which is not ours to delete.
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		errs = append(errs, fmt.Sprintf("deleting SparkApplication %s/%s: %v", namespace, name, err))
+		retriable = retriable || transient(err)
+	}
+	cctx, cancel = context.WithTimeout(ctx, timeout)
+	err = cl.kube.CoreV1().ConfigMaps(namespace).Delete(cctx, ConfigMapName(jobID), metav1.DeleteOptions{})
+	cancel()
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Sprintf("deleting ConfigMap %s/%s: %v", namespace, ConfigMapName(jobID), err))
+		retriable = retriable || transient(err)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	class := plugin.Permanent
+	if retriable || ctx.Err() != nil {
+		class = plugin.Retriable
+	}
+	return plugin.Errorf(class, "sparkeks: %s", strings.Join(errs, "; "))
+}
+
+// HealthCheck checks that the API server answers and serves the
+// SparkApplication resource.
+func (p *Plugin) HealthCheck(ctx context.Context, config json.RawMessage) error {
+	access, err := parseClusterConfig(config)
+	if err != nil {
+		return err
+	}
+	cl, err := p.clients.get(ctx, access)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	disc := cl.kube.Discovery()
+	if _, err := disc.ServerVersionWithContext(cctx); err != nil {
+		return plugin.Errorf(plugin.Retriable, "sparkeks: the Kubernetes API server %s does not answer: %v (check the cluster access settings and the network)", cl.host, err)
+	}
+	list, err := disc.ServerResourcesForGroupVersionWithContext(cctx, APIVersion)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return plugin.Errorf(plugin.Retriable, "sparkeks: listing the resources of %s on %s: %v", APIVersion, cl.host, err)
+	}
+	if list != nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == Resource }) {
+		return nil
+	}
+	return plugin.Errorf(plugin.Permanent,
+		"sparkeks: the API server %s does not serve %s %s: install the spark-operator CRDs (kubeflow spark-operator's Helm chart, or its sparkoperator.k8s.io_sparkapplications.yaml)",
+		cl.host, APIVersion, Resource)
+}
