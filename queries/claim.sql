@@ -27,11 +27,14 @@ WITH picked AS (
         updated_at = now()
     FROM claimed
     WHERE jobs.id = claimed.job_id AND jobs.status IN ('queued', 'running')
-    RETURNING jobs.id, jobs.command, jobs.plugin, jobs.status, jobs.context, jobs.attempt
+    RETURNING jobs.id, jobs.command, jobs.plugin, jobs.status, jobs.context, jobs.attempt,
+              extract(epoch FROM jobs.active_timeout)::float8 AS active_timeout,
+              coalesce(extract(epoch FROM now() - jobs.attempt_started_at), 0)::float8 AS attempt_age
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
     SELECT j.id, 'claimed', $1, $2, c.lease, 'attempt ' || j.attempt
     FROM j JOIN claimed c ON c.job_id = j.id
 )
-SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt, c.lease, c.handle
+SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt, c.lease, c.handle,
+       j.active_timeout, j.attempt_age
 FROM j JOIN claimed c ON c.job_id = j.id;

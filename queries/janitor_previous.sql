@@ -10,7 +10,11 @@ SELECT a.job_id, j.status, j.plugin, j.command, j.started_at IS NOT NULL,
        coalesce(extract(epoch FROM now() - a.released_at), 0)::float8,
        g.name IS NOT NULL, coalesce(g.generation, ''), coalesce(g.state, ''),
        coalesce(extract(epoch FROM now() - g.last_seen), 0)::float8,
-       false, false
+       false, false,
+       extract(epoch FROM j.pending_timeout)::float8,
+       CASE WHEN isfinite(a.run_after) THEN extract(epoch FROM now() - a.run_after)::float8 ELSE 0 END,
+       extract(epoch FROM j.active_timeout)::float8,
+       coalesce(extract(epoch FROM now() - j.attempt_started_at), 0)::float8
 FROM active_jobs a
 JOIN jobs j ON j.id = a.job_id
 LEFT JOIN agents g ON g.name = a.agent_name

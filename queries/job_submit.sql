@@ -1,8 +1,16 @@
 -- Insert a queued job with its claimable active row and a submitted event, and
 -- wake idle agents. Returns nothing when the idempotency key is already taken.
+-- $8..$14 are the resolved limits stamped on the job: max_retry, then
+-- retry_backoff, retry_backoff_max, pending_timeout, active_timeout,
+-- ttl_succeeded, ttl_failed in seconds.
 WITH j AS (
-    INSERT INTO jobs (id, command, plugin, status, context, submitter, idempotency_key, request_hash)
-    VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7)
+    INSERT INTO jobs (id, command, plugin, status, context, submitter, idempotency_key, request_hash,
+                      max_retry, retry_backoff, retry_backoff_max, pending_timeout, active_timeout,
+                      ttl_succeeded, ttl_failed)
+    VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7,
+            $8, $9::float8 * interval '1 second', $10::float8 * interval '1 second',
+            $11::float8 * interval '1 second', $12::float8 * interval '1 second',
+            $13::float8 * interval '1 second', $14::float8 * interval '1 second')
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, command, submitter
 ), a AS (

@@ -9,7 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/client"
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -68,6 +70,19 @@ func (a *app) getCmd() *cobra.Command {
 			row("Finished", fmtTime(j.FinishedAt))
 			if j.Error != "" {
 				row("Error", j.Error+orEmpty(j.ErrorClass, " ("+j.ErrorClass+")"))
+			}
+			l := j.Limits
+			row("Limits", fmt.Sprintf("max_retry=%d retry_backoff=%s retry_backoff_max=%s pending_timeout=%s active_timeout=%s ttl_succeeded=%s ttl_failed=%s",
+				l.MaxRetry, limits.Format(l.RetryBackoff), limits.Format(l.RetryBackoffMax), limits.Format(l.PendingTimeout),
+				limits.Format(l.ActiveTimeout), limits.Format(l.TTLSucceeded), limits.Format(l.TTLFailed)))
+			if j.RunAfter != nil {
+				row("Next attempt", fmtTime(j.RunAfter))
+			}
+			if j.WaitingForCleanup {
+				row("Next attempt", "after the last attempt's Cleanup")
+			}
+			if j.ExpiresAt != nil {
+				row("Expires", fmtTime(j.ExpiresAt))
 			}
 			row("Context", string(j.Context))
 			if len(j.Result) > 0 {
@@ -138,6 +153,40 @@ func (a *app) cancelCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why; recorded in the job's events")
+	return cmd
+}
+
+func (a *app) requeueCmd() *cobra.Command {
+	var req api.RequeueRequest
+	cmd := &cobra.Command{
+		Use:   "requeue <id>",
+		Short: "Run a failed or canceled job again as a new attempt (audited)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.Reason == "" {
+				return fmt.Errorf("--reason is required: say why the job should run again")
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Requeue(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(res)
+			}
+			note := ""
+			if res.Replayed {
+				note = " (replayed: this key was already used for the same request)"
+			}
+			fmt.Fprintf(a.stdout, "job %s: %s, attempt %d%s\n", res.Job.ID, res.Job.Status, res.Job.Attempt, note)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Reason, "reason", "", "why the job should run again (required; recorded in its events)")
+	cmd.Flags().StringVar(&req.Key, "key", "", "idempotency key: resending the same request with it is harmless")
 	return cmd
 }
 

@@ -370,3 +370,25 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestSubmitLimitFlags(t *testing.T) {
+	c := newCLI(t)
+	r := c.run(t, "submit", "hello", "--limit", "max_retry=0", "--limit", "active_timeout=90m")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	j, err := c.st.GetJob(context.Background(), strings.Fields(r.stdout)[2])
+	require.NoError(t, err)
+	assert.Equal(t, 0, j.Limits.MaxRetry)
+	assert.Equal(t, 90*time.Minute, j.Limits.ActiveTimeout)
+
+	for args, want := range map[string]string{
+		"max_retry":           "want lever=value",
+		"max_retry=two":       "want a whole number",
+		"retries=3":           "unknown field",
+		"active_timeout=24hh": "active_timeout",
+		"pending_timeout=-1s": "pending_timeout",
+	} {
+		r := c.run(t, "submit", "hello", "--limit", args)
+		assert.Equal(t, 1, r.code, args)
+		assert.Contains(t, r.stderr, want, args)
+	}
+}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -35,6 +38,7 @@ func (a *app) submitCmd() *cobra.Command {
 		sets       []string
 		setJSON    []string
 		key        string
+		limitArgs  []string
 		submitter  string
 		wait       bool
 	)
@@ -53,10 +57,15 @@ code is then the job's outcome: 0 succeeded, 1 failed, 2 canceled,
 was lost).`,
 		Example: `  tether submit hello
   tether submit hello --set script='echo hi' --wait
-  tether submit report --context @ctx.json --key nightly-2024-06-01`,
+  tether submit report --context @ctx.json --key nightly-2024-06-01
+  tether submit report --limit active_timeout=2h --limit max_retry=0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			jobCtx, err := buildContext(contextArg, sets, setJSON)
+			if err != nil {
+				return fail(wait, err)
+			}
+			lim, err := parseLimitFlags(limitArgs)
 			if err != nil {
 				return fail(wait, err)
 			}
@@ -66,7 +75,7 @@ was lost).`,
 			}
 			ctx := cmd.Context()
 			job, created, err := c.Submit(ctx, api.SubmitRequest{
-				Command: args[0], Context: jobCtx, IdempotencyKey: key, Submitter: submitter,
+				Command: args[0], Context: jobCtx, IdempotencyKey: key, Submitter: submitter, Limits: lim,
 			})
 			if err != nil {
 				return fail(wait, fmt.Errorf("submitting: %w", err))
@@ -95,6 +104,7 @@ was lost).`,
 	f.StringArrayVar(&sets, "set", nil, "set a context key to a string: key=value (repeatable; dotted keys nest)")
 	f.StringArrayVar(&setJSON, "set-json", nil, "set a context key to a JSON value: key=<json> (repeatable)")
 	f.StringVar(&key, "key", "", "idempotency key: resubmitting the same request returns the same job")
+	f.StringArrayVar(&limitArgs, "limit", nil, "override a lifecycle lever for this job: lever=value, e.g. max_retry=0 or active_timeout=2h (repeatable; bounded by the command's limits.max)")
 	f.StringVar(&submitter, "submitter", "", "who submits (ignored when the server uses tokens: the token's name is used)")
 	f.BoolVar(&wait, "wait", false, "wait for the job to end, streaming its output; the exit code reflects its outcome")
 	return cmd
@@ -266,4 +276,40 @@ func setPath(obj map[string]any, key string, val any) error {
 	}
 	obj[last] = val
 	return nil
+}
+
+// parseLimitFlags turns --limit lever=value flags into the request's limits
+// object. Lever names are checked here; values are checked by the server,
+// which knows the command's maxima.
+func parseLimitFlags(args []string) (*limits.Override, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	m := map[string]any{}
+	for _, a := range args {
+		lever, value, ok := strings.Cut(a, "=")
+		if !ok || lever == "" || value == "" {
+			return nil, fmt.Errorf("--limit %q: want lever=value, e.g. max_retry=0 or active_timeout=2h", a)
+		}
+		if lever == limits.FieldMaxRetry {
+			n, err := strconv.Atoi(value)
+			if err != nil {
+				return nil, fmt.Errorf("--limit %s: want a whole number, got %q", lever, value)
+			}
+			m[lever] = n
+			continue
+		}
+		m[lever] = value
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("--limit: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var o limits.Override
+	if err := dec.Decode(&o); err != nil {
+		return nil, fmt.Errorf("--limit: %w (levers: max_retry, retry_backoff, retry_backoff_max, pending_timeout, active_timeout, ttl_succeeded, ttl_failed)", err)
+	}
+	return &o, nil
 }

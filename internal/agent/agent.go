@@ -144,6 +144,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		OfflineAfter:  cfg.Agent.OfflineAfter.Std(),
 		CleanInterval: cfg.Agent.CleanInterval.Std(),
 		AWOLTimeout:   cfg.Agent.AWOLTimeout.Std(),
+		Keepalive:     cfg.Agent.Keepalive.Std(),
 		Commands:      defaults,
 		Logger:        logger,
 		Metrics:       m,
@@ -317,6 +318,7 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 	handler := api.New(api.Options{
 		Store:        st,
 		Commands:     cfg.Commands,
+		Defaults:     &cfg.Defaults,
 		Ready:        ready,
 		Stopping:     stopping,
 		Tokens:       cfg.HTTP.Tokens,

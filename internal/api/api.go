@@ -20,6 +20,9 @@ type Options struct {
 	Store *store.Store
 	// Commands that may be submitted, by name.
 	Commands map[string]config.Command
+	// Defaults are the global lifecycle defaults the commands' limits
+	// override; a zero value is replaced by the built-in defaults.
+	Defaults *config.Defaults
 	// Ready reports whether this agent can do work (plugins started, not
 	// draining); nil means always ready. /readyz also pings the database.
 	Ready func(context.Context) error
@@ -64,6 +67,9 @@ func New(opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Defaults == nil {
+		opts.Defaults = &config.Default().Defaults
+	}
 	s := &server{opts: opts, log: opts.Logger}
 	for name := range opts.Commands {
 		s.commandNames = append(s.commandNames, name)
@@ -76,6 +82,7 @@ func New(opts Options) http.Handler {
 	mux.Handle("GET /api/v1/jobs", auth(s.listJobs))
 	mux.Handle("GET /api/v1/jobs/{id}", auth(s.getJob))
 	mux.Handle("POST /api/v1/jobs/{id}/cancel", auth(s.cancel))
+	mux.Handle("POST /api/v1/jobs/{id}/requeue", auth(s.requeue))
 	mux.Handle("GET /api/v1/jobs/{id}/logs", auth(s.logs))
 	mux.Handle("GET /api/v1/jobs/{id}/events", auth(s.events))
 	mux.Handle("GET /api/v1/agents", auth(s.agents))

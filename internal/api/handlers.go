@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -137,12 +138,32 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "submitter", "submitter is longer than %d bytes", maxSubmitterLen)
 		return
 	}
+	var override limits.Override
+	if req.Limits != nil {
+		override = *req.Limits
+	}
+	partial, ferr := override.Partial()
+	if ferr != nil {
+		badRequest(w, "limits."+ferr.Field, "limits.%s", ferr)
+		return
+	}
+	resolved, ferrs := cmd.ResolveLimits(*s.opts.Defaults, partial)
+	if len(ferrs) > 0 {
+		msgs := make([]string, len(ferrs))
+		for i, fe := range ferrs {
+			msgs[i] = "limits." + fe.Error()
+		}
+		badRequest(w, "limits."+ferrs[0].Field, "%s", strings.Join(msgs, "; "))
+		return
+	}
 	job, created, err := s.opts.Store.Submit(r.Context(), store.SubmitParams{
 		Command:        req.Command,
 		Plugin:         cmd.Plugin,
 		Context:        json.RawMessage(jobCtx),
 		Submitter:      submitter,
 		IdempotencyKey: req.IdempotencyKey,
+		Limits:         resolved,
+		Override:       override,
 	})
 	switch {
 	case errors.Is(err, store.ErrIdempotencyConflict):
@@ -261,6 +282,50 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 	default:
 		writeJSON(w, http.StatusOK, job)
+	}
+}
+
+// requeue puts a failed or canceled job back in the queue as a new attempt,
+// recording who asked, why and the key. See store.Requeue.
+func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req RequeueRequest
+	if !s.decode(w, r, &req, false) {
+		return
+	}
+	switch {
+	case strings.TrimSpace(req.Reason) == "":
+		badRequest(w, "reason", "reason is required: say why the job should run again")
+		return
+	case len(req.Reason) > maxReasonLen:
+		badRequest(w, "reason", "reason is longer than %d bytes", maxReasonLen)
+		return
+	case len(req.Key) > maxKeyLen:
+		badRequest(w, "key", "key is longer than %d bytes", maxKeyLen)
+		return
+	}
+	by := req.Submitter
+	if len(s.opts.Tokens) > 0 {
+		by = principal(r.Context())
+	} else if len(by) > maxSubmitterLen {
+		badRequest(w, "submitter", "submitter is longer than %d bytes", maxSubmitterLen)
+		return
+	}
+	job, replayed, err := s.opts.Store.Requeue(r.Context(), store.RequeueParams{JobID: id, Reason: req.Reason, Key: req.Key, By: by})
+	var te *store.TransitionError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		jobNotFound(w, id)
+	case errors.Is(err, store.ErrIdempotencyConflict):
+		writeError(w, http.StatusConflict, CodeIdempotencyConflict, "key",
+			fmt.Sprintf("key %q was already used for a different requeue request; use a new key or resend the original request", req.Key))
+	case errors.As(err, &te):
+		writeJSON(w, http.StatusConflict, Error{Code: CodeInvalidTransition, Status: te.Status,
+			Error: fmt.Sprintf("job %s is %s; only failed or canceled jobs can be requeued", id, te.Status)})
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, RequeueResponse{Job: job, Replayed: replayed})
 	}
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -15,6 +16,27 @@ type SubmitRequest struct {
 	// Submitter is recorded only when auth is off; with auth the token's
 	// name is the submitter.
 	Submitter string `json:"submitter,omitempty"`
+	// Limits override the command's lifecycle levers for this job, each
+	// within the command's maximum (limits.max) where one is set.
+	Limits *limits.Override `json:"limits,omitempty"`
+}
+
+// RequeueRequest is the body of POST /api/v1/jobs/{id}/requeue.
+type RequeueRequest struct {
+	Reason string `json:"reason"` // required
+	// Key makes the request idempotent: the same request with the same key
+	// replays the first answer; another request with it is a conflict.
+	Key string `json:"key,omitempty"`
+	// Submitter names who asked when auth is off; with auth the token's
+	// name does.
+	Submitter string `json:"submitter,omitempty"`
+}
+
+// RequeueResponse is the answer of POST /api/v1/jobs/{id}/requeue.
+type RequeueResponse struct {
+	Job store.Job `json:"job"`
+	// Replayed: this is the stored answer of an earlier identical request.
+	Replayed bool `json:"replayed"`
 }
 
 // CancelRequest is the optional body of POST /api/v1/jobs/{id}/cancel.
@@ -51,6 +73,8 @@ type Error struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
 	Code  string `json:"code,omitempty"`
+	// Status is the job's current status, for invalid_transition.
+	Status string `json:"status,omitempty"`
 }
 
 // Error codes.

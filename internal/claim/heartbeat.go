@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/store"
@@ -136,11 +137,14 @@ func (s *Service) runDeferred(ctx context.Context) {
 	for _, w := range pending {
 		c := w.claimed
 		var err error
+		var fin store.Finished
 		s.logs.flushNow(ctx) // output kept since the outage goes first
 		if w.release {
 			err = s.store.Release(ctx, s.cfg.Holder, c.Job.ID, c.Lease, w.reason)
 		} else {
-			err = s.store.Finish(ctx, s.cfg.Holder, c.Job.ID, c.Lease, w.outcome)
+			o := w.outcome
+			o.Jitter = rand.Float64()
+			fin, err = s.store.FinishAttempt(ctx, s.cfg.Holder, c.Job.ID, c.Lease, o)
 		}
 		log := s.log.With("job", c.Job.ID, "lease", c.Lease)
 		if err == nil || errors.Is(err, store.ErrLeaseLost) {
@@ -170,6 +174,11 @@ func (s *Service) runDeferred(ctx context.Context) {
 			cancel()
 			if err := s.store.RecordEvent(ctx, s.cfg.Holder, c.Job.ID, c.Lease, kind, msg); err != nil {
 				log.Warn("recording cleanup event", "err", err)
+			}
+			if kind == "cleanup_ok" && fin.Retried {
+				if err := s.store.CleanupFinished(ctx, c.Job.ID); err != nil {
+					log.Warn("releasing the retry after Cleanup; the queued Cleanup will release it", "err", err)
+				}
 			}
 		}
 	}

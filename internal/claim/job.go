@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/tetherjobs/tether/internal/jobctx"
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -90,6 +93,17 @@ func (s *Service) run(j *runningJob) {
 		call = s.plugins.Execute
 	}
 
+	if c.ActiveTimeout > 0 {
+		// Per attempt, from when the plugin was first called for it: a
+		// resumed attempt has only what is left.
+		left := c.ActiveTimeout
+		if c.Resume {
+			left -= c.AttemptAge
+		}
+		t := time.AfterFunc(max(left, 0), func() { j.cancel(errActiveTimeout) })
+		defer t.Stop()
+	}
+
 	log.Debug("calling plugin", "plugin", pluginName, "resume", c.Resume)
 	res, err := call(j.ctx, pluginName, pj, rt)
 
@@ -123,6 +137,18 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSuperseded):
 		// Someone else owns the job now: never write, never clean up.
 		s.recordLeaseLost(j, log)
+	case errors.Is(cause, errActiveTimeout):
+		// The plugin call was stopped; it fails retriably (and is retried
+		// if the job has retries left) once Cleanup has stopped what the
+		// attempt left behind.
+		o := store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+			Error: "active_timeout of " + limits.Format(j.claimed.ActiveTimeout) + " exceeded"}
+		log.Info("active_timeout exceeded; stopped the plugin call", "active_timeout", j.claimed.ActiveTimeout)
+		if info.Has(plugin.CapCleanup) {
+			s.finishThenClean(j, log, o, pluginName, pj)
+		} else {
+			s.finish(j, log, o)
+		}
 	case errors.Is(cause, errCancelRequested):
 		o := store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}
 		if info.Has(plugin.CapCleanup) {
@@ -147,9 +173,12 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 		}
 		log.Warn("self-fenced: stopped the job; will record it failed when the database returns")
 		j.deferred = true
-		s.deferWrite(deferredWrite{claimed: j.claimed, plugin: pluginName, cleanup: info.Has(plugin.CapCleanup), job: pj,
-			outcome: store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
-				Error: "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"}})
+		o := store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+			Error: "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"}
+		if info.Has(plugin.CapCleanup) {
+			o = s.cleanupFirst(o)
+		}
+		s.deferWrite(deferredWrite{claimed: j.claimed, plugin: pluginName, cleanup: info.Has(plugin.CapCleanup), job: pj, outcome: o})
 	case errors.Is(cause, errShutdown):
 		if info.Has(plugin.CapResume) {
 			// The remote work goes on; hand it to another agent at once.
@@ -181,44 +210,77 @@ func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string
 // own timeout (the job's context may have ended). It reports whether the write
 // landed.
 func (s *Service) finish(j *runningJob, log *slog.Logger, o store.Outcome) bool {
-	return s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o})
+	_, ok := s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o})
+	return ok
 }
 
 // finishThenClean writes the job's final state and runs the plugin's Cleanup
 // only once that state is committed: results and remote state are never
 // deleted before the outcome is durable. When the write has to wait for the
 // database, the Cleanup waits with it.
+//
+// A retry of the job waits for that Cleanup (the write queues a fallback
+// Cleanup and holds the next attempt until one of them is done), so the next
+// attempt never runs beside what this one left behind.
 func (s *Service) finishThenClean(j *runningJob, log *slog.Logger, o store.Outcome, pluginName string, pj *plugin.Job) {
-	if s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o, plugin: pluginName, cleanup: true, job: pj}) {
-		s.cleanup(j, log, pluginName, pj)
+	o = s.cleanupFirst(o)
+	if f, ok := s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o, plugin: pluginName, cleanup: true, job: pj}); ok {
+		if s.cleanup(j, log, pluginName, pj) && f.Retried {
+			s.releaseRetry(j.ctx, log, pj.ID)
+		}
 	}
 }
 
-func (s *Service) finishWith(j *runningJob, log *slog.Logger, o store.Outcome, later deferredWrite) bool {
+// cleanupFirst marks an outcome whose Cleanup the agent runs after the
+// write: a retry waits for it, with a queued fallback due once this agent's
+// own Cleanup call would have ended.
+func (s *Service) cleanupFirst(o store.Outcome) store.Outcome {
+	o.CleanupFirst = true
+	o.CleanupHold = s.cfg.CleanupTimeout + s.cfg.FinalTimeout
+	return o
+}
+
+// releaseRetry lets a retry that waited for this agent's Cleanup run.
+func (s *Service) releaseRetry(jctx context.Context, log *slog.Logger, jobID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(jctx), s.cfg.FinalTimeout)
+	defer cancel()
+	if err := s.store.CleanupFinished(ctx, jobID); err != nil {
+		log.Warn("releasing the retry after Cleanup; the queued Cleanup will release it", "err", err)
+	}
+}
+
+func (s *Service) finishWith(j *runningJob, log *slog.Logger, o store.Outcome, later deferredWrite) (store.Finished, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
 	defer cancel()
 	s.logs.flushNow(ctx)
-	err := s.store.Finish(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, o)
+	o.Jitter = rand.Float64()
+	f, err := s.store.FinishAttempt(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, o)
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
 		s.recordLeaseLost(j, log)
-		return false
+		return f, false
 	case err != nil:
 		// Most likely the database is away: keep the outcome (and the
 		// output) and write them when a heartbeat gets through again.
 		log.Warn("writing final status; will retry when the database answers", "status", o.Status, "err", err)
 		j.deferred = true
 		s.deferWrite(later)
-		return false
+		return f, false
+	}
+	if f.Retried {
+		s.cfg.Metrics.JobsFinished.WithLabelValues("retried").Inc()
+		log.Info("attempt failed; retry scheduled", "error", o.Error, "next_attempt", f.Attempt, "run_after", f.RunAfter)
+		return f, true
 	}
 	s.cfg.Metrics.JobsFinished.WithLabelValues(o.Status).Inc()
 	log.Info("job finished", "status", o.Status, "error", o.Error)
-	return true
+	return f, true
 }
 
 // cleanup runs the plugin's Cleanup after the terminal status is committed, so
-// results are durable before anything is deleted.
-func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj *plugin.Job) {
+// results are durable before anything is deleted. It reports whether the
+// Cleanup succeeded.
+func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj *plugin.Job) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.CleanupTimeout)
 	defer cancel()
 	kind, msg := "cleanup_ok", ""
@@ -235,6 +297,7 @@ func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj
 	if err := s.store.RecordEvent(ctx, s.cfg.Holder, pj.ID, j.claimed.Lease, kind, msg); err != nil {
 		log.Warn("recording cleanup event", "err", err)
 	}
+	return kind == "cleanup_ok"
 }
 
 func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger) {

@@ -96,6 +96,7 @@ var (
 	errSelfFenced      = errors.New("self-fenced: the agent could not renew its leases")
 	errHandoff         = errors.New("handed off to another agent")
 	errDetached        = errors.New("detached at shutdown; left to the janitor")
+	errActiveTimeout   = errors.New("active_timeout exceeded")
 )
 
 // Service is one agent's claim loop, heartbeat and job runners.

@@ -179,6 +179,15 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (store.Job, erro
 	return j, err
 }
 
+// Requeue puts a failed or canceled job back in the queue as a new attempt.
+// reason is required; key (optional) makes the request idempotent: resending
+// it returns the first answer with Replayed set.
+func (c *Client) Requeue(ctx context.Context, id string, req api.RequeueRequest) (api.RequeueResponse, error) {
+	var out api.RequeueResponse
+	_, err := c.call(ctx, http.MethodPost, jobPath(id, "/requeue"), nil, req, &out)
+	return out, err
+}
+
 // Logs copies a job's output to w: stream "stdout", "stderr" or "" for both.
 // With follow it returns when the job has finished and all its output was
 // written, or ctx ends.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tetherjobs/tether/internal/limits"
 )
 
 // ECSStopTimeout is how long ECS waits after SIGTERM before it kills a task
@@ -42,6 +44,76 @@ type Config struct {
 	Plugins map[string]Plugin `yaml:"plugins"`
 	// Commands are what submitters ask for, by name.
 	Commands map[string]Command `yaml:"commands"`
+	// Defaults are the global defaults of the job lifecycle levers; a
+	// command's limits override them. Env: TETHER_DEFAULT_<LEVER>.
+	Defaults Defaults `yaml:"defaults"`
+}
+
+// Defaults are the global defaults of the job lifecycle levers.
+type Defaults struct {
+	MaxRetry        int      `yaml:"max_retry" env:"TETHER_DEFAULT_MAX_RETRY"`                 // automatic retries of a retriable failure
+	RetryBackoff    Duration `yaml:"retry_backoff" env:"TETHER_DEFAULT_RETRY_BACKOFF"`         // first wait between attempts
+	RetryBackoffMax Duration `yaml:"retry_backoff_max" env:"TETHER_DEFAULT_RETRY_BACKOFF_MAX"` // cap of the doubling wait
+	PendingTimeout  Duration `yaml:"pending_timeout" env:"TETHER_DEFAULT_PENDING_TIMEOUT"`     // 0 = off
+	ActiveTimeout   Duration `yaml:"active_timeout" env:"TETHER_DEFAULT_ACTIVE_TIMEOUT"`       // 0 = off
+	TTLSucceeded    Duration `yaml:"ttl_succeeded" env:"TETHER_DEFAULT_TTL_SUCCEEDED"`         // 0 = keep forever
+	TTLFailed       Duration `yaml:"ttl_failed" env:"TETHER_DEFAULT_TTL_FAILED"`               // failed and canceled; 0 = keep forever
+}
+
+// Set returns the defaults as a complete set of levers.
+func (d Defaults) Set() limits.Set {
+	return limits.Set{
+		MaxRetry: d.MaxRetry, RetryBackoff: d.RetryBackoff.Std(), RetryBackoffMax: d.RetryBackoffMax.Std(),
+		PendingTimeout: d.PendingTimeout.Std(), ActiveTimeout: d.ActiveTimeout.Std(),
+		TTLSucceeded: d.TTLSucceeded.Std(), TTLFailed: d.TTLFailed.Std(),
+	}
+}
+
+// Limits are a command's levers; an unset one takes the global default.
+// Max bounds what a submit request may ask for per job.
+type Limits struct {
+	MaxRetry        *int      `yaml:"max_retry"`
+	RetryBackoff    *Duration `yaml:"retry_backoff"`
+	RetryBackoffMax *Duration `yaml:"retry_backoff_max"`
+	PendingTimeout  *Duration `yaml:"pending_timeout"`
+	ActiveTimeout   *Duration `yaml:"active_timeout"`
+	TTLSucceeded    *Duration `yaml:"ttl_succeeded"`
+	TTLFailed       *Duration `yaml:"ttl_failed"`
+	// Max holds the largest value a submit request may set for each lever
+	// it names; a lever it does not name may be set to anything.
+	Max *Limits `yaml:"max"`
+}
+
+// Partial returns the levers the command sets.
+func (l Limits) Partial() limits.Partial {
+	d := func(v *Duration) *time.Duration {
+		if v == nil {
+			return nil
+		}
+		s := v.Std()
+		return &s
+	}
+	return limits.Partial{
+		MaxRetry: l.MaxRetry, RetryBackoff: d(l.RetryBackoff), RetryBackoffMax: d(l.RetryBackoffMax),
+		PendingTimeout: d(l.PendingTimeout), ActiveTimeout: d(l.ActiveTimeout),
+		TTLSucceeded: d(l.TTLSucceeded), TTLFailed: d(l.TTLFailed),
+	}
+}
+
+// MaxPartial returns the command's per-job maxima.
+func (l Limits) MaxPartial() limits.Partial {
+	if l.Max == nil {
+		return limits.Partial{}
+	}
+	return l.Max.Partial()
+}
+
+// ResolveLimits returns what a job of this command runs under: defaults,
+// then the command's limits, then the request's override (each lever of
+// which must be within the command's maximum). Errors name the override's
+// fields.
+func (c Command) ResolveLimits(defaults Defaults, override limits.Partial) (limits.Set, []*limits.FieldError) {
+	return limits.Resolve(defaults.Set(), c.Limits.Partial(), c.Limits.MaxPartial(), override)
 }
 
 // Agent holds the agent's identity, capacity and timing.
@@ -117,6 +189,8 @@ type Plugin struct {
 type Command struct {
 	Plugin  string         `yaml:"plugin"`
 	Context map[string]any `yaml:"context"`
+	// Limits are the command's lifecycle levers; unset ones take defaults.
+	Limits Limits `yaml:"limits"`
 }
 
 // Default returns the configuration with every default filled in.
@@ -136,11 +210,21 @@ func Default() *Config {
 			MaxBodyBytes:  1 << 20,
 			ShutdownGrace: Duration(5 * time.Second),
 		},
-		Drain: Drain{Handoff: HandoffImmediate},
+		Drain:    Drain{Handoff: HandoffImmediate},
+		Defaults: defaultLimits(),
 		Logs: Logs{
 			MaxBytesPerStream: 10 << 20,
 			FlushInterval:     Duration(200 * time.Millisecond),
 		},
+	}
+}
+
+func defaultLimits() Defaults {
+	d := limits.Defaults()
+	return Defaults{
+		MaxRetry: d.MaxRetry, RetryBackoff: Duration(d.RetryBackoff), RetryBackoffMax: Duration(d.RetryBackoffMax),
+		PendingTimeout: Duration(d.PendingTimeout), ActiveTimeout: Duration(d.ActiveTimeout),
+		TTLSucceeded: Duration(d.TTLSucceeded), TTLFailed: Duration(d.TTLFailed),
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/tetherjobs/tether/internal/limits"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -204,24 +205,31 @@ func TestEnvVarNames(t *testing.T) {
 		got[e.Key] = e.Env
 	}
 	want := map[string]string{
-		"database_url":              "DATABASE_URL",
-		"drain.handoff":             "TETHER_DRAIN_HANDOFF",
-		"agent.name":                "TETHER_AGENT_NAME",
-		"agent.capacity":            "TETHER_AGENT_CAPACITY",
-		"agent.poll_interval":       "TETHER_AGENT_POLL_INTERVAL",
-		"agent.keepalive":           "TETHER_AGENT_KEEPALIVE",
-		"agent.stale_job":           "TETHER_AGENT_STALE_JOB",
-		"agent.offline_after":       "TETHER_AGENT_OFFLINE_AFTER",
-		"agent.clean_interval":      "TETHER_AGENT_CLEAN_INTERVAL",
-		"agent.awol_timeout":        "TETHER_AGENT_AWOL_TIMEOUT",
-		"agent.shutdown_timeout":    "TETHER_AGENT_SHUTDOWN_TIMEOUT",
-		"http.listen":               "TETHER_HTTP_LISTEN",
-		"http.max_body_bytes":       "TETHER_HTTP_MAX_BODY_BYTES",
-		"http.shutdown_grace":       "TETHER_HTTP_SHUTDOWN_GRACE",
-		"http.tokens":               "TETHER_API_TOKENS",
-		"logs.max_bytes_per_stream": "TETHER_LOGS_MAX_BYTES_PER_STREAM",
-		"logs.flush_interval":       "TETHER_LOGS_FLUSH_INTERVAL",
-		"plugin_dir":                "TETHER_PLUGIN_DIR",
+		"database_url":               "DATABASE_URL",
+		"drain.handoff":              "TETHER_DRAIN_HANDOFF",
+		"agent.name":                 "TETHER_AGENT_NAME",
+		"agent.capacity":             "TETHER_AGENT_CAPACITY",
+		"agent.poll_interval":        "TETHER_AGENT_POLL_INTERVAL",
+		"agent.keepalive":            "TETHER_AGENT_KEEPALIVE",
+		"agent.stale_job":            "TETHER_AGENT_STALE_JOB",
+		"agent.offline_after":        "TETHER_AGENT_OFFLINE_AFTER",
+		"agent.clean_interval":       "TETHER_AGENT_CLEAN_INTERVAL",
+		"agent.awol_timeout":         "TETHER_AGENT_AWOL_TIMEOUT",
+		"agent.shutdown_timeout":     "TETHER_AGENT_SHUTDOWN_TIMEOUT",
+		"http.listen":                "TETHER_HTTP_LISTEN",
+		"http.max_body_bytes":        "TETHER_HTTP_MAX_BODY_BYTES",
+		"http.shutdown_grace":        "TETHER_HTTP_SHUTDOWN_GRACE",
+		"http.tokens":                "TETHER_API_TOKENS",
+		"logs.max_bytes_per_stream":  "TETHER_LOGS_MAX_BYTES_PER_STREAM",
+		"logs.flush_interval":        "TETHER_LOGS_FLUSH_INTERVAL",
+		"plugin_dir":                 "TETHER_PLUGIN_DIR",
+		"defaults.max_retry":         "TETHER_DEFAULT_MAX_RETRY",
+		"defaults.retry_backoff":     "TETHER_DEFAULT_RETRY_BACKOFF",
+		"defaults.retry_backoff_max": "TETHER_DEFAULT_RETRY_BACKOFF_MAX",
+		"defaults.pending_timeout":   "TETHER_DEFAULT_PENDING_TIMEOUT",
+		"defaults.active_timeout":    "TETHER_DEFAULT_ACTIVE_TIMEOUT",
+		"defaults.ttl_succeeded":     "TETHER_DEFAULT_TTL_SUCCEEDED",
+		"defaults.ttl_failed":        "TETHER_DEFAULT_TTL_FAILED",
 	}
 	assert.Equal(t, want, got)
 }
@@ -380,4 +388,37 @@ func TestDrainMustFitECSStopTimeout(t *testing.T) {
 	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m50s) + 12s to stop the last jobs + http.shutdown_grace (5s) = 2m7s must be less than ECS's 2m0s stopTimeout")
 	_, err = Parse([]byte("agent: {shutdown_timeout: 100s}\n"))
 	assert.NoError(t, err, "the defaults fit: 100s + 12s + 5s = 117s")
+}
+
+func TestLifecycleLimitsConfig(t *testing.T) {
+	cfg, err := Load("", func(k string) string {
+		return map[string]string{"TETHER_DEFAULT_MAX_RETRY": "4", "TETHER_DEFAULT_TTL_SUCCEEDED": "2d"}[k]
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 4, cfg.Defaults.MaxRetry)
+	assert.Equal(t, Duration(48*time.Hour), cfg.Defaults.TTLSucceeded)
+	assert.Equal(t, Duration(30*24*time.Hour), cfg.Defaults.TTLFailed)
+
+	cfg, err = Parse([]byte("defaults: {max_retry: 1}\ncommands:\n  c:\n    plugin: shell\n    limits: {active_timeout: 1h, max: {active_timeout: 2h, max_retry: 3}}\n"))
+	require.NoError(t, err)
+	set, errs := cfg.Commands["c"].ResolveLimits(cfg.Defaults, limits.Partial{})
+	require.Empty(t, errs)
+	assert.Equal(t, 1, set.MaxRetry)
+	assert.Equal(t, time.Hour, set.ActiveTimeout)
+
+	for yaml, want := range map[string]string{
+		"defaults: {retry_backoff: 24hh}\n":                                              `defaults.retry_backoff: "24hh" is not a duration`,
+		"defaults: {max_retry: -1}\n":                                                    "defaults.max_retry (env TETHER_DEFAULT_MAX_RETRY): must not be negative",
+		"defaults: {ttl_failed: -1d}\n":                                                  "defaults.ttl_failed (env TETHER_DEFAULT_TTL_FAILED): must not be negative",
+		"defaults: {retry_backoff_max: 1s}\n":                                            "defaults.retry_backoff_max (env TETHER_DEFAULT_RETRY_BACKOFF_MAX): (1s) must be at least retry_backoff",
+		"commands:\n  c: {plugin: shell, limits: {pending_timeout: 5}}\n":                "commands.c.limits.pending_timeout: use a duration string",
+		"commands:\n  c: {plugin: shell, limits: {bogus: 1s}}\n":                         "commands.c.limits.bogus: unknown key",
+		"commands:\n  c: {plugin: shell, limits: {max: {max: {}}}}\n":                    "commands.c.limits.max.max: a maximum has no maximum",
+		"commands:\n  c: {plugin: shell, limits: {max_retry: 6, max: {max_retry: 5}}}\n": "commands.c.limits.max_retry: the command's own value",
+		"commands:\n  c: {plugin: shell, limits: {max: {active_timeout: 1h}}}\n":         "commands.c.limits.active_timeout: the command's own value (from the command or defaults) must be within limits.max: 0 (no limit) exceeds",
+	} {
+		_, err := Parse([]byte(yaml))
+		require.Error(t, err, yaml)
+		assert.Contains(t, err.Error(), want, yaml)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tetherjobs/tether/internal/limits"
 )
 
 // Duration is a time.Duration written as a Go duration string ("90s", "5m")
@@ -17,14 +19,12 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// ParseDuration parses a Go duration string or "0".
+// ParseDuration parses a Go duration string, "0", or whole days ("7d",
+// "1d12h").
 func ParseDuration(s string) (Duration, error) {
-	if s == "0" {
-		return 0, nil
-	}
-	v, err := time.ParseDuration(s)
+	v, err := limits.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration: use a Go duration string like \"5s\", \"90s\" or \"5m\"", s)
+		return 0, err
 	}
 	return Duration(v), nil
 }

@@ -34,6 +34,9 @@ func (c *Config) Validate() error {
 	default:
 		add("drain.handoff: must be %q, %q or %q, got %q", HandoffImmediate, HandoffDeadline, HandoffNever, c.Drain.Handoff)
 	}
+	for _, fe := range append(c.Defaults.Set().Partial().Check(), c.Defaults.Set().Relations()...) {
+		add("defaults.%s (env TETHER_DEFAULT_%s): %s", fe.Field, strings.ToUpper(fe.Field), fe.Msg)
+	}
 	a := c.Agent
 	if a.Capacity < 1 {
 		add("agent.capacity: must be at least 1, got %d", a.Capacity)
@@ -163,6 +166,36 @@ func (c *Config) Validate() error {
 		if _, err := json.Marshal(cmd.Context); err != nil {
 			add("%s.context: cannot be stored as JSON (use string keys only): %v", key, err)
 		}
+		errs = append(errs, cmd.Limits.validate(key+".limits", c.Defaults)...)
 	}
 	return errors.Join(errs...)
+}
+
+// validate checks a command's limits: no negative lever, no maximum inside
+// the maximum, the command's own resolved values within its maxima and
+// consistent. key is "commands.<name>.limits".
+func (l Limits) validate(key string, defaults Defaults) []error {
+	var errs []error
+	for _, fe := range l.Partial().Check() {
+		errs = append(errs, fmt.Errorf("%s.%w", key, fe))
+	}
+	if l.Max != nil {
+		if l.Max.Max != nil {
+			errs = append(errs, fmt.Errorf("%s.max.max: a maximum has no maximum; remove it", key))
+		}
+		for _, fe := range l.Max.Partial().Check() {
+			errs = append(errs, fmt.Errorf("%s.max.%w", key, fe))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	resolved := defaults.Set().Apply(l.Partial())
+	for _, fe := range resolved.Partial().Within(l.MaxPartial()) {
+		errs = append(errs, fmt.Errorf("%s.%s: the command's own value (from the command or defaults) must be within limits.max: %s", key, fe.Field, fe.Msg))
+	}
+	for _, fe := range resolved.Relations() {
+		errs = append(errs, fmt.Errorf("%s.%w", key, fe))
+	}
+	return errs
 }

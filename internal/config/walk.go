@@ -41,6 +41,9 @@ func checkNode(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
 	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem() // optional values (command limits) are checked like the value
+	}
 	switch {
 	case t == durationType:
 		if err := durationNodeError(n); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,13 +26,16 @@ type candidate struct {
 func scanCandidates(rows pgx.Rows) ([]candidate, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
 		var c candidate
-		var hbAge, relAge, seenAge float64
+		var hbAge, relAge, seenAge, pending, queuedAge, active, attemptAge float64
 		in := &c.Input
 		err := r.Scan(&c.JobID, &in.Status, &in.Plugin, &c.Command, &in.Started,
 			&in.AgentName, &in.AgentGeneration, &c.Lease,
 			&hbAge, &in.Released, &relAge,
 			&in.Owner.Exists, &in.Owner.Generation, &in.Owner.State, &seenAge,
-			&in.PluginLoaded, &in.Resumable)
+			&in.PluginLoaded, &in.Resumable,
+			&pending, &queuedAge, &active, &attemptAge)
+		in.PendingTimeout, in.QueuedAge = secondsDuration(pending), secondsDuration(queuedAge)
+		in.ActiveTimeout, in.AttemptAge = secondsDuration(active), secondsDuration(attemptAge)
 		in.HeartbeatAge = secondsDuration(hbAge)
 		in.ReleasedAge = secondsDuration(relAge)
 		in.Owner.LastSeenAge = secondsDuration(seenAge)
@@ -60,12 +64,20 @@ func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Ac
 		msg := fmt.Sprintf("released: %s (was held by %s)", a.Reason, c.Input.AgentName)
 		err = tx.QueryRow(ctx, queries.Get("janitor_release"), c.JobID, c.Lease, c.Input.Status,
 			actor.Name, actor.Generation, a.Reason, msg).Scan(&n)
-	case Fail, FailAWOL:
+	case Fail, FailAWOL, FailActiveTimeout:
+		// Retriable: retried when the job has retries left.
 		err = tx.QueryRow(ctx, queries.Get("janitor_finish"), c.JobID, c.Lease, c.Input.Status,
-			store.StatusFailed, a.Reason, "retriable", actor.Name, actor.Generation, a.Cleanup, "failed").Scan(&n)
+			store.StatusFailed, a.Reason, "retriable", actor.Name, actor.Generation, a.Cleanup, "failed",
+			true, rand.Float64()).Scan(&n)
+	case FailPending:
+		// Waiting longer would not help: never retried.
+		err = tx.QueryRow(ctx, queries.Get("janitor_finish"), c.JobID, c.Lease, c.Input.Status,
+			store.StatusFailed, a.Reason, "permanent", actor.Name, actor.Generation, false, "failed",
+			false, 0.0).Scan(&n)
 	case Cancel:
 		err = tx.QueryRow(ctx, queries.Get("janitor_finish"), c.JobID, c.Lease, c.Input.Status,
-			store.StatusCanceled, a.Reason, nil, actor.Name, actor.Generation, a.Cleanup, "canceled").Scan(&n)
+			store.StatusCanceled, a.Reason, nil, actor.Name, actor.Generation, a.Cleanup, "canceled",
+			false, 0.0).Scan(&n)
 	default:
 		return false, fmt.Errorf("unknown janitor action %q", a.Kind)
 	}
@@ -179,4 +191,14 @@ func cleanupFailed(ctx context.Context, pool *pgxpool.Pool, worker store.Holder,
 		return fmt.Errorf("recording failed cleanup of job %s: %w", c.JobID, err)
 	}
 	return nil
+}
+
+// liftOrphanGates makes claimable up to limit retries that wait for a
+// Cleanup no longer queued.
+func liftOrphanGates(ctx context.Context, pool *pgxpool.Pool, limit int) (int, error) {
+	var n int
+	if err := pool.QueryRow(ctx, queries.Get("retry_gate_lift"), limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("releasing retries whose Cleanup is gone: %w", err)
+	}
+	return n, nil
 }

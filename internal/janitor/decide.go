@@ -3,6 +3,8 @@ package janitor
 import (
 	"fmt"
 	"time"
+
+	"github.com/tetherjobs/tether/internal/limits"
 )
 
 // Kind is what the janitor does to one job.
@@ -16,6 +18,13 @@ const (
 	Fail     Kind = "fail"      // failed (retriable), then Cleanup
 	FailAWOL Kind = "fail_awol" // released and not resumed within awol_timeout: failed, then Cleanup
 	Cancel   Kind = "cancel"    // canceling with no live owner: canceled, then Cleanup if the plugin ran
+	// FailPending: queued past its pending_timeout: failed (permanent, never
+	// retried), no Cleanup (nothing ran).
+	FailPending Kind = "fail_pending"
+	// FailActiveTimeout: running past active_timeout + grace under a live
+	// owner that did not stop it: failed (retriable, retried if allowed),
+	// then Cleanup.
+	FailActiveTimeout Kind = "fail_active_timeout"
 )
 
 // Action is the janitor's decision for one job.
@@ -45,6 +54,9 @@ type Rules struct {
 	StaleJob     time.Duration // running jobs of a silent owner are released or failed
 	OfflineAfter time.Duration // accepted jobs of a silent owner are requeued
 	AWOLTimeout  time.Duration // a released job not resumed by then is failed
+	// ActiveTimeoutGrace is how long past a job's active_timeout the janitor
+	// waits for the owner to enforce it itself (2×keepalive + clean_interval).
+	ActiveTimeoutGrace time.Duration
 }
 
 // Input is everything Decide looks at for one job. Ages come from the
@@ -67,6 +79,14 @@ type Input struct {
 	// Resumable: some live agent's copy of it declares the resume capability.
 	PluginLoaded bool
 	Resumable    bool
+
+	// The job's stamped timeouts (0 = off) and the ages they bound:
+	// QueuedAge = now() - run_after (how long a queued job has been due),
+	// AttemptAge = now() - attempt_started_at.
+	PendingTimeout time.Duration
+	QueuedAge      time.Duration
+	ActiveTimeout  time.Duration
+	AttemptAge     time.Duration
 
 	Rules Rules
 }
@@ -106,6 +126,9 @@ func (in Input) owner() ownerCondition {
 func Decide(in Input) Action {
 	switch in.Status {
 	case "queued", "accepted":
+		if in.Status == "queued" && in.AgentName == "" && in.PendingTimeout > 0 && in.QueuedAge >= in.PendingTimeout {
+			return Action{Kind: FailPending, Reason: fmt.Sprintf("pending timeout: not started within pending_timeout (%s)", limits.Format(in.PendingTimeout))}
+		}
 		return decideAccepted(in)
 	case "running":
 		if in.AgentName == "" {
@@ -150,6 +173,12 @@ func decideRunning(in Input) Action {
 		failMsg = "agent restarted"
 	default:
 		if in.HeartbeatAge < in.Rules.StaleJob {
+			if in.ActiveTimeout > 0 && in.AttemptAge >= in.ActiveTimeout+in.Rules.ActiveTimeoutGrace {
+				// The owner is alive but did not enforce it: back it up.
+				return Action{Kind: FailActiveTimeout, Cleanup: true, Reason: fmt.Sprintf(
+					"active_timeout of %s exceeded (running for %s; agent %s did not stop it, so the janitor failed it)",
+					limits.Format(in.ActiveTimeout), seconds(in.AttemptAge), in.AgentName)}
+			}
 			return Action{Kind: None} // the owner enforces active_timeout
 		}
 		why = "stale for " + seconds(in.HeartbeatAge)

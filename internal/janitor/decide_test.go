@@ -9,7 +9,17 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-var testRules = Rules{StaleJob: 120 * time.Second, OfflineAfter: 15 * time.Second, AWOLTimeout: time.Hour}
+var testRules = Rules{StaleJob: 120 * time.Second, OfflineAfter: 15 * time.Second, AWOLTimeout: time.Hour, ActiveTimeoutGrace: 20 * time.Second}
+
+// queuedFor sets the job's pending_timeout and how long it has been due.
+func queuedFor(timeout, age time.Duration) func(*Input) {
+	return func(in *Input) { in.PendingTimeout, in.QueuedAge = timeout, age }
+}
+
+// activeFor sets the job's active_timeout and its attempt's age.
+func activeFor(timeout, age time.Duration) func(*Input) {
+	return func(in *Input) { in.ActiveTimeout, in.AttemptAge = timeout, age }
+}
 
 // owned is a job held by agent a1 (generation g1), whose agents row is live,
 // silent for hb; plugin p is loaded and resumable unless a case says not.
@@ -65,6 +75,23 @@ func TestDecide(t *testing.T) {
 
 		// Queued and accepted: nothing ran, requeue when the owner is not live.
 		{"queued unowned", unowned("queued"), Action{Kind: None}},
+
+		// pending_timeout: counted from when the job became due.
+		{"queued, pending_timeout off", with(unowned("queued"), queuedFor(0, 48*time.Hour)), Action{Kind: None}},
+		{"queued, within pending_timeout", with(unowned("queued"), queuedFor(time.Minute, time.Minute-time.Millisecond)), Action{Kind: None}},
+		{"queued, past pending_timeout", with(unowned("queued"), queuedFor(time.Minute, time.Minute)),
+			Action{Kind: FailPending, Reason: "pending timeout: not started within pending_timeout (1m0s)"}},
+		{"queued, past pending_timeout in days", with(unowned("queued"), queuedFor(48*time.Hour, 49*time.Hour)),
+			Action{Kind: FailPending, Reason: "pending timeout: not started within pending_timeout (2d)"}},
+		{"accepted past pending_timeout: claimed, not pending", with(owned("accepted", time.Second), queuedFor(time.Minute, time.Hour)), Action{Kind: None}},
+
+		// active_timeout backup: a live owner gets active_timeout + grace.
+		{"running, owner fresh, within active_timeout + grace", with(owned("running", time.Second), activeFor(time.Minute, time.Minute+testRules.ActiveTimeoutGrace-time.Millisecond)), Action{Kind: None}},
+		{"running, owner fresh, past active_timeout + grace", with(owned("running", time.Second), activeFor(time.Minute, time.Minute+testRules.ActiveTimeoutGrace)),
+			Action{Kind: FailActiveTimeout, Cleanup: true, Reason: "active_timeout of 1m0s exceeded (running for 80s; agent a1 did not stop it, so the janitor failed it)"}},
+		{"running, active_timeout off", with(owned("running", time.Second), activeFor(0, 100*time.Hour)), Action{Kind: None}},
+		{"running past active_timeout, owner stale: the stale rule", with(owned("running", stale), activeFor(time.Minute, time.Hour), notResum),
+			Action{Kind: Fail, Reason: "awol: agent a1 silent for 130s", Cleanup: true}},
 		{"accepted unowned", unowned("accepted"), Action{Kind: None}},
 		{"accepted, owner fresh", owned("accepted", 2*time.Second), Action{Kind: None}},
 		{"accepted, just under offline_after", owned("accepted", 15*time.Second-time.Millisecond), Action{Kind: None}},

@@ -48,6 +48,13 @@ type Config struct {
 	OfflineAfter  time.Duration // 15s (3 × the default keepalive)
 	CleanInterval time.Duration // 10s; each wait is jittered ±20%
 	AWOLTimeout   time.Duration // 1h
+	Keepalive     time.Duration // 5s; with CleanInterval, the grace before backing up an owner's active_timeout
+
+	// RetentionBatch is how many expired jobs one statement deletes (500);
+	// RetentionMaxBatches bounds the batches per pass (20), so a backlog is
+	// worked off over several passes instead of one long one.
+	RetentionBatch      int
+	RetentionMaxBatches int
 
 	BatchSize          int           // active rows per transaction (100)
 	CleanupTimeout     time.Duration // bound on one Cleanup call (2m)
@@ -73,6 +80,13 @@ func (c *Config) setDefaults() {
 	def(&c.OfflineAfter, 15*time.Second)
 	def(&c.CleanInterval, 10*time.Second)
 	def(&c.AWOLTimeout, time.Hour)
+	def(&c.Keepalive, 5*time.Second)
+	if c.RetentionBatch <= 0 {
+		c.RetentionBatch = 500
+	}
+	if c.RetentionMaxBatches <= 0 {
+		c.RetentionMaxBatches = 20
+	}
 	def(&c.CleanupTimeout, 2*time.Minute)
 	def(&c.CleanupBackoffMin, time.Second)
 	def(&c.CleanupBackoffMax, 5*time.Minute)
@@ -91,7 +105,14 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) rules() Rules {
-	return Rules{StaleJob: c.StaleJob, OfflineAfter: c.OfflineAfter, AWOLTimeout: c.AWOLTimeout}
+	return Rules{StaleJob: c.StaleJob, OfflineAfter: c.OfflineAfter, AWOLTimeout: c.AWOLTimeout,
+		ActiveTimeoutGrace: c.activeTimeoutGrace()}
+}
+
+// activeTimeoutGrace is how long past active_timeout the janitor leaves a
+// live owner to enforce it: two heartbeats and a janitor period.
+func (c *Config) activeTimeoutGrace() time.Duration {
+	return 2*c.Keepalive + c.CleanInterval
 }
 
 // resultTimeout bounds the write of a Cleanup's outcome, which runs even when
@@ -109,6 +130,7 @@ type Service struct {
 	cleanupAttempts *prometheus.CounterVec
 	pending         prometheus.Gauge
 	cleanupFailures prometheus.Counter
+	deleted         prometheus.Counter
 }
 
 // New returns a Service. It does nothing until Run.
@@ -121,7 +143,7 @@ func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "janitor", "agent", cfg.Holder.Name),
 		actions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tether_janitor_actions_total", Help: "Jobs the janitor settled, by action: requeue, release, fail, fail_awol, cancel.",
+			Name: "tether_janitor_actions_total", Help: "Jobs the janitor settled, by action: requeue, release, fail, fail_awol, fail_pending, fail_active_timeout, cancel.",
 		}, []string{"action"})),
 		cleanupAttempts: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_cleanup_attempts_total", Help: "Queued Cleanup calls this agent made, by result: ok, failed, skipped.",
@@ -130,6 +152,9 @@ func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 			Name: "tether_cleanups_pending", Help: "Cleanup calls queued and not yet successful (all agents), as of this agent's last janitor pass.",
 		})),
 		cleanupFailures: cfg.Metrics.CleanupFailures,
+		deleted: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_retention_deleted_total", Help: "Terminal jobs this agent's janitor deleted after their ttl.",
+		})),
 	}
 }
 
@@ -205,6 +230,14 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 		}
 		cursor = last
 	}
+	if n, err := liftOrphanGates(ctx, s.pool, s.cfg.BatchSize); err != nil {
+		return total, err
+	} else if n > 0 {
+		s.log.Info("released retries whose Cleanup is no longer queued", "jobs", n)
+	}
+	if _, err := s.Retention(ctx); err != nil {
+		return total, err
+	}
 	if pending, err := pendingCleanups(ctx, s.pool); err == nil {
 		s.pending.Set(float64(pending))
 	} else {
@@ -223,7 +256,8 @@ func (s *Service) batch(ctx context.Context, cursor string) (int, string, bool, 
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		applied = applied[:0]
 		rows, err := tx.Query(ctx, queries.Get("janitor_candidates"),
-			secs(s.cfg.OfflineAfter), secs(s.cfg.AWOLTimeout), secs(s.cfg.StaleJob), cursor, s.cfg.BatchSize)
+			secs(s.cfg.OfflineAfter), secs(s.cfg.AWOLTimeout), secs(s.cfg.StaleJob), cursor, s.cfg.BatchSize,
+			secs(s.cfg.activeTimeoutGrace()))
 		if err != nil {
 			return fmt.Errorf("selecting janitor candidates: %w", err)
 		}
@@ -262,6 +296,29 @@ func (s *Service) batch(ctx context.Context, cursor string) (int, string, bool, 
 		s.actions.WithLabelValues(string(k)).Inc()
 	}
 	return len(applied), last, full, nil
+}
+
+// Retention deletes terminal jobs past their stamped ttl (expires_at), with
+// their events and logs, RetentionBatch per statement and at most
+// RetentionMaxBatches statements per call. It returns how many it deleted.
+func (s *Service) Retention(ctx context.Context) (int, error) {
+	st := store.New(s.pool)
+	total := 0
+	for range s.cfg.RetentionMaxBatches {
+		n, err := st.DeleteExpired(ctx, s.cfg.RetentionBatch)
+		total += n
+		s.deleted.Add(float64(n))
+		if err != nil {
+			return total, err
+		}
+		if n < s.cfg.RetentionBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info("retention deleted expired jobs", "jobs", total)
+	}
+	return total, nil
 }
 
 // ReleasePrevious settles, before the agent claims anything, every job an

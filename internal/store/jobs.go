@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -21,6 +24,14 @@ type SubmitParams struct {
 	Context        json.RawMessage // a JSON object; nil means {}
 	Submitter      string
 	IdempotencyKey string // optional
+	// Limits are stamped on the job as given. The zero value means no
+	// retries, no timeouts and kept forever; callers resolve them first
+	// (limits.Resolve).
+	Limits limits.Set
+	// Override is the request's own "limits" object, as sent; it is part of
+	// the idempotency check (the resolved Limits are not: a command edit
+	// between a request and its retry must not make the retry a conflict).
+	Override limits.Override
 }
 
 // requestHash identifies the body of a submit for idempotency checks.
@@ -32,7 +43,11 @@ func (p SubmitParams) requestHash() (string, error) {
 		}
 	}
 	// Re-encoding sorts object keys, so key order in the request does not matter.
-	b, err := json.Marshal(map[string]any{"command": p.Command, "context": ctx, "submitter": p.Submitter})
+	req := map[string]any{"command": p.Command, "context": ctx, "submitter": p.Submitter}
+	if p.Override != (limits.Override{}) {
+		req["limits"] = p.Override
+	}
+	b, err := json.Marshal(req)
 	if err != nil {
 		return "", fmt.Errorf("encoding request: %w", err)
 	}
@@ -61,8 +76,11 @@ func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 		key = &p.IdempotencyKey
 	}
 	var got string
+	l := p.Limits
 	err = s.pool.QueryRow(ctx, queries.Get("job_submit"),
-		id.String(), p.Command, p.Plugin, jobCtx, p.Submitter, key, hash).Scan(&got)
+		id.String(), p.Command, p.Plugin, jobCtx, p.Submitter, key, hash,
+		l.MaxRetry, secs(l.RetryBackoff), secs(l.RetryBackoffMax), secs(l.PendingTimeout),
+		secs(l.ActiveTimeout), secs(l.TTLSucceeded), secs(l.TTLFailed)).Scan(&got)
 	switch {
 	case err == nil:
 		j, err := s.GetJob(ctx, got)
@@ -84,10 +102,24 @@ func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
+	var backoff, backoffMax, pending, active, ttlOK, ttlFailed float64
 	err := row.Scan(&j.ID, &j.Command, &j.Plugin, &j.Status, &j.Context, &j.Attempt,
 		&j.Error, &j.ErrorClass, &j.Result, &j.Submitter, &j.IdempotencyKey,
-		&j.CreatedAt, &j.UpdatedAt, &j.StartedAt, &j.FinishedAt, &j.Agent, &j.Lease)
+		&j.CreatedAt, &j.UpdatedAt, &j.StartedAt, &j.FinishedAt, &j.Agent, &j.Lease,
+		&j.Limits.MaxRetry, &backoff, &backoffMax, &pending, &active, &ttlOK, &ttlFailed,
+		&j.AttemptStartedAt, &j.ExpiresAt, &j.RunAfter, &j.WaitingForCleanup)
+	j.Limits.RetryBackoff, j.Limits.RetryBackoffMax = fromSecs(backoff), fromSecs(backoffMax)
+	j.Limits.PendingTimeout, j.Limits.ActiveTimeout = fromSecs(pending), fromSecs(active)
+	j.Limits.TTLSucceeded, j.Limits.TTLFailed = fromSecs(ttlOK), fromSecs(ttlFailed)
 	return j, err
+}
+
+// secs and fromSecs carry durations to and from SQL as float seconds
+// ($n::float8 * interval '1 second', extract(epoch FROM ...)).
+func secs(d time.Duration) float64 { return d.Seconds() }
+
+func fromSecs(s float64) time.Duration {
+	return time.Duration(math.Round(s * float64(time.Second)))
 }
 
 // GetJob returns one job, or ErrNotFound.

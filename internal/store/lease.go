@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -61,6 +62,12 @@ type Claimed struct {
 	// Resume is true when the job was already running under an earlier lease:
 	// the plugin must reattach, not start it again.
 	Resume bool
+	// ActiveTimeout is the job's stamped active_timeout (0 = off);
+	// AttemptAge is how long ago this attempt first called the plugin (0 if
+	// it has not), by the database clock: a resumed attempt has that much
+	// less time left.
+	ActiveTimeout time.Duration
+	AttemptAge    time.Duration
 }
 
 // Claim takes leases on up to limit claimable jobs of the given commands.
@@ -74,8 +81,11 @@ func (s *Store) Claim(ctx context.Context, h Holder, limit int, commands []strin
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
+		var active, age float64
 		err := r.Scan(&c.Job.ID, &c.Job.Command, &c.Job.Plugin, &c.Job.Status, &c.Job.Context,
-			&c.Job.Attempt, &c.Lease, &c.Handle)
+			&c.Job.Attempt, &c.Lease, &c.Handle, &active, &age)
+		c.ActiveTimeout, c.AttemptAge = fromSecs(active), fromSecs(age)
+		c.Job.Limits.ActiveTimeout = c.ActiveTimeout
 		c.Job.Agent, c.Job.Lease = h.Name, c.Lease
 		c.Resume = c.Job.Status == StatusRunning
 		return c, err
@@ -177,11 +187,38 @@ type Outcome struct {
 	Error      string
 	ErrorClass string
 	Message    string // for the final event
+	// CleanupFirst: the caller runs the plugin's Cleanup once the write
+	// commits. A retry then waits for it (see CleanupFinished) and a queued
+	// Cleanup due after CleanupHold is its fallback.
+	CleanupFirst bool
+	CleanupHold  time.Duration
+	// Jitter in [0, 1) spreads a retry's backoff over [half, all] of it.
+	Jitter float64
 }
 
-// Finish writes a job's final status, result, error and event and removes its
-// active row, fenced by lease. ErrLeaseLost means nothing was written.
+// Finished says what a Finish wrote.
+type Finished struct {
+	// Retried: the attempt failed retriably with retries left, and the job
+	// is queued again as Attempt.
+	Retried bool
+	Attempt int
+	// RunAfter is when the retry becomes due; nil while it waits for a
+	// Cleanup.
+	RunAfter *time.Time
+}
+
+// Finish writes the end of a job's attempt, fenced by lease: the final
+// status, result, error and event, removing its active row — or, for a
+// retriable failure with retries left, the job queued again as the next
+// attempt (see queries/job_finish.sql). ErrLeaseLost means nothing was
+// written.
 func (s *Store) Finish(ctx context.Context, h Holder, jobID string, lease int64, o Outcome) error {
+	_, err := s.FinishAttempt(ctx, h, jobID, lease, o)
+	return err
+}
+
+// FinishAttempt is Finish, reporting whether the job was retried.
+func (s *Store) FinishAttempt(ctx context.Context, h Holder, jobID string, lease int64, o Outcome) (Finished, error) {
 	var errText, errClass *string
 	if o.Error != "" {
 		errText = &o.Error
@@ -194,13 +231,25 @@ func (s *Store) Finish(ctx context.Context, h Holder, jobID string, lease int64,
 		msg = o.Error
 	}
 	var n int
+	var f Finished
 	err := s.pool.QueryRow(ctx, queries.Get("job_finish"), jobID, lease, o.Status, nullJSON(o.Result),
-		errText, errClass, h.Name, h.Generation, msg).Scan(&n)
+		errText, errClass, h.Name, h.Generation, msg, o.Jitter, o.CleanupFirst, secs(o.CleanupHold)).
+		Scan(&n, &f.Retried, &f.Attempt, &f.RunAfter)
 	if err != nil {
-		return fmt.Errorf("finishing job %s: %w", jobID, err)
+		return Finished{}, fmt.Errorf("finishing job %s: %w", jobID, err)
 	}
 	if n == 0 {
-		return ErrLeaseLost
+		return Finished{}, ErrLeaseLost
+	}
+	return f, nil
+}
+
+// CleanupFinished records that the agent's own Cleanup after a retried
+// attempt succeeded: the fallback queued Cleanup is dropped (unless a worker
+// already claimed it) and the retry may run.
+func (s *Store) CleanupFinished(ctx context.Context, jobID string) error {
+	if _, err := s.pool.Exec(ctx, queries.Get("cleanup_finish"), jobID); err != nil {
+		return fmt.Errorf("releasing the retry of job %s after its Cleanup: %w", jobID, err)
 	}
 	return nil
 }

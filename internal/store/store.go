@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -82,6 +83,17 @@ type Job struct {
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
 	Agent          string          `json:"agent,omitempty"` // current holder, if any
 	Lease          int64           `json:"lease,omitempty"`
+	// Limits are the levers stamped on the job at submit.
+	Limits limits.Set `json:"limits"`
+	// AttemptStartedAt is when the plugin was first called for this attempt
+	// (active_timeout counts from it).
+	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
+	// ExpiresAt is when retention deletes the finished job; nil = kept.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// RunAfter is when a queued retry becomes due, while it is in the future.
+	RunAfter *time.Time `json:"run_after,omitempty"`
+	// WaitingForCleanup: the next attempt waits for the last one's Cleanup.
+	WaitingForCleanup bool `json:"waiting_for_cleanup,omitempty"`
 }
 
 // Event is one entry in a job's timeline.

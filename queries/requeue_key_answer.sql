@@ -1,0 +1,1 @@
+UPDATE requeue_requests SET response = $2 WHERE key = $1;
