@@ -163,7 +163,10 @@ func TestRetentionAndOrphanGates(t *testing.T) {
 	newOK := finish(limits.Set{TTLSucceeded: day}, ok)
 	oldBad := finish(limits.Set{TTLFailed: day}, bad)
 	forever := finish(limits.Set{TTLSucceeded: day}, bad) // ttl_failed 0
-	f.exec(`UPDATE jobs SET finished_at = now() - interval '25 hours' WHERE id = ANY($1)`, []string{oldOK, oldBad, forever})
+	uncleaned := finish(limits.Set{TTLFailed: day}, bad)
+	require.NoError(t, Enqueue(f.ctx, f.pool, uncleaned, "cleanup after the job ended failed: boom"))
+	f.exec(`UPDATE cleanups SET next_at = now() + interval '1 hour' WHERE job_id = $1`, uncleaned) // not due this pass
+	f.exec(`UPDATE jobs SET finished_at = now() - interval '25 hours' WHERE id = ANY($1)`, []string{oldOK, oldBad, forever, uncleaned})
 	assert.Nil(t, f.job(forever).ExpiresAt)
 	require.NotNil(t, f.job(newOK).ExpiresAt)
 
@@ -183,6 +186,8 @@ func TestRetentionAndOrphanGates(t *testing.T) {
 	assert.True(t, exists(newOK))
 	assert.True(t, exists(forever))
 	assert.True(t, exists(queued), "never a non-terminal job")
+	assert.True(t, exists(uncleaned), "kept while its Cleanup is queued")
+	assert.True(t, f.cleanupQueued(uncleaned), "and the Cleanup with it")
 	var evs int
 	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM job_events WHERE job_id = ANY($1)`, []string{oldOK, oldBad}).Scan(&evs))
 	assert.Zero(t, evs)
