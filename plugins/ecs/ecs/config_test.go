@@ -83,6 +83,17 @@ func TestConfigContextTemplateReplacesConfigTaskDefinition(t *testing.T) {
 	require.Equal(t, DefaultCluster, c.Cluster)
 }
 
+func TestConfigTagsNull(t *testing.T) {
+	config := `{"task_definition": "fam", "tags": {"team": "data", "env": "prod"}}`
+	// A null tag removes the config's tag; the others are still merged.
+	c := mustConfig(t, config, `{"tags": {"env": null, "owner": "ann"}}`)
+	require.Equal(t, map[string]string{"team": "data", "owner": "ann"}, c.Tags)
+	// A null tags unsets the config's tags, as null unsets any key.
+	c = mustConfig(t, config, `{"tags": null}`)
+	require.Empty(t, c.Tags)
+	require.Contains(t, configError(t, config, `{"tags": ["x"]}`), "ecs: tags: must be a mapping, got array")
+}
+
 func TestConfigTemplateAsYAMLString(t *testing.T) {
 	c := mustConfig(t, ``, `{"task_definition_template": "family: f\ncontainerDefinitions:\n  - name: app\n    image: busybox\n"}`)
 	in, err := decodeTemplate(c.Template)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,7 +207,7 @@ func (r *run) runTaskInput(i int) *ecs.RunTaskInput {
 	if r.job.Command != "" {
 		tags[tagCommand] = r.job.Command
 	}
-	for _, k := range sortedKeys(tags) {
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		in.Tags = append(in.Tags, types.Tag{Key: aws.String(k), Value: aws.String(tags[k])})
 	}
 	return in
@@ -231,7 +232,7 @@ func (r *run) overrides() *types.TaskOverride {
 	}
 	for _, co := range c.ContainerOverrides {
 		x := types.ContainerOverride{Name: aws.String(co.Name), Command: co.Command, Cpu: co.CPU, Memory: co.Memory}
-		for _, k := range sortedKeys(co.Environment) {
+		for _, k := range slices.Sorted(maps.Keys(co.Environment)) {
 			x.Environment = append(x.Environment, types.KeyValuePair{Name: aws.String(k), Value: aws.String(co.Environment[k])})
 		}
 		o.ContainerOverrides = append(o.ContainerOverrides, x)

@@ -56,16 +56,16 @@ func newTaskDef(d *types.TaskDefinition) taskDef {
 // field the API does not have is an error, not silently dropped.
 func decodeTemplate(raw json.RawMessage) (*ecs.RegisterTaskDefinitionInput, error) {
 	var in ecs.RegisterTaskDefinitionInput
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return nil, validationError("task_definition_template: %v", err)
+	jd := json.NewDecoder(bytes.NewReader(raw))
+	jd.DisallowUnknownFields()
+	if err := jd.Decode(&in); err != nil {
+		return nil, dec.Errorf("task_definition_template: %v", err)
 	}
 	if aws.ToString(in.Family) == "" {
-		return nil, validationError("task_definition_template: family is required")
+		return nil, dec.Errorf("task_definition_template: family is required")
 	}
 	if len(in.ContainerDefinitions) == 0 {
-		return nil, validationError("task_definition_template: containerDefinitions is required")
+		return nil, dec.Errorf("task_definition_template: containerDefinitions is required")
 	}
 	return &in, nil
 }
@@ -86,7 +86,7 @@ func templateInput(c Config) (*ecs.RegisterTaskDefinitionInput, string, error) {
 	}
 	b, err := json.Marshal(in)
 	if err != nil {
-		return nil, "", validationError("task_definition_template: %v", err)
+		return nil, "", dec.Errorf("task_definition_template: %v", err)
 	}
 	sum := sha256.Sum256(b)
 	hash := hex.EncodeToString(sum[:])

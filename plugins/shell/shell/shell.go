@@ -16,9 +16,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,13 +142,13 @@ func (p *Plugin) HealthCheck(_ context.Context, rawConfig json.RawMessage) error
 // kill_grace, and Execute returns a retriable "canceled: ..." error.
 func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
 	if job == nil {
-		return nil, validationError("job: missing")
+		return nil, dec.Errorf("job: missing")
 	}
 	if rt == nil {
-		return nil, validationError("runtime: missing")
+		return nil, dec.Errorf("runtime: missing")
 	}
 	if job.ID == "" || strings.ContainsRune(job.ID, 0) {
-		return nil, validationError("job.id: %q is not a usable job ID", job.ID)
+		return nil, dec.Errorf("job.id: %q is not a usable job ID", job.ID)
 	}
 	if !procSupported {
 		return nil, plugin.Errorf(plugin.Permanent, "the shell plugin runs only on Linux")
@@ -200,7 +202,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 		}
 		dir, createdDir = d, true
 	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, validationError("context.working_dir: %s is not an existing directory; create it first or leave working_dir unset for a fresh per-job directory", dir)
+		return nil, dec.Errorf("context.working_dir: %s is not an existing directory; create it first or leave working_dir unset for a fresh per-job directory", dir)
 	}
 	removeDir := createdDir && !s.KeepWorkingDir
 	groupGone := false
@@ -222,7 +224,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	if s.Script == "" {
 		var err error
 		if path, err = lookPath(s.Command[0], envValue(env, "PATH"), dir); err != nil {
-			return nil, validationError("context.command[0]: %v", err)
+			return nil, dec.Errorf("context.command[0]: %v", err)
 		}
 		args = s.Command
 	}
@@ -441,7 +443,7 @@ func (p *Plugin) drain(copiers *sync.WaitGroup, readers ...*os.File) {
 // Cleanup of an unknown job succeeds, and Cleanup is idempotent.
 func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	if job == nil {
-		return validationError("job: missing")
+		return dec.Errorf("job: missing")
 	}
 	if job.ID == "" {
 		return nil // nothing can have run under an empty ID
@@ -637,7 +639,7 @@ func buildEnv(s spec, dir string, job *plugin.Job, runID string) []string {
 	}
 	m[runIDEnv] = runID
 	env := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		env = append(env, k+"="+m[k])
 	}
 	return env

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/tetherjobs/tether/pkg/plugin"
+	"github.com/tetherjobs/tether/pkg/plugin/settings"
 )
 
 // Defaults for settings a job or the plugin config may leave out.
@@ -48,11 +49,10 @@ var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "
 
 var configKeys = []string{"kill_grace", "state_dir", "work_root"}
 
-// validationError is the error every bad input produces: permanent, since
-// retrying the same input cannot help.
-func validationError(format string, args ...any) error {
-	return plugin.Errorf(plugin.Permanent, format, args...)
-}
+// dec decodes settings. Its errors, like every error bad input produces, are
+// permanent (retrying the same input cannot help) and carry no prefix: they
+// start with the setting's name.
+var dec = settings.Decoder{}
 
 // parseConfig validates the plugin config. tempDir is os.TempDir(), passed in
 // so defaults are decided in one place.
@@ -66,11 +66,8 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	for _, key := range sortedKeys(fields) {
+	for _, key := range fields.Keys() {
 		val := fields[key]
-		if isNull(val) {
-			continue
-		}
 		switch key {
 		case "kill_grace":
 			if cfg.KillGrace, err = parseGrace("config.kill_grace", val); err != nil {
@@ -96,20 +93,15 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	if err != nil {
 		return spec{}, err
 	}
-	// null counts as unset, so a job can clear a command's default key
+	// Get treats null as unset, so a job can clear a command's default key
 	// (e.g. "command": null to run its own script instead).
-	for k, v := range fields {
-		if isNull(v) {
-			delete(fields, k)
-		}
-	}
-	rawCmd, hasCmd := fields["command"]
-	rawScript, hasScript := fields["script"]
+	rawCmd, hasCmd := fields.Get("command")
+	rawScript, hasScript := fields.Get("script")
 	switch {
 	case hasCmd && hasScript:
-		return spec{}, validationError(`context: both command and script are set; set exactly one (a job can clear a default with "command": null or "script": null)`)
+		return spec{}, dec.Errorf(`context: both command and script are set; set exactly one (a job can clear a default with "command": null or "script": null)`)
 	case !hasCmd && !hasScript:
-		return spec{}, validationError(`context: neither command nor script is set; set command: ["prog", "arg"] or script: "..."`)
+		return spec{}, dec.Errorf(`context: neither command nor script is set; set command: ["prog", "arg"] or script: "..."`)
 	}
 	if hasCmd {
 		if s.Command, err = parseCommand(rawCmd); err != nil {
@@ -121,22 +113,22 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 			return spec{}, err
 		}
 	}
-	if v, ok := fields["env"]; ok {
+	if v, ok := fields.Get("env"); ok {
 		if s.Env, err = parseEnv(v); err != nil {
 			return spec{}, err
 		}
 	}
-	if v, ok := fields["working_dir"]; ok {
+	if v, ok := fields.Get("working_dir"); ok {
 		if s.WorkingDir, err = parseAbsDir("context.working_dir", v); err != nil {
 			return spec{}, err
 		}
 	}
-	if v, ok := fields["keep_working_dir"]; ok {
-		if err := json.Unmarshal(v, &s.KeepWorkingDir); err != nil {
-			return spec{}, validationError("context.keep_working_dir: must be true or false, got %s", jsonKind(v))
+	if v, ok := fields.Get("keep_working_dir"); ok {
+		if s.KeepWorkingDir, err = dec.Bool("context.keep_working_dir", v); err != nil {
+			return spec{}, err
 		}
 	}
-	if v, ok := fields["kill_grace"]; ok {
+	if v, ok := fields.Get("kill_grace"); ok {
 		if s.KillGrace, err = parseGrace("context.kill_grace", v); err != nil {
 			return spec{}, err
 		}
@@ -144,96 +136,86 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	return s, nil
 }
 
-// objectFields splits a JSON object into its top-level fields and rejects keys
-// not in known. Empty input and null are an empty object.
-func objectFields(what string, raw json.RawMessage, known []string) (map[string]json.RawMessage, error) {
-	if len(bytes.TrimSpace(raw)) == 0 || isNull(raw) {
-		return map[string]json.RawMessage{}, nil
-	}
-	if !json.Valid(raw) {
-		return nil, validationError("%s: not valid JSON", what)
-	}
-	if kind := jsonKind(raw); kind != "object" {
-		return nil, validationError("%s: must be a JSON object, got %s", what, kind)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return nil, validationError("%s: %v", what, err)
-	}
-	for _, k := range sortedKeys(fields) {
-		if !slices.Contains(known, k) {
-			return nil, validationError("%s: unknown key %q; known keys are %s", what, k, strings.Join(known, ", "))
+// objectFields is settings' Object, with the shell plugin's own words for
+// input that is not a JSON object at all.
+func objectFields(what string, raw json.RawMessage, known []string) (settings.Fields, error) {
+	if len(bytes.TrimSpace(raw)) > 0 && !settings.IsNull(raw) {
+		if !json.Valid(raw) {
+			return nil, dec.Errorf("%s: not valid JSON", what)
+		}
+		if kind := settings.Kind(raw); kind != "object" {
+			return nil, dec.Errorf("%s: must be a JSON object, got %s", what, kind)
 		}
 	}
-	return fields, nil
+	return dec.Object(what, raw, known)
 }
 
 func parseCommand(raw json.RawMessage) ([]string, error) {
-	if jsonKind(raw) != "array" {
-		return nil, validationError(`context.command: must be a list of strings like ["prog", "arg"], got %s`, jsonKind(raw))
+	if settings.Kind(raw) != "array" {
+		return nil, dec.Errorf(`context.command: must be a list of strings like ["prog", "arg"], got %s`, settings.Kind(raw))
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, validationError("context.command: %v", err)
+		return nil, dec.Errorf("context.command: %v", err)
 	}
 	if len(items) == 0 {
-		return nil, validationError(`context.command: empty argv; set command: ["prog", "arg"] or script: "..."`)
+		return nil, dec.Errorf(`context.command: empty argv; set command: ["prog", "arg"] or script: "..."`)
 	}
 	argv := make([]string, len(items))
 	for i, item := range items {
-		if jsonKind(item) != "string" {
-			return nil, validationError("context.command[%d]: must be a string, got %s", i, jsonKind(item))
+		if settings.Kind(item) != "string" {
+			return nil, dec.Errorf("context.command[%d]: must be a string, got %s", i, settings.Kind(item))
 		}
 		if err := json.Unmarshal(item, &argv[i]); err != nil {
-			return nil, validationError("context.command[%d]: %v", i, err)
+			return nil, dec.Errorf("context.command[%d]: %v", i, err)
 		}
 		if strings.ContainsRune(argv[i], 0) {
-			return nil, validationError("context.command[%d]: contains a NUL byte", i)
+			return nil, dec.Errorf("context.command[%d]: contains a NUL byte", i)
 		}
 	}
 	if strings.TrimSpace(argv[0]) == "" {
-		return nil, validationError(`context.command[0]: empty program name; set command: ["prog", "arg"] or script: "..."`)
+		return nil, dec.Errorf(`context.command[0]: empty program name; set command: ["prog", "arg"] or script: "..."`)
 	}
 	return argv, nil
 }
 
 func parseScript(raw json.RawMessage) (string, error) {
 	var script string
-	if jsonKind(raw) != "string" || json.Unmarshal(raw, &script) != nil {
-		return "", validationError(`context.script: must be a string of shell code, got %s`, jsonKind(raw))
+	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &script) != nil {
+		return "", dec.Errorf(`context.script: must be a string of shell code, got %s`, settings.Kind(raw))
 	}
 	if strings.TrimSpace(script) == "" {
-		return "", validationError(`context.script: empty; set script: "..." or command: ["prog", "arg"]`)
+		return "", dec.Errorf(`context.script: empty; set script: "..." or command: ["prog", "arg"]`)
 	}
 	if strings.ContainsRune(script, 0) {
-		return "", validationError("context.script: contains a NUL byte")
+		return "", dec.Errorf("context.script: contains a NUL byte")
 	}
 	return script, nil
 }
 
 func parseEnv(raw json.RawMessage) (map[string]string, error) {
-	if jsonKind(raw) != "object" {
-		return nil, validationError(`context.env: must be an object of strings like {"NAME": "value"}, got %s`, jsonKind(raw))
+	if settings.Kind(raw) != "object" {
+		return nil, dec.Errorf(`context.env: must be an object of strings like {"NAME": "value"}, got %s`, settings.Kind(raw))
 	}
 	var items map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, validationError("context.env: %v", err)
+		return nil, dec.Errorf("context.env: %v", err)
 	}
 	env := make(map[string]string, len(items))
-	for _, k := range sortedKeys(items) {
+	for _, k := range slices.Sorted(maps.Keys(items)) {
 		v := items[k]
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, validationError("context.env: invalid variable name %q; names must be non-empty without '=' or NUL", k)
+			return nil, dec.Errorf("context.env: invalid variable name %q; names must be non-empty without '=' or NUL", k)
 		}
 		if k == runIDEnv {
-			return nil, validationError("context.env.%s: reserved; the plugin sets it to recognise the job's processes", k)
+			return nil, dec.Errorf("context.env.%s: reserved; the plugin sets it to recognise the job's processes", k)
 		}
 		var s string
-		if jsonKind(v) != "string" || json.Unmarshal(v, &s) != nil {
-			return nil, validationError(`context.env.%s: must be a string, got %s (quote numbers and booleans: "1")`, k, jsonKind(v))
+		if settings.Kind(v) != "string" || json.Unmarshal(v, &s) != nil {
+			return nil, dec.Errorf(`context.env.%s: must be a string, got %s (quote numbers and booleans: "1")`, k, settings.Kind(v))
 		}
 		if strings.ContainsRune(s, 0) {
-			return nil, validationError("context.env.%s: contains a NUL byte", k)
+			return nil, dec.Errorf("context.env.%s: contains a NUL byte", k)
 		}
 		env[k] = s
 	}
@@ -242,63 +224,28 @@ func parseEnv(raw json.RawMessage) (map[string]string, error) {
 
 func parseGrace(field string, raw json.RawMessage) (time.Duration, error) {
 	var s string
-	if jsonKind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
-		return 0, validationError(`%s: must be a duration string like "10s", got %s`, field, jsonKind(raw))
+	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
+		return 0, dec.Errorf(`%s: must be a duration string like "10s", got %s`, field, settings.Kind(raw))
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, validationError(`%s: %q is not a duration; use a Go duration like "10s" or "1m30s"`, field, s)
+		return 0, dec.Errorf(`%s: %q is not a duration; use a Go duration like "10s" or "1m30s"`, field, s)
 	}
 	if d < 0 {
-		return 0, validationError("%s: %q is negative; use 0 for an immediate SIGKILL or a positive duration", field, s)
+		return 0, dec.Errorf("%s: %q is negative; use 0 for an immediate SIGKILL or a positive duration", field, s)
 	}
 	return d, nil
 }
 
 func parseAbsDir(field string, raw json.RawMessage) (string, error) {
 	var s string
-	if jsonKind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
-		return "", validationError("%s: must be a directory path string, got %s", field, jsonKind(raw))
+	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
+		return "", dec.Errorf("%s: must be a directory path string, got %s", field, settings.Kind(raw))
 	}
 	if s == "" || strings.ContainsRune(s, 0) || !filepath.IsAbs(s) {
-		return "", validationError("%s: %q is not an absolute path; set an absolute directory like \"/srv/jobs\"", field, s)
+		return "", dec.Errorf("%s: %q is not an absolute path; set an absolute directory like \"/srv/jobs\"", field, s)
 	}
 	return filepath.Clean(s), nil
-}
-
-// jsonKind names the JSON type of a valid JSON value, for error messages.
-func jsonKind(raw json.RawMessage) string {
-	b := bytes.TrimSpace(raw)
-	if len(b) == 0 {
-		return "nothing"
-	}
-	switch b[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	default:
-		return "number"
-	}
-}
-
-func isNull(raw json.RawMessage) bool {
-	return string(bytes.TrimSpace(raw)) == "null"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // safeName turns a job ID into a file-name component. IDs are UUIDs in

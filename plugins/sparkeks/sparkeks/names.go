@@ -40,7 +40,7 @@ func ConfigMapName(jobID string) string { return AppName(jobID) + "-query" }
 func checkNames(jobID string) error {
 	for _, n := range []string{AppName(jobID), ConfigMapName(jobID)} {
 		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
-			return validationError("job ID %q gives the name %q, which Kubernetes refuses (%s); job IDs must be lowercase UUIDs",
+			return dec.Errorf("job ID %q gives the name %q, which Kubernetes refuses (%s); job IDs must be lowercase UUIDs",
 				jobID, n, strings.Join(errs, "; "))
 		}
 	}
