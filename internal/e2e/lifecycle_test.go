@@ -155,6 +155,48 @@ if [ "$n" -lt 3 ]; then sleep 60; fi`, counter, h.pidDir)
 	assert.Equal(t, "attempt 1\nattempt 2\nattempt 3\n", h.stdout(ctx, job.ID), "one log across attempts")
 }
 
+// The issue's own example: a shell job that fails twice (exit 75, which its
+// context declares retriable) and then succeeds ends succeeded on attempt 3,
+// with a retry_scheduled event per failure, each run after its backoff.
+func TestLifecycleShellFailsTwiceThenSucceeds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h := newLifecycleHarness(t, `  tempfail:
+    plugin: shell
+    limits: {max_retry: 2, retry_backoff: 200ms, retry_backoff_max: 1s}
+`, false)
+	a := h.startAgent(ctx, "a1")
+	c := h.client(ctx, a)
+	counter := filepath.Join(h.pidDir, "tempfail.count")
+	script := fmt.Sprintf(`n=$(cat %[1]q 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]q
+echo "attempt $n"
+if [ "$n" -lt 3 ]; then echo "not yet" >&2; exit 75; fi`, counter)
+	job, _, err := c.Submit(ctx, api.SubmitRequest{Command: "tempfail",
+		Context: mustJSON(t, map[string]any{"script": script, "retry_exit_codes": []int{75}})})
+	require.NoError(t, err)
+
+	h.waitTerminal(ctx, []string{job.ID}, 30*time.Second)
+	got, err := c.Get(ctx, job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusSucceeded, got.Status, "events: %s", h.eventSummary(ctx, job.ID))
+	assert.Equal(t, 3, got.Attempt)
+
+	evs := h.events(ctx, job.ID)
+	retries := kindsOf(evs, "retry_scheduled")
+	require.Len(t, retries, 2, h.eventSummary(ctx, job.ID))
+	claims := kindsOf(evs, "claimed")
+	require.Len(t, claims, 3)
+	for i, e := range retries {
+		assert.Contains(t, e.Message, fmt.Sprintf("attempt %d at ", i+2))
+		assert.Contains(t, e.Message, "script exited with code 75")
+		// Backoff i+1 is in [d/2, d] with d = 200ms × 2^i.
+		assert.GreaterOrEqual(t, claims[i+1].At.Sub(e.At), (100*time.Millisecond)<<i, "attempt %d ran before its backoff", i+2)
+	}
+	assert.Empty(t, kindsOf(evs, "cleanup_ok"), "an exited script leaves nothing to clean up")
+	assert.Equal(t, "attempt 1\nattempt 2\nattempt 3\n", h.stdout(ctx, job.ID))
+	h.checkTimeline(ctx, job.ID)
+}
+
 // max_retry 0: a retriable failure (here an active_timeout) ends the job.
 func TestLifecycleMaxRetryZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

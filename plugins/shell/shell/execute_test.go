@@ -193,6 +193,20 @@ func TestExecuteNonZeroExitReportsCodeAndStderrTail(t *testing.T) {
 	}
 }
 
+func TestExecuteRetryExitCodesAreRetriable(t *testing.T) {
+	e := newTestEnv(t)
+	_, err := New().Execute(context.Background(), e.job(t, map[string]any{"script": "exit 75", "retry_exit_codes": []int{75, 111}}), &fakeRuntime{})
+	pe := requireClass(t, err, plugin.Retriable)
+	if pe.Message != "script exited with code 75" {
+		t.Errorf("message = %q", pe.Message)
+	}
+	// Other codes, and signals, stay permanent.
+	_, err = New().Execute(context.Background(), e.job(t, map[string]any{"script": "exit 3", "retry_exit_codes": []int{75}}), &fakeRuntime{})
+	requireClass(t, err, plugin.Permanent)
+	_, err = New().Execute(context.Background(), e.job(t, map[string]any{"script": "kill -9 $$", "retry_exit_codes": []int{75}}), &fakeRuntime{})
+	requireClass(t, err, plugin.Permanent)
+}
+
 func TestExecuteKilledBySignal(t *testing.T) {
 	e := newTestEnv(t)
 	_, err := New().Execute(context.Background(), e.job(t, map[string]any{"script": "echo bye >&2; kill -9 $$"}), &fakeRuntime{})

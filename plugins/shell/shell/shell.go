@@ -360,7 +360,12 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	if lines := tail.lines(tailLines); len(lines) > 0 {
 		msg += "; last stderr lines:\n" + strings.Join(lines, "\n")
 	}
-	return nil, plugin.Errorf(plugin.Permanent, "%s", msg)
+	class := plugin.Permanent
+	if slices.Contains(s.RetryExitCodes, state.ExitCode()) {
+		// The job said this exit means "try again" (e.g. EX_TEMPFAIL, 75).
+		class = plugin.Retriable
+	}
+	return nil, plugin.Errorf(class, "%s", msg)
 }
 
 // record writes the run's process record to the state directory.

@@ -36,6 +36,9 @@ type spec struct {
 	WorkingDir     string            // absolute; empty means a fresh per-job directory
 	KeepWorkingDir bool
 	KillGrace      time.Duration
+	// RetryExitCodes are exit codes that mean "try again": the job fails
+	// retriable (and is retried within its limits) instead of permanent.
+	RetryExitCodes []int
 }
 
 // config is the plugin's validated section of the agent config.
@@ -45,7 +48,7 @@ type config struct {
 	StateDir  string        // where process-group records live
 }
 
-var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "script", "working_dir"}
+var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "retry_exit_codes", "script", "working_dir"}
 
 var configKeys = []string{"kill_grace", "state_dir", "work_root"}
 
@@ -130,6 +133,11 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	}
 	if v, ok := fields.Get("kill_grace"); ok {
 		if s.KillGrace, err = parseGrace("context.kill_grace", v); err != nil {
+			return spec{}, err
+		}
+	}
+	if v, ok := fields.Get("retry_exit_codes"); ok {
+		if s.RetryExitCodes, err = parseExitCodes("context.retry_exit_codes", v); err != nil {
 			return spec{}, err
 		}
 	}
@@ -263,4 +271,25 @@ func describeArgv(s spec) string {
 		return "script"
 	}
 	return fmt.Sprintf("command %q", s.Command[0])
+}
+
+// parseExitCodes reads a list of exit codes 1–255 (0 is success, never a
+// failure to retry).
+func parseExitCodes(what string, raw json.RawMessage) ([]int, error) {
+	if settings.Kind(raw) != "array" {
+		return nil, dec.Errorf("%s: must be a list of exit codes like [75], got %s", what, settings.Kind(raw))
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, dec.Errorf("%s: %v", what, err)
+	}
+	codes := make([]int, 0, len(items))
+	for i, item := range items {
+		c, err := dec.Int(fmt.Sprintf("%s[%d]", what, i), item, 1, 255)
+		if err != nil {
+			return nil, err
+		}
+		codes = append(codes, c)
+	}
+	return codes, nil
 }
