@@ -1,6 +1,6 @@
-// Command localstack serves the tether ECS and CloudWatch Logs emulator on
-// 127.0.0.1:4566 (LocalStack's port), so one endpoint setting points at
-// either this emulator or real LocalStack.
+// Command localstack serves the tether ECS, CloudWatch Logs and EKS
+// (DescribeCluster) emulator on 127.0.0.1:4566 (LocalStack's port), so one
+// endpoint setting points at either this emulator or real LocalStack.
 package main
 
 import (

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -30,15 +31,19 @@ type Fault struct {
 
 // Proxy is an HTTPS reverse proxy in front of the apiserver that
 // authenticates as the admin, counts requests and injects faults. Clients
-// reach it through Kubeconfig, with no credentials of their own.
+// reach it through Kubeconfig, or URL and CAData, with no credentials of
+// their own. A bearer token a client does send (an EKS token, say) is
+// recorded (BearerTokens) and removed: the apiserver never sees or checks it.
 type Proxy struct {
 	Kubeconfig string
 	srv        *httptest.Server
+	caPEM      []byte
 
 	mu       sync.Mutex
 	faults   []*Fault
 	injected int
 	creates  map[string]int // path of the collection → successful POSTs
+	bearers  []string       // distinct bearer tokens, in order of arrival
 }
 
 // StartProxy starts a proxy for env and writes its kubeconfig into dir.
@@ -56,6 +61,9 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
 			r.Out.Host = target.Host
+			// The proxy authenticates as the admin; a client's own
+			// credentials would override (or confuse) that.
+			r.Out.Header.Del("Authorization")
 		},
 		Transport:     transport,
 		FlushInterval: -1, // watches stream
@@ -77,6 +85,7 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 		},
 	}
 	p.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.recordBearer(r)
 		if f := p.take(r); f != nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(f.Status)
@@ -86,9 +95,9 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 		}
 		rp.ServeHTTP(w, r)
 	}))
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
+	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: p.srv.URL, CertificateAuthorityData: ca}
+	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: p.srv.URL, CertificateAuthorityData: p.caPEM}
 	kc.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
 	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
 	kc.CurrentContext = "proxy"
@@ -102,6 +111,33 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 
 // Close stops the proxy.
 func (p *Proxy) Close() { p.srv.Close() }
+
+// URL is the proxy's https:// address.
+func (p *Proxy) URL() string { return p.srv.URL }
+
+// CAData is the PEM certificate clients must trust to reach the proxy (as a
+// kubeconfig's certificate-authority-data before base64).
+func (p *Proxy) CAData() []byte { return slices.Clone(p.caPEM) }
+
+// BearerTokens are the distinct bearer tokens clients sent, in the order
+// they first arrived.
+func (p *Proxy) BearerTokens() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.bearers)
+}
+
+func (p *Proxy) recordBearer(r *http.Request) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.bearers, tok) {
+		p.bearers = append(p.bearers, tok)
+	}
+}
 
 // Inject adds a fault.
 func (p *Proxy) Inject(f Fault) {

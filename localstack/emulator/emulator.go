@@ -1,6 +1,7 @@
 // Package emulator serves a local subset of the Amazon ECS and CloudWatch
-// Logs JSON 1.1 protocols, good enough for the real aws-sdk-go-v2 clients.
-// Each ECS task runs its containers' commands as local processes.
+// Logs JSON 1.1 protocols, and EKS DescribeCluster (REST-JSON), good enough
+// for the real aws-sdk-go-v2 clients. Each ECS task runs its containers'
+// commands as local processes; EKS clusters are registered by tests.
 package emulator
 
 import (
@@ -80,6 +81,7 @@ type Emulator struct {
 	launches map[string]int
 	seq      uint64
 	logs     map[string]*logGroup
+	eks      map[string]*eksCluster
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -120,6 +122,7 @@ func New(opts Options) *Emulator {
 		tokens:   map[string]*tokenEntry{},
 		launches: map[string]int{},
 		logs:     map[string]*logGroup{},
+		eks:      map[string]*eksCluster{},
 		closing:  make(chan struct{}),
 	}
 	e.clusters["default"] = newCluster("default", nil)
@@ -128,7 +131,8 @@ func New(opts Options) *Emulator {
 	return e
 }
 
-// Handler serves the AWS JSON protocols on POST / and the admin API under /_emulator/.
+// Handler serves the AWS JSON protocols on POST /, EKS DescribeCluster on
+// GET /clusters/{name} and the admin API under /_emulator/.
 func (e *Emulator) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_emulator/launches", e.handleLaunches)
@@ -137,6 +141,10 @@ func (e *Emulator) Handler() http.Handler {
 	mux.HandleFunc("GET /_emulator/health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	// EKS is a REST-JSON API, routed by path; everything else on "/" is
+	// the JSON 1.1 protocol, routed by X-Amz-Target.
+	mux.HandleFunc("GET /clusters/{name}", e.handleDescribeEKSCluster)
+	mux.HandleFunc("POST /_emulator/eks/clusters", e.handlePutEKSCluster)
 	mux.HandleFunc("/", e.handleAWS)
 	return mux
 }
@@ -312,32 +320,12 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	f := e.currentFaults()
-	if f.Latency > 0 {
-		t := time.NewTimer(f.Latency)
-		select {
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		case <-e.closing:
-			t.Stop()
-		case <-t.C:
-		}
-	}
-	e.mu.Lock()
-	throttle := e.chance(f.ThrottleRate)
-	fail5xx := !throttle && e.chance(f.ServerErrorRate)
-	e.mu.Unlock()
-	if throttle {
-		writeAPIError(w, errf("ThrottlingException", "Rate exceeded"))
+	fault, ok := e.injectFault(r, service)
+	if !ok {
 		return
 	}
-	if fail5xx {
-		typ := "ServerException"
-		if service == "logs" {
-			typ = "ServiceUnavailableException"
-		}
-		writeAPIError(w, &apiError{status: http.StatusInternalServerError, typ: typ, msg: "injected server error"})
+	if fault != nil {
+		writeAPIError(w, fault)
 		return
 	}
 
@@ -353,6 +341,39 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 	}
 	e.log.Debug("aws request", "op", op)
 	writeAWS(w, http.StatusOK, out)
+}
+
+// injectFault applies the fault-injection settings to an AWS request: it
+// waits the configured latency, then returns the error to answer with, if
+// any. ok is false when the client went away while waiting.
+func (e *Emulator) injectFault(r *http.Request, service string) (ae *apiError, ok bool) {
+	f := e.currentFaults()
+	if f.Latency > 0 {
+		t := time.NewTimer(f.Latency)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			return nil, false
+		case <-e.closing:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	e.mu.Lock()
+	throttle := e.chance(f.ThrottleRate)
+	fail5xx := !throttle && e.chance(f.ServerErrorRate)
+	e.mu.Unlock()
+	switch {
+	case throttle:
+		return errf("ThrottlingException", "Rate exceeded"), true
+	case fail5xx:
+		typ := "ServerException"
+		if service == "logs" {
+			typ = "ServiceUnavailableException"
+		}
+		return &apiError{status: http.StatusInternalServerError, typ: typ, msg: "injected server error"}, true
+	}
+	return nil, true
 }
 
 // decode parses a request body; an empty body is an empty object.

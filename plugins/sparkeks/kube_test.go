@@ -7,10 +7,12 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tetherjobs/tether/internal/kubetest"
+	"github.com/tetherjobs/tether/localstack/emulator"
 	"github.com/tetherjobs/tether/pkg/plugin"
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
@@ -339,4 +342,92 @@ func TestLaterAttemptReplacesTheApplication(t *testing.T) {
 	require.Contains(t, string(res.Output), string(second.GetUID()))
 	require.Equal(t, "2", second.GetLabels()["tether.dev/job-attempt"])
 	require.Equal(t, 2, sim.Created("default", name))
+}
+
+// connectAWS starts the plugin binary with the AWS_* variables an agent's
+// pass_env would give it.
+func connectAWS(t *testing.T) *plugin.GRPCClient {
+	t.Helper()
+	cmd := exec.Command(binPath)
+	cmd.Env = []string{
+		"HOME=" + t.TempDir(),
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		// The config's region wins over the environment's.
+		"AWS_REGION=eu-west-1",
+		"AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull,
+	}
+	client := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  plugin.Handshake(),
+		Plugins:          plugin.PluginSet(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		AutoMTLS:         true,
+	})
+	t.Cleanup(client.Kill)
+	rpc, err := client.Client()
+	require.NoError(t, err, "starting plugin")
+	raw, err := rpc.Dispense(plugin.PluginKey)
+	require.NoError(t, err, "dispensing plugin")
+	return raw.(*plugin.GRPCClient)
+}
+
+// EKS access by cluster name and region alone: the plugin describes the
+// cluster through the emulator's EKS API, which points at the proxy, and
+// sends an EKS bearer token. The proxy authenticates to the apiserver
+// itself, so the token is not checked by the apiserver (nothing here runs
+// STS); what the test checks is the token the plugin made.
+func TestEKSAccessByClusterName(t *testing.T) {
+	ctx := testCtx(t)
+	em := emulator.New(emulator.Options{})
+	awsURL, err := em.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, em.Close()) })
+	em.PutEKSCluster("analytics", proxy.URL(), base64.StdEncoding.EncodeToString(proxy.CAData()))
+
+	c := connectAWS(t)
+	cfg, err := json.Marshal(map[string]any{
+		"eks_cluster": "analytics", "region": "us-east-1", "aws_endpoint": awsURL, "poll_interval": "100ms",
+	})
+	require.NoError(t, err)
+	require.NoError(t, c.HealthCheck(ctx, cfg))
+
+	job := newJob(t, map[string]string{kubetest.SimRun: "200ms"}, nil)
+	job.Config = cfg
+	name := "spark-sql-job-" + job.ID
+	rt := plugintest.NewRuntime(nil)
+	res, err := c.Execute(ctx, job, rt)
+	require.NoError(t, err, "stderr: %s", rt.StderrString())
+	require.Contains(t, string(res.Output), `"COMPLETED"`)
+	require.Equal(t, 1, sim.Created("default", name))
+
+	// A cluster that does not exist fails at once, permanently, naming it.
+	missing, _ := json.Marshal(map[string]any{"eks_cluster": "nope", "region": "us-east-1", "aws_endpoint": awsURL})
+	job2 := newJob(t, nil, nil)
+	job2.Config = missing
+	_, err = c.Execute(ctx, job2, plugintest.NewRuntime(nil))
+	require.ErrorContains(t, err, `EKS cluster "nope" not found in region us-east-1`)
+	require.Equal(t, plugin.Permanent, plugin.ClassOf(err))
+
+	var eksTokens int
+	for _, tok := range proxy.BearerTokens() {
+		enc, ok := strings.CutPrefix(tok, "k8s-aws-v1.")
+		if !ok {
+			continue
+		}
+		eksTokens++
+		raw, err := base64.RawURLEncoding.DecodeString(enc)
+		require.NoError(t, err)
+		u, err := url.Parse(string(raw))
+		require.NoError(t, err)
+		require.Equal(t, awsURL, u.Scheme+"://"+u.Host, "presigned against aws_endpoint")
+		q := u.Query()
+		require.Equal(t, "GetCallerIdentity", q.Get("Action"))
+		require.Equal(t, "60", q.Get("X-Amz-Expires"))
+		require.True(t, strings.HasPrefix(q.Get("X-Amz-Credential"), "test/"), q.Get("X-Amz-Credential"))
+		require.True(t, strings.HasSuffix(q.Get("X-Amz-Credential"), "/us-east-1/sts/aws4_request"), q.Get("X-Amz-Credential"))
+		require.Contains(t, strings.Split(q.Get("X-Amz-SignedHeaders"), ";"), "x-k8s-aws-id")
+		require.NotEmpty(t, q.Get("X-Amz-Signature"))
+	}
+	require.Equal(t, 1, eksTokens, "one token, cached, for every request of the plugin process")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"sync"
 
+	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -30,7 +31,9 @@ type clients struct {
 }
 
 // clientCache holds one set of clients per cluster access for the plugin
-// process: every job shares them, with their connections and rate limits.
+// process: every job shares them, with their connections and rate limits,
+// and an EKS cluster is described once. A failed lookup is not cached, so
+// a cluster still being created is looked up again by the next job.
 type clientCache struct {
 	mu sync.Mutex
 	m  map[Access]*clients
@@ -83,18 +86,32 @@ func restConfig(ctx context.Context, a Access) (*rest.Config, error) {
 		}
 		return rc, nil
 	default:
-		ca, err := base64.StdEncoding.DecodeString(a.EKSCAData)
-		if err != nil {
-			return nil, plugin.Errorf(plugin.Permanent, "sparkeks: eks_ca_data: %v", err)
-		}
-		src, err := newEKSTokenSource(ctx, a.EKSCluster, a.Region)
-		if err != nil {
+		return eksRestConfig(ctx, a)
+	}
+}
+
+// eksRestConfig reaches an EKS cluster: its endpoint and CA from the
+// settings, or else from DescribeCluster, and a bearer token made from the
+// SDK's default credentials.
+func eksRestConfig(ctx context.Context, a Access) (*rest.Config, error) {
+	cfg, err := eksAWSConfig(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	ec := eksCluster{endpoint: a.EKSEndpoint, caData: a.EKSCAData}
+	if ec.endpoint == "" || ec.caData == "" {
+		if ec, err = describeEKSCluster(ctx, eks.NewFromConfig(cfg), a.EKSCluster, a.Region); err != nil {
 			return nil, err
 		}
-		return &rest.Config{
-			Host:            a.EKSEndpoint,
-			TLSClientConfig: rest.TLSClientConfig{CAData: ca},
-			WrapTransport:   src.wrap,
-		}, nil
 	}
+	ca, err := base64.StdEncoding.DecodeString(ec.caData)
+	if err != nil {
+		return nil, plugin.Errorf(plugin.Permanent, "sparkeks: the certificate authority data of EKS cluster %q: %v", a.EKSCluster, err)
+	}
+	src := newEKSTokenSourceFromConfig(cfg, a.EKSCluster)
+	return &rest.Config{
+		Host:            ec.endpoint,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca},
+		WrapTransport:   src.wrap,
+	}, nil
 }

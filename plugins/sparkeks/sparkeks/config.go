@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"maps"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -40,7 +41,7 @@ func defaultArguments() []string { return []string{"--query-file", QueryFileToke
 
 // Keys accepted in plugins.sparkeks.config and in a job's context.
 var (
-	accessKeys = []string{"context", "eks_ca_data", "eks_cluster", "eks_endpoint", "in_cluster", "kubeconfig", "region"}
+	accessKeys = []string{"aws_endpoint", "context", "eks_ca_data", "eks_cluster", "eks_endpoint", "in_cluster", "kubeconfig", "region"}
 	appKeys    = []string{
 		"arguments", "driver", "executor", "hadoop_conf", "image", "image_pull_policy", "labels",
 		"main_application_file", "main_class", "mode", "namespace", "poll_interval", "query_mount_path",
@@ -61,13 +62,18 @@ var (
 // Kubeconfig, InCluster and EKSCluster is set. It is comparable: the client
 // cache is keyed by it.
 type Access struct {
-	Kubeconfig  string
-	Context     string
-	InCluster   bool
-	EKSCluster  string
-	Region      string
+	Kubeconfig string
+	Context    string
+	InCluster  bool
+	EKSCluster string
+	Region     string
+	// EKSEndpoint and EKSCAData are both set or both empty; empty, they are
+	// looked up with EKS DescribeCluster.
 	EKSEndpoint string
 	EKSCAData   string // base64, as in a kubeconfig's certificate-authority-data
+	// AWSEndpoint overrides the endpoint of STS (presigning) and EKS
+	// (DescribeCluster); empty leaves it to the SDK (AWS_ENDPOINT_URL, ...).
+	AWSEndpoint string
 }
 
 // Resources are the driver's or the executors' settings. Zero values are unset.
@@ -249,6 +255,10 @@ func parseAccess(fields settings.Fields) (Access, error) {
 			if a.EKSEndpoint, err = dec.String(key, v); err == nil && !strings.HasPrefix(a.EKSEndpoint, "https://") {
 				err = dec.Errorf("eks_endpoint: must be the cluster's https:// API server endpoint, got %q", a.EKSEndpoint)
 			}
+		case "aws_endpoint":
+			if a.AWSEndpoint, err = dec.String(key, v); err == nil {
+				err = checkAWSEndpoint(a.AWSEndpoint)
+			}
 		case "eks_ca_data":
 			if a.EKSCAData, err = dec.String(key, v); err == nil {
 				if _, derr := base64.StdEncoding.DecodeString(a.EKSCAData); derr != nil {
@@ -270,7 +280,7 @@ func parseAccess(fields settings.Fields) (Access, error) {
 	if a.EKSCluster != "" {
 		modes = append(modes, "eks_cluster")
 	}
-	const how = "set exactly one of kubeconfig (a kubeconfig file's path, optionally with context), in_cluster: true, or eks_cluster (with region, eks_endpoint and eks_ca_data)"
+	const how = "set exactly one of kubeconfig (a kubeconfig file's path, optionally with context), in_cluster: true, or eks_cluster (with region)"
 	switch {
 	case len(modes) == 0:
 		return Access{}, dec.Errorf("cluster access: none configured; %s", how)
@@ -281,19 +291,36 @@ func parseAccess(fields settings.Fields) (Access, error) {
 		return Access{}, dec.Errorf("context: only applies with kubeconfig")
 	}
 	if a.EKSCluster == "" {
-		for key, v := range map[string]string{"region": a.Region, "eks_endpoint": a.EKSEndpoint, "eks_ca_data": a.EKSCAData} {
-			if v != "" {
-				return Access{}, dec.Errorf("%s: only applies with eks_cluster", key)
+		for _, kv := range [][2]string{{"region", a.Region}, {"eks_endpoint", a.EKSEndpoint}, {"eks_ca_data", a.EKSCAData}, {"aws_endpoint", a.AWSEndpoint}} {
+			if kv[1] != "" {
+				return Access{}, dec.Errorf("%s: only applies with eks_cluster", kv[0])
 			}
 		}
-	} else {
-		for _, kv := range [][2]string{{"region", a.Region}, {"eks_endpoint", a.EKSEndpoint}, {"eks_ca_data", a.EKSCAData}} {
-			if kv[1] == "" {
-				return Access{}, dec.Errorf("%s: required with eks_cluster (the cluster's region, API server endpoint and base64 certificate authority data, as `aws eks describe-cluster` shows them)", kv[0])
-			}
+		return a, nil
+	}
+	if a.Region == "" {
+		return Access{}, dec.Errorf("region: required with eks_cluster (the cluster's AWS region, e.g. \"eu-west-1\")")
+	}
+	// The endpoint without its CA (or the reverse) is a half-copied
+	// describe-cluster output; looking the other half up would hide that.
+	if (a.EKSEndpoint == "") != (a.EKSCAData == "") {
+		set, unset := "eks_endpoint", "eks_ca_data"
+		if a.EKSEndpoint == "" {
+			set, unset = unset, set
 		}
+		return Access{}, dec.Errorf("eks_endpoint, eks_ca_data: set both (cluster.endpoint and cluster.certificateAuthority.data, as `aws eks describe-cluster` shows them) or neither (the plugin then looks them up with DescribeCluster); %s is set without %s", set, unset)
 	}
 	return a, nil
+}
+
+// checkAWSEndpoint accepts an http(s) URL with a host, as the SDK's
+// BaseEndpoint needs it.
+func checkAWSEndpoint(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return dec.Errorf("aws_endpoint: must be an http:// or https:// URL (the endpoint of STS and EKS, e.g. a VPC endpoint or an emulator), got %q", s)
+	}
+	return nil
 }
 
 func parseResources(what string, v json.RawMessage, known []string) (Resources, error) {

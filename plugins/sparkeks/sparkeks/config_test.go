@@ -56,7 +56,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"no access", `{}`, minimalCtx, "cluster access: none configured"},
 		{"two accesses", `{"kubeconfig":"k","in_cluster":true}`, minimalCtx, "kubeconfig and in_cluster are all set"},
 		{"context alone", `{"in_cluster":true,"context":"c"}`, minimalCtx, "context: only applies with kubeconfig"},
-		{"eks without endpoint", `{"eks_cluster":"c","region":"eu-west-1","eks_ca_data":"Y2E="}`, minimalCtx, "eks_endpoint: required with eks_cluster"},
+		{"eks without endpoint", `{"eks_cluster":"c","region":"eu-west-1","eks_ca_data":"Y2E="}`, minimalCtx, "eks_endpoint, eks_ca_data: set both"},
+		{"eks without ca", `{"eks_cluster":"c","region":"eu-west-1","eks_endpoint":"https://x"}`, minimalCtx, "eks_endpoint is set without eks_ca_data"},
+		{"eks without region", `{"eks_cluster":"c"}`, minimalCtx, "region: required with eks_cluster"},
+		{"eks bad endpoint", `{"eks_cluster":"c","region":"r","eks_endpoint":"x.eks.amazonaws.com","eks_ca_data":"Y2E="}`, minimalCtx, "eks_endpoint: must be the cluster's https://"},
+		{"aws_endpoint not a URL", `{"eks_cluster":"c","region":"r","aws_endpoint":"localhost:4566"}`, minimalCtx, "aws_endpoint: must be an http:// or https:// URL"},
+		{"aws_endpoint without eks", `{"kubeconfig":"k","aws_endpoint":"http://localhost:4566"}`, minimalCtx, "aws_endpoint: only applies with eks_cluster"},
 		{"eks bad ca", `{"eks_cluster":"c","region":"r","eks_endpoint":"https://x","eks_ca_data":"%%"}`, minimalCtx, "eks_ca_data: must be"},
 		{"region without eks", `{"kubeconfig":"k","region":"r"}`, minimalCtx, "region: only applies with eks_cluster"},
 		{"in_cluster type", `{"in_cluster":"yes"}`, minimalCtx, "in_cluster: must be true or false"},
@@ -100,6 +105,14 @@ func TestParseClusterConfig(t *testing.T) {
 	a, err := parseClusterConfig(json.RawMessage(`{"eks_cluster":"c","region":"eu-west-1","eks_endpoint":"https://x.eks.amazonaws.com","eks_ca_data":"Y2E=","image":"i"}`))
 	require.NoError(t, err)
 	assert.Equal(t, Access{EKSCluster: "c", Region: "eu-west-1", EKSEndpoint: "https://x.eks.amazonaws.com", EKSCAData: "Y2E="}, a)
+	// Cluster name and region alone: the rest is looked up.
+	a, err = parseClusterConfig(json.RawMessage(`{"eks_cluster":"c","region":"eu-west-1","aws_endpoint":"http://127.0.0.1:4566"}`))
+	require.NoError(t, err)
+	assert.Equal(t, Access{EKSCluster: "c", Region: "eu-west-1", AWSEndpoint: "http://127.0.0.1:4566"}, a)
+	c, err := parseConfig(json.RawMessage(`{"eks_cluster":"c","region":"eu-west-1"}`), json.RawMessage(minimalCtx))
+	require.NoError(t, err)
+	assert.Equal(t, Access{EKSCluster: "c", Region: "eu-west-1"}, c.Access)
+
 	_, err = parseClusterConfig(json.RawMessage(`{"kubeconfig":"k","oops":1}`))
 	assert.ErrorContains(t, err, `unknown key "oops"`)
 }

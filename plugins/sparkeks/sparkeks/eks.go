@@ -3,6 +3,7 @@ package sparkeks
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -10,7 +11,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -40,12 +44,81 @@ type eksTokenSource struct {
 	renewAt time.Time
 }
 
-func newEKSTokenSource(ctx context.Context, cluster, region string) (*eksTokenSource, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region))
-	if err != nil {
-		return nil, plugin.Errorf(plugin.Permanent, "sparkeks: loading AWS configuration for EKS cluster %q: %v", cluster, err)
+// eksAWSConfig is the SDK configuration of an EKS access: its region, the
+// default credential chain, and aws_endpoint when set (otherwise the SDK
+// resolves endpoints itself, AWS_ENDPOINT_URL included).
+func eksAWSConfig(ctx context.Context, a Access) (aws.Config, error) {
+	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(a.Region)}
+	if a.AWSEndpoint != "" {
+		opts = append(opts, awsconfig.WithBaseEndpoint(a.AWSEndpoint))
 	}
-	return newEKSTokenSourceFromConfig(cfg, cluster), nil
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return aws.Config{}, plugin.Errorf(plugin.Permanent, "sparkeks: loading AWS configuration for EKS cluster %q: %v", a.EKSCluster, err)
+	}
+	return cfg, nil
+}
+
+// eksCluster is what the plugin needs of an EKS cluster to reach its API
+// server.
+type eksCluster struct {
+	endpoint string
+	caData   string // base64
+}
+
+// describeEKSCluster looks the cluster's API server endpoint and CA up. A
+// missing cluster, or one that cannot become usable, is Permanent; one still
+// being created or updated is Retriable.
+func describeEKSCluster(ctx context.Context, client *eks.Client, cluster, region string) (eksCluster, error) {
+	out, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(cluster)})
+	if err != nil {
+		var notFound *ekstypes.ResourceNotFoundException
+		switch {
+		case errors.As(err, &notFound):
+			return eksCluster{}, plugin.Errorf(plugin.Permanent, "sparkeks: EKS cluster %q not found in region %s (check eks_cluster and region): %v", cluster, region, err)
+		case ctx.Err() != nil:
+			return eksCluster{}, fmt.Errorf("sparkeks: describing EKS cluster %q in region %s: %w", cluster, region, ctx.Err())
+		case refused(err):
+			return eksCluster{}, plugin.Errorf(plugin.Permanent, "sparkeks: describing EKS cluster %q in region %s: %v", cluster, region, err)
+		default:
+			return eksCluster{}, plugin.Errorf(plugin.Retriable, "sparkeks: describing EKS cluster %q in region %s: %v", cluster, region, err)
+		}
+	}
+	c := out.Cluster
+	if c == nil {
+		return eksCluster{}, plugin.Errorf(plugin.Retriable, "sparkeks: describing EKS cluster %q in region %s: the answer has no cluster", cluster, region)
+	}
+	switch c.Status {
+	case ekstypes.ClusterStatusActive, ekstypes.ClusterStatusUpdating:
+		// An updating cluster keeps serving its API (version or config
+		// upgrades roll the control plane behind the same endpoint).
+	case ekstypes.ClusterStatusCreating, ekstypes.ClusterStatusPending:
+		return eksCluster{}, plugin.Errorf(plugin.Retriable, "sparkeks: EKS cluster %q in region %s is %s, not ACTIVE yet", cluster, region, c.Status)
+	default:
+		return eksCluster{}, plugin.Errorf(plugin.Permanent, "sparkeks: EKS cluster %q in region %s is %s, not ACTIVE", cluster, region, c.Status)
+	}
+	ec := eksCluster{endpoint: aws.ToString(c.Endpoint)}
+	if c.CertificateAuthority != nil {
+		ec.caData = aws.ToString(c.CertificateAuthority.Data)
+	}
+	if ec.endpoint == "" || ec.caData == "" {
+		return eksCluster{}, plugin.Errorf(plugin.Permanent, "sparkeks: EKS cluster %q in region %s: DescribeCluster gave no endpoint or certificate authority data", cluster, region)
+	}
+	return ec, nil
+}
+
+// throttlingCodes are AWS errors that reject a request without doing it.
+var throttlingCodes = map[string]bool{
+	"ThrottlingException": true, "Throttling": true, "TooManyRequestsException": true,
+	"RequestLimitExceeded": true, "RequestThrottled": true, "ServiceUnavailable": true,
+}
+
+// refused reports whether AWS refused the request as wrong (access denied,
+// invalid parameter): asking again cannot help. Throttling, 5xx and network
+// errors can pass.
+func refused(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !throttlingCodes[ae.ErrorCode()]
 }
 
 func newEKSTokenSourceFromConfig(cfg aws.Config, cluster string) *eksTokenSource {

@@ -3,7 +3,9 @@ package sparkeks
 import (
 	"context"
 	"encoding/base64"
+	"encoding/pem"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,8 +15,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/localstack/emulator"
+	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
 func testTokenSource(cluster string) *eksTokenSource {
@@ -110,4 +116,122 @@ current-context: ctx-a
 	assert.Equal(t, "https://x.eks.amazonaws.com", rc.Host)
 	assert.Equal(t, []byte("ca"), rc.CAData)
 	require.NotNil(t, rc.WrapTransport)
+}
+
+// startEmulator runs the local AWS emulator; the SDK's credentials come
+// from the environment, as the plugin's do.
+func startEmulator(t *testing.T) (*emulator.Emulator, string) {
+	t.Helper()
+	em := emulator.New(emulator.Options{})
+	url, err := em.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, em.Close()) })
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	return em, url
+}
+
+func TestDescribeEKSCluster(t *testing.T) {
+	em, url := startEmulator(t)
+	ctx := context.Background()
+	a := Access{EKSCluster: "analytics", Region: "us-east-1", AWSEndpoint: url}
+	cfg, err := eksAWSConfig(ctx, a)
+	require.NoError(t, err)
+	client := eks.NewFromConfig(cfg)
+	ca := base64.StdEncoding.EncodeToString([]byte("ca"))
+
+	t.Run("missing", func(t *testing.T) {
+		_, err := describeEKSCluster(ctx, client, "analytics", "us-east-1")
+		require.Error(t, err)
+		assert.Equal(t, plugin.Permanent, plugin.ClassOf(err))
+		assert.Contains(t, err.Error(), `EKS cluster "analytics" not found in region us-east-1`)
+	})
+	t.Run("active", func(t *testing.T) {
+		em.PutEKSCluster("analytics", "https://k8s.example:6443", ca)
+		c, err := describeEKSCluster(ctx, client, "analytics", "us-east-1")
+		require.NoError(t, err)
+		assert.Equal(t, eksCluster{endpoint: "https://k8s.example:6443", caData: ca}, c)
+	})
+	for _, tc := range []struct {
+		status string
+		class  plugin.ErrorClass
+	}{
+		{"CREATING", plugin.Retriable},
+		{"DELETING", plugin.Permanent},
+		{"FAILED", plugin.Permanent},
+	} {
+		t.Run(tc.status, func(t *testing.T) {
+			require.True(t, em.SetEKSClusterStatus("analytics", tc.status))
+			_, err := describeEKSCluster(ctx, client, "analytics", "us-east-1")
+			require.Error(t, err)
+			assert.Equal(t, tc.class, plugin.ClassOf(err), "%v", err)
+			assert.Contains(t, err.Error(), `EKS cluster "analytics" in region us-east-1 is `+tc.status)
+		})
+	}
+	t.Run("UPDATING serves", func(t *testing.T) {
+		require.True(t, em.SetEKSClusterStatus("analytics", "UPDATING"))
+		c, err := describeEKSCluster(ctx, client, "analytics", "us-east-1")
+		require.NoError(t, err)
+		assert.Equal(t, "https://k8s.example:6443", c.endpoint)
+	})
+	t.Run("server errors", func(t *testing.T) {
+		require.True(t, em.SetEKSClusterStatus("analytics", "ACTIVE"))
+		em.SetFaults(emulator.Faults{ServerErrorRate: 1})
+		defer em.SetFaults(emulator.Faults{})
+		_, err := describeEKSCluster(ctx, client, "analytics", "us-east-1")
+		require.Error(t, err)
+		assert.Equal(t, plugin.Retriable, plugin.ClassOf(err), "%v", err)
+	})
+}
+
+// Without eks_endpoint and eks_ca_data, the client cache describes the
+// cluster once and keeps the result with the clients.
+func TestRestConfigLooksTheClusterUp(t *testing.T) {
+	em, url := startEmulator(t)
+	ctx := context.Background()
+	a := Access{EKSCluster: "analytics", Region: "us-east-1", AWSEndpoint: url}
+
+	var cache clientCache
+	_, err := cache.get(ctx, a)
+	require.Error(t, err)
+	assert.Equal(t, plugin.Permanent, plugin.ClassOf(err))
+	assert.Contains(t, err.Error(), "not found")
+
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	srv.Close()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	em.PutEKSCluster("analytics", "https://k8s.example:6443", base64.StdEncoding.EncodeToString(caPEM))
+	em.SetEKSClusterStatus("analytics", "CREATING")
+	_, err = cache.get(ctx, a)
+	assert.Equal(t, plugin.Retriable, plugin.ClassOf(err), "%v", err)
+
+	em.SetEKSClusterStatus("analytics", "ACTIVE")
+	cl, err := cache.get(ctx, a)
+	require.NoError(t, err, "a failed lookup is not cached")
+	assert.Equal(t, "https://k8s.example:6443", cl.host)
+
+	rc, err := restConfig(ctx, a)
+	require.NoError(t, err)
+	assert.Equal(t, caPEM, rc.CAData)
+	// The token is presigned against aws_endpoint too.
+	next := &recordingTransport{}
+	req, err := http.NewRequest(http.MethodGet, "https://k8s.example:6443/version", nil)
+	require.NoError(t, err)
+	resp, err := rc.WrapTransport(next).RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(next.header.Get("Authorization"), "Bearer k8s-aws-v1."))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(raw), url+"/?"), "%s", raw)
+	assert.Contains(t, string(raw), "Action=GetCallerIdentity")
+
+	// Cached: the cluster's disappearance does not matter to the clients
+	// already made.
+	em.DeleteEKSCluster("analytics")
+	again, err := cache.get(ctx, a)
+	require.NoError(t, err)
+	assert.Same(t, cl, again)
 }
