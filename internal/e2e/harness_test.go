@@ -447,6 +447,9 @@ func (h *harness) shellPGID(jobID string) int {
 		return 0
 	}
 	require.NoError(h.t, err)
+	if !bytes.HasSuffix(b, []byte("\n")) {
+		return 0 // the shell created the file but has not written the line yet
+	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(h.t, err)
 	return pid
