@@ -25,9 +25,12 @@ run: build
 
 ## test: the whole suite against real PostgreSQL, real plugin binaries and a
 ## real kube-apiserver + etcd (the apiserver is built once, then cached)
-test: vet $(KUBE_APISERVER)
+## (vet runs after the tests with the same -race build, so it reuses their
+## compiled packages: on a fresh machine a separate plain vet costs minutes)
+test: $(KUBE_APISERVER)
 	@command -v etcd >/dev/null || { echo "etcd not found: apt-get install -y etcd-server (the Kubernetes tests need it)"; exit 1; }
 	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) vet -race ./...
 
 ## kube-apiserver: build the apiserver the Kubernetes tests use (about 5
 ## minutes the first time; kept under .tether/bin)

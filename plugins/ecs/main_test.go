@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/localstack/emulator"
@@ -37,27 +36,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func connect(t *testing.T, endpoint string) *plugin.GRPCClient {
+func connect(t *testing.T, endpoint string) plugintest.Client {
 	t.Helper()
-	cmd := exec.Command(binPath)
-	cmd.Env = []string{
+	return plugintest.StartBinary(t, binPath, []string{
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1",
 		"AWS_ENDPOINT_URL=" + endpoint, "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull,
-	}
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  plugin.Handshake(),
-		Plugins:          plugin.PluginSet(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		AutoMTLS:         true,
 	})
-	t.Cleanup(client.Kill)
-	rpc, err := client.Client()
-	require.NoError(t, err, "starting plugin")
-	raw, err := rpc.Dispense(plugin.PluginKey)
-	require.NoError(t, err, "dispensing plugin")
-	return raw.(*plugin.GRPCClient)
 }
 
 func TestBinaryRunsAJob(t *testing.T) {

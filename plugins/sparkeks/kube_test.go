@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,23 +83,9 @@ func run(m *testing.M) int {
 	return code
 }
 
-func connect(t *testing.T) *plugin.GRPCClient {
+func connect(t *testing.T) plugintest.Client {
 	t.Helper()
-	cmd := exec.Command(binPath)
-	cmd.Env = []string{"HOME=" + t.TempDir()}
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  plugin.Handshake(),
-		Plugins:          plugin.PluginSet(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		AutoMTLS:         true,
-	})
-	t.Cleanup(client.Kill)
-	rpc, err := client.Client()
-	require.NoError(t, err, "starting plugin")
-	raw, err := rpc.Dispense(plugin.PluginKey)
-	require.NoError(t, err, "dispensing plugin")
-	return raw.(*plugin.GRPCClient)
+	return plugintest.StartBinary(t, binPath, []string{"HOME=" + t.TempDir()})
 }
 
 // newJob is a job whose context scripts the simulator through spark_conf.
@@ -346,30 +331,16 @@ func TestLaterAttemptReplacesTheApplication(t *testing.T) {
 
 // connectAWS starts the plugin binary with the AWS_* variables an agent's
 // pass_env would give it.
-func connectAWS(t *testing.T) *plugin.GRPCClient {
+func connectAWS(t *testing.T) plugintest.Client {
 	t.Helper()
-	cmd := exec.Command(binPath)
-	cmd.Env = []string{
+	return plugintest.StartBinary(t, binPath, []string{
 		"HOME=" + t.TempDir(),
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 		// The config's region wins over the environment's.
 		"AWS_REGION=eu-west-1",
 		"AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull,
-	}
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  plugin.Handshake(),
-		Plugins:          plugin.PluginSet(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		AutoMTLS:         true,
 	})
-	t.Cleanup(client.Kill)
-	rpc, err := client.Client()
-	require.NoError(t, err, "starting plugin")
-	raw, err := rpc.Dispense(plugin.PluginKey)
-	require.NoError(t, err, "dispensing plugin")
-	return raw.(*plugin.GRPCClient)
 }
 
 // EKS access by cluster name and region alone: the plugin describes the

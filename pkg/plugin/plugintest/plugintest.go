@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os/exec"
 	"sync"
 	"testing"
 
@@ -194,6 +195,36 @@ func Connect(t testing.TB, impl plugin.Plugin) Client {
 	raw, err := client.Dispense(plugin.PluginKey)
 	if err != nil {
 		t.Fatalf("dispensing plugin: %v", err)
+	}
+	c, ok := raw.(*plugin.GRPCClient)
+	if !ok {
+		t.Fatalf("dispensed %T, want *plugin.GRPCClient", raw)
+	}
+	return c
+}
+
+// StartBinary starts a built plugin binary the way the agent does (go-plugin
+// over gRPC, AutoMTLS) with exactly env as its environment, and returns the
+// host's client for it. The process is killed when the test ends.
+func StartBinary(t testing.TB, path string, env []string) Client {
+	t.Helper()
+	cmd := exec.Command(path)
+	cmd.Env = env
+	client := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  plugin.Handshake(),
+		Plugins:          plugin.PluginSet(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		AutoMTLS:         true,
+	})
+	t.Cleanup(client.Kill)
+	rpc, err := client.Client()
+	if err != nil {
+		t.Fatalf("starting plugin %s: %v", path, err)
+	}
+	raw, err := rpc.Dispense(plugin.PluginKey)
+	if err != nil {
+		t.Fatalf("dispensing plugin %s: %v", path, err)
 	}
 	c, ok := raw.(*plugin.GRPCClient)
 	if !ok {
