@@ -232,6 +232,18 @@ func (s *Store) FinishAttempt(ctx context.Context, h Holder, jobID string, lease
 	}
 	var n int
 	var f Finished
+	if o.Status != StatusFailed || o.ErrorClass != "retriable" {
+		// Nothing to decide: the plain final write.
+		err := s.pool.QueryRow(ctx, queries.Get("job_finish_final"), jobID, lease, o.Status, nullJSON(o.Result),
+			errText, errClass, h.Name, h.Generation, msg).Scan(&n)
+		if err != nil {
+			return Finished{}, fmt.Errorf("finishing job %s: %w", jobID, err)
+		}
+		if n == 0 {
+			return Finished{}, ErrLeaseLost
+		}
+		return f, nil
+	}
 	err := s.pool.QueryRow(ctx, queries.Get("job_finish"), jobID, lease, o.Status, nullJSON(o.Result),
 		errText, errClass, h.Name, h.Generation, msg, o.Jitter, o.CleanupFirst, secs(o.CleanupHold)).
 		Scan(&n, &f.Retried, &f.Attempt, &f.RunAfter)
