@@ -116,6 +116,18 @@ func waitStatus(t *testing.T, st *store.Store, id string, timeout time.Duration,
 	}
 }
 
+// waitPluginCalled waits until a noop job that prints a stdout line first
+// has its line stored: the plugin call is under way. "running" alone is not
+// enough: it is written just before the call, and a job stopped in between
+// never reaches the plugin (so it writes no cancel_file).
+func waitPluginCalled(t *testing.T, st *store.Store, id string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		chunks, err := st.Logs(context.Background(), id, "stdout", 0, 10)
+		return err == nil && len(chunks) > 0
+	}, 20*time.Second, 20*time.Millisecond, "the plugin call for job %s did not start", id)
+}
+
 func waitFile(t *testing.T, path string, timeout time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -213,8 +225,10 @@ func TestFencedOutAgentStopsTheJobAndWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	cancelFile := filepath.Join(t.TempDir(), "canceled")
 	a := startAgent(t, st, "a1", 4, nil)
-	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q}`, cancelFile))
+	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"]}`, cancelFile))
 	running := waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
+	// Take the job over only once the plugin call is under way.
+	waitPluginCalled(t, st, j.ID)
 
 	// Another party takes the job over (as the janitor does on release).
 	_, err := st.Pool().Exec(ctx, `UPDATE active_jobs SET lease = lease + 1, agent_name = 'other', agent_generation = 'x' WHERE job_id = $1`, j.ID)
@@ -237,8 +251,9 @@ func TestCancelRunningJobStopsPluginThenCleansUp(t *testing.T) {
 	dir := t.TempDir()
 	cancelFile, cleanupFile := filepath.Join(dir, "canceled"), filepath.Join(dir, "cleaned")
 	startAgent(t, st, "a1", 4, func(c *claim.Config) { c.Keepalive = time.Hour }) // only the notification can deliver the cancel fast
-	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"cleanup_file":%q}`, cancelFile, cleanupFile))
+	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"cleanup_file":%q,"stdout":["in the plugin"]}`, cancelFile, cleanupFile))
 	waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
+	waitPluginCalled(t, st, j.ID)
 
 	_, err := st.Cancel(ctx, j.ID, "user asked")
 	require.NoError(t, err)
@@ -368,10 +383,11 @@ func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Second
 	})
-	resumable := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q}`, cancelFile))
+	resumable := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"]}`, cancelFile))
 	shell := submit(t, st, "shell", `{"script":"sleep 300"}`)
 	waitStatus(t, st, resumable.ID, 20*time.Second, store.StatusRunning)
 	waitStatus(t, st, shell.ID, 20*time.Second, store.StatusRunning)
+	waitPluginCalled(t, st, resumable.ID)
 
 	require.NoError(t, cluster.StopServer(ctx))
 	// The fence stops the plugin calls while the database is away.
