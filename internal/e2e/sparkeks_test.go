@@ -25,13 +25,10 @@ import (
 // The Kubernetes control plane is started by the first Spark test that needs
 // it and stopped when the package's tests end (stopKube, from TestMain).
 var kube struct {
-	once   sync.Once
-	dir    string
-	env    *kubetest.Env
-	proxy  *kubetest.Proxy
-	sim    *kubetest.Simulator
-	cancel context.CancelFunc
-	err    error
+	once  sync.Once
+	dir   string
+	stack *kubetest.Stack
+	err   error
 }
 
 func kubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.Simulator) {
@@ -42,29 +39,14 @@ func kubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.Simulator)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if kube.env, kube.err = kubetest.Start(ctx, kube.dir); kube.err != nil {
-			return
-		}
-		if kube.proxy, kube.err = kubetest.StartProxy(kube.env, kube.dir); kube.err != nil {
-			return
-		}
-		var simCtx context.Context
-		simCtx, kube.cancel = context.WithCancel(context.Background())
-		kube.sim = kubetest.NewSimulator(kube.env, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-		go func() { _ = kube.sim.Run(simCtx) }()
+		kube.stack, kube.err = kubetest.StartStack(ctx, kube.dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	})
 	require.NoError(t, kube.err, "starting the Kubernetes test environment")
-	return kube.env, kube.proxy, kube.sim
+	return kube.stack.Env, kube.stack.Proxy, kube.stack.Sim
 }
 
 func stopKube() {
-	if kube.cancel != nil {
-		kube.cancel()
-	}
-	if kube.proxy != nil {
-		kube.proxy.Close()
-	}
-	if err := kube.env.Stop(); err != nil {
+	if err := kube.stack.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 	}
 	if kube.dir != "" {

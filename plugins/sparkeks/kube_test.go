@@ -55,32 +55,20 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
 		return 1
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	startCtx, startCancel := context.WithTimeout(ctx, 2*time.Minute)
-	kube, err = kubetest.Start(startCtx, dir)
-	startCancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	stack, err := kubetest.StartStack(ctx, dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() {
-		if err := kube.Stop(); err != nil {
+		if err := stack.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
-	if proxy, err = kubetest.StartProxy(kube, dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer proxy.Close()
-	sim = kubetest.NewSimulator(kube, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	simDone := make(chan struct{})
-	go func() { defer close(simDone); _ = sim.Run(ctx) }()
-	code := m.Run()
-	cancel()
-	<-simDone
-	return code
+	kube, proxy, sim = stack.Env, stack.Proxy, stack.Sim
+	return m.Run()
 }
 
 func connect(t *testing.T) plugintest.Client {
@@ -245,13 +233,11 @@ func TestTransientAPIErrorsDoNotFailTheJob(t *testing.T) {
 	require.Equal(t, 1, sim.Created("default", name), "one application, despite the failed creates")
 }
 
-// An agent lost mid-run: the call ends without an outcome; a new plugin
-// process resumes from the checkpointed handle and follows the same
-// application to the end.
-func TestResumeAttachesToTheSameApplication(t *testing.T) {
-	ctx := testCtx(t)
-	job := newJob(t, map[string]string{kubetest.SimRun: "2s"}, nil)
-	name := "spark-sql-job-" + job.ID
+// executeUntilSubmitted runs Execute in a plugin process until the handle
+// records the application's UID, then cancels the call, as losing the agent
+// would, and returns the runtime holding the handle.
+func executeUntilSubmitted(t *testing.T, ctx context.Context, job *plugin.Job) *plugintest.Runtime {
+	t.Helper()
 	runCtx, cancel := context.WithCancel(ctx)
 	rt := plugintest.NewRuntime(nil)
 	errc := make(chan error, 1)
@@ -259,6 +245,17 @@ func TestResumeAttachesToTheSameApplication(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(string(rt.Handle()), `"uid"`) }, 20*time.Second, 20*time.Millisecond)
 	cancel()
 	<-errc
+	return rt
+}
+
+// An agent lost mid-run: the call ends without an outcome; a new plugin
+// process resumes from the checkpointed handle and follows the same
+// application to the end.
+func TestResumeAttachesToTheSameApplication(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, map[string]string{kubetest.SimRun: "2s"}, nil)
+	name := "spark-sql-job-" + job.ID
+	rt := executeUntilSubmitted(t, ctx, job)
 
 	rt2 := plugintest.NewRuntime(rt.Handle())
 	res, err := connect(t).Resume(ctx, job, rt2)
@@ -271,13 +268,7 @@ func TestResumeAfterTheApplicationWasDeletedIsOutcomeUnknown(t *testing.T) {
 	ctx := testCtx(t)
 	job := newJob(t, map[string]string{kubetest.SimOutcome: "hang"}, nil)
 	name := "spark-sql-job-" + job.ID
-	runCtx, cancel := context.WithCancel(ctx)
-	rt := plugintest.NewRuntime(nil)
-	errc := make(chan error, 1)
-	go func() { _, err := connect(t).Execute(runCtx, job, rt); errc <- err }()
-	require.Eventually(t, func() bool { return strings.Contains(string(rt.Handle()), `"uid"`) }, 20*time.Second, 20*time.Millisecond)
-	cancel()
-	<-errc
+	rt := executeUntilSubmitted(t, ctx, job)
 
 	// Someone deletes it by hand while no agent watches.
 	fg := metav1.DeletePropagationForeground
