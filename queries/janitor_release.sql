@@ -9,7 +9,7 @@ WITH t AS (
 ), a AS (
     UPDATE active_jobs
     SET agent_name = NULL, agent_generation = NULL, lease = lease + 1,
-        released_at = now(), release_reason = $6
+        released_at = now(), release_reason = $6, resume = true
     WHERE job_id IN (SELECT job_id FROM t)
     RETURNING job_id, lease, command
 ), e AS (

@@ -7,15 +7,16 @@
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(job_id, lease)
 ), fence AS (
-    SELECT a.job_id
+    SELECT a.job_id, j.status = 'running' AS resume
     FROM active_jobs a JOIN input i ON i.job_id = a.job_id AND i.lease = a.lease
+    JOIN jobs j ON j.id = a.job_id
     WHERE a.agent_name = $3
     ORDER BY a.job_id
     FOR UPDATE OF a
 ), r AS (
     UPDATE active_jobs a
     SET agent_name = NULL, agent_generation = NULL, lease = a.lease + 1,
-        released_at = now(), release_reason = $5
+        released_at = now(), release_reason = $5, resume = fence.resume
     FROM fence
     WHERE a.job_id = fence.job_id
     RETURNING a.job_id, a.lease, a.command

@@ -12,10 +12,10 @@ WITH j AS (
             $11::float8 * interval '1 second', $12::float8 * interval '1 second',
             $13::float8 * interval '1 second', $14::float8 * interval '1 second')
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, command, submitter
+    RETURNING id, command, plugin, submitter, pending_timeout
 ), a AS (
-    INSERT INTO active_jobs (job_id, command)
-    SELECT id, command FROM j
+    INSERT INTO active_jobs (job_id, command, plugin, pending_timeout)
+    SELECT id, command, plugin, pending_timeout FROM j
 ), e AS (
     INSERT INTO job_events (job_id, kind, message)
     SELECT id, 'submitted', CASE WHEN submitter = '' THEN '' ELSE 'by ' || submitter END FROM j

@@ -9,10 +9,12 @@ WITH j AS (
     SET status = 'queued', attempt = attempt + 1, result = NULL,
         attempt_started_at = NULL, finished_at = NULL, updated_at = now()
     WHERE id = $1 AND status IN ('failed', 'canceled')
-    RETURNING id, command
+    RETURNING id, command, plugin, pending_timeout, last_lease
 ), a AS (
-    INSERT INTO active_jobs (job_id, command, run_after)
-    SELECT id, command,
+    -- Above every lease the job ever had: a holder of an earlier attempt is
+    -- fenced out for good.
+    INSERT INTO active_jobs (job_id, command, plugin, pending_timeout, lease, run_after)
+    SELECT id, command, plugin, pending_timeout, last_lease + 1,
            CASE WHEN EXISTS (SELECT 1 FROM cleanups c WHERE c.job_id = j.id) THEN 'infinity'::timestamptz ELSE now() END
     FROM j
 ), e AS (
