@@ -129,7 +129,15 @@ type Agent struct {
 	CleanInterval   Duration `yaml:"clean_interval"`   // janitor period
 	AWOLTimeout     Duration `yaml:"awol_timeout"`     // how long a released job may wait to be resumed
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"` // drain: wait for non-resumable jobs
+	// CleanupTimeout bounds one plugin Cleanup call; 0 = the smaller of
+	// DefaultCleanupTimeout and stale_job/2 (filled in by Load and Parse).
+	// Must be less than stale_job.
+	CleanupTimeout Duration `yaml:"cleanup_timeout"`
 }
+
+// DefaultCleanupTimeout bounds one plugin Cleanup call unless
+// agent.cleanup_timeout says otherwise or stale_job/2 is shorter.
+const DefaultCleanupTimeout = 2 * time.Minute
 
 // HTTP configures the API server.
 type HTTP struct {
@@ -177,8 +185,8 @@ type Plugin struct {
 	// Env is set in the plugin's environment.
 	Env map[string]string `yaml:"env"`
 	// PassEnv names variables passed through from the agent's environment;
-	// a trailing * matches a prefix ("AWS_*"). DATABASE_URL and
-	// TETHER_API_TOKENS never pass.
+	// a trailing * matches a prefix ("AWS_*"). What SecretEnv reports
+	// (DATABASE_URL, PG*, TETHER_*) never passes.
 	PassEnv []string `yaml:"pass_env"`
 	// Config is free-form and given to the plugin as JSON.
 	Config map[string]any `yaml:"config"`
@@ -296,6 +304,9 @@ func parseYAML(b []byte, cfg *Config) error {
 func (c *Config) fillDerived() {
 	if c.Agent.OfflineAfter == 0 {
 		c.Agent.OfflineAfter = 3 * c.Agent.Keepalive
+	}
+	if c.Agent.CleanupTimeout == 0 && c.Agent.StaleJob > 0 {
+		c.Agent.CleanupTimeout = min(Duration(DefaultCleanupTimeout), c.Agent.StaleJob/2)
 	}
 }
 

@@ -42,6 +42,9 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 10*time.Second, cfg.Agent.CleanInterval.Std())
 	assert.Equal(t, time.Hour, cfg.Agent.AWOLTimeout.Std())
 	assert.Equal(t, 100*time.Second, cfg.Agent.ShutdownTimeout.Std())
+	assert.Equal(t, 60*time.Second, cfg.Agent.CleanupTimeout.Std(), "cleanup_timeout defaults to the smaller of 2m and stale_job/2")
+	assert.Equal(t, time.Duration(0), cfg.LongestKillGrace(), "no plugin is configured")
+	assert.Equal(t, 110*time.Second, cfg.SelfFenceAfter(), "120s − 2×5s − 0")
 	assert.Equal(t, ":9090", cfg.HTTP.Listen)
 	assert.Equal(t, int64(1<<20), cfg.HTTP.MaxBodyBytes)
 	assert.Empty(t, cfg.HTTP.Tokens)
@@ -79,7 +82,7 @@ plugins:
     sha256: "` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `"
     env: {LANG: C.UTF-8}
     pass_env: [PATH, AWS_*]
-    config: {grace: 5s, nested: {a: [1, 2]}}
+    config: {grace: 5s, max_kill_grace: 5s, nested: {a: [1, 2]}}
 commands:
   hello:
     plugin: shell
@@ -111,7 +114,9 @@ func TestParseYAML(t *testing.T) {
 	assert.Equal(t, []string{"PATH", "AWS_*"}, sh.PassEnv)
 	pc, err := sh.ConfigJSON()
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"grace":"5s","nested":{"a":[1,2]}}`, string(pc))
+	assert.JSONEq(t, `{"grace":"5s","max_kill_grace":"5s","nested":{"a":[1,2]}}`, string(pc))
+	assert.Equal(t, 5*time.Second, cfg.LongestKillGrace())
+	assert.Equal(t, 60*time.Second-4*time.Second-5*time.Second, cfg.SelfFenceAfter())
 	assert.Equal(t, []string{"hello", "nightly.report-2"}, cfg.CommandNames())
 	ctx, err := cfg.Commands["hello"].ContextJSON()
 	require.NoError(t, err)
@@ -216,6 +221,7 @@ func TestEnvVarNames(t *testing.T) {
 		"agent.clean_interval":       "TETHER_AGENT_CLEAN_INTERVAL",
 		"agent.awol_timeout":         "TETHER_AGENT_AWOL_TIMEOUT",
 		"agent.shutdown_timeout":     "TETHER_AGENT_SHUTDOWN_TIMEOUT",
+		"agent.cleanup_timeout":      "TETHER_AGENT_CLEANUP_TIMEOUT",
 		"http.listen":                "TETHER_HTTP_LISTEN",
 		"http.max_body_bytes":        "TETHER_HTTP_MAX_BODY_BYTES",
 		"http.shutdown_grace":        "TETHER_HTTP_SHUTDOWN_GRACE",
@@ -286,6 +292,13 @@ func TestValidationRules(t *testing.T) {
 		{"bad plugin key", "plugins: {Sh.ell: {}}", []string{"plugins.Sh.ell: plugin names must match"}},
 		{"bad sha", "plugins: {shell: {sha256: xyz}}", []string{"plugins.shell.sha256: must be 64 hex digits"}},
 		{"secret pass_env", "plugins: {shell: {pass_env: [DATABASE_URL]}}", []string{"plugins.shell.pass_env[0]: DATABASE_URL is never passed to plugins"}},
+		{"PG pass_env", "plugins: {shell: {pass_env: [PATH, PGSSLPASSWORD, PGPASSFILE]}}", []string{
+			"plugins.shell.pass_env[1]: PGSSLPASSWORD is never passed to plugins: DATABASE_URL, PG* and TETHER_* are the agent's own database settings and secrets",
+			"plugins.shell.pass_env[2]: PGPASSFILE is never passed to plugins"}},
+		{"PG prefix pass_env", "plugins: {shell: {pass_env: [PG*, PGSSL*, TETHER_*]}}", []string{
+			"plugins.shell.pass_env[0]: PG* is never passed to plugins: it selects only the agent's own settings",
+			"plugins.shell.pass_env[1]: PGSSL* is never passed to plugins",
+			"plugins.shell.pass_env[2]: TETHER_* is never passed to plugins"}},
 		{"bad pass_env", "plugins: {shell: {pass_env: [A-B]}}", []string{`plugins.shell.pass_env[0]: "A-B" is not a variable name`}},
 		{"non-string context keys", "commands: {x: {plugin: shell, context: {a: {1: b}}}}", []string{"commands.x.context: cannot be stored as JSON"}},
 	} {
@@ -348,11 +361,40 @@ func TestRedactURL(t *testing.T) {
 }
 
 func TestSecretEnv(t *testing.T) {
-	for _, name := range []string{"DATABASE_URL", "PGPASSWORD", "TETHER_API_TOKENS", "TETHER_TOKEN", "TETHER_AGENT_NAME"} {
+	for _, name := range []string{"DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSERVICE",
+		"PGSSLKEY", "PGSSLCERT", "PGHOST", "PGUSER", "PGDATABASE", "PGOPTIONS",
+		"TETHER_API_TOKENS", "TETHER_TOKEN", "TETHER_AGENT_NAME"} {
 		assert.True(t, SecretEnv(name), name)
 	}
-	for _, name := range []string{"PATH", "HOME", "AWS_REGION", "AWS_SECRET_ACCESS_KEY", "KUBECONFIG"} {
+	for _, name := range []string{"PATH", "HOME", "AWS_REGION", "AWS_SECRET_ACCESS_KEY", "KUBECONFIG", "GPG_TTY", "DATABASE", "TETHER"} {
 		assert.False(t, SecretEnv(name), name)
+	}
+}
+
+// What pass_env may name: never a secret, nor a prefix that selects only
+// secrets; a wider pattern is fine (the host scrubs the secrets it covers).
+func TestCheckPassEnv(t *testing.T) {
+	for _, ok := range []string{"*", "PATH", "AWS_*", "P*", "DATABASE*", "TETHER*", "KUBECONFIG", "_X"} {
+		assert.NoError(t, CheckPassEnv(ok), ok)
+	}
+	for pattern, want := range map[string]string{
+		"DATABASE_URL":  "DATABASE_URL is never passed to plugins",
+		"PGPASSWORD":    "PGPASSWORD is never passed to plugins",
+		"PGSSLPASSWORD": "PGSSLPASSWORD is never passed to plugins",
+		"PGSERVICEFILE": "PGSERVICEFILE is never passed to plugins",
+		"PG*":           "PG* is never passed to plugins: it selects only the agent's own settings",
+		"PGSSL*":        "PGSSL* is never passed to plugins: it selects only",
+		"TETHER_*":      "TETHER_* is never passed to plugins: it selects only",
+		"TETHER_TOKEN":  "TETHER_TOKEN is never passed to plugins",
+		"A-B":           `"A-B" is not a variable name, NAME* prefix or *`,
+		"A*B":           `"A*B" is not a variable name`,
+		"":              `"" is not a variable name`,
+		"**":            `"**" is not a variable name`,
+	} {
+		err := CheckPassEnv(pattern)
+		if assert.Error(t, err, pattern) {
+			assert.Contains(t, err.Error(), want, pattern)
+		}
 	}
 }
 
@@ -421,4 +463,96 @@ func TestLifecycleLimitsConfig(t *testing.T) {
 		require.Error(t, err, yaml)
 		assert.Contains(t, err.Error(), want, yaml)
 	}
+}
+
+// Every relation between the timing keys, each violation naming the keys
+// and showing the arithmetic, and the values just inside each bound.
+func TestTimingRelations(t *testing.T) {
+	const shellCommand = "commands: {sh: {plugin: shell}}\n"
+	for _, tc := range []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{name: "defaults", yaml: ""},
+		{name: "defaults with a shell command", yaml: shellCommand},
+		{name: "fast test timings", env: map[string]string{"TETHER_AGENT_KEEPALIVE": "1s", "TETHER_AGENT_STALE_JOB": "4s", "TETHER_AGENT_CLEAN_INTERVAL": "1s", "TETHER_AGENT_AWOL_TIMEOUT": "30s"}},
+		{name: "fast test timings with shell", yaml: "agent: {keepalive: 1s, stale_job: 5s, clean_interval: 1s, awol_timeout: 30s}\nplugins: {shell: {config: {kill_grace: 1s, max_kill_grace: 1s}}}\n"},
+		{name: "e2e harness timings with shell", yaml: "agent: {keepalive: 250ms, stale_job: 2s, offline_after: 1s, clean_interval: 500ms, awol_timeout: 60s}\nplugins: {shell: {config: {kill_grace: 1s, max_kill_grace: 1s}}}\n"},
+
+		{name: "offline_after below 2×keepalive", yaml: "agent: {offline_after: 9s}",
+			want: "agent.offline_after (9s) must be at least 2×agent.keepalive (2×5s = 10s): one late heartbeat must not requeue an agent's accepted jobs"},
+		{name: "offline_after at 2×keepalive", yaml: "agent: {offline_after: 10s}"},
+		{name: "offline_after derived from keepalive", env: map[string]string{"TETHER_AGENT_KEEPALIVE": "2s"}},
+
+		{name: "cleanup_timeout negative", yaml: "agent: {cleanup_timeout: -1s}", want: "agent.cleanup_timeout: must be a positive duration"},
+		{name: "cleanup_timeout at stale_job", yaml: "agent: {cleanup_timeout: 120s}",
+			want: "agent.cleanup_timeout (120s) must be less than agent.stale_job (120s): a Cleanup call started at an agent's last heartbeat must end before the janitor may act on its jobs; lower cleanup_timeout (unset: the smaller of 120s and stale_job/2 = 60s) or raise stale_job"},
+		{name: "cleanup_timeout from env at stale_job", env: map[string]string{"TETHER_AGENT_CLEANUP_TIMEOUT": "2m"},
+			want: "agent.cleanup_timeout (120s) must be less than agent.stale_job (120s)"},
+		{name: "cleanup_timeout just below stale_job", yaml: "agent: {cleanup_timeout: 119s}"},
+
+		{name: "shell max_kill_grace leaves too little", yaml: shellCommand + "plugins: {shell: {config: {max_kill_grace: 101s}}}\n",
+			want: "agent.stale_job (120s) − 2×agent.keepalive (10s) − longest kill_grace (plugins.shell.config.max_kill_grace 101s) = 9s must be at least 2×keepalive (10s): an agent without a successful heartbeat stops its own jobs at that point"},
+		{name: "shell max_kill_grace at the bound", yaml: "plugins: {shell: {config: {max_kill_grace: 100s}}}\n"},
+		{name: "shell default grace with short stale_job", yaml: shellCommand + "agent: {keepalive: 1s, stale_job: 20s, clean_interval: 1s, awol_timeout: 30s}\n",
+			want: "agent.stale_job (20s) − 2×agent.keepalive (2s) − longest kill_grace (plugins.shell.config.max_kill_grace 30s, the default) = -12s must be at least 2×keepalive (2s): an agent without a successful heartbeat stops its own jobs at that point, so that every plugin has its kill_grace and one more keepalive to stop local work before the janitor may act at stale_job, and one missed heartbeat must never fence it; raise agent.stale_job to at least 4×keepalive + kill_grace = 34s"},
+		{name: "other plugin's max_kill_grace", yaml: "plugins: {ecs: {config: {max_kill_grace: 2m}}}\n",
+			want: "longest kill_grace (plugins.ecs.config.max_kill_grace 120s) = -10s must be at least 2×keepalive (10s)"},
+		{name: "longest of several plugins", yaml: shellCommand + "plugins: {ecs: {config: {max_kill_grace: 40s}}, spark: {config: {max_kill_grace: 105s}}}\n",
+			want: "longest kill_grace (plugins.spark.config.max_kill_grace 105s) = 5s"},
+		{name: "max_kill_grace not a duration", yaml: "plugins: {ecs: {config: {max_kill_grace: soon}}}\n",
+			want: `plugins.ecs.config.max_kill_grace: "soon" is not a duration`},
+		{name: "max_kill_grace a number", yaml: "plugins: {shell: {config: {max_kill_grace: 30}}}\n",
+			want: `plugins.shell.config.max_kill_grace: use a duration string like "30s", got 30`},
+		{name: "max_kill_grace negative", yaml: "plugins: {ecs: {config: {max_kill_grace: -1s}}}\n",
+			want: "plugins.ecs.config.max_kill_grace: must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(writeConfig(t, tc.yaml), envMap(tc.env))
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestSelfFenceArithmetic(t *testing.T) {
+	cfg, err := Parse([]byte("commands: {sh: {plugin: shell}}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, cfg.LongestKillGrace(), "the shell plugin's default max_kill_grace")
+	assert.Equal(t, 80*time.Second, cfg.SelfFenceAfter(), "120s − 2×5s − 30s")
+	// What the janitor waits beyond the self-fence point covers the grace
+	// and one more keepalive.
+	assert.GreaterOrEqual(t, cfg.Agent.StaleJob.Std()-cfg.SelfFenceAfter(), cfg.LongestKillGrace()+cfg.Agent.Keepalive.Std())
+
+	cfg, err = Parse([]byte("plugins: {shell: {config: {kill_grace: 2s, max_kill_grace: 5s}}, ecs: {config: {max_kill_grace: 7s}}, spark: {}}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 7*time.Second, cfg.LongestKillGrace())
+	assert.Equal(t, 103*time.Second, cfg.SelfFenceAfter())
+
+	// A plugin only found in plugin_dir, used by no command, runs no job.
+	cfg, err = Parse([]byte("commands: {report: {plugin: ecs}}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, time.Duration(0), cfg.LongestKillGrace())
+	assert.Equal(t, 110*time.Second, cfg.SelfFenceAfter())
+}
+
+func TestCleanupTimeout(t *testing.T) {
+	cfg, err := Parse([]byte("agent: {stale_job: 10m, awol_timeout: 1h}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Minute, cfg.Agent.CleanupTimeout.Std(), "at most 2m by default")
+	cfg, err = Parse([]byte("agent: {keepalive: 1s, stale_job: 4s, clean_interval: 1s}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, cfg.Agent.CleanupTimeout.Std(), "stale_job/2 when that is shorter")
+	cfg, err = Parse([]byte("agent: {cleanup_timeout: 90s}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 90*time.Second, cfg.Agent.CleanupTimeout.Std())
+	cfg, err = Load("", envMap(map[string]string{"TETHER_AGENT_CLEANUP_TIMEOUT": "45s"}))
+	require.NoError(t, err)
+	assert.Equal(t, 45*time.Second, cfg.Agent.CleanupTimeout.Std())
 }

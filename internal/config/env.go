@@ -118,13 +118,39 @@ func ParseTokens(raw string) ([]Token, error) {
 }
 
 // SecretEnv reports the agent's own secrets and settings, which no plugin
-// may see: the database URL and password, and every TETHER_* variable (API
-// tokens among them). The plugin host scrubs them; validation refuses them
-// in pass_env.
+// may see: DATABASE_URL, every PG* variable (libpq's and pgx's connection
+// settings — PGPASSWORD, PGSSLPASSWORD, PGPASSFILE, PGSERVICEFILE, PGSSLKEY,
+// PGHOST and the rest: they are the agent's database) and every TETHER_*
+// variable (API tokens among them). The plugin host scrubs them from every
+// plugin's environment, whatever pass_env says; CheckPassEnv refuses
+// pass_env entries that name only them.
 func SecretEnv(name string) bool {
-	switch name {
-	case "DATABASE_URL", "PGPASSWORD":
-		return true
+	return name == "DATABASE_URL" || strings.HasPrefix(name, "PG") || strings.HasPrefix(name, "TETHER_")
+}
+
+// secretPrefix reports whether every variable a NAME* pattern with this
+// prefix selects is a secret (SecretEnv), so the pattern can only be a
+// mistake.
+func secretPrefix(prefix string) bool {
+	return strings.HasPrefix(prefix, "PG") || strings.HasPrefix(prefix, "TETHER_")
+}
+
+// CheckPassEnv says why pattern may not be a pass_env entry, or returns nil.
+// An entry is a variable name, a NAME* prefix or "*". Naming a secret
+// (SecretEnv) is refused, and so is a prefix that selects nothing but
+// secrets ("PG*", "TETHER_*"); a wider pattern ("*", "P*") is allowed and
+// the secrets it covers are scrubbed. The agent's validation and the plugin
+// host both apply it.
+func CheckPassEnv(pattern string) error {
+	if !envNameRe.MatchString(pattern) {
+		return fmt.Errorf("%q is not a variable name, NAME* prefix or *", pattern)
 	}
-	return strings.HasPrefix(name, "TETHER_")
+	prefix, wildcard := strings.CutSuffix(pattern, "*")
+	switch {
+	case !wildcard && SecretEnv(pattern):
+		return fmt.Errorf("%s is never passed to plugins: DATABASE_URL, PG* and TETHER_* are the agent's own database settings and secrets; give the plugin what it needs under another name in plugins.<name>.env", pattern)
+	case wildcard && prefix != "" && secretPrefix(prefix):
+		return fmt.Errorf("%s is never passed to plugins: it selects only the agent's own settings (DATABASE_URL, PG* and TETHER_* are the agent's database settings and secrets); remove it, and give the plugin what it needs under another name in plugins.<name>.env", pattern)
+	}
+	return nil
 }

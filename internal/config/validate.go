@@ -74,6 +74,10 @@ func (c *Config) Validate() error {
 			add("agent.keepalive (%s) must be at most agent.stale_job/4 (%s): an agent stops its jobs itself after stale_job - 2×keepalive without a heartbeat, which must leave room for missed beats; lower keepalive or raise stale_job",
 				a.Keepalive, a.StaleJob/4)
 		}
+		if a.OfflineAfter > 0 && a.OfflineAfter < 2*a.Keepalive {
+			add("agent.offline_after (%s) must be at least 2×agent.keepalive (2×%s = %s): one late heartbeat must not requeue an agent's accepted jobs; raise offline_after (default 3×keepalive) or lower keepalive",
+				secs(a.OfflineAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
+		}
 		if a.OfflineAfter >= a.StaleJob {
 			add("agent.offline_after (%s) must be less than agent.stale_job (%s): accepted jobs of a silent agent are requeued before its running jobs are released; lower offline_after (default 3×keepalive) or raise stale_job",
 				a.OfflineAfter, a.StaleJob)
@@ -85,6 +89,22 @@ func (c *Config) Validate() error {
 		if a.CleanInterval > a.StaleJob {
 			add("agent.clean_interval (%s) must be at most agent.stale_job (%s): the janitor must look at least once per stale_job; lower clean_interval",
 				a.CleanInterval, a.StaleJob)
+		}
+	}
+	if a.CleanupTimeout < 0 {
+		add("agent.cleanup_timeout: must be a positive duration such as \"1m\" (or 0 for the default: the smaller of %s and stale_job/2), got %s",
+			secs(DefaultCleanupTimeout), a.CleanupTimeout)
+	} else if a.CleanupTimeout > 0 && a.StaleJob > 0 && a.CleanupTimeout >= a.StaleJob {
+		add("agent.cleanup_timeout (%s) must be less than agent.stale_job (%s): a Cleanup call started at an agent's last heartbeat must end before the janitor may act on its jobs; lower cleanup_timeout (unset: the smaller of %s and stale_job/2 = %s) or raise stale_job",
+			secs(a.CleanupTimeout.Std()), secs(a.StaleJob.Std()), secs(DefaultCleanupTimeout), secs(min(DefaultCleanupTimeout, a.StaleJob.Std()/2)))
+	}
+	grace, graceErrs := c.killGraces()
+	errs = append(errs, graceErrs...)
+	if a.Keepalive > 0 && a.StaleJob > 0 && len(graceErrs) == 0 {
+		k, st := a.Keepalive.Std(), a.StaleJob.Std()
+		if fence := c.SelfFenceAfter(); fence < 2*k {
+			add("agent.stale_job (%s) − 2×agent.keepalive (%s) − longest kill_grace (%s) = %s must be at least 2×keepalive (%s): an agent without a successful heartbeat stops its own jobs at that point, so that every plugin has its kill_grace and one more keepalive to stop local work before the janitor may act at stale_job, and one missed heartbeat must never fence it; raise agent.stale_job to at least 4×keepalive + kill_grace = %s, or lower keepalive or the kill_grace",
+				secs(st), secs(2*k), grace.describe(), secs(fence), secs(2*k), secs(4*k+grace.d))
 		}
 	}
 	if a.ShutdownTimeout >= Duration(ECSStopTimeout) {
@@ -136,10 +156,8 @@ func (c *Config) Validate() error {
 			}
 		}
 		for i, e := range p.PassEnv {
-			if !envNameRe.MatchString(e) {
-				add("%s.pass_env[%d]: %q is not a variable name or NAME_* prefix", key, i, e)
-			} else if SecretEnv(strings.TrimSuffix(e, "*")) && (!strings.HasSuffix(e, "*") || strings.HasPrefix(e, "TETHER_")) {
-				add("%s.pass_env[%d]: %s is never passed to plugins; give the plugin what it needs under %s.env", key, i, e, key)
+			if err := CheckPassEnv(e); err != nil {
+				add("%s.pass_env[%d]: %v", key, i, err)
 			}
 		}
 		for k := range p.Env {

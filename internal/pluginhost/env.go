@@ -19,7 +19,8 @@ func isBase(name string) bool {
 }
 
 // forbidden reports whether name must never reach a plugin: the agent's
-// database URL and password and its own settings and tokens.
+// database settings (DATABASE_URL and every PG* variable) and its own
+// TETHER_* settings and tokens. See config.SecretEnv.
 func forbidden(name string) bool { return config.SecretEnv(name) }
 
 func matches(pattern, name string) bool {
@@ -29,19 +30,14 @@ func matches(pattern, name string) bool {
 	return pattern == name
 }
 
-// validatePassEnv rejects patterns that are malformed or that name what a
-// plugin may never see; a wildcard that merely covers such a name is fine,
-// the name is skipped.
+// validatePassEnv rejects patterns that are malformed, name what a plugin
+// may never see, or select nothing else ("PG*"); a wider wildcard that
+// merely covers such a name is fine, the name is skipped. The rule is the
+// agent config's (config.CheckPassEnv).
 func validatePassEnv(patterns []string) error {
-	for _, p := range patterns {
-		name := strings.TrimSuffix(p, "*")
-		switch {
-		case name == "" && p != "*":
-			return fmt.Errorf("pass_env: empty name")
-		case strings.ContainsAny(name, "*= "):
-			return fmt.Errorf("pass_env %q: only a trailing * is allowed", p)
-		case !strings.HasSuffix(p, "*") && forbidden(p), strings.HasPrefix(name, "TETHER_"):
-			return fmt.Errorf("pass_env %q: the agent's DATABASE_URL and TETHER_* settings are never passed to plugins", p)
+	for i, p := range patterns {
+		if err := config.CheckPassEnv(p); err != nil {
+			return fmt.Errorf("pass_env[%d]: %w", i, err)
 		}
 	}
 	return nil
@@ -49,6 +45,9 @@ func validatePassEnv(patterns []string) error {
 
 // scrubbedEnv builds a plugin's environment from the agent's (environ, as
 // os.Environ), the plugin's pass-through patterns and its explicit variables.
+// A forbidden variable of the agent's never passes, whatever the pattern
+// ("*", "P*" or its exact name); explicit variables are the operator's and
+// are set as given.
 func scrubbedEnv(environ []string, passEnv []string, explicit map[string]string) []string {
 	vars := map[string]string{}
 	for _, kv := range environ {

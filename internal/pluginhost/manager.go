@@ -14,7 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -52,7 +51,8 @@ type PluginConfig struct {
 	SHA256 string // hex SHA-256 the binary must have; empty: not checked
 	Env    map[string]string
 	// PassEnv names agent environment variables passed through; an entry may
-	// end with * as a prefix wildcard. DATABASE_URL and TETHER_* never pass.
+	// end with * as a prefix wildcard. DATABASE_URL, PG* and TETHER_* never
+	// pass (config.SecretEnv).
 	PassEnv []string
 	Config  json.RawMessage // handed to the plugin as Job.Config
 }
@@ -322,7 +322,7 @@ func (m *Manager) call(ctx context.Context, name, capability string, job *plugin
 	if inst.waitExit(ctx) {
 		return p.crashed(inst)
 	}
-	return &plugin.Error{Class: plugin.Retriable, Message: fmt.Sprintf("plugin %s: call failed: %v", name, err)}
+	return &plugin.Error{Class: plugin.Retriable, Broken: true, Message: fmt.Sprintf("plugin %s: call failed: %v", name, err)}
 }
 
 // proc is one plugin: its binary and config, and the process currently
@@ -385,9 +385,9 @@ func (p *proc) acquire(ctx context.Context) (*instance, error) {
 }
 
 func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
-	var secure *goplugin.SecureConfig
+	var want []byte
 	if p.cfg.SHA256 != "" {
-		want, _ := hex.DecodeString(p.cfg.SHA256) // validated by New
+		want, _ = hex.DecodeString(p.cfg.SHA256) // validated by New
 		got, err := fileSHA256(p.path)
 		if err != nil {
 			return nil, plugin.Info{}, err
@@ -396,7 +396,6 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 			return nil, plugin.Info{}, fmt.Errorf("binary %s has sha256 %x, but plugins.%s.sha256 is %s: refusing to run it", p.path, got, p.name, p.cfg.SHA256)
 		}
 		// go-plugin checks again right before it runs the binary.
-		secure = &goplugin.SecureConfig{Checksum: want, Hash: sha256.New()}
 	}
 
 	stderr := &tail{}
@@ -408,21 +407,11 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 			p.log.Info("plugin output", "stream", stream, "line", line)
 		}}
 	}
-	cmd := exec.Command(p.path)
-	cmd.Env = p.env
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  plugin.Handshake(),
-		Plugins:          plugin.PluginSet(nil),
-		Cmd:              cmd,
-		SecureConfig:     secure,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		// Each call serves Runtime under its own broker id; multiplexed, that
-		// is a stream on the existing connection instead of a new socket per
-		// job (5x the throughput of no-op jobs).
-		GRPCBrokerMultiplex: true,
-		SkipHostEnv:         true,
-		StartTimeout:        p.startTimeout,
+	client := goplugin.NewClient(plugin.ClientConfig(plugin.Process{
+		Path:         p.path,
+		Env:          p.env,
+		SHA256:       want,
+		StartTimeout: p.startTimeout,
 		// The process's own stderr: go-plugin's JSON logs, and panics.
 		Stderr: &lineWriter{fn: stderr.add},
 		// os.Stdout/os.Stderr inside the plugin, forwarded by go-plugin.
@@ -437,7 +426,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 				p.log.Log(context.Background(), level, msg)
 			}},
 		}),
-	})
+	}))
 	fail := func(err error) (*instance, plugin.Info, error) {
 		client.Kill()
 		return nil, plugin.Info{}, err
@@ -489,7 +478,7 @@ func (p *proc) crashed(inst *instance) error {
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
-		return &plugin.Error{Class: plugin.Retriable, Message: fmt.Sprintf("plugin %s was stopped: the agent is shutting down its plugins", p.name)}
+		return &plugin.Error{Class: plugin.Retriable, Broken: true, Message: fmt.Sprintf("plugin %s was stopped: the agent is shutting down its plugins", p.name)}
 	}
 	report := inst.stderr.report()
 	if first {
@@ -500,7 +489,7 @@ func (p *proc) crashed(inst *instance) error {
 	if report != "" {
 		msg += "; last stderr lines:\n" + report
 	}
-	return &plugin.Error{Class: plugin.Retriable, Message: msg}
+	return &plugin.Error{Class: plugin.Retriable, Broken: true, Message: msg}
 }
 
 // waitExit reports whether the process exits within exitWait: a call that

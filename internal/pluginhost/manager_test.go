@@ -197,8 +197,37 @@ func TestScrubbedEnvironment(t *testing.T) {
 	assert.NotContains(t, rt.StdoutString(), "secret")
 }
 
+// pass_env ["*"] passes everything of the agent's environment except its own
+// database settings and secrets: no PG* variable, no DATABASE_URL, no
+// TETHER_* reaches the plugin process.
+func TestPassEverythingStillScrubsSecrets(t *testing.T) {
+	const marker = "tether-test-secret-value"
+	secrets := map[string]string{
+		"DATABASE_URL": "postgres://u:" + marker + "@db/x", "PGPASSWORD": marker, "PGSSLPASSWORD": marker,
+		"PGPASSFILE": "/" + marker + "/.pgpass", "PGSERVICEFILE": "/" + marker + "/pg_service.conf", "PGSSLKEY": "/" + marker + "/key",
+		"PGHOST": marker + ".db", "TETHER_API_TOKENS": "ci:" + marker, "TETHER_CONFIG": "/" + marker + ".yaml",
+	}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	t.Setenv("PLAIN_VALUE", "visible")
+	m := start(t, pluginhost.Config{
+		Dir:     pluginDir(t, map[string]string{"noop": "noop"}),
+		Plugins: map[string]pluginhost.PluginConfig{"noop": {PassEnv: []string{"*"}}},
+	})
+	rt := plugintest.NewRuntime(nil)
+	_, err := m.Execute(context.Background(), "noop", job("env-all", `{"print_env":true}`), rt)
+	require.NoError(t, err)
+	out := rt.StdoutString()
+	assert.Contains(t, out, "PLAIN_VALUE=visible", "pass_env * passes the rest")
+	for k := range secrets {
+		assert.NotContains(t, out, k+"=")
+	}
+	assert.NotContains(t, out, marker)
+}
+
 func TestPassEnvCannotNameSecrets(t *testing.T) {
-	for _, pattern := range []string{"DATABASE_URL", "TETHER_*", "TETHER_API_TOKENS"} {
+	for _, pattern := range []string{"DATABASE_URL", "TETHER_*", "TETHER_API_TOKENS", "PGPASSWORD", "PGSSLPASSWORD", "PGPASSFILE", "PG*"} {
 		_, err := pluginhost.New(pluginhost.Config{Dir: t.TempDir(), Plugins: map[string]pluginhost.PluginConfig{"x": {PassEnv: []string{pattern}}}})
 		assert.ErrorContains(t, err, "never passed to plugins", pattern)
 	}

@@ -51,15 +51,8 @@ func connect(t *testing.T) *plugin.GRPCClient {
 
 func connectClient(t *testing.T) (*plugin.GRPCClient, *goplugin.Client) {
 	t.Helper()
-	cmd := exec.Command(binPath)
-	cmd.Env = []string{} // scrubbed, like the agent does
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  plugin.Handshake(),
-		Plugins:          plugin.PluginSet(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		AutoMTLS:         true,
-	})
+	// Started as the agent starts it, with an empty (scrubbed) environment.
+	client := goplugin.NewClient(plugin.ClientConfig(plugin.Process{Path: binPath, Env: []string{}}))
 	t.Cleanup(client.Kill)
 	rpc, err := client.Client()
 	if err != nil {

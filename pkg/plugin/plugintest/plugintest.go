@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os/exec"
 	"sync"
 	"testing"
 
@@ -203,20 +202,15 @@ func Connect(t testing.TB, impl plugin.Plugin) Client {
 	return c
 }
 
-// StartBinary starts a built plugin binary the way the agent does (go-plugin
-// over gRPC, AutoMTLS) with exactly env as its environment, and returns the
-// host's client for it. The process is killed when the test ends.
+// StartBinary starts a built plugin binary the way the agent does, with the
+// agent's own go-plugin configuration (plugin.ClientConfig: gRPC, AutoMTLS,
+// multiplexed broker), and returns the host's client for it. env is the
+// process's whole environment: nothing of the test process's environment
+// reaches the plugin (go-plugin adds only its handshake variables). The
+// process is killed when the test ends.
 func StartBinary(t testing.TB, path string, env []string) Client {
 	t.Helper()
-	cmd := exec.Command(path)
-	cmd.Env = env
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  plugin.Handshake(),
-		Plugins:          plugin.PluginSet(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		AutoMTLS:         true,
-	})
+	client := goplugin.NewClient(plugin.ClientConfig(plugin.Process{Path: path, Env: env}))
 	t.Cleanup(client.Kill)
 	rpc, err := client.Client()
 	if err != nil {

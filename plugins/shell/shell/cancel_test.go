@@ -166,6 +166,7 @@ func TestCleanupInSameProcessHonoursGraceUntilItsDeadline(t *testing.T) {
 	e := newTestEnv(t)
 	dir := t.TempDir()
 	job := e.job(t, map[string]any{"script": stubbornScript, "working_dir": dir, "kill_grace": "1m"})
+	job.Config = e.config(map[string]any{"max_kill_grace": "1m"})
 	p := New()
 	done := startExecute(context.Background(), p, job, &fakeRuntime{})
 	gc := readPID(t, filepath.Join(dir, "gc.pid"))
@@ -364,9 +365,9 @@ func TestShutdownStopsAllJobsAndRefusesNewOnes(t *testing.T) {
 	var pids []int
 	for i := 0; i < 2; i++ {
 		dir := t.TempDir()
-		dones = append(dones, startExecute(context.Background(), p, e.job(t, map[string]any{
-			"script": stubbornScript, "working_dir": dir, "kill_grace": "1m",
-		}), &fakeRuntime{}))
+		job := e.job(t, map[string]any{"script": stubbornScript, "working_dir": dir, "kill_grace": "1m"})
+		job.Config = e.config(map[string]any{"max_kill_grace": "1m"})
+		dones = append(dones, startExecute(context.Background(), p, job, &fakeRuntime{}))
 		pids = append(pids, readPID(t, filepath.Join(dir, "gc.pid")), readPID(t, filepath.Join(dir, "leader.pid")))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

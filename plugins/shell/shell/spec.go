@@ -16,6 +16,11 @@ import (
 // Defaults for settings a job or the plugin config may leave out.
 const (
 	DefaultKillGrace = 10 * time.Second
+	// DefaultMaxKillGrace is the longest kill_grace a job may ask for unless
+	// config.max_kill_grace says otherwise. The agent counts it in its
+	// self-fence arithmetic: a job stopped at the self-fence point may take
+	// this long to die.
+	DefaultMaxKillGrace = 30 * time.Second
 	// defaultStateDirName is joined to os.TempDir() when config.state_dir is unset.
 	defaultStateDirName = "tether-shell-state"
 	// runIDEnv marks every process of a run so Cleanup can recognise the run's
@@ -43,14 +48,15 @@ type spec struct {
 
 // config is the plugin's validated section of the agent config.
 type config struct {
-	KillGrace time.Duration // default for jobs that do not set kill_grace
-	WorkRoot  string        // parent of per-job working directories
-	StateDir  string        // where process-group records live
+	KillGrace    time.Duration // default for jobs that do not set kill_grace
+	MaxKillGrace time.Duration // the most a job's kill_grace may be
+	WorkRoot     string        // parent of per-job working directories
+	StateDir     string        // where process-group records live
 }
 
 var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "retry_exit_codes", "script", "working_dir"}
 
-var configKeys = []string{"kill_grace", "state_dir", "work_root"}
+var configKeys = []string{"kill_grace", "max_kill_grace", "state_dir", "work_root"}
 
 // dec decodes settings. Its errors, like every error bad input produces, are
 // permanent (retrying the same input cannot help) and carry no prefix: they
@@ -61,9 +67,10 @@ var dec = settings.Decoder{}
 // so defaults are decided in one place.
 func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 	cfg := config{
-		KillGrace: DefaultKillGrace,
-		WorkRoot:  tempDir,
-		StateDir:  filepath.Join(tempDir, defaultStateDirName),
+		KillGrace:    DefaultKillGrace,
+		MaxKillGrace: DefaultMaxKillGrace,
+		WorkRoot:     tempDir,
+		StateDir:     filepath.Join(tempDir, defaultStateDirName),
 	}
 	fields, err := objectFields("config", raw, configKeys)
 	if err != nil {
@@ -76,6 +83,10 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 			if cfg.KillGrace, err = parseGrace("config.kill_grace", val); err != nil {
 				return config{}, err
 			}
+		case "max_kill_grace":
+			if cfg.MaxKillGrace, err = parseGrace("config.max_kill_grace", val); err != nil {
+				return config{}, err
+			}
 		case "work_root":
 			if cfg.WorkRoot, err = parseAbsDir("config.work_root", val); err != nil {
 				return config{}, err
@@ -85,6 +96,10 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 				return config{}, err
 			}
 		}
+	}
+	if cfg.KillGrace > cfg.MaxKillGrace {
+		return config{}, dec.Errorf("config.kill_grace: %s is above config.max_kill_grace (%s); the default grace must be allowed for every job: lower kill_grace or raise max_kill_grace",
+			cfg.KillGrace, cfg.MaxKillGrace)
 	}
 	return cfg, nil
 }
@@ -134,6 +149,10 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	if v, ok := fields.Get("kill_grace"); ok {
 		if s.KillGrace, err = parseGrace("context.kill_grace", v); err != nil {
 			return spec{}, err
+		}
+		if s.KillGrace > cfg.MaxKillGrace {
+			return spec{}, dec.Errorf("context.kill_grace: %s is above the maximum %s (plugins.shell.config.max_kill_grace); ask for at most %s, or raise max_kill_grace in the agent's config",
+				s.KillGrace, cfg.MaxKillGrace, cfg.MaxKillGrace)
 		}
 	}
 	if v, ok := fields.Get("retry_exit_codes"); ok {

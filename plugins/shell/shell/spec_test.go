@@ -50,7 +50,11 @@ func TestExecuteValidationErrors(t *testing.T) {
 		{"string context", `"echo"`, ``, `context: must be a JSON object, got string`},
 		{"broken JSON", `{"script":`, ``, `context: not valid JSON`},
 		{"config grace", `{"script": "x"}`, `{"kill_grace": "x"}`, `config.kill_grace: "x" is not a duration`},
-		{"config unknown", `{"script": "x"}`, `{"bogus": 1}`, `config: unknown key "bogus"; known keys are kill_grace, state_dir, work_root`},
+		{"config unknown", `{"script": "x"}`, `{"bogus": 1}`, `config: unknown key "bogus"; known keys are kill_grace, max_kill_grace, state_dir, work_root`},
+		{"grace above default max", `{"script": "x", "kill_grace": "31s"}`, ``, `context.kill_grace: 31s is above the maximum 30s (plugins.shell.config.max_kill_grace); ask for at most 30s, or raise max_kill_grace`},
+		{"grace above configured max", `{"script": "x", "kill_grace": "2s"}`, `{"kill_grace": "1s", "max_kill_grace": "1500ms"}`, `context.kill_grace: 2s is above the maximum 1.5s (plugins.shell.config.max_kill_grace)`},
+		{"config max below grace", `{"script": "x"}`, `{"max_kill_grace": "5s"}`, `config.kill_grace: 10s is above config.max_kill_grace (5s)`},
+		{"config max word", `{"script": "x"}`, `{"max_kill_grace": "long"}`, `config.max_kill_grace: "long" is not a duration`},
 		{"config relative", `{"script": "x"}`, `{"state_dir": "state"}`, `config.state_dir: "state" is not an absolute path`},
 		{"config not object", `{"script": "x"}`, `true`, `config: must be a JSON object, got boolean`},
 	}
@@ -92,7 +96,7 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.KillGrace != 10*time.Second || cfg.WorkRoot != "/tmpdir" || cfg.StateDir != "/tmpdir/tether-shell-state" {
+	if cfg.KillGrace != 10*time.Second || cfg.MaxKillGrace != 30*time.Second || cfg.WorkRoot != "/tmpdir" || cfg.StateDir != "/tmpdir/tether-shell-state" {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 	cfg, err = parseConfig(json.RawMessage(`{"kill_grace": "3s", "work_root": "/w/", "state_dir": "/s"}`), "/tmpdir")
@@ -109,6 +113,22 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	s, err = parseSpec(json.RawMessage(`{"script": "x", "kill_grace": "0"}`), cfg)
 	if err != nil || s.KillGrace != 0 {
 		t.Fatalf("spec %+v, %v: want the context's kill_grace", s, err)
+	}
+	s, err = parseSpec(json.RawMessage(`{"script": "x", "kill_grace": "30s"}`), cfg)
+	if err != nil || s.KillGrace != 30*time.Second {
+		t.Fatalf("spec %+v, %v: a kill_grace equal to the default max_kill_grace is allowed", s, err)
+	}
+	cfg, err = parseConfig(json.RawMessage(`{"kill_grace": "2m", "max_kill_grace": "5m"}`), "/tmpdir")
+	if err != nil || cfg.KillGrace != 2*time.Minute || cfg.MaxKillGrace != 5*time.Minute {
+		t.Fatalf("config %+v, %v: want max_kill_grace raised above the default", cfg, err)
+	}
+	s, err = parseSpec(json.RawMessage(`{"script": "x", "kill_grace": "5m"}`), cfg)
+	if err != nil || s.KillGrace != 5*time.Minute {
+		t.Fatalf("spec %+v, %v: a kill_grace up to a raised max_kill_grace is allowed", s, err)
+	}
+	if _, err := parseSpec(json.RawMessage(`{"script": "x", "kill_grace": "5m1s"}`), cfg); err == nil ||
+		!strings.Contains(err.Error(), "context.kill_grace: 5m1s is above the maximum 5m0s") {
+		t.Fatalf("err = %v: want the raised maximum enforced", err)
 	}
 }
 
