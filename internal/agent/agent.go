@@ -113,6 +113,14 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}
 	log.Info("agent registered", "generation", gen, "capacity", cfg.Agent.Capacity, "commands", sortedKeys(commands))
 
+	// Heartbeats get a pool of their own: a connection the jobs' writes
+	// hold can never delay a renewal.
+	livePool, err := openLivenessPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer livePool.Close()
+
 	m := metrics.New()
 	svc := claim.New(st, plugins, claim.Config{
 		Holder:       holder,
@@ -123,13 +131,13 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		LogFlush:     cfg.Logs.FlushInterval.Std(),
 		LogMaxBytes:  cfg.Logs.MaxBytesPerStream,
 		// Stop before the janitor may act: it waits stale_job from the last
-		// renewal, we stop 2×keepalive sooner.
-		SelfFenceAfter: cfg.Agent.StaleJob.Std() - 2*cfg.Agent.Keepalive.Std(),
+		// renewal; we stop early enough for the slowest stop to end a
+		// keepalive before that (see config.SelfFenceAfter).
+		SelfFenceAfter: cfg.SelfFenceAfter(),
+		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
+		Liveness:       store.New(livePool),
 		Logger:         logger,
 		Metrics:        m,
-		EnqueueCleanup: func(ctx context.Context, jobID, reason string) error {
-			return janitor.Enqueue(ctx, pool, jobID, reason)
-		},
 	})
 
 	defaults := map[string]json.RawMessage{}
@@ -139,15 +147,16 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		}
 	}
 	jan := janitor.New(pool, plugins, janitor.Config{
-		Holder:        holder,
-		StaleJob:      cfg.Agent.StaleJob.Std(),
-		OfflineAfter:  cfg.Agent.OfflineAfter.Std(),
-		CleanInterval: cfg.Agent.CleanInterval.Std(),
-		AWOLTimeout:   cfg.Agent.AWOLTimeout.Std(),
-		Keepalive:     cfg.Agent.Keepalive.Std(),
-		Commands:      defaults,
-		Logger:        logger,
-		Metrics:       m,
+		Holder:         holder,
+		StaleJob:       cfg.Agent.StaleJob.Std(),
+		OfflineAfter:   cfg.Agent.OfflineAfter.Std(),
+		CleanInterval:  cfg.Agent.CleanInterval.Std(),
+		AWOLTimeout:    cfg.Agent.AWOLTimeout.Std(),
+		Keepalive:      cfg.Agent.Keepalive.Std(),
+		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
+		Commands:       defaults,
+		Logger:         logger,
+		Metrics:        m,
 	})
 
 	var draining atomic.Bool
@@ -251,6 +260,20 @@ func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("opening database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// openLivenessPool opens the heartbeat's own small pool.
+func openLivenessPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database_url: %w", err)
+	}
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("opening the heartbeat's database pool: %w", err)
 	}
 	return pool, nil
 }

@@ -116,10 +116,12 @@ func waitStatus(t *testing.T, st *store.Store, id string, timeout time.Duration,
 	}
 }
 
-// waitPluginCalled waits until a noop job that prints a stdout line first
-// has its line stored: the plugin call is under way. "running" alone is not
-// enough: it is written just before the call, and a job stopped in between
-// never reaches the plugin (so it writes no cancel_file).
+// waitPluginCalled waits until a noop job that prints a stdout line and
+// checkpoints has its line stored: the plugin call is under way. "running"
+// alone is not enough: it is written just before the call, and a job
+// stopped in between never reaches the plugin (so it writes no
+// cancel_file). noop is resumable, so its output is stored with its
+// checkpoint (or at its end), not before.
 func waitPluginCalled(t *testing.T, st *store.Store, id string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -225,7 +227,7 @@ func TestFencedOutAgentStopsTheJobAndWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	cancelFile := filepath.Join(t.TempDir(), "canceled")
 	a := startAgent(t, st, "a1", 4, nil)
-	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"]}`, cancelFile))
+	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile))
 	running := waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
 	// Take the job over only once the plugin call is under way.
 	waitPluginCalled(t, st, j.ID)
@@ -251,7 +253,7 @@ func TestCancelRunningJobStopsPluginThenCleansUp(t *testing.T) {
 	dir := t.TempDir()
 	cancelFile, cleanupFile := filepath.Join(dir, "canceled"), filepath.Join(dir, "cleaned")
 	startAgent(t, st, "a1", 4, func(c *claim.Config) { c.Keepalive = time.Hour }) // only the notification can deliver the cancel fast
-	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"cleanup_file":%q,"stdout":["in the plugin"]}`, cancelFile, cleanupFile))
+	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"cleanup_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile, cleanupFile))
 	waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
 	waitPluginCalled(t, st, j.ID)
 
@@ -383,7 +385,7 @@ func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Second
 	})
-	resumable := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"]}`, cancelFile))
+	resumable := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile))
 	shell := submit(t, st, "shell", `{"script":"sleep 300"}`)
 	waitStatus(t, st, resumable.ID, 20*time.Second, store.StatusRunning)
 	waitStatus(t, st, shell.ID, 20*time.Second, store.StatusRunning)

@@ -20,9 +20,12 @@ func (s *Service) Counts() (resumable, other int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, j := range s.jobs {
-		if j.resumable {
+		switch {
+		case j.ended.Load(): // its end is stored; a Cleanup may be running
+			other++
+		case j.resumable:
 			resumable++
-		} else {
+		default:
 			other++
 		}
 	}
@@ -36,12 +39,12 @@ func (s *Service) detachResumable(ctx context.Context, cause error) []store.Leas
 	s.mu.Lock()
 	var leases []store.Lease
 	var done []chan struct{}
-	for id, j := range s.jobs {
-		if !j.resumable {
+	for k, j := range s.jobs {
+		if !j.resumable || j.ended.Load() {
 			continue
 		}
 		j.cancel(cause)
-		leases = append(leases, store.Lease{JobID: id, Lease: j.claimed.Lease})
+		leases = append(leases, store.Lease{JobID: k.ID, Lease: k.Lease})
 		done = append(done, j.done)
 	}
 	s.mu.Unlock()

@@ -8,23 +8,30 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobctx"
+	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// runningJob is one job this agent holds a lease on.
+// runningJob is one job this agent holds under one lease.
 type runningJob struct {
+	key      jobKey
 	claimed  store.Claimed
 	ctx      context.Context
 	cancelFn context.CancelCauseFunc
 
-	resumable bool          // the plugin can reattach: stopping means detaching
-	deferred  bool          // its final write waits for the database; keep its output
-	done      chan struct{} // closed when its runner has returned
+	resumable  bool          // the plugin can reattach: stopping means detaching
+	hasCleanup bool          // the plugin declares Cleanup
+	done       chan struct{} // closed when its runner has returned
+	// ended is set once the attempt's end is stored: the lease is gone, so
+	// the heartbeat stops renewing it (a Cleanup may still be running).
+	ended atomic.Bool
 
 	mu     sync.Mutex
 	handle []byte
@@ -34,38 +41,54 @@ type runningJob struct {
 // cancel request still counts as a cancel request, and vice versa.
 func (j *runningJob) cancel(cause error) { j.cancelFn(cause) }
 
+// attempt is what the runner knows about the attempt while ending it.
+type attempt struct {
+	j      *runningJob
+	log    *slog.Logger
+	plugin string
+	job    *plugin.Job
+	called bool // Execute or Resume was called: remote work may exist
+}
+
 // run takes one claimed job to its end under its lease.
 func (s *Service) run(j *runningJob) {
 	c := j.claimed
 	log := s.log.With("job", c.Job.ID, "command", c.Job.Command, "lease", c.Lease)
 	j.handle = c.Handle
+	// A job claimed to be resumed has remote work already.
+	a := &attempt{j: j, log: log, plugin: c.Job.Plugin, called: c.Resume}
 
 	cmd, ok := s.cfg.Commands[c.Job.Command]
 	if !ok { // claim filters by command, so only a config change mid-flight gets here
-		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("command %q is not configured on agent %s", c.Job.Command, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("command %q is not configured on agent %s", c.Job.Command, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
 		return
 	}
-	pluginName := c.Job.Plugin
-	if pluginName == "" {
-		pluginName = cmd.Plugin
+	if a.plugin == "" {
+		a.plugin = cmd.Plugin
 	}
-	info, loaded := s.plugins.Info(pluginName)
-
+	info, loaded := s.plugins.Info(a.plugin)
+	if !loaded && c.Resume {
+		j.hasCleanup = true // unknown here: let the queue's workers find out
+	}
 	jobCtx, err := jobctx.Merge(cmd.Context, c.Job.Context)
 	if err != nil {
-		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.Permanent)})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.Permanent)})
 		return
 	}
-	pj := &plugin.Job{ID: c.Job.ID, Command: c.Job.Command, Attempt: c.Job.Attempt, Context: jobCtx}
-	rt := &runtime{svc: s, job: j, stdout: s.logs.writer(c.Job.ID, stdoutStream), stderr: s.logs.writer(c.Job.ID, stderrStream)}
+	a.job = &plugin.Job{ID: c.Job.ID, Command: c.Job.Command, Attempt: c.Job.Attempt, Context: jobCtx}
+	rt := &runtime{svc: s, job: j, stdout: s.logs.writer(j.key, stdoutStream), stderr: s.logs.writer(j.key, stderrStream)}
 
-	var call func(context.Context, string, *plugin.Job, plugin.Runtime) (*plugin.Result, error)
+	call := s.plugins.Execute
 	switch {
 	case !loaded:
-		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("plugin %q is not loaded on agent %s", pluginName, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("plugin %q is not loaded on agent %s", a.plugin, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
 		return
 	case c.Resume && !info.Has(plugin.CapResume):
-		s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: "awol: job is stale, marking failed", ErrorClass: string(plugin.Retriable)})
+		// The claim takes such a job only where the plugin can Resume; a
+		// plugin replaced since is the only way here. Fail it truthfully,
+		// with Cleanup, and never Execute it beside its remote work.
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+			Error: fmt.Sprintf("cannot resume: plugin %q on agent %s lacks the resume capability", a.plugin, s.cfg.Holder.Name)})
 		return
 	case c.Resume:
 		if err := s.store.RecordEvent(j.ctx, s.cfg.Holder, c.Job.ID, c.Lease, "resumed", "resumed by "+s.cfg.Holder.Name); err != nil {
@@ -73,25 +96,29 @@ func (s *Service) run(j *runningJob) {
 		}
 		call = s.plugins.Resume
 	default:
-		status, err := s.store.MarkRunning(j.ctx, s.cfg.Holder, c.Job.ID, c.Lease, "attempt "+fmt.Sprint(c.Job.Attempt)+" on "+s.cfg.Holder.Name)
+		var status string
+		err := s.retryWrite(j, log, "marking job running", func(ctx context.Context) error {
+			var err error
+			status, err = s.store.MarkRunning(ctx, s.cfg.Holder, c.Job.ID, c.Lease, "attempt "+fmt.Sprint(c.Job.Attempt)+" on "+s.cfg.Holder.Name)
+			return err
+		})
 		switch {
 		case errors.Is(err, store.ErrLeaseLost):
-			s.recordLeaseLost(j, log)
+			s.recordLeaseLost(j, log, "before its plugin was called")
 			return
 		case err != nil && context.Cause(j.ctx) != nil:
-			s.afterCancel(j, log, pluginName, info, pj)
+			s.afterCancel(a)
 			return
 		case err != nil:
-			log.Error("marking job running", "err", err)
-			s.finish(j, log, store.Outcome{Status: store.StatusFailed, Error: "marking job running: " + err.Error(), ErrorClass: string(plugin.Retriable)})
+			log.Error("marking job running; the janitor will requeue it", "err", err)
 			return
 		case status == store.StatusCanceling:
 			// Canceled before the plugin was called: nothing ran, nothing to clean.
-			s.finish(j, log, store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
+			s.end(a, store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
 			return
 		}
-		call = s.plugins.Execute
 	}
+	a.called = true
 
 	if c.ActiveTimeout > 0 {
 		// Per attempt, from when the plugin was first called for it: a
@@ -104,213 +131,248 @@ func (s *Service) run(j *runningJob) {
 		defer t.Stop()
 	}
 
-	log.Debug("calling plugin", "plugin", pluginName, "resume", c.Resume)
-	res, err := call(j.ctx, pluginName, pj, rt)
+	log.Debug("calling plugin", "plugin", a.plugin, "resume", c.Resume)
+	res, err := call(j.ctx, a.plugin, a.job, rt)
+	for try := 1; err != nil && j.resumable && plugin.IsBroken(err) && context.Cause(j.ctx) == nil && try <= reattachTries; try++ {
+		// The plugin process crashed or the call broke: the remote work is
+		// most likely still going. Resume the same attempt from its last
+		// handle (the host restarts the plugin) rather than fail it and run
+		// the work again beside itself.
+		wait := time.Duration(1<<(try-1)) * 500 * time.Millisecond
+		log.Warn("plugin call broke; resuming the same attempt", "err", err, "try", try, "in", wait)
+		if !sleepCtx(j.ctx, wait) {
+			break
+		}
+		msg := fmt.Sprintf("resumed by %s in the same attempt after the plugin call broke (%s)", s.cfg.Holder.Name, firstLine(err.Error()))
+		if err := s.store.RecordEvent(j.ctx, s.cfg.Holder, c.Job.ID, c.Lease, "resumed", msg); err != nil {
+			log.Warn("recording resumed event", "err", err)
+		}
+		res, err = s.plugins.Resume(j.ctx, a.plugin, a.job, rt)
+	}
 
 	// Work that finished counts, even if a cancel raced with its end; the
 	// fenced write still refuses it if the lease was lost.
 	if err != nil && context.Cause(j.ctx) != nil {
-		s.afterCancel(j, log, pluginName, info, pj)
+		s.afterCancel(a)
 		return
 	}
 	if err != nil {
-		o := store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.ClassOf(err))}
-		if c.Resume && info.Has(plugin.CapCleanup) {
-			// Nothing else will stop remote work a failed Resume left behind.
-			s.finishThenClean(j, log, o, pluginName, pj)
-			return
-		}
-		s.finish(j, log, o)
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.ClassOf(err))})
 		return
 	}
 	out := store.Outcome{Status: store.StatusSucceeded}
 	if res != nil {
 		out.Result, out.Message = res.Output, res.Message
 	}
-	s.finish(j, log, out)
+	s.end(a, out)
 }
 
-// afterCancel records the end of a job whose context was cancelled, by cause.
-func (s *Service) afterCancel(j *runningJob, log *slog.Logger, pluginName string, info plugin.Info, pj *plugin.Job) {
+// afterCancel ends an attempt whose context was cancelled, by cause.
+func (s *Service) afterCancel(a *attempt) {
+	j, log := a.j, a.log
 	cause := context.Cause(j.ctx)
 	switch {
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSuperseded):
 		// Someone else owns the job now: never write, never clean up.
-		s.recordLeaseLost(j, log)
+		s.recordLeaseLost(j, log, "while its plugin call ran")
 	case errors.Is(cause, errActiveTimeout):
 		// The plugin call was stopped; it fails retriably (and is retried
 		// if the job has retries left) once Cleanup has stopped what the
 		// attempt left behind.
-		o := store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
-			Error: "active_timeout of " + limits.Format(j.claimed.ActiveTimeout) + " exceeded"}
 		log.Info("active_timeout exceeded; stopped the plugin call", "active_timeout", j.claimed.ActiveTimeout)
-		if info.Has(plugin.CapCleanup) {
-			s.finishThenClean(j, log, o, pluginName, pj)
-		} else {
-			s.finish(j, log, o)
-		}
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+			Error: "active_timeout of " + limits.Format(j.claimed.ActiveTimeout) + " exceeded"})
 	case errors.Is(cause, errCancelRequested):
-		o := store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}
-		if info.Has(plugin.CapCleanup) {
-			s.finishThenClean(j, log, o, pluginName, pj)
-		} else {
-			s.finish(j, log, o)
-		}
+		s.end(a, store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"})
 	case errors.Is(cause, errHandoff), errors.Is(cause, errDetached):
 		// Stop watching; the remote work goes on. HandOff releases the lease
-		// (or, detached, the janitor does). Keep the output written so far.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
-		defer cancel()
-		s.logs.flushNow(ctx)
+		// (or, detached, the janitor does). Output past the last checkpoint
+		// is the next holder's to produce.
+		s.logs.drop(j.key)
 		log.Info("stopped watching resumable job", "why", cause)
+	case errors.Is(cause, errSelfFenced) && j.resumable:
+		log.Warn("self-fenced: detached from resumable job; releasing it when the database returns")
+		s.release(a, "self-fenced: agent "+s.cfg.Holder.Name+" could not renew its leases")
 	case errors.Is(cause, errSelfFenced):
-		// The database is unreachable: write what happened when it returns.
-		if info.Has(plugin.CapResume) {
-			log.Warn("self-fenced: detached from resumable job; will release it when the database returns")
-			j.deferred = true
-			s.deferWrite(deferredWrite{claimed: j.claimed, release: true, reason: "self-fenced: agent could not renew its leases"})
-			return
-		}
-		log.Warn("self-fenced: stopped the job; will record it failed when the database returns")
-		j.deferred = true
-		o := store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
-			Error: "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"}
-		if info.Has(plugin.CapCleanup) {
-			o = s.cleanupFirst(o)
-		}
-		s.deferWrite(deferredWrite{claimed: j.claimed, plugin: pluginName, cleanup: info.Has(plugin.CapCleanup), job: pj, outcome: o})
+		log.Warn("self-fenced: stopped the job; recording it failed when the database returns")
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+			Error: "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"})
+	case errors.Is(cause, errShutdown) && j.resumable:
+		// The remote work goes on; hand it to another agent at once.
+		s.release(a, "handoff: agent "+s.cfg.Holder.Name+" shutting down")
 	case errors.Is(cause, errShutdown):
-		if info.Has(plugin.CapResume) {
-			// The remote work goes on; hand it to another agent at once.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
-			defer cancel()
-			err := s.store.Release(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, "handoff: agent "+s.cfg.Holder.Name+" shutting down")
-			switch {
-			case errors.Is(err, store.ErrLeaseLost):
-				s.recordLeaseLost(j, log)
-			case err != nil:
-				log.Warn("handing off resumable job; the janitor will release it after stale_job", "err", err)
-			default:
-				log.Info("handed off resumable job at shutdown")
-			}
-			return
-		}
-		o := store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)}
-		if info.Has(plugin.CapCleanup) {
-			s.finishThenClean(j, log, o, pluginName, pj)
-		} else {
-			s.finish(j, log, o)
-		}
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)})
 	default:
 		log.Error("job context ended for an unknown reason", "cause", cause)
 	}
 }
 
-// finish flushes the job's output, then writes its final state, fenced, on its
-// own timeout (the job's context may have ended). It reports whether the write
-// landed.
-func (s *Service) finish(j *runningJob, log *slog.Logger, o store.Outcome) bool {
-	_, ok := s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o})
-	return ok
-}
-
-// finishThenClean writes the job's final state and runs the plugin's Cleanup
-// only once that state is committed: results and remote state are never
-// deleted before the outcome is durable. When the write has to wait for the
-// database, the Cleanup waits with it.
-//
-// A retry of the job waits for that Cleanup (the write queues a fallback
-// Cleanup and holds the next attempt until one of them is done), so the next
-// attempt never runs beside what this one left behind.
-func (s *Service) finishThenClean(j *runningJob, log *slog.Logger, o store.Outcome, pluginName string, pj *plugin.Job) {
-	o = s.cleanupFirst(o)
-	if f, ok := s.finishWith(j, log, o, deferredWrite{claimed: j.claimed, outcome: o, plugin: pluginName, cleanup: true, job: pj}); ok {
-		if s.cleanup(j, log, pluginName, pj) && f.Retried {
-			s.releaseRetry(j.ctx, log, pj.ID)
+// end stores how the attempt ended, through the one transition, and then
+// runs the Cleanup the plan calls for. Retries, Cleanup and the cancel rule
+// are decided by internal/lifecycle (and, for a cancel racing the write, by
+// the statement). The write waits for the database if it must: the runner
+// stays registered meanwhile, so its lease is renewed and still fences it.
+func (s *Service) end(a *attempt, o store.Outcome) {
+	j, c := a.j, a.j.claimed
+	o = sanitize(o)
+	in := lifecycle.Input{Status: o.Status, ErrorClass: o.ErrorClass, Attempt: c.Job.Attempt, Levers: levers(c),
+		PluginCalled: a.called, HasCleanup: j.hasCleanup, Jitter: rand.Float64()}
+	e := store.End{JobID: c.Job.ID, Lease: c.Lease, Actor: s.cfg.Holder, Outcome: o, Plan: lifecycle.Decide(in),
+		CleanupBy: s.cfg.Holder.Name, CleanupHold: s.cfg.CleanupTimeout + s.cfg.FinalTimeout}
+	var ended store.Ended
+	refused := false
+	for {
+		err := s.retryWrite(j, a.log, "writing final status", func(ctx context.Context) error {
+			if err := s.logs.flush(ctx, &j.key); err != nil { // output before the end
+				return err
+			}
+			var err error
+			ended, err = s.store.EndAttempt(ctx, e)
+			return err
+		})
+		var de *store.DataError
+		switch {
+		case errors.As(err, &de) && !refused:
+			// Not storable as it is: store a truthful permanent failure
+			// instead of retrying something that can never land.
+			refused = true
+			a.log.Error("the database refused the job's outcome; recording a permanent failure instead", "status", o.Status, "err", err)
+			in.Status, in.ErrorClass = store.StatusFailed, string(plugin.Permanent)
+			e.Outcome = sanitize(store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Permanent),
+				Error: fmt.Sprintf("tether could not store the job's outcome (%s: %s): %v", o.Status, firstLine(o.Error), de.Err)})
+			e.Plan = lifecycle.Decide(in)
+			continue
+		case errors.Is(err, store.ErrLeaseLost):
+			s.recordLeaseLost(j, a.log, "its outcome was: "+describe(o))
+			return
+		case err != nil:
+			a.log.Error("could not record the job's end; the janitor settles it after stale_job", "status", o.Status, "err", err)
+			signal(s.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: "unrecorded", Error: err.Error()})
+			return
 		}
+		break
 	}
-}
-
-// cleanupFirst marks an outcome whose Cleanup the agent runs after the
-// write: a retry waits for it, with a queued fallback due once this agent's
-// own Cleanup call would have ended.
-func (s *Service) cleanupFirst(o store.Outcome) store.Outcome {
-	o.CleanupFirst = true
-	o.CleanupHold = s.cfg.CleanupTimeout + s.cfg.FinalTimeout
-	return o
-}
-
-// releaseRetry lets a retry that waited for this agent's Cleanup run.
-func (s *Service) releaseRetry(jctx context.Context, log *slog.Logger, jobID string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(jctx), s.cfg.FinalTimeout)
-	defer cancel()
-	if err := s.store.CleanupFinished(ctx, jobID); err != nil {
-		log.Warn("releasing the retry after Cleanup; the queued Cleanup will release it", "err", err)
+	j.ended.Store(true)
+	if ended.Retried {
+		s.cfg.Metrics.JobsFinished.WithLabelValues("retried").Inc()
+		a.log.Info("attempt failed; retry scheduled", "error", o.Error, "next_attempt", ended.Attempt, "run_after", ended.RunAfter, "after_cleanup", e.Plan.Cleanup)
+	} else {
+		s.cfg.Metrics.JobsFinished.WithLabelValues(ended.Status).Inc()
+		a.log.Info("job finished", "status", ended.Status, "error", e.Outcome.Error)
 	}
+	if ended.Cleanup.Held() {
+		s.cleanup(a, ended.Cleanup)
+	}
+	signal(s.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: ended.Status, Error: e.Outcome.Error})
 }
 
-func (s *Service) finishWith(j *runningJob, log *slog.Logger, o store.Outcome, later deferredWrite) (store.Finished, bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
-	defer cancel()
-	s.logs.flushNow(ctx)
-	o.Jitter = rand.Float64()
-	f, err := s.store.FinishAttempt(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, o)
+// release gives the job up for another agent to resume, waiting for the
+// database if it must. Output past the last checkpoint is dropped: the next
+// holder reads it again from the remote side.
+func (s *Service) release(a *attempt, reason string) {
+	j := a.j
+	s.logs.drop(j.key)
+	err := s.retryWrite(j, a.log, "releasing job", func(ctx context.Context) error {
+		return s.store.Release(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, reason)
+	})
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
-		s.recordLeaseLost(j, log)
-		return f, false
+		s.recordLeaseLost(j, a.log, "it had detached from the job to release it ("+reason+")")
 	case err != nil:
-		// Most likely the database is away: keep the outcome (and the
-		// output) and write them when a heartbeat gets through again.
-		log.Warn("writing final status; will retry when the database answers", "status", o.Status, "err", err)
-		j.deferred = true
-		s.deferWrite(later)
-		return f, false
+		a.log.Warn("releasing resumable job; the janitor will release it after stale_job", "err", err)
+	default:
+		j.ended.Store(true)
+		a.log.Info("released resumable job", "reason", reason)
+		signal(s.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "released", Error: reason})
 	}
-	if f.Retried {
-		s.cfg.Metrics.JobsFinished.WithLabelValues("retried").Inc()
-		log.Info("attempt failed; retry scheduled", "error", o.Error, "next_attempt", f.Attempt, "run_after", f.RunAfter)
-		return f, true
-	}
-	s.cfg.Metrics.JobsFinished.WithLabelValues(o.Status).Inc()
-	log.Info("job finished", "status", o.Status, "error", o.Error)
-	return f, true
 }
 
-// cleanup runs the plugin's Cleanup after the terminal status is committed, so
-// results are durable before anything is deleted. It reports whether the
-// Cleanup succeeded.
-func (s *Service) cleanup(j *runningJob, log *slog.Logger, pluginName string, pj *plugin.Job) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.CleanupTimeout)
-	defer cancel()
-	kind, msg := "cleanup_ok", ""
-	if err := s.plugins.Cleanup(ctx, pluginName, pj); err != nil {
-		kind, msg = "cleanup_failed", err.Error()
-		s.cfg.Metrics.CleanupFailures.Inc()
-		log.Warn("cleanup failed; queued for retry", "err", err)
-		if s.cfg.EnqueueCleanup != nil {
-			if qerr := s.cfg.EnqueueCleanup(ctx, pj.ID, "cleanup after the job ended failed: "+err.Error()); qerr != nil {
-				log.Error("queueing cleanup for retry", "err", qerr)
+// retryWrite runs a fenced write, each try bounded by FinalTimeout. While
+// the database cannot be reached it tries again — at the next successful
+// heartbeat or after a short backoff — until the write lands, its fence
+// refuses it (ErrLeaseLost), the database refuses its data (*DataError), or
+// the agent has been shutting down for FinalTimeout.
+func (s *Service) retryWrite(j *runningJob, log *slog.Logger, what string, write func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	var giveUp <-chan time.Time
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
+		err := write(ctx)
+		cancel()
+		var de *store.DataError
+		if err == nil || errors.Is(err, store.ErrLeaseLost) || errors.As(err, &de) {
+			return err
+		}
+		if try == 1 {
+			log.Warn(what+"; will retry when the database answers", "err", err)
+		}
+		if giveUp == nil {
+			select {
+			case <-s.quit:
+				giveUp = time.After(s.cfg.FinalTimeout)
+			default:
 			}
 		}
+		select {
+		case <-s.dbBack():
+		case <-time.After(wait):
+		case <-giveUp:
+			return fmt.Errorf("%s: gave up at shutdown: %w", what, err)
+		}
+		wait = min(wait*2, writeRetryMax)
 	}
-	if err := s.store.RecordEvent(ctx, s.cfg.Holder, pj.ID, j.claimed.Lease, kind, msg); err != nil {
-		log.Warn("recording cleanup event", "err", err)
-	}
-	return kind == "cleanup_ok"
 }
 
-func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger) {
+// cleanup runs the plugin's Cleanup for an attempt whose end is stored,
+// under the claim the transition gave this agent, and records the result
+// in the queue: done (a retry waiting for it may run), or failed (due again
+// for the queue's workers). If this agent dies first, the claim lapses and
+// a janitor runs it.
+func (s *Service) cleanup(a *attempt, claim store.CleanupClaim) {
+	j := a.j
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.CleanupTimeout)
+	err := s.plugins.Cleanup(ctx, a.plugin, a.job)
+	cancel()
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
+	defer wcancel()
+	pool, id, gen := s.store.Pool(), j.claimed.Job.ID, s.cfg.Holder.Generation
+	if err != nil {
+		s.cfg.Metrics.CleanupFailures.Inc()
+		a.log.Warn("cleanup failed; queued for retry", "err", err)
+		if err := cleanups.Failed(wctx, pool, id, claim, gen, s.cfg.CleanupRetryIn, err); err != nil {
+			a.log.Warn("recording failed cleanup; the claim lapses and the queue retries it", "err", err)
+		}
+		return
+	}
+	if err := cleanups.Done(wctx, pool, id, claim, gen, "cleanup_ok", "by agent "+s.cfg.Holder.Name); err != nil {
+		a.log.Warn("recording cleanup; the claim lapses and the queue runs it again", "err", err)
+	}
+}
+
+// recordLeaseLost notes that this runner was fenced off, with its own
+// account of the job, and drops what output it still held.
+func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger, account string) {
+	s.logs.drop(j.key)
 	s.cfg.Metrics.LeasesLost.Inc()
-	log.Warn("lease lost; stopped the job without writing")
+	log.Warn("lease lost; stopped the job without writing", "account", account)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
 	defer cancel()
-	if err := s.store.RecordEvent(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, "lease_lost", "agent "+s.cfg.Holder.Name+" stopped the job: its lease was taken over"); err != nil {
+	msg := "agent " + s.cfg.Holder.Name + " was fenced off (its lease was taken over); " + account
+	if err := s.store.RecordEvent(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, "lease_lost", msg); err != nil {
 		log.Warn("recording lease_lost event", "err", err)
 	}
+	signal(s.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "lease_lost", Error: account})
 }
 
-// runtime is the host side of plugin.Runtime for one job.
+// describe is an outcome in a few words, for the record.
+func describe(o store.Outcome) string {
+	if o.Error == "" {
+		return o.Status
+	}
+	return o.Status + ": " + firstLine(o.Error)
+}
+
+// runtime is the host side of plugin.Runtime for one runner.
 type runtime struct {
 	svc            *Service
 	job            *runningJob
@@ -320,32 +382,54 @@ type runtime struct {
 func (r *runtime) Stdout() io.Writer { return r.stdout }
 func (r *runtime) Stderr() io.Writer { return r.stderr }
 
-// Checkpoint stores the handle, fenced by the job's lease; a lost lease stops
-// the job.
+// Checkpoint stores the handle with the output written since the last one,
+// fenced by the job's lease. While the database cannot be reached it waits
+// and tries again, until the job's context ends (the self-fence ends it):
+// a database outage is the host's business, never a job error.
 func (r *runtime) Checkpoint(ctx context.Context, handle []byte) error {
 	c := r.job.claimed
-	// A handle may point past output (a log position): store that output
-	// first, or an agent killed in between would resume past lines nobody
-	// stored.
-	if err := r.svc.logs.flushNow(ctx); err != nil {
-		return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: storing its output first: %v", c.Job.ID, err)
+	wait := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		err := r.svc.logs.checkpoint(ctx, r.job.key, handle)
+		switch {
+		case err == nil:
+			r.job.mu.Lock()
+			r.job.handle = append([]byte(nil), handle...)
+			r.job.mu.Unlock()
+			return nil
+		case errors.Is(err, store.ErrLeaseLost):
+			r.job.cancel(errLeaseLost)
+			return plugin.Errorf(plugin.Retriable, "checkpoint of job %s rejected: lease %d lost", c.Job.ID, c.Lease)
+		}
+		if try == 1 {
+			r.svc.log.Warn("checkpoint waits for the database", "job", c.Job.ID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: %v", c.Job.ID, context.Cause(ctx))
+		case <-r.job.ctx.Done():
+			return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: %v", c.Job.ID, context.Cause(r.job.ctx))
+		case <-r.svc.dbBack():
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, writeRetryMax)
 	}
-	err := r.svc.store.Checkpoint(ctx, c.Job.ID, c.Lease, handle)
-	if errors.Is(err, store.ErrLeaseLost) {
-		r.job.cancel(errLeaseLost)
-		return plugin.Errorf(plugin.Retriable, "checkpoint of job %s rejected: lease %d lost", c.Job.ID, c.Lease)
-	}
-	if err != nil {
-		return err
-	}
-	r.job.mu.Lock()
-	r.job.handle = append([]byte(nil), handle...)
-	r.job.mu.Unlock()
-	return nil
 }
 
 func (r *runtime) Handle() []byte {
 	r.job.mu.Lock()
 	defer r.job.mu.Unlock()
 	return append([]byte(nil), r.job.handle...)
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

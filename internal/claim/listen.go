@@ -56,7 +56,10 @@ func (s *Service) listen(ctx context.Context) error {
 			}
 		case store.CancelChannel:
 			s.mu.Lock()
-			_, ours := s.jobs[n.Payload]
+			ours := false
+			for k := range s.jobs {
+				ours = ours || k.ID == n.Payload
+			}
 			s.mu.Unlock()
 			if ours {
 				s.kick(s.beat)

@@ -23,52 +23,74 @@ const (
 const kickBytes = 256 << 10
 
 // logFlusher gathers every running job's output and writes it in one fenced
-// statement per tick, instead of one INSERT per line.
+// statement per tick, instead of one INSERT per line. Buffers are per runner
+// (job, lease): a runner that lost its lease can neither flush into nor
+// delete the buffer of the runner that holds the job now.
+//
+// A resumable job's output is held until its plugin's next Checkpoint and
+// stored in the same transaction as the handle (or at the attempt's end):
+// output written after the last checkpoint belongs to whoever resumes the
+// job, who reads it again from the remote side. Stored at once instead, a
+// line would be copied twice whenever a handle failed to land.
 type logFlusher struct {
 	store  *store.Store
 	max    int64
 	every  time.Duration
 	log    *slog.Logger
-	onLost func(jobID string)
+	onLost func(jobKey)
 	bytes  [2]prometheus.Counter
 
 	mu      sync.Mutex
-	bufs    map[string]*jobBuf
+	bufs    map[jobKey]*jobBuf
 	pending int
 	kick    chan struct{}
 
-	flushMu sync.Mutex // one flush at a time keeps chunks in order
+	flushMu sync.Mutex // one write at a time keeps chunks in order
 }
 
 type jobBuf struct {
-	lease int64
-	data  [2][]byte
-	seen  [2]int64 // bytes accepted so far, to stop buffering past the cap
+	gated bool      // resumable: held until a checkpoint
+	data  [2][]byte // ready to store
+	seen  [2]int64  // bytes accepted so far, to stop buffering past the cap
 }
 
-func newLogFlusher(st *store.Store, max int64, every time.Duration, log *slog.Logger, onLost func(string), m *metrics.Metrics) *logFlusher {
+func newLogFlusher(st *store.Store, max int64, every time.Duration, log *slog.Logger, onLost func(jobKey), m *metrics.Metrics) *logFlusher {
 	return &logFlusher{store: st, max: max, every: every, log: log, onLost: onLost,
 		bytes: [2]prometheus.Counter{m.LogBytes.WithLabelValues("stdout"), m.LogBytes.WithLabelValues("stderr")},
-		bufs:  map[string]*jobBuf{}, kick: make(chan struct{}, 1)}
+		bufs:  map[jobKey]*jobBuf{}, kick: make(chan struct{}, 1)}
 }
 
-func (f *logFlusher) track(jobID string, lease int64) {
+func (f *logFlusher) track(k jobKey, gated bool) {
 	f.mu.Lock()
-	f.bufs[jobID] = &jobBuf{lease: lease}
+	f.bufs[k] = &jobBuf{gated: gated}
 	f.mu.Unlock()
 }
 
-func (f *logFlusher) untrack(jobID string) {
+// untrack forgets a runner's buffer and whatever it still holds.
+func (f *logFlusher) untrack(k jobKey) {
 	f.mu.Lock()
-	if b := f.bufs[jobID]; b != nil {
+	if b := f.bufs[k]; b != nil && !b.gated {
 		f.pending -= len(b.data[0]) + len(b.data[1])
 	}
-	delete(f.bufs, jobID)
+	delete(f.bufs, k)
 	f.mu.Unlock()
 }
 
-func (f *logFlusher) writer(jobID string, s stream) *jobWriter {
-	return &jobWriter{f: f, jobID: jobID, stream: s}
+// drop discards what a runner holds and has not stored: a resumable job
+// detached from (its next holder produces it again), or a lease lost.
+func (f *logFlusher) drop(k jobKey) {
+	f.mu.Lock()
+	if b := f.bufs[k]; b != nil {
+		if !b.gated {
+			f.pending -= len(b.data[0]) + len(b.data[1])
+		}
+		b.data = [2][]byte{}
+	}
+	f.mu.Unlock()
+}
+
+func (f *logFlusher) writer(k jobKey, s stream) *jobWriter {
+	return &jobWriter{f: f, key: k, stream: s}
 }
 
 func (f *logFlusher) run(ctx context.Context) {
@@ -78,31 +100,35 @@ func (f *logFlusher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = f.flushNow(fctx) // logged inside; nothing more to do at exit
+			_ = f.flush(fctx, nil) // logged inside; nothing more to do at exit
 			cancel()
 			return
 		case <-t.C:
 		case <-f.kick:
 		}
-		_ = f.flushNow(ctx) // kept for the next tick on error
+		_ = f.flush(ctx, nil) // kept for the next tick on error
 	}
 }
 
-// flushNow writes everything buffered so far. Output of jobs whose lease is
-// gone is dropped and the job stopped; on a database error the output is kept
-// for the next flush and the error returned.
-func (f *logFlusher) flushNow(ctx context.Context) error {
+// flush writes what is ready to store: every ungated buffer, and also the
+// buffer of only (a runner at its attempt's end, gated or not). Output of a
+// runner whose lease is gone is dropped and the runner stopped; on a
+// database error the output is kept for the next flush and the error
+// returned.
+func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
 
 	f.mu.Lock()
 	var batch []store.LogBatch
-	for id, b := range f.bufs {
-		if len(b.data[0]) == 0 && len(b.data[1]) == 0 {
+	for k, b := range f.bufs {
+		if (b.gated && (only == nil || *only != k)) || (len(b.data[0]) == 0 && len(b.data[1]) == 0) {
 			continue
 		}
-		batch = append(batch, store.LogBatch{JobID: id, Lease: b.lease, Stdout: b.data[0], Stderr: b.data[1]})
-		f.pending -= len(b.data[0]) + len(b.data[1])
+		batch = append(batch, store.LogBatch{JobID: k.ID, Lease: k.Lease, Stdout: b.data[0], Stderr: b.data[1]})
+		if !b.gated {
+			f.pending -= len(b.data[0]) + len(b.data[1])
+		}
 		b.data = [2][]byte{}
 	}
 	f.mu.Unlock()
@@ -112,29 +138,61 @@ func (f *logFlusher) flushNow(ctx context.Context) error {
 	held, err := f.store.AppendLogs(ctx, batch, f.max)
 	if err != nil {
 		f.log.Warn("writing job output; will retry", "jobs", len(batch), "err", err)
-		f.mu.Lock()
-		for _, lb := range batch {
-			if b := f.bufs[lb.JobID]; b != nil {
-				b.data[0] = append(lb.Stdout, b.data[0]...)
-				b.data[1] = append(lb.Stderr, b.data[1]...)
-				f.pending += len(lb.Stdout) + len(lb.Stderr)
-			}
-		}
-		f.mu.Unlock()
+		f.putBack(batch)
 		return err
 	}
 	for _, lb := range batch {
 		if !held[lb.JobID] {
-			f.onLost(lb.JobID)
+			f.onLost(jobKey{lb.JobID, lb.Lease})
 		}
 	}
 	return nil
 }
 
-// jobWriter is one stream of one job.
+func (f *logFlusher) putBack(batch []store.LogBatch) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, lb := range batch {
+		if b := f.bufs[jobKey{lb.JobID, lb.Lease}]; b != nil {
+			b.data[0] = append(lb.Stdout, b.data[0]...)
+			b.data[1] = append(lb.Stderr, b.data[1]...)
+			if !b.gated {
+				f.pending += len(lb.Stdout) + len(lb.Stderr)
+			}
+		}
+	}
+}
+
+// checkpoint stores the runner's output so far (other jobs' ready output
+// first, to keep chunks in write order) and handle in one transaction.
+func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte) error {
+	if err := f.flush(ctx, nil); err != nil {
+		return err
+	}
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	f.mu.Lock()
+	lb := store.LogBatch{JobID: k.ID, Lease: k.Lease}
+	b := f.bufs[k]
+	if b != nil {
+		lb.Stdout, lb.Stderr = b.data[0], b.data[1]
+		if !b.gated {
+			f.pending -= len(b.data[0]) + len(b.data[1])
+		}
+		b.data = [2][]byte{}
+	}
+	f.mu.Unlock()
+	err := f.store.CheckpointWithOutput(ctx, lb, f.max, handle)
+	if err != nil && b != nil {
+		f.putBack([]store.LogBatch{lb})
+	}
+	return err
+}
+
+// jobWriter is one stream of one runner.
 type jobWriter struct {
 	f      *logFlusher
-	jobID  string
+	key    jobKey
 	stream stream
 }
 
@@ -144,10 +202,10 @@ func (w *jobWriter) Write(p []byte) (int, error) {
 	f := w.f
 	f.bytes[w.stream].Add(float64(len(p)))
 	f.mu.Lock()
-	b := f.bufs[w.jobID]
+	b := f.bufs[w.key]
 	if b == nil {
 		f.mu.Unlock()
-		return len(p), nil // the job has ended; late output has nowhere to go
+		return len(p), nil // the runner has ended; late output has nowhere to go
 	}
 	room := f.max + 1 - b.seen[w.stream] // one byte past the cap makes the marker
 	keep := p
@@ -156,8 +214,11 @@ func (w *jobWriter) Write(p []byte) (int, error) {
 	}
 	b.data[w.stream] = append(b.data[w.stream], keep...)
 	b.seen[w.stream] += int64(len(keep))
-	f.pending += len(keep)
-	kick := f.pending >= kickBytes
+	kick := false
+	if !b.gated {
+		f.pending += len(keep)
+		kick = f.pending >= kickBytes
+	}
 	f.mu.Unlock()
 	if kick {
 		select {

@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -45,39 +47,66 @@ type Config struct {
 	LogMaxBytes  int64         // cap per job per stream (10 MiB)
 	FinalTimeout time.Duration // bound on final writes after shutdown began (10s)
 	// SelfFenceAfter stops every job when no heartbeat has succeeded for this
-	// long (stale_job − 2×keepalive), before the janitor could act on them:
-	// resumable jobs are detached, others killed. 0 disables it.
+	// long (config.SelfFenceAfter: stale_job − 2×keepalive − the longest
+	// kill_grace), before the janitor could act on them: resumable jobs are
+	// detached, others stopped. Its own timer fires it, whatever the
+	// heartbeat is doing. 0 disables it.
 	SelfFenceAfter time.Duration
-	// EnqueueCleanup queues a Cleanup that failed here for retries with
-	// backoff (the janitor's cleanup queue). Nil: a failure is only recorded.
-	EnqueueCleanup func(ctx context.Context, jobID, reason string) error
-	CleanupTimeout time.Duration // bound on one Cleanup call (2m)
+	CleanupTimeout time.Duration // bound on one Cleanup call (DefaultCleanupTimeout)
+	// CleanupRetryIn is when a Cleanup that failed here is due again for the
+	// queue's workers (DefaultCleanupRetryIn).
+	CleanupRetryIn time.Duration
+	// Liveness renews leases: a store on a pool of its own, so heartbeats
+	// never wait for a connection the jobs' writes hold. Nil: the main store.
+	Liveness *store.Store
 
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: a private set nobody scrapes
 }
 
+// Defaults, shared with the configuration.
+const (
+	DefaultCapacity       = 10
+	DefaultPollInterval   = time.Second
+	DefaultKeepalive      = 5 * time.Second
+	DefaultLogFlush       = 200 * time.Millisecond
+	DefaultLogMaxBytes    = 10 << 20
+	DefaultFinalTimeout   = 10 * time.Second
+	DefaultCleanupTimeout = 2 * time.Minute
+	DefaultCleanupRetryIn = time.Second
+	// reattachTries bounds how often a resumable job whose plugin crashed
+	// (or whose call broke) is resumed in the same attempt before the
+	// attempt is failed, with its Cleanup.
+	reattachTries = 3
+	// writeRetryMax caps the wait between tries of a write that waits for
+	// the database.
+	writeRetryMax = time.Second
+)
+
 func (c *Config) setDefaults() {
 	if c.Capacity <= 0 {
-		c.Capacity = 10
+		c.Capacity = DefaultCapacity
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.Keepalive <= 0 {
-		c.Keepalive = 5 * time.Second
+		c.Keepalive = DefaultKeepalive
 	}
 	if c.LogFlush <= 0 {
-		c.LogFlush = 200 * time.Millisecond
+		c.LogFlush = DefaultLogFlush
 	}
 	if c.LogMaxBytes <= 0 {
-		c.LogMaxBytes = 10 << 20
+		c.LogMaxBytes = DefaultLogMaxBytes
 	}
 	if c.FinalTimeout <= 0 {
-		c.FinalTimeout = 10 * time.Second
+		c.FinalTimeout = DefaultFinalTimeout
 	}
 	if c.CleanupTimeout <= 0 {
-		c.CleanupTimeout = 2 * time.Minute
+		c.CleanupTimeout = DefaultCleanupTimeout
+	}
+	if c.CleanupRetryIn <= 0 {
+		c.CleanupRetryIn = DefaultCleanupRetryIn
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -107,10 +136,11 @@ type Service struct {
 	log     *slog.Logger
 	logs    *logFlusher
 
-	commands []string
+	commands  []string
+	resumable []string // plugins of our commands whose copy here can Resume
 
 	mu   sync.Mutex
-	jobs map[string]*runningJob
+	jobs map[jobKey]*runningJob // one runner per (job, lease)
 
 	draining       atomic.Bool   // no more claims
 	changed        chan struct{} // a job ended (for WaitIdle)
@@ -121,19 +151,45 @@ type Service struct {
 	supersededOnce sync.Once
 
 	// lastBeat is when the last successful heartbeat was sent (monotonic);
-	// the database stamped it no earlier, so fencing on it is safe.
+	// the database stamped it no earlier, so fencing on it is safe. beatOK
+	// is closed (and replaced) by every successful heartbeat: writes waiting
+	// for the database and the self-fence timer watch it.
 	lastBeat time.Time
-	// deferred are fenced writes that must wait for the database to return.
-	deferred []deferredWrite
+	beatOK   chan struct{}
+	// quit is closed when Run begins its shutdown: writes still waiting for
+	// the database give up FinalTimeout later.
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	// Test signals: a test may wait on these to observe the loop.
 	TestSignals TestSignals
 }
 
-// TestSignals lets tests observe the service without sleeping.
+// TestSignals lets tests observe the service without sleeping. Each is nil
+// (and costs nothing) in production.
 type TestSignals struct {
 	// Heartbeat, if set, receives the result of every heartbeat.
 	Heartbeat chan<- store.HeartbeatResult
+	// Ended, if set, receives each attempt's end once it is stored (or
+	// given up on).
+	Ended chan<- Ended
+	// SelfFenced, if set, receives how long the agent had been silent each
+	// time the self-fence fired.
+	SelfFenced chan<- time.Duration
+}
+
+// Ended is one attempt's end as the runner saw it.
+type Ended struct {
+	JobID  string
+	Lease  int64
+	Status string // as stored: succeeded, failed, canceled, queued (retry), released, lease_lost
+	Error  string
+}
+
+func signal[T any](ch chan<- T, v T) {
+	if ch != nil {
+		ch <- v
+	}
 }
 
 // New returns a Service. It does nothing until Run.
@@ -144,17 +200,30 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		cmds = append(cmds, name)
 	}
 	sort.Strings(cmds)
+	var resumable []string
+	for _, c := range cfg.Commands {
+		if info, ok := plugins.Info(c.Plugin); ok && info.Has(plugin.CapResume) && !slices.Contains(resumable, c.Plugin) {
+			resumable = append(resumable, c.Plugin)
+		}
+	}
+	sort.Strings(resumable)
 	s := &Service{
 		cfg:        cfg,
 		store:      st,
 		plugins:    plugins,
 		log:        cfg.Logger.With("agent", cfg.Holder.Name),
 		commands:   cmds,
-		jobs:       map[string]*runningJob{},
+		resumable:  resumable,
+		jobs:       map[jobKey]*runningJob{},
+		beatOK:     make(chan struct{}),
+		quit:       make(chan struct{}),
 		wake:       make(chan struct{}, 1),
 		changed:    make(chan struct{}, 1),
 		beat:       make(chan struct{}, 1),
 		superseded: make(chan struct{}),
+	}
+	if s.cfg.Liveness == nil {
+		s.cfg.Liveness = st
 	}
 	s.lastBeat = time.Now()
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
@@ -169,12 +238,14 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopLoops()
 
 	var loops sync.WaitGroup
-	loops.Add(3)
+	loops.Add(4)
 	go func() { defer loops.Done(); s.heartbeatLoop(loopCtx) }()
+	go func() { defer loops.Done(); s.fenceLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.logs.run(loopCtx) }()
 	go func() { defer loops.Done(); s.listenLoop(loopCtx) }()
 
 	err := s.claimLoop(loopCtx)
+	s.quitOnce.Do(func() { close(s.quit) })
 
 	// Shutdown: stop every job, wait for the runners to write what they can.
 	cause := errShutdown
@@ -197,11 +268,11 @@ func (s *Service) Running() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := make([]string, 0, len(s.jobs))
-	for id := range s.jobs {
-		ids = append(ids, id)
+	for k := range s.jobs {
+		ids = append(ids, k.ID)
 	}
 	sort.Strings(ids)
-	return ids
+	return slices.Compact(ids)
 }
 
 func (s *Service) kick(ch chan struct{}) {
@@ -256,7 +327,7 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	if free <= 0 || s.draining.Load() {
 		return 0, nil
 	}
-	claimed, err := s.store.Claim(ctx, s.cfg.Holder, free, s.commands)
+	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: s.commands, Resumable: s.resumable})
 	if err != nil {
 		return 0, err
 	}
@@ -267,25 +338,38 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
+// jobKey names one runner: a job under one lease. The same agent may hold
+// a job again under a newer lease (it re-claimed a job it released); the
+// older runner is stopped and can neither write nor unregister the newer.
+type jobKey struct {
+	ID    string
+	Lease int64
+}
+
 // start registers the job and runs it on its own goroutine.
 func (s *Service) start(ctx context.Context, c store.Claimed) {
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	info, _ := s.plugins.Info(c.Job.Plugin)
-	j := &runningJob{claimed: c, ctx: jctx, cancelFn: cancel, resumable: info.Has(plugin.CapResume), done: make(chan struct{})}
+	key := jobKey{c.Job.ID, c.Lease}
+	j := &runningJob{key: key, claimed: c, ctx: jctx, cancelFn: cancel,
+		resumable: info.Has(plugin.CapResume), hasCleanup: info.Has(plugin.CapCleanup), done: make(chan struct{})}
 	s.mu.Lock()
-	s.jobs[c.Job.ID] = j
+	for k, old := range s.jobs {
+		if k.ID == key.ID && k.Lease < key.Lease {
+			old.cancel(errLeaseLost) // superseded by our own newer claim
+		}
+	}
+	s.jobs[key] = j
 	s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
 	s.mu.Unlock()
-	s.logs.track(c.Job.ID, c.Lease)
+	s.logs.track(key, j.resumable)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer func() {
-			if !j.deferred {
-				s.logs.untrack(c.Job.ID) // else after the deferred write
-			}
+			s.logs.untrack(key)
 			s.mu.Lock()
-			delete(s.jobs, c.Job.ID)
+			delete(s.jobs, key)
 			s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
 			s.mu.Unlock()
 			close(j.done)
@@ -296,12 +380,15 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 	}()
 }
 
-// leaseLost stops a job whose lease a write or heartbeat found gone.
-func (s *Service) leaseLost(jobID string) {
+// leaseLost stops the runner whose lease a write or heartbeat found gone.
+func (s *Service) leaseLost(key jobKey) {
 	s.mu.Lock()
-	j := s.jobs[jobID]
+	j := s.jobs[key]
 	s.mu.Unlock()
 	if j != nil {
 		j.cancel(errLeaseLost)
 	}
 }
+
+// levers returns the stamped levers a claim carried.
+func levers(c store.Claimed) limits.Set { return c.Job.Limits }

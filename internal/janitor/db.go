@@ -2,15 +2,14 @@ package janitor
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/queries"
 )
@@ -50,7 +49,9 @@ func secondsDuration(s float64) time.Duration {
 func secs(d time.Duration) float64 { return d.Seconds() }
 
 // apply writes one decided action inside tx, fenced by (job_id, lease,
-// status). It reports whether the fence held.
+// status). It reports whether the fence held. Every action that ends an
+// attempt goes through the one transition (store.EndAttempt), with the retry
+// and Cleanup decided by internal/lifecycle.
 func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Action) (bool, error) {
 	var n int
 	var err error
@@ -64,22 +65,12 @@ func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Ac
 		msg := fmt.Sprintf("released: %s (was held by %s)", a.Reason, c.Input.AgentName)
 		err = tx.QueryRow(ctx, queries.Get("janitor_release"), c.JobID, c.Lease, c.Input.Status,
 			actor.Name, actor.Generation, a.Reason, msg).Scan(&n)
-	case Fail, FailAWOL, FailActiveTimeout:
-		// Retriable: retried when the job has retries left.
-		err = tx.QueryRow(ctx, queries.Get("janitor_finish"), c.JobID, c.Lease, c.Input.Status,
-			store.StatusFailed, a.Reason, "retriable", actor.Name, actor.Generation, a.Cleanup, "failed",
-			true, rand.Float64()).Scan(&n)
-	case FailPending:
-		// Waiting longer would not help: never retried.
-		err = tx.QueryRow(ctx, queries.Get("janitor_finish"), c.JobID, c.Lease, c.Input.Status,
-			store.StatusFailed, a.Reason, "permanent", actor.Name, actor.Generation, false, "failed",
-			false, 0.0).Scan(&n)
-	case Cancel:
-		err = tx.QueryRow(ctx, queries.Get("janitor_finish"), c.JobID, c.Lease, c.Input.Status,
-			store.StatusCanceled, a.Reason, nil, actor.Name, actor.Generation, a.Cleanup, "canceled",
-			false, 0.0).Scan(&n)
 	default:
-		return false, fmt.Errorf("unknown janitor action %q", a.Kind)
+		o, noRetry, ok := a.outcome()
+		if !ok {
+			return false, fmt.Errorf("unknown janitor action %q", a.Kind)
+		}
+		return end(ctx, tx, actor, c, a, o, noRetry)
 	}
 	if err != nil {
 		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
@@ -87,118 +78,44 @@ func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Ac
 	return n > 0, nil
 }
 
-// Execer runs a statement; both pgx.Tx and *pgxpool.Pool are one.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// Enqueue queues a plugin Cleanup for a job. Call it in the transaction that
-// commits the job's terminal status, or after that commit: Cleanup must never
-// run before the outcome is durable. A Cleanup already pending for the job is
-// kept as it is. reason says why the remote work must go (the job's error).
-func Enqueue(ctx context.Context, db Execer, jobID, reason string) error {
-	if _, err := db.Exec(ctx, queries.Get("cleanup_enqueue"), jobID, reason); err != nil {
-		return fmt.Errorf("queueing cleanup of job %s: %w", jobID, err)
+// outcome is the attempt's end an action records: the status, error class
+// and whether a retry is ruled out whatever the levers say.
+func (a Action) outcome() (o store.Outcome, noRetry, ok bool) {
+	switch a.Kind {
+	case Fail, FailAWOL, FailActiveTimeout:
+		// Retriable: retried when the job has retries left.
+		return store.Outcome{Status: store.StatusFailed, Error: a.Reason, ErrorClass: "retriable", EventKind: "failed"}, false, true
+	case FailPending:
+		// Waiting longer would not help: never retried.
+		return store.Outcome{Status: store.StatusFailed, Error: a.Reason, ErrorClass: "permanent", EventKind: "failed"}, true, true
+	case Cancel:
+		return store.Outcome{Status: store.StatusCanceled, Error: a.Reason, EventKind: "canceled"}, true, true
 	}
-	return nil
+	return store.Outcome{}, false, false
 }
 
-// Cleanup is one pending Cleanup call.
-type Cleanup struct {
-	JobID        string     `json:"job_id"`
-	Plugin       string     `json:"plugin"`
-	Command      string     `json:"command"`
-	Reason       string     `json:"reason"`
-	Attempts     int        `json:"attempts"`
-	NextAt       time.Time  `json:"next_at"`
-	LastError    string     `json:"last_error,omitempty"`
-	CreatedAt    time.Time  `json:"created_at"`
-	ClaimedBy    string     `json:"claimed_by,omitempty"`
-	ClaimedUntil *time.Time `json:"claimed_until,omitempty"`
-}
-
-// ListCleanups returns up to limit pending Cleanups with job IDs after
-// after, in job ID order, so a Cleanup that keeps failing stays visible.
-func ListCleanups(ctx context.Context, pool *pgxpool.Pool, after string, limit int) ([]Cleanup, error) {
-	if limit <= 0 {
-		limit = 100
-	}
-	rows, err := pool.Query(ctx, queries.Get("cleanup_list"), after, limit)
+// end applies an action that ends the attempt: the levers are read under
+// the row lock the candidate query took, the plan decided in Go, and the
+// transition stores it. The Cleanup, when due, is queued for any worker.
+func end(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Action, o store.Outcome, noRetry bool) (bool, error) {
+	attempt, levers, err := store.Levers(ctx, tx, c.JobID)
 	if err != nil {
-		return nil, fmt.Errorf("listing cleanups: %w", err)
+		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Cleanup, error) {
-		var c Cleanup
-		var lastErr, claimedBy *string
-		err := r.Scan(&c.JobID, &c.Plugin, &c.Command, &c.Reason, &c.Attempts, &c.NextAt,
-			&lastErr, &c.CreatedAt, &claimedBy, &c.ClaimedUntil)
-		if lastErr != nil {
-			c.LastError = *lastErr
-		}
-		if claimedBy != nil {
-			c.ClaimedBy = *claimedBy
-		}
-		return c, err
+	plan := lifecycle.Decide(lifecycle.Input{
+		Status: o.Status, ErrorClass: o.ErrorClass, Attempt: attempt, Levers: levers, NoRetry: noRetry,
+		// The janitor's own rules say when remote work may exist.
+		PluginCalled: a.Cleanup, HasCleanup: a.Cleanup, Jitter: rand.Float64(),
 	})
-	if err != nil {
-		return nil, fmt.Errorf("listing cleanups: %w", err)
-	}
-	return out, nil
-}
-
-// pendingCleanups counts the queue.
-func pendingCleanups(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-	var n int
-	if err := pool.QueryRow(ctx, queries.Get("cleanup_count")).Scan(&n); err != nil {
-		return 0, fmt.Errorf("counting cleanups: %w", err)
-	}
-	return n, nil
-}
-
-// claimedCleanup is a Cleanup this worker holds.
-type claimedCleanup struct {
-	JobID, Plugin, Command string
-	Context                json.RawMessage
-	Attempt                int // the job's attempt
-	Attempts               int // Cleanup calls including this one
-}
-
-func claimCleanups(ctx context.Context, pool *pgxpool.Pool, worker string, plugins []string, limit int, hold time.Duration) ([]claimedCleanup, error) {
-	rows, err := pool.Query(ctx, queries.Get("cleanup_claim"), worker, plugins, limit, secs(hold))
-	if err != nil {
-		return nil, fmt.Errorf("claiming cleanups: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimedCleanup, error) {
-		var c claimedCleanup
-		err := r.Scan(&c.JobID, &c.Plugin, &c.Command, &c.Context, &c.Attempt, &c.Attempts)
-		return c, err
+	_, err = store.EndAttempt(ctx, tx, store.End{
+		JobID: c.JobID, Lease: c.Lease, ExpectStatus: c.Input.Status, Actor: actor,
+		EventLease: c.Lease + 1, Outcome: o, Plan: plan,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("claiming cleanups: %w", err)
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
 	}
-	return out, nil
-}
-
-func cleanupDone(ctx context.Context, pool *pgxpool.Pool, worker store.Holder, c claimedCleanup, kind, msg string) error {
-	if _, err := pool.Exec(ctx, queries.Get("cleanup_done"), c.JobID, worker.Name, c.Attempts, worker.Generation, kind, msg); err != nil {
-		return fmt.Errorf("recording cleanup of job %s: %w", c.JobID, err)
-	}
-	return nil
-}
-
-func cleanupFailed(ctx context.Context, pool *pgxpool.Pool, worker store.Holder, c claimedCleanup, retryIn time.Duration, cause error) error {
-	if _, err := pool.Exec(ctx, queries.Get("cleanup_failed"), c.JobID, worker.Name, c.Attempts, worker.Generation, secs(retryIn), cause.Error()); err != nil {
-		return fmt.Errorf("recording failed cleanup of job %s: %w", c.JobID, err)
-	}
-	return nil
-}
-
-// liftOrphanGates makes claimable up to limit retries that wait for a
-// Cleanup no longer queued.
-func liftOrphanGates(ctx context.Context, pool *pgxpool.Pool, limit int) (int, error) {
-	var n int
-	if err := pool.QueryRow(ctx, queries.Get("retry_gate_lift"), limit).Scan(&n); err != nil {
-		return 0, fmt.Errorf("releasing retries whose Cleanup is gone: %w", err)
-	}
-	return n, nil
+	return true, nil
 }

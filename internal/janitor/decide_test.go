@@ -1,6 +1,7 @@
 package janitor
 
 import (
+	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobctx"
 
 	"testing"
@@ -170,12 +171,12 @@ func TestDecide(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	lo, hi := time.Second, 5*time.Minute
-	assert.Equal(t, time.Second, backoff(1, lo, hi))
-	assert.Equal(t, 2*time.Second, backoff(2, lo, hi))
-	assert.Equal(t, 4*time.Second, backoff(3, lo, hi))
-	assert.Equal(t, 256*time.Second, backoff(9, lo, hi))
-	assert.Equal(t, hi, backoff(10, lo, hi))
-	assert.Equal(t, hi, backoff(1000, lo, hi))
+	assert.Equal(t, time.Second, cleanups.Backoff(1, lo, hi))
+	assert.Equal(t, 2*time.Second, cleanups.Backoff(2, lo, hi))
+	assert.Equal(t, 4*time.Second, cleanups.Backoff(3, lo, hi))
+	assert.Equal(t, 256*time.Second, cleanups.Backoff(9, lo, hi))
+	assert.Equal(t, hi, cleanups.Backoff(10, lo, hi))
+	assert.Equal(t, hi, cleanups.Backoff(1000, lo, hi))
 }
 
 func TestMergeContext(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
@@ -230,7 +231,7 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 		}
 		cursor = last
 	}
-	if n, err := liftOrphanGates(ctx, s.pool, s.cfg.BatchSize); err != nil {
+	if n, err := cleanups.LiftOrphanGates(ctx, s.pool, s.cfg.BatchSize); err != nil {
 		return total, err
 	} else if n > 0 {
 		s.log.Info("released retries whose Cleanup is no longer queued", "jobs", n)
@@ -238,7 +239,7 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 	if _, err := s.Retention(ctx); err != nil {
 		return total, err
 	}
-	if pending, err := pendingCleanups(ctx, s.pool); err == nil {
+	if pending, err := cleanups.Count(ctx, s.pool); err == nil {
 		s.pending.Set(float64(pending))
 	} else {
 		s.log.Warn("counting pending cleanups", "err", err)
@@ -395,7 +396,7 @@ func (s *Service) CleanupPass(ctx context.Context) (int, error) {
 	hold := s.cfg.CleanupTimeout + resultTimeout + 5*time.Second
 	total := 0
 	for ctx.Err() == nil {
-		claimed, err := claimCleanups(ctx, s.pool, s.cfg.Holder.Name, names, s.cfg.CleanupConcurrency, hold)
+		claimed, err := cleanups.Claim(ctx, s.pool, s.cfg.Holder.Name, names, s.cfg.CleanupConcurrency, hold)
 		if err != nil {
 			return total, err
 		}
@@ -413,15 +414,15 @@ func (s *Service) CleanupPass(ctx context.Context) (int, error) {
 }
 
 // runCleanup makes one Cleanup call outside any transaction and records it.
-func (s *Service) runCleanup(ctx context.Context, c claimedCleanup) {
-	log := s.log.With("job", c.JobID, "plugin", c.Plugin, "attempt", c.Attempts)
+func (s *Service) runCleanup(ctx context.Context, c cleanups.Claimed) {
+	log := s.log.With("job", c.JobID, "plugin", c.Plugin, "attempt", c.Claim.Attempts)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultTimeout+s.cfg.CleanupTimeout)
 	defer cancel()
 
 	info, loaded := s.plugins.Info(c.Plugin)
 	if loaded && !info.Has(plugin.CapCleanup) {
 		msg := fmt.Sprintf("plugin %q has no Cleanup; nothing to clean up", c.Plugin)
-		if err := cleanupDone(wctx, s.pool, s.cfg.Holder, c, "cleanup_skipped", msg); err != nil {
+		if err := cleanups.Done(wctx, s.pool, c.JobID, c.Claim, s.cfg.Holder.Generation, "cleanup_skipped", msg); err != nil {
 			log.Warn("recording skipped cleanup", "err", err)
 		}
 		s.cleanupAttempts.WithLabelValues("skipped").Inc()
@@ -429,23 +430,23 @@ func (s *Service) runCleanup(ctx context.Context, c claimedCleanup) {
 	}
 	err := s.callCleanup(ctx, c, loaded)
 	if err == nil {
-		if err := cleanupDone(wctx, s.pool, s.cfg.Holder, c, "cleanup_ok", fmt.Sprintf("attempt %d", c.Attempts)); err != nil {
+		if err := cleanups.Done(wctx, s.pool, c.JobID, c.Claim, s.cfg.Holder.Generation, "cleanup_ok", fmt.Sprintf("attempt %d", c.Claim.Attempts)); err != nil {
 			log.Warn("recording cleanup", "err", err)
 		}
 		s.cleanupAttempts.WithLabelValues("ok").Inc()
 		log.Info("cleanup done")
 		return
 	}
-	wait := backoff(c.Attempts, s.cfg.CleanupBackoffMin, s.cfg.CleanupBackoffMax)
+	wait := cleanups.Backoff(c.Claim.Attempts, s.cfg.CleanupBackoffMin, s.cfg.CleanupBackoffMax)
 	log.Warn("cleanup failed; will retry", "err", err, "retry_in", wait)
 	s.cleanupAttempts.WithLabelValues("failed").Inc()
 	s.cleanupFailures.Inc()
-	if err := cleanupFailed(wctx, s.pool, s.cfg.Holder, c, wait, err); err != nil {
+	if err := cleanups.Failed(wctx, s.pool, c.JobID, c.Claim, s.cfg.Holder.Generation, wait, err); err != nil {
 		log.Warn("recording failed cleanup", "err", err)
 	}
 }
 
-func (s *Service) callCleanup(ctx context.Context, c claimedCleanup, loaded bool) error {
+func (s *Service) callCleanup(ctx context.Context, c cleanups.Claimed, loaded bool) error {
 	if !loaded {
 		return fmt.Errorf("plugin %q is no longer loaded on agent %s", c.Plugin, s.cfg.Holder.Name)
 	}
@@ -460,17 +461,4 @@ func (s *Service) callCleanup(ctx context.Context, c claimedCleanup, loaded bool
 		return fmt.Errorf("cleanup through plugin %q: %w", c.Plugin, err)
 	}
 	return nil
-}
-
-// backoff is the wait after the attempts-th failed call: lo doubling per
-// attempt, capped at hi.
-func backoff(attempts int, lo, hi time.Duration) time.Duration {
-	d := lo
-	for i := 1; i < attempts && d < hi; i++ {
-		d *= 2
-	}
-	if d > hi {
-		d = hi
-	}
-	return d
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tetherjobs/tether/internal/cleanups"
 	"log/slog"
 	"sync"
 	"testing"
@@ -408,7 +409,7 @@ func TestCleanupRetriesWithBackoffUntilItSucceeds(t *testing.T) {
 		assert.Equal(t, attempt+1, attempts)
 		assert.InDelta(t, want.Seconds(), wait, 0.5)
 		assert.Contains(t, lastErr, fmt.Sprintf("remote API unavailable (call %d)", attempt+1))
-		list, err := ListCleanups(f.ctx, f.pool, "", 10)
+		list, err := cleanups.List(f.ctx, f.pool, "", 10)
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		assert.Equal(t, id, list[0].JobID)
@@ -450,12 +451,12 @@ func TestCleanupClaimLapsesAndOtherPluginsWait(t *testing.T) {
 	other := f.submit("c", "ecs")
 	bare := f.submit("c", "bare")
 	for _, id := range []string{done, other, bare} {
-		require.NoError(t, Enqueue(f.ctx, f.pool, id, "test"))
+		require.NoError(t, cleanups.Enqueue(f.ctx, f.pool, id, "test"))
 	}
-	require.NoError(t, Enqueue(f.ctx, f.pool, done, "again"), "enqueueing twice keeps one row")
+	require.NoError(t, cleanups.Enqueue(f.ctx, f.pool, done, "again"), "enqueueing twice keeps one row")
 
 	// A worker that died holding a claim: its claim lapses.
-	claimed, err := claimCleanups(f.ctx, f.pool, "crashed", []string{"sh"}, 10, 200*time.Millisecond)
+	claimed, err := cleanups.Claim(f.ctx, f.pool, "crashed", []string{"sh"}, 10, 200*time.Millisecond)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 
@@ -477,7 +478,7 @@ func TestCleanupClaimLapsesAndOtherPluginsWait(t *testing.T) {
 
 	// A plugin this agent does not load stays queued and visible.
 	assert.True(t, f.cleanupQueued(other))
-	list, err := ListCleanups(f.ctx, f.pool, "", 0)
+	list, err := cleanups.List(f.ctx, f.pool, "", 0)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, other, list[0].JobID)

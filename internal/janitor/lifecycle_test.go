@@ -1,6 +1,7 @@
 package janitor
 
 import (
+	"github.com/tetherjobs/tether/internal/cleanups"
 	"testing"
 	"time"
 
@@ -164,7 +165,7 @@ func TestRetentionAndOrphanGates(t *testing.T) {
 	oldBad := finish(limits.Set{TTLFailed: day}, bad)
 	forever := finish(limits.Set{TTLSucceeded: day}, bad) // ttl_failed 0
 	uncleaned := finish(limits.Set{TTLFailed: day}, bad)
-	require.NoError(t, Enqueue(f.ctx, f.pool, uncleaned, "cleanup after the job ended failed: boom"))
+	require.NoError(t, cleanups.Enqueue(f.ctx, f.pool, uncleaned, "cleanup after the job ended failed: boom"))
 	f.exec(`UPDATE cleanups SET next_at = now() + interval '1 hour' WHERE job_id = $1`, uncleaned) // not due this pass
 	f.exec(`UPDATE jobs SET finished_at = now() - interval '25 hours' WHERE id = ANY($1)`, []string{oldOK, oldBad, forever, uncleaned})
 	assert.Nil(t, f.job(forever).ExpiresAt)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -70,8 +71,25 @@ type Claimed struct {
 	AttemptAge    time.Duration
 }
 
-// Claim takes leases on up to limit claimable jobs of the given commands.
+// ClaimParams says what an agent may claim.
+type ClaimParams struct {
+	Limit    int
+	Commands []string
+	// Resumable lists the plugins whose copy on this agent can Resume: a
+	// job that must be resumed is claimed only if its plugin is here. Nil
+	// means any plugin.
+	Resumable []string
+}
+
+// Claim takes leases on up to limit claimable jobs of the given commands,
+// resumable ones of any plugin.
 func (s *Store) Claim(ctx context.Context, h Holder, limit int, commands []string) ([]Claimed, error) {
+	return s.ClaimWith(ctx, h, ClaimParams{Limit: limit, Commands: commands})
+}
+
+// ClaimWith takes leases on up to p.Limit claimable jobs.
+func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claimed, error) {
+	limit, commands := p.Limit, p.Commands
 	if limit <= 0 || len(commands) == 0 {
 		return nil, nil
 	}
@@ -180,92 +198,6 @@ func (s *Store) leaseStatus(ctx context.Context, jobID string, lease int64) (str
 	return status, nil
 }
 
-// Outcome is the final state of one attempt.
-type Outcome struct {
-	Status     string // succeeded, failed or canceled
-	Result     json.RawMessage
-	Error      string
-	ErrorClass string
-	Message    string // for the final event
-	// CleanupFirst: the caller runs the plugin's Cleanup once the write
-	// commits. A retry then waits for it (see CleanupFinished) and a queued
-	// Cleanup due after CleanupHold is its fallback.
-	CleanupFirst bool
-	CleanupHold  time.Duration
-	// Jitter in [0, 1) spreads a retry's backoff over [half, all] of it.
-	Jitter float64
-}
-
-// Finished says what a Finish wrote.
-type Finished struct {
-	// Retried: the attempt failed retriably with retries left, and the job
-	// is queued again as Attempt.
-	Retried bool
-	Attempt int
-	// RunAfter is when the retry becomes due; nil while it waits for a
-	// Cleanup.
-	RunAfter *time.Time
-}
-
-// Finish writes the end of a job's attempt, fenced by lease: the final
-// status, result, error and event, removing its active row — or, for a
-// retriable failure with retries left, the job queued again as the next
-// attempt (see queries/job_finish.sql). ErrLeaseLost means nothing was
-// written.
-func (s *Store) Finish(ctx context.Context, h Holder, jobID string, lease int64, o Outcome) error {
-	_, err := s.FinishAttempt(ctx, h, jobID, lease, o)
-	return err
-}
-
-// FinishAttempt is Finish, reporting whether the job was retried.
-func (s *Store) FinishAttempt(ctx context.Context, h Holder, jobID string, lease int64, o Outcome) (Finished, error) {
-	var errText, errClass *string
-	if o.Error != "" {
-		errText = &o.Error
-	}
-	if o.ErrorClass != "" {
-		errClass = &o.ErrorClass
-	}
-	msg := o.Message
-	if msg == "" {
-		msg = o.Error
-	}
-	var n int
-	var f Finished
-	if o.Status != StatusFailed || o.ErrorClass != "retriable" {
-		// Nothing to decide: the plain final write.
-		err := s.pool.QueryRow(ctx, queries.Get("job_finish_final"), jobID, lease, o.Status, nullJSON(o.Result),
-			errText, errClass, h.Name, h.Generation, msg).Scan(&n)
-		if err != nil {
-			return Finished{}, fmt.Errorf("finishing job %s: %w", jobID, err)
-		}
-		if n == 0 {
-			return Finished{}, ErrLeaseLost
-		}
-		return f, nil
-	}
-	err := s.pool.QueryRow(ctx, queries.Get("job_finish"), jobID, lease, o.Status, nullJSON(o.Result),
-		errText, errClass, h.Name, h.Generation, msg, o.Jitter, o.CleanupFirst, secs(o.CleanupHold)).
-		Scan(&n, &f.Retried, &f.Attempt, &f.RunAfter)
-	if err != nil {
-		return Finished{}, fmt.Errorf("finishing job %s: %w", jobID, err)
-	}
-	if n == 0 {
-		return Finished{}, ErrLeaseLost
-	}
-	return f, nil
-}
-
-// CleanupFinished records that the agent's own Cleanup after a retried
-// attempt succeeded: the fallback queued Cleanup is dropped (unless a worker
-// already claimed it) and the retry may run.
-func (s *Store) CleanupFinished(ctx context.Context, jobID string) error {
-	if _, err := s.pool.Exec(ctx, queries.Get("cleanup_finish"), jobID); err != nil {
-		return fmt.Errorf("releasing the retry of job %s after its Cleanup: %w", jobID, err)
-	}
-	return nil
-}
-
 func nullJSON(b json.RawMessage) any {
 	if len(b) == 0 {
 		return nil
@@ -305,6 +237,14 @@ type LogBatch struct {
 // stream at maxPerStream bytes per job. It returns the IDs whose lease held;
 // the output of the others was dropped.
 func (s *Store) AppendLogs(ctx context.Context, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
+	return appendLogs(ctx, s.pool, batches, maxPerStream)
+}
+
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
 	ids := make([]string, len(batches))
 	leases := make([]int64, len(batches))
 	outs := make([][]byte, len(batches))
@@ -313,7 +253,7 @@ func (s *Store) AppendLogs(ctx context.Context, batches []LogBatch, maxPerStream
 		ids[i], leases[i] = b.JobID, b.Lease
 		outs[i], errs[i] = nonNil(b.Stdout), nonNil(b.Stderr)
 	}
-	rows, err := s.pool.Query(ctx, queries.Get("log_append"), ids, leases, outs, errs, maxPerStream)
+	rows, err := q.Query(ctx, queries.Get("log_append"), ids, leases, outs, errs, maxPerStream)
 	if err != nil {
 		return nil, fmt.Errorf("appending logs: %w", err)
 	}
@@ -374,4 +314,38 @@ func (s *Store) ReleaseMany(ctx context.Context, h Holder, leases []Lease, reaso
 		out[id] = true
 	}
 	return out, nil
+}
+
+// CheckpointWithOutput stores a job's output written since its last
+// checkpoint and its new handle in one transaction, fenced by lease: a
+// handle that points past output (a log position) is never stored without
+// that output, and the output never without the handle, so a resuming agent
+// neither skips nor copies a line. ErrLeaseLost means nothing was stored.
+func (s *Store) CheckpointWithOutput(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if len(out.Stdout) > 0 || len(out.Stderr) > 0 {
+			held, err := appendLogs(ctx, tx, []LogBatch{out}, maxPerStream)
+			if err != nil {
+				return err
+			}
+			if !held[out.JobID] {
+				return ErrLeaseLost
+			}
+		}
+		tag, err := tx.Exec(ctx, queries.Get("job_checkpoint"), out.JobID, out.Lease, handle)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrLeaseLost
+		}
+		return nil
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		return ErrLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("checkpointing job %s: %w", out.JobID, err)
+	}
+	return nil
 }

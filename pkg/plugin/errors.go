@@ -28,6 +28,18 @@ func (c ErrorClass) Valid() bool {
 type Error struct {
 	Class   ErrorClass
 	Message string
+	// Broken is set by the host, never by a plugin: the plugin process
+	// crashed or the call to it broke, so the plugin never answered. The
+	// remote work it was watching may well go on; a resumable job is
+	// resumed in the same attempt rather than failed.
+	Broken bool
+}
+
+// IsBroken reports whether err says the plugin process crashed or the call
+// to it broke (see Error.Broken).
+func IsBroken(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Broken
 }
 
 func (e *Error) Error() string { return e.Message }

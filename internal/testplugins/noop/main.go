@@ -3,14 +3,19 @@
 //
 //	{"sleep_ms": 50, "stdout": ["a"], "stderr": ["b"], "checkpoint": "h",
 //	 "output": {...}, "fail": {"class": "retriable", "message": "m"},
-//	 "panic": true, "wait": true, "cancel_file": "/path", "print_env": true}
+//	 "panic": true, "panic_once": "/path", "wait": true, "cancel_file": "/path",
+//	 "print_env": true, "cleanup_file": "/path", "cleanup_sleep_ms": 0,
+//	 "cleanup_started_file": "/path"}
 //
 // Without "output", the result is {"pid": <plugin process id>}.
 // wait blocks until the call's context is cancelled; cancel_file is written
 // when the context is cancelled before the call returns, so a test can see
 // the cancellation reached the plugin. panic
-// crashes the whole process mid-job. Resume reports the handle it was given;
-// Cleanup writes context's cleanup_file if set.
+// crashes the whole process mid-job; panic_once does so only if its file does
+// not exist yet (creating it first), so a Resume after the crash goes on.
+// Resume reports the handle it was given; Cleanup writes cleanup_started_file,
+// sleeps cleanup_sleep_ms (until its context ends) and then writes
+// cleanup_file, each if set.
 package main
 
 import (
@@ -35,6 +40,9 @@ type script struct {
 		Message string            `json:"message"`
 	} `json:"fail"`
 	Panic       bool   `json:"panic"`
+	PanicOnce   string `json:"panic_once"`
+	CleanupMS   int    `json:"cleanup_sleep_ms"`
+	CleanupSeen string `json:"cleanup_started_file"`
 	Wait        bool   `json:"wait"`
 	CancelFile  string `json:"cancel_file"`
 	PrintEnv    bool   `json:"print_env"`
@@ -56,10 +64,24 @@ func (noop) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*pl
 	return run(ctx, job, rt)
 }
 
-func (noop) Cleanup(_ context.Context, job *plugin.Job) error {
+func (noop) Cleanup(ctx context.Context, job *plugin.Job) error {
 	s, err := parse(job)
 	if err != nil {
 		return err
+	}
+	if s.CleanupSeen != "" {
+		if err := os.WriteFile(s.CleanupSeen, []byte(job.ID), 0o600); err != nil {
+			return plugin.WithClass(plugin.Retriable, err)
+		}
+	}
+	if s.CleanupMS > 0 {
+		t := time.NewTimer(time.Duration(s.CleanupMS) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return plugin.WithClass(plugin.Retriable, ctx.Err())
+		case <-t.C:
+		}
 	}
 	if s.CleanupFile != "" {
 		if err := os.WriteFile(s.CleanupFile, []byte(job.ID), 0o600); err != nil {
@@ -125,6 +147,14 @@ func run(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Resul
 			t.Stop()
 			return nil, plugin.WithClass(plugin.Retriable, ctx.Err())
 		case <-t.C:
+		}
+	}
+	if s.PanicOnce != "" {
+		if _, err := os.Stat(s.PanicOnce); err != nil {
+			if err := os.WriteFile(s.PanicOnce, []byte(job.ID), 0o600); err != nil {
+				return nil, plugin.WithClass(plugin.Retriable, err)
+			}
+			s.Panic = true
 		}
 	}
 	if s.Panic {

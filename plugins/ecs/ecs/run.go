@@ -28,10 +28,6 @@ const (
 	// maxLogPages bounds one poll's GetLogEvents calls per stream; the rest
 	// is read on the next poll.
 	maxLogPages = 100
-	// checkpointTimeout bounds a checkpoint that must outlive a cancelled
-	// job context: the handle has to record a task that now exists, or the
-	// log already written, or a resume would lose track of them.
-	checkpointTimeout = 10 * time.Second
 	// clientTokenLife is how long a reissued RunTask may trust its client
 	// token to be honoured (ECS keeps them 24 h).
 	clientTokenLife = 23 * time.Hour
@@ -83,9 +79,10 @@ func (r *run) checkpoint(ctx context.Context) error {
 	if err != nil {
 		return plugin.WithClass(plugin.OutcomeUnknown, err)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
-	defer cancel()
-	if err := r.rt.Checkpoint(cctx, b); err != nil {
+	// No timeout of our own: the host holds a checkpoint while its database
+	// is away and answers once it is stored, or when it stops the job (its
+	// self-fence); giving up sooner would fail a healthy job.
+	if err := r.rt.Checkpoint(context.WithoutCancel(ctx), b); err != nil {
 		// The tasks run on; a later Resume finds them by startedBy.
 		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: checkpointing job %s: %w", r.job.ID, err))
 		return r.fatal

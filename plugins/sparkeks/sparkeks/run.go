@@ -19,9 +19,6 @@ import (
 )
 
 const (
-	// checkpointTimeout bounds a checkpoint that must outlive a cancelled
-	// job context.
-	checkpointTimeout = 10 * time.Second
 	// logDrain bounds how long the rest of the driver's log is read once
 	// the application has ended.
 	logDrain = 10 * time.Second
@@ -94,9 +91,10 @@ func (r *run) checkpoint(ctx context.Context) error {
 	if err != nil {
 		return plugin.WithClass(plugin.OutcomeUnknown, err)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
-	defer cancel()
-	if err := r.rt.Checkpoint(cctx, b); err != nil {
+	// No timeout of our own: the host holds a checkpoint while its database
+	// is away and answers once it is stored, or when it stops the job (its
+	// self-fence); giving up sooner would fail a healthy job.
+	if err := r.rt.Checkpoint(context.WithoutCancel(ctx), b); err != nil {
 		// The application runs on; a later Resume finds it by name.
 		return plugin.WithClass(plugin.Retriable, fmt.Errorf("sparkeks: checkpointing job %s: %w", r.job.ID, err))
 	}

@@ -1,0 +1,71 @@
+package claim
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// Limits on what a plugin's answer may put into the database.
+const (
+	// MaxErrorBytes bounds a stored error or event message; the start and
+	// the end of a longer one are kept (a stderr tail ends with the cause).
+	MaxErrorBytes = 64 << 10
+	// MaxResultBytes bounds a job's JSON result.
+	MaxResultBytes = 1 << 20
+)
+
+// sanitize makes an outcome storable at the host boundary, so a plugin's
+// answer can never become a write the database refuses forever: text gets
+// valid UTF-8 without NUL bytes (PostgreSQL text cannot hold them) and a
+// bounded size; a result that is not JSON, or too large, or holds a \u0000
+// escape (jsonb refuses it), turns the outcome into a permanent failure
+// saying so.
+func sanitize(o store.Outcome) store.Outcome {
+	o.Error = cleanText(o.Error)
+	o.Message = cleanText(o.Message)
+	if len(o.Result) == 0 {
+		return o
+	}
+	var why string
+	switch {
+	case len(o.Result) > MaxResultBytes:
+		why = fmt.Sprintf("is %d bytes, over tether's limit of %d", len(o.Result), MaxResultBytes)
+	case !json.Valid(o.Result):
+		why = "is not valid JSON"
+	case bytes.Contains(o.Result, []byte(`\u0000`)):
+		why = `holds a NUL character (\u0000), which PostgreSQL cannot store`
+	}
+	if why == "" {
+		return o
+	}
+	msg := fmt.Sprintf("the plugin's result %s (the job had %s)", why, o.Status)
+	if o.Error != "" {
+		msg += ": " + o.Error
+	}
+	return store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Permanent), Error: cleanText(msg)}
+}
+
+// cleanText is s as valid UTF-8 without NUL bytes, cut to MaxErrorBytes.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	head, tail := s[:MaxErrorBytes*3/4], s[len(s)-MaxErrorBytes/4:]
+	head, tail = strings.ToValidUTF8(head, ""), strings.ToValidUTF8(tail, "")
+	return head + fmt.Sprintf("\n[tether: %d bytes cut]\n", len(s)-len(head)-len(tail)) + tail
+}
+
+// firstLine is the first line of s.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

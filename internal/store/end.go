@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tetherjobs/tether/internal/lifecycle"
+	"github.com/tetherjobs/tether/internal/limits"
+	"github.com/tetherjobs/tether/queries"
+)
+
+// Outcome is what one attempt came to.
+type Outcome struct {
+	Status     string // succeeded, failed or canceled
+	Result     json.RawMessage
+	Error      string
+	ErrorClass string
+	Message    string // for the final event; "" = Error
+	EventKind  string // the final event's kind; "" = Status
+}
+
+// End is the one transition that ends an attempt (queries/attempt_end.sql):
+// the outcome, the Plan internal/lifecycle decided for it, and the fence.
+type End struct {
+	JobID string
+	Lease int64
+	// ExpectStatus, when set, is part of the fence: the janitor decided on
+	// the status it read under lock.
+	ExpectStatus string
+	Actor        Holder
+	// EventLease is the lease recorded on the final event; 0 = Lease. The
+	// janitor records Lease+1 so its event outranks the old holder's.
+	EventLease int64
+	Outcome    Outcome
+	Plan       lifecycle.Plan
+	// CleanupBy names the agent that runs the Cleanup itself right after
+	// the write; its cleanups row is written claimed by it for CleanupHold.
+	// "" leaves the Cleanup to the queue's workers.
+	CleanupBy   string
+	CleanupHold time.Duration
+}
+
+// Ended is what an End wrote.
+type Ended struct {
+	// Status is the status stored: the outcome's, "queued" for a retry, or
+	// "canceled" when a cancel request won over a retry.
+	Status  string
+	Retried bool
+	Attempt int // the job's attempt now
+	// RunAfter is when a retry becomes due; nil while it waits for Cleanup.
+	RunAfter *time.Time
+	// Cleanup is the claim on the Cleanup row when CleanupBy holds it: the
+	// agent completes it with cleanups.Done or cleanups.Failed. Zero when
+	// no Cleanup was due or the queue holds it.
+	Cleanup CleanupClaim
+}
+
+// CleanupClaim fences a worker's answer about one queued Cleanup.
+type CleanupClaim struct {
+	Worker   string
+	Attempts int
+}
+
+// Held reports whether the claim is someone's.
+func (c CleanupClaim) Held() bool { return c.Worker != "" }
+
+// Querier runs a statement returning one row: a pool or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DataError is a write PostgreSQL refused for what it carried (a value it
+// cannot store), not for how it was reached: retrying it cannot help.
+type DataError struct{ Err error }
+
+func (e *DataError) Error() string { return "the database refused the data: " + e.Err.Error() }
+func (e *DataError) Unwrap() error { return e.Err }
+
+// dataError wraps err as a *DataError when its SQLSTATE is a data exception
+// (class 22), an integrity violation (23) or a program limit (54).
+func dataError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && len(pe.Code) == 5 {
+		switch pe.Code[:2] {
+		case "22", "23", "54":
+			return &DataError{Err: err}
+		}
+	}
+	return err
+}
+
+// EndAttempt stores e on the pool. ErrLeaseLost means nothing was written.
+func (s *Store) EndAttempt(ctx context.Context, e End) (Ended, error) {
+	return EndAttempt(ctx, s.pool, e)
+}
+
+// EndAttempt stores e through q (a transaction, for the janitor).
+func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
+	o := e.Outcome
+	kind := o.EventKind
+	if kind == "" {
+		kind = o.Status
+	}
+	msg := o.Message
+	if msg == "" {
+		msg = o.Error
+	}
+	evLease := e.EventLease
+	if evLease == 0 {
+		evLease = e.Lease
+	}
+	args := pgx.NamedArgs{
+		"job": e.JobID, "lease": e.Lease, "expect": e.ExpectStatus,
+		"status": o.Status, "result": nullJSON(o.Result), "error": nullText(o.Error), "error_class": nullText(o.ErrorClass),
+		"agent": e.Actor.Name, "generation": e.Actor.Generation, "event_lease": evLease,
+		"event_kind": kind, "message": msg,
+		"retry": e.Plan.Retry, "wait_s": secs(e.Plan.Wait),
+		"cleanup": e.Plan.Cleanup, "cleanup_by": e.CleanupBy, "cleanup_hold_s": secs(e.CleanupHold),
+	}
+	var n int
+	var out Ended
+	err := q.QueryRow(ctx, queries.Get("attempt_end"), args).Scan(&n, &out.Retried, &out.Status, &out.Attempt,
+		&out.RunAfter, &out.Cleanup.Worker, &out.Cleanup.Attempts)
+	if err != nil {
+		return Ended{}, fmt.Errorf("ending attempt of job %s: %w", e.JobID, dataError(err))
+	}
+	if n == 0 {
+		return Ended{}, ErrLeaseLost
+	}
+	if out.Cleanup.Worker != e.CleanupBy || e.CleanupBy == "" {
+		out.Cleanup = CleanupClaim{}
+	}
+	return out, nil
+}
+
+// Levers returns a job's attempt and the stamped levers a retry decision
+// needs.
+func Levers(ctx context.Context, q Querier, jobID string) (attempt int, l limits.Set, err error) {
+	var backoff, backoffMax float64
+	err = q.QueryRow(ctx, queries.Get("job_levers"), pgx.NamedArgs{"job": jobID}).Scan(&attempt, &l.MaxRetry, &backoff, &backoffMax)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, l, ErrNotFound
+	}
+	if err != nil {
+		return 0, l, fmt.Errorf("reading the levers of job %s: %w", jobID, err)
+	}
+	l.RetryBackoff, l.RetryBackoffMax = fromSecs(backoff), fromSecs(backoffMax)
+	return attempt, l, nil
+}
+
+// Finish ends an attempt whose plugin left nothing to clean up, deciding a
+// retry from the job's stamped levers (read first). The agent does not use
+// it: it decides with the levers its claim returned. ErrLeaseLost means
+// nothing was written.
+func (s *Store) Finish(ctx context.Context, h Holder, jobID string, lease int64, o Outcome) error {
+	attempt, l, err := Levers(ctx, s.pool, jobID)
+	if err != nil {
+		return err
+	}
+	plan := lifecycle.Decide(lifecycle.Input{Status: o.Status, ErrorClass: o.ErrorClass, Attempt: attempt, Levers: l})
+	_, err = s.EndAttempt(ctx, End{JobID: jobID, Lease: lease, Actor: h, Outcome: o, Plan: plan})
+	return err
+}
+
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
