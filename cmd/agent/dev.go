@@ -137,6 +137,7 @@ tether is serving at %[1]s (Ctrl-C stops it). Try, in another terminal:
   %[2]s --server %[1]s submit ecs-demo --wait     # an ECS task, on the local emulator
   %[2]s --server %[1]s jobs
   %[2]s --server %[1]s agents
+  %[2]s --server %[1]s commands                   # who serves each command, what is queued
   curl -s %[1]s/api/v1/jobs | head
 
 `, base, relPath(exe))

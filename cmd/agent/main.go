@@ -1,5 +1,5 @@
 // Command tether is the tether agent (`tether run`) and its command-line
-// client (submit, get, logs, cancel, jobs, agents).
+// client (submit, get, logs, cancel, requeue, jobs, agents, commands).
 //
 // Exit codes: 0 success; 1 an error (bad flags, API error, agent failure).
 // `tether submit --wait` exits with the job's outcome instead: 0 succeeded,
@@ -135,6 +135,7 @@ or the server was lost while waiting).`,
 		a.requeueCmd(),
 		a.jobsCmd(),
 		a.agentsCmd(),
+		a.commandsCmd(),
 		a.versionCmd(),
 		a.devCmd(),
 	)

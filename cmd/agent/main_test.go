@@ -257,6 +257,34 @@ func TestClientCommands(t *testing.T) {
 	assert.Contains(t, r.stdout, "running")
 }
 
+func TestCommandsCommand(t *testing.T) {
+	c := newCLI(t)
+	ctx := context.Background()
+	_, _, err := c.st.Submit(ctx, store.SubmitParams{Command: "hello", Plugin: "shell"})
+	require.NoError(t, err)
+
+	r := c.run(t, "commands")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `NAME\s+PLUGIN\s+SERVED\s+AGENTS\s+DRAINING\s+QUEUED\s+OLDEST`, r.stdout)
+	assert.Regexp(t, `hello\s+shell\s+no\s+-\s+-\s+1\s+\d+s`, r.stdout)
+	assert.Contains(t, r.stdout, "no live agent serves command hello: jobs wait queued; start an agent with this command or check its plugin (shell) loaded")
+
+	_, err = c.st.RegisterAgent(ctx, store.Registration{Holder: store.Holder{Name: "agent-7", Generation: "g"}, Capacity: 3, Commands: []string{"hello"}})
+	require.NoError(t, err)
+	r = c.run(t, "commands")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `hello\s+shell\s+yes\s+agent-7\s+-\s+1`, r.stdout)
+	assert.NotContains(t, r.stdout, "no live agent")
+
+	r = c.run(t, "commands", "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var list api.CommandList
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
+	require.Len(t, list.Commands, 1)
+	assert.True(t, list.Commands[0].Served)
+	assert.Equal(t, []string{"agent-7"}, list.Commands[0].Agents)
+}
+
 func TestLogsFollow(t *testing.T) {
 	c := newCLI(t)
 	done := c.agent(t, store.StatusSucceeded)

@@ -40,6 +40,9 @@ type Options struct {
 	// Stopping, when closed, ends followed log streams, so a graceful
 	// shutdown is not held by clients tailing a long job. Nil: never.
 	Stopping <-chan struct{}
+	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands counts
+	// an agent seen within it as live. 0 means DefaultStaleJob.
+	StaleJob time.Duration
 }
 
 // Defaults for zero Options fields.
@@ -48,6 +51,7 @@ const (
 	DefaultLogPollInterval = 250 * time.Millisecond
 	DefaultListLimit       = 50
 	MaxListLimit           = 1000
+	DefaultStaleJob        = 120 * time.Second // agent.stale_job's default
 )
 
 type server struct {
@@ -70,6 +74,9 @@ func New(opts Options) http.Handler {
 	if opts.Defaults == nil {
 		opts.Defaults = &config.Default().Defaults
 	}
+	if opts.StaleJob <= 0 {
+		opts.StaleJob = DefaultStaleJob
+	}
 	s := &server{opts: opts, log: opts.Logger}
 	for name := range opts.Commands {
 		s.commandNames = append(s.commandNames, name)
@@ -86,6 +93,7 @@ func New(opts Options) http.Handler {
 	mux.Handle("GET /api/v1/jobs/{id}/logs", auth(s.logs))
 	mux.Handle("GET /api/v1/jobs/{id}/events", auth(s.events))
 	mux.Handle("GET /api/v1/agents", auth(s.agents))
+	mux.Handle("GET /api/v1/commands", auth(s.commands))
 	mux.Handle("GET /api/v1/cleanups", auth(s.cleanups))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)

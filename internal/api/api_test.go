@@ -339,6 +339,7 @@ func TestCancel(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.status)
 	er := r.errBody(t)
 	assert.Equal(t, api.CodeInvalidTransition, er.Code)
+	assert.Equal(t, store.StatusCanceled, er.Status, "the answer carries the job's status")
 	assert.Contains(t, er.Error, "already canceled")
 
 	// A running job becomes canceling: its agent stops it.

@@ -276,8 +276,8 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound):
 		jobNotFound(w, id)
 	case errors.As(err, &te):
-		writeError(w, http.StatusConflict, CodeInvalidTransition, "",
-			fmt.Sprintf("job %s is already %s; only unfinished jobs can be canceled", id, te.Status))
+		writeJSON(w, http.StatusConflict, Error{Code: CodeInvalidTransition, Status: te.Status,
+			Error: fmt.Sprintf("job %s is already %s; only unfinished jobs can be canceled", id, te.Status)})
 	case err != nil:
 		s.internalError(w, r, err)
 	default:
@@ -369,6 +369,43 @@ func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 		agents = []store.Agent{}
 	}
 	writeJSON(w, http.StatusOK, AgentList{Agents: agents})
+}
+
+// commands answers every command known to this agent's config or announced
+// by any agent, with the live agents serving it and its queue, and a hint
+// for a command no live agent serves (its jobs would wait queued forever).
+func (s *server) commands(w http.ResponseWriter, r *http.Request) {
+	config := make(map[string]string, len(s.opts.Commands))
+	for name, c := range s.opts.Commands {
+		config[name] = c.Plugin
+	}
+	list, err := s.opts.Store.ListCommands(r.Context(), store.CommandListParams{Config: config, LiveWithin: s.opts.StaleJob})
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	out := make([]Command, 0, len(list))
+	for _, c := range list {
+		cmd := Command{CommandStatus: c, Served: len(c.Agents) > 0}
+		if !cmd.Served {
+			cmd.Hint = commandHint(c)
+		}
+		out = append(out, cmd)
+	}
+	writeJSON(w, http.StatusOK, CommandList{Commands: out})
+}
+
+// commandHint says why nothing runs a command's jobs and what to do.
+func commandHint(c store.CommandStatus) string {
+	plugin := "its plugin"
+	if c.Plugin != "" {
+		plugin = "its plugin (" + c.Plugin + ")"
+	}
+	who := "no live agent serves command " + c.Name
+	if len(c.Draining) > 0 {
+		who += " (only draining agents announce it: " + strings.Join(c.Draining, ", ") + ")"
+	}
+	return who + ": jobs wait queued; start an agent with this command or check " + plugin + " loaded (tether agents lists each agent's plugins)"
 }
 
 // logs answers a job's output as raw bytes. With follow=true it keeps the

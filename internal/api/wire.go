@@ -61,6 +61,20 @@ type AgentList struct {
 	Agents []store.Agent `json:"agents"`
 }
 
+// CommandList is the answer of GET /api/v1/commands.
+type CommandList struct {
+	Commands []Command `json:"commands"`
+}
+
+// Command is one command: who serves it and what waits for it. Served is
+// false when no live, non-draining agent claims it; Hint then says what to
+// do about it.
+type Command struct {
+	store.CommandStatus
+	Served bool   `json:"served"`
+	Hint   string `json:"hint,omitempty"`
+}
+
 // Status is the answer of /healthz and /readyz.
 type Status struct {
 	Status string `json:"status"`

@@ -224,6 +224,14 @@ func (c *Client) Agents(ctx context.Context) ([]store.Agent, error) {
 	return l.Agents, err
 }
 
+// Commands lists every command the server's config knows or an agent
+// announces: who serves it, what is queued, and a hint when nobody does.
+func (c *Client) Commands(ctx context.Context) ([]api.Command, error) {
+	var l api.CommandList
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/commands", nil, nil, &l)
+	return l.Commands, err
+}
+
 // Ready returns nil when the server answers /readyz with 200.
 func (c *Client) Ready(ctx context.Context) error {
 	var s api.Status

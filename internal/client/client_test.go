@@ -234,3 +234,27 @@ func TestWaitGivesUpOnContext(t *testing.T) {
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "err: %v", err)
 	assert.Equal(t, store.StatusQueued, last.Status)
 }
+
+func TestCommands(t *testing.T) {
+	ctx := context.Background()
+	st, c, _ := setup(t)
+	_, _, err := c.Submit(ctx, api.SubmitRequest{Command: "echo"})
+	require.NoError(t, err)
+	cmds, err := c.Commands(ctx)
+	require.NoError(t, err)
+	require.Len(t, cmds, 1)
+	assert.Equal(t, "echo", cmds[0].Name)
+	assert.Equal(t, "shell", cmds[0].Plugin)
+	assert.Equal(t, 1, cmds[0].Queued)
+	assert.False(t, cmds[0].Served)
+	assert.Contains(t, cmds[0].Hint, "no live agent serves command echo")
+
+	_, err = st.RegisterAgent(ctx, store.Registration{Holder: store.Holder{Name: "agent-1", Generation: "g"}, Capacity: 1, Commands: []string{"echo"}})
+	require.NoError(t, err)
+	cmds, err = c.Commands(ctx)
+	require.NoError(t, err)
+	require.Len(t, cmds, 1)
+	assert.True(t, cmds[0].Served)
+	assert.Equal(t, []string{"agent-1"}, cmds[0].Agents)
+	assert.Empty(t, cmds[0].Hint)
+}

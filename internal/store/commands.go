@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherjobs/tether/queries"
+)
+
+// CommandStatus is one command as the agents and the queue see it.
+type CommandStatus struct {
+	Name   string `json:"name"`
+	Plugin string `json:"plugin"` // from the asking agent's config, else the command's latest job
+	// Configured: the command is in the asking agent's config.
+	Configured bool `json:"configured"`
+	// Agents are the live agents (state running, seen within the liveness
+	// window) that claim the command's jobs; Draining the live ones that
+	// announce it but claim nothing more.
+	Agents   []string `json:"agents"`
+	Draining []string `json:"draining"`
+	// Queued counts the command's queued jobs (retries waiting for their
+	// backoff or Cleanup among them).
+	Queued int `json:"queued"`
+	// OldestQueuedSeconds is how long the longest-waiting due queued job has
+	// waited since it became claimable (its submit, or its retry's due
+	// time), by the database clock; nil when no queued job is due.
+	OldestQueuedSeconds *float64 `json:"oldest_queued_seconds"`
+}
+
+// CommandListParams say what ListCommands knows besides the database.
+type CommandListParams struct {
+	// Config maps the asking agent's configured commands to their plugins.
+	Config map[string]string
+	// LiveWithin is how recently an agent must have been seen to count as
+	// live (the agent's stale_job).
+	LiveWithin time.Duration
+}
+
+// ListCommands returns every command known to p.Config, announced by an
+// agents row or with queued jobs, sorted by name.
+func (s *Store) ListCommands(ctx context.Context, p CommandListParams) ([]CommandStatus, error) {
+	names := make([]string, 0, len(p.Config))
+	for name := range p.Config {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	plugins := make([]string, len(names))
+	for i, name := range names {
+		plugins[i] = p.Config[name]
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("command_list"), pgx.NamedArgs{
+		"config_names": names, "config_plugins": plugins, "live_s": p.LiveWithin.Seconds(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing commands: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CommandStatus, error) {
+		var c CommandStatus
+		err := r.Scan(&c.Name, &c.Plugin, &c.Configured, &c.Agents, &c.Draining, &c.Queued, &c.OldestQueuedSeconds)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing commands: %w", err)
+	}
+	return out, nil
+}

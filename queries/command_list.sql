@@ -1,0 +1,35 @@
+-- One row per command known to the answering agent's config (@config_names
+-- with @config_plugins, in the same order), announced by any agents row, or
+-- with queued jobs: its plugin, the live agents claiming it (seen within
+-- @live_s seconds, by state), and its queued jobs — how many, and how long
+-- the longest-waiting one that is due has waited (NULL when none is due).
+WITH config AS (
+    SELECT c.name, c.plugin
+    FROM unnest(@config_names::text[], @config_plugins::text[]) AS c(name, plugin)
+), queued AS (
+    SELECT j.command, count(*)::int AS n,
+           max(extract(epoch FROM now() - a.run_after)) FILTER (WHERE a.run_after <= now())::float8 AS oldest_s
+    FROM jobs j JOIN active_jobs a ON a.job_id = j.id
+    WHERE j.status = 'queued'
+    GROUP BY j.command
+), names AS (
+    SELECT name FROM config
+    UNION SELECT unnest(commands) FROM agents
+    UNION SELECT command FROM queued
+), live AS (
+    SELECT a.name, a.state, unnest(a.commands) AS command
+    FROM agents a
+    WHERE a.state IN ('running', 'draining')
+      AND now() - a.last_seen < @live_s::float8 * interval '1 second'
+)
+SELECT n.name,
+       coalesce(c.plugin, (SELECT j.plugin FROM jobs j WHERE j.command = n.name ORDER BY j.id DESC LIMIT 1), ''),
+       c.name IS NOT NULL,
+       coalesce((SELECT array_agg(l.name ORDER BY l.name) FROM live l WHERE l.command = n.name AND l.state = 'running'), '{}'),
+       coalesce((SELECT array_agg(l.name ORDER BY l.name) FROM live l WHERE l.command = n.name AND l.state = 'draining'), '{}'),
+       coalesce(q.n, 0),
+       q.oldest_s
+FROM names n
+LEFT JOIN config c ON c.name = n.name
+LEFT JOIN queued q ON q.command = n.name
+ORDER BY n.name;
