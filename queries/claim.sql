@@ -29,12 +29,14 @@ WITH picked AS (
     WHERE jobs.id = claimed.job_id AND jobs.status IN ('queued', 'running')
     RETURNING jobs.id, jobs.command, jobs.plugin, jobs.status, jobs.context, jobs.attempt,
               extract(epoch FROM jobs.active_timeout)::float8 AS active_timeout,
-              coalesce(extract(epoch FROM now() - jobs.attempt_started_at), 0)::float8 AS attempt_age
+              coalesce(extract(epoch FROM now() - jobs.attempt_started_at), 0)::float8 AS attempt_age,
+              jobs.max_retry, extract(epoch FROM jobs.retry_backoff)::float8 AS retry_backoff,
+              extract(epoch FROM jobs.retry_backoff_max)::float8 AS retry_backoff_max
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
     SELECT j.id, 'claimed', $1, $2, c.lease, 'attempt ' || j.attempt
     FROM j JOIN claimed c ON c.job_id = j.id
 )
 SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt, c.lease, c.handle,
-       j.active_timeout, j.attempt_age
+       j.active_timeout, j.attempt_age, j.max_retry, j.retry_backoff, j.retry_backoff_max
 FROM j JOIN claimed c ON c.job_id = j.id;

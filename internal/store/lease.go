@@ -99,10 +99,12 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
-		var active, age float64
+		var active, age, backoff, backoffMax float64
 		err := r.Scan(&c.Job.ID, &c.Job.Command, &c.Job.Plugin, &c.Job.Status, &c.Job.Context,
-			&c.Job.Attempt, &c.Lease, &c.Handle, &active, &age)
+			&c.Job.Attempt, &c.Lease, &c.Handle, &active, &age,
+			&c.Job.Limits.MaxRetry, &backoff, &backoffMax)
 		c.ActiveTimeout, c.AttemptAge = fromSecs(active), fromSecs(age)
+		c.Job.Limits.RetryBackoff, c.Job.Limits.RetryBackoffMax = fromSecs(backoff), fromSecs(backoffMax)
 		c.Job.Limits.ActiveTimeout = c.ActiveTimeout
 		c.Job.Agent, c.Job.Lease = h.Name, c.Lease
 		c.Resume = c.Job.Status == StatusRunning
