@@ -53,9 +53,9 @@ func (s *Service) heartbeat(ctx context.Context) {
 	close(s.beatOK) // wakes writes waiting for the database and the fence timer
 	s.beatOK = make(chan struct{})
 	s.mu.Unlock()
-	if s.TestSignals.Heartbeat != nil {
+	if s.cfg.TestSignals.Heartbeat != nil {
 		select {
-		case s.TestSignals.Heartbeat <- res:
+		case s.cfg.TestSignals.Heartbeat <- res:
 		case <-ctx.Done():
 		}
 	}
@@ -141,9 +141,9 @@ func (s *Service) selfFence() {
 		s.log.Error("no heartbeat succeeded; stopping every job before its lease can expire",
 			"silent", silent.Round(time.Millisecond), "self_fence_after", s.cfg.SelfFenceAfter, "jobs", n)
 	}
-	if s.TestSignals.SelfFenced != nil {
+	if s.cfg.TestSignals.SelfFenced != nil {
 		select {
-		case s.TestSignals.SelfFenced <- silent:
+		case s.cfg.TestSignals.SelfFenced <- silent:
 		default:
 		}
 	}

@@ -247,7 +247,7 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 			return
 		case err != nil:
 			a.log.Error("could not record the job's end; the janitor settles it after stale_job", "status", o.Status, "err", err)
-			signal(s.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: "unrecorded", Error: err.Error()})
+			signal(s.cfg.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: "unrecorded", Error: err.Error()})
 			return
 		}
 		break
@@ -263,7 +263,7 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 	if ended.Cleanup.Held() {
 		s.cleanup(a, ended.Cleanup)
 	}
-	signal(s.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: ended.Status, Error: e.Outcome.Error})
+	signal(s.cfg.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: ended.Status, Error: e.Outcome.Error})
 }
 
 // release gives the job up for another agent to resume, waiting for the
@@ -283,7 +283,7 @@ func (s *Service) release(a *attempt, reason string) {
 	default:
 		j.ended.Store(true)
 		a.log.Info("released resumable job", "reason", reason)
-		signal(s.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "released", Error: reason})
+		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "released", Error: reason})
 	}
 }
 
@@ -361,7 +361,7 @@ func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger, account strin
 	if err := s.store.RecordEvent(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, "lease_lost", msg); err != nil {
 		log.Warn("recording lease_lost event", "err", err)
 	}
-	signal(s.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "lease_lost", Error: account})
+	signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "lease_lost", Error: account})
 }
 
 // describe is an outcome in a few words, for the record.

@@ -62,6 +62,9 @@ type Config struct {
 
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: a private set nobody scrapes
+
+	// TestSignals let a test observe the service without sleeping.
+	TestSignals TestSignals
 }
 
 // Defaults, shared with the configuration.
@@ -160,9 +163,6 @@ type Service struct {
 	// the database give up FinalTimeout later.
 	quit     chan struct{}
 	quitOnce sync.Once
-
-	// Test signals: a test may wait on these to observe the loop.
-	TestSignals TestSignals
 }
 
 // TestSignals lets tests observe the service without sleeping. Each is nil

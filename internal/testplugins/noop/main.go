@@ -5,9 +5,9 @@
 //	 "output": {...}, "fail": {"class": "retriable", "message": "m"},
 //	 "panic": true, "panic_once": "/path", "wait": true, "cancel_file": "/path",
 //	 "print_env": true, "cleanup_file": "/path", "cleanup_sleep_ms": 0,
-//	 "cleanup_started_file": "/path"}
+//	 "cleanup_started_file": "/path", "stdout2": ["c"], "checkpoint2": "h2"}
 //
-// Without "output", the result is {"pid": <plugin process id>}.
+// stdout2 and checkpoint2 come after the sleep. Without "output", the result is {"pid": <plugin process id>}.
 // wait blocks until the call's context is cancelled; cancel_file is written
 // when the context is cancelled before the call returns, so a test can see
 // the cancellation reached the plugin. panic
@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -47,6 +48,9 @@ type script struct {
 	CancelFile  string `json:"cancel_file"`
 	PrintEnv    bool   `json:"print_env"`
 	CleanupFile string `json:"cleanup_file"`
+	// After the sleep: more stdout, then a second checkpoint.
+	Stdout2     []string `json:"stdout2"`
+	Checkpoint2 string   `json:"checkpoint2"`
 }
 
 type noop struct{}
@@ -149,6 +153,14 @@ func run(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Resul
 		case <-t.C:
 		}
 	}
+	for _, l := range s.Stdout2 {
+		fmt.Fprintln(rt.Stdout(), l)
+	}
+	if s.Checkpoint2 != "" {
+		if err := rt.Checkpoint(ctx, []byte(s.Checkpoint2)); err != nil {
+			return nil, err
+		}
+	}
 	if s.PanicOnce != "" {
 		if _, err := os.Stat(s.PanicOnce); err != nil {
 			if err := os.WriteFile(s.PanicOnce, []byte(job.ID), 0o600); err != nil {
@@ -168,10 +180,12 @@ func run(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Resul
 		<-ctx.Done()
 		return nil, plugin.WithClass(plugin.Retriable, ctx.Err())
 	}
+	// PostgreSQL cannot take a NUL in a job's context, so tests write it as
+	// <NUL>: a NUL byte in the error, a \u0000 escape in the output.
 	if s.Fail != nil {
-		return nil, &plugin.Error{Class: s.Fail.Class, Message: s.Fail.Message}
+		return nil, &plugin.Error{Class: s.Fail.Class, Message: strings.ReplaceAll(s.Fail.Message, "<NUL>", "\x00")}
 	}
-	out := s.Output
+	out := json.RawMessage(strings.ReplaceAll(string(s.Output), "<NUL>", `\u0000`))
 	if len(out) == 0 {
 		// The pid lets tests tell whether jobs shared a process.
 		out = json.RawMessage(fmt.Sprintf(`{"pid":%d}`, os.Getpid()))
