@@ -212,7 +212,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		if _, err := drain.Run(bg, svc, opts.Hurry, drain.Config{
 			Handoff:         cfg.Drain.Handoff,
 			ShutdownTimeout: cfg.Agent.ShutdownTimeout.Std(),
-			StopTimeout:     config.DrainStopBound,
+			StopTimeout:     cfg.DrainStopBound(),
 			AgentName:       name,
 			Logger:          log,
 		}); err != nil {
@@ -345,6 +345,7 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 		Ready:        ready,
 		Stopping:     stopping,
 		Tokens:       cfg.HTTP.Tokens,
+		StaleJob:     cfg.Agent.StaleJob.Std(),
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		Logger:       logger,
 		Metrics:      m.Handler(),

@@ -23,10 +23,17 @@ import (
 // must finish inside it.
 const ECSStopTimeout = 120 * time.Second
 
-// DrainStopBound is how long a drain may take, after shutdown_timeout, to stop
-// the jobs still running: the plugins' own grace (the shell plugin's
-// kill_grace, 10s by default) plus the final writes.
-const DrainStopBound = 12 * time.Second
+// drainWriteBound is what a drain allows, past the longest kill_grace, for
+// the final writes of the jobs it stopped.
+const drainWriteBound = 2 * time.Second
+
+// DrainStopBound is how long a drain may take, after shutdown_timeout, to
+// stop the jobs still running: the longest kill_grace a plugin may use
+// (LongestKillGrace; 10s with the shell plugin's defaults) plus the final
+// writes, and never less than 12s.
+func (c *Config) DrainStopBound() time.Duration {
+	return max(12*time.Second, c.LongestKillGrace()+drainWriteBound)
+}
 
 // Config is the whole configuration of an agent.
 type Config struct {

@@ -427,7 +427,12 @@ func TestDrainHandoff(t *testing.T) {
 
 func TestDrainMustFitECSStopTimeout(t *testing.T) {
 	_, err := Parse([]byte("agent: {shutdown_timeout: 110s}\n"))
-	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m50s) + 12s to stop the last jobs + http.shutdown_grace (5s) = 2m7s must be less than ECS's 2m0s stopTimeout")
+	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m50s) + 12s to stop the last jobs (the longest kill_grace, 0s, + 2s, at least 12s) + http.shutdown_grace (5s) = 2m7s must be less than ECS's 2m0s stopTimeout")
+	// A longer kill_grace lengthens the stop bound.
+	_, err = Parse([]byte("agent: {shutdown_timeout: 80s}\nplugins: {shell: {config: {max_kill_grace: 40s}}}\n"))
+	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m20s) + 42s to stop the last jobs (the longest kill_grace, 40s, + 2s, at least 12s) + http.shutdown_grace (5s) = 2m7s must be less than")
+	_, err = Parse([]byte("agent: {shutdown_timeout: 70s}\nplugins: {shell: {config: {max_kill_grace: 40s}}}\n"))
+	assert.NoError(t, err, "70s + 42s + 5s = 117s")
 	_, err = Parse([]byte("agent: {shutdown_timeout: 100s}\n"))
 	assert.NoError(t, err, "the defaults fit: 100s + 12s + 5s = 117s")
 }
@@ -495,9 +500,9 @@ func TestTimingRelations(t *testing.T) {
 
 		{name: "shell max_kill_grace leaves too little", yaml: shellCommand + "plugins: {shell: {config: {max_kill_grace: 101s}}}\n",
 			want: "agent.stale_job (120s) − 2×agent.keepalive (10s) − longest kill_grace (plugins.shell.config.max_kill_grace 101s) = 9s must be at least 2×keepalive (10s): an agent without a successful heartbeat stops its own jobs at that point"},
-		{name: "shell max_kill_grace at the bound", yaml: "plugins: {shell: {config: {max_kill_grace: 100s}}}\n"},
-		{name: "shell default grace with short stale_job", yaml: shellCommand + "agent: {keepalive: 1s, stale_job: 20s, clean_interval: 1s, awol_timeout: 30s}\n",
-			want: "agent.stale_job (20s) − 2×agent.keepalive (2s) − longest kill_grace (plugins.shell.config.max_kill_grace 30s, the default) = -12s must be at least 2×keepalive (2s): an agent without a successful heartbeat stops its own jobs at that point, so that every plugin has its kill_grace and one more keepalive to stop local work before the janitor may act at stale_job, and one missed heartbeat must never fence it; raise agent.stale_job to at least 4×keepalive + kill_grace = 34s"},
+		{name: "shell max_kill_grace at the bound", yaml: "agent: {shutdown_timeout: 10s}\nplugins: {shell: {config: {max_kill_grace: 100s}}}\n"},
+		{name: "shell default grace with short stale_job", yaml: shellCommand + "agent: {keepalive: 1s, stale_job: 12s, clean_interval: 1s, awol_timeout: 30s}\n",
+			want: "agent.stale_job (12s) − 2×agent.keepalive (2s) − longest kill_grace (plugins.shell.config.max_kill_grace 10s, the default) = 0s must be at least 2×keepalive (2s): an agent without a successful heartbeat stops its own jobs at that point, so that every plugin has its kill_grace and one more keepalive to stop local work before the janitor may act at stale_job, and one missed heartbeat must never fence it; raise agent.stale_job to at least 4×keepalive + kill_grace = 14s"},
 		{name: "other plugin's max_kill_grace", yaml: "plugins: {ecs: {config: {max_kill_grace: 2m}}}\n",
 			want: "longest kill_grace (plugins.ecs.config.max_kill_grace 120s) = -10s must be at least 2×keepalive (10s)"},
 		{name: "longest of several plugins", yaml: shellCommand + "plugins: {ecs: {config: {max_kill_grace: 40s}}, spark: {config: {max_kill_grace: 105s}}}\n",
@@ -524,8 +529,8 @@ func TestTimingRelations(t *testing.T) {
 func TestSelfFenceArithmetic(t *testing.T) {
 	cfg, err := Parse([]byte("commands: {sh: {plugin: shell}}\n"))
 	require.NoError(t, err)
-	assert.Equal(t, 30*time.Second, cfg.LongestKillGrace(), "the shell plugin's default max_kill_grace")
-	assert.Equal(t, 80*time.Second, cfg.SelfFenceAfter(), "120s − 2×5s − 30s")
+	assert.Equal(t, 10*time.Second, cfg.LongestKillGrace(), "the shell plugin's default max_kill_grace")
+	assert.Equal(t, 100*time.Second, cfg.SelfFenceAfter(), "120s − 2×5s − 10s")
 	// What the janitor waits beyond the self-fence point covers the grace
 	// and one more keepalive.
 	assert.GreaterOrEqual(t, cfg.Agent.StaleJob.Std()-cfg.SelfFenceAfter(), cfg.LongestKillGrace()+cfg.Agent.Keepalive.Std())

@@ -110,9 +110,9 @@ func (c *Config) Validate() error {
 	if a.ShutdownTimeout >= Duration(ECSStopTimeout) {
 		add("agent.shutdown_timeout (%s) must be less than %s: ECS stops the task %s after SIGTERM (stopTimeout); shutdown_timeout must leave time to hand off and exit (default 100s)",
 			a.ShutdownTimeout, ECSStopTimeout, ECSStopTimeout)
-	} else if total := a.ShutdownTimeout + Duration(DrainStopBound) + c.HTTP.ShutdownGrace; total >= Duration(ECSStopTimeout) {
-		add("agent.shutdown_timeout (%s) + %s to stop the last jobs + http.shutdown_grace (%s) = %s must be less than ECS's %s stopTimeout, or ECS kills the agent mid-drain; lower one of them",
-			a.ShutdownTimeout, DrainStopBound, c.HTTP.ShutdownGrace, total, ECSStopTimeout)
+	} else if total := a.ShutdownTimeout + Duration(c.DrainStopBound()) + c.HTTP.ShutdownGrace; total >= Duration(ECSStopTimeout) {
+		add("agent.shutdown_timeout (%s) + %s to stop the last jobs (the longest kill_grace, %s, + 2s, at least 12s) + http.shutdown_grace (%s) = %s must be less than ECS's %s stopTimeout, or ECS kills the agent mid-drain; lower one of them",
+			a.ShutdownTimeout, c.DrainStopBound(), c.LongestKillGrace(), c.HTTP.ShutdownGrace, total, ECSStopTimeout)
 	}
 
 	if c.HTTP.Listen == "" {

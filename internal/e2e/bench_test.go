@@ -53,7 +53,7 @@ func recoverOnce(b *testing.B, n int) (released, resumed []time.Duration) {
 		Capacity:      n + 10,
 		PollInterval:  200 * time.Millisecond,
 		Keepalive:     time.Second,
-		StaleJob:      4 * time.Second,
+		StaleJob:      4 * time.Second, // self-fence 4 − 2×1 − 0 (KillGrace) = 2×keepalive
 		OfflineAfter:  3 * time.Second,
 		CleanInterval: time.Second,
 		AWOLTimeout:   60 * time.Second,

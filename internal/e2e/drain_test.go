@@ -36,6 +36,7 @@ func drainTimings() timings {
 	tm.OfflineAfter = 3 * time.Second
 	tm.CleanInterval = time.Second
 	tm.AWOLTimeout = 120 * time.Second
+	tm.KillGrace = time.Second
 	return tm
 }
 
@@ -148,7 +149,7 @@ func TestDrainCancelsShellAtDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	h := newHarness(t, pgtest.URL(t), drainTimings())
-	const shutdownTimeout, killGrace = 2 * time.Second, time.Second // kill_grace: the harness's shell config
+	const shutdownTimeout, killGrace = 2 * time.Second, time.Second // kill_grace: drainTimings' shell config
 
 	a := h.startAgent(ctx, "deadline-a", drainEnv(shutdownTimeout, "")...)
 	_, sh := h.submitMix(ctx, 0, 2, 0, 300*time.Second)

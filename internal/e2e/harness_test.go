@@ -57,6 +57,9 @@ type timings struct {
 	OfflineAfter  time.Duration
 	CleanInterval time.Duration
 	AWOLTimeout   time.Duration
+	// KillGrace is the shell plugin's kill_grace and max_kill_grace: it
+	// moves the self-fence point (stale_job − 2×keepalive − max_kill_grace).
+	KillGrace time.Duration
 }
 
 // fast are the short timings most tests use.
@@ -69,6 +72,7 @@ func fast() timings {
 		OfflineAfter:  time.Second,
 		CleanInterval: 500 * time.Millisecond,
 		AWOLTimeout:   60 * time.Second,
+		KillGrace:     250 * time.Millisecond,
 	}
 }
 
@@ -125,14 +129,14 @@ http:
 plugin_dir: %q
 plugins:
   shell:
-    config: {state_dir: %q, kill_grace: 1s}
+    config: {state_dir: %q, kill_grace: %s, max_kill_grace: %s}
   resumable:
     config: {work_dir: %q}
 %scommands:
   shell: {plugin: shell}
   resumable: {plugin: resumable}
 %s`, tm.Capacity, tm.PollInterval, tm.Keepalive, tm.StaleJob, tm.OfflineAfter, tm.CleanInterval, tm.AWOLTimeout,
-		bins.PluginDir, shellState, h.workDir, extraPlugins, extraCommands)
+		bins.PluginDir, shellState, tm.KillGrace, tm.KillGrace, h.workDir, extraPlugins, extraCommands)
 	require.NoError(t, os.WriteFile(h.cfgPath, []byte(cfg), 0o600))
 
 	pool, err := pgxpool.New(context.Background(), dbURL)

@@ -66,11 +66,11 @@ func TestCancelSendsSIGTERMFirst(t *testing.T) {
 	defer cancel()
 	done := startExecute(ctx, New(), e.job(t, map[string]any{
 		"script":     "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done",
-		"kill_grace": "20s",
+		"kill_grace": "10s",
 	}), rt)
 	eventually(t, 5*time.Second, "ready", func() bool { return rt.stdout.String() == "ready\n" })
 	cancel()
-	r := waitResult(t, done, 5*time.Second) // far below the 20s grace
+	r := waitResult(t, done, 5*time.Second) // far below the 10s grace
 	pe := requireClass(t, r.err, plugin.Retriable)
 	if !strings.Contains(pe.Message, "stopped by SIGTERM") {
 		t.Errorf("message = %q", pe.Message)
@@ -87,7 +87,7 @@ func TestCancelWakesStoppedProcess(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	done := startExecute(ctx, New(), e.job(t, map[string]any{
-		"script": "echo $$ > leader.pid; kill -STOP $$", "working_dir": dir, "kill_grace": "20s",
+		"script": "echo $$ > leader.pid; kill -STOP $$", "working_dir": dir, "kill_grace": "10s",
 	}), rt)
 	leader := readPID(t, filepath.Join(dir, "leader.pid"))
 	eventually(t, 5*time.Second, "stopped leader", func() bool {

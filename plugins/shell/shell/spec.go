@@ -20,7 +20,7 @@ const (
 	// config.max_kill_grace says otherwise. The agent counts it in its
 	// self-fence arithmetic: a job stopped at the self-fence point may take
 	// this long to die.
-	DefaultMaxKillGrace = 30 * time.Second
+	DefaultMaxKillGrace = 10 * time.Second
 	// defaultStateDirName is joined to os.TempDir() when config.state_dir is unset.
 	defaultStateDirName = "tether-shell-state"
 	// runIDEnv marks every process of a run so Cleanup can recognise the run's

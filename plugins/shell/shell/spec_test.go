@@ -51,7 +51,7 @@ func TestExecuteValidationErrors(t *testing.T) {
 		{"broken JSON", `{"script":`, ``, `context: not valid JSON`},
 		{"config grace", `{"script": "x"}`, `{"kill_grace": "x"}`, `config.kill_grace: "x" is not a duration`},
 		{"config unknown", `{"script": "x"}`, `{"bogus": 1}`, `config: unknown key "bogus"; known keys are kill_grace, max_kill_grace, state_dir, work_root`},
-		{"grace above default max", `{"script": "x", "kill_grace": "31s"}`, ``, `context.kill_grace: 31s is above the maximum 30s (plugins.shell.config.max_kill_grace); ask for at most 30s, or raise max_kill_grace`},
+		{"grace above default max", `{"script": "x", "kill_grace": "11s"}`, ``, `context.kill_grace: 11s is above the maximum 10s (plugins.shell.config.max_kill_grace); ask for at most 10s, or raise max_kill_grace`},
 		{"grace above configured max", `{"script": "x", "kill_grace": "2s"}`, `{"kill_grace": "1s", "max_kill_grace": "1500ms"}`, `context.kill_grace: 2s is above the maximum 1.5s (plugins.shell.config.max_kill_grace)`},
 		{"config max below grace", `{"script": "x"}`, `{"max_kill_grace": "5s"}`, `config.kill_grace: 10s is above config.max_kill_grace (5s)`},
 		{"config max word", `{"script": "x"}`, `{"max_kill_grace": "long"}`, `config.max_kill_grace: "long" is not a duration`},
@@ -96,7 +96,7 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.KillGrace != 10*time.Second || cfg.MaxKillGrace != 30*time.Second || cfg.WorkRoot != "/tmpdir" || cfg.StateDir != "/tmpdir/tether-shell-state" {
+	if cfg.KillGrace != 10*time.Second || cfg.MaxKillGrace != 10*time.Second || cfg.WorkRoot != "/tmpdir" || cfg.StateDir != "/tmpdir/tether-shell-state" {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 	cfg, err = parseConfig(json.RawMessage(`{"kill_grace": "3s", "work_root": "/w/", "state_dir": "/s"}`), "/tmpdir")
@@ -114,8 +114,8 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	if err != nil || s.KillGrace != 0 {
 		t.Fatalf("spec %+v, %v: want the context's kill_grace", s, err)
 	}
-	s, err = parseSpec(json.RawMessage(`{"script": "x", "kill_grace": "30s"}`), cfg)
-	if err != nil || s.KillGrace != 30*time.Second {
+	s, err = parseSpec(json.RawMessage(`{"script": "x", "kill_grace": "10s"}`), cfg)
+	if err != nil || s.KillGrace != 10*time.Second {
 		t.Fatalf("spec %+v, %v: a kill_grace equal to the default max_kill_grace is allowed", s, err)
 	}
 	cfg, err = parseConfig(json.RawMessage(`{"kill_grace": "2m", "max_kill_grace": "5m"}`), "/tmpdir")
