@@ -9,7 +9,7 @@ KUBE_APISERVER := .tether/bin/kube-apiserver-$(KUBE_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench proto clean kube-apiserver
+.PHONY: all build run test vet bench proto clean kube-apiserver soak
 
 all: build
 
@@ -48,6 +48,16 @@ vet:
 ## bench: end-to-end throughput and claim latency (prints jobs/s, p50/p99)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./internal/bench/
+
+## soak: the randomized invariant test (internal/e2e/invariant_test.go) in
+## rounds of chaos until SOAK has passed, e.g. `make soak SOAK=30m`; each
+## round prints its seed (rerun one with TETHER_INVARIANT_SEED=<seed>
+## TETHER_INVARIANT_ROUNDS=1); SOAK_CHAOS sets the chaos per round
+SOAK       ?= 10m
+SOAK_CHAOS ?= 40s
+soak:
+	TETHER_INVARIANT_DURATION=$(SOAK) TETHER_INVARIANT_CHAOS=$(SOAK_CHAOS) \
+		$(GO) test -race -count=1 -timeout 0 -run '^TestInvariant$$' -v ./internal/e2e/
 
 ## proto: regenerate pkg/plugin/pb from pkg/plugin/proto (needs protoc,
 ## protoc-gen-go and protoc-gen-go-grpc on PATH; see README)

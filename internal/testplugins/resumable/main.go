@@ -8,16 +8,26 @@
 //
 // Job context (top-level keys of the job win over the command's):
 //
-//	{"duration_ms": 3000, "fail": "message", "work_dir": "/abs/dir"}
+//	{"duration_ms": 3000, "fail": "message", "fail_class": "retriable",
+//	 "fail_attempts": [1, 2], "work_dir": "/abs/dir"}
 //
+// With "fail" the work ends with a failure record, which the plugin reports
+// with "fail_class" (retriable or permanent, the default); "fail_attempts"
+// limits the failure to those attempts (plugin.Job.Attempt), empty = all.
 // work_dir may also come from the plugin config (plugins.resumable.config.work_dir).
 // Files under work_dir, per job:
 //
-//	<job_id>.starts  one line per start of work (O_APPEND), never removed
-//	<job_id>.pid     the work process id
-//	<job_id>.record  the outcome, written by the work when it ends
+//	<job_id>.starts   one line per start of work (O_APPEND), never removed
+//	<job_id>.pid      the work process id
+//	<job_id>.record   the outcome, written by the work when it ends
+//	<job_id>.journal  one JSON line (O_APPEND) per event of the work, never
+//	                  removed: "start" (the work, before Execute may return),
+//	                  "end" (the work, before its record), "killed" (Cleanup,
+//	                  after the kill) and "checkpoint" (Execute, once the
+//	                  host answered); see journalLine
 //
-// Tests assert "started once" by counting the lines of the starts file.
+// Tests assert "started once" by counting the lines of the starts file, and
+// check from the journal that attempts never ran side by side.
 package main
 
 import (
@@ -42,7 +52,40 @@ const (
 	envWorkRecord   = "TETHER_RESUMABLE_WORK_RECORD"
 	envWorkDuration = "TETHER_RESUMABLE_WORK_DURATION_MS"
 	envWorkFail     = "TETHER_RESUMABLE_WORK_FAIL"
+	envWorkClass    = "TETHER_RESUMABLE_WORK_FAIL_CLASS"
+	envWorkAttempt  = "TETHER_RESUMABLE_WORK_ATTEMPT"
+	envWorkJournal  = "TETHER_RESUMABLE_WORK_JOURNAL"
+	envWorkAgentPID = "TETHER_RESUMABLE_WORK_AGENT_PID"
 )
+
+// readyTimeout bounds how long a start waits for the work to journal itself.
+const readyTimeout = 10 * time.Second
+
+// Journal events.
+const (
+	JournalStart      = "start"
+	JournalEnd        = "end"
+	JournalKilled     = "killed"
+	JournalCheckpoint = "checkpoint"
+)
+
+// journalLine is one line of <job_id>.journal. Times are wall-clock unix
+// nanoseconds of this host (PostgreSQL's now() in tests reads the same clock).
+type journalLine struct {
+	Event   string `json:"event"`
+	Attempt int    `json:"attempt"` // plugin.Job.Attempt of the start (killed: of the Cleanup call)
+	PID     int    `json:"pid"`     // the work process
+	TimeNS  int64  `json:"time_ns"`
+	// end: ok, retriable or permanent; checkpoint: accepted or refused.
+	Outcome string `json:"outcome,omitempty"`
+	Message string `json:"message,omitempty"`
+	// The plugin process that wrote the line (start: that launched the
+	// work) and its parent, the agent.
+	PluginPID int `json:"plugin_pid,omitempty"`
+	AgentPID  int `json:"agent_pid,omitempty"`
+	// checkpoint: when the call was made (TimeNS: when it returned).
+	CalledNS int64 `json:"called_ns,omitempty"`
+}
 
 const pollInterval = 50 * time.Millisecond
 
@@ -55,25 +98,44 @@ type handle struct {
 // record is the outcome the work writes when it ends.
 type record struct {
 	Name    string `json:"name"`
+	Attempt int    `json:"attempt,omitempty"` // of the start that wrote it
 	OK      bool   `json:"ok"`
+	Class   string `json:"class,omitempty"` // of a failure: retriable or permanent
 	Message string `json:"message,omitempty"`
 }
 
 type spec struct {
-	DurationMS int    `json:"duration_ms"`
-	Fail       string `json:"fail"`
-	WorkDir    string `json:"work_dir"`
+	DurationMS   int    `json:"duration_ms"`
+	Fail         string `json:"fail"`
+	FailClass    string `json:"fail_class"`
+	FailAttempts []int  `json:"fail_attempts"`
+	WorkDir      string `json:"work_dir"`
+}
+
+// failFor is the failure message the work of attempt ends with ("" = none).
+func (s spec) failFor(attempt int) string {
+	if s.Fail == "" || len(s.FailAttempts) == 0 {
+		return s.Fail
+	}
+	for _, a := range s.FailAttempts {
+		if a == attempt {
+			return s.Fail
+		}
+	}
+	return ""
 }
 
 // work is one job's work, located by names derived from the job ID.
 type work struct {
-	name   string
-	dir    string
-	spec   spec
-	jobID  string
-	starts string
-	pid    string
-	record string
+	name    string
+	dir     string
+	spec    spec
+	jobID   string
+	attempt int
+	starts  string
+	pid     string
+	record  string
+	journal string
 }
 
 func newWork(job *plugin.Job) (*work, error) {
@@ -95,6 +157,11 @@ func newWork(job *plugin.Job) (*work, error) {
 	if !filepath.IsAbs(s.WorkDir) {
 		return nil, plugin.Errorf(plugin.Permanent, "resumable: work_dir must be an absolute path (context or config), got %q", s.WorkDir)
 	}
+	switch plugin.ErrorClass(s.FailClass) {
+	case "", plugin.Retriable, plugin.Permanent:
+	default:
+		return nil, plugin.Errorf(plugin.Permanent, "resumable: fail_class must be retriable or permanent, got %q", s.FailClass)
+	}
 	if s.DurationMS < 0 {
 		return nil, plugin.Errorf(plugin.Permanent, "resumable: duration_ms must be >= 0, got %d", s.DurationMS)
 	}
@@ -104,13 +171,15 @@ func newWork(job *plugin.Job) (*work, error) {
 	}
 	base := filepath.Join(s.WorkDir, job.ID)
 	return &work{
-		name:   "resumable-" + job.ID,
-		dir:    s.WorkDir,
-		spec:   s,
-		jobID:  job.ID,
-		starts: base + ".starts",
-		pid:    base + ".pid",
-		record: base + ".record",
+		name:    "resumable-" + job.ID,
+		dir:     s.WorkDir,
+		spec:    s,
+		jobID:   job.ID,
+		attempt: job.Attempt,
+		starts:  base + ".starts",
+		pid:     base + ".pid",
+		record:  base + ".record",
+		journal: base + ".journal",
 	}, nil
 }
 
@@ -189,8 +258,15 @@ func (resumable) Cleanup(_ context.Context, job *plugin.Job) error {
 	}
 	if pid > 0 && alive(pid) {
 		// The work leads its own session: kill the whole group.
-		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		err := syscall.Kill(-pid, syscall.SIGKILL)
+		if err != nil && !errors.Is(err, syscall.ESRCH) {
 			return plugin.Errorf(plugin.Retriable, "resumable: killing work %s (pid %d): %v", w.name, pid, err)
+		}
+		if err == nil {
+			if err := w.journalAppend(journalLine{Event: JournalKilled, Attempt: w.attempt, PID: pid, TimeNS: time.Now().UnixNano(),
+				PluginPID: os.Getpid(), AgentPID: os.Getppid()}); err != nil {
+				return plugin.Errorf(plugin.Retriable, "resumable: journaling the kill of %s: %v", w.name, err)
+			}
 		}
 	}
 	for _, p := range []string{w.pid, w.record} {
@@ -217,20 +293,41 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime) error {
 	if err != nil {
 		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: finding own binary: %v", err)
 	}
+	// The work journals its own start, then says so on this pipe (its fd
+	// 3): the start is on record before Execute can return.
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return plugin.Errorf(plugin.Retriable, "resumable: creating a pipe: %v", err)
+	}
+	defer ready.Close()
 	// Not CommandContext: the work must survive the call, the plugin and the agent.
 	cmd := exec.Command(exe, w.name)
+	class := w.spec.FailClass
+	if class == "" {
+		class = string(plugin.Permanent)
+	}
 	cmd.Env = []string{
 		envWorkRecord + "=" + w.record,
 		envWorkDuration + "=" + strconv.Itoa(w.spec.DurationMS),
-		envWorkFail + "=" + w.spec.Fail,
+		envWorkFail + "=" + w.spec.failFor(w.attempt),
+		envWorkClass + "=" + class,
+		envWorkAttempt + "=" + strconv.Itoa(w.attempt),
+		envWorkJournal + "=" + w.journal,
+		envWorkAgentPID + "=" + strconv.Itoa(os.Getppid()),
 	}
+	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	readyW.Close()
+	if err != nil {
 		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: starting work %s: %v", w.name, err)
 	}
 	pid := cmd.Process.Pid
 	// Reap it if it ends while this plugin lives; otherwise init does.
 	go func() { _ = cmd.Wait() }()
+	// A line, or EOF if the work died first; either way its start is over.
+	_ = ready.SetReadDeadline(time.Now().Add(readyTimeout))
+	_, _ = ready.Read(make([]byte, 16))
 	if err := writeAtomic(w.pid, []byte(strconv.Itoa(pid))); err != nil {
 		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: recording pid of work %s: %v", w.name, err)
 	}
@@ -238,7 +335,17 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime) error {
 	if err != nil {
 		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: encoding handle: %v", err)
 	}
-	if err := rt.Checkpoint(ctx, h); err != nil {
+	called := time.Now().UnixNano()
+	err = rt.Checkpoint(ctx, h)
+	cp := journalLine{Event: JournalCheckpoint, Attempt: w.attempt, PID: pid, TimeNS: time.Now().UnixNano(), CalledNS: called,
+		Outcome: "accepted", PluginPID: os.Getpid(), AgentPID: os.Getppid()}
+	if err != nil {
+		cp.Outcome, cp.Message = "refused", err.Error()
+	}
+	if jerr := w.journalAppend(cp); jerr != nil {
+		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: journaling the checkpoint of %s: %v", w.name, jerr)
+	}
+	if err != nil {
 		// The work runs on; a later Resume finds it by name.
 		return plugin.WithClass(plugin.Retriable, fmt.Errorf("checkpointing work %s: %w", w.name, err))
 	}
@@ -256,6 +363,9 @@ func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, err
 		if err != nil {
 			return nil, err
 		}
+		if ok && rec.Attempt != 0 && rec.Attempt != w.attempt {
+			ok = false // another attempt's outcome is not this one's
+		}
 		if ok {
 			return w.result(rt, rec)
 		}
@@ -265,7 +375,7 @@ func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, err
 		}
 		if pid == 0 || !alive(pid) {
 			// It may have written the record just before exiting.
-			if rec, ok, err := w.readRecord(); err != nil || ok {
+			if rec, ok, err := w.readRecord(); err != nil || (ok && (rec.Attempt == 0 || rec.Attempt == w.attempt)) {
 				if err != nil {
 					return nil, err
 				}
@@ -283,7 +393,11 @@ func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, err
 
 func (w *work) result(rt plugin.Runtime, rec record) (*plugin.Result, error) {
 	if !rec.OK {
-		return nil, plugin.Errorf(plugin.Permanent, "resumable: work %s failed: %s", w.name, rec.Message)
+		class := plugin.ErrorClass(rec.Class)
+		if class != plugin.Retriable {
+			class = plugin.Permanent
+		}
+		return nil, plugin.Errorf(class, "resumable: work %s failed: %s", w.name, rec.Message)
 	}
 	fmt.Fprintf(rt.Stdout(), "work %s done\n", w.name)
 	out, err := json.Marshal(map[string]string{"name": w.name})
@@ -353,12 +467,22 @@ func alive(pid int) bool {
 	return true
 }
 
+func (w *work) journalAppend(l journalLine) error {
+	b, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	return appendLine(w.journal, string(b))
+}
+
+// appendLine appends line and a newline in one write (O_APPEND: lines of
+// concurrent writers never interleave).
 func appendLine(path, line string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteString(line + "\n"); err != nil {
+	if _, err := f.Write([]byte(line + "\n")); err != nil {
 		f.Close()
 		return err
 	}
@@ -374,13 +498,39 @@ func writeAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// runWork is the detached work: sleep, then write the outcome.
+// runWork is the detached work: journal the start, sleep, journal the end,
+// then write the outcome.
 func runWork(recordPath string) int {
 	ms, _ := strconv.Atoi(os.Getenv(envWorkDuration))
+	attempt, _ := strconv.Atoi(os.Getenv(envWorkAttempt))
+	agentPID, _ := strconv.Atoi(os.Getenv(envWorkAgentPID))
+	w := &work{journal: os.Getenv(envWorkJournal)}
+	if w.journal != "" {
+		if err := w.journalAppend(journalLine{Event: JournalStart, Attempt: attempt, PID: os.Getpid(), TimeNS: time.Now().UnixNano(),
+			PluginPID: os.Getppid(), AgentPID: agentPID}); err != nil {
+			fmt.Fprintf(os.Stderr, "resumable work: journaling the start: %v\n", err)
+		}
+	}
+	// Tell the plugin the start is on record (fd 3, when it gave one; a
+	// write to a pipe nobody reads fails with EPIPE on fds other than 1 and 2).
+	if f := os.NewFile(3, "ready"); f != nil {
+		_, _ = f.Write([]byte("started\n"))
+		_ = f.Close()
+	}
 	time.Sleep(time.Duration(ms) * time.Millisecond) // a process of its own; nothing to cancel it but a signal
-	rec := record{Name: filepath.Base(recordPath), OK: true}
+	rec := record{Name: filepath.Base(recordPath), Attempt: attempt, OK: true}
 	if msg := os.Getenv(envWorkFail); msg != "" {
-		rec.OK, rec.Message = false, msg
+		rec.OK, rec.Class, rec.Message = false, os.Getenv(envWorkClass), msg
+	}
+	if w.journal != "" {
+		end := journalLine{Event: JournalEnd, Attempt: attempt, PID: os.Getpid(), TimeNS: time.Now().UnixNano(), Outcome: "ok", Message: rec.Message}
+		if !rec.OK {
+			end.Outcome = rec.Class
+		}
+		// Before the record: once the record exists the next attempt may start.
+		if err := w.journalAppend(end); err != nil {
+			fmt.Fprintf(os.Stderr, "resumable work: journaling the end: %v\n", err)
+		}
 	}
 	b, err := json.Marshal(rec)
 	if err == nil {
