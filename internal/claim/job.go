@@ -330,7 +330,15 @@ func (s *Service) retryWrite(j *runningJob, log *slog.Logger, what string, write
 // a janitor runs it.
 func (s *Service) cleanup(a *attempt, claim store.CleanupClaim) {
 	j := a.j
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.CleanupTimeout)
+	timeout := s.cfg.CleanupTimeout
+	select {
+	case <-s.quit:
+		// Shutting down: do not hold the exit for long; what does not
+		// finish goes back to the queue for another agent.
+		timeout = min(timeout, s.cfg.FinalTimeout)
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), timeout)
 	err := s.plugins.Cleanup(ctx, a.plugin, a.job)
 	cancel()
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
