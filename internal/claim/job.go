@@ -117,6 +117,12 @@ func (s *Service) run(j *runningJob) {
 			s.end(a, store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
 			return
 		}
+		if cause := context.Cause(j.ctx); cause != nil {
+			// Stopped (self-fence, shutdown, …) while the write waited:
+			// never call the plugin with a dead context. Nothing ran.
+			s.beforeCall(a, cause)
+			return
+		}
 	}
 	a.called = true
 
@@ -204,6 +210,20 @@ func (s *Service) afterCancel(a *attempt) {
 		s.end(a, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)})
 	default:
 		log.Error("job context ended for an unknown reason", "cause", cause)
+	}
+}
+
+// beforeCall ends an attempt stopped after it was marked running but before
+// its plugin was called.
+func (s *Service) beforeCall(a *attempt, cause error) {
+	switch {
+	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSuperseded):
+		s.recordLeaseLost(a.j, a.log, "before its plugin was called")
+	case errors.Is(cause, errCancelRequested):
+		s.end(a, store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
+	default:
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+			Error: "stopped before its plugin was called: " + cause.Error()})
 	}
 }
 
