@@ -1,9 +1,12 @@
--- A job no agent has touched is canceled at once; deleting its active row
--- fences out any later claim.
+-- A job no agent holds is canceled at once; deleting its active row fences
+-- out any later claim, and jobs.last_lease keeps the lease above every one
+-- handed out so far (an operator requeue starts above it).
 WITH d AS (
     DELETE FROM active_jobs WHERE job_id = $1
+    RETURNING job_id, lease
 ), j AS (
-    UPDATE jobs SET status = 'canceled', error = $2, finished_at = now(), updated_at = now()
+    UPDATE jobs SET status = 'canceled', error = $2, finished_at = now(), updated_at = now(),
+        last_lease = greatest(jobs.last_lease, (SELECT lease FROM d) + 1)
     WHERE id = $1
     RETURNING id
 )

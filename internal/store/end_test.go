@@ -166,3 +166,26 @@ func TestEndRefusedForItsDataIsADataError(t *testing.T) {
 		Outcome: store.Outcome{Status: store.StatusFailed, Error: "stored", ErrorClass: "permanent"}})
 	require.NoError(t, err, "the fence still holds after refused writes")
 }
+
+// Found by the invariant test: a job canceled while queued (here a retry
+// waiting for its Cleanup) then requeued must not start below its leases.
+func TestCancelWhileQueuedThenRequeueKeepsLeasesMonotonic(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a := register(t, st, "a")
+	lv := limits.Set{MaxRetry: 3, RetryBackoff: time.Millisecond, RetryBackoffMax: time.Millisecond}
+	j := submitWith(t, st, lv)
+	c := claimOne(t, st, a, j.ID)
+	_, err := st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: c.Lease, Actor: a,
+		Plan:    lifecycle.Plan{Retry: true, Wait: time.Millisecond},
+		Outcome: store.Outcome{Status: store.StatusFailed, Error: "x", ErrorClass: "retriable"}})
+	require.NoError(t, err)
+	var queuedLease int64
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT lease FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&queuedLease))
+	_, err = st.Cancel(ctx, j.ID, "stop")
+	require.NoError(t, err)
+	_, _, err = st.Requeue(ctx, store.RequeueParams{JobID: j.ID, Reason: "again"})
+	require.NoError(t, err)
+	next := claimOne(t, st, a, j.ID)
+	assert.Greater(t, next.Lease, queuedLease, "the lease never goes back")
+}
