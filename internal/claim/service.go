@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
@@ -67,15 +68,15 @@ type Config struct {
 	TestSignals TestSignals
 }
 
-// Defaults, shared with the configuration.
+// Defaults (internal/defaults, shared with the configuration).
 const (
-	DefaultCapacity       = 10
-	DefaultPollInterval   = time.Second
-	DefaultKeepalive      = 5 * time.Second
-	DefaultLogFlush       = 200 * time.Millisecond
-	DefaultLogMaxBytes    = 10 << 20
-	DefaultFinalTimeout   = 10 * time.Second
-	DefaultCleanupTimeout = 2 * time.Minute
+	DefaultCapacity       = defaults.Capacity
+	DefaultPollInterval   = defaults.PollInterval
+	DefaultKeepalive      = defaults.Keepalive
+	DefaultLogFlush       = defaults.LogFlush
+	DefaultLogMaxBytes    = defaults.LogMaxBytesStream
+	DefaultFinalTimeout   = defaults.FinalTimeout
+	DefaultCleanupTimeout = defaults.CleanupTimeout
 	DefaultCleanupRetryIn = time.Second
 	// reattachTries bounds how often a resumable job whose plugin crashed
 	// (or whose call broke) is resumed in the same attempt before the

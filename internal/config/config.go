@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/limits"
 )
 
@@ -144,7 +145,7 @@ type Agent struct {
 
 // DefaultCleanupTimeout bounds one plugin Cleanup call unless
 // agent.cleanup_timeout says otherwise or stale_job/2 is shorter.
-const DefaultCleanupTimeout = 2 * time.Minute
+const DefaultCleanupTimeout = defaults.CleanupTimeout
 
 // HTTP configures the API server.
 type HTTP struct {
@@ -212,24 +213,24 @@ type Command struct {
 func Default() *Config {
 	return &Config{
 		Agent: Agent{
-			Capacity:        10,
-			PollInterval:    Duration(time.Second),
-			Keepalive:       Duration(5 * time.Second),
-			StaleJob:        Duration(120 * time.Second),
-			CleanInterval:   Duration(10 * time.Second),
-			AWOLTimeout:     Duration(time.Hour),
-			ShutdownTimeout: Duration(100 * time.Second),
+			Capacity:        defaults.Capacity,
+			PollInterval:    Duration(defaults.PollInterval),
+			Keepalive:       Duration(defaults.Keepalive),
+			StaleJob:        Duration(defaults.StaleJob),
+			CleanInterval:   Duration(defaults.CleanInterval),
+			AWOLTimeout:     Duration(defaults.AWOLTimeout),
+			ShutdownTimeout: Duration(defaults.ShutdownTimeout),
 		},
 		HTTP: HTTP{
-			Listen:        ":9090",
-			MaxBodyBytes:  1 << 20,
-			ShutdownGrace: Duration(5 * time.Second),
+			Listen:        defaults.Listen,
+			MaxBodyBytes:  defaults.MaxBodyBytes,
+			ShutdownGrace: Duration(defaults.ShutdownGrace),
 		},
 		Drain:    Drain{Handoff: HandoffImmediate},
 		Defaults: defaultLimits(),
 		Logs: Logs{
-			MaxBytesPerStream: 10 << 20,
-			FlushInterval:     Duration(200 * time.Millisecond),
+			MaxBytesPerStream: defaults.LogMaxBytesStream,
+			FlushInterval:     Duration(defaults.LogFlush),
 		},
 	}
 }

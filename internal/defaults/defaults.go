@@ -1,0 +1,40 @@
+// Package defaults names every default an agent runs with, once: the
+// configuration fills unset keys from here and each service falls back to
+// the same constants when built without a configuration (tests, benchmarks),
+// so the two can never drift apart.
+package defaults
+
+import "time"
+
+// The agent's timing and sizing.
+const (
+	Capacity        = 10
+	PollInterval    = time.Second
+	Keepalive       = 5 * time.Second
+	StaleJob        = 120 * time.Second
+	OfflineAfter    = 3 * Keepalive
+	CleanInterval   = 10 * time.Second
+	AWOLTimeout     = time.Hour
+	ShutdownTimeout = 100 * time.Second
+	// CleanupTimeout bounds one plugin Cleanup call (the configuration's
+	// default is the smaller of this and stale_job/2).
+	CleanupTimeout = 2 * time.Minute
+	// FinalTimeout bounds each try of a final write.
+	FinalTimeout = 10 * time.Second
+	// AgentRetention is how long a stopped or silent agent holding nothing
+	// stays listed before the janitor prunes it.
+	AgentRetention = 24 * time.Hour
+)
+
+// Job output.
+const (
+	LogFlush          = 200 * time.Millisecond
+	LogMaxBytesStream = 10 << 20
+)
+
+// The HTTP API.
+const (
+	Listen        = ":9090"
+	MaxBodyBytes  = 1 << 20
+	ShutdownGrace = 5 * time.Second
+)
