@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/claim"
+	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
@@ -142,6 +143,17 @@ func waitFile(t *testing.T, path string, timeout time.Duration) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// privateStore is a store on a PostgreSQL cluster of the test's own, which
+// the test may stop and start.
+func privateStore(t *testing.T) (*pgcluster.Cluster, *store.Store) {
+	t.Helper()
+	cluster, url := pgtest.StartCluster(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return cluster, store.New(pool)
 }
 
 func eventKinds(t *testing.T, st *store.Store, id string) []string {
@@ -374,12 +386,8 @@ func TestLogsAreCappedWithMarker(t *testing.T) {
 }
 
 func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t *testing.T) {
-	cluster, url := pgtest.StartCluster(t)
+	cluster, st := privateStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool)
 	cancelFile := filepath.Join(t.TempDir(), "canceled")
 	startAgent(t, st, "a1", 4, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
@@ -423,12 +431,8 @@ func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t
 }
 
 func TestShortOutageLosesNothing(t *testing.T) {
-	cluster, url := pgtest.StartCluster(t)
+	cluster, st := privateStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool)
 	startAgent(t, st, "a1", 4, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Minute

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -155,12 +154,8 @@ func (h *heartbeats) maxGap(from, to time.Time, id string) (time.Duration, int, 
 // Scenario 6: a slow Cleanup after a write that waited for the database ran
 // on the heartbeat's goroutine and left every other job unrenewed.
 func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
-	cluster, url := pgtest.StartCluster(t)
+	cluster, st := privateStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool)
 	beats := make(chan store.HeartbeatResult)
 	hb := &heartbeats{}
 	go hb.drain(beats)
@@ -233,12 +228,8 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 // Scenario 9 (host side): a checkpoint during a database outage waits for
 // the database instead of failing the job, and its output is stored once.
 func TestCheckpointWaitsThroughAnOutage(t *testing.T) {
-	cluster, url := pgtest.StartCluster(t)
+	cluster, st := privateStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool)
 	startAgent(t, st, "a1", 2, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Minute
@@ -256,12 +247,8 @@ func TestCheckpointWaitsThroughAnOutage(t *testing.T) {
 // Scenario 11: the self-fence fires at SelfFenceAfter of silence, on its
 // own timer, not a keepalive later.
 func TestSelfFenceFiresOnTime(t *testing.T) {
-	cluster, url := pgtest.StartCluster(t)
+	cluster, st := privateStore(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st := store.New(pool)
 	fenced := make(chan time.Duration, 4)
 	startAgent(t, st, "a1", 2, func(c *claim.Config) {
 		c.Keepalive = time.Second
