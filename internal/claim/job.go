@@ -418,7 +418,9 @@ func (r *runtime) Checkpoint(ctx context.Context, handle []byte) error {
 	c := r.job.claimed
 	wait := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		err := r.svc.logs.checkpoint(ctx, r.job.key, handle)
+		tctx, cancel := context.WithTimeout(ctx, r.svc.cfg.FinalTimeout)
+		err := r.svc.logs.checkpoint(tctx, r.job.key, handle)
+		cancel()
 		switch {
 		case err == nil:
 			r.job.mu.Lock()

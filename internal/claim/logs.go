@@ -22,6 +22,9 @@ const (
 // kickBytes is how much unsent output makes the flusher run before its tick.
 const kickBytes = 256 << 10
 
+// flushTimeout bounds one periodic flush.
+const flushTimeout = 5 * time.Second
+
 // logFlusher gathers every running job's output and writes it in one fenced
 // statement per tick, instead of one INSERT per line. Buffers are per runner
 // (job, lease): a runner that lost its lease can neither flush into nor
@@ -106,7 +109,11 @@ func (f *logFlusher) run(ctx context.Context) {
 		case <-t.C:
 		case <-f.kick:
 		}
-		_ = f.flush(ctx, nil) // kept for the next tick on error
+		// Bounded: a hung connection must not hold flushMu, which final
+		// writes and checkpoints wait for.
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		_ = f.flush(fctx, nil) // kept for the next tick on error
+		cancel()
 	}
 }
 
