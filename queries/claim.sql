@@ -1,42 +1,66 @@
--- Claim up to $3 claimable jobs of the commands this agent runs. SKIP LOCKED
--- lets agents claim side by side; the lease bump fences out any earlier holder.
--- A queued job becomes accepted; a released running job stays running (the
--- agent resumes it).
+-- Claim up to @limit claimable jobs of the commands this agent runs
+-- (@commands). SKIP LOCKED lets agents claim side by side; the lease bump
+-- fences out any earlier holder. A queued job becomes accepted; a released
+-- running job stays running (the agent resumes it).
+--
+-- picked: per command, the oldest due unowned rows, read in order from
+-- active_jobs_claim (command, run_after, job_id) and locked as they are read,
+-- so a claim never reads another command's rows, however large its backlog;
+-- then the oldest @limit of those. A row that must be resumed (resume) is
+-- taken only if its plugin is in @resumable (the plugins this agent can
+-- Resume with); @any_plugin waives that check.
+--
+-- j then claims the job row first: its status is re-checked under its lock
+-- (a cancel that committed meanwhile makes it canceling, and the row is not
+-- taken), and only the jobs it updated give their active row a holder. Locks:
+-- active rows (picked), then their job rows (j), as everywhere else.
 WITH picked AS (
-    SELECT a.job_id
-    FROM active_jobs a
-    WHERE a.agent_name IS NULL
-      AND a.run_after <= now()
-      AND a.command = ANY($4::text[])
-    ORDER BY a.run_after, a.job_id
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    -- Only queued or released running jobs; an unowned canceling job is the
-    -- janitor's. (Filtering here, after the LIMIT, and not in picked: a join
-    -- in the locking scan halved claim throughput.)
-    UPDATE active_jobs a
-    SET agent_name = $1, agent_generation = $2, lease = a.lease + 1,
-        last_heartbeat = now(), claimed_at = now()
-    FROM picked JOIN jobs pj ON pj.id = picked.job_id AND pj.status IN ('queued', 'running')
-    WHERE a.job_id = picked.job_id
-    RETURNING a.job_id, a.lease, a.handle, a.released_at, a.release_reason
+    SELECT p.job_id
+    FROM (SELECT DISTINCT unnest(@commands::text[]) AS command) c
+    CROSS JOIN LATERAL (
+        SELECT a.job_id, a.run_after
+        FROM active_jobs a
+        WHERE a.agent_name IS NULL
+          AND a.command = c.command
+          AND a.run_after <= now()
+          AND (NOT a.resume OR @any_plugin::boolean OR a.plugin = ANY(@resumable::text[]))
+        ORDER BY a.run_after, a.job_id
+        LIMIT @limit
+        FOR UPDATE OF a SKIP LOCKED
+    ) p
+    ORDER BY p.run_after, p.job_id
+    LIMIT @limit
 ), j AS (
+    -- Only queued or released running jobs; an unowned canceling job is the
+    -- janitor's. (Filtering here, on the picked rows only, and not in the
+    -- locking scan: a join there halved claim throughput.)
     UPDATE jobs
-    SET status = CASE WHEN status = 'queued' THEN 'accepted' ELSE status END,
+    SET status = CASE WHEN jobs.status = 'queued' THEN 'accepted' ELSE jobs.status END,
         updated_at = now()
-    FROM claimed
-    WHERE jobs.id = claimed.job_id AND jobs.status IN ('queued', 'running')
+    FROM picked
+    WHERE jobs.id = picked.job_id AND jobs.status IN ('queued', 'running')
     RETURNING jobs.id, jobs.command, jobs.plugin, jobs.status, jobs.context, jobs.attempt,
+              jobs.max_retry,
+              extract(epoch FROM jobs.retry_backoff)::float8 AS retry_backoff,
+              extract(epoch FROM jobs.retry_backoff_max)::float8 AS retry_backoff_max,
+              extract(epoch FROM jobs.pending_timeout)::float8 AS pending_timeout,
               extract(epoch FROM jobs.active_timeout)::float8 AS active_timeout,
-              coalesce(extract(epoch FROM now() - jobs.attempt_started_at), 0)::float8 AS attempt_age,
-              jobs.max_retry, extract(epoch FROM jobs.retry_backoff)::float8 AS retry_backoff,
-              extract(epoch FROM jobs.retry_backoff_max)::float8 AS retry_backoff_max
+              extract(epoch FROM jobs.ttl_succeeded)::float8 AS ttl_succeeded,
+              extract(epoch FROM jobs.ttl_failed)::float8 AS ttl_failed,
+              coalesce(extract(epoch FROM now() - jobs.attempt_started_at), 0)::float8 AS attempt_age
+), claimed AS (
+    UPDATE active_jobs a
+    SET agent_name = @agent, agent_generation = @generation, lease = a.lease + 1,
+        last_heartbeat = now(), claimed_at = now()
+    FROM j
+    WHERE a.job_id = j.id
+    RETURNING a.job_id, a.lease, a.handle
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
-    SELECT j.id, 'claimed', $1, $2, c.lease, 'attempt ' || j.attempt
+    SELECT j.id, 'claimed', @agent, @generation, c.lease, 'attempt ' || j.attempt
     FROM j JOIN claimed c ON c.job_id = j.id
 )
 SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt, c.lease, c.handle,
-       j.active_timeout, j.attempt_age, j.max_retry, j.retry_backoff, j.retry_backoff_max
+       j.max_retry, j.retry_backoff, j.retry_backoff_max, j.pending_timeout, j.active_timeout,
+       j.ttl_succeeded, j.ttl_failed, j.attempt_age
 FROM j JOIN claimed c ON c.job_id = j.id;

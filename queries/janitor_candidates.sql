@@ -1,50 +1,140 @@
--- One janitor batch: lock up to $5 active rows (after job_id $4) that may need
--- the janitor, with their job, owning agent and the plugin capabilities live
--- agents announce. The filter mirrors janitor.Decide loosely (a superset, so
--- the rows of a slow but live agent are not locked every pass); the janitor
--- decides in Go and applies in the same transaction. SKIP LOCKED lets every agent's janitor run
--- side by side; the locks on active_jobs are held until commit.
--- $1 offline_after, $2 awol_timeout, $3 stale_job, $6 active_timeout grace
--- (seconds).
-SELECT a.job_id, j.status, j.plugin, j.command, j.started_at IS NOT NULL,
-       coalesce(a.agent_name, ''), coalesce(a.agent_generation, ''), a.lease,
-       extract(epoch FROM now() - coalesce(a.last_heartbeat, a.claimed_at, 'epoch'))::float8,
-       a.released_at IS NOT NULL,
-       coalesce(extract(epoch FROM now() - a.released_at), 0)::float8,
+-- One janitor batch: lock up to @batch active rows that need the janitor now,
+-- with their job, their holder's agents row and what the live agents serve.
+-- The janitor decides each in Go (janitor.Decide) and applies the decisions
+-- in the same transaction; SKIP LOCKED lets every agent's janitor run side by
+-- side, and the locks on active_jobs are held until commit.
+--
+-- Each part reads only the rows its rule can act on, through an index, so a
+-- pass costs the same with or without a backlog of queued jobs (of any
+-- command) and however many jobs have ended:
+--   owned      held rows (active_jobs_agent) whose holder is gone, restarted,
+--              stopped or silent, or that ran past active_timeout + grace;
+--   canceling  unowned canceling jobs (jobs_status_id);
+--   released   unowned running jobs released at least awol_timeout ago
+--              (active_jobs_released);
+--   pending    unowned queued jobs past pending_deadline (active_jobs_pending);
+--   unserved   unowned queued jobs without a pending_timeout, due for at least
+--              awol_timeout, of a command no live agent serves: those
+--              commands first (from the agents rows and @self_commands), then
+--              each one's oldest rows through active_jobs_claim.
+-- The parts are disjoint (by holder, status, resume and pending_timeout), and
+-- each is read only as far as the batch needs: the Append stops at @batch.
+-- (A part's status check is a lookup by job_id, so the planner cannot turn
+-- it into a scan of every job with that status.)
+-- @skip: rows this pass already looked at and left alone.
+--
+-- "Live" agent: state 'running' (not draining, not stopped) and last_seen
+-- within @stale_job. served/loaded/resumable: a live agent serves the job's
+-- command (agents.commands) / one of those has the job's plugin / one of
+-- those's copy of it declares resume. self_registered: this process
+-- (@self_name, @self_generation) has its agents row, which then speaks for
+-- it; without one, the caller counts what this process serves itself.
+-- Durations are in seconds.
+WITH live AS MATERIALIZED (
+    SELECT l.commands, l.plugins
+    FROM agents l
+    WHERE l.state = 'running' AND l.last_seen > now() - @stale_job::float8 * interval '1 second'
+), me AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM agents WHERE name = @self_name AND generation = @self_generation) AS registered
+), unserved AS MATERIALIZED (
+    SELECT k.command
+    FROM (SELECT unnest(commands) FROM agents UNION SELECT unnest(@self_commands::text[])) k (command)
+    WHERE NOT EXISTS (SELECT 1 FROM live l WHERE k.command = ANY (l.commands))
+      AND NOT (k.command = ANY (@self_commands::text[]) AND NOT (SELECT registered FROM me))
+)
+SELECT x.job_id, j.status, j.plugin, x.command, j.started_at IS NOT NULL,
+       coalesce(x.agent_name, ''), coalesce(x.agent_generation, ''), x.lease,
+       extract(epoch FROM now() - x.heard)::float8,
+       x.released_at IS NOT NULL,
+       coalesce(extract(epoch FROM now() - x.released_at), 0)::float8,
        g.name IS NOT NULL, coalesce(g.generation, ''), coalesce(g.state, ''),
        coalesce(extract(epoch FROM now() - g.last_seen), 0)::float8,
-       EXISTS (SELECT 1 FROM agents l
-               WHERE l.state <> 'stopped' AND l.last_seen > now() - $3::float8 * interval '1 second'
-                 AND l.plugins ? j.plugin),
-       EXISTS (SELECT 1 FROM agents l
-               WHERE l.state <> 'stopped' AND l.last_seen > now() - $3::float8 * interval '1 second'
+       EXISTS (SELECT 1 FROM live l WHERE x.command = ANY (l.commands)),
+       EXISTS (SELECT 1 FROM live l WHERE x.command = ANY (l.commands) AND l.plugins ? j.plugin),
+       EXISTS (SELECT 1 FROM live l WHERE x.command = ANY (l.commands)
                  AND l.plugins -> j.plugin -> 'capabilities' ? 'resume'),
        extract(epoch FROM j.pending_timeout)::float8,
-       CASE WHEN isfinite(a.run_after) THEN extract(epoch FROM now() - a.run_after)::float8 ELSE 0 END,
+       CASE WHEN isfinite(x.run_after) THEN extract(epoch FROM now() - x.run_after)::float8 ELSE 0 END,
        extract(epoch FROM j.active_timeout)::float8,
-       coalesce(extract(epoch FROM now() - j.attempt_started_at), 0)::float8
-FROM active_jobs a
-JOIN jobs j ON j.id = a.job_id
-LEFT JOIN agents g ON g.name = a.agent_name
-WHERE a.job_id > $4
-  AND (
-        (a.agent_name IS NOT NULL AND (
-             g.name IS NULL
-          OR g.generation IS DISTINCT FROM a.agent_generation
-          OR g.state = 'stopped'
-          OR coalesce(a.last_heartbeat, a.claimed_at, 'epoch') < now() - $3::float8 * interval '1 second'
-          OR (coalesce(a.last_heartbeat, a.claimed_at, 'epoch') < now() - $1::float8 * interval '1 second'
-              AND (j.status IN ('queued', 'accepted') OR (j.status = 'canceling' AND j.started_at IS NULL)))))
-     OR (a.agent_name IS NULL AND j.status = 'canceling')
-     OR (a.agent_name IS NULL AND j.status = 'running'
-         AND a.released_at < now() - $2::float8 * interval '1 second')
-     -- pending_timeout, counted from when the job last became due (run_after).
-     OR (a.agent_name IS NULL AND j.status = 'queued' AND j.pending_timeout > interval '0'
-         AND a.run_after < now() - j.pending_timeout)
-     -- active_timeout backup for an owner that did not enforce it ($6 grace).
-     OR (a.agent_name IS NOT NULL AND j.status = 'running' AND j.active_timeout > interval '0'
-         AND j.attempt_started_at < now() - j.active_timeout - $6::float8 * interval '1 second')
-  )
-ORDER BY a.job_id
-LIMIT $5
-FOR UPDATE OF a SKIP LOCKED;
+       coalesce(extract(epoch FROM now() - j.attempt_started_at), 0)::float8,
+       (SELECT registered FROM me)
+FROM (
+    SELECT * FROM (
+        SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
+               coalesce(a.last_heartbeat, a.claimed_at, 'epoch') AS heard, a.released_at, a.run_after
+        FROM active_jobs a
+        -- One lookup per held row (OFFSET 0 keeps it one): never a scan of jobs.
+        CROSS JOIN LATERAL (
+            SELECT j.status, j.started_at, j.active_timeout, j.attempt_started_at
+            FROM jobs j WHERE j.id = a.job_id OFFSET 0
+        ) j
+        LEFT JOIN agents g ON g.name = a.agent_name
+        WHERE a.agent_name IS NOT NULL
+          AND a.job_id <> ALL (@skip::text[])
+          AND (   g.name IS NULL
+               OR g.generation IS DISTINCT FROM a.agent_generation
+               OR g.state = 'stopped'
+               OR coalesce(a.last_heartbeat, a.claimed_at, 'epoch') <= now() - @stale_job::float8 * interval '1 second'
+               OR (coalesce(a.last_heartbeat, a.claimed_at, 'epoch') <= now() - @offline_after::float8 * interval '1 second'
+                   AND (j.status IN ('queued', 'accepted') OR (j.status = 'canceling' AND j.started_at IS NULL)))
+               -- active_timeout backup for an owner that did not enforce it.
+               OR (j.status = 'running' AND j.active_timeout > interval '0'
+                   AND j.attempt_started_at <= now() - j.active_timeout - @active_grace::float8 * interval '1 second'))
+        LIMIT @batch
+        FOR UPDATE OF a SKIP LOCKED
+    ) owned
+    UNION ALL
+    SELECT * FROM (
+        SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
+               coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), a.released_at, a.run_after
+        FROM jobs j
+        JOIN active_jobs a ON a.job_id = j.id
+        WHERE j.status = 'canceling' AND a.agent_name IS NULL
+          AND a.job_id <> ALL (@skip::text[])
+        LIMIT @batch
+        FOR UPDATE OF a SKIP LOCKED
+    ) canceling
+    UNION ALL
+    SELECT * FROM (
+        SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
+               coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), a.released_at, a.run_after
+        FROM active_jobs a
+        WHERE a.agent_name IS NULL AND a.resume
+          AND (SELECT j.status FROM jobs j WHERE j.id = a.job_id) = 'running'
+          AND a.released_at <= now() - @awol_timeout::float8 * interval '1 second'
+          AND a.job_id <> ALL (@skip::text[])
+        ORDER BY a.released_at
+        LIMIT @batch
+        FOR UPDATE OF a SKIP LOCKED
+    ) released
+    UNION ALL
+    SELECT * FROM (
+        SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
+               coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), a.released_at, a.run_after
+        FROM active_jobs a
+        WHERE a.agent_name IS NULL AND a.pending_deadline IS NOT NULL AND a.pending_deadline <= now()
+          AND (SELECT j.status FROM jobs j WHERE j.id = a.job_id) = 'queued'
+          AND a.job_id <> ALL (@skip::text[])
+        ORDER BY a.pending_deadline
+        LIMIT @batch
+        FOR UPDATE OF a SKIP LOCKED
+    ) pending
+    UNION ALL
+    SELECT p.* FROM unserved u
+    CROSS JOIN LATERAL (
+        SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
+               coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), a.released_at, a.run_after
+        FROM active_jobs a
+        WHERE a.agent_name IS NULL AND a.command = u.command
+          AND a.run_after <= now() - @awol_timeout::float8 * interval '1 second'
+          AND NOT a.resume AND a.pending_timeout = interval '0'
+          AND (SELECT j.status FROM jobs j WHERE j.id = a.job_id) = 'queued'
+          AND a.job_id <> ALL (@skip::text[])
+        ORDER BY a.run_after, a.job_id
+        LIMIT @batch
+        FOR UPDATE OF a SKIP LOCKED
+    ) p
+    LIMIT @batch
+) x
+JOIN jobs j ON j.id = x.job_id
+LEFT JOIN agents g ON g.name = x.agent_name;

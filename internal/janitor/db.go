@@ -20,6 +20,9 @@ type candidate struct {
 	Command string
 	Lease   int64
 	Input   Input
+	// SelfRegistered: this process has its agents row, which the query
+	// already counted among the live agents (or not, when it is draining).
+	SelfRegistered bool
 }
 
 func scanCandidates(rows pgx.Rows) ([]candidate, error) {
@@ -31,8 +34,10 @@ func scanCandidates(rows pgx.Rows) ([]candidate, error) {
 			&in.AgentName, &in.AgentGeneration, &c.Lease,
 			&hbAge, &in.Released, &relAge,
 			&in.Owner.Exists, &in.Owner.Generation, &in.Owner.State, &seenAge,
-			&in.PluginLoaded, &in.Resumable,
-			&pending, &queuedAge, &active, &attemptAge)
+			&in.Served, &in.PluginLoaded, &in.Resumable,
+			&pending, &queuedAge, &active, &attemptAge,
+			&c.SelfRegistered)
+		in.Command = c.Command
 		in.PendingTimeout, in.QueuedAge = secondsDuration(pending), secondsDuration(queuedAge)
 		in.ActiveTimeout, in.AttemptAge = secondsDuration(active), secondsDuration(attemptAge)
 		in.HeartbeatAge = secondsDuration(hbAge)
@@ -85,7 +90,7 @@ func (a Action) outcome() (o store.Outcome, noRetry, ok bool) {
 	case Fail, FailAWOL, FailActiveTimeout:
 		// Retriable: retried when the job has retries left.
 		return store.Outcome{Status: store.StatusFailed, Error: a.Reason, ErrorClass: "retriable", EventKind: "failed"}, false, true
-	case FailPending:
+	case FailPending, FailUnclaimed:
 		// Waiting longer would not help: never retried.
 		return store.Outcome{Status: store.StatusFailed, Error: a.Reason, ErrorClass: "permanent", EventKind: "failed"}, true, true
 	case Cancel:

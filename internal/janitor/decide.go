@@ -25,6 +25,10 @@ const (
 	// owner that did not stop it: failed (retriable, retried if allowed),
 	// then Cleanup.
 	FailActiveTimeout Kind = "fail_active_timeout"
+	// FailUnclaimed: queued, due for awol_timeout, no pending_timeout, and no
+	// live agent serves its command: failed (permanent, never retried), no
+	// Cleanup (nothing ran).
+	FailUnclaimed Kind = "fail_unclaimed"
 )
 
 // Action is the janitor's decision for one job.
@@ -53,7 +57,10 @@ type Owner struct {
 type Rules struct {
 	StaleJob     time.Duration // running jobs of a silent owner are released or failed
 	OfflineAfter time.Duration // accepted jobs of a silent owner are requeued
-	AWOLTimeout  time.Duration // a released job not resumed by then is failed
+	// AWOLTimeout: a released job not resumed by then is failed, and so is a
+	// queued job (without a pending_timeout) of a command no live agent
+	// serves that has been due that long.
+	AWOLTimeout time.Duration
 	// ActiveTimeoutGrace is how long past a job's active_timeout the janitor
 	// waits for the owner to enforce it itself (2×keepalive + clean_interval).
 	ActiveTimeoutGrace time.Duration
@@ -63,6 +70,7 @@ type Rules struct {
 // database clock.
 type Input struct {
 	Status  string
+	Command string
 	Plugin  string
 	Started bool // jobs.started_at is set: the plugin was called at least once
 
@@ -75,8 +83,13 @@ type Input struct {
 
 	Owner Owner
 
-	// PluginLoaded: some live agent (or this one) has the job's plugin.
-	// Resumable: some live agent's copy of it declares the resume capability.
+	// What the live agents serve ("live": state running — not draining,
+	// not stopped — and seen within stale_job; this janitor's own agent
+	// counts for the commands it serves):
+	// Served: a live agent serves the job's command (it would claim it);
+	// PluginLoaded: one of those has the job's plugin;
+	// Resumable: one of those's copy of the plugin declares resume.
+	Served       bool
 	PluginLoaded bool
 	Resumable    bool
 
@@ -120,14 +133,16 @@ func (in Input) owner() ownerCondition {
 // A restarted, stopped or vanished owner is acted on at once; a live owner
 // only once its lease has been silent for offline_after (accepted jobs) or
 // stale_job (running and canceling jobs). A running job is released only when
-// a live agent has its plugin with the resume capability; when no live agent
-// has the plugin at all the job cannot be resumed, so it is failed rather than
-// released to wait out awol_timeout.
+// a live agent serves its command with a copy of its plugin that can resume
+// it — only such an agent would claim it — and is failed otherwise, with the
+// reason, rather than released to wait out awol_timeout. A queued job nobody
+// can claim (no live agent serves its command) fails after awol_timeout
+// unless its own pending_timeout governs.
 func Decide(in Input) Action {
 	switch in.Status {
 	case "queued", "accepted":
-		if in.Status == "queued" && in.AgentName == "" && in.PendingTimeout > 0 && in.QueuedAge >= in.PendingTimeout {
-			return Action{Kind: FailPending, Reason: fmt.Sprintf("pending timeout: not started within pending_timeout (%s)", limits.Format(in.PendingTimeout))}
+		if in.Status == "queued" && in.AgentName == "" {
+			return decideQueued(in)
 		}
 		return decideAccepted(in)
 	case "running":
@@ -139,6 +154,23 @@ func Decide(in Input) Action {
 		return decideCanceling(in)
 	}
 	return Action{Kind: None} // terminal, or a status this version does not know
+}
+
+// decideQueued: an unowned queued job waits for a claim. Only its
+// pending_timeout, or — without one — the lack of any live agent serving
+// its command for awol_timeout, ends the wait. A backlog of a served
+// command is never failed here.
+func decideQueued(in Input) Action {
+	switch {
+	case in.PendingTimeout > 0:
+		if in.QueuedAge >= in.PendingTimeout {
+			return Action{Kind: FailPending, Reason: fmt.Sprintf("pending timeout: not started within pending_timeout (%s)", limits.Format(in.PendingTimeout))}
+		}
+	case !in.Served && in.Rules.AWOLTimeout > 0 && in.QueuedAge >= in.Rules.AWOLTimeout:
+		return Action{Kind: FailUnclaimed, Reason: fmt.Sprintf("awol: no agent claimed it within awol_timeout (%s); no live agent serves command %q",
+			limits.Format(in.Rules.AWOLTimeout), in.Command)}
+	}
+	return Action{Kind: None}
 }
 
 func decideAccepted(in Input) Action {
@@ -184,13 +216,21 @@ func decideRunning(in Input) Action {
 		why = "stale for " + seconds(in.HeartbeatAge)
 		failMsg = fmt.Sprintf("awol: agent %s silent for %s", in.AgentName, seconds(in.HeartbeatAge))
 	}
-	switch {
-	case in.PluginLoaded && in.Resumable:
+	if in.Served && in.PluginLoaded && in.Resumable {
 		return Action{Kind: Release, Reason: why}
-	case !in.PluginLoaded:
-		failMsg += fmt.Sprintf(" (plugin %q is not loaded by any live agent, so the job cannot be resumed)", in.Plugin)
 	}
-	return Action{Kind: Fail, Reason: failMsg, Cleanup: true}
+	return Action{Kind: Fail, Reason: failMsg + " (" + whyNotResumable(in) + ", so the job cannot be resumed)", Cleanup: true}
+}
+
+// whyNotResumable says which condition of a release is missing.
+func whyNotResumable(in Input) string {
+	switch {
+	case !in.Served:
+		return fmt.Sprintf("no live agent serves command %q", in.Command)
+	case !in.PluginLoaded:
+		return fmt.Sprintf("plugin %q is not loaded by any live agent serving command %q", in.Plugin, in.Command)
+	}
+	return fmt.Sprintf("plugin %q does not declare resume on any live agent serving command %q", in.Plugin, in.Command)
 }
 
 func decideReleased(in Input) Action {

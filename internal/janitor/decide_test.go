@@ -22,20 +22,21 @@ func activeFor(timeout, age time.Duration) func(*Input) {
 	return func(in *Input) { in.ActiveTimeout, in.AttemptAge = timeout, age }
 }
 
-// owned is a job held by agent a1 (generation g1), whose agents row is live,
-// silent for hb; plugin p is loaded and resumable unless a case says not.
+// owned is a job of command c held by agent a1 (generation g1), whose
+// agents row is live, silent for hb; a live agent serves c, and its plugin p
+// is loaded and resumable, unless a case says not.
 func owned(status string, hb time.Duration) Input {
 	return Input{
-		Status: status, Plugin: "p", Started: status == "running" || status == "canceling",
+		Status: status, Command: "c", Plugin: "p", Started: status == "running" || status == "canceling",
 		AgentName: "a1", AgentGeneration: "g1", HeartbeatAge: hb,
-		Owner:        Owner{Exists: true, Generation: "g1", State: "running", LastSeenAge: hb},
-		PluginLoaded: true, Resumable: true,
+		Owner:  Owner{Exists: true, Generation: "g1", State: "running", LastSeenAge: hb},
+		Served: true, PluginLoaded: true, Resumable: true,
 		Rules: testRules,
 	}
 }
 
 func unowned(status string) Input {
-	return Input{Status: status, Plugin: "p", PluginLoaded: true, Resumable: true, Rules: testRules}
+	return Input{Status: status, Command: "c", Plugin: "p", Served: true, PluginLoaded: true, Resumable: true, Rules: testRules}
 }
 
 func with(in Input, fs ...func(*Input)) Input {
@@ -52,6 +53,7 @@ var (
 	draining  = func(in *Input) { in.Owner.State = "draining" }
 	notResum  = func(in *Input) { in.Resumable = false }
 	notLoaded = func(in *Input) { in.Resumable, in.PluginLoaded = false, false }
+	unserved  = func(in *Input) { in.Served, in.Resumable, in.PluginLoaded = false, false, false }
 	notStart  = func(in *Input) { in.Started = false }
 )
 
@@ -59,6 +61,16 @@ func released(age time.Duration) Input {
 	in := unowned("running")
 	in.Started, in.Released, in.ReleasedAge = true, true, age
 	return in
+}
+
+// noResume and notLoadedMsg are the truthful reasons a running job of
+// command c on plugin p is failed rather than released.
+func noResume(prefix string) string {
+	return prefix + ` (plugin "p" does not declare resume on any live agent serving command "c", so the job cannot be resumed)`
+}
+
+func notLoadedMsg(prefix string) string {
+	return prefix + ` (plugin "p" is not loaded by any live agent serving command "c", so the job cannot be resumed)`
 }
 
 func TestDecide(t *testing.T) {
@@ -86,13 +98,26 @@ func TestDecide(t *testing.T) {
 			Action{Kind: FailPending, Reason: "pending timeout: not started within pending_timeout (2d)"}},
 		{"accepted past pending_timeout: claimed, not pending", with(owned("accepted", time.Second), queuedFor(time.Minute, time.Hour)), Action{Kind: None}},
 
+		// Nobody can claim it: no live agent serves the command.
+		{"queued backlog of a served command, due for days", with(unowned("queued"), queuedFor(0, 72*time.Hour)), Action{Kind: None}},
+		{"queued, unserved, due just under awol_timeout", with(unowned("queued"), unserved, queuedFor(0, time.Hour-time.Millisecond)), Action{Kind: None}},
+		{"queued, unserved, due for awol_timeout", with(unowned("queued"), unserved, queuedFor(0, time.Hour)),
+			Action{Kind: FailUnclaimed, Reason: `awol: no agent claimed it within awol_timeout (1h0m0s); no live agent serves command "c"`}},
+		{"queued, unserved, pending_timeout governs (not yet)", with(unowned("queued"), unserved, queuedFor(2*time.Hour, 90*time.Minute)), Action{Kind: None}},
+		{"queued, unserved, pending_timeout governs (past)", with(unowned("queued"), unserved, queuedFor(2*time.Hour, 2*time.Hour)),
+			Action{Kind: FailPending, Reason: "pending timeout: not started within pending_timeout (2h0m0s)"}},
+		{"queued, unserved, waiting for a Cleanup (run_after infinity)", with(unowned("queued"), unserved, queuedFor(0, 0)), Action{Kind: None}},
+		{"queued, unserved, retry not due yet", with(unowned("queued"), unserved, queuedFor(0, -time.Minute)), Action{Kind: None}},
+		{"queued but owned, unserved: the owner's rules", with(owned("queued", time.Second), unserved, queuedFor(0, 2*time.Hour)), Action{Kind: None}},
+		{"accepted unowned, unserved", with(unowned("accepted"), unserved, queuedFor(0, 2*time.Hour)), Action{Kind: None}},
+
 		// active_timeout backup: a live owner gets active_timeout + grace.
 		{"running, owner fresh, within active_timeout + grace", with(owned("running", time.Second), activeFor(time.Minute, time.Minute+testRules.ActiveTimeoutGrace-time.Millisecond)), Action{Kind: None}},
 		{"running, owner fresh, past active_timeout + grace", with(owned("running", time.Second), activeFor(time.Minute, time.Minute+testRules.ActiveTimeoutGrace)),
 			Action{Kind: FailActiveTimeout, Cleanup: true, Reason: "active_timeout of 1m0s exceeded (running for 80s; agent a1 did not stop it, so the janitor failed it)"}},
 		{"running, active_timeout off", with(owned("running", time.Second), activeFor(0, 100*time.Hour)), Action{Kind: None}},
 		{"running past active_timeout, owner stale: the stale rule", with(owned("running", stale), activeFor(time.Minute, time.Hour), notResum),
-			Action{Kind: Fail, Reason: "awol: agent a1 silent for 130s", Cleanup: true}},
+			Action{Kind: Fail, Reason: noResume("awol: agent a1 silent for 130s"), Cleanup: true}},
 		{"accepted unowned", unowned("accepted"), Action{Kind: None}},
 		{"accepted, owner fresh", owned("accepted", 2*time.Second), Action{Kind: None}},
 		{"accepted, just under offline_after", owned("accepted", 15*time.Second-time.Millisecond), Action{Kind: None}},
@@ -122,21 +147,29 @@ func TestDecide(t *testing.T) {
 
 		// Running, owner stale / gone / restarted, not resumable: fail + Cleanup.
 		{"running, stale, not resumable", with(owned("running", stale), notResum),
-			Action{Kind: Fail, Reason: "awol: agent a1 silent for 130s", Cleanup: true}},
+			Action{Kind: Fail, Reason: noResume("awol: agent a1 silent for 130s"), Cleanup: true}},
 		{"running, restarted, not resumable (no wait)", with(owned("running", 0), restarted, notResum),
-			Action{Kind: Fail, Reason: "agent restarted", Cleanup: true}},
+			Action{Kind: Fail, Reason: noResume("agent restarted"), Cleanup: true}},
 		{"running, gone, not resumable", with(owned("running", 0), gone, notResum),
-			Action{Kind: Fail, Reason: "awol: agent a1 gone", Cleanup: true}},
+			Action{Kind: Fail, Reason: noResume("awol: agent a1 gone"), Cleanup: true}},
 		{"running, stopped, not resumable", with(owned("running", 0), stopped, notResum),
-			Action{Kind: Fail, Reason: "awol: agent a1 stopped", Cleanup: true}},
+			Action{Kind: Fail, Reason: noResume("awol: agent a1 stopped"), Cleanup: true}},
 
-		// Plugin no longer loaded by any live agent: it cannot be resumed.
+		// The plugin is not loaded by a live agent serving the command.
 		{"running, stale, plugin not loaded anywhere", with(owned("running", stale), notLoaded),
-			Action{Kind: Fail, Reason: `awol: agent a1 silent for 130s (plugin "p" is not loaded by any live agent, so the job cannot be resumed)`, Cleanup: true}},
+			Action{Kind: Fail, Reason: notLoadedMsg("awol: agent a1 silent for 130s"), Cleanup: true}},
 		{"running, restarted, plugin not loaded anywhere", with(owned("running", 0), restarted, notLoaded),
-			Action{Kind: Fail, Reason: `agent restarted (plugin "p" is not loaded by any live agent, so the job cannot be resumed)`, Cleanup: true}},
+			Action{Kind: Fail, Reason: notLoadedMsg("agent restarted"), Cleanup: true}},
 		{"running, stale, resumable flag but not loaded", with(owned("running", stale), func(in *Input) { in.PluginLoaded = false }),
-			Action{Kind: Fail, Reason: `awol: agent a1 silent for 130s (plugin "p" is not loaded by any live agent, so the job cannot be resumed)`, Cleanup: true}},
+			Action{Kind: Fail, Reason: notLoadedMsg("awol: agent a1 silent for 130s"), Cleanup: true}},
+
+		// No live agent serves the command: nobody would claim a release,
+		// whatever the plugin could do.
+		{"running, stale, command served by no live agent", with(owned("running", stale), unserved),
+			Action{Kind: Fail, Reason: `awol: agent a1 silent for 130s (no live agent serves command "c", so the job cannot be resumed)`, Cleanup: true}},
+		{"running, gone, resumable plugin but command unserved", with(owned("running", 0), gone, func(in *Input) { in.Served = false }),
+			Action{Kind: Fail, Reason: `awol: agent a1 gone (no live agent serves command "c", so the job cannot be resumed)`, Cleanup: true}},
+		{"running, fresh, command unserved: the owner is alive", with(owned("running", time.Second), unserved), Action{Kind: None}},
 
 		// Released and unclaimed.
 		{"released, within awol_timeout", released(59 * time.Minute), Action{Kind: None}},
@@ -145,6 +178,7 @@ func TestDecide(t *testing.T) {
 		{"released, past awol_timeout, plugin gone", with(released(2*time.Hour), notLoaded),
 			Action{Kind: FailAWOL, Reason: "awol: not resumed within awol_timeout (1h0m0s)", Cleanup: true}},
 		{"released, plugin gone, within awol_timeout", with(released(time.Minute), notLoaded), Action{Kind: None}},
+		{"released, command unserved, within awol_timeout", with(released(time.Minute), unserved), Action{Kind: None}},
 		{"running unowned, never released", unowned("running"), Action{Kind: None}},
 
 		// Canceling.

@@ -57,6 +57,10 @@ type Config struct {
 	RetentionBatch      int
 	RetentionMaxBatches int
 
+	// AgentRetention is how long an agents row that stopped or went silent
+	// is kept once it holds no job (DefaultAgentRetention); see PruneAgents.
+	AgentRetention time.Duration
+
 	BatchSize          int           // active rows per transaction (100)
 	CleanupTimeout     time.Duration // bound on one Cleanup call (2m)
 	CleanupBackoffMin  time.Duration // wait after the first failed Cleanup (1s)
@@ -77,11 +81,12 @@ func (c *Config) setDefaults() {
 			*d = v
 		}
 	}
-	def(&c.StaleJob, 120*time.Second)
+	def(&c.StaleJob, defaultStaleJob)
 	def(&c.OfflineAfter, 15*time.Second)
 	def(&c.CleanInterval, 10*time.Second)
 	def(&c.AWOLTimeout, time.Hour)
 	def(&c.Keepalive, 5*time.Second)
+	def(&c.AgentRetention, DefaultAgentRetention)
 	if c.RetentionBatch <= 0 {
 		c.RetentionBatch = 500
 	}
@@ -116,6 +121,9 @@ func (c *Config) activeTimeoutGrace() time.Duration {
 	return 2*c.Keepalive + c.CleanInterval
 }
 
+// defaultStaleJob is agent.stale_job's default.
+const defaultStaleJob = 120 * time.Second
+
 // resultTimeout bounds the write of a Cleanup's outcome, which runs even when
 // the agent is shutting down.
 const resultTimeout = 10 * time.Second
@@ -144,7 +152,7 @@ func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "janitor", "agent", cfg.Holder.Name),
 		actions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tether_janitor_actions_total", Help: "Jobs the janitor settled, by action: requeue, release, fail, fail_awol, fail_pending, fail_active_timeout, cancel.",
+			Name: "tether_janitor_actions_total", Help: "Jobs the janitor settled, by action: requeue, release, fail, fail_awol, fail_pending, fail_unclaimed, fail_active_timeout, cancel.",
 		}, []string{"action"})),
 		cleanupAttempts: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_cleanup_attempts_total", Help: "Queued Cleanup calls this agent made, by result: ok, failed, skipped.",
@@ -216,12 +224,15 @@ func jitter(d time.Duration) time.Duration {
 
 // Pass settles every job that needs it now, a bounded batch per transaction,
 // and returns how many actions it applied. A full batch is followed by the
-// next one at once.
+// next one at once; rows a batch looked at and left alone (nothing to do, or
+// changed since they were read) are not read again in the same pass, so a
+// pass always ends. Then it lifts orphaned retry gates, deletes expired jobs
+// and prunes long-gone agents.
 func (s *Service) Pass(ctx context.Context) (int, error) {
 	total := 0
-	cursor := ""
+	skip := []string{}
 	for {
-		n, last, full, err := s.batch(ctx, cursor)
+		n, left, full, err := s.batch(ctx, skip)
 		total += n
 		if err != nil {
 			return total, err
@@ -229,7 +240,7 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 		if !full {
 			break
 		}
-		cursor = last
+		skip = append(skip, left...)
 	}
 	if n, err := cleanups.LiftOrphanGates(ctx, s.pool, s.cfg.BatchSize); err != nil {
 		return total, err
@@ -239,6 +250,9 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 	if _, err := s.Retention(ctx); err != nil {
 		return total, err
 	}
+	if _, err := s.PruneAgents(ctx); err != nil {
+		s.log.Warn("pruning agents", "err", err)
+	}
 	if pending, err := cleanups.Count(ctx, s.pool); err == nil {
 		s.pending.Set(float64(pending))
 	} else {
@@ -247,18 +261,56 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// batch locks, decides and applies one batch of rows after cursor. It
-// returns the actions applied, the last job ID seen and whether the batch
-// was full (more may follow).
-func (s *Service) batch(ctx context.Context, cursor string) (int, string, bool, error) {
+// selfCommands is what this process serves by its configuration: the
+// commands it knows (Config.Commands). They count only while it has no
+// agents row of its own, which otherwise speaks for it.
+func (s *Service) selfCommands() []string {
+	out := make([]string, 0, len(s.cfg.Commands))
+	for name := range s.cfg.Commands {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// countSelf adds this process to what the live agents serve for c, when its
+// own agents row did not already count (not registered yet): it serves c's
+// command if it is configured here and c's plugin is loaded here.
+func countSelf(in *Input, commands map[string]bool, caps func(string) (plugin.Info, bool)) {
+	if commands != nil && !commands[in.Command] {
+		return
+	}
+	info, ok := caps(in.Plugin)
+	if !ok {
+		return
+	}
+	in.Served, in.PluginLoaded = true, true
+	in.Resumable = in.Resumable || info.Has(plugin.CapResume)
+}
+
+// batch locks, decides and applies one batch of rows not in skip. It
+// returns the actions applied, the IDs of the rows it left alone and whether
+// the batch was full (more may follow).
+func (s *Service) batch(ctx context.Context, skip []string) (int, []string, bool, error) {
 	var applied []Kind
-	var last string
+	var left []string
 	var full bool
+	self := s.selfCommands()
+	served := make(map[string]bool, len(self))
+	for _, name := range self {
+		served[name] = true
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		applied = applied[:0]
-		rows, err := tx.Query(ctx, queries.Get("janitor_candidates"),
-			secs(s.cfg.OfflineAfter), secs(s.cfg.AWOLTimeout), secs(s.cfg.StaleJob), cursor, s.cfg.BatchSize,
-			secs(s.cfg.activeTimeoutGrace()))
+		applied, left = applied[:0], left[:0]
+		if _, err := tx.Exec(ctx, queries.Get("janitor_no_jit")); err != nil {
+			return fmt.Errorf("selecting janitor candidates: %w", err)
+		}
+		rows, err := tx.Query(ctx, queries.Get("janitor_candidates"), pgx.NamedArgs{
+			"offline_after": secs(s.cfg.OfflineAfter), "awol_timeout": secs(s.cfg.AWOLTimeout),
+			"stale_job": secs(s.cfg.StaleJob), "active_grace": secs(s.cfg.activeTimeoutGrace()),
+			"batch": s.cfg.BatchSize, "skip": skip,
+			"self_name": s.cfg.Holder.Name, "self_generation": s.cfg.Holder.Generation, "self_commands": self,
+		})
 		if err != nil {
 			return fmt.Errorf("selecting janitor candidates: %w", err)
 		}
@@ -267,14 +319,9 @@ func (s *Service) batch(ctx context.Context, cursor string) (int, string, bool, 
 			return fmt.Errorf("selecting janitor candidates: %w", err)
 		}
 		full = len(cands) == s.cfg.BatchSize
-		if len(cands) > 0 {
-			last = cands[len(cands)-1].JobID
-		}
 		for _, c := range cands {
-			// This agent is live: its own plugins count as well.
-			if info, ok := s.plugins.Info(c.Input.Plugin); ok {
-				c.Input.PluginLoaded = true
-				c.Input.Resumable = c.Input.Resumable || info.Has(plugin.CapResume)
+			if !c.SelfRegistered {
+				countSelf(&c.Input, served, s.plugins.Info)
 			}
 			c.Input.Rules = s.cfg.rules()
 			a := Decide(c.Input)
@@ -282,21 +329,23 @@ func (s *Service) batch(ctx context.Context, cursor string) (int, string, bool, 
 			if err != nil {
 				return err
 			}
-			if ok {
-				applied = append(applied, a.Kind)
-				s.log.Info("janitor settled job", "job", c.JobID, "action", string(a.Kind),
-					"reason", a.Reason, "was_held_by", c.Input.AgentName, "cleanup", a.Cleanup)
+			if !ok {
+				left = append(left, c.JobID)
+				continue
 			}
+			applied = append(applied, a.Kind)
+			s.log.Info("janitor settled job", "job", c.JobID, "action", string(a.Kind),
+				"reason", a.Reason, "was_held_by", c.Input.AgentName, "cleanup", a.Cleanup)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, last, false, fmt.Errorf("janitor batch: %w", err)
+		return 0, nil, false, fmt.Errorf("janitor batch: %w", err)
 	}
 	for _, k := range applied {
 		s.actions.WithLabelValues(string(k)).Inc()
 	}
-	return len(applied), last, full, nil
+	return len(applied), left, full, nil
 }
 
 // Retention deletes terminal jobs past their stamped ttl (expires_at), with
@@ -324,12 +373,49 @@ func (s *Service) Retention(ctx context.Context) (int, error) {
 
 // ReleasePrevious settles, before the agent claims anything, every job an
 // earlier generation of holder.Name still holds: accepted → requeued;
-// running with a resumable plugin → released "agent restarted"; running
-// otherwise → failed "agent restarted" with a Cleanup queued; canceling →
-// canceled (Cleanup queued if the plugin ran). caps reports this agent's
-// plugins, which decide whether a job can be resumed. It returns how many
-// jobs it settled.
+// running that a live agent or this process can resume → released "agent
+// restarted"; running otherwise → failed "agent restarted" with a Cleanup
+// queued; canceling → canceled (Cleanup queued if the plugin ran). caps
+// reports this process's plugins; it counts for every command they can run
+// (see ReleasePreviousWith to name its commands). It returns how many jobs
+// it settled.
 func ReleasePrevious(ctx context.Context, pool *pgxpool.Pool, holder store.Holder, caps func(plugin string) (plugin.Info, bool)) (int, error) {
+	return ReleasePreviousWith(ctx, pool, PreviousConfig{Holder: holder, Caps: caps})
+}
+
+// PreviousConfig says who is starting, for ReleasePreviousWith.
+type PreviousConfig struct {
+	Holder store.Holder // this process: its name and new generation
+	// Caps reports this process's plugins.
+	Caps func(plugin string) (plugin.Info, bool)
+	// Commands are the commands this process serves; nil counts it for
+	// every command whose plugin it has.
+	Commands []string
+	// StaleJob is the live-agent window (agent.stale_job; 120s).
+	StaleJob time.Duration
+}
+
+// ReleasePreviousWith is ReleasePrevious. Whether a running job can be
+// resumed is judged from the live agents that serve its command — another
+// agent may resume it although this process lost the plugin — and from this
+// process (Caps, for Commands). The earlier generation's own agents row does
+// not count: it is the process being replaced.
+func ReleasePreviousWith(ctx context.Context, pool *pgxpool.Pool, p PreviousConfig) (int, error) {
+	if p.StaleJob <= 0 {
+		p.StaleJob = defaultStaleJob
+	}
+	caps := p.Caps
+	if caps == nil {
+		caps = func(string) (plugin.Info, bool) { return plugin.Info{}, false }
+	}
+	var served map[string]bool
+	if p.Commands != nil {
+		served = make(map[string]bool, len(p.Commands))
+		for _, c := range p.Commands {
+			served[c] = true
+		}
+	}
+	holder := p.Holder
 	total := 0
 	cursor := ""
 	const batchSize = 100
@@ -339,7 +425,13 @@ func ReleasePrevious(ctx context.Context, pool *pgxpool.Pool, holder store.Holde
 		var full bool
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			n = 0
-			rows, err := tx.Query(ctx, queries.Get("janitor_previous"), holder.Name, holder.Generation, cursor, batchSize)
+			if _, err := tx.Exec(ctx, queries.Get("janitor_no_jit")); err != nil {
+				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
+			}
+			rows, err := tx.Query(ctx, queries.Get("janitor_previous"), pgx.NamedArgs{
+				"self_name": holder.Name, "self_generation": holder.Generation,
+				"after": cursor, "batch": batchSize, "stale_job": secs(p.StaleJob),
+			})
 			if err != nil {
 				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
 			}
@@ -354,10 +446,7 @@ func ReleasePrevious(ctx context.Context, pool *pgxpool.Pool, holder store.Holde
 			for _, c := range cands {
 				// The name now belongs to this generation, registered or not yet.
 				c.Input.Owner = Owner{Exists: true, Generation: holder.Generation, State: "running"}
-				if info, ok := caps(c.Input.Plugin); ok {
-					c.Input.PluginLoaded = true
-					c.Input.Resumable = info.Has(plugin.CapResume)
-				}
+				countSelf(&c.Input, served, caps)
 				ok, err := apply(ctx, tx, holder, c, Decide(c.Input))
 				if err != nil {
 					return err

@@ -187,6 +187,12 @@ var (
 	shCaps  = []string{plugin.CapCleanup}
 )
 
+// shNoResume is the reason a running job of command c on plugin sh (no
+// resume) is failed rather than released.
+func shNoResume(prefix string) string {
+	return prefix + ` (plugin "sh" does not declare resume on any live agent serving command "c", so the job cannot be resumed)`
+}
+
 func TestPassAppliesEachActionOnce(t *testing.T) {
 	f := newFixture(t)
 	live := f.agent("live", "live-g1", map[string][]string{"res": resCaps, "sh": shCaps})
@@ -214,9 +220,9 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	f.silence(offlineRunning, 30*time.Second)
 	f.agentSilence("dead", 10*time.Minute) // so its plugins no longer count as loaded
 	f.agent("rest", "rest-g2", map[string][]string{"res": resCaps, "sh": shCaps})
-	f.exec(`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease + 1,
+	f.exec(`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease + 1, resume = true,
 	        released_at = now() - interval '2 hours', release_reason = 'test' WHERE job_id = $1`, awol)
-	f.exec(`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease + 1,
+	f.exec(`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease + 1, resume = true,
 	        released_at = now() - interval '10 minutes', release_reason = 'test' WHERE job_id = $1`, releasedRecent)
 	_, err := f.st.Cancel(f.ctx, canceling, "")
 	require.NoError(t, err)
@@ -249,7 +255,7 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	// Failed, not resumable: awol message, Cleanup queued, active row gone.
 	j := f.job(staleSh)
 	assert.Equal(t, store.StatusFailed, j.Status)
-	assert.Regexp(t, `^awol: agent dead silent for 2\d\ds$`, j.Error)
+	assert.Regexp(t, `^awol: agent dead silent for 2\d\ds \(plugin "sh" does not declare resume on any live agent serving command "c", so the job cannot be resumed\)$`, j.Error)
 	assert.Equal(t, "retriable", j.ErrorClass)
 	assert.NotNil(t, j.FinishedAt)
 	_, ok = f.active(staleSh)
@@ -275,7 +281,7 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	require.NotNil(t, r.Reason)
 	assert.Equal(t, "agent restarted", *r.Reason)
 	assert.Equal(t, store.StatusFailed, f.job(restartedSh).Status)
-	assert.Equal(t, "agent restarted", f.job(restartedSh).Error)
+	assert.Equal(t, shNoResume("agent restarted"), f.job(restartedSh).Error)
 	assert.True(t, f.cleanupQueued(restartedSh))
 
 	// Fresh owner and merely offline running owner: untouched.
@@ -523,7 +529,7 @@ func TestReleasePrevious(t *testing.T) {
 	assert.Equal(t, store.StatusRunning, f.job(res).Status)
 
 	assert.Equal(t, store.StatusFailed, f.job(sh).Status)
-	assert.Equal(t, "agent restarted", f.job(sh).Error)
+	assert.Equal(t, shNoResume("agent restarted"), f.job(sh).Error)
 	assert.True(t, f.cleanupQueued(sh))
 
 	assert.Equal(t, store.StatusCanceled, f.job(canceling).Status)

@@ -71,41 +71,55 @@ type Claimed struct {
 	AttemptAge    time.Duration
 }
 
-// ClaimParams says what an agent may claim.
+// ClaimParams says what a claim may take.
 type ClaimParams struct {
-	Limit    int
-	Commands []string
-	// Resumable lists the plugins whose copy on this agent can Resume: a
-	// job that must be resumed is claimed only if its plugin is here. Nil
-	// means any plugin.
+	Limit    int      // at most this many jobs
+	Commands []string // of these commands
+	// Resumable lists the plugins this agent can Resume with (its copy
+	// declares the resume capability). A job that must be resumed (it was
+	// released while running) is taken only if its plugin is listed, so an
+	// agent never takes over work it could only fail. nil means any plugin
+	// (the behaviour of Claim); an empty, non-nil list takes no such job.
 	Resumable []string
 }
 
 // Claim takes leases on up to limit claimable jobs of the given commands,
-// resumable ones of any plugin.
+// including jobs that must be resumed whatever their plugin: it is ClaimWith
+// with Resumable nil.
 func (s *Store) Claim(ctx context.Context, h Holder, limit int, commands []string) ([]Claimed, error) {
 	return s.ClaimWith(ctx, h, ClaimParams{Limit: limit, Commands: commands})
 }
 
-// ClaimWith takes leases on up to p.Limit claimable jobs.
+// ClaimWith takes leases on up to p.Limit claimable jobs of p.Commands, the
+// oldest due first (see queries/claim.sql). Each command's rows are read
+// through its own index range, so the cost does not depend on other
+// commands' backlog. Each Claimed carries the job's stamped limits.
 func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claimed, error) {
-	limit, commands := p.Limit, p.Commands
-	if limit <= 0 || len(commands) == 0 {
+	if p.Limit <= 0 || len(p.Commands) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, queries.Get("claim"), h.Name, h.Generation, limit, commands)
+	resumable := p.Resumable
+	if resumable == nil {
+		resumable = []string{}
+	}
+	rows, err := s.pool.Query(ctx, queries.Get("claim"), pgx.NamedArgs{
+		"agent": h.Name, "generation": h.Generation, "limit": p.Limit, "commands": p.Commands,
+		"any_plugin": p.Resumable == nil, "resumable": resumable,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
-		var active, age, backoff, backoffMax float64
+		var backoff, backoffMax, pending, active, ttlOK, ttlFailed, age float64
+		l := &c.Job.Limits
 		err := r.Scan(&c.Job.ID, &c.Job.Command, &c.Job.Plugin, &c.Job.Status, &c.Job.Context,
-			&c.Job.Attempt, &c.Lease, &c.Handle, &active, &age,
-			&c.Job.Limits.MaxRetry, &backoff, &backoffMax)
-		c.ActiveTimeout, c.AttemptAge = fromSecs(active), fromSecs(age)
-		c.Job.Limits.RetryBackoff, c.Job.Limits.RetryBackoffMax = fromSecs(backoff), fromSecs(backoffMax)
-		c.Job.Limits.ActiveTimeout = c.ActiveTimeout
+			&c.Job.Attempt, &c.Lease, &c.Handle,
+			&l.MaxRetry, &backoff, &backoffMax, &pending, &active, &ttlOK, &ttlFailed, &age)
+		l.RetryBackoff, l.RetryBackoffMax = fromSecs(backoff), fromSecs(backoffMax)
+		l.PendingTimeout, l.ActiveTimeout = fromSecs(pending), fromSecs(active)
+		l.TTLSucceeded, l.TTLFailed = fromSecs(ttlOK), fromSecs(ttlFailed)
+		c.ActiveTimeout, c.AttemptAge = l.ActiveTimeout, fromSecs(age)
 		c.Job.Agent, c.Job.Lease = h.Name, c.Lease
 		c.Resume = c.Job.Status == StatusRunning
 		return c, err
