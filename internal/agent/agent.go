@@ -100,7 +100,9 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	holder := store.Holder{Name: name, Generation: gen}
 	// Whatever this name's previous process held is settled before we claim:
 	// restart detection takes start-up time, not stale_job.
-	if n, err := janitor.ReleasePrevious(ctx, pool, holder, plugins.Info); err != nil {
+	if n, err := janitor.ReleasePreviousWith(ctx, pool, janitor.PreviousConfig{
+		Holder: holder, Caps: plugins.Info, Commands: sortedKeys(commands), StaleJob: cfg.Agent.StaleJob.Std(),
+	}); err != nil {
 		return fmt.Errorf("releasing the previous generation's jobs: %w", err)
 	} else if n > 0 {
 		log.Info("settled jobs of this agent's previous process", "jobs", n)
@@ -154,6 +156,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		AWOLTimeout:    cfg.Agent.AWOLTimeout.Std(),
 		Keepalive:      cfg.Agent.Keepalive.Std(),
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
+		AgentRetention: cfg.Agent.AgentRetention.Std(),
 		Commands:       defaults,
 		Logger:         logger,
 		Metrics:        m,

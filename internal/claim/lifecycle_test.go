@@ -267,3 +267,28 @@ func TestSelfFenceFiresOnTime(t *testing.T) {
 		t.Fatal("the self-fence did not fire")
 	}
 }
+
+// Scenario 3: a released job that must be resumed is claimed only by an
+// agent whose copy of its plugin can Resume (here: one running only the
+// shell plugin, which cannot), never failed or executed beside its work.
+func TestAgentWithoutResumeNeverClaimsAJobToResume(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(pgtest.DB(t))
+	j := submit(t, st, "shell", `{"script":"true"}`)
+	// As a release leaves it: running, unowned, to be resumed.
+	_, err := st.Pool().Exec(ctx, `WITH a AS (UPDATE active_jobs SET lease = lease + 1, released_at = now(), resume = true WHERE job_id = $1)
+		UPDATE jobs SET status = 'running', started_at = now(), attempt_started_at = now() WHERE id = $1`, j.ID)
+	require.NoError(t, err)
+	beats := make(chan store.HeartbeatResult)
+	startAgent(t, st, "shell-only", 2, func(c *claim.Config) {
+		c.Commands = map[string]claim.Command{"shell": commands["shell"]}
+		c.TestSignals.Heartbeat = beats
+	})
+	for range 3 { // claim rounds pass meanwhile (poll 100ms, keepalive 1s)
+		<-beats
+	}
+	got, err := st.GetJob(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusRunning, got.Status)
+	assert.Empty(t, got.Agent, "not claimed by an agent that cannot resume it; events:%s", summary(eventsOf(t, st, j.ID)))
+}

@@ -201,7 +201,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		cmds = append(cmds, name)
 	}
 	sort.Strings(cmds)
-	var resumable []string
+	resumable := []string{} // non-nil: none means none (nil would mean any)
 	for _, c := range cfg.Commands {
 		if info, ok := plugins.Info(c.Plugin); ok && info.Has(plugin.CapResume) && !slices.Contains(resumable, c.Plugin) {
 			resumable = append(resumable, c.Plugin)

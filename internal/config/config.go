@@ -141,6 +141,9 @@ type Agent struct {
 	// DefaultCleanupTimeout and stale_job/2 (filled in by Load and Parse).
 	// Must be less than stale_job.
 	CleanupTimeout Duration `yaml:"cleanup_timeout"`
+	// AgentRetention is how long the row of an agent that stopped or went
+	// silent, and holds no job, stays listed before the janitor prunes it.
+	AgentRetention Duration `yaml:"agent_retention"`
 }
 
 // DefaultCleanupTimeout bounds one plugin Cleanup call unless
@@ -220,6 +223,7 @@ func Default() *Config {
 			CleanInterval:   Duration(defaults.CleanInterval),
 			AWOLTimeout:     Duration(defaults.AWOLTimeout),
 			ShutdownTimeout: Duration(defaults.ShutdownTimeout),
+			AgentRetention:  Duration(defaults.AgentRetention),
 		},
 		HTTP: HTTP{
 			Listen:        defaults.Listen,

@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 		{"agent.offline_after", a.OfflineAfter},
 		{"agent.clean_interval", a.CleanInterval},
 		{"agent.awol_timeout", a.AWOLTimeout},
+		{"agent.agent_retention", a.AgentRetention},
 		{"logs.flush_interval", c.Logs.FlushInterval},
 	} {
 		if d.v <= 0 {

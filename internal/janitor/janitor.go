@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
@@ -82,10 +83,10 @@ func (c *Config) setDefaults() {
 		}
 	}
 	def(&c.StaleJob, defaultStaleJob)
-	def(&c.OfflineAfter, 15*time.Second)
-	def(&c.CleanInterval, 10*time.Second)
-	def(&c.AWOLTimeout, time.Hour)
-	def(&c.Keepalive, 5*time.Second)
+	def(&c.OfflineAfter, defaults.OfflineAfter)
+	def(&c.CleanInterval, defaults.CleanInterval)
+	def(&c.AWOLTimeout, defaults.AWOLTimeout)
+	def(&c.Keepalive, defaults.Keepalive)
 	def(&c.AgentRetention, DefaultAgentRetention)
 	if c.RetentionBatch <= 0 {
 		c.RetentionBatch = 500
@@ -93,7 +94,7 @@ func (c *Config) setDefaults() {
 	if c.RetentionMaxBatches <= 0 {
 		c.RetentionMaxBatches = 20
 	}
-	def(&c.CleanupTimeout, 2*time.Minute)
+	def(&c.CleanupTimeout, defaults.CleanupTimeout)
 	def(&c.CleanupBackoffMin, time.Second)
 	def(&c.CleanupBackoffMax, 5*time.Minute)
 	if c.BatchSize <= 0 {
@@ -122,7 +123,7 @@ func (c *Config) activeTimeoutGrace() time.Duration {
 }
 
 // defaultStaleJob is agent.stale_job's default.
-const defaultStaleJob = 120 * time.Second
+const defaultStaleJob = defaults.StaleJob
 
 // resultTimeout bounds the write of a Cleanup's outcome, which runs even when
 // the agent is shutting down.

@@ -3,17 +3,17 @@ package janitor
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/queries"
 )
 
 // DefaultAgentRetention is how long the agents row of an agent that stopped
 // or went silent is kept (Config.AgentRetention), so `tether agents` still
 // shows it for a day; once it holds no job it is deleted.
-const DefaultAgentRetention = 24 * time.Hour
+const DefaultAgentRetention = defaults.AgentRetention
 
 // agentPruneBatch bounds the rows one prune deletes; a pass runs one.
 const agentPruneBatch = 100
