@@ -18,56 +18,52 @@
 --          for @cleanup_hold_s (it runs the Cleanup itself; if it dies, the
 --          claim lapses and any janitor runs it). A retry then waits for it
 --          (run_after = 'infinity' until cleanup_done lifts it to retry_at).
-WITH cur AS (
-    SELECT a.job_id, j.attempt, j.status AS was, j.plugin, j.command, j.context
-    FROM active_jobs a JOIN jobs j ON j.id = a.job_id
-    WHERE a.job_id = @job AND a.lease = @lease
-      AND (@expect::text = '' OR j.status = @expect::text)
-    FOR UPDATE OF a
-), d AS (
-    SELECT cur.*,
-           @retry::boolean AND cur.was <> 'canceling' AS retry,
-           @retry::boolean AND cur.was = 'canceling' AS cancel_won
-    FROM cur
-), fin AS (
+WITH f AS (
+    SELECT job_id FROM active_jobs WHERE job_id = @job AND lease = @lease FOR UPDATE
+), j AS (
+    -- One UPDATE for both endings (final or retry), deciding per row in the
+    -- SET list from the job's status before it: cheaper than one statement
+    -- node per branch. A retry of a canceling job is the cancel.
     UPDATE jobs j
-    SET status = CASE WHEN d.cancel_won THEN 'canceled' ELSE @status::text END,
-        result = @result::jsonb,
-        error = CASE WHEN d.cancel_won THEN 'canceled by request; the attempt had failed: ' || coalesce(@error::text, '')
+    SET status = CASE WHEN NOT @retry::boolean THEN @status::text
+                      WHEN j.status = 'canceling' THEN 'canceled' ELSE 'queued' END,
+        attempt = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN j.attempt + 1 ELSE j.attempt END,
+        result = CASE WHEN @retry::boolean THEN NULL ELSE @result::jsonb END,
+        error = CASE WHEN @retry::boolean AND j.status = 'canceling'
+                     THEN 'canceled by request; the attempt had failed: ' || coalesce(@error::text, '')
                      ELSE @error::text END,
-        error_class = CASE WHEN d.cancel_won THEN NULL ELSE @error_class::text END,
-        finished_at = now(), updated_at = now(), last_lease = @lease::bigint + 1
-    FROM d
-    WHERE j.id = d.job_id AND NOT d.retry
-    RETURNING j.id, j.status, j.error, d.cancel_won
-), rj AS (
-    UPDATE jobs j
-    SET status = 'queued', attempt = j.attempt + 1, result = NULL,
-        error = @error::text, error_class = @error_class::text,
-        attempt_started_at = NULL, finished_at = NULL, updated_at = now()
-    FROM d
-    WHERE j.id = d.job_id AND d.retry
-    RETURNING j.id, j.attempt, j.command
+        error_class = CASE WHEN @retry::boolean AND j.status = 'canceling' THEN NULL ELSE @error_class::text END,
+        attempt_started_at = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN NULL ELSE j.attempt_started_at END,
+        finished_at = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN NULL ELSE now() END,
+        updated_at = now(),
+        last_lease = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN j.last_lease ELSE @lease::bigint + 1 END
+    FROM f
+    WHERE j.id = f.job_id AND (@expect::text = '' OR j.status = @expect::text)
+    RETURNING j.id, j.status, j.attempt, j.error, j.command, j.status = 'queued' AS retry,
+              @retry::boolean AND j.status = 'canceled' AS cancel_won
 ), ra AS (
     UPDATE active_jobs a
     SET agent_name = NULL, agent_generation = NULL, lease = a.lease + 1, handle = NULL, resume = false,
         last_heartbeat = NULL, claimed_at = NULL, released_at = NULL, release_reason = NULL,
         run_after = CASE WHEN @cleanup::boolean THEN 'infinity'
                          ELSE now() + @wait_s::float8 * interval '1 second' END
-    FROM rj
-    WHERE a.job_id = rj.id
+    FROM j
+    WHERE a.job_id = j.id AND j.retry
     RETURNING a.job_id, a.lease, a.run_after
 ), gone AS (
-    DELETE FROM active_jobs WHERE job_id IN (SELECT id FROM fin)
+    DELETE FROM active_jobs WHERE job_id IN (SELECT id FROM j WHERE NOT retry)
 ), c AS (
+    -- plugin, command and context from the job as it was (they never
+    -- change); the attempt that left the remote work.
     INSERT INTO cleanups (job_id, plugin, command, context, attempt, reason, retry_at,
                           claimed_by, claimed_until, attempts)
-    SELECT d.job_id, d.plugin, d.command, d.context, d.attempt, coalesce(@error::text, ''),
-           CASE WHEN d.retry THEN now() + @wait_s::float8 * interval '1 second' END,
+    SELECT j.id, o.plugin, o.command, o.context, CASE WHEN j.retry THEN j.attempt - 1 ELSE j.attempt END,
+           coalesce(@error::text, ''),
+           CASE WHEN j.retry THEN now() + @wait_s::float8 * interval '1 second' END,
            nullif(@cleanup_by::text, ''),
            CASE WHEN @cleanup_by::text <> '' THEN now() + @cleanup_hold_s::float8 * interval '1 second' END,
            CASE WHEN @cleanup_by::text <> '' THEN 1 ELSE 0 END
-    FROM d
+    FROM j JOIN jobs o ON o.id = j.id
     WHERE @cleanup::boolean
     ON CONFLICT (job_id) DO UPDATE
     -- A Cleanup still queued for the job (rare: a gate lifted by hand) is
@@ -80,22 +76,22 @@ WITH cur AS (
     SELECT id, CASE WHEN cancel_won THEN 'canceled' ELSE @event_kind::text END,
            @agent::text, @generation::text, @event_lease::bigint,
            CASE WHEN cancel_won THEN error ELSE @message::text END
-    FROM fin
+    FROM j WHERE NOT retry
     UNION ALL
-    SELECT rj.id, 'retry_scheduled', @agent::text, @generation::text, ra.lease,
-           'attempt ' || rj.attempt ||
+    SELECT j.id, 'retry_scheduled', @agent::text, @generation::text, ra.lease,
+           'attempt ' || j.attempt ||
            CASE WHEN @cleanup::boolean
                 THEN ' after Cleanup, not before ' || to_char((now() + @wait_s::float8 * interval '1 second') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
                 ELSE ' at ' || to_char(ra.run_after AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END
            || ': ' || coalesce(@error::text, '')
-    FROM rj JOIN ra ON ra.job_id = rj.id
+    FROM j JOIN ra ON ra.job_id = j.id
 ), n AS (
-    SELECT pg_notify('tether_jobs', command) FROM rj WHERE NOT @cleanup::boolean
+    SELECT pg_notify('tether_jobs', command) FROM j WHERE retry AND NOT @cleanup::boolean
 )
-SELECT (SELECT count(*) FROM fin) + (SELECT count(*) FROM rj),
-       EXISTS (SELECT 1 FROM rj),
-       coalesce((SELECT status FROM fin), 'queued'),
-       coalesce((SELECT attempt FROM rj), (SELECT attempt FROM d), 0),
+SELECT (SELECT count(*) FROM j),
+       coalesce((SELECT retry FROM j), false),
+       coalesce((SELECT status FROM j), ''),
+       coalesce((SELECT attempt FROM j), 0),
        (SELECT run_after FROM ra WHERE isfinite(run_after)),
        coalesce((SELECT claimed_by FROM c), ''),
        coalesce((SELECT attempts FROM c), 0)

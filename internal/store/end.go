@@ -123,9 +123,16 @@ func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 		"retry": e.Plan.Retry, "wait_s": secs(e.Plan.Wait),
 		"cleanup": e.Plan.Cleanup, "cleanup_by": e.CleanupBy, "cleanup_hold_s": secs(e.CleanupHold),
 	}
+	// One transition, two statements: a plan with neither retry nor
+	// Cleanup (the hot path) skips the nodes it could never use.
+	stmt := "attempt_end"
+	if !e.Plan.Retry && !e.Plan.Cleanup {
+		stmt = "attempt_end_final"
+	}
 	var n int
 	var out Ended
-	err := q.QueryRow(ctx, queries.Get("attempt_end"), args).Scan(&n, &out.Retried, &out.Status, &out.Attempt,
+	st := queries.Named(stmt)
+	err := q.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&n, &out.Retried, &out.Status, &out.Attempt,
 		&out.RunAfter, &out.Cleanup.Worker, &out.Cleanup.Attempts)
 	if err != nil {
 		return Ended{}, fmt.Errorf("ending attempt of job %s: %w", e.JobID, dataError(err))

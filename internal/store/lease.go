@@ -102,10 +102,11 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 	if resumable == nil {
 		resumable = []string{}
 	}
-	rows, err := s.pool.Query(ctx, queries.Get("claim"), pgx.NamedArgs{
+	st := queries.Named("claim")
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{
 		"agent": h.Name, "generation": h.Generation, "limit": p.Limit, "commands": p.Commands,
 		"any_plugin": p.Resumable == nil, "resumable": resumable,
-	})
+	})...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs: %w", err)
 	}
