@@ -24,16 +24,22 @@
 -- @skip: rows this pass already looked at and left alone.
 --
 -- "Live" agent: state 'running' (not draining, not stopped) and last_seen
--- within @stale_job. served/loaded/resumable: a live agent serves the job's
+-- within @stale_job, or this process itself. served/loaded/resumable: a live agent serves the job's
 -- command (agents.commands) / one of those has the job's plugin / one of
 -- those's copy of it declares resume. self_registered: this process
 -- (@self_name, @self_generation) has its agents row, which then speaks for
 -- it; without one, the caller counts what this process serves itself.
 -- Durations are in seconds.
 WITH live AS MATERIALIZED (
+    -- This process is live whatever its last_seen says: it is running this
+    -- statement. (After a database outage every last_seen is old until the
+    -- heartbeats get through; a janitor that counted itself out then would
+    -- fail resumable jobs it could resume.)
     SELECT l.commands, l.plugins
     FROM agents l
-    WHERE l.state = 'running' AND l.last_seen > now() - @stale_job::float8 * interval '1 second'
+    WHERE l.state = 'running'
+      AND (l.last_seen > now() - @stale_job::float8 * interval '1 second'
+           OR (l.name = @self_name AND l.generation = @self_generation))
 ), me AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM agents WHERE name = @self_name AND generation = @self_generation) AS registered
 ), unserved AS MATERIALIZED (

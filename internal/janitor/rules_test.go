@@ -278,3 +278,26 @@ func TestReleasePreviousWithCommands(t *testing.T) {
 	assert.Equal(t, store.StatusFailed, f.job(dropped).Status)
 	assert.Contains(t, f.job(dropped).Error, `no live agent serves command "c2"`)
 }
+
+// Found by the ECS outage test: when the database returns after an outage
+// longer than stale_job, every agents row looks silent until the heartbeats
+// get through. The janitor's own agent is alive (it runs the pass), so a
+// stale resumable job of a command it serves is released, not failed.
+func TestJanitorCountsItselfLiveAfterAnOutage(t *testing.T) {
+	f := newFixture(t)
+	me := f.agentServing("me", "me-g1", []string{"c"}, map[string][]string{"res": resCaps})
+	other := f.agentServing("other", "other-g1", []string{"c"}, map[string][]string{"res": resCaps})
+	id, _ := f.claimed(other, "c", "res", true)
+	f.silence(id, 10*time.Minute)
+	f.agentSilence("other", 10*time.Minute)
+	f.agentSilence("me", 10*time.Minute) // its heartbeat has not got through yet
+
+	svc := New(f.pool, newFakePlugins(plugin.Info{Name: "res", Capabilities: resCaps}), Config{Logger: quiet, Holder: me, Commands: map[string]json.RawMessage{"c": nil}})
+	n, err := svc.Pass(f.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	r, ok := f.active(id)
+	require.True(t, ok, "released, not failed")
+	assert.Nil(t, r.Agent)
+	assert.Equal(t, store.StatusRunning, f.job(id).Status)
+}
