@@ -38,23 +38,11 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{t: t, ctx: ctx, pool: pool, st: store.New(pool)}
 }
 
-// agent registers name with generation gen and the given plugins' capabilities.
+// agent registers name with generation gen, serving command c with the
+// given plugins' capabilities.
 func (f *fixture) agent(name, gen string, plugins map[string][]string) store.Holder {
 	f.t.Helper()
-	type entry struct {
-		Version      string   `json:"version"`
-		Capabilities []string `json:"capabilities"`
-	}
-	m := map[string]entry{}
-	for p, caps := range plugins {
-		m[p] = entry{Version: "1", Capabilities: caps}
-	}
-	raw, err := json.Marshal(m)
-	require.NoError(f.t, err)
-	h := store.Holder{Name: name, Generation: gen}
-	_, err = f.st.RegisterAgent(f.ctx, store.Registration{Holder: h, Capacity: 1000, Commands: []string{"c"}, Plugins: raw})
-	require.NoError(f.t, err)
-	return h
+	return f.agentServing(name, gen, []string{"c"}, plugins)
 }
 
 // submit queues a job of command cmd on plugin p.
