@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -258,10 +260,14 @@ func TestStopTaskTermThenKill(t *testing.T) {
 	t.Parallel()
 	e := start(t, Options{StopTimeout: 300 * time.Millisecond})
 	ctx := ctxT(t)
-	register(t, ctx, e.ecs, "stubborn", shell("main", `trap '' TERM; while :; do sleep 0.05; done`))
+	// The task says when its trap is in place: a SIGTERM sent before that
+	// would end it at once (this test flaked ~1 in 40 without it).
+	trapped := filepath.Join(t.TempDir(), "trapped")
+	register(t, ctx, e.ecs, "stubborn", shell("main", fmt.Sprintf(`trap '' TERM; : > %q; while :; do sleep 0.05; done`, trapped)))
 	tk := runOne(t, ctx, e.ecs, &ecs.RunTaskInput{TaskDefinition: aws.String("stubborn")})
 	arn := aws.ToString(tk.TaskArn)
 	waitTask(t, ctx, e.ecs, arn, func(tk types.Task) bool { return aws.ToString(tk.LastStatus) == "RUNNING" })
+	require.Eventually(t, func() bool { _, err := os.Stat(trapped); return err == nil }, 10*time.Second, 10*time.Millisecond, "the task installed its TERM trap")
 
 	began := time.Now()
 	out, err := e.ecs.StopTask(ctx, &ecs.StopTaskInput{Task: aws.String(arn), Reason: aws.String("job 42 canceled")})
