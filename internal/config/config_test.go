@@ -3,13 +3,14 @@ package config
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/tetherjobs/tether/internal/limits"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherjobs/tether/internal/limits"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -1,13 +1,13 @@
 package janitor
 
 import (
-	"github.com/tetherjobs/tether/internal/cleanups"
-	"github.com/tetherjobs/tether/internal/jobctx"
-
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/jobctx"
 )
 
 var testRules = Rules{StaleJob: 120 * time.Second, OfflineAfter: 15 * time.Second, AWOLTimeout: time.Hour, ActiveTimeoutGrace: 20 * time.Second}

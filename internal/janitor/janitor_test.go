@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tetherjobs/tether/internal/cleanups"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"

@@ -1,9 +1,10 @@
 package janitor
 
 import (
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"testing"
 	"time"
+
+	"github.com/tetherjobs/tether/internal/cleanups"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
