@@ -43,9 +43,15 @@ WITH live AS MATERIALIZED (
 ), me AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM agents WHERE name = @self_name AND generation = @self_generation) AS registered
 ), unserved AS MATERIALIZED (
+    -- Commands no running agent has served for awol_timeout: not merely
+    -- silent for stale_job, so a database restart (every last_seen old
+    -- until the heartbeats get through) never fails a backlog.
     SELECT k.command
     FROM (SELECT unnest(commands) FROM agents UNION SELECT unnest(@self_commands::text[])) k (command)
-    WHERE NOT EXISTS (SELECT 1 FROM live l WHERE k.command = ANY (l.commands))
+    WHERE NOT EXISTS (SELECT 1 FROM agents l
+                      WHERE k.command = ANY (l.commands) AND l.state = 'running'
+                        AND (l.last_seen > now() - @awol_timeout::float8 * interval '1 second'
+                             OR (l.name = @self_name AND l.generation = @self_generation)))
       AND NOT (k.command = ANY (@self_commands::text[]) AND NOT (SELECT registered FROM me))
 )
 SELECT x.job_id, j.status, j.plugin, x.command, j.started_at IS NOT NULL,

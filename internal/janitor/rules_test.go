@@ -301,3 +301,20 @@ func TestJanitorCountsItselfLiveAfterAnOutage(t *testing.T) {
 	assert.Nil(t, r.Agent)
 	assert.Equal(t, store.StatusRunning, f.job(id).Status)
 }
+
+// A command whose agents went silent only recently (as every agent looks
+// right after a database restart) is not unserved: its backlog waits.
+func TestUnclaimedRuleWaitsOutRecentSilence(t *testing.T) {
+	f := newFixture(t)
+	me := f.agentServing("me", "me-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	f.agentServing("quiet", "q-g1", []string{"busy"}, nil)
+	f.agentSilence("quiet", 30*time.Minute) // past stale_job, within awol_timeout
+	f.agentSilence("me", 30*time.Minute)
+	id := f.submit("busy", "sh")
+	f.due(id, 3*time.Hour)
+	svc := New(f.pool, newFakePlugins(), Config{Logger: quiet, Holder: me, Commands: map[string]json.RawMessage{"c": nil}})
+	n, err := svc.Pass(f.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	assert.Equal(t, store.StatusQueued, f.job(id).Status)
+}
