@@ -62,7 +62,9 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}
 	log := logger.With("agent", name)
 
-	pool, err := openPool(ctx, cfg)
+	// Room for the listener, the log flusher, claiming, the API, and the
+	// final writes of every job at once.
+	pool, err := openPool(ctx, cfg, int32(cfg.Agent.Capacity+8), "database pool")
 	if err != nil {
 		return err
 	}
@@ -117,7 +119,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 
 	// Heartbeats get a pool of their own: a connection the jobs' writes
 	// hold can never delay a renewal.
-	livePool, err := openLivenessPool(ctx, cfg)
+	livePool, err := openPool(ctx, cfg, 2, "the heartbeat's database pool")
 	if err != nil {
 		return err
 	}
@@ -250,33 +252,17 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	return result
 }
 
-func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+// openPool opens a pool on database_url with at least maxConns
+// connections; what names it in errors.
+func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what string) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", err)
 	}
-	// Room for the listener, the heartbeat, the log flusher, claiming, the
-	// API, and the final writes of every job at once.
-	if want := int32(cfg.Agent.Capacity + 8); pc.MaxConns < want {
-		pc.MaxConns = want
-	}
+	pc.MaxConns = max(pc.MaxConns, maxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("opening database pool: %w", err)
-	}
-	return pool, nil
-}
-
-// openLivenessPool opens the heartbeat's own small pool.
-func openLivenessPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("database_url: %w", err)
-	}
-	pc.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("opening the heartbeat's database pool: %w", err)
+		return nil, fmt.Errorf("opening %s: %w", what, err)
 	}
 	return pool, nil
 }

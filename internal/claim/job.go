@@ -235,7 +235,7 @@ func (s *Service) beforeCall(a *attempt, cause error) {
 func (s *Service) end(a *attempt, o store.Outcome) {
 	j, c := a.j, a.j.claimed
 	o = sanitize(o)
-	in := lifecycle.Input{Status: o.Status, ErrorClass: o.ErrorClass, Attempt: c.Job.Attempt, Levers: levers(c),
+	in := lifecycle.Input{Status: o.Status, ErrorClass: o.ErrorClass, Attempt: c.Job.Attempt, Levers: c.Job.Limits,
 		PluginCalled: a.called, HasCleanup: j.hasCleanup, Jitter: rand.Float64()}
 	e := store.End{JobID: c.Job.ID, Lease: c.Lease, Actor: s.cfg.Holder, Outcome: o, Plan: lifecycle.Decide(in),
 		CleanupBy: s.cfg.Holder.Name, CleanupHold: s.cfg.CleanupTimeout + s.cfg.FinalTimeout}
@@ -307,16 +307,22 @@ func (s *Service) release(a *attempt, reason string) {
 	}
 }
 
-// retryWrite runs a fenced write, each try bounded by FinalTimeout. While
-// the database cannot be reached it tries again — at the next successful
-// heartbeat or after a short backoff — until the write lands, its fence
-// refuses it (ErrLeaseLost), the database refuses its data (*DataError), or
-// the agent has been shutting down for FinalTimeout.
+// retryWrite runs one of the runner's fenced writes until it lands, is
+// refused, or the agent has been shutting down for FinalTimeout.
 func (s *Service) retryWrite(j *runningJob, log *slog.Logger, what string, write func(context.Context) error) error {
+	return s.untilWritten(s.writesCtx, log, what, write)
+}
+
+// untilWritten runs write, each try bounded by FinalTimeout, while the
+// database cannot be reached: it tries again at the next successful
+// heartbeat or after a short backoff, until the write lands, its fence
+// refuses it (ErrLeaseLost), the database refuses its data (*DataError), or
+// stop ends. The one way the host waits out an outage, for final writes,
+// releases and checkpoints alike.
+func (s *Service) untilWritten(stop context.Context, log *slog.Logger, what string, write func(context.Context) error) error {
 	wait := 50 * time.Millisecond
-	var giveUp <-chan time.Time
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), s.cfg.FinalTimeout)
 		err := write(ctx)
 		cancel()
 		var de *store.DataError
@@ -326,19 +332,15 @@ func (s *Service) retryWrite(j *runningJob, log *slog.Logger, what string, write
 		if try == 1 {
 			log.Warn(what+"; will retry when the database answers", "err", err)
 		}
-		if giveUp == nil {
-			select {
-			case <-s.quit:
-				giveUp = time.After(s.cfg.FinalTimeout)
-			default:
-			}
-		}
+		t := time.NewTimer(wait)
 		select {
 		case <-s.dbBack():
-		case <-time.After(wait):
-		case <-giveUp:
-			return fmt.Errorf("%s: gave up at shutdown: %w", what, err)
+		case <-t.C:
+		case <-stop.Done():
+			t.Stop()
+			return fmt.Errorf("%s: gave up (%v): %w", what, context.Cause(stop), err)
 		}
+		t.Stop()
 		wait = min(wait*2, writeRetryMax)
 	}
 }
@@ -416,34 +418,24 @@ func (r *runtime) Stderr() io.Writer { return r.stderr }
 // a database outage is the host's business, never a job error.
 func (r *runtime) Checkpoint(ctx context.Context, handle []byte) error {
 	c := r.job.claimed
-	wait := 50 * time.Millisecond
-	for try := 1; ; try++ {
-		tctx, cancel := context.WithTimeout(ctx, r.svc.cfg.FinalTimeout)
-		err := r.svc.logs.checkpoint(tctx, r.job.key, handle)
-		cancel()
-		switch {
-		case err == nil:
-			r.job.mu.Lock()
-			r.job.handle = append([]byte(nil), handle...)
-			r.job.mu.Unlock()
-			return nil
-		case errors.Is(err, store.ErrLeaseLost):
-			r.job.cancel(errLeaseLost)
-			return plugin.Errorf(plugin.Retriable, "checkpoint of job %s rejected: lease %d lost", c.Job.ID, c.Lease)
-		}
-		if try == 1 {
-			r.svc.log.Warn("checkpoint waits for the database", "job", c.Job.ID, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: %v", c.Job.ID, context.Cause(ctx))
-		case <-r.job.ctx.Done():
-			return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: %v", c.Job.ID, context.Cause(r.job.ctx))
-		case <-r.svc.dbBack():
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, writeRetryMax)
+	stop, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(r.job.ctx, func() { cancel(context.Cause(r.job.ctx)) })()
+	log := r.svc.log.With("job", c.Job.ID, "lease", c.Lease)
+	err := r.svc.untilWritten(stop, log, "checkpoint", func(wctx context.Context) error {
+		return r.svc.logs.checkpoint(wctx, r.job.key, handle)
+	})
+	switch {
+	case err == nil:
+		r.job.mu.Lock()
+		r.job.handle = append([]byte(nil), handle...)
+		r.job.mu.Unlock()
+		return nil
+	case errors.Is(err, store.ErrLeaseLost):
+		r.job.cancel(errLeaseLost)
+		return plugin.Errorf(plugin.Retriable, "checkpoint of job %s rejected: lease %d lost", c.Job.ID, c.Lease)
 	}
+	return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: %v", c.Job.ID, err)
 }
 
 func (r *runtime) Handle() []byte {

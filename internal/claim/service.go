@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/defaults"
-	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -53,9 +52,9 @@ type Config struct {
 	// detached, others stopped. Its own timer fires it, whatever the
 	// heartbeat is doing. 0 disables it.
 	SelfFenceAfter time.Duration
-	CleanupTimeout time.Duration // bound on one Cleanup call (DefaultCleanupTimeout)
+	CleanupTimeout time.Duration // bound on one Cleanup call (defaults.CleanupTimeout)
 	// CleanupRetryIn is when a Cleanup that failed here is due again for the
-	// queue's workers (DefaultCleanupRetryIn).
+	// queue's workers (cleanupRetryIn).
 	CleanupRetryIn time.Duration
 	// Liveness renews leases: a store on a pool of its own, so heartbeats
 	// never wait for a connection the jobs' writes hold. Nil: the main store.
@@ -68,16 +67,10 @@ type Config struct {
 	TestSignals TestSignals
 }
 
-// Defaults (internal/defaults, shared with the configuration).
 const (
-	DefaultCapacity       = defaults.Capacity
-	DefaultPollInterval   = defaults.PollInterval
-	DefaultKeepalive      = defaults.Keepalive
-	DefaultLogFlush       = defaults.LogFlush
-	DefaultLogMaxBytes    = defaults.LogMaxBytesStream
-	DefaultFinalTimeout   = defaults.FinalTimeout
-	DefaultCleanupTimeout = defaults.CleanupTimeout
-	DefaultCleanupRetryIn = time.Second
+	// cleanupRetryIn is when a Cleanup that failed here is due again for
+	// the queue's workers, unless Config says otherwise.
+	cleanupRetryIn = time.Second
 	// reattachTries bounds how often a resumable job whose plugin crashed
 	// (or whose call broke) is resumed in the same attempt before the
 	// attempt is failed, with its Cleanup.
@@ -89,28 +82,28 @@ const (
 
 func (c *Config) setDefaults() {
 	if c.Capacity <= 0 {
-		c.Capacity = DefaultCapacity
+		c.Capacity = defaults.Capacity
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
+		c.PollInterval = defaults.PollInterval
 	}
 	if c.Keepalive <= 0 {
-		c.Keepalive = DefaultKeepalive
+		c.Keepalive = defaults.Keepalive
 	}
 	if c.LogFlush <= 0 {
-		c.LogFlush = DefaultLogFlush
+		c.LogFlush = defaults.LogFlush
 	}
 	if c.LogMaxBytes <= 0 {
-		c.LogMaxBytes = DefaultLogMaxBytes
+		c.LogMaxBytes = defaults.LogMaxBytesStream
 	}
 	if c.FinalTimeout <= 0 {
-		c.FinalTimeout = DefaultFinalTimeout
+		c.FinalTimeout = defaults.FinalTimeout
 	}
 	if c.CleanupTimeout <= 0 {
-		c.CleanupTimeout = DefaultCleanupTimeout
+		c.CleanupTimeout = defaults.CleanupTimeout
 	}
 	if c.CleanupRetryIn <= 0 {
-		c.CleanupRetryIn = DefaultCleanupRetryIn
+		c.CleanupRetryIn = cleanupRetryIn
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -160,10 +153,12 @@ type Service struct {
 	// for the database and the self-fence timer watch it.
 	lastBeat time.Time
 	beatOK   chan struct{}
-	// quit is closed when Run begins its shutdown: writes still waiting for
-	// the database give up FinalTimeout later.
-	quit     chan struct{}
-	quitOnce sync.Once
+	// quit is closed when Run begins its shutdown; writesCtx, which bounds
+	// the writes still waiting for the database, ends FinalTimeout later.
+	quit       chan struct{}
+	quitOnce   sync.Once
+	writesCtx  context.Context
+	stopWrites context.CancelCauseFunc
 }
 
 // TestSignals lets tests observe the service without sleeping. Each is nil
@@ -223,6 +218,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		beat:       make(chan struct{}, 1),
 		superseded: make(chan struct{}),
 	}
+	s.writesCtx, s.stopWrites = context.WithCancelCause(context.Background())
 	if s.cfg.Liveness == nil {
 		s.cfg.Liveness = st
 	}
@@ -246,7 +242,10 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer loops.Done(); s.listenLoop(loopCtx) }()
 
 	err := s.claimLoop(loopCtx)
-	s.quitOnce.Do(func() { close(s.quit) })
+	s.quitOnce.Do(func() {
+		close(s.quit)
+		time.AfterFunc(s.cfg.FinalTimeout, func() { s.stopWrites(errors.New("the agent is shutting down")) })
+	})
 
 	// Shutdown: stop every job, wait for the runners to write what they can.
 	cause := errShutdown
@@ -390,6 +389,3 @@ func (s *Service) leaseLost(key jobKey) {
 		j.cancel(errLeaseLost)
 	}
 }
-
-// levers returns the stamped levers a claim carried.
-func levers(c store.Claimed) limits.Set { return c.Job.Limits }

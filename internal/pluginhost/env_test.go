@@ -28,7 +28,7 @@ func TestPassEnvRefusesPGPASSWORD(t *testing.T) {
 // Every PG* variable is the agent's database connection: none reaches a
 // plugin, however pass_env selects it.
 func TestScrubbedEnvDropsEveryPGVariable(t *testing.T) {
-	environ := []string{"PATH=/bin", "PGPASSWORD=p1", "PGSSLPASSWORD=p2", "PGPASSFILE=/root/.pgpass",
+	environ := []string{"PATH=/bin", "PGPASSWORD=p1", "PGSSLPASSWORD=p2", "PGPASSFILE=.pgpass",
 		"PGSERVICEFILE=/etc/pg_service.conf", "PGSERVICE=prod", "PGSSLKEY=/k", "PGSSLCERT=/c", "PGHOST=db",
 		"PGUSER=tether", "PGDATABASE=tether", "PGOPTIONS=-c x=y", "DATABASE_URL=postgres://x", "TETHER_API_TOKENS=a:b",
 		"PGX_OTHER=1", "PUBLIC=yes"}

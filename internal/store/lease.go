@@ -222,16 +222,10 @@ func nullJSON(b json.RawMessage) any {
 	return b
 }
 
-// Checkpoint stores a job's resumable handle, fenced by lease.
+// Checkpoint stores a job's resumable handle, fenced by lease, with no
+// output to store alongside (see CheckpointWithOutput).
 func (s *Store) Checkpoint(ctx context.Context, jobID string, lease int64, handle []byte) error {
-	tag, err := s.pool.Exec(ctx, queries.Get("job_checkpoint"), jobID, lease, handle)
-	if err != nil {
-		return fmt.Errorf("checkpointing job %s: %w", jobID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrLeaseLost
-	}
-	return nil
+	return s.CheckpointWithOutput(ctx, LogBatch{JobID: jobID, Lease: lease}, 0, handle)
 }
 
 // RecordEvent appends an event to a job's timeline. It is not fenced: use it
