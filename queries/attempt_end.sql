@@ -19,7 +19,7 @@
 --          claim lapses and any janitor runs it). A retry then waits for it
 --          (run_after = 'infinity' until cleanup_done lifts it to retry_at).
 WITH f AS (
-    SELECT job_id FROM active_jobs WHERE job_id = @job AND lease = @lease FOR UPDATE
+    SELECT job_id, handle FROM active_jobs WHERE job_id = @job AND lease = @lease FOR UPDATE
 ), j AS (
     -- One UPDATE for both endings (final or retry), deciding per row in the
     -- SET list from the job's status before it: cheaper than one statement
@@ -56,20 +56,21 @@ WITH f AS (
     -- plugin, command and context from the job as it was (they never
     -- change); the attempt that left the remote work.
     INSERT INTO cleanups (job_id, plugin, command, context, attempt, reason, retry_at,
-                          claimed_by, claimed_until, attempts)
+                          claimed_by, claimed_until, attempts, handle)
     SELECT j.id, o.plugin, o.command, o.context, CASE WHEN j.retry THEN j.attempt - 1 ELSE j.attempt END,
            coalesce(@error::text, ''),
            CASE WHEN j.retry THEN now() + @wait_s::float8 * interval '1 second' END,
            nullif(@cleanup_by::text, ''),
            CASE WHEN @cleanup_by::text <> '' THEN now() + @cleanup_hold_s::float8 * interval '1 second' END,
-           CASE WHEN @cleanup_by::text <> '' THEN 1 ELSE 0 END
-    FROM j JOIN jobs o ON o.id = j.id
+           CASE WHEN @cleanup_by::text <> '' THEN 1 ELSE 0 END,
+           f.handle
+    FROM j JOIN jobs o ON o.id = j.id JOIN f ON f.job_id = j.id
     WHERE @cleanup::boolean
     ON CONFLICT (job_id) DO UPDATE
     -- A Cleanup still queued for the job (rare: a gate lifted by hand) is
     -- kept with its claim; it now covers this attempt too.
     SET attempt = excluded.attempt, reason = excluded.reason, retry_at = excluded.retry_at,
-        next_at = least(cleanups.next_at, now())
+        next_at = least(cleanups.next_at, now()), handle = coalesce(excluded.handle, cleanups.handle)
     RETURNING claimed_by, attempts
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)

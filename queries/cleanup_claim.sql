@@ -15,4 +15,4 @@ UPDATE cleanups c
 SET claimed_by = $1, claimed_until = now() + $4::float8 * interval '1 second', attempts = c.attempts + 1
 FROM picked
 WHERE c.job_id = picked.job_id
-RETURNING c.job_id, c.plugin, c.command, c.context, c.attempt, c.attempts;
+RETURNING c.job_id, c.plugin, c.command, c.context, c.attempt, c.attempts, c.handle;

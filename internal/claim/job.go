@@ -149,6 +149,9 @@ func (s *Service) run(j *runningJob) {
 		if !sleepCtx(j.ctx, wait) {
 			break
 		}
+		// Output the broken call wrote after its last checkpoint is held,
+		// not stored; the resumed call copies it again from that handle.
+		s.logs.drop(j.key)
 		msg := fmt.Sprintf("resumed by %s in the same attempt after the plugin call broke (%s)", s.cfg.Holder.Name, firstLine(err.Error()))
 		if err := s.store.RecordEvent(j.ctx, s.cfg.Holder, c.Job.ID, c.Lease, "resumed", msg); err != nil {
 			log.Warn("recording resumed event", "err", err)
@@ -361,7 +364,11 @@ func (s *Service) cleanup(a *attempt, claim store.CleanupClaim) {
 	default:
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), timeout)
-	err := s.plugins.Cleanup(ctx, a.plugin, a.job)
+	job := *a.job
+	j.mu.Lock()
+	job.Handle = append([]byte(nil), j.handle...)
+	j.mu.Unlock()
+	err := s.plugins.Cleanup(ctx, a.plugin, &job)
 	cancel()
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
 	defer wcancel()

@@ -93,7 +93,8 @@ func Count(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 type Claimed struct {
 	JobID, Plugin, Command string
 	Context                json.RawMessage
-	Attempt                int // the job's attempt that left remote work
+	Attempt                int    // the job's attempt that left remote work
+	Handle                 []byte // that attempt's last checkpointed handle
 	Claim                  store.CleanupClaim
 }
 
@@ -105,7 +106,7 @@ func Claim(ctx context.Context, pool *pgxpool.Pool, worker string, plugins []str
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		c := Claimed{Claim: store.CleanupClaim{Worker: worker}}
-		err := r.Scan(&c.JobID, &c.Plugin, &c.Command, &c.Context, &c.Attempt, &c.Claim.Attempts)
+		err := r.Scan(&c.JobID, &c.Plugin, &c.Command, &c.Context, &c.Attempt, &c.Claim.Attempts, &c.Handle)
 		return c, err
 	})
 	if err != nil {

@@ -546,7 +546,7 @@ func (s *Service) callCleanup(ctx context.Context, c cleanups.Claimed, loaded bo
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.CleanupTimeout)
 	defer cancel()
-	job := &plugin.Job{ID: c.JobID, Command: c.Command, Attempt: c.Attempt, Context: jobCtx}
+	job := &plugin.Job{ID: c.JobID, Command: c.Command, Attempt: c.Attempt, Context: jobCtx, Handle: c.Handle}
 	if err := s.plugins.Cleanup(cctx, c.Plugin, job); err != nil {
 		return fmt.Errorf("cleanup through plugin %q: %w", c.Plugin, err)
 	}

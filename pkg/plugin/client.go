@@ -64,7 +64,7 @@ func (c *GRPCClient) Resume(ctx context.Context, job *Job, rt Runtime) (*Result,
 }
 
 func (c *GRPCClient) Cleanup(ctx context.Context, job *Job) error {
-	resp, err := c.client.Cleanup(ctx, &pb.CleanupRequest{Job: jobToPB(job)})
+	resp, err := c.client.Cleanup(ctx, &pb.CleanupRequest{Job: jobToPB(job), Handle: job.Handle})
 	if err != nil {
 		return callError(ctx, "cleanup", err)
 	}

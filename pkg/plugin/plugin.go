@@ -51,6 +51,11 @@ type Job struct {
 	Context json.RawMessage
 	// Config is the plugin's own section of the agent config (plugins.<name>.config).
 	Config json.RawMessage
+	// Handle is set only for Cleanup: the last handle the attempt that left
+	// the remote work checkpointed (nil if it never did), so Cleanup can
+	// stop what was launched where it was launched. Execute and Resume read
+	// theirs from Runtime.Handle.
+	Handle []byte
 }
 
 // Result is a successful outcome.

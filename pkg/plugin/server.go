@@ -128,7 +128,9 @@ func (s *grpcServer) Cleanup(ctx context.Context, req *pb.CleanupRequest) (*pb.C
 	}
 	ctx, done := s.life.begin(ctx)
 	defer done()
-	return &pb.CleanupResponse{Error: errToPB(c.Cleanup(ctx, jobFromPB(req.GetJob())))}, nil
+	job := jobFromPB(req.GetJob())
+	job.Handle = req.GetHandle()
+	return &pb.CleanupResponse{Error: errToPB(c.Cleanup(ctx, job))}, nil
 }
 
 func (s *grpcServer) HealthCheck(ctx context.Context, req *pb.HealthCheckRequest) (*pb.HealthCheckResponse, error) {

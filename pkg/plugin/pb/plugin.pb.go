@@ -541,8 +541,12 @@ func (x *RunResponse) GetError() *Error {
 }
 
 type CleanupRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The last handle the attempt that left the remote work checkpointed
+	// (empty if it never checkpointed), so Cleanup stops what was launched,
+	// where it was launched, whatever the config says now.
+	Handle        []byte `protobuf:"bytes,2,opt,name=handle,proto3" json:"handle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -580,6 +584,13 @@ func (*CleanupRequest) Descriptor() ([]byte, []int) {
 func (x *CleanupRequest) GetJob() *Job {
 	if x != nil {
 		return x.Job
+	}
+	return nil
+}
+
+func (x *CleanupRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
 	}
 	return nil
 }
@@ -1035,9 +1046,10 @@ const file_plugin_proto_rawDesc = "" +
 	"\acall_id\x18\x04 \x01(\x04R\x06callId\"n\n" +
 	"\vRunResponse\x120\n" +
 	"\x06result\x18\x01 \x01(\v2\x18.tether.plugin.v1.ResultR\x06result\x12-\n" +
-	"\x05error\x18\x02 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\"9\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\"Q\n" +
 	"\x0eCleanupRequest\x12'\n" +
-	"\x03job\x18\x01 \x01(\v2\x15.tether.plugin.v1.JobR\x03job\"@\n" +
+	"\x03job\x18\x01 \x01(\v2\x15.tether.plugin.v1.JobR\x03job\x12\x16\n" +
+	"\x06handle\x18\x02 \x01(\fR\x06handle\"@\n" +
 	"\x0fCleanupResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\",\n" +
 	"\x12HealthCheckRequest\x12\x16\n" +

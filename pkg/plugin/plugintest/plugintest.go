@@ -28,12 +28,36 @@ type Runtime struct {
 	checkpoints [][]byte
 	failWrite   error
 	failCkpt    error
+	// gated: output is held from one checkpoint to the next, as the agent
+	// holds a resumable plugin's output (see NewGatedRuntime).
+	gated   bool
+	heldOut bytes.Buffer
+	heldErr bytes.Buffer
 }
 
 // NewRuntime returns a Runtime whose Handle starts as handle (nil for a
 // fresh job; the last checkpoint when testing Resume).
 func NewRuntime(handle []byte) *Runtime {
 	return &Runtime{handle: handle}
+}
+
+// NewGatedRuntime is a Runtime that treats output as the agent treats a
+// resumable plugin's: what is written is held until the next Checkpoint,
+// which stores it together with the handle, and Detach drops what is held,
+// as the agent does when it stops the call to hand the job to another
+// agent (whose Resume starts from the last handle and must write the rest
+// exactly once). StdoutString and StderrString include what is held (the
+// agent stores it when the call returns).
+func NewGatedRuntime(handle []byte) *Runtime {
+	return &Runtime{handle: handle, gated: true}
+}
+
+// Detach drops the output held since the last checkpoint.
+func (r *Runtime) Detach() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.heldOut.Reset()
+	r.heldErr.Reset()
 }
 
 // FailWrites makes every later write to Stdout or Stderr fail with err, as
@@ -51,8 +75,19 @@ func (r *Runtime) FailCheckpoints(err error) {
 	r.failCkpt = err
 }
 
-func (r *Runtime) Stdout() io.Writer { return writer{r, &r.stdout} }
-func (r *Runtime) Stderr() io.Writer { return writer{r, &r.stderr} }
+func (r *Runtime) Stdout() io.Writer {
+	if r.gated {
+		return writer{r, &r.heldOut}
+	}
+	return writer{r, &r.stdout}
+}
+
+func (r *Runtime) Stderr() io.Writer {
+	if r.gated {
+		return writer{r, &r.heldErr}
+	}
+	return writer{r, &r.stderr}
+}
 
 func (r *Runtime) Checkpoint(_ context.Context, handle []byte) error {
 	r.mu.Lock()
@@ -62,6 +97,10 @@ func (r *Runtime) Checkpoint(_ context.Context, handle []byte) error {
 	}
 	h := append([]byte(nil), handle...)
 	r.handle = h
+	r.stdout.Write(r.heldOut.Bytes())
+	r.stderr.Write(r.heldErr.Bytes())
+	r.heldOut.Reset()
+	r.heldErr.Reset()
 	r.checkpoints = append(r.checkpoints, h)
 	return nil
 }
@@ -76,14 +115,14 @@ func (r *Runtime) Handle() []byte {
 func (r *Runtime) StdoutString() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stdout.String()
+	return r.stdout.String() + r.heldOut.String()
 }
 
 // StderrString is everything written to Stderr.
 func (r *Runtime) StderrString() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stderr.String()
+	return r.stderr.String() + r.heldErr.String()
 }
 
 // Checkpoints are the handles checkpointed, in order.

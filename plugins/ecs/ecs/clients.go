@@ -4,36 +4,123 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/smithy-go"
+	"golang.org/x/time/rate"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// maxAttempts bounds the SDK's retries of one API call (throttling, 5xx,
-// network errors); the adaptive mode also slows the client down when ECS
-// throttles it, which matters since every job of the process shares it.
-const maxAttempts = 10
+const (
+	// maxAttempts bounds the SDK's retries of one API call (throttling, 5xx,
+	// network errors). The plugin paces its own calls (APIRates), so the
+	// SDK's standard mode is used, not the adaptive one, whose client-side
+	// limiter would slow every job of the process whenever one call is
+	// throttled.
+	maxAttempts = 5
+	// maxRetryBackoff caps the SDK's wait between two tries of one call.
+	maxRetryBackoff = 20 * time.Second
+)
 
-// clients are one ECS and one CloudWatch Logs client.
+// The APIs the plugin paces, by their names in APIRates.
+const (
+	apiDescribeTasks          = "describe_tasks"
+	apiGetLogEvents           = "get_log_events"
+	apiRunTask                = "run_task"
+	apiStopTask               = "stop_task"
+	apiListTasks              = "list_tasks"
+	apiDescribeTaskDefinition = "describe_task_definition"
+	apiRegisterTaskDefinition = "register_task_definition"
+)
+
+// DefaultAPIRates are the calls per second one plugin process (one agent)
+// makes at most, per API, region and endpoint. ECS and CloudWatch Logs
+// throttle per account and region, across every caller: these defaults
+// leave room for three agents and other users of the account under the
+// documented sustained rates (see the README's rate budget).
+var DefaultAPIRates = map[string]float64{
+	apiDescribeTasks:          4,
+	apiGetLogEvents:           3,
+	apiRunTask:                5,
+	apiStopTask:               5,
+	apiListTasks:              4,
+	apiDescribeTaskDefinition: 4,
+	apiRegisterTaskDefinition: 0.5,
+}
+
+// clients are one ECS and one CloudWatch Logs client for a region and
+// endpoint, shared by every job of the plugin process, with what is shared
+// along with them: the API budgets, the task definition cache, one
+// DescribeTasks poller per cluster and the log reading budget.
 type clients struct {
 	ecs  *ecs.Client
 	logs *cloudwatchlogs.Client
+	log  *slog.Logger
+
+	limits map[string]*rate.Limiter
+	tds    *tdCache
+	logBud *budget
+
+	mu      sync.Mutex
+	pollers map[string]*poller
+}
+
+// wait takes one call of api from the process's budget.
+func (c *clients) wait(ctx context.Context, api string) error {
+	if err := c.limits[api].Wait(ctx); err != nil {
+		return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: waiting for the %s budget: %w", api, err))
+	}
+	return nil
+}
+
+// setRates applies a job's api_rates; the plugin config is the same for
+// every job of the process, so the latest wins.
+func (c *clients) setRates(rates map[string]float64) {
+	for api, lim := range c.limits {
+		r := rates[api]
+		if r <= 0 {
+			r = DefaultAPIRates[api]
+		}
+		if lim.Limit() != rate.Limit(r) {
+			lim.SetLimit(rate.Limit(r))
+			lim.SetBurst(burstOf(r))
+		}
+	}
+}
+
+// burstOf lets one second's worth of calls through at once (at least one).
+func burstOf(r float64) int { return max(1, int(r)) }
+
+// poller returns the process's DescribeTasks poller for cluster.
+func (c *clients) poller(cluster string) *poller {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pollers[cluster]
+	if p == nil {
+		p = newPoller(c, cluster)
+		c.pollers[cluster] = p
+	}
+	return p
 }
 
 type clientKey struct{ region, endpoint string }
 
-// clientCache holds one pair of clients per region and endpoint for the
-// plugin process: every job shares them, and with them the adaptive
-// retryer's view of how hard ECS is throttling.
+// clientCache holds the clients of the plugin process, one per region and
+// endpoint (an awslogs-region may differ from the tasks' region).
 type clientCache struct {
-	mu sync.Mutex
-	m  map[clientKey]*clients
+	log *slog.Logger
+	mu  sync.Mutex
+	m   map[clientKey]*clients
 }
 
 func (c *clientCache) get(ctx context.Context, region, endpoint string) (*clients, error) {
@@ -44,8 +131,15 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 		return cl, nil
 	}
 	opts := []func(*awsconfig.LoadOptions) error{
-		awsconfig.WithRetryMode(aws.RetryModeAdaptive),
-		awsconfig.WithRetryMaxAttempts(maxAttempts),
+		awsconfig.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = maxAttempts
+				o.MaxBackoff = maxRetryBackoff
+				// No client-side retry quota either: once spent (a few dozen
+				// failed calls) it fails every retry of every job at once.
+				o.RateLimiter = ratelimit.None
+			})
+		}),
 	}
 	if region != "" {
 		opts = append(opts, awsconfig.WithRegion(region))
@@ -62,7 +156,18 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 	if cfg.Region == "" {
 		return nil, plugin.Errorf(plugin.Permanent, "ecs: no AWS region: set region in the config or AWS_REGION in the plugin's environment")
 	}
-	cl := &clients{ecs: ecs.NewFromConfig(cfg), logs: cloudwatchlogs.NewFromConfig(cfg)}
+	cl := &clients{
+		ecs:     ecs.NewFromConfig(cfg),
+		logs:    cloudwatchlogs.NewFromConfig(cfg),
+		log:     c.log,
+		limits:  map[string]*rate.Limiter{},
+		tds:     newTDCache(),
+		pollers: map[string]*poller{},
+	}
+	for api, r := range DefaultAPIRates {
+		cl.limits[api] = rate.NewLimiter(rate.Limit(r), burstOf(r))
+	}
+	cl.logBud = newBudget(cl.limits[apiGetLogEvents])
 	if c.m == nil {
 		c.m = map[clientKey]*clients{}
 	}
@@ -85,11 +190,53 @@ func errorCode(err error) string {
 	return ""
 }
 
+func errorMessage(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorMessage()
+	}
+	return err.Error()
+}
+
 // clientFault reports whether err is a request AWS refused as wrong (not
 // throttling): repeating it cannot help.
 func clientFault(err error) bool {
 	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !throttlingCodes[ae.ErrorCode()]
+	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !throttlingCodes[ae.ErrorCode()] && !transientRunTask(err)
+}
+
+// transientRunTask reports RunTask refusals that launched nothing and pass
+// with time, though ECS answers them as client errors:
+//   - ClientException about provisioning capacity — the RunTask API
+//     reference: too many tasks in PROVISIONING in the cluster;
+//   - InvalidParameterException wrapping EC2's RequestLimitExceeded (awsvpc
+//     tasks whose ENI creation EC2 throttled; "API failure reasons", ECS
+//     developer guide);
+//   - ThrottlingException past the SDK's retries.
+//
+// https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_RunTask.html
+// https://docs.aws.amazon.com/AmazonECS/latest/developerguide/api_failures_messages.html
+func transientRunTask(err error) bool {
+	code, msg := errorCode(err), strings.ToLower(errorMessage(err))
+	switch {
+	case throttlingCodes[code]:
+		return true
+	case code == "ClientException" && (strings.Contains(msg, "capacity") || strings.Contains(msg, "provisioning")):
+		return true
+	case code == "InvalidParameterException" && strings.Contains(msg, "requestlimitexceeded"):
+		return true
+	}
+	return false
+}
+
+// capacityFailure reports RunTask failures[] reasons that mean no capacity
+// right now, not a wrong request: the task was not launched and may be on
+// the next try. From "API failure reasons" in the ECS developer guide:
+// RESOURCE:* (CPU, MEMORY, ENI, GPU, PORTS...), AGENT (no agent connected on
+// the chosen instance), and Fargate's "Capacity is unavailable at this time".
+func capacityFailure(reason string) bool {
+	r := strings.ToLower(reason)
+	return strings.HasPrefix(r, "resource:") || r == "agent" || strings.Contains(r, "capacity is unavailable")
 }
 
 // classify gives an API error that ended a call its class: a refused request

@@ -19,15 +19,47 @@ const (
 	DefaultTimeout      = time.Hour
 	DefaultMaxFailCount = 1
 	DefaultTaskCount    = 1
+	// DefaultMaxInfraRelaunches is how many times a task the infrastructure
+	// stopped (Spot reclaim, instance termination, unhealthy host) is
+	// launched again, apart from max_fail_count, as AWS Batch's
+	// evaluateOnExit lets one retry only infrastructure causes.
+	DefaultMaxInfraRelaunches = 3
+	// DefaultConsistencyWindow is how long a task RunTask started may be
+	// MISSING from DescribeTasks before the job gives up on it: the RunTask
+	// API reference advises retrying DescribeTasks with a backoff growing
+	// to five minutes.
+	DefaultConsistencyWindow = 5 * time.Minute
+	// DefaultLaunchRetryTimeout bounds retrying one launch that RunTask
+	// refuses for capacity or throttling.
+	DefaultLaunchRetryTimeout = 15 * time.Minute
+	// DefaultLogSettle is how long after a task is seen STOPPED its log
+	// streams are read to the end one last time. It must exceed
+	// CloudWatch's delivery lag (the awslogs driver sends every 5 s by
+	// default) for the last lines to be in.
+	DefaultLogSettle = 10 * time.Second
+	// DefaultLogDrainTimeout bounds waiting for a stopped task's logs
+	// (read errors, a budget shared by many jobs); the job then ends with a
+	// line saying its log may be incomplete.
+	DefaultLogDrainTimeout = 5 * time.Minute
+	// DefaultStoppedTaskRetention is how long ECS is taken to keep a
+	// stopped task describable; a launch older than this whose task is not
+	// found is never reissued.
+	DefaultStoppedTaskRetention = time.Hour
 )
 
 // Keys accepted in plugins.ecs.config and in a job's context; the context wins.
 var configKeys = []string{
-	"cluster", "container_overrides", "cpu", "endpoint", "execution_role_arn",
-	"launch_type", "max_fail_count", "memory", "network_configuration",
-	"poll_interval", "region", "tags", "task_count", "task_definition",
+	"api_rates", "cluster", "consistency_window", "container_overrides", "cpu",
+	"endpoint", "execution_role_arn", "launch_retry_timeout", "launch_type",
+	"log_drain_timeout", "log_settle", "max_fail_count", "max_infra_relaunches",
+	"memory", "network_configuration", "poll_interval", "region",
+	"stopped_task_retention", "tags", "task_count", "task_definition",
 	"task_definition_template", "task_role_arn", "timeout",
 }
+
+// processKeys are settings of the plugin process, not of one job: they are
+// read from plugins.ecs.config only.
+var processKeys = []string{"api_rates"}
 
 var networkKeys = []string{"assign_public_ip", "security_groups", "subnets"}
 
@@ -53,6 +85,16 @@ type Config struct {
 	MaxFailCount       int
 	Region             string
 	Endpoint           string
+
+	MaxInfraRelaunches   int
+	ConsistencyWindow    time.Duration
+	LaunchRetryTimeout   time.Duration
+	LogSettle            time.Duration
+	LogDrainTimeout      time.Duration
+	StoppedTaskRetention time.Duration
+	// APIRates are the process's calls per second per API (api_rates);
+	// missing entries take DefaultAPIRates.
+	APIRates map[string]float64
 }
 
 // Network is the awsvpc network configuration.
@@ -89,6 +131,11 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	for _, k := range processKeys {
+		if _, ok := ctxFields[k]; ok {
+			return Config{}, dec.Errorf("%s: a setting of the plugin process; set it in plugins.ecs.config, not in a job's context", k)
+		}
+	}
 	_, ctxTD := ctxFields["task_definition"]
 	_, ctxTpl := ctxFields["task_definition_template"]
 	if ctxTD || ctxTpl {
@@ -113,6 +160,13 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		Timeout:      DefaultTimeout,
 		MaxFailCount: DefaultMaxFailCount,
 		Tags:         tags,
+
+		MaxInfraRelaunches:   DefaultMaxInfraRelaunches,
+		ConsistencyWindow:    DefaultConsistencyWindow,
+		LaunchRetryTimeout:   DefaultLaunchRetryTimeout,
+		LogSettle:            DefaultLogSettle,
+		LogDrainTimeout:      DefaultLogDrainTimeout,
+		StoppedTaskRetention: DefaultStoppedTaskRetention,
 	}
 	for _, key := range merged.Keys() {
 		v := merged[key]
@@ -145,6 +199,20 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 			c.Timeout, err = dec.Duration(key, v, true)
 		case "max_fail_count":
 			c.MaxFailCount, err = dec.Int(key, v, 1, 100)
+		case "max_infra_relaunches":
+			c.MaxInfraRelaunches, err = dec.Int(key, v, 0, 100)
+		case "consistency_window":
+			c.ConsistencyWindow, err = dec.Duration(key, v, false)
+		case "launch_retry_timeout":
+			c.LaunchRetryTimeout, err = dec.Duration(key, v, true)
+		case "log_settle":
+			c.LogSettle, err = dec.Duration(key, v, true)
+		case "log_drain_timeout":
+			c.LogDrainTimeout, err = dec.Duration(key, v, false)
+		case "stopped_task_retention":
+			c.StoppedTaskRetention, err = dec.Duration(key, v, false)
+		case "api_rates":
+			c.APIRates, err = parseRates(v)
 		case "region":
 			c.Region, err = dec.String(key, v)
 		case "endpoint":
@@ -167,6 +235,9 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		if _, err := decodeTemplate(c.Template); err != nil {
 			return Config{}, err
 		}
+	}
+	if c.LogDrainTimeout <= c.LogSettle {
+		return Config{}, dec.Errorf("log_drain_timeout (%s) must be longer than log_settle (%s)", c.LogDrainTimeout, c.LogSettle)
 	}
 	if len(c.Tags)+len(tetherTagKeys) > 50 {
 		return Config{}, dec.Errorf("tags: %d tags plus tether's %d exceed ECS's limit of 50", len(c.Tags), len(tetherTagKeys))
@@ -312,4 +383,26 @@ func numberOrString(what string, v json.RawMessage) (string, error) {
 		return strconv.Itoa(n), err
 	}
 	return dec.String(what, v)
+}
+
+// parseRates reads api_rates: calls per second per API, each a positive
+// number, keyed by the names in DefaultAPIRates.
+func parseRates(v json.RawMessage) (map[string]float64, error) {
+	known := make([]string, 0, len(DefaultAPIRates))
+	for k := range DefaultAPIRates {
+		known = append(known, k)
+	}
+	fields, err := dec.Object("api_rates", v, known)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for k, f := range fields {
+		var r float64
+		if settings.Kind(f) != "number" || json.Unmarshal(f, &r) != nil || r <= 0 || r > 1000 {
+			return nil, dec.Errorf("api_rates.%s: must be a number of calls per second above 0 and at most 1000, got %s", k, string(f))
+		}
+		out[k] = r
+	}
+	return out, nil
 }

@@ -23,7 +23,7 @@ import (
 )
 
 // Version is reported in Info.
-const Version = "0.1.0"
+const Version = "0.2.0"
 
 // Plugin implements plugin.Plugin, Resumer, Cleaner and HealthChecker.
 // One value serves every job of the plugin process and shares its clients.
@@ -34,7 +34,8 @@ type Plugin struct {
 
 // New returns the ECS plugin.
 func New() *Plugin {
-	return &Plugin{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	return &Plugin{log: log, clients: clientCache{log: log}}
 }
 
 var (
@@ -49,7 +50,7 @@ func (p *Plugin) Info(context.Context) (plugin.Info, error) {
 }
 
 // Execute launches the job's tasks and follows them to the end.
-func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (res *plugin.Result, err error) {
 	r, err := p.newRun(ctx, job, rt)
 	if err != nil {
 		return nil, err
@@ -59,9 +60,12 @@ func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 		return nil, err
 	}
 	r.h.TaskDefinitionARN = r.td.ARN
+	defer r.close()
+	defer func() { r.stopOnError(ctx, err) }()
+	r.start()
 	fmt.Fprintf(rt.Stderr(), "ecs: cluster %s, task definition %s, %d task(s)\n", r.cfg.Cluster, r.td.ARN, r.cfg.TaskCount)
 	for i := range r.h.Tasks {
-		if err := r.launch(ctx, i, false); err != nil {
+		if err := r.launch(ctx, i, firstLaunch); err != nil {
 			return nil, err
 		}
 	}
@@ -70,19 +74,25 @@ func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 
 // Resume reattaches to the tasks an earlier Execute or Resume launched and
 // follows them to the end. It never launches a task that may already exist.
-func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (res *plugin.Result, err error) {
 	r, err := p.newRun(ctx, job, rt)
 	if err != nil {
 		return nil, err
 	}
+	defer r.close()
+	defer func() { r.stopOnError(ctx, err) }()
 	if err := r.reattach(ctx); err != nil {
 		return nil, err
 	}
 	return r.watch(ctx)
 }
 
-// Cleanup stops every running task of the job. Cleanup gets no handle, so
-// it finds the tasks by the startedBy of each task index.
+// Cleanup stops every task the attempt that left remote work may have
+// running: the tasks its handle names, where the handle says they were
+// launched (the cluster in the config may have changed since), and, for
+// task indexes whose launch was in flight or when there is no handle, the
+// tasks listed by their startedBy that belong to that attempt or an
+// earlier one of the job (never a later attempt's: tags say which).
 func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	cfg, err := parseConfig(job.Config, job.Context)
 	if err != nil {
@@ -96,15 +106,52 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	if err != nil {
 		return err
 	}
-	reason := "tether cleanup of job " + job.ID
-	for i := range cfg.TaskCount {
-		startedBy := StartedBy(job.ID, i)
-		arns, err := listTasks(ctx, cl, cfg.Cluster, startedBy, types.DesiredStatusRunning)
-		if err != nil {
-			return err
+	cl.setRates(cfg.APIRates)
+	var h *Handle
+	if len(job.Handle) > 0 {
+		if h, err = decodeHandle(job.Handle); err != nil {
+			p.log.Warn("cleanup: the handle does not decode; listing the job's tasks by startedBy", "job", job.ID, "err", err)
+			h = nil
 		}
-		for _, arn := range arns {
-			if err := stopTask(ctx, cl, cfg.Cluster, arn, reason); err != nil {
+	}
+	cluster, count := cfg.Cluster, cfg.TaskCount
+	if h != nil {
+		cluster, count = h.Cluster, len(h.Tasks)
+	}
+	reason := "tether cleanup of job " + job.ID
+	var list []int // task indexes to find by startedBy
+	for i := range count {
+		if h == nil {
+			list = append(list, i)
+			continue
+		}
+		t := &h.Tasks[i]
+		if t.Outcome == "" && t.ID != "" {
+			if err := stopTask(ctx, cl, cluster, h.taskARN(t), reason); err != nil {
+				return err
+			}
+		}
+		if t.ID == "" && (t.Attempts > 0 || t.Infra > 0) {
+			list = append(list, i)
+		}
+	}
+	for _, i := range list {
+		arns, err := listTasks(ctx, cl, cluster, StartedBy(job.ID, i), types.DesiredStatusRunning)
+		if err != nil || len(arns) == 0 {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		tasks, err := describeTagged(ctx, cl, cluster, arns)
+		if err != nil {
+			return classify("describing the tasks of job "+job.ID, err)
+		}
+		for _, task := range tasks {
+			if a := attemptTag(task); a > job.Attempt {
+				continue // a later attempt's: not this Cleanup's to stop
+			}
+			if err := stopTask(ctx, cl, cluster, aws.ToString(task.TaskArn), reason); err != nil {
 				return err
 			}
 		}
@@ -136,35 +183,6 @@ func (p *Plugin) HealthCheck(ctx context.Context, config json.RawMessage) error 
 		return plugin.Errorf(plugin.Permanent, "ecs: cluster %q: %s %s", cluster, aws.ToString(f.Reason), aws.ToString(f.Detail))
 	}
 	return plugin.Errorf(plugin.Permanent, "ecs: cluster %q not found", cluster)
-}
-
-// listTasks lists a startedBy's tasks of one desired status, every page.
-// startedBy cannot be combined with family, serviceName, launchType or
-// containerInstance, so the listing is by cluster and startedBy only.
-func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, status types.DesiredStatus) ([]string, error) {
-	var arns []string
-	pages := ecs.NewListTasksPaginator(cl.ecs, &ecs.ListTasksInput{
-		Cluster:       aws.String(cluster),
-		StartedBy:     aws.String(startedBy),
-		DesiredStatus: status,
-	})
-	for pages.HasMorePages() {
-		out, err := pages.NextPage(ctx)
-		if err != nil {
-			return nil, classify(fmt.Sprintf("listing %s tasks started by %s", status, startedBy), err)
-		}
-		arns = append(arns, out.TaskArns...)
-	}
-	return arns, nil
-}
-
-// stopTask stops a task; a task ECS no longer knows is already stopped.
-func stopTask(ctx context.Context, cl *clients, cluster, arn, reason string) error {
-	_, err := cl.ecs.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(arn), Reason: aws.String(reason)})
-	if err != nil && !notFound(err) {
-		return classify("stopping task "+arn, err)
-	}
-	return nil
 }
 
 // notFound reports errors that mean the task is gone, which for stopping it

@@ -3,51 +3,109 @@ package ecs
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
-// handleVersion is bumped on an incompatible change to Handle.
-const handleVersion = 1
+// handleVersion is bumped on an incompatible change to Handle. Version 1
+// handles (every name spelled out, log streams by name) are still read, so
+// a rollout can resume what the previous version launched.
+const handleVersion = 2
 
 // Handle is the checkpointed state of a job's ECS tasks. It is checkpointed
-// before each RunTask (with the launch's attempt and client token), right
-// after it (with the task ARN), and on every later change: status, log
-// position, outcome.
+// before each RunTask (with the launch's attempt and try, from which the
+// client token is derived), right after it (with the task), when a task
+// settles, and with the output copied since the last one.
+//
+// It is kept compact because a job may have 1,000 tasks and is checkpointed
+// while they run: what can be derived is not stored (startedBy and client
+// tokens from the job ID, stream names from the task definition and task
+// ID), task ARNs share one prefix, and a settled task keeps only its
+// outcome.
 type Handle struct {
-	Version           int         `json:"v"`
-	JobAttempt        int         `json:"job_attempt"`
-	Cluster           string      `json:"cluster"`
-	TaskDefinitionARN string      `json:"task_definition_arn,omitempty"`
-	StartedAt         time.Time   `json:"started_at"` // first launch; timeout counts from here across agents
-	Tasks             []TaskState `json:"tasks"`
+	Version int `json:"v"`
+	// Job is the job's startedBy stem ("tether-" + hash of the job ID), so
+	// a handle is never taken for another job's.
+	Job               string `json:"j"`
+	JobAttempt        int    `json:"a"`
+	Cluster           string `json:"c"`
+	TaskDefinitionARN string `json:"td,omitempty"`
+	// ARNPrefix is what every task ARN of the job starts with
+	// ("arn:aws:ecs:<region>:<account>:task/<cluster>/"); tasks store the rest.
+	ARNPrefix string      `json:"ap,omitempty"`
+	StartedAt int64       `json:"t0,omitempty"` // unix seconds of the first launch; the timeout counts from here across agents
+	Tasks     []TaskState `json:"t"`
 }
 
 // TaskState is one task index of the job.
 type TaskState struct {
-	Index       int    `json:"index"`
-	StartedBy   string `json:"started_by"`
-	Attempts    int    `json:"attempts"`               // launch attempts begun (RunTask issued or about to be)
-	ClientToken string `json:"client_token,omitempty"` // of the latest attempt
-	TaskARN     string `json:"task_arn,omitempty"`     // of the latest attempt, once known
-	// PreviousARNs are the tasks of earlier attempts, so a resume never adopts
-	// one of them as the current attempt.
-	PreviousARNs  []string         `json:"previous_arns,omitempty"`
-	LastStatus    string           `json:"last_status,omitempty"`
-	ExitCodes     map[string]int32 `json:"exit_codes,omitempty"`
-	StopCode      string           `json:"stop_code,omitempty"`
-	StoppedReason string           `json:"stopped_reason,omitempty"`
-	Logs          []LogCursor      `json:"logs,omitempty"`
-	Outcome       string           `json:"outcome,omitempty"` // "", succeeded, failed
-	Reason        string           `json:"reason,omitempty"`  // why it failed
+	Attempts int `json:"n,omitempty"` // launches begun that count against max_fail_count
+	Infra    int `json:"i,omitempty"` // relaunches after an infrastructure stop
+	Try      int `json:"r,omitempty"` // RunTask tries of the current launch refused for capacity (each its own client token)
+	// ID is the current launch's task: the ARN without the handle's prefix.
+	ID         string `json:"id,omitempty"`
+	LaunchedAt int64  `json:"lt,omitempty"` // unix milliseconds the current launch's RunTask was first issued
+	Seen       bool   `json:"s,omitempty"`  // DescribeTasks has reported the task (it is past the consistency window)
+	// Prev are the tasks of earlier launches, so a resume never adopts one.
+	Prev    []string         `json:"p,omitempty"`
+	Logs    []LogCursor      `json:"l,omitempty"` // per awslogs container of the task definition, in its order
+	Outcome string           `json:"o,omitempty"` // "", succeeded, failed, infra (stopped by the infrastructure)
+	Reason  string           `json:"why,omitempty"`
+	Exit    map[string]int32 `json:"x,omitempty"` // exit codes, kept once settled
 }
 
-// LogCursor is how far a container's awslogs stream has been copied to the
-// job's output: the nextForwardToken after the last event written.
+// LogCursor is how far one container's awslogs stream has been copied to
+// the job's output: the nextForwardToken after the last event written, and
+// that event's timestamp (to start again by time if the token expired).
 type LogCursor struct {
-	Container string `json:"container"`
-	Group     string `json:"group"`
-	Stream    string `json:"stream"`
-	Token     string `json:"token,omitempty"`
+	Token string `json:"k,omitempty"`
+	Last  int64  `json:"ts,omitempty"` // milliseconds
+}
+
+// arn is task index i's current task ARN ("" before its RunTask answered).
+func (h *Handle) arn(i int) string { return h.taskARN(&h.Tasks[i]) }
+
+func (h *Handle) taskARN(t *TaskState) string {
+	if t.ID == "" || strings.HasPrefix(t.ID, "arn:") {
+		return t.ID
+	}
+	return h.ARNPrefix + t.ID
+}
+
+// setARN stores arn as t's task, sharing the handle's prefix when it fits.
+func (h *Handle) setARN(t *TaskState, arn string) {
+	if h.ARNPrefix == "" {
+		if i := strings.LastIndexByte(arn, '/'); i >= 0 {
+			h.ARNPrefix = arn[:i+1]
+		}
+	}
+	t.ID = h.shorten(arn)
+}
+
+func (h *Handle) shorten(arn string) string {
+	if h.ARNPrefix != "" && strings.HasPrefix(arn, h.ARNPrefix) {
+		return arn[len(h.ARNPrefix):]
+	}
+	return arn
+}
+
+func (h *Handle) prevARNs(t *TaskState) []string {
+	out := make([]string, 0, len(t.Prev))
+	for _, p := range t.Prev {
+		if strings.HasPrefix(p, "arn:") {
+			out = append(out, p)
+		} else {
+			out = append(out, h.ARNPrefix+p)
+		}
+	}
+	return out
+}
+
+func (h *Handle) startedAt() time.Time {
+	if h.StartedAt == 0 {
+		return time.Time{}
+	}
+	return time.Unix(h.StartedAt, 0)
 }
 
 func (h *Handle) encode() ([]byte, error) {
@@ -59,26 +117,91 @@ func (h *Handle) encode() ([]byte, error) {
 }
 
 func decodeHandle(b []byte) (*Handle, error) {
+	var v struct {
+		V int `json:"v"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("decoding handle: %w", err)
+	}
+	switch v.V {
+	case 1:
+		return decodeHandleV1(b)
+	case handleVersion:
+	default:
+		return nil, fmt.Errorf("decoding handle: version %d, this plugin reads versions 1 and %d", v.V, handleVersion)
+	}
 	var h Handle
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("decoding handle: %w", err)
 	}
-	if h.Version != handleVersion {
-		return nil, fmt.Errorf("decoding handle: version %d, this plugin reads version %d", h.Version, handleVersion)
+	return &h, nil
+}
+
+// handleV1 is the handle plugin 0.1 wrote.
+type handleV1 struct {
+	JobAttempt        int       `json:"job_attempt"`
+	Cluster           string    `json:"cluster"`
+	TaskDefinitionARN string    `json:"task_definition_arn"`
+	StartedAt         time.Time `json:"started_at"`
+	Tasks             []struct {
+		Index        int              `json:"index"`
+		StartedBy    string           `json:"started_by"`
+		Attempts     int              `json:"attempts"`
+		TaskARN      string           `json:"task_arn"`
+		PreviousARNs []string         `json:"previous_arns"`
+		LastStatus   string           `json:"last_status"`
+		ExitCodes    map[string]int32 `json:"exit_codes"`
+		Logs         []struct {
+			Token string `json:"token"`
+		} `json:"logs"`
+		Outcome string `json:"outcome"`
+		Reason  string `json:"reason"`
+	} `json:"tasks"`
+}
+
+// decodeHandleV1 converts a version 1 handle. Its log streams were listed
+// per awslogs container in task definition order, as version 2's are.
+func decodeHandleV1(b []byte) (*Handle, error) {
+	var o handleV1
+	if err := json.Unmarshal(b, &o); err != nil {
+		return nil, fmt.Errorf("decoding version 1 handle: %w", err)
 	}
-	for i, t := range h.Tasks {
-		if t.Index != i {
-			return nil, fmt.Errorf("decoding handle: task %d has index %d", i, t.Index)
+	h := &Handle{Version: handleVersion, JobAttempt: o.JobAttempt, Cluster: o.Cluster, TaskDefinitionARN: o.TaskDefinitionARN}
+	if len(o.Tasks) > 0 {
+		stem, _, ok := strings.Cut(o.Tasks[0].StartedBy, "-"+"0")
+		if ok {
+			h.Job = stem
 		}
 	}
-	return &h, nil
+	if !o.StartedAt.IsZero() {
+		h.StartedAt = o.StartedAt.Unix()
+	}
+	for i, t := range o.Tasks {
+		if t.Index != i {
+			return nil, fmt.Errorf("decoding version 1 handle: task %d has index %d", i, t.Index)
+		}
+		s := TaskState{Attempts: t.Attempts, Outcome: t.Outcome, Reason: t.Reason, Exit: t.ExitCodes}
+		if t.TaskARN != "" {
+			h.setARN(&s, t.TaskARN)
+			// Version 1 did not record launch times; the launch is at most as
+			// old as the job's first one.
+			s.LaunchedAt = h.StartedAt * 1000
+			s.Seen = t.LastStatus != ""
+		}
+		for _, p := range t.PreviousARNs {
+			s.Prev = append(s.Prev, h.shorten(p))
+		}
+		if s.Outcome == "" {
+			for _, l := range t.Logs {
+				s.Logs = append(s.Logs, LogCursor{Token: l.Token})
+			}
+		}
+		h.Tasks = append(h.Tasks, s)
+	}
+	return h, nil
 }
 
 // newHandle is the state of a job none of whose tasks was launched yet.
 func newHandle(jobID string, jobAttempt int, cluster string, taskCount int) *Handle {
-	h := &Handle{Version: handleVersion, JobAttempt: jobAttempt, Cluster: cluster}
-	for i := range taskCount {
-		h.Tasks = append(h.Tasks, TaskState{Index: i, StartedBy: StartedBy(jobID, i)})
-	}
-	return h
+	return &Handle{Version: handleVersion, Job: jobStem(jobID), JobAttempt: jobAttempt, Cluster: cluster, Tasks: make([]TaskState, taskCount)}
 }

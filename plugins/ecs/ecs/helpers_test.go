@@ -60,6 +60,8 @@ func newEnv(t *testing.T, opts emulator.Options) *env {
 func (e *env) job(script string, extra map[string]any) *plugin.Job {
 	ctx := map[string]any{
 		"poll_interval": "50ms",
+		// The kind emulator delivers log events at once.
+		"log_settle": "50ms",
 		"task_definition_template": map[string]any{
 			"family": "tether-test",
 			"containerDefinitions": []any{map[string]any{
@@ -81,8 +83,15 @@ func (e *env) job(script string, extra map[string]any) *plugin.Job {
 		ctx[k] = v
 	}
 	rawCtx, _ := json.Marshal(ctx)
-	rawCfg, _ := json.Marshal(map[string]any{"endpoint": e.url, "region": "us-east-1"})
+	rawCfg, _ := json.Marshal(map[string]any{"endpoint": e.url, "region": "us-east-1", "api_rates": testRates})
 	return &plugin.Job{ID: uuid.NewString(), Command: "ecs-test", Attempt: 1, Context: rawCtx, Config: rawCfg}
+}
+
+// testRates lift the process's API budgets for tests that want ECS's
+// answers at once; the budget tests set their own.
+var testRates = map[string]float64{
+	"describe_tasks": 200, "get_log_events": 200, "run_task": 200, "stop_task": 200,
+	"list_tasks": 200, "describe_task_definition": 200, "register_task_definition": 200,
 }
 
 // ecsClient is the plugin's own client for e, for looking at the emulator.

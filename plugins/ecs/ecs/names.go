@@ -29,18 +29,27 @@ var lowerBase32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 // same job and index always give the same name, which is how Resume and
 // Cleanup find tasks without a handle.
 func StartedBy(jobID string, index int) string {
+	return jobStem(jobID) + "-" + strconv.Itoa(index)
+}
+
+// jobStem is startedBy without the task index.
+func jobStem(jobID string) string {
 	sum := sha256.Sum256([]byte(jobID))
-	h := strings.ToLower(lowerBase32.EncodeToString(sum[:]))[:startedByHashLen]
-	return "tether-" + h + "-" + strconv.Itoa(index)
+	return "tether-" + strings.ToLower(lowerBase32.EncodeToString(sum[:]))[:startedByHashLen]
 }
 
 // ClientToken is the RunTask clientToken of one launch: the same job run
 // (job ID and job attempt), task index and launch attempt always give the
 // same token, so a RunTask repeated after a lost answer or by a resuming
 // agent returns the task the first call started instead of starting another.
-// A new launch attempt, or a retry of the whole job, gets a new token.
-func ClientToken(jobID string, jobAttempt, index, launch int) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d\x00%d", jobID, jobAttempt, index, launch)))
+// A new launch, a retry of the whole job, or a new try of a launch that
+// RunTask refused without launching anything (try > 0) gets a new token.
+func ClientToken(jobID string, jobAttempt, index, launch, try int) string {
+	in := fmt.Sprintf("%s\x00%d\x00%d\x00%d", jobID, jobAttempt, index, launch)
+	if try > 0 {
+		in += fmt.Sprintf("\x00%d", try) // try 0 keeps the tokens plugin 0.1 derived
+	}
+	sum := sha256.Sum256([]byte(in))
 	return "tether-" + hex.EncodeToString(sum[:])[:48]
 }
 

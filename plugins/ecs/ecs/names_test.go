@@ -34,14 +34,15 @@ func TestStartedByDistinct(t *testing.T) {
 }
 
 func TestClientToken(t *testing.T) {
-	base := ClientToken("job-1", 1, 0, 1)
+	base := ClientToken("job-1", 1, 0, 1, 0)
 	require.LessOrEqual(t, len(base), maxClientTokenLen)
-	require.Equal(t, base, ClientToken("job-1", 1, 0, 1), "deterministic")
+	require.Equal(t, base, ClientToken("job-1", 1, 0, 1, 0), "deterministic")
 	for _, other := range []string{
-		ClientToken("job-2", 1, 0, 1), // another job
-		ClientToken("job-1", 2, 0, 1), // a retry of the job
-		ClientToken("job-1", 1, 1, 1), // another task index
-		ClientToken("job-1", 1, 0, 2), // another launch attempt
+		ClientToken("job-2", 1, 0, 1, 0), // another job
+		ClientToken("job-1", 2, 0, 1, 0), // a retry of the job
+		ClientToken("job-1", 1, 1, 1, 0), // another task index
+		ClientToken("job-1", 1, 0, 2, 0), // another launch attempt
+		ClientToken("job-1", 1, 0, 1, 1), // another try of a launch RunTask refused
 	} {
 		require.NotEqual(t, base, other)
 		require.LessOrEqual(t, len(other), maxClientTokenLen)

@@ -10,7 +10,18 @@ import (
 const (
 	outcomeSucceeded = "succeeded"
 	outcomeFailed    = "failed"
+	outcomeInfra     = "infra" // stopped by the infrastructure: relaunched on its own budget
 )
+
+// infraStopCodes are Task.stopCode values that mean the infrastructure, not
+// the work, stopped the task (ECS API reference, Task: stopCode; "Amazon
+// ECS stopped task error codes" in the developer guide): a Spot
+// reclaim, an instance terminating, a host found unhealthy.
+var infraStopCodes = map[string]bool{
+	"SpotInterruption":     true,
+	"TerminationNotice":    true,
+	"InfrastructureHealth": true,
+}
 
 const (
 	statusStopped = "STOPPED"
@@ -38,6 +49,14 @@ type stoppedTask struct {
 func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string) {
 	if t.StopCode == stopCodeFTS {
 		return outcomeFailed, "failed to start: " + orUnknown(t.StoppedReason)
+	}
+	if infraStopCodes[t.StopCode] {
+		// Unless every essential container had already exited 0 (the work
+		// was done before the host went), the work was cut short.
+		if out, _ := evaluate(stoppedTask{Containers: t.Containers}, essential); out == outcomeSucceeded {
+			return outcomeSucceeded, ""
+		}
+		return outcomeInfra, t.StopCode + ": " + orUnknown(t.StoppedReason)
 	}
 	var problems []string
 	checked := 0

@@ -43,7 +43,7 @@ func TestExecuteSuccess(t *testing.T) {
 		require.Equal(t, map[string]int{"hello": 1, "world": 1}, lines(rt.StdoutString()))
 
 		startedBy := StartedBy(job.ID, 0)
-		token := ClientToken(job.ID, 1, 0, 1)
+		token := ClientToken(job.ID, 1, 0, 1, 0)
 		require.Contains(t, rt.StderrString(), "startedBy "+startedBy)
 		require.Contains(t, rt.StderrString(), "clientToken "+token)
 		require.Equal(t, 1, e.em.Launches(startedBy))
@@ -52,31 +52,30 @@ func TestExecuteSuccess(t *testing.T) {
 		require.Len(t, h.Tasks, 1)
 		ts := h.Tasks[0]
 		require.Equal(t, outcomeSucceeded, ts.Outcome)
-		require.Equal(t, startedBy, ts.StartedBy)
-		require.Equal(t, token, ts.ClientToken)
 		require.Equal(t, 1, ts.Attempts)
-		require.Equal(t, map[string]int32{"app": 0}, ts.ExitCodes)
-		require.Len(t, ts.Logs, 1)
-		require.Equal(t, "job/app/"+taskID(ts.TaskARN), ts.Logs[0].Stream)
-		require.NotEmpty(t, ts.Logs[0].Token)
+		require.Equal(t, map[string]int32{"app": 0}, ts.Exit)
+		require.Empty(t, ts.Logs, "a settled task keeps no log position")
 		require.NotEmpty(t, h.TaskDefinitionARN)
+		arn := h.arn(0)
 
 		var out Output
 		require.NoError(t, json.Unmarshal(res.Output, &out))
-		require.Equal(t, ts.TaskARN, out.Tasks[0].TaskARN)
+		require.Equal(t, arn, out.Tasks[0].TaskARN)
+		require.Equal(t, startedBy, out.Tasks[0].StartedBy)
 
 		// The first checkpoint precedes RunTask; one follows it with the ARN.
 		cps := rt.Checkpoints()
 		first, err := decodeHandle(cps[0])
 		require.NoError(t, err)
 		require.Equal(t, 1, first.Tasks[0].Attempts)
-		require.Empty(t, first.Tasks[0].TaskARN)
+		require.Empty(t, first.arn(0))
+		require.NotZero(t, first.Tasks[0].LaunchedAt)
 		second, err := decodeHandle(cps[1])
 		require.NoError(t, err)
-		require.Equal(t, ts.TaskARN, second.Tasks[0].TaskARN)
+		require.Equal(t, arn, second.arn(0))
 
 		// The task is tagged with the job.
-		task, ok := e.describeTags(t, ts.TaskARN)
+		task, ok := e.describeTags(t, arn)
 		require.True(t, ok)
 		tags := map[string]string{}
 		for _, tag := range task.Tags {
@@ -145,17 +144,23 @@ func TestExecuteFailToStart(t *testing.T) {
 	})
 }
 
-func TestExecuteRunTaskFailures(t *testing.T) {
+// Capacity failures launch nothing and pass with time: they are tried again
+// without using max_fail_count, until launch_retry_timeout, and then the
+// job is retriable (the host may retry it later), never permanent.
+func TestExecuteRunTaskCapacityFailuresAreRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, emulator.Options{CapacityErrorRate: 1})
-	job := e.job("echo never", map[string]any{"max_fail_count": 2})
+	job := e.job("echo never", map[string]any{"max_fail_count": 2, "launch_retry_timeout": "3s"})
 	rt := plugintest.NewRuntime(nil)
 	_, err := Direct(e.p).Execute(context.Background(), job, rt)
 	class, msg := plugintest.Error(t, err)
-	require.Equal(t, plugin.Permanent, class)
-	require.Contains(t, msg, "RunTask failed: RESOURCE:CPU")
-	require.Contains(t, msg, "after 2 launch attempt(s)")
-	require.Equal(t, 2, lastHandle(t, rt).Tasks[0].Attempts)
+	require.Equal(t, plugin.Retriable, class)
+	require.Contains(t, msg, "no capacity: RESOURCE:")
+	require.Contains(t, msg, "gave up after 3s")
+	h := lastHandle(t, rt)
+	require.Equal(t, 1, h.Tasks[0].Attempts, "no launch budget used")
+	require.Positive(t, h.Tasks[0].Try)
+	require.Zero(t, e.em.Launches(StartedBy(job.ID, 0)))
 }
 
 func TestMaxFailCount(t *testing.T) {
@@ -172,8 +177,7 @@ func TestMaxFailCount(t *testing.T) {
 		require.Equal(t, "try\ntry\ntry\n", rt.StdoutString())
 		h := lastHandle(t, rt)
 		require.Equal(t, 3, h.Tasks[0].Attempts)
-		require.Len(t, h.Tasks[0].PreviousARNs, 2)
-		require.Equal(t, ClientToken(job.ID, 1, 0, 3), h.Tasks[0].ClientToken)
+		require.Len(t, h.Tasks[0].Prev, 2)
 	})
 }
 
@@ -193,8 +197,8 @@ func TestFailedTaskStopsTheOthers(t *testing.T) {
 		}
 		h, err := decodeHandle(raw)
 		require.NoError(t, err)
-		arn0 = h.Tasks[0].TaskARN
-		return h.Tasks[0].TaskARN != "" && h.Tasks[1].TaskARN != ""
+		arn0 = h.arn(0)
+		return h.arn(0) != "" && h.arn(1) != ""
 	}, 10*time.Second, 20*time.Millisecond)
 	_, err := e.ecsClient(t).StopTask(context.Background(), &ecs.StopTaskInput{Task: aws.String(arn0), Reason: aws.String("test")})
 	require.NoError(t, err)
@@ -204,7 +208,7 @@ func TestFailedTaskStopsTheOthers(t *testing.T) {
 	require.Contains(t, msg, "task 0 failed")
 	h := lastHandle(t, rt)
 	require.Eventually(t, func() bool {
-		task, ok := e.describe(t, h.Tasks[1].TaskARN)
+		task, ok := e.describe(t, h.arn(1))
 		return ok && aws.ToString(task.DesiredStatus) == "STOPPED"
 	}, 10*time.Second, 50*time.Millisecond, "the other task is stopped")
 }
@@ -221,7 +225,7 @@ func TestTimeoutStopsTasks(t *testing.T) {
 		require.Equal(t, plugin.Permanent, class)
 		require.Contains(t, msg, "timed out after 700ms")
 		require.Less(t, time.Since(start), 10*time.Second)
-		arn := lastHandle(t, rt).Tasks[0].TaskARN
+		arn := lastHandle(t, rt).arn(0)
 		require.Eventually(t, func() bool {
 			task, ok := e.describe(t, arn)
 			return ok && aws.ToString(task.LastStatus) == "STOPPED" &&
@@ -231,8 +235,8 @@ func TestTimeoutStopsTasks(t *testing.T) {
 }
 
 func TestThrottlingStillSucceeds(t *testing.T) {
-	// Like plugintest.Run, but each path gets its own emulator and plugin:
-	// the adaptive retryer's slowed-down rate would carry over otherwise.
+	// Like plugintest.Run, but each path gets its own emulator and plugin,
+	// so one path's throttling does not pace the other's budget.
 	for _, path := range []string{"direct", "grpc"} {
 		t.Run(path, func(t *testing.T) {
 			e := newEnv(t, emulator.Options{ThrottleRate: 0.3, Seed: 42})
@@ -268,7 +272,7 @@ func TestCancelLeavesTaskRunning(t *testing.T) {
 		call.wait(t, 5*time.Second)
 		require.ErrorIs(t, call.err, context.Canceled)
 		quiesce(t, rt)
-		arn := lastHandle(t, rt).Tasks[0].TaskARN
+		arn := lastHandle(t, rt).arn(0)
 		task, ok := e.describe(t, arn)
 		require.True(t, ok)
 		require.Equal(t, "RUNNING", aws.ToString(task.DesiredStatus), "a cancelled watch leaves the task to the agent")

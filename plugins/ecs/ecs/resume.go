@@ -15,19 +15,16 @@ import (
 
 // reattach loads the handle (or starts from nothing when there is none),
 // finds each task index's current task, and launches only what was never
-// launched. What happens to tasks with an ARN is left to watch: DescribeTasks
-// reads their state, and a MISSING one without a stored outcome ends the job
-// outcome_unknown.
+// launched. Tasks with an ARN are left to watch: the poller reads their
+// state, and one seen before and now MISSING ends the job outcome_unknown.
 func (r *run) reattach(ctx context.Context) error {
 	if raw := r.rt.Handle(); len(raw) > 0 {
 		h, err := decodeHandle(raw)
 		if err != nil {
 			return plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: %v", r.job.ID, err)
 		}
-		for i, t := range h.Tasks {
-			if t.StartedBy != StartedBy(r.job.ID, i) {
-				return plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: the stored handle's task %d was started by %q, not by this job", r.job.ID, i, t.StartedBy)
-			}
+		if h.Job != "" && h.Job != jobStem(r.job.ID) {
+			return plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: the stored handle's tasks were started by %s-*, not by this job", r.job.ID, h.Job)
 		}
 		r.h = h
 	}
@@ -43,9 +40,8 @@ func (r *run) reattach(ctx context.Context) error {
 	if r.h.Cluster == "" {
 		r.h.Cluster = r.cfg.Cluster
 	}
-	r.cfg.Cluster = r.h.Cluster
-	for i := len(r.h.Tasks); i < r.cfg.TaskCount; i++ {
-		r.h.Tasks = append(r.h.Tasks, TaskState{Index: i, StartedBy: StartedBy(r.job.ID, i)})
+	for len(r.h.Tasks) < r.cfg.TaskCount && !r.launchedAny() {
+		r.h.Tasks = append(r.h.Tasks, TaskState{})
 	}
 	var err error
 	if r.h.TaskDefinitionARN == "" {
@@ -58,56 +54,75 @@ func (r *run) reattach(ctx context.Context) error {
 		return err
 	}
 	r.stderrf("resuming job %s: cluster %s, task definition %s, %d task(s)", r.job.ID, r.h.Cluster, r.h.TaskDefinitionARN, len(r.h.Tasks))
+	r.start()
 
 	for i := range r.h.Tasks {
 		t := &r.h.Tasks[i]
-		if t.TaskARN != "" || t.Outcome != "" {
+		if t.ID != "" || t.Outcome != "" {
 			continue
 		}
-		found, err := r.discover(ctx, t)
+		found, err := r.discover(ctx, i)
 		if err != nil {
 			return err
 		}
+		launchAge := time.Since(time.UnixMilli(t.LaunchedAt))
 		switch {
 		case found:
-		case t.Attempts == 0:
+			r.track(i)
+		case t.Attempts == 0 && t.Infra == 0:
 			// Never submitted.
-			if err := r.launch(ctx, i, false); err != nil {
+			if err := r.launch(ctx, i, firstLaunch); err != nil {
 				return err
 			}
-		case time.Since(r.h.StartedAt) > clientTokenLife:
+		case t.LaunchedAt == 0 || launchAge > r.cfg.StoppedTaskRetention:
+			// Its task may have run and been purged: ECS keeps a stopped
+			// task for about an hour, and what reissuing a client token
+			// whose task was purged does is not documented (it might start
+			// the work again). So it is not reissued.
 			return plugin.Errorf(plugin.OutcomeUnknown,
-				"ecs: task %d of job %s: launch %d was begun more than %s ago and no task started by %s is left; its outcome is unknown",
-				i, r.job.ID, t.Attempts, clientTokenLife, t.StartedBy)
+				"ecs: task %d of job %s: launch %d was begun %s ago, longer than stopped_task_retention (%s), and no task started by %s is listed; its outcome is unknown",
+				i, r.job.ID, t.Attempts, launchAge.Round(time.Second), r.cfg.StoppedTaskRetention, StartedBy(r.job.ID, i))
 		default:
-			// A launch was begun but its task is nowhere: reissue it with the
-			// same client token, so a RunTask that did get through is not
-			// repeated.
+			// A launch was begun but its task is not listed (ListTasks is
+			// eventually consistent too): reissue it with the same client
+			// token, so a RunTask that did get through is not repeated.
 			r.stderrf("task %d: reissuing launch %d", i, t.Attempts)
-			if err := r.launch(ctx, i, true); err != nil {
+			if err := r.launch(ctx, i, reissue); err != nil {
 				return err
 			}
 		}
 	}
-	if r.h.StartedAt.IsZero() {
-		r.h.StartedAt = time.Now().UTC()
+	if r.h.StartedAt == 0 {
+		r.h.StartedAt = time.Now().Unix()
 	}
 	return r.checkpoint(ctx)
 }
 
-// discover looks for t's task by its startedBy (running, then stopped ones
-// ECS still remembers), ignoring tasks of earlier attempts and of other runs
-// of the job, and adopts the newest. The launch attempt count is raised to
+func (r *run) launchedAny() bool {
+	for _, t := range r.h.Tasks {
+		if t.Attempts > 0 || t.Infra > 0 || t.ID != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// discover looks for task i's task by its startedBy (running, then stopped
+// ones ECS still remembers), ignoring tasks of earlier launches and of other
+// runs of the job, and adopts the newest. The launch count is raised to
 // what was found, so max_fail_count holds across agents.
-func (r *run) discover(ctx context.Context, t *TaskState) (bool, error) {
+func (r *run) discover(ctx context.Context, i int) (bool, error) {
+	t := &r.h.Tasks[i]
+	startedBy := StartedBy(r.job.ID, i)
+	prev := r.h.prevARNs(t)
 	var arns []string
 	for _, st := range []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped} {
-		got, err := listTasks(ctx, r.cl, r.h.Cluster, t.StartedBy, st)
+		got, err := listTasks(ctx, r.cl, r.h.Cluster, startedBy, st)
 		if err != nil {
 			return false, err
 		}
 		for _, a := range got {
-			if !slices.Contains(arns, a) && !slices.Contains(t.PreviousARNs, a) {
+			if !slices.Contains(arns, a) && !slices.Contains(prev, a) {
 				arns = append(arns, a)
 			}
 		}
@@ -115,22 +130,11 @@ func (r *run) discover(ctx context.Context, t *TaskState) (bool, error) {
 	if len(arns) == 0 {
 		return false, nil
 	}
-	var tasks []types.Task
-	for chunk := range slices.Chunk(arns, describeBatch) {
-		out, err := r.cl.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{
-			Cluster: aws.String(r.h.Cluster),
-			Tasks:   chunk,
-			Include: []types.TaskField{types.TaskFieldTags},
-		})
-		if err != nil {
-			return false, classify("describing tasks started by "+t.StartedBy, err)
-		}
-		for _, task := range out.Tasks {
-			if r.ours(task) {
-				tasks = append(tasks, task)
-			}
-		}
+	tasks, err := describeTagged(ctx, r.cl, r.h.Cluster, arns)
+	if err != nil {
+		return false, classify("describing tasks started by "+startedBy, err)
 	}
+	tasks = slices.DeleteFunc(tasks, func(task types.Task) bool { return attemptTag(task) != r.h.JobAttempt && attemptTag(task) != 0 })
 	if len(tasks) == 0 {
 		return false, nil
 	}
@@ -139,30 +143,73 @@ func (r *run) discover(ctx context.Context, t *TaskState) (bool, error) {
 	})
 	newest := tasks[0]
 	// The timeout counts from the first launch, when the handle lost it.
-	if first := aws.ToTime(tasks[len(tasks)-1].CreatedAt); !first.IsZero() && (r.h.StartedAt.IsZero() || first.Before(r.h.StartedAt)) {
-		r.h.StartedAt = first.UTC()
+	if first := aws.ToTime(tasks[len(tasks)-1].CreatedAt); !first.IsZero() && (r.h.StartedAt == 0 || first.Unix() < r.h.StartedAt) {
+		r.h.StartedAt = first.Unix()
 	}
 	for _, old := range tasks[1:] {
-		t.PreviousARNs = append(t.PreviousARNs, aws.ToString(old.TaskArn))
+		t.Prev = append(t.Prev, r.h.shorten(aws.ToString(old.TaskArn)))
 	}
-	t.Attempts = max(t.Attempts, len(t.PreviousARNs)+1)
-	if t.ClientToken == "" {
-		t.ClientToken = ClientToken(r.job.ID, r.h.JobAttempt, t.Index, t.Attempts)
+	t.Attempts = max(t.Attempts, len(t.Prev)+1-t.Infra)
+	r.h.setARN(t, aws.ToString(newest.TaskArn))
+	t.Seen = true
+	if created := aws.ToTime(newest.CreatedAt); !created.IsZero() {
+		t.LaunchedAt = created.UnixMilli()
 	}
-	t.TaskARN = aws.ToString(newest.TaskArn)
-	r.apply(t, newest)
-	r.stderrf("task %d: adopted %s (%s), launch %d", t.Index, t.TaskARN, t.LastStatus, t.Attempts)
+	r.stderrf("task %d: adopted %s (%s), launch %d", i, aws.ToString(newest.TaskArn), aws.ToString(newest.LastStatus), t.Attempts)
 	return true, nil
 }
 
-// ours reports whether a task found by startedBy belongs to this run of the
-// job. Tasks carry the job attempt as a tag; a task without tags (an
-// endpoint that does not return them) is taken as ours.
-func (r *run) ours(task types.Task) bool {
+// attemptTag is the job attempt a task was launched for (0 when the task
+// carries no tags: an endpoint that does not return them).
+func attemptTag(task types.Task) int {
 	for _, tag := range task.Tags {
 		if aws.ToString(tag.Key) == tagJobAttempt {
-			return aws.ToString(tag.Value) == strconv.Itoa(r.h.JobAttempt)
+			n, _ := strconv.Atoi(aws.ToString(tag.Value))
+			return n
 		}
 	}
-	return true
+	return 0
+}
+
+// describeTagged describes tasks with their tags, 100 per call.
+func describeTagged(ctx context.Context, cl *clients, cluster string, arns []string) ([]types.Task, error) {
+	var tasks []types.Task
+	for chunk := range slices.Chunk(arns, describeBatch) {
+		if err := cl.wait(ctx, apiDescribeTasks); err != nil {
+			return nil, err
+		}
+		out, err := cl.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{
+			Cluster: aws.String(cluster),
+			Tasks:   chunk,
+			Include: []types.TaskField{types.TaskFieldTags},
+		})
+		if err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, out.Tasks...)
+	}
+	return tasks, nil
+}
+
+// listTasks lists a startedBy's tasks of one desired status, every page.
+// startedBy cannot be combined with family, serviceName, launchType or
+// containerInstance, so the listing is by cluster and startedBy only.
+func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, status types.DesiredStatus) ([]string, error) {
+	var arns []string
+	pages := ecs.NewListTasksPaginator(cl.ecs, &ecs.ListTasksInput{
+		Cluster:       aws.String(cluster),
+		StartedBy:     aws.String(startedBy),
+		DesiredStatus: status,
+	})
+	for pages.HasMorePages() {
+		if err := cl.wait(ctx, apiListTasks); err != nil {
+			return nil, err
+		}
+		out, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, classify("listing "+string(status)+" tasks started by "+startedBy, err)
+		}
+		arns = append(arns, out.TaskArns...)
+	}
+	return arns, nil
 }

@@ -21,7 +21,7 @@ import (
 // once the plugin has stopped writing to it.
 func startAndLose(t *testing.T, c plugintest.Client, job *plugin.Job, cond func(rt *plugintest.Runtime) bool) *plugintest.Runtime {
 	t.Helper()
-	rt := plugintest.NewRuntime(nil)
+	rt := plugintest.NewGatedRuntime(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	call := runAsync(func() (*plugin.Result, error) { return c.Execute(ctx, job, rt) })
@@ -30,6 +30,7 @@ func startAndLose(t *testing.T, c plugintest.Client, job *plugin.Job, cond func(
 	call.wait(t, 5*time.Second)
 	require.ErrorIs(t, call.err, context.Canceled)
 	quiesce(t, rt)
+	rt.Detach() // what the agent does with a handed-off job's unrecorded output
 	return rt
 }
 
@@ -46,7 +47,7 @@ func TestResumeAfterAgentLoss(t *testing.T) {
 		rt1 := startAndLose(t, c, job, stdoutHas("line-5\n"))
 		require.NotContains(t, rt1.StdoutString(), fmt.Sprintf("line-%d\n", n), "lost before the end")
 
-		rt2 := plugintest.NewRuntime(rt1.Handle())
+		rt2 := plugintest.NewGatedRuntime(rt1.Handle())
 		res, err := c.Resume(context.Background(), job, rt2)
 		require.NoError(t, err)
 		require.Equal(t, "1 ECS task(s) succeeded", res.Message)
@@ -68,19 +69,19 @@ func TestResumeAfterUnobservedStop(t *testing.T) {
 	plugintest.Run(t, e.p, func(t *testing.T, c plugintest.Client) {
 		job := e.job("echo begin; sleep 0.3; echo end; exit 4", nil)
 		rt1 := startAndLose(t, c, job, stdoutHas("begin\n"))
-		arn := lastHandle(t, rt1).Tasks[0].TaskARN
+		arn := lastHandle(t, rt1).arn(0)
 		require.NotEmpty(t, arn)
 		require.Eventually(t, func() bool {
 			task, ok := e.describe(t, arn)
 			return ok && aws.ToString(task.LastStatus) == "STOPPED"
 		}, 10*time.Second, 20*time.Millisecond, "the task stops while nobody watches")
 
-		rt2 := plugintest.NewRuntime(rt1.Handle())
+		rt2 := plugintest.NewGatedRuntime(rt1.Handle())
 		_, err := c.Resume(context.Background(), job, rt2)
 		class, msg := plugintest.Error(t, err)
 		require.Equal(t, plugin.Permanent, class)
 		require.Contains(t, msg, "container app exited with code 4")
-		require.Equal(t, "end\n", rt2.StdoutString(), "the log continues where it stopped")
+		require.Equal(t, "begin\nend\n", rt1.StdoutString()+rt2.StdoutString(), "the log continues where it was recorded, each line once")
 		require.Equal(t, 1, e.em.Launches(StartedBy(job.ID, 0)))
 	})
 }
@@ -97,7 +98,7 @@ func TestResumeExpiredWithOutcome(t *testing.T) {
 			rt1 := plugintest.NewRuntime(nil)
 			_, err := c.Execute(context.Background(), job, rt1)
 			require.Equal(t, tc.fails == "", err == nil, "execute: %v", err)
-			arn := lastHandle(t, rt1).Tasks[0].TaskARN
+			arn := lastHandle(t, rt1).arn(0)
 			require.Eventually(t, func() bool { _, ok := e.describe(t, arn); return !ok }, 10*time.Second, 50*time.Millisecond, "expired from ECS")
 
 			rt2 := plugintest.NewRuntime(rt1.Handle())
@@ -120,7 +121,7 @@ func TestResumeExpiredWithoutOutcome(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, emulator.Options{StoppedRetention: 200 * time.Millisecond})
 	plugintest.Run(t, e.p, func(t *testing.T, c plugintest.Client) {
-		job := e.job("echo ok", nil)
+		job := e.job("echo ok", map[string]any{"consistency_window": "1s"})
 		rt1 := plugintest.NewRuntime(nil)
 		_, err := c.Execute(context.Background(), job, rt1)
 		require.NoError(t, err)
@@ -129,19 +130,21 @@ func TestResumeExpiredWithoutOutcome(t *testing.T) {
 		for _, cp := range rt1.Checkpoints() {
 			h, err := decodeHandle(cp)
 			require.NoError(t, err)
-			if h.Tasks[0].TaskARN != "" && h.Tasks[0].Outcome == "" {
+			if h.arn(0) != "" && h.Tasks[0].Outcome == "" {
 				early = cp
 				break
 			}
 		}
 		require.NotNil(t, early)
-		arn := lastHandle(t, rt1).Tasks[0].TaskARN
+		arn := lastHandle(t, rt1).arn(0)
 		require.Eventually(t, func() bool { _, ok := e.describe(t, arn); return !ok }, 10*time.Second, 50*time.Millisecond, "expired from ECS")
 
 		_, err = c.Resume(context.Background(), job, plugintest.NewRuntime(early))
 		class, msg := plugintest.Error(t, err)
 		require.Equal(t, plugin.OutcomeUnknown, class)
-		require.Contains(t, msg, "MISSING")
+		// It was never seen by DescribeTasks, and is MISSING past the
+		// consistency window after its launch.
+		require.Contains(t, msg, "never visible in DescribeTasks in the 1s after its launch")
 		require.Equal(t, 1, e.em.Launches(StartedBy(job.ID, 0)), "never relaunched blindly")
 	})
 }
@@ -159,7 +162,7 @@ func TestResumeFindsTaskByStartedBy(t *testing.T) {
 		before := rt1.Checkpoints()[0]
 		h, err := decodeHandle(before)
 		require.NoError(t, err)
-		require.Empty(t, h.Tasks[0].TaskARN)
+		require.Empty(t, h.arn(0))
 		require.Equal(t, 1, h.Tasks[0].Attempts)
 
 		rt2 := plugintest.NewRuntime(before)
@@ -168,7 +171,7 @@ func TestResumeFindsTaskByStartedBy(t *testing.T) {
 		require.Equal(t, "found\n", rt2.StdoutString())
 		require.Contains(t, rt2.StderrString(), "adopted")
 		require.Equal(t, 1, e.em.Launches(StartedBy(job.ID, 0)), "adopted, not launched again")
-		require.Equal(t, lastHandle(t, rt1).Tasks[0].TaskARN, lastHandle(t, rt2).Tasks[0].TaskARN)
+		require.Equal(t, lastHandle(t, rt1).arn(0), lastHandle(t, rt2).arn(0))
 	})
 }
 
@@ -197,7 +200,7 @@ func TestResumeKeepsMaxFailCount(t *testing.T) {
 				return false
 			}
 			h, err := decodeHandle(raw)
-			return err == nil && h.Tasks[0].Attempts == 2 && h.Tasks[0].TaskARN != ""
+			return err == nil && h.Tasks[0].Attempts == 2 && h.arn(0) != ""
 		})
 		require.Equal(t, 2, e.em.Launches(StartedBy(job.ID, 0)))
 
@@ -235,12 +238,14 @@ func TestRunTaskReissuedWithSameClientTokenIsOneTask(t *testing.T) {
 	r.h = newHandle(job.ID, job.Attempt, r.cfg.Cluster, 1)
 	r.td, err = resolveTaskDef(ctx, r.cl, r.cfg)
 	require.NoError(t, err)
-	require.NoError(t, r.launch(ctx, 0, false))
-	first := r.h.Tasks[0].TaskARN
+	r.start()
+	defer r.close()
+	require.NoError(t, r.launch(ctx, 0, firstLaunch))
+	first := r.h.arn(0)
 	require.NotEmpty(t, first)
 	// As a resuming agent does when it cannot tell whether RunTask got through.
-	require.NoError(t, r.launch(ctx, 0, true))
-	require.Equal(t, first, r.h.Tasks[0].TaskARN)
+	require.NoError(t, r.launch(ctx, 0, reissue))
+	require.Equal(t, first, r.h.arn(0))
 	require.Equal(t, 1, r.h.Tasks[0].Attempts)
 	require.Equal(t, 1, e.em.Launches(StartedBy(job.ID, 0)), "one task for one client token")
 	require.NoError(t, e.p.Cleanup(ctx, job))
@@ -253,7 +258,7 @@ func TestResumeReissueAfterExpiryIsOutcomeUnknown(t *testing.T) {
 	rt1 := plugintest.NewRuntime(nil)
 	_, err := Direct(e.p).Execute(context.Background(), job, rt1)
 	require.NoError(t, err)
-	arn := lastHandle(t, rt1).Tasks[0].TaskARN
+	arn := lastHandle(t, rt1).arn(0)
 	require.Eventually(t, func() bool { _, ok := e.describe(t, arn); return !ok }, 10*time.Second, 50*time.Millisecond, "expired from ECS")
 
 	// The agent was lost between checkpointing launch 1 and learning its
@@ -283,8 +288,8 @@ func TestResumeIgnoresHandleOfEarlierRun(t *testing.T) {
 	require.Equal(t, 2, e.em.Launches(StartedBy(job.ID, 0)))
 	h := lastHandle(t, rt2)
 	require.Equal(t, 2, h.JobAttempt)
-	require.NotEqual(t, lastHandle(t, rt1).Tasks[0].TaskARN, h.Tasks[0].TaskARN)
-	require.Equal(t, ClientToken(job.ID, 2, 0, 1), h.Tasks[0].ClientToken)
+	require.NotEqual(t, lastHandle(t, rt1).arn(0), h.arn(0))
+	require.Equal(t, 1, h.Tasks[0].Attempts)
 }
 
 func TestCleanupWithUnparsableSettings(t *testing.T) {
@@ -303,7 +308,7 @@ func TestLostLeaseStopsWatching(t *testing.T) {
 	// What the agent's runtime does once the job's lease is lost.
 	rt.FailCheckpoints(fmt.Errorf("lease lost"))
 	rt.FailWrites(fmt.Errorf("lease lost"))
-	_, err := e.ecsClient(t).StopTask(context.Background(), &ecs.StopTaskInput{Task: aws.String(lastHandle(t, rt).Tasks[0].TaskARN)})
+	_, err := e.ecsClient(t).StopTask(context.Background(), &ecs.StopTaskInput{Task: aws.String(lastHandle(t, rt).arn(0))})
 	require.NoError(t, err)
 	call.wait(t, 10*time.Second)
 	_, msg := plugintest.Error(t, call.err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
@@ -20,17 +18,20 @@ import (
 )
 
 const (
-	// describeBatch is DescribeTasks' limit of tasks per call.
-	describeBatch = 100
-	// maxPollFailures is how many polls in a row may fail (after the SDK's
-	// own retries) before the job gives up watching with outcome_unknown.
+	// maxPollFailures is how many rounds in a row may refuse to describe a
+	// job's tasks as a wrong request (AccessDenied, a deleted cluster)
+	// before the job gives up watching. Throttling, 5xx and network errors
+	// never end a job: its timeout does.
 	maxPollFailures = 10
-	// maxLogPages bounds one poll's GetLogEvents calls per stream; the rest
-	// is read on the next poll.
-	maxLogPages = 100
-	// clientTokenLife is how long a reissued RunTask may trust its client
-	// token to be honoured (ECS keeps them 24 h).
-	clientTokenLife = 23 * time.Hour
+	// checkpointEvery coalesces checkpoints of log positions: output copied
+	// from CloudWatch is held by the agent until the checkpoint that records
+	// how far it was copied (so a resume copies on from there, exactly once),
+	// so it becomes visible at most this late, and a 1,000-task job writes
+	// its handle at most this often however fast its logs move.
+	checkpointEvery = 2 * time.Second
+	// stopTimeout bounds stopping an attempt's tasks when it ends with an
+	// error; it runs detached from the job's context, which may be gone.
+	stopTimeout = time.Minute
 )
 
 // Tags tether puts on every task it launches.
@@ -52,9 +53,29 @@ type run struct {
 	cl  *clients
 	h   *Handle
 	td  taskDef
+	sub *watchSub
+
+	tasks  []taskRun
+	ticket *ticket // the run's one outstanding log read, if any
+	tprio  int
+
+	dirty     bool // the handle changed since the last checkpoint
+	lastCkpt  time.Time
+	pollFails int
 	// fatal is set when the agent refuses the job's checkpoints or output
-	// (its lease is gone): watching on could only repeat the failure.
+	// (its lease is gone): watching on could only repeat the failure, and
+	// the tasks are left to whoever holds the job now.
 	fatal error
+	// end is set when the job's outcome is decided outside decide (a task
+	// seen and then gone).
+	end error
+}
+
+// taskRun is what a run knows about one task index beyond the handle.
+type taskRun struct {
+	stoppedAt time.Time   // when the poller first reported it STOPPED
+	final     *types.Task // that description
+	streams   []*stream
 }
 
 func (p *Plugin) newRun(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*run, error) {
@@ -66,6 +87,7 @@ func (p *Plugin) newRun(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 	if err != nil {
 		return nil, err
 	}
+	cl.setRates(cfg.APIRates)
 	return &run{p: p, job: job, rt: rt, cfg: cfg, cl: cl}, nil
 }
 
@@ -73,7 +95,54 @@ func (r *run) stderrf(format string, args ...any) {
 	fmt.Fprintf(r.rt.Stderr(), "ecs: "+format+"\n", args...)
 }
 
-// checkpoint stores the handle, even when ctx was just cancelled.
+// start subscribes to the cluster's poller and builds the per-task state;
+// the handle and task definition must be set.
+func (r *run) start() {
+	r.sub = r.cl.poller(r.h.Cluster).subscribe(r.cfg.PollInterval)
+	r.tasks = make([]taskRun, len(r.h.Tasks))
+	for i := range r.h.Tasks {
+		t := &r.h.Tasks[i]
+		if t.ID != "" && t.Outcome == "" {
+			r.track(i)
+		}
+	}
+}
+
+// close ends the run's subscription and log read, however it ended.
+func (r *run) close() {
+	if r.sub != nil {
+		r.sub.close()
+	}
+	r.dropTicket()
+}
+
+// track starts following task i's current launch: the poller describes it
+// and its log streams are read from the handle's positions.
+func (r *run) track(i int) {
+	t := &r.h.Tasks[i]
+	arn := r.h.taskARN(t)
+	r.tasks[i] = taskRun{}
+	logged := r.td.logged()
+	if len(t.Logs) != len(logged) {
+		t.Logs = make([]LogCursor, len(logged))
+	}
+	for ci, c := range logged {
+		cl := r.cl
+		if c.LogRegion != "" && c.LogRegion != r.cfg.Region {
+			// awslogs-region: the streams live where the task definition
+			// says; a client for that region is made on first use.
+			cl = nil
+		}
+		r.tasks[i].streams = append(r.tasks[i].streams, &stream{
+			task: i, cursor: ci, container: c.Name, group: c.LogGroup, region: c.LogRegion, cl: cl,
+			name: c.LogPrefix + "/" + c.Name + "/" + taskID(arn),
+		})
+	}
+	r.sub.watch(arn)
+}
+
+// checkpoint stores the handle (with the output written since the last
+// one), even when ctx was just cancelled.
 func (r *run) checkpoint(ctx context.Context) error {
 	b, err := r.h.encode()
 	if err != nil {
@@ -83,101 +152,369 @@ func (r *run) checkpoint(ctx context.Context) error {
 	// is away and answers once it is stored, or when it stops the job (its
 	// self-fence); giving up sooner would fail a healthy job.
 	if err := r.rt.Checkpoint(context.WithoutCancel(ctx), b); err != nil {
-		// The tasks run on; a later Resume finds them by startedBy.
+		// The tasks run on; a later Resume finds them by the handle it has.
 		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: checkpointing job %s: %w", r.job.ID, err))
 		return r.fatal
+	}
+	r.dirty, r.lastCkpt = false, time.Now()
+	return nil
+}
+
+// flush checkpoints a changed handle now (force) or when checkpointEvery
+// has passed since the last checkpoint.
+func (r *run) flush(ctx context.Context, force bool) error {
+	if !r.dirty || (!force && time.Since(r.lastCkpt) < checkpointEvery) {
+		return nil
+	}
+	return r.checkpoint(ctx)
+}
+
+// watch follows the tasks until every one succeeded, one failed past its
+// budgets, the timeout passed, or ctx ended. On ctx's end the tasks are
+// left running: the agent decides (Cleanup on a cancel; another agent's
+// Resume on a handoff).
+func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
+	var deadline time.Time
+	if r.cfg.Timeout > 0 {
+		deadline = r.h.startedAt().Add(r.cfg.Timeout)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, r.ctxErr(err)
+		}
+		if r.fatal != nil {
+			return nil, r.fatal
+		}
+		if r.end != nil {
+			return nil, r.end
+		}
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return nil, r.timedOut(ctx)
+		}
+		if done, res, err := r.decide(ctx); done {
+			return res, err
+		}
+		if err := r.flush(ctx, false); err != nil {
+			return nil, err
+		}
+		wake := r.planLogs(now)
+		if r.dirty {
+			wake = earliest(wake, r.lastCkpt.Add(checkpointEvery))
+		}
+		wake = earliest(wake, deadline)
+		var ready <-chan struct{}
+		if r.ticket != nil {
+			ready = r.ticket.ready
+		}
+		wait := time.Hour
+		if !wake.IsZero() {
+			wait = max(time.Until(wake), time.Millisecond)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil, r.ctxErr(ctx.Err())
+		case <-r.sub.ready:
+			r.onRound()
+		case <-ready:
+			r.ticket = nil
+			r.readLog(ctx)
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+func (r *run) ctxErr(err error) error {
+	return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: watching the tasks of job %s: %w", r.job.ID, err))
+}
+
+// onRound takes what the poller said about the job's tasks.
+func (r *run) onRound() {
+	got, err := r.sub.take()
+	if err != nil && len(got) == 0 {
+		if plugin.ClassOf(err) == plugin.Permanent {
+			r.pollFails++
+			if r.pollFails >= maxPollFailures {
+				r.end = plugin.Errorf(plugin.OutcomeUnknown, "ecs: lost track of the tasks of job %s after %d refused polls: %v", r.job.ID, r.pollFails, err)
+			}
+		}
+		return
+	}
+	r.pollFails = 0
+	now := time.Now()
+	for i := range r.h.Tasks {
+		t := &r.h.Tasks[i]
+		if t.ID == "" || t.Outcome != "" || !r.tasks[i].stoppedAt.IsZero() {
+			continue
+		}
+		v, ok := got[r.h.taskARN(t)]
+		if !ok {
+			continue
+		}
+		if v.missing {
+			r.onMissing(i, now)
+			continue
+		}
+		if !t.Seen {
+			t.Seen, r.dirty = true, true
+		}
+		if aws.ToString(v.task.LastStatus) == statusStopped {
+			task := v.task
+			r.tasks[i].stoppedAt, r.tasks[i].final = now, &task
+			r.sub.unwatch(r.h.taskARN(t))
+		}
+	}
+}
+
+// onMissing handles DescribeTasks answering MISSING for task i. ECS is
+// eventually consistent: a task RunTask just started may be MISSING for a
+// while (the RunTask API reference says to retry DescribeTasks with a
+// backoff from a couple of seconds up to five minutes), so a task never
+// seen is waited for until consistency_window after its launch. A task
+// seen and then MISSING stopped and was purged (ECS keeps stopped tasks
+// about an hour) without anyone reading how it ended.
+// https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_RunTask.html
+func (r *run) onMissing(i int, now time.Time) {
+	t := &r.h.Tasks[i]
+	age := now.Sub(time.UnixMilli(t.LaunchedAt))
+	switch {
+	case t.Seen:
+		r.end = plugin.Errorf(plugin.OutcomeUnknown,
+			"ecs: task %d of job %s (%s) is gone from ECS and how it ended was never recorded", i, r.job.ID, r.h.taskARN(t))
+	case t.LaunchedAt > 0 && age > r.cfg.ConsistencyWindow:
+		r.end = plugin.Errorf(plugin.OutcomeUnknown,
+			"ecs: task %d of job %s (%s) was never visible in DescribeTasks in the %s after its launch", i, r.job.ID, r.h.taskARN(t), r.cfg.ConsistencyWindow)
+	}
+}
+
+// decide settles stopped tasks whose logs are in, relaunches failed tasks
+// that have budget left, and ends the job when every task succeeded or one
+// failed for good.
+func (r *run) decide(ctx context.Context) (bool, *plugin.Result, error) {
+	now := time.Now()
+	for i := range r.h.Tasks {
+		t, tr := &r.h.Tasks[i], &r.tasks[i]
+		if t.Outcome != "" || tr.final == nil || !r.drained(i, now) {
+			continue
+		}
+		r.settle(t, *tr.final)
+		tr.final = nil
+		if err := r.flush(ctx, true); err != nil {
+			return true, nil, err
+		}
+	}
+	all := true
+	for i := range r.h.Tasks {
+		t := &r.h.Tasks[i]
+		switch t.Outcome {
+		case outcomeSucceeded:
+			continue
+		case outcomeFailed:
+			if t.Attempts < r.cfg.MaxFailCount {
+				r.stderrf("task %d failed on launch %d of %d; launching it again", i, t.Attempts, r.cfg.MaxFailCount)
+				if err := r.launch(ctx, i, relaunchFailed); err != nil {
+					return true, nil, err
+				}
+				all = false
+				continue
+			}
+			return true, nil, r.fail(ctx, fmt.Sprintf("task %d failed after %d launch attempt(s): %s", i, t.Attempts, t.Reason))
+		case outcomeInfra:
+			if t.Infra < r.cfg.MaxInfraRelaunches {
+				r.stderrf("task %d was stopped by the infrastructure (%s); relaunch %d of %d", i, t.Reason, t.Infra+1, r.cfg.MaxInfraRelaunches)
+				if err := r.launch(ctx, i, relaunchInfra); err != nil {
+					return true, nil, err
+				}
+				all = false
+				continue
+			}
+			return true, nil, r.fail(ctx, fmt.Sprintf("task %d was stopped by the infrastructure %d time(s), the last: %s", i, t.Infra+1, t.Reason))
+		default:
+			all = false
+		}
+	}
+	if !all {
+		return false, nil, nil
+	}
+	if err := r.flush(ctx, true); err != nil {
+		return true, nil, err
+	}
+	return true, r.result(), nil
+}
+
+// fail ends the job for good: the other tasks are stopped.
+func (r *run) fail(ctx context.Context, msg string) error {
+	if err := r.stopAll(ctx, fmt.Sprintf("tether: job %s failed", r.job.ID)); err != nil {
+		msg += fmt.Sprintf(" (stopping the other tasks: %v)", err)
+	}
+	_ = r.flush(ctx, true) // the outcome is decided; a refused checkpoint changes nothing
+	return plugin.Errorf(plugin.Permanent, "ecs: %s", msg)
+}
+
+// settle turns a STOPPED task into its outcome.
+func (r *run) settle(t *TaskState, task types.Task) {
+	st := stoppedTask{StopCode: string(task.StopCode), StoppedReason: aws.ToString(task.StoppedReason)}
+	for _, c := range task.Containers {
+		st.Containers = append(st.Containers, containerResult{Name: aws.ToString(c.Name), ExitCode: c.ExitCode, Reason: aws.ToString(c.Reason)})
+		if c.ExitCode != nil {
+			if t.Exit == nil {
+				t.Exit = map[string]int32{}
+			}
+			t.Exit[aws.ToString(c.Name)] = *c.ExitCode
+		}
+	}
+	t.Outcome, t.Reason = evaluate(st, r.td.essential())
+	t.Logs = nil
+	r.dirty = true
+	arn := r.h.taskARN(t)
+	switch t.Outcome {
+	case outcomeSucceeded:
+		r.stderrf("task %d (%s) succeeded", r.index(t), arn)
+	case outcomeInfra:
+		r.stderrf("task %d (%s) was stopped by the infrastructure: %s", r.index(t), arn, t.Reason)
+	default:
+		r.stderrf("task %d (%s) failed: %s", r.index(t), arn, t.Reason)
+	}
+}
+
+func (r *run) index(t *TaskState) int {
+	for i := range r.h.Tasks {
+		if &r.h.Tasks[i] == t {
+			return i
+		}
+	}
+	return -1
+}
+
+func (r *run) timedOut(ctx context.Context) error {
+	msg := fmt.Sprintf("timed out after %s", r.cfg.Timeout)
+	if err := r.stopAll(ctx, fmt.Sprintf("tether: job %s %s", r.job.ID, msg)); err != nil {
+		msg += fmt.Sprintf(" (stopping its tasks: %v)", err)
+	}
+	r.stderrf("job %s", msg)
+	return plugin.Errorf(plugin.Permanent, "ecs: job %s %s", r.job.ID, msg)
+}
+
+// stopAll stops every task of the attempt that has not settled, detached
+// from ctx (the job may be ending because it was cancelled) and bounded.
+func (r *run) stopAll(ctx context.Context, reason string) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	var errs []string
+	for i := range r.h.Tasks {
+		t := &r.h.Tasks[i]
+		if t.ID == "" || t.Outcome != "" {
+			continue
+		}
+		arn := r.h.taskARN(t)
+		if err := stopTask(sctx, r.cl, r.h.Cluster, arn, reason); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		r.stderrf("stopped task %d (%s): %s", i, arn, reason)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
 }
 
-// launch starts task index i: a new launch attempt, or (reissue) the latest
-// attempt again with its own client token, which ECS answers with the task
-// that attempt started if its RunTask got through.
-func (r *run) launch(ctx context.Context, i int, reissue bool) error {
-	t := &r.h.Tasks[i]
-	if !reissue || t.ClientToken == "" {
-		if t.TaskARN != "" {
-			t.PreviousARNs = append(t.PreviousARNs, t.TaskARN)
-		}
-		if !reissue {
-			t.Attempts++
-		}
-		t.ClientToken = ClientToken(r.job.ID, r.h.JobAttempt, i, t.Attempts)
-		*t = TaskState{Index: t.Index, StartedBy: t.StartedBy, Attempts: t.Attempts, ClientToken: t.ClientToken, PreviousARNs: t.PreviousARNs}
+// stopOnError stops what the attempt launched when it ends with an error
+// that leaves nobody watching its tasks: the host may retry the job, and
+// a retry beside the old tasks would run the work twice. Tasks are left
+// running only when the agent stopped the call (a cancel's Cleanup or a
+// handoff's Resume follows) or refused its checkpoints (the lease moved
+// to another agent, which watches them now).
+func (r *run) stopOnError(ctx context.Context, err error) {
+	if err == nil || r.h == nil || ctx.Err() != nil || r.fatal != nil {
+		return
 	}
-	if r.h.StartedAt.IsZero() {
-		r.h.StartedAt = time.Now().UTC()
+	if serr := r.stopAll(ctx, fmt.Sprintf("tether: job %s attempt %d ended: %s", r.job.ID, r.h.JobAttempt, firstLine(err.Error()))); serr != nil {
+		r.p.log.Warn("stopping the tasks of a failed attempt", "job", r.job.ID, "err", serr)
+		r.stderrf("could not stop every task of this attempt: %v", serr)
 	}
-	// Recorded before RunTask: a resume after a crash here reissues this very
-	// launch instead of starting another.
-	if err := r.checkpoint(ctx); err != nil {
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// stopTask stops a task; a task ECS no longer knows is already stopped.
+func stopTask(ctx context.Context, cl *clients, cluster, arn, reason string) error {
+	if err := cl.wait(ctx, apiStopTask); err != nil {
 		return err
 	}
-	r.stderrf("task %d launch %d of %d: startedBy %s, clientToken %s", i, t.Attempts, r.cfg.MaxFailCount, t.StartedBy, t.ClientToken)
-	out, err := r.cl.ecs.RunTask(ctx, r.runTaskInput(i))
-	if err != nil {
-		if errorCode(err) == "ConflictException" {
-			// The client token already started a task, with other parameters
-			// (the config changed between agents): that task is not ours to
-			// judge, nor to start again.
-			return plugin.Errorf(plugin.OutcomeUnknown, "ecs: launching task %d of job %s again with client token %s: %v", i, r.job.ID, t.ClientToken, err)
-		}
-		if clientFault(err) {
-			t.Outcome, t.Reason = outcomeFailed, "RunTask refused: "+err.Error()
-			if cerr := r.checkpoint(ctx); cerr != nil {
-				return cerr
-			}
-			return plugin.Errorf(plugin.Permanent, "ecs: launching task %d of job %s: %v", i, r.job.ID, err)
-		}
-		if ctx.Err() != nil {
-			return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
-		}
-		if throttlingCodes[errorCode(err)] {
-			// Throttled past the SDK's retries: the request was not run.
-			return plugin.Errorf(plugin.Retriable, "ecs: launching task %d of job %s: %v", i, r.job.ID, err)
-		}
-		// A 5xx or a lost answer: the task may exist. A resume would find it
-		// by startedBy or reissue this launch with the same client token.
-		return plugin.Errorf(plugin.OutcomeUnknown, "ecs: launching task %d of job %s (startedBy %s): %v", i, r.job.ID, t.StartedBy, err)
+	_, err := cl.ecs.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(arn), Reason: aws.String(truncate(reason, 255))})
+	if err != nil && !notFound(err) {
+		return classify("stopping task "+arn, err)
 	}
-	if len(out.Tasks) == 0 {
-		var reasons []string
-		for _, f := range out.Failures {
-			if aws.ToString(f.Reason) == "MISSING" {
-				// ECS remembers the token but has forgotten its task: it ran
-				// and stopped while nobody watched, with an unknown outcome.
-				return plugin.Errorf(plugin.OutcomeUnknown,
-					"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
-					i, r.job.ID, t.Attempts, aws.ToString(f.Arn))
-			}
-			reasons = append(reasons, strings.TrimSpace(aws.ToString(f.Reason)+" "+aws.ToString(f.Detail)))
-		}
-		if len(reasons) == 0 {
-			reasons = append(reasons, "no task and no failure returned")
-		}
-		t.Outcome, t.Reason = outcomeFailed, "RunTask failed: "+strings.Join(reasons, "; ")
-		r.stderrf("task %d: %s", i, t.Reason)
-		return r.checkpoint(ctx)
-	}
-	task := out.Tasks[0]
-	t.TaskARN = aws.ToString(task.TaskArn)
-	r.apply(t, task)
-	if err := r.checkpoint(ctx); err != nil {
-		return err
-	}
-	r.stderrf("task %d is %s", i, t.TaskARN)
 	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Output is the job's result.
+type Output struct {
+	TaskDefinitionARN string       `json:"task_definition_arn"`
+	Tasks             []TaskOutput `json:"tasks"`
+}
+
+// TaskOutput is one task's part of Output.
+type TaskOutput struct {
+	Index     int              `json:"index"`
+	TaskARN   string           `json:"task_arn"`
+	StartedBy string           `json:"started_by"`
+	Attempts  int              `json:"attempts"`
+	Relaunch  int              `json:"infrastructure_relaunches,omitempty"`
+	ExitCodes map[string]int32 `json:"exit_codes"`
+}
+
+func (r *run) result() *plugin.Result {
+	o := Output{TaskDefinitionARN: r.h.TaskDefinitionARN}
+	for i := range r.h.Tasks {
+		t := &r.h.Tasks[i]
+		o.Tasks = append(o.Tasks, TaskOutput{Index: i, TaskARN: r.h.taskARN(t), StartedBy: StartedBy(r.job.ID, i), Attempts: t.Attempts, Relaunch: t.Infra, ExitCodes: t.Exit})
+	}
+	b, _ := json.Marshal(o) // plain strings, ints and maps: cannot fail
+	return &plugin.Result{Output: b, Message: fmt.Sprintf("%d ECS task(s) succeeded", len(r.h.Tasks))}
 }
 
 func (r *run) runTaskInput(i int) *ecs.RunTaskInput {
 	t := r.h.Tasks[i]
 	c := r.cfg
 	in := &ecs.RunTaskInput{
-		Cluster:        aws.String(c.Cluster),
+		Cluster:        aws.String(r.h.Cluster),
 		TaskDefinition: aws.String(r.td.ARN),
 		Count:          aws.Int32(1),
-		StartedBy:      aws.String(t.StartedBy),
-		ClientToken:    aws.String(t.ClientToken),
+		StartedBy:      aws.String(StartedBy(r.job.ID, i)),
+		ClientToken:    aws.String(r.clientToken(i, &t)),
 	}
 	if c.LaunchType != "" {
 		in.LaunchType = types.LaunchType(c.LaunchType)
@@ -210,6 +547,10 @@ func (r *run) runTaskInput(i int) *ecs.RunTaskInput {
 	return in
 }
 
+func (r *run) clientToken(i int, t *TaskState) string {
+	return ClientToken(r.job.ID, r.h.JobAttempt, i, t.Attempts+t.Infra, t.Try)
+}
+
 func (r *run) overrides() *types.TaskOverride {
 	c := r.cfg
 	o := &types.TaskOverride{}
@@ -239,319 +580,4 @@ func (r *run) overrides() *types.TaskOverride {
 		return nil
 	}
 	return o
-}
-
-// apply copies what DescribeTasks or RunTask says about a task into its
-// state and reports whether anything changed.
-func (r *run) apply(t *TaskState, task types.Task) bool {
-	before, _ := json.Marshal(t)
-	t.LastStatus = aws.ToString(task.LastStatus)
-	t.StopCode = string(task.StopCode)
-	t.StoppedReason = aws.ToString(task.StoppedReason)
-	for _, c := range task.Containers {
-		if c.ExitCode != nil {
-			if t.ExitCodes == nil {
-				t.ExitCodes = map[string]int32{}
-			}
-			t.ExitCodes[aws.ToString(c.Name)] = *c.ExitCode
-		}
-	}
-	if len(t.Logs) == 0 && t.TaskARN != "" {
-		for _, c := range r.td.Containers {
-			if c.LogGroup != "" && c.LogPrefix != "" {
-				t.Logs = append(t.Logs, LogCursor{
-					Container: c.Name,
-					Group:     c.LogGroup,
-					Stream:    c.LogPrefix + "/" + c.Name + "/" + taskID(t.TaskARN),
-				})
-			}
-		}
-	}
-	after, _ := json.Marshal(t)
-	return string(before) != string(after)
-}
-
-// stopped turns a STOPPED task into its outcome.
-func (r *run) settle(t *TaskState, task types.Task) {
-	st := stoppedTask{StopCode: string(task.StopCode), StoppedReason: aws.ToString(task.StoppedReason)}
-	for _, c := range task.Containers {
-		st.Containers = append(st.Containers, containerResult{Name: aws.ToString(c.Name), ExitCode: c.ExitCode, Reason: aws.ToString(c.Reason)})
-	}
-	t.Outcome, t.Reason = evaluate(st, r.td.essential())
-	if t.Outcome == outcomeSucceeded {
-		r.stderrf("task %d (%s) succeeded", t.Index, t.TaskARN)
-	} else {
-		r.stderrf("task %d (%s) failed: %s", t.Index, t.TaskARN, t.Reason)
-	}
-}
-
-// watch follows the tasks until every one succeeded, one failed its last
-// launch attempt, the timeout passed, or ctx ended. On ctx's end the tasks
-// are left running: the agent decides (Cleanup on a cancel; another agent's
-// Resume on a handoff).
-func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
-	var deadline time.Time
-	if r.cfg.Timeout > 0 {
-		deadline = r.h.StartedAt.Add(r.cfg.Timeout)
-	}
-	failures := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, r.ctxErr(err)
-		}
-		if err := r.poll(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil, r.ctxErr(ctx.Err())
-			}
-			if r.fatal != nil {
-				return nil, r.fatal
-			}
-			if plugin.ClassOf(err) != plugin.Retriable {
-				return nil, err
-			}
-			failures++
-			r.p.log.Warn("polling ECS tasks", "job", r.job.ID, "err", err, "failures", failures)
-			if failures >= maxPollFailures {
-				return nil, plugin.Errorf(plugin.OutcomeUnknown, "ecs: lost track of the tasks of job %s after %d failed polls: %v", r.job.ID, failures, err)
-			}
-		} else {
-			failures = 0
-		}
-		if done, res, err := r.decide(ctx); done {
-			return res, err
-		}
-		wait := r.cfg.PollInterval
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return nil, r.timedOut(ctx)
-			}
-			wait = min(wait, left)
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, r.ctxErr(ctx.Err())
-		case <-timer.C:
-		}
-	}
-}
-
-func (r *run) ctxErr(err error) error {
-	return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: watching the tasks of job %s: %w", r.job.ID, err))
-}
-
-// poll describes every task still running, copies new log events and
-// settles tasks that stopped.
-func (r *run) poll(ctx context.Context) error {
-	var arns []string
-	byARN := map[string]*TaskState{}
-	for i := range r.h.Tasks {
-		t := &r.h.Tasks[i]
-		if t.TaskARN != "" && t.Outcome == "" {
-			arns = append(arns, t.TaskARN)
-			byARN[t.TaskARN] = t
-		}
-	}
-	changed := false
-	described := map[string]types.Task{}
-	for chunk := range slices.Chunk(arns, describeBatch) {
-		out, err := r.cl.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String(r.h.Cluster), Tasks: chunk})
-		if err != nil {
-			return classify("describing tasks", err)
-		}
-		for _, task := range out.Tasks {
-			if t := byARN[aws.ToString(task.TaskArn)]; t != nil {
-				described[t.TaskARN] = task
-				if r.apply(t, task) {
-					changed = true
-				}
-			}
-		}
-		for _, f := range out.Failures {
-			t := byARN[aws.ToString(f.Arn)]
-			if t == nil {
-				continue
-			}
-			if aws.ToString(f.Reason) == "MISSING" {
-				// Stopped long enough ago that ECS forgot it, and no outcome
-				// was recorded: it may have succeeded or failed.
-				return plugin.Errorf(plugin.OutcomeUnknown,
-					"ecs: task %d of job %s (%s) is MISSING from ECS and its outcome was never recorded", t.Index, r.job.ID, t.TaskARN)
-			}
-			return plugin.Errorf(plugin.Retriable, "ecs: describing task %s: %s %s", t.TaskARN, aws.ToString(f.Reason), aws.ToString(f.Detail))
-		}
-	}
-	for i := range r.h.Tasks {
-		t := &r.h.Tasks[i]
-		if t.TaskARN == "" || t.Outcome != "" {
-			continue
-		}
-		moved, err := r.copyLogs(ctx, t)
-		if moved {
-			changed = true
-		}
-		if err != nil {
-			if cerr := r.checkpointIf(ctx, changed); cerr != nil {
-				return cerr
-			}
-			return err
-		}
-		// Only after its log is copied, so the outcome comes after the output.
-		if task, ok := described[t.TaskARN]; ok && t.LastStatus == statusStopped {
-			r.settle(t, task)
-			changed = true
-		}
-	}
-	return r.checkpointIf(ctx, changed)
-}
-
-func (r *run) checkpointIf(ctx context.Context, changed bool) error {
-	if !changed {
-		return nil
-	}
-	return r.checkpoint(ctx)
-}
-
-// copyLogs copies new events of t's awslogs streams to the job's stdout,
-// following nextForwardToken from the position in the handle. CloudWatch
-// Logs does not keep stdout and stderr apart, so both go to stdout.
-func (r *run) copyLogs(ctx context.Context, t *TaskState) (bool, error) {
-	prefix := len(r.h.Tasks) > 1 || len(t.Logs) > 1
-	moved := false
-	for ci := range t.Logs {
-		c := &t.Logs[ci]
-		for range maxLogPages {
-			in := &cloudwatchlogs.GetLogEventsInput{
-				LogGroupName:  aws.String(c.Group),
-				LogStreamName: aws.String(c.Stream),
-				StartFromHead: aws.Bool(true),
-			}
-			if c.Token != "" {
-				in.NextToken = aws.String(c.Token)
-			}
-			out, err := r.cl.logs.GetLogEvents(ctx, in)
-			if err != nil {
-				if errorCode(err) == "ResourceNotFoundException" {
-					break // the stream appears when the container starts
-				}
-				return moved, classify("reading log stream "+c.Stream, err)
-			}
-			if err := r.writeEvents(r.rt.Stdout(), prefix, t.Index, c.Container, out); err != nil {
-				r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: writing the log of task %d: %w", t.Index, err))
-				return moved, r.fatal
-			}
-			next := aws.ToString(out.NextForwardToken)
-			if next == "" || next == c.Token {
-				break // the end of the stream, for now
-			}
-			c.Token = next
-			moved = true
-		}
-	}
-	return moved, nil
-}
-
-func (r *run) writeEvents(w io.Writer, prefix bool, index int, container string, out *cloudwatchlogs.GetLogEventsOutput) error {
-	if len(out.Events) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	for _, ev := range out.Events {
-		if prefix {
-			fmt.Fprintf(&b, "[%d/%s] ", index, container)
-		}
-		msg := aws.ToString(ev.Message)
-		b.WriteString(msg)
-		if !strings.HasSuffix(msg, "\n") {
-			b.WriteByte('\n')
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// decide relaunches failed tasks that have launch attempts left, and ends
-// the job when every task succeeded or one ran out of attempts.
-func (r *run) decide(ctx context.Context) (bool, *plugin.Result, error) {
-	all := true
-	for i := range r.h.Tasks {
-		t := &r.h.Tasks[i]
-		switch t.Outcome {
-		case outcomeSucceeded:
-		case outcomeFailed:
-			if t.Attempts < r.cfg.MaxFailCount {
-				r.stderrf("task %d failed on launch %d of %d; launching it again", i, t.Attempts, r.cfg.MaxFailCount)
-				if err := r.launch(ctx, i, false); err != nil {
-					return true, nil, err
-				}
-				all = false
-				continue
-			}
-			msg := fmt.Sprintf("task %d failed after %d launch attempt(s): %s", i, t.Attempts, t.Reason)
-			if err := r.stopAll(ctx, fmt.Sprintf("tether: job %s failed: task %d failed", r.job.ID, i)); err != nil {
-				msg += fmt.Sprintf(" (stopping the other tasks: %v)", err)
-			}
-			return true, nil, plugin.Errorf(plugin.Permanent, "ecs: %s", msg)
-		default:
-			all = false
-		}
-	}
-	if !all {
-		return false, nil, nil
-	}
-	return true, r.result(), nil
-}
-
-func (r *run) timedOut(ctx context.Context) error {
-	msg := fmt.Sprintf("timed out after %s", r.cfg.Timeout)
-	if err := r.stopAll(ctx, fmt.Sprintf("tether: job %s %s", r.job.ID, msg)); err != nil {
-		msg += fmt.Sprintf(" (stopping its tasks: %v)", err)
-	}
-	r.stderrf("job %s", msg)
-	return plugin.Errorf(plugin.Permanent, "ecs: job %s %s", r.job.ID, msg)
-}
-
-// stopAll stops every task that has not ended.
-func (r *run) stopAll(ctx context.Context, reason string) error {
-	var errs []string
-	for _, t := range r.h.Tasks {
-		if t.TaskARN == "" || t.Outcome != "" {
-			continue
-		}
-		if err := stopTask(ctx, r.cl, r.h.Cluster, t.TaskARN, reason); err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		r.stderrf("stopped task %d (%s): %s", t.Index, t.TaskARN, reason)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return nil
-}
-
-// Output is the job's result.
-type Output struct {
-	TaskDefinitionARN string       `json:"task_definition_arn"`
-	Tasks             []TaskOutput `json:"tasks"`
-}
-
-// TaskOutput is one task's part of Output.
-type TaskOutput struct {
-	Index     int              `json:"index"`
-	TaskARN   string           `json:"task_arn"`
-	StartedBy string           `json:"started_by"`
-	Attempts  int              `json:"attempts"`
-	ExitCodes map[string]int32 `json:"exit_codes"`
-}
-
-func (r *run) result() *plugin.Result {
-	o := Output{TaskDefinitionARN: r.h.TaskDefinitionARN}
-	for _, t := range r.h.Tasks {
-		o.Tasks = append(o.Tasks, TaskOutput{Index: t.Index, TaskARN: t.TaskARN, StartedBy: t.StartedBy, Attempts: t.Attempts, ExitCodes: t.ExitCodes})
-	}
-	b, _ := json.Marshal(o) // plain strings, ints and maps: cannot fail
-	return &plugin.Result{Output: b, Message: fmt.Sprintf("%d ECS task(s) succeeded", len(r.h.Tasks))}
 }

@@ -7,10 +7,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
+	"golang.org/x/sync/singleflight"
 )
 
 // contentHashTag holds the hash of the template a task definition revision
@@ -28,6 +32,21 @@ type tdContainer struct {
 	Essential bool
 	LogGroup  string // awslogs group; "" when the container does not log to CloudWatch
 	LogPrefix string // awslogs-stream-prefix
+	LogRegion string // awslogs-region; "" = the tasks' region
+}
+
+// logged are the containers whose awslogs streams the plugin copies, in
+// the task definition's order (the order of TaskState.Logs). Without a
+// stream prefix awslogs names streams by container ID, which the plugin
+// cannot know, so such containers are not followed.
+func (td taskDef) logged() []tdContainer {
+	var out []tdContainer
+	for _, c := range td.Containers {
+		if c.LogGroup != "" && c.LogPrefix != "" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (td taskDef) essential() map[string]bool {
@@ -45,6 +64,7 @@ func newTaskDef(d *types.TaskDefinition) taskDef {
 		if lc := c.LogConfiguration; lc != nil && lc.LogDriver == types.LogDriverAwslogs {
 			tc.LogGroup = lc.Options["awslogs-group"]
 			tc.LogPrefix = lc.Options["awslogs-stream-prefix"]
+			tc.LogRegion = lc.Options["awslogs-region"]
 		}
 		td.Containers = append(td.Containers, tc)
 	}
@@ -94,22 +114,120 @@ func templateInput(c Config) (*ecs.RegisterTaskDefinitionInput, string, error) {
 	return in, hash, nil
 }
 
+// nameTTL is how long a family (or family:revision) name stays resolved to
+// the revision it named: a bare family moves when a revision is
+// registered, so it is looked up again after this.
+const nameTTL = 30 * time.Second
+
+// tdCache is the process's knowledge of task definitions for one region and
+// endpoint: revisions by ARN (immutable, kept), names resolved recently, and
+// template content hashes to the revision registered for them. Lookups and
+// registrations of the same key are single-flight, so 60 jobs starting at
+// once with one new template register one revision, not one each
+// (RegisterTaskDefinition is throttled at about one call a second).
+type tdCache struct {
+	flight singleflight.Group
+
+	mu     sync.Mutex
+	byARN  map[string]taskDef
+	byName map[string]namedTD
+	byHash map[string]string // template content hash -> revision ARN
+}
+
+type namedTD struct {
+	arn string
+	at  time.Time
+}
+
+func newTDCache() *tdCache {
+	return &tdCache{byARN: map[string]taskDef{}, byName: map[string]namedTD{}, byHash: map[string]string{}}
+}
+
+func (c *tdCache) put(td taskDef) {
+	c.mu.Lock()
+	c.byARN[td.ARN] = td
+	c.mu.Unlock()
+}
+
+func (c *tdCache) arn(arn string) (taskDef, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	td, ok := c.byARN[arn]
+	return td, ok
+}
+
 // resolveTaskDef returns the revision the job runs: the named one, or the
 // template's (registered only when no ACTIVE revision of its family carries
 // the template's content hash as its latest).
 func resolveTaskDef(ctx context.Context, cl *clients, c Config) (taskDef, error) {
 	if c.Template == nil {
-		out, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(c.TaskDefinition)})
-		if err != nil {
-			return taskDef{}, classify(fmt.Sprintf("describing task definition %q", c.TaskDefinition), err)
-		}
-		return newTaskDef(out.TaskDefinition), nil
+		return resolveName(ctx, cl, c.TaskDefinition)
 	}
 	in, hash, err := templateInput(c)
 	if err != nil {
 		return taskDef{}, err
 	}
+	cache := cl.tds
+	cache.mu.Lock()
+	arn, ok := cache.byHash[hash]
+	cache.mu.Unlock()
+	if ok {
+		return describeTaskDef(ctx, cl, arn)
+	}
+	v, err, _ := cache.flight.Do("hash:"+hash, func() (any, error) {
+		td, err := registerTemplate(ctx, cl, in, hash)
+		if err != nil {
+			return taskDef{}, err
+		}
+		cache.mu.Lock()
+		cache.byHash[hash] = td.ARN
+		cache.mu.Unlock()
+		cache.put(td)
+		return td, nil
+	})
+	if err != nil {
+		return taskDef{}, err
+	}
+	return v.(taskDef), nil
+}
+
+func resolveName(ctx context.Context, cl *clients, name string) (taskDef, error) {
+	if strings.HasPrefix(name, "arn:") {
+		return describeTaskDef(ctx, cl, name)
+	}
+	cache := cl.tds
+	cache.mu.Lock()
+	n, ok := cache.byName[name]
+	cache.mu.Unlock()
+	if ok && time.Since(n.at) < nameTTL {
+		return describeTaskDef(ctx, cl, n.arn)
+	}
+	v, err, _ := cache.flight.Do("name:"+name, func() (any, error) {
+		if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
+			return taskDef{}, err
+		}
+		out, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(name)})
+		if err != nil {
+			return taskDef{}, classify(fmt.Sprintf("describing task definition %q", name), err)
+		}
+		td := newTaskDef(out.TaskDefinition)
+		cache.put(td)
+		cache.mu.Lock()
+		cache.byName[name] = namedTD{arn: td.ARN, at: time.Now()}
+		cache.mu.Unlock()
+		return td, nil
+	})
+	if err != nil {
+		return taskDef{}, err
+	}
+	return v.(taskDef), nil
+}
+
+func registerTemplate(ctx context.Context, cl *clients, in *ecs.RegisterTaskDefinitionInput, hash string) (taskDef, error) {
 	family := aws.ToString(in.Family)
+	if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
+		return taskDef{}, err
+	}
 	latest, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{
 		TaskDefinition: aws.String(family),
 		Include:        []types.TaskDefinitionField{types.TaskDefinitionFieldTags},
@@ -126,6 +244,9 @@ func resolveTaskDef(ctx context.Context, cl *clients, c Config) (taskDef, error)
 	}
 	// No revision yet (a client error: the family does not exist), or the
 	// template changed: register a new revision.
+	if err := cl.wait(ctx, apiRegisterTaskDefinition); err != nil {
+		return taskDef{}, err
+	}
 	out, err := cl.ecs.RegisterTaskDefinition(ctx, in)
 	if err != nil {
 		return taskDef{}, classify(fmt.Sprintf("registering task definition family %q", family), err)
@@ -133,11 +254,25 @@ func resolveTaskDef(ctx context.Context, cl *clients, c Config) (taskDef, error)
 	return newTaskDef(out.TaskDefinition), nil
 }
 
-// describeTaskDef loads a revision by ARN (on resume).
+// describeTaskDef loads a revision by ARN, once per process.
 func describeTaskDef(ctx context.Context, cl *clients, arn string) (taskDef, error) {
-	out, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(arn)})
-	if err != nil {
-		return taskDef{}, classify(fmt.Sprintf("describing task definition %s", arn), err)
+	if td, ok := cl.tds.arn(arn); ok {
+		return td, nil
 	}
-	return newTaskDef(out.TaskDefinition), nil
+	v, err, _ := cl.tds.flight.Do("arn:"+arn, func() (any, error) {
+		if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
+			return taskDef{}, err
+		}
+		out, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(arn)})
+		if err != nil {
+			return taskDef{}, classify(fmt.Sprintf("describing task definition %s", arn), err)
+		}
+		td := newTaskDef(out.TaskDefinition)
+		cl.tds.put(td)
+		return td, nil
+	})
+	if err != nil {
+		return taskDef{}, err
+	}
+	return v.(taskDef), nil
 }

@@ -1,0 +1,101 @@
+package ecs
+
+import (
+	"context"
+	"sync"
+
+	"golang.org/x/time/rate"
+)
+
+// Priorities of a log read in the process's GetLogEvents budget.
+const (
+	prioDrain = iota // a stopped task's last lines: its job waits for them
+	prioTail         // a running task's lines, for people following the job
+	numPrios
+)
+
+// budget hands out one API call at a time from a rate limiter, by priority
+// (FIFO within one): every job of the process draws from it, so their sum
+// stays under the process's rate however many jobs there are, and jobs
+// waiting for a stopped task's last lines go before live tails.
+type budget struct {
+	lim *rate.Limiter
+
+	mu      sync.Mutex
+	queues  [numPrios][]*ticket
+	running bool
+}
+
+// ticket is one call, granted when ready is closed.
+type ticket struct {
+	b     *budget
+	prio  int
+	ready chan struct{}
+}
+
+func newBudget(lim *rate.Limiter) *budget { return &budget{lim: lim} }
+
+// request queues a call; the caller selects on t.ready and must call
+// t.cancel if it stops waiting.
+func (b *budget) request(prio int) *ticket {
+	t := &ticket{b: b, prio: prio, ready: make(chan struct{})}
+	b.mu.Lock()
+	b.queues[prio] = append(b.queues[prio], t)
+	if !b.running {
+		b.running = true
+		go b.dispatch()
+	}
+	b.mu.Unlock()
+	return t
+}
+
+// cancel withdraws a ticket not yet granted.
+func (t *ticket) cancel() {
+	b := t.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.queues[t.prio]
+	for i, x := range q {
+		if x == t {
+			b.queues[t.prio] = append(q[:i:i], q[i+1:]...)
+			return
+		}
+	}
+}
+
+// dispatch grants tickets at the limiter's rate while any wait. It ends
+// when the queues are empty, so an idle plugin holds no goroutine; the
+// next request starts it again.
+func (b *budget) dispatch() {
+	for {
+		b.mu.Lock()
+		if b.empty() {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		// The wait is bounded by the rate; nothing cancels it but the
+		// process's end.
+		_ = b.lim.Wait(context.Background())
+		b.mu.Lock()
+		for p := range b.queues {
+			if q := b.queues[p]; len(q) > 0 {
+				t := q[0]
+				b.queues[p] = q[1:]
+				close(t.ready)
+				break
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (b *budget) empty() bool {
+	for _, q := range b.queues {
+		if len(q) > 0 {
+			return false
+		}
+	}
+	return true
+}

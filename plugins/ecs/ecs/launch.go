@@ -1,0 +1,167 @@
+package ecs
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// launchKind says why a task index is launched.
+type launchKind int
+
+const (
+	firstLaunch    launchKind = iota // never launched in this attempt of the job
+	relaunchFailed                   // its last launch failed: counts against max_fail_count
+	relaunchInfra                    // the infrastructure stopped it: counts against max_infra_relaunches
+	reissue                          // the current launch again, same client token (its answer was lost)
+)
+
+const (
+	launchBackoffMin = 2 * time.Second
+	launchBackoffMax = time.Minute
+)
+
+// launch starts task index i. A new launch (any kind but reissue) records
+// its counts and first client token in the handle before RunTask, so a
+// resume after a crash at any point reissues this very launch instead of
+// starting another; reissue repeats it with the same token, which ECS
+// answers with the task that launch started if it got through.
+//
+// RunTask refusals that pass with time (capacity, EC2's request limit,
+// throttling; see transientRunTask and capacityFailure) are tried again
+// with a backoff for up to launch_retry_timeout without using any budget:
+// each try launched nothing, so it gets a new client token. A 5xx or a lost
+// answer may have launched the task, so it is tried again with the same
+// token.
+func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
+	t := &r.h.Tasks[i]
+	if kind != reissue {
+		if t.ID != "" {
+			t.Prev = append(t.Prev, t.ID)
+		}
+		attempts, infra := t.Attempts, t.Infra
+		switch kind {
+		case relaunchInfra:
+			infra++
+		default:
+			attempts++
+		}
+		*t = TaskState{Attempts: attempts, Infra: infra, Prev: t.Prev}
+	}
+	if r.h.StartedAt == 0 {
+		r.h.StartedAt = time.Now().Unix()
+	}
+	giveUp := time.Now().Add(r.cfg.LaunchRetryTimeout)
+	backoff := launchBackoffMin
+	sameToken := kind == reissue && t.LaunchedAt > 0
+	for {
+		if !sameToken {
+			t.LaunchedAt = time.Now().UnixMilli()
+		}
+		if err := r.checkpoint(ctx); err != nil {
+			return err
+		}
+		token := r.clientToken(i, t)
+		r.stderrf("task %d launch %d of %d (relaunches %d): startedBy %s, clientToken %s", i, t.Attempts, r.cfg.MaxFailCount, t.Infra, StartedBy(r.job.ID, i), token)
+		if err := r.cl.wait(ctx, apiRunTask); err != nil {
+			return err
+		}
+		out, err := r.cl.ecs.RunTask(ctx, r.runTaskInput(i))
+		var again string // why to try again, or "" when done
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
+		case err != nil && errorCode(err) == "ConflictException":
+			// The client token already started a task, with other parameters
+			// (the config changed between agents): not ours to judge, nor to
+			// start again.
+			return plugin.Errorf(plugin.OutcomeUnknown, "ecs: launching task %d of job %s again with client token %s: %v", i, r.job.ID, token, err)
+		case err != nil && transientRunTask(err):
+			again = "RunTask refused: " + err.Error()
+			t.Try++
+			sameToken = false
+		case err != nil && clientFault(err):
+			t.Outcome, t.Reason = outcomeFailed, "RunTask refused: "+err.Error()
+			if cerr := r.checkpoint(ctx); cerr != nil {
+				return cerr
+			}
+			return plugin.Errorf(plugin.Permanent, "ecs: launching task %d of job %s: %v", i, r.job.ID, err)
+		case err != nil:
+			// A 5xx or a lost answer: the task may exist. The same token
+			// returns it if so.
+			again = "RunTask failed (it may have launched; trying again with the same client token): " + err.Error()
+			sameToken = true
+		case len(out.Tasks) == 0:
+			var reasons []string
+			capacity := len(out.Failures) > 0
+			for _, f := range out.Failures {
+				reason := aws.ToString(f.Reason)
+				if reason == "MISSING" {
+					// ECS remembers the token but has forgotten its task: it ran
+					// and stopped while nobody watched, with an unknown outcome.
+					return plugin.Errorf(plugin.OutcomeUnknown,
+						"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
+						i, r.job.ID, t.Attempts, aws.ToString(f.Arn))
+				}
+				capacity = capacity && capacityFailure(reason)
+				reasons = append(reasons, strings.TrimSpace(reason+" "+aws.ToString(f.Detail)))
+			}
+			if len(reasons) == 0 {
+				reasons = append(reasons, "no task and no failure returned")
+			}
+			if capacity {
+				again = "no capacity: " + strings.Join(reasons, "; ")
+				t.Try++
+				sameToken = false
+				break
+			}
+			t.Outcome, t.Reason = outcomeFailed, "RunTask failed: "+strings.Join(reasons, "; ")
+			r.stderrf("task %d: %s", i, t.Reason)
+			return r.checkpoint(ctx)
+		default:
+			task := out.Tasks[0]
+			r.h.setARN(t, aws.ToString(task.TaskArn))
+			if err := r.checkpoint(ctx); err != nil {
+				return err
+			}
+			r.track(i)
+			r.stderrf("task %d is %s", i, aws.ToString(task.TaskArn))
+			return nil
+		}
+		if time.Now().Add(backoff).After(giveUp) {
+			msg := fmt.Sprintf("ecs: launching task %d of job %s: gave up after %s: %s", i, r.job.ID, r.cfg.LaunchRetryTimeout, again)
+			if sameToken {
+				// The last try may have launched it: a retry of the job would
+				// run beside it. stopOnError stops what is known; a task
+				// behind a lost answer is stopped by the job's Cleanup, which
+				// lists by startedBy.
+				return plugin.Errorf(plugin.OutcomeUnknown, "%s", msg)
+			}
+			return plugin.Errorf(plugin.Retriable, "%s", msg)
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.stderrf("task %d: %s; trying again in %s", i, again, wait.Round(100*time.Millisecond))
+		if !sleepCtx(ctx, wait) {
+			return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
+		}
+		backoff = min(backoff*2, launchBackoffMax)
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,280 @@
+package ecs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+const (
+	// logCallTimeout bounds one GetLogEvents call.
+	logCallTimeout = 30 * time.Second
+	// logErrorRetry is how long a stream whose read failed waits before the
+	// next try (throttling waits less: the budget paces it anyway).
+	logErrorRetry    = 10 * time.Second
+	logThrottleRetry = 2 * time.Second
+)
+
+// stream is one container's awslogs stream of a task's current launch.
+//
+// How logs are read (one GetLogEvents budget per process, see budget):
+// while a task runs, each of its streams is read about once per
+// poll_interval as a live tail, at low priority; when the budget is short
+// (1,000 jobs per agent) tails simply come less often, FIFO, since one call
+// returns up to 10,000 events. When the poller reports the task STOPPED,
+// its streams are drained at high priority: read to the end (the token
+// stops moving) no earlier than log_settle after the stop was seen, so
+// events CloudWatch delivers late are in. The task's outcome is recorded,
+// and the job may end, only after that (or after log_drain_timeout, with a
+// line saying the log may be incomplete). A read error never decides the
+// job: the task does.
+type stream struct {
+	task      int
+	cursor    int // index into the task's TaskState.Logs
+	container string
+	group     string
+	name      string
+	region    string
+	cl        *clients // nil until first used (another region)
+
+	nextTail time.Time // earliest next live read
+	retryAt  time.Time // after a failed read
+	done     bool      // drained
+	noted    string    // the last error written to the job's stderr
+	byTime   bool      // the token expired: read on from the last timestamp
+}
+
+// planLogs requests the run's next log read when one is due and returns
+// when the next one will be (zero: none planned).
+func (r *run) planLogs(now time.Time) time.Time {
+	s, prio, due := r.nextStream(now)
+	if s == nil {
+		r.dropTicket()
+		return time.Time{}
+	}
+	if due.After(now) {
+		if r.ticket != nil && r.tprio != prio {
+			r.dropTicket()
+		}
+		return due
+	}
+	if r.ticket != nil && r.tprio > prio {
+		r.dropTicket() // a drain went due while a tail waited: jump the queue
+	}
+	if r.ticket == nil {
+		r.ticket, r.tprio = r.cl.logBud.request(prio), prio
+	}
+	return time.Time{}
+}
+
+func (r *run) dropTicket() {
+	if r.ticket != nil {
+		r.ticket.cancel()
+		r.ticket = nil
+	}
+}
+
+// nextStream picks the stream to read next: a draining one first, then the
+// live tail due soonest.
+func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
+	var (
+		best     *stream
+		bestPrio = numPrios
+		bestDue  time.Time
+	)
+	for i := range r.tasks {
+		tr, t := &r.tasks[i], &r.h.Tasks[i]
+		if t.Outcome != "" {
+			continue
+		}
+		for _, s := range tr.streams {
+			if s.done {
+				continue
+			}
+			var prio int
+			var due time.Time
+			switch {
+			case !tr.stoppedAt.IsZero():
+				prio, due = prioDrain, tr.stoppedAt.Add(r.cfg.LogSettle)
+			case t.Seen:
+				prio, due = prioTail, s.nextTail
+			default:
+				continue // not visible yet; its stream will not be either
+			}
+			due = later(due, s.retryAt)
+			if best == nil || prio < bestPrio || (prio == bestPrio && due.Before(bestDue)) {
+				best, bestPrio, bestDue = s, prio, due
+			}
+		}
+	}
+	return best, bestPrio, bestDue
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// drained reports whether task i's logs are in (or given up on).
+func (r *run) drained(i int, now time.Time) bool {
+	tr := &r.tasks[i]
+	all := true
+	for _, s := range tr.streams {
+		if !s.done {
+			all = false
+		}
+	}
+	if all {
+		return true
+	}
+	if now.Sub(tr.stoppedAt) < r.cfg.LogDrainTimeout {
+		return false
+	}
+	for _, s := range tr.streams {
+		if !s.done {
+			s.done = true
+			r.stderrf("task %d: stopped reading log stream %s after %s; its last lines may be missing%s", i, s.name, r.cfg.LogDrainTimeout, noteSuffix(s.noted))
+		}
+	}
+	return true
+}
+
+func noteSuffix(n string) string {
+	if n == "" {
+		return ""
+	}
+	return " (" + n + ")"
+}
+
+// readLog spends one granted GetLogEvents call on the stream most due.
+func (r *run) readLog(ctx context.Context) {
+	now := time.Now()
+	s, prio, due := r.nextStream(now)
+	if s == nil || due.After(now) {
+		return // nothing due any more: the call is not made
+	}
+	if s.cl == nil {
+		cl, err := r.p.clients.get(ctx, s.region, r.cfg.Endpoint)
+		if err != nil {
+			r.noteLog(s, err.Error(), now.Add(logErrorRetry))
+			return
+		}
+		s.cl = cl
+	}
+	t := &r.h.Tasks[s.task]
+	cur := &t.Logs[s.cursor]
+	in := &cloudwatchlogs.GetLogEventsInput{
+		LogGroupName:  aws.String(s.group),
+		LogStreamName: aws.String(s.name),
+		StartFromHead: aws.Bool(true),
+	}
+	switch {
+	case s.byTime:
+		in.StartTime = aws.Int64(cur.Last + 1)
+	case cur.Token != "":
+		in.NextToken = aws.String(cur.Token)
+	}
+	cctx, cancel := context.WithTimeout(ctx, logCallTimeout)
+	out, err := s.cl.logs.GetLogEvents(cctx, in)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		code := errorCode(err)
+		switch {
+		case code == "ResourceNotFoundException":
+			if prio == prioDrain {
+				// The container never wrote a line (awslogs creates the stream
+				// with the first event), or the group is not where the task
+				// definition says.
+				s.done = true
+				r.stderrf("task %d: no log stream %s in group %s", s.task, s.name, s.group)
+				return
+			}
+			s.nextTail = now.Add(r.cfg.PollInterval)
+		case code == "InvalidParameterException" && cur.Token != "" && strings.Contains(strings.ToLower(errorMessage(err)), "token"):
+			// Tokens expire (24 h): read on by time from the last line copied.
+			s.byTime = true
+			r.stderrf("task %d: the log position in %s expired; reading on from the last line's time (lines logged in that same millisecond may be missing)", s.task, s.name)
+		case throttlingCodes[code]:
+			s.retryAt = now.Add(logThrottleRetry)
+		default:
+			r.noteLog(s, err.Error(), now.Add(logErrorRetry))
+		}
+		return
+	}
+	s.retryAt = time.Time{}
+	if err := r.writeEvents(t, s, out.Events); err != nil {
+		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: writing the log of task %d: %w", s.task, err))
+		return
+	}
+	next := aws.ToString(out.NextForwardToken)
+	moved := len(out.Events) > 0 || (next != "" && next != cur.Token)
+	if n := len(out.Events); n > 0 {
+		cur.Last = aws.ToInt64(out.Events[n-1].Timestamp)
+	}
+	if next != "" {
+		s.byTime = false
+	}
+	atEnd := next == "" || next == cur.Token
+	if !atEnd {
+		cur.Token = next
+	}
+	if moved {
+		r.dirty = true
+	}
+	switch {
+	case !atEnd:
+		// More to read: due again at once (a new ticket: other jobs' reads
+		// in the queue go first).
+	case prio == prioDrain:
+		// At the end, and the stop was seen log_settle ago or more: what
+		// CloudWatch had to deliver is in.
+		s.done = true
+	default:
+		s.nextTail = now.Add(r.cfg.PollInterval)
+	}
+}
+
+// noteLog writes a read error to the job's stderr once (until it changes)
+// and retries the stream later.
+func (r *run) noteLog(s *stream, msg string, retry time.Time) {
+	s.retryAt = retry
+	if msg != s.noted {
+		s.noted = msg
+		r.stderrf("task %d: reading log stream %s: %s (will keep trying; this does not decide the job)", s.task, s.name, msg)
+	}
+}
+
+// writeEvents copies events to the job's stdout. CloudWatch Logs does not
+// keep stdout and stderr apart, so both go to stdout; with several tasks or
+// containers each line says whose it is.
+func (r *run) writeEvents(t *TaskState, s *stream, events []types.OutputLogEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
+	prefix := len(r.h.Tasks) > 1 || len(t.Logs) > 1
+	var b strings.Builder
+	for _, ev := range events {
+		if prefix {
+			fmt.Fprintf(&b, "[%d/%s] ", s.task, s.container)
+		}
+		msg := aws.ToString(ev.Message)
+		b.WriteString(msg)
+		if !strings.HasSuffix(msg, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	_, err := r.rt.Stdout().Write([]byte(b.String()))
+	return err
+}
