@@ -58,6 +58,12 @@ func (e *Emulator) putEKSCluster(name, endpoint, caData, status string) {
 
 // handleDescribeEKSCluster is EKS DescribeCluster: GET /clusters/{name}.
 func (e *Emulator) handleDescribeEKSCluster(w http.ResponseWriter, r *http.Request) {
+	if !e.admit("DescribeCluster") {
+		throttled := rateExceeded()
+		throttled.status = http.StatusTooManyRequests
+		writeRESTError(w, throttled)
+		return
+	}
 	fault, ok := e.injectFault(r, "eks")
 	if !ok {
 		return

@@ -13,9 +13,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,7 +37,9 @@ const (
 	maxBodyBytes   = 10 << 20
 )
 
-// Options configures an Emulator. Zero values get the documented defaults.
+// Options configures an Emulator. Zero values get the documented defaults,
+// which are the "kind" profile: every hostile behaviour off.
+// HostileOptions returns the "hostile" profile.
 type Options struct {
 	// StoppedRetention is how long stopped tasks stay visible (default 1h).
 	StoppedRetention time.Duration
@@ -45,25 +49,122 @@ type Options struct {
 	ThrottleRate float64
 	// ServerErrorRate is the fraction of AWS requests answered with HTTP 500.
 	ServerErrorRate float64
+	// ServerErrorsAfterRun makes an injected HTTP 500 come after the call
+	// ran, so its effects stand (a RunTask may have launched) though the
+	// answer is lost. Off, a 500 means the call did nothing.
+	ServerErrorsAfterRun bool
 	// Latency is added to every AWS request.
 	Latency time.Duration
 	// FailToStartRate is the fraction of tasks that stop with TaskFailedToStart.
 	FailToStartRate float64
 	// CapacityErrorRate is the fraction of RunTask task slots returned under
-	// failures with reason RESOURCE:CPU instead of being launched.
+	// failures instead of being launched.
 	CapacityErrorRate float64
-	Logger            *slog.Logger
+	// CapacityReasons are the failure reasons a capacity error picks from,
+	// uniformly per slot (default: RESOURCE:CPU only). AllCapacityReasons
+	// lists the documented ones.
+	CapacityReasons []string
+	// ConsistencyWindow hides a task RunTask launched from DescribeTasks and
+	// ListTasks for a random time in [0, ConsistencyWindow], chosen per task.
+	ConsistencyWindow time.Duration
+	// LogLag delays each log event's visibility to GetLogEvents by a random
+	// time in [0, LogLag], keeping order within a stream.
+	LogLag time.Duration
+	// RunTaskTransientRate is the fraction of RunTask calls answered with a
+	// transient capacity or EC2 rate error, launching nothing.
+	RunTaskTransientRate float64
+	// InfraStopRate is the fraction of tasks that the "infrastructure" stops
+	// (Spot interruption, instance termination) while RUNNING.
+	InfraStopRate float64
+	// InfraStopDelay bounds the random time after RUNNING at which an
+	// infrastructure stop hits (default 10s).
+	InfraStopDelay time.Duration
+	// RateLimits turns on the account-wide token buckets per API action.
+	RateLimits bool
+	// RateLimitFigures replace DefaultRateLimits' figures for the actions
+	// they name. A key may join actions with "+" to share one bucket; a
+	// figure with Rate 0 removes the limit.
+	RateLimitFigures map[string]RateLimit
+	// TokenReplayAfterPurge is what a clientToken replay returns once the
+	// token's tasks are gone: TokenReplayMissing (default) or TokenReplayRelaunch.
+	TokenReplayAfterPurge string
+	Logger                *slog.Logger
 	// Seed makes fault injection reproducible; 0 picks a random seed.
 	Seed int64
 }
 
-// Faults are the fault-injection knobs that can change at runtime.
+// Token replay modes: what RunTask does with a clientToken whose tasks were
+// purged after StoppedRetention. AWS documents neither.
+const (
+	TokenReplayMissing  = "missing"
+	TokenReplayRelaunch = "relaunch"
+)
+
+// Faults are the fault-injection knobs that can change at runtime. Durations
+// are nanoseconds in JSON.
 type Faults struct {
-	ThrottleRate      float64       `json:"throttleRate"`
-	ServerErrorRate   float64       `json:"serverErrorRate"`
-	Latency           time.Duration `json:"latency"` // nanoseconds in JSON
-	FailToStartRate   float64       `json:"failToStartRate"`
-	CapacityErrorRate float64       `json:"capacityErrorRate"`
+	ThrottleRate          float64              `json:"throttleRate"`
+	ServerErrorRate       float64              `json:"serverErrorRate"`
+	ServerErrorsAfterRun  bool                 `json:"serverErrorsAfterRun"`
+	Latency               time.Duration        `json:"latency"`
+	FailToStartRate       float64              `json:"failToStartRate"`
+	CapacityErrorRate     float64              `json:"capacityErrorRate"`
+	CapacityReasons       []string             `json:"capacityReasons"`
+	ConsistencyWindow     time.Duration        `json:"consistencyWindow"`
+	LogLag                time.Duration        `json:"logLag"`
+	RunTaskTransientRate  float64              `json:"runTaskTransientRate"`
+	InfraStopRate         float64              `json:"infraStopRate"`
+	InfraStopDelay        time.Duration        `json:"infraStopDelay"`
+	RateLimits            bool                 `json:"rateLimits"`
+	RateLimitFigures      map[string]RateLimit `json:"rateLimitFigures"`
+	TokenReplayAfterPurge string               `json:"tokenReplayAfterPurge"`
+}
+
+func (o Options) faults() Faults {
+	return Faults{
+		ThrottleRate:          o.ThrottleRate,
+		ServerErrorRate:       o.ServerErrorRate,
+		ServerErrorsAfterRun:  o.ServerErrorsAfterRun,
+		Latency:               o.Latency,
+		FailToStartRate:       o.FailToStartRate,
+		CapacityErrorRate:     o.CapacityErrorRate,
+		CapacityReasons:       o.CapacityReasons,
+		ConsistencyWindow:     o.ConsistencyWindow,
+		LogLag:                o.LogLag,
+		RunTaskTransientRate:  o.RunTaskTransientRate,
+		InfraStopRate:         o.InfraStopRate,
+		InfraStopDelay:        o.InfraStopDelay,
+		RateLimits:            o.RateLimits,
+		RateLimitFigures:      o.RateLimitFigures,
+		TokenReplayAfterPurge: o.TokenReplayAfterPurge,
+	}
+}
+
+// clone copies the slice and map so the emulator never shares them with a caller.
+func (f Faults) clone() Faults {
+	f.CapacityReasons = slices.Clone(f.CapacityReasons)
+	f.RateLimitFigures = maps.Clone(f.RateLimitFigures)
+	return f
+}
+
+// validate rejects settings the emulator cannot act on.
+func (f Faults) validate() error {
+	switch f.TokenReplayAfterPurge {
+	case "", TokenReplayMissing, TokenReplayRelaunch:
+	default:
+		return fmt.Errorf("tokenReplayAfterPurge %q: want %q or %q", f.TokenReplayAfterPurge, TokenReplayMissing, TokenReplayRelaunch)
+	}
+	for _, r := range f.CapacityReasons {
+		if r == "" {
+			return errors.New("capacityReasons: empty reason")
+		}
+	}
+	for k, l := range f.RateLimitFigures {
+		if err := l.validate(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Emulator holds all emulated state in memory.
@@ -82,6 +183,9 @@ type Emulator struct {
 	seq      uint64
 	logs     map[string]*logGroup
 	eks      map[string]*eksCluster
+	buckets  map[string]*bucket // by operation; nil when rate limits are off
+	calls    map[string]int
+	throttle map[string]int
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -91,12 +195,7 @@ type Emulator struct {
 
 // New returns an Emulator with the implicit "default" cluster.
 func New(opts Options) *Emulator {
-	if opts.StoppedRetention <= 0 {
-		opts.StoppedRetention = time.Hour
-	}
-	if opts.StopTimeout <= 0 {
-		opts.StopTimeout = 30 * time.Second
-	}
+	opts = opts.withDefaults()
 	lg := opts.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
@@ -106,15 +205,9 @@ func New(opts Options) *Emulator {
 		seed = uint64(time.Now().UnixNano())
 	}
 	e := &Emulator{
-		opts: opts,
-		log:  lg,
-		faults: Faults{
-			ThrottleRate:      opts.ThrottleRate,
-			ServerErrorRate:   opts.ServerErrorRate,
-			Latency:           opts.Latency,
-			FailToStartRate:   opts.FailToStartRate,
-			CapacityErrorRate: opts.CapacityErrorRate,
-		},
+		opts:     opts,
+		log:      lg,
+		faults:   opts.faults().clone(),
 		rng:      mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		clusters: map[string]*cluster{},
 		families: map[string][]*taskDef{},
@@ -123,12 +216,32 @@ func New(opts Options) *Emulator {
 		launches: map[string]int{},
 		logs:     map[string]*logGroup{},
 		eks:      map[string]*eksCluster{},
+		calls:    map[string]int{},
+		throttle: map[string]int{},
 		closing:  make(chan struct{}),
 	}
+	e.buckets = newBuckets(e.faults, time.Now())
 	e.clusters["default"] = newCluster("default", nil)
 	e.wg.Add(1)
 	go e.janitor()
 	return e
+}
+
+// withDefaults fills in the documented defaults of zero fields.
+func (o Options) withDefaults() Options {
+	if o.StoppedRetention <= 0 {
+		o.StoppedRetention = time.Hour
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 30 * time.Second
+	}
+	if o.InfraStopDelay <= 0 {
+		o.InfraStopDelay = defaultInfraStopDelay
+	}
+	if o.TokenReplayAfterPurge == "" {
+		o.TokenReplayAfterPurge = TokenReplayMissing
+	}
+	return o
 }
 
 // Handler serves the AWS JSON protocols on POST /, EKS DescribeCluster on
@@ -138,6 +251,8 @@ func (e *Emulator) Handler() http.Handler {
 	mux.HandleFunc("GET /_emulator/launches", e.handleLaunches)
 	mux.HandleFunc("GET /_emulator/faults", e.handleGetFaults)
 	mux.HandleFunc("POST /_emulator/faults", e.handleSetFaults)
+	mux.HandleFunc("GET /_emulator/calls", e.handleCalls)
+	mux.HandleFunc("POST /_emulator/calls/reset", e.handleResetCalls)
 	mux.HandleFunc("GET /_emulator/health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -195,17 +310,52 @@ func (e *Emulator) Launches(startedBy string) int {
 	return e.launches[startedBy]
 }
 
-// SetFaults replaces the fault-injection settings.
+// SetFaults replaces the fault-injection settings. Changing the rate-limit
+// settings refills every bucket.
 func (e *Emulator) SetFaults(f Faults) {
+	f = f.clone()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	old := e.faults
 	e.faults = f
+	if old.RateLimits != f.RateLimits || !maps.Equal(old.RateLimitFigures, f.RateLimitFigures) {
+		e.buckets = newBuckets(f, time.Now())
+	}
 }
 
 func (e *Emulator) currentFaults() Faults {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.faults
+	return e.faults.clone()
+}
+
+// Calls reports how many AWS requests each operation received, and how many
+// of those the rate limiter answered with ThrottlingException.
+func (e *Emulator) Calls() (calls, throttled map[string]int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.calls), maps.Clone(e.throttle)
+}
+
+// ResetCalls zeroes the call counters.
+func (e *Emulator) ResetCalls() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	clear(e.calls)
+	clear(e.throttle)
+}
+
+// admit counts a request for op and takes a token from its bucket; false
+// means the rate limiter throttled it.
+func (e *Emulator) admit(op string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls[op]++
+	if b := e.buckets[op]; b != nil && !b.take(time.Now()) {
+		e.throttle[op]++
+		return false
+	}
+	return true
 }
 
 // chance reports true with probability p; e.mu must be held.
@@ -259,14 +409,30 @@ func (e *Emulator) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, e.currentFaults())
 }
 
+// handleSetFaults merges the posted fields into the current settings:
+// fields absent from the JSON keep their values.
 func (e *Emulator) handleSetFaults(w http.ResponseWriter, r *http.Request) {
-	var f Faults
+	f := e.currentFaults()
 	if err := json.NewDecoder(io.LimitReader(r.Body, maxBodyBytes)).Decode(&f); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if err := f.validate(); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	e.SetFaults(f)
 	writeJSON(w, http.StatusOK, f)
+}
+
+func (e *Emulator) handleCalls(w http.ResponseWriter, _ *http.Request) {
+	calls, throttled := e.Calls()
+	writeJSON(w, http.StatusOK, map[string]any{"calls": calls, "throttled": throttled})
+}
+
+func (e *Emulator) handleResetCalls(w http.ResponseWriter, r *http.Request) {
+	e.ResetCalls()
+	e.handleCalls(w, r)
 }
 
 // apiError is an AWS error reply: {"__type": ..., "message": ...}.
@@ -290,6 +456,10 @@ func invalidParam(format string, args ...any) *apiError {
 func clientErr(format string, args ...any) *apiError {
 	return errf("ClientException", format, args...)
 }
+
+// rateExceeded is how ECS and CloudWatch Logs answer an over-limit call
+// (HTTP 400), per "Request throttling for the Amazon ECS API".
+func rateExceeded() *apiError { return errf("ThrottlingException", "Rate exceeded") }
 
 func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 	target := r.Header.Get("X-Amz-Target")
@@ -319,12 +489,23 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, errf("UnknownOperationException", "unknown operation %q", target))
 		return
 	}
+	// Throttled calls do not run, as in ECS.
+	if !e.admit(op) {
+		e.log.Debug("aws request throttled", "op", op)
+		writeAPIError(w, rateExceeded())
+		return
+	}
 
 	fault, ok := e.injectFault(r, service)
 	if !ok {
 		return
 	}
 	if fault != nil {
+		// AWS does not say whether a call answered 500 ran; a lost answer
+		// to a call that ran is the harder case for a client.
+		if fault.status >= 500 && e.currentFaults().ServerErrorsAfterRun {
+			_, _ = handler(body)
+		}
 		writeAPIError(w, fault)
 		return
 	}
@@ -365,7 +546,7 @@ func (e *Emulator) injectFault(r *http.Request, service string) (ae *apiError, o
 	e.mu.Unlock()
 	switch {
 	case throttle:
-		return errf("ThrottlingException", "Rate exceeded"), true
+		return rateExceeded(), true
 	case fail5xx:
 		typ := "ServerException"
 		if service == "logs" {

@@ -11,13 +11,46 @@ type logEvent struct {
 	ts        int64
 	ingestion int64
 	msg       string
+	// visible is when GetLogEvents starts returning the event; it never
+	// decreases along a stream, so the visible events are a prefix.
+	visible time.Time
+	// bytes counts the stream's message bytes up to this event.
+	bytes int64
 }
 
 type logStream struct {
-	name    string
-	created time.Time
-	events  []logEvent
-	bytes   int64
+	name        string
+	created     time.Time
+	events      []logEvent
+	lastVisible time.Time
+	// hidden: an awslogs stream created under LogLag exists for readers
+	// only once its first event is visible.
+	hidden bool
+}
+
+// visibleEvents is how many events readers see at now.
+func (s *logStream) visibleEvents(now time.Time) int {
+	return sort.Search(len(s.events), func(i int) bool { return s.events[i].visible.After(now) })
+}
+
+// exists reports whether readers see the stream at now.
+func (s *logStream) exists(now time.Time) bool {
+	return !s.hidden || (len(s.events) > 0 && !s.events[0].visible.After(now))
+}
+
+// add appends an event that becomes visible after a random delay in
+// [0, LogLag], never before the stream's earlier events; e.mu must be held.
+func (e *Emulator) add(s *logStream, ts int64, msg string, now time.Time) {
+	vis := now.Add(e.upTo(e.faults.LogLag))
+	if vis.Before(s.lastVisible) {
+		vis = s.lastVisible
+	}
+	s.lastVisible = vis
+	var total int64
+	if n := len(s.events); n > 0 {
+		total = s.events[n-1].bytes
+	}
+	s.events = append(s.events, logEvent{ts: ts, ingestion: vis.UnixMilli(), msg: msg, visible: vis, bytes: total + int64(len(msg))})
 }
 
 type logGroup struct {
@@ -56,24 +89,28 @@ func groupName(name, identifier string) string {
 func (e *Emulator) ensureStream(group, stream string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.ensureStreamLocked(group, stream)
+}
+
+func (e *Emulator) ensureStreamLocked(group, stream string) *logStream {
 	g, ok := e.logs[group]
 	if !ok {
 		g = &logGroup{name: group, created: time.Now(), streams: map[string]*logStream{}}
 		e.logs[group] = g
 	}
-	if _, ok := g.streams[stream]; !ok {
-		g.streams[stream] = &logStream{name: stream, created: time.Now()}
+	s, ok := g.streams[stream]
+	if !ok {
+		s = &logStream{name: stream, created: time.Now(), hidden: e.faults.LogLag > 0}
+		g.streams[stream] = s
 	}
+	return s
 }
 
+// appendEvent stores an awslogs line.
 func (e *Emulator) appendEvent(group, stream, msg string, at time.Time) {
-	e.ensureStream(group, stream)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.logs[group].streams[stream]
-	now := time.Now().UnixMilli()
-	s.events = append(s.events, logEvent{ts: at.UnixMilli(), ingestion: now, msg: msg})
-	s.bytes += int64(len(msg))
+	e.add(e.ensureStreamLocked(group, stream), at.UnixMilli(), msg, time.Now())
 }
 
 func (e *Emulator) createLogGroup(body []byte) (any, error) {
@@ -165,10 +202,9 @@ func (e *Emulator) putLogEvents(body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	for _, ev := range req.LogEvents {
-		s.events = append(s.events, logEvent{ts: ev.Timestamp, ingestion: now, msg: ev.Message})
-		s.bytes += int64(len(ev.Message))
+		e.add(s, ev.Timestamp, ev.Message, now)
 	}
 	return map[string]any{"nextSequenceToken": strconv.Itoa(len(s.events))}, nil
 }
@@ -209,8 +245,13 @@ func (e *Emulator) getLogEvents(body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Time filters narrow the index window the tokens move through.
-	lo, hi := 0, len(s.events)
+	now := time.Now()
+	if !s.exists(now) {
+		return nil, errf("ResourceNotFoundException", "The specified log stream does not exist.")
+	}
+	// Readers see only the visible prefix; time filters narrow the index
+	// window the tokens move through.
+	lo, hi := 0, s.visibleEvents(now)
 	if req.StartTime != nil {
 		for lo < hi && s.events[lo].ts < *req.StartTime {
 			lo++
@@ -292,15 +333,17 @@ func (e *Emulator) describeLogStreams(body []byte) (any, error) {
 		return nil, err
 	}
 	var list []streamOut
+	now := time.Now()
 	for _, s := range g.streams {
-		if !strings.HasPrefix(s.name, req.LogStreamNamePrefix) {
+		if !strings.HasPrefix(s.name, req.LogStreamNamePrefix) || !s.exists(now) {
 			continue
 		}
-		o := streamOut{LogStreamName: s.name, CreationTime: millis(s.created), StoredBytes: s.bytes,
+		o := streamOut{LogStreamName: s.name, CreationTime: millis(s.created),
 			Arn: logGroupArn(name) + ":log-stream:" + s.name}
-		if n := len(s.events); n > 0 {
+		if n := s.visibleEvents(now); n > 0 {
 			first, last, ing := s.events[0].ts, s.events[n-1].ts, s.events[n-1].ingestion
 			o.FirstEventTimestamp, o.LastEventTimestamp, o.LastIngestionTime = &first, &last, &ing
+			o.StoredBytes = s.events[n-1].bytes
 		}
 		list = append(list, o)
 	}

@@ -43,6 +43,10 @@ type container struct {
 	exitCode   *int
 	reason     string
 	pid        int
+	// synthetic containers run no process; signals reach them on sig.
+	synthetic bool
+	vars      map[string]string
+	sig       chan syscall.Signal
 }
 
 type task struct {
@@ -71,6 +75,13 @@ type task struct {
 	containers    []*container
 	failStart     bool
 	stopReq       chan struct{}
+	// visibleAt is when DescribeTasks and ListTasks start seeing the task.
+	visibleAt time.Time
+	// infra, when set, stops the task that long after it is RUNNING.
+	infra *infraStop
+	// hostGone: the containers vanished with their host, so none gets an
+	// exit code.
+	hostGone bool
 }
 
 // expired reports whether a stopped task is past retention; e.mu held.
@@ -286,7 +297,12 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 				}
 				tasks = append(tasks, t.render(true))
 			}
-			return map[string]any{"tasks": tasks, "failures": failures}, nil
+			// No AWS document says what a replay returns once the token's
+			// tasks are purged; "relaunch" assumes the token is forgotten.
+			if len(tasks) > 0 || e.faults.TokenReplayAfterPurge != TokenReplayRelaunch {
+				return map[string]any{"tasks": tasks, "failures": failures}, nil
+			}
+			delete(e.tokens, tokenKey)
 		}
 	}
 	td, ok := e.lookupTaskDef(req.TaskDefinition)
@@ -311,6 +327,10 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 		overrideByName[o.Name] = o
 	}
 
+	if e.chance(e.faults.RunTaskTransientRate) {
+		return nil, e.transientRunTaskError(req.NetworkConfiguration)
+	}
+
 	launchType := req.LaunchType
 	if launchType == "" {
 		launchType = "EC2"
@@ -324,7 +344,7 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 	var arns []string
 	for range count {
 		if e.chance(e.faults.CapacityErrorRate) {
-			failures = append(failures, failure{Reason: "RESOURCE:CPU", Detail: "injected capacity error"})
+			failures = append(failures, e.capacityFailure(c.name))
 			continue
 		}
 		e.seq++
@@ -338,6 +358,10 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 			lastStatus: "PROVISIONING", desiredStatus: "RUNNING", createdAt: now, version: 1,
 			failStart: e.chance(e.faults.FailToStartRate),
 			stopReq:   make(chan struct{}, 1),
+			visibleAt: now.Add(e.upTo(e.faults.ConsistencyWindow)),
+		}
+		if e.chance(e.faults.InfraStopRate) {
+			t.infra = e.pickInfraStop()
 		}
 		if t.cpu == "" {
 			t.cpu, _ = td.raw["cpu"].(string)
@@ -387,6 +411,9 @@ func buildContainer(cd containerDef, ov containerOverride, taskID string) *conta
 	}
 	c := &container{name: cd.Name, image: cd.Image, essential: cd.essential(), argv: argv, env: env,
 		dir: cd.WorkingDirectory, lastStatus: "PENDING"}
+	if cd.Image == SyntheticImage {
+		c.synthetic, c.vars, c.sig = true, envMap, make(chan syscall.Signal, 2)
+	}
 	if lc := cd.LogConfiguration; lc != nil && lc.LogDriver == "awslogs" && lc.Options["awslogs-group"] != "" {
 		c.logGroup = lc.Options["awslogs-group"]
 		if p := lc.Options["awslogs-stream-prefix"]; p != "" {
@@ -504,6 +531,12 @@ func (e *Emulator) runTask(t *task) {
 		e.signalAll(t, syscall.SIGTERM)
 		killC = time.NewTimer(e.opts.StopTimeout).C
 	}
+	var infraC <-chan time.Time
+	if t.infra != nil {
+		timer := time.NewTimer(t.infra.after)
+		defer timer.Stop()
+		infraC = timer.C
+	}
 	for running > 0 {
 		select {
 		case ev := <-exits:
@@ -511,7 +544,10 @@ func (e *Emulator) runTask(t *task) {
 			c := t.containers[ev.idx]
 			e.setStatus(t, func() {
 				code := ev.code
-				c.exitCode, c.lastStatus, c.pid = &code, "STOPPED", 0
+				c.lastStatus, c.pid = "STOPPED", 0
+				if !t.hostGone {
+					c.exitCode = &code
+				}
 				if c.essential && t.stopCode == "" {
 					t.stopCode, t.stoppedReason = "EssentialContainerExited", "Essential container in task exited"
 					t.desiredStatus, t.stoppingAt = "STOPPED", time.Now()
@@ -522,6 +558,17 @@ func (e *Emulator) runTask(t *task) {
 			}
 		case <-t.stopReq:
 			beginStop()
+		case <-infraC:
+			infraC = nil
+			if e.beginInfraStop(t) {
+				if t.infra.exitCodes {
+					beginStop()
+				} else {
+					// The host vanished: nothing waits for a graceful exit.
+					stopping = true
+					e.signalAll(t, syscall.SIGKILL)
+				}
+			}
 		case <-killC:
 			killC = nil
 			e.signalAll(t, syscall.SIGKILL)
@@ -545,13 +592,20 @@ func (e *Emulator) collect(t *task, exits <-chan exitEvent, n int) {
 	}
 }
 
-// signalAll signals every live container's process group.
+// signalAll signals every live container's process group, or its
+// synthetic stand-in.
 func (e *Emulator) signalAll(t *task, sig syscall.Signal) {
 	e.mu.Lock()
 	var pids []int
 	for _, c := range t.containers {
 		if c.pid != 0 {
 			pids = append(pids, c.pid)
+		}
+		if c.sig != nil && c.lastStatus != "STOPPED" {
+			select {
+			case c.sig <- sig:
+			default: // already has a signal pending; SIGTERM and SIGKILL fit
+			}
 		}
 	}
 	e.mu.Unlock()
@@ -563,6 +617,9 @@ func (e *Emulator) signalAll(t *task, sig syscall.Signal) {
 // startContainer runs a container's command in its own process group and
 // streams its output lines into CloudWatch Logs.
 func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- exitEvent) error {
+	if c.synthetic {
+		return e.startSynthetic(t, idx, c, exits)
+	}
 	if len(c.argv) == 0 {
 		return errors.New("no command or entryPoint (the emulator runs the container's command as a local process)")
 	}
@@ -683,7 +740,8 @@ func (e *Emulator) describeTasks(body []byte) (any, error) {
 	failures := []failure{}
 	for _, ref := range req.Tasks {
 		t, arn := e.findTask(c.name, ref, now)
-		if t == nil {
+		// A task inside its consistency window looks like an unknown one.
+		if t == nil || now.Before(t.visibleAt) {
 			failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
 			continue
 		}
@@ -746,22 +804,13 @@ func (e *Emulator) listTasks(body []byte) (any, error) {
 	now := time.Now()
 	var matched []*task
 	for _, t := range e.tasks {
-		if t.cluster != c.name || e.expired(t, now) || (after != 0 && t.seq >= after) {
+		if t.cluster != c.name || e.expired(t, now) || now.Before(t.visibleAt) || (after != 0 && t.seq >= after) {
 			continue
 		}
-		switch req.DesiredStatus {
-		case "STOPPED":
-			if t.desiredStatus != "STOPPED" {
-				continue
-			}
-		case "RUNNING":
-			if t.desiredStatus != "RUNNING" {
-				continue
-			}
-		case "PENDING":
-			if t.desiredStatus != "RUNNING" || (t.lastStatus != "PROVISIONING" && t.lastStatus != "PENDING") {
-				continue
-			}
+		// Filtering on desiredStatus: ECS never sets a task's desired
+		// status to PENDING (ListTasks reference), so PENDING lists nothing.
+		if t.desiredStatus != req.DesiredStatus {
+			continue
 		}
 		if req.StartedBy != "" && t.startedBy != req.StartedBy ||
 			req.Family != "" && t.td.family != req.Family ||
