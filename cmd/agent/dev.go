@@ -226,7 +226,9 @@ func (a *app) devECS(cfg *config.Config) (func(), error) {
 	}}
 	if _, defaults := cfg.Commands["demo"]; defaults { // only next to the built-in demo
 		cfg.Commands["ecs-demo"] = config.Command{Plugin: "ecs", Context: map[string]any{
-			"task_definition_template": ecsDemoTask, "poll_interval": "500ms",
+			// The local emulator delivers log lines at once, so the last
+			// read after the task stops need not wait for CloudWatch's lag.
+			"task_definition_template": ecsDemoTask, "poll_interval": "500ms", "log_settle": "500ms",
 		}}
 	}
 	return func() { _ = emu.Close() }, nil

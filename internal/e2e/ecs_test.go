@@ -17,10 +17,19 @@ import (
 	"github.com/tetherjobs/tether/plugins/ecs/ecs"
 )
 
-// startEmulator runs the ECS emulator in the test process until the test ends.
+// startEmulator runs the ECS emulator in the test process until the test
+// ends, with its hostile profile: tasks MISSING for a while after RunTask,
+// log lines delivered late, transient RunTask refusals and capacity
+// failures, 5xx answers to calls that did run, account-wide rate limits.
+// Only infrastructure stops are off: they relaunch a task, which these
+// tests' exact launch and line counts do not allow (the plugin's tests and
+// make bench-ecs cover them).
 func startEmulator(t *testing.T) (*emulator.Emulator, string) {
 	t.Helper()
-	em := emulator.New(emulator.Options{StopTimeout: time.Second})
+	opts := emulator.HostileOptions()
+	opts.InfraStopRate = 0
+	opts.StopTimeout = time.Second
+	em := emulator.New(opts)
 	url, err := em.Start("127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = em.Close() })
@@ -276,14 +285,17 @@ func TestECSTaskEndsWhileNoAgentWatches(t *testing.T) {
 	em, url := startEmulator(t)
 	h := newECSHarness(t, pgtest.URL(t), ecsKillTimings(), url)
 
-	const lines = 10 // about 1 s of output
+	// About 6 s of output: line 2 reaches the database a few seconds after
+	// it is printed (CloudWatch's lag, checkpoints every 2 s), and the
+	// task must still be running when its agent is killed.
+	const lines = 60
 	a := h.startAgent(ctx, "ecs-alone")
 	ok := h.submitECS(ctx, countingScript(lines, 100*time.Millisecond), nil)
 	bad := h.submitECS(ctx, countingScript(lines, 100*time.Millisecond)+"; exit 4", nil)
 	h.waitStdout(ctx, ok, "line 2\n", 15*time.Second)
 	h.waitStdout(ctx, bad, "line 2\n", 15*time.Second)
 	h.kill9(a)
-	sleep(ctx, 3*time.Second) // both tasks end with nobody watching
+	sleep(ctx, 7*time.Second) // both tasks end with nobody watching
 
 	h.startAgent(ctx, "ecs-later")
 	h.waitTerminal(ctx, []string{ok, bad}, 30*time.Second)

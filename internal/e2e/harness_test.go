@@ -588,6 +588,8 @@ func newECSHarness(t testing.TB, dbURL string, tm timings, emulatorURL string) *
 	require.NoError(t, err)
 	defaults, err := json.Marshal(map[string]any{
 		"poll_interval": "200ms",
+		// Above the hostile emulator's 1.5 s CloudWatch delivery lag.
+		"log_settle": "2s",
 		"task_definition_template": map[string]any{
 			"family": "tether-e2e",
 			"containerDefinitions": []any{map[string]any{
