@@ -358,3 +358,25 @@ func TestHostilePollerBatchesAcrossJobs(t *testing.T) {
 	require.Zero(t, throttled["GetLogEvents"], "under the account limit, nothing is throttled")
 	require.Zero(t, throttled["DescribeTasks"])
 }
+
+// A task definition's awslogs-region is where its streams are read, not
+// the tasks' region.
+func TestAwslogsRegionIsHonoured(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{})
+	job := e.job("echo from-afar", nil)
+	var c map[string]any
+	require.NoError(t, json.Unmarshal(job.Context, &c))
+	tpl := c["task_definition_template"].(map[string]any)
+	cd := tpl["containerDefinitions"].([]any)[0].(map[string]any)
+	cd["logConfiguration"].(map[string]any)["options"].(map[string]any)["awslogs-region"] = "eu-west-1"
+	job.Context, _ = json.Marshal(c)
+	rt := plugintest.NewGatedRuntime(nil)
+	_, err := Direct(e.p).Execute(context.Background(), job, rt)
+	require.NoError(t, err)
+	require.Equal(t, "from-afar\n", rt.StdoutString())
+	e.p.clients.mu.Lock()
+	_, ok := e.p.clients.m[clientKey{"eu-west-1", e.url}]
+	e.p.clients.mu.Unlock()
+	require.True(t, ok, "the log stream is read through an eu-west-1 client")
+}

@@ -60,9 +60,7 @@ func (r *run) planLogs(now time.Time) time.Time {
 		return time.Time{}
 	}
 	if due.After(now) {
-		if r.ticket != nil && r.tprio != prio {
-			r.dropTicket()
-		}
+		r.dropTicket() // a call granted now would find nothing due
 		return due
 	}
 	if r.ticket != nil && r.tprio > prio {
@@ -168,6 +166,7 @@ func (r *run) readLog(ctx context.Context) {
 			r.noteLog(s, err.Error(), now.Add(logErrorRetry))
 			return
 		}
+		cl.setRates(r.cfg.APIRates)
 		s.cl = cl
 	}
 	t := &r.h.Tasks[s.task]
