@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
@@ -64,8 +65,19 @@ func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 	defer func() { r.stopOnError(ctx, err) }()
 	r.start()
 	fmt.Fprintf(rt.Stderr(), "ecs: cluster %s, task definition %s, %d task(s)\n", r.cfg.Cluster, r.td.ARN, r.cfg.TaskCount)
+	// Every task's first launch is recorded in one checkpoint before the
+	// first RunTask (a 1,000-task job would otherwise write its handle
+	// twice per task while launching).
+	now := time.Now()
+	r.h.StartedAt = now.Unix()
 	for i := range r.h.Tasks {
-		if err := r.launch(ctx, i, firstLaunch); err != nil {
+		r.h.Tasks[i].Attempts, r.h.Tasks[i].LaunchedAt = 1, now.UnixMilli()
+	}
+	if err := r.checkpoint(ctx); err != nil {
+		return nil, err
+	}
+	for i := range r.h.Tasks {
+		if err := r.launch(ctx, i, recordedLaunch); err != nil {
 			return nil, err
 		}
 	}

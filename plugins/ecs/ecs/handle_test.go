@@ -1,11 +1,16 @@
 package ecs
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/localstack/emulator"
+	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
 
 func TestHandleRoundTrip(t *testing.T) {
@@ -88,4 +93,53 @@ func TestHandleSize(t *testing.T) {
 	require.Less(t, len(settled), 120_000)
 	var back Handle
 	require.NoError(t, json.Unmarshal(settled, &back))
+}
+
+// TestThousandTaskJobCheckpointVolume runs a 1,000-task job (synthetic
+// tasks: no processes) and states what it checkpointed: the first launches
+// are recorded in one checkpoint, RunTask answers and log positions are
+// coalesced, so the volume follows the job's duration, not its task count
+// times its log moves.
+func TestThousandTaskJobCheckpointVolume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{})
+	job := e.job("true", map[string]any{
+		"task_count": 1000, "poll_interval": "500ms",
+		"task_definition_template": map[string]any{
+			"family": "synthetic-1000",
+			"containerDefinitions": []any{map[string]any{
+				"name": "app", "image": "tether.local/synthetic",
+				"environment": []any{
+					map[string]any{"name": "SYNTH_LINES", "value": "3"},
+					map[string]any{"name": "SYNTH_INTERVAL", "value": "300ms"},
+				},
+				"logConfiguration": map[string]any{"logDriver": "awslogs", "options": map[string]string{
+					"awslogs-group": "/tether/test", "awslogs-stream-prefix": "job",
+				}},
+			}},
+		},
+	})
+	rt := plugintest.NewGatedRuntime(nil)
+	start := time.Now()
+	res, err := Direct(e.p).Execute(context.Background(), job, rt)
+	require.NoError(t, err, "stderr tail: %s", tail(rt.StderrString(), 2000))
+	require.Equal(t, "1000 ECS task(s) succeeded", res.Message)
+	require.Len(t, lines(rt.StdoutString()), 3000, "every line of every task once")
+	cps := rt.Checkpoints()
+	total, largest := 0, 0
+	for _, cp := range cps {
+		total += len(cp)
+		largest = max(largest, len(cp))
+	}
+	t.Logf("1,000-task job in %s: %d checkpoints, %.1f MB in all, largest %d bytes", time.Since(start).Round(time.Millisecond), len(cps), float64(total)/1e6, largest)
+	// Plugin 0.1 wrote two per launch (2,000) plus one per log move; one per
+	// 2 s of the job's life is the design.
+	require.Less(t, len(cps), 2+int(time.Since(start)/checkpointEvery)+5)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }

@@ -17,6 +17,7 @@ type launchKind int
 
 const (
 	firstLaunch    launchKind = iota // never launched in this attempt of the job
+	recordedLaunch                   // a first launch whose counts and launch time are already checkpointed (Execute records all at once)
 	relaunchFailed                   // its last launch failed: counts against max_fail_count
 	relaunchInfra                    // the infrastructure stopped it: counts against max_infra_relaunches
 	reissue                          // the current launch again, same client token (its answer was lost)
@@ -25,6 +26,14 @@ const (
 const (
 	launchBackoffMin = 2 * time.Second
 	launchBackoffMax = time.Minute
+	// eagerARNTasks: jobs of up to this many tasks checkpoint each task's
+	// ARN as soon as RunTask answers, so a Cleanup right after a launch
+	// stops the task by ARN. Larger jobs record ARNs with the coalesced
+	// checkpoints (a 1,000-task job would otherwise write its handle 1,000
+	// times while launching); a Cleanup within checkpointEvery of a launch
+	// then finds that task by startedBy, which ECS's eventual consistency
+	// can delay.
+	eagerARNTasks = 16
 )
 
 // launch starts task index i. A new launch (any kind but reissue) records
@@ -41,7 +50,7 @@ const (
 // token.
 func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 	t := &r.h.Tasks[i]
-	if kind != reissue {
+	if kind != reissue && kind != recordedLaunch {
 		if t.ID != "" {
 			t.Prev = append(t.Prev, t.ID)
 		}
@@ -60,13 +69,22 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 	giveUp := time.Now().Add(r.cfg.LaunchRetryTimeout)
 	backoff := launchBackoffMin
 	sameToken := kind == reissue && t.LaunchedAt > 0
+	recorded := kind == recordedLaunch
 	for {
-		if !sameToken {
+		if !sameToken && !recorded {
 			t.LaunchedAt = time.Now().UnixMilli()
 		}
-		if err := r.checkpoint(ctx); err != nil {
-			return err
+		// The launch's counts and time are durable before its RunTask, so a
+		// resume after a crash anywhere from here reissues this launch (same
+		// client token) instead of starting another. What RunTask answers
+		// need not be: a resume that does not know the ARN reissues the
+		// token and gets the same task back (see eagerARNTasks).
+		if !recorded {
+			if err := r.checkpoint(ctx); err != nil {
+				return err
+			}
 		}
+		recorded = false
 		token := r.clientToken(i, t)
 		r.stderrf("task %d launch %d of %d (relaunches %d): startedBy %s, clientToken %s", i, t.Attempts, r.cfg.MaxFailCount, t.Infra, StartedBy(r.job.ID, i), token)
 		if err := r.cl.wait(ctx, apiRunTask); err != nil {
@@ -123,11 +141,16 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 			}
 			t.Outcome, t.Reason = outcomeFailed, "RunTask failed: "+strings.Join(reasons, "; ")
 			r.stderrf("task %d: %s", i, t.Reason)
-			return r.checkpoint(ctx)
+			r.dirty = true
+			return r.flush(ctx, false)
 		default:
 			task := out.Tasks[0]
 			r.h.setARN(t, aws.ToString(task.TaskArn))
-			if err := r.checkpoint(ctx); err != nil {
+			if !sameToken {
+				t.LaunchedAt = time.Now().UnixMilli()
+			}
+			r.dirty = true
+			if err := r.flush(ctx, len(r.h.Tasks) <= eagerARNTasks); err != nil {
 				return err
 			}
 			r.track(i)

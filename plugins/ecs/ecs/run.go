@@ -316,11 +316,11 @@ func (r *run) decide(ctx context.Context) (bool, *plugin.Result, error) {
 		if t.Outcome != "" || tr.final == nil || !r.drained(i, now) {
 			continue
 		}
+		// Recorded with the next checkpoint: a resume before it describes
+		// the stopped task again and settles it the same way; a relaunch
+		// checkpoints first.
 		r.settle(t, *tr.final)
 		tr.final = nil
-		if err := r.flush(ctx, true); err != nil {
-			return true, nil, err
-		}
 	}
 	all := true
 	for i := range r.h.Tasks {
@@ -366,7 +366,9 @@ func (r *run) fail(ctx context.Context, msg string) error {
 	if err := r.stopAll(ctx, fmt.Sprintf("tether: job %s failed", r.job.ID)); err != nil {
 		msg += fmt.Sprintf(" (stopping the other tasks: %v)", err)
 	}
-	_ = r.flush(ctx, true) // the outcome is decided; a refused checkpoint changes nothing
+	if err := r.flush(ctx, true); err != nil {
+		return err // the agent refuses the job's writes: the outcome is not this run's to report
+	}
 	return plugin.Errorf(plugin.Permanent, "ecs: %s", msg)
 }
 
