@@ -34,11 +34,10 @@ type poller struct {
 	subs    map[*watchSub]bool
 	owners  map[string]*watchSub // task ARN -> the job watching it
 	running bool
-	kick    chan struct{}
 }
 
 func newPoller(cl *clients, cluster string) *poller {
-	return &poller{cl: cl, cluster: cluster, subs: map[*watchSub]bool{}, owners: map[string]*watchSub{}, kick: make(chan struct{}, 1)}
+	return &poller{cl: cl, cluster: cluster, subs: map[*watchSub]bool{}, owners: map[string]*watchSub{}}
 }
 
 // seen is what one round said about one task.
@@ -175,12 +174,10 @@ func (p *poller) loop() {
 		}
 		wait := time.Duration(backoff)*interval - time.Since(start)
 		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-p.kick:
-				t.Stop()
-			}
+			// Nothing cancels a round: the poller serves every job of the
+			// process, and its loop ends when no task is watched (a task
+			// watched meanwhile is, by ECS's consistency, not visible yet).
+			<-time.After(wait)
 		}
 	}
 }
