@@ -9,8 +9,9 @@ import (
 
 // Priorities of a log read in the process's GetLogEvents budget.
 const (
-	prioDrain = iota // a stopped task's last lines: its job waits for them
-	prioTail         // a running task's lines, for people following the job
+	prioFinish = iota // a drain already begun: finishing it ends its job soonest
+	prioDrain         // a stopped task's last lines: its job waits for them
+	prioTail          // a running task's lines, for people following the job
 	numPrios
 )
 

@@ -31,7 +31,8 @@ const (
 // returns up to 10,000 events. When the poller reports the task STOPPED,
 // its streams are drained at high priority: read to the end (the token
 // stops moving) no earlier than log_settle after the stop was seen, so
-// events CloudWatch delivers late are in. The task's outcome is recorded,
+// events CloudWatch delivers late are in; a drain once begun goes before
+// new ones, so each job ends as soon as it can rather than all late. The task's outcome is recorded,
 // and the job may end, only after that (or after log_drain_timeout, with a
 // line saying the log may be incomplete). A read error never decides the
 // job: the task does.
@@ -49,6 +50,7 @@ type stream struct {
 	done     bool      // drained
 	noted    string    // the last error written to the job's stderr
 	byTime   bool      // the token expired: read on from the last timestamp
+	drains   int       // reads since the task was seen stopped
 }
 
 // planLogs requests the run's next log read when one is due and returns
@@ -99,6 +101,8 @@ func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
 			var prio int
 			var due time.Time
 			switch {
+			case !tr.stoppedAt.IsZero() && s.drains > 0:
+				prio, due = prioFinish, tr.stoppedAt.Add(r.cfg.LogSettle)
 			case !tr.stoppedAt.IsZero():
 				prio, due = prioDrain, tr.stoppedAt.Add(r.cfg.LogSettle)
 			case t.Seen:
@@ -171,6 +175,9 @@ func (r *run) readLog(ctx context.Context) {
 	}
 	t := &r.h.Tasks[s.task]
 	cur := &t.Logs[s.cursor]
+	if prio <= prioDrain {
+		s.drains++
+	}
 	in := &cloudwatchlogs.GetLogEventsInput{
 		LogGroupName:  aws.String(s.group),
 		LogStreamName: aws.String(s.name),
@@ -192,7 +199,7 @@ func (r *run) readLog(ctx context.Context) {
 		code := errorCode(err)
 		switch {
 		case code == "ResourceNotFoundException":
-			if prio == prioDrain {
+			if prio <= prioDrain {
 				// The container never wrote a line (awslogs creates the stream
 				// with the first event), or the group is not where the task
 				// definition says.
@@ -236,7 +243,7 @@ func (r *run) readLog(ctx context.Context) {
 	case !atEnd:
 		// More to read: due again at once (a new ticket: other jobs' reads
 		// in the queue go first).
-	case prio == prioDrain:
+	case prio <= prioDrain:
 		// At the end, and the stop was seen log_settle ago or more: what
 		// CloudWatch had to deliver is in.
 		s.done = true
