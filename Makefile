@@ -9,7 +9,7 @@ KUBE_APISERVER := .tether/bin/kube-apiserver-$(KUBE_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench proto clean kube-apiserver soak
+.PHONY: all build run test vet bench bench-ecs proto clean kube-apiserver soak
 
 all: build
 
@@ -48,6 +48,14 @@ vet:
 ## bench: end-to-end throughput and claim latency (prints jobs/s, p50/p99)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./internal/bench/
+
+## bench-ecs: 1,000 ECS jobs on 2 agents against the hostile emulator with its
+## account-wide rate limits on (about 10 minutes); checks that every job
+## succeeds with no log line lost or doubled, prints API calls/s, task stop →
+## job end p50/p99, agent RSS and CPU (sizes: TETHER_BENCH_ECS_* variables,
+## see internal/e2e/ecs_bench_test.go)
+bench-ecs:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkECS1000$$' -benchtime 1x -timeout 40m ./internal/e2e/
 
 ## soak: the randomized invariant test (internal/e2e/invariant_test.go) in
 ## rounds of chaos until SOAK has passed, e.g. `make soak SOAK=30m`; each

@@ -1,0 +1,61 @@
+package emulator
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// TaskInfo is what the emulator holds about one task, read in-process:
+// never rate-limited, fault-injected, counted or hidden by the consistency
+// window, so a benchmark can check a run without spending the API budget
+// it measures.
+type TaskInfo struct {
+	ARN, ID       string
+	StartedBy     string
+	LastStatus    string
+	StopCode      string
+	StoppedReason string
+	// CreatedAt is RunTask's launch; StoppedAt is zero until STOPPED.
+	CreatedAt, StartedAt, StoppedAt time.Time
+}
+
+func (t *task) info() TaskInfo {
+	return TaskInfo{
+		ARN: t.arn, ID: t.id, StartedBy: t.startedBy, LastStatus: t.lastStatus,
+		StopCode: t.stopCode, StoppedReason: t.stoppedReason,
+		CreatedAt: t.createdAt, StartedAt: t.startedAt, StoppedAt: t.stoppedAt,
+	}
+}
+
+// Task returns the task with this ARN or ID, as long as retention keeps it.
+func (e *Emulator) Task(ref string) (TaskInfo, bool) {
+	id := ref[strings.LastIndex(ref, "/")+1:]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.tasks[id]
+	if !ok || e.expired(t, time.Now()) {
+		return TaskInfo{}, false
+	}
+	return t.info(), true
+}
+
+// Tasks returns every task retention keeps, in launch order.
+func (e *Emulator) Tasks() []TaskInfo {
+	e.mu.Lock()
+	now := time.Now()
+	ts := make([]*task, 0, len(e.tasks))
+	for _, t := range e.tasks {
+		if !e.expired(t, now) {
+			ts = append(ts, t)
+		}
+	}
+	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]TaskInfo, len(ts))
+	for i, t := range ts {
+		out[i] = t.info()
+	}
+	e.mu.Unlock()
+	return out
+}
