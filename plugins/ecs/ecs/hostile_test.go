@@ -122,11 +122,9 @@ func TestHostileInfrastructureStops(t *testing.T) {
 		// The relaunch runs to its end.
 		e.em.SetFaults(emulator.Faults{})
 		call.wait(t, 60*time.Second)
-		if call.err != nil {
-			// The relaunch may have been stopped too before the faults were
-			// lifted; then it is the second relaunch that runs.
-			require.NoError(t, call.err, "stderr: %s", rt.StderrString())
-		}
+		// The first relaunch may have been stopped too before the faults
+		// were lifted (max_infra_relaunches 2 leaves room for that).
+		require.NoError(t, call.err, "stderr: %s", rt.StderrString())
 		var out Output
 		require.NoError(t, json.Unmarshal(call.res.Output, &out))
 		require.GreaterOrEqual(t, out.Tasks[0].Relaunch, 1)
@@ -240,7 +238,6 @@ func mustClients(t *testing.T, e *env) *clients {
 	return cl
 }
 
-
 // Cleanup stops what the handle says was launched, in the cluster the handle
 // names (the config moved on), and never a later attempt's task.
 func TestHostileCleanupFollowsTheHandle(t *testing.T) {
@@ -262,7 +259,6 @@ func TestHostileCleanupFollowsTheHandle(t *testing.T) {
 	// Attempt 2 of the job runs in the default cluster.
 	retry := *job
 	retry.Attempt = 2
-	retry.Context = job.Context
 	var c map[string]any
 	require.NoError(t, json.Unmarshal(job.Context, &c))
 	delete(c, "cluster")
@@ -314,7 +310,10 @@ func TestHostileTemplateRegistrationIsSingleFlight(t *testing.T) {
 // process's budget while every job still gets its whole log.
 func TestHostilePollerBatchesAcrossJobs(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, hostile(func(o *emulator.Options) { o.ConsistencyWindow = 200 * time.Millisecond; o.LogLag = 200 * time.Millisecond }))
+	e := newEnv(t, hostile(func(o *emulator.Options) {
+		o.ConsistencyWindow = 200 * time.Millisecond
+		o.LogLag = 200 * time.Millisecond
+	}))
 	const n = 60
 	rates := map[string]any{"describe_tasks": 5, "get_log_events": 8, "run_task": 15}
 	start := time.Now()

@@ -40,6 +40,8 @@ func (r *run) reattach(ctx context.Context) error {
 	if r.h.Cluster == "" {
 		r.h.Cluster = r.cfg.Cluster
 	}
+	// The task count is what was launched; only a job none of whose tasks
+	// was launched yet takes today's task_count.
 	for len(r.h.Tasks) < r.cfg.TaskCount && !r.launchedAny() {
 		r.h.Tasks = append(r.h.Tasks, TaskState{})
 	}
