@@ -235,12 +235,12 @@ func (r *ecsBench) setUp() {
 	}
 	eff := emulator.EffectiveRateLimits(nil)
 	b.Logf("ECS bench: %d jobs, %d agents × capacity %d, lines %d–%d every %s, poll_interval %s, log_settle 3s, log_drain_timeout %s, api_rates: plugin defaults (DescribeTasks %g/s, GetLogEvents %g/s per agent); emulator hostile, seed %d, limits DescribeTasks %s GetLogEvents %s; PostgreSQL max_connections %d",
-		cfg.jobs, cfg.agents, cfg.capacity, cfg.minLines, cfg.maxLines, cfg.interval, orStr(cfg.poll, "6s (default)"), orStr(cfg.drainTimeout, "5m (default)"),
+		cfg.jobs, cfg.agents, cfg.capacity, cfg.minLines, cfg.maxLines, cfg.interval, benchOr(cfg.poll, "6s (default)"), benchOr(cfg.drainTimeout, "5m (default)"),
 		ecs.DefaultAPIRates["describe_tasks"], ecs.DefaultAPIRates["get_log_events"], cfg.seed,
 		eff["DescribeTasks"], eff["GetLogEvents"], maxConns)
 }
 
-func orStr(s, def string) string {
+func benchOr(s, def string) string {
 	if s == "" {
 		return def
 	}
@@ -451,7 +451,7 @@ func (r *ecsBench) check() {
 		lost, dup, foreign       int
 		latencies                []time.Duration
 		firstEnd, lastEnd        time.Time
-		ph                       phases
+		ph                       drainPhases
 		notes                    = stderrNotes{}
 	)
 	for _, id := range r.ids {
@@ -526,7 +526,7 @@ func (r *ecsBench) check() {
 	logRate := float64(calls["GetLogEvents"]) / secs
 	descPeak, logPeak := peakRates(r.samples, 10*time.Second)
 
-	p50, p99, pmax := pct(latencies, 0.50), pct(latencies, 0.99), pct(latencies, 1)
+	p50, p99, pmax := benchPct(latencies, 0.50), benchPct(latencies, 0.99), benchPct(latencies, 1)
 	cpu := r.cpuEnd.sub(r.cpuStart)
 	selfCPU := selfCPU() - r.selfCPU0
 	pgCPU := postgresCPU() - r.pgCPU0
@@ -538,7 +538,7 @@ func (r *ecsBench) check() {
 		peakConns = max(peakConns, c.conns)
 	}
 	fmt.Fprintf(&rep, "elapsed (submit → last job terminal): %s; launches from %s to %s after submit (each job's first: until %s); job ends from %s to %s\n",
-		elapsed.Round(time.Second), since(r.began, firstLaunch), since(r.began, lastLaunch), since(r.began, lastFirstLaunch), since(r.began, firstEnd), since(r.began, lastEnd))
+		elapsed.Round(time.Second), benchSince(r.began, firstLaunch), benchSince(r.began, lastLaunch), benchSince(r.began, lastFirstLaunch), benchSince(r.began, firstEnd), benchSince(r.began, lastEnd))
 	fmt.Fprintf(&rep, "PostgreSQL client connections: at most %d seen (samples every second)\n", peakConns)
 	fmt.Fprintf(&rep, "jobs: %d succeeded, %d failed, %d not terminal (of %d)\n", succeeded, failed, open, len(r.ids))
 	fmt.Fprintf(&rep, "jobs ended per agent: %s\n", r.endsPerAgent())
@@ -555,13 +555,13 @@ func (r *ecsBench) check() {
 	fmt.Fprintf(&rep, "task stop → job terminal: p50 %s, p99 %s, max %s (%d jobs)\n",
 		p50.Round(time.Millisecond), p99.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies))
 	ph.report(&rep, calls["GetLogEvents"])
-	timeline(&rep, r.samples, r.began, 30*time.Second)
+	benchTimeline(&rep, r.samples, r.began, 30*time.Second)
 	var aggRSS, aggHWM int64
 	var aggCPU time.Duration
 	byKind := map[string]*procFigures{}
 	for _, p := range r.procs {
 		fmt.Fprintf(&rep, "process %-12s %-24s pid %-7d RSS %6.1f MiB, peak %6.1f MiB, CPU %7.1f s (%.0f%% of a core)\n",
-			p.agent, p.comm, p.pid, mib(p.rssKB), mib(p.hwmKB), p.cpu.Seconds(), 100*p.cpu.Seconds()/secs)
+			p.agent, p.comm, p.pid, benchMiB(p.rssKB), benchMiB(p.hwmKB), p.cpu.Seconds(), 100*p.cpu.Seconds()/secs)
 		aggRSS += p.rssKB
 		aggHWM += p.hwmKB
 		aggCPU += p.cpu
@@ -575,16 +575,16 @@ func (r *ecsBench) check() {
 	}
 	for _, name := range slices.Sorted(maps.Keys(byKind)) {
 		k := byKind[name]
-		fmt.Fprintf(&rep, "  %d × %-24s RSS %6.1f MiB, sum of peaks %6.1f MiB, CPU %7.1f s\n", k.pid, name, mib(k.rssKB), mib(k.hwmKB), k.cpu.Seconds())
+		fmt.Fprintf(&rep, "  %d × %-24s RSS %6.1f MiB, sum of peaks %6.1f MiB, CPU %7.1f s\n", k.pid, name, benchMiB(k.rssKB), benchMiB(k.hwmKB), k.cpu.Seconds())
 	}
 	fmt.Fprintf(&rep, "agents + plugins: RSS %.1f MiB, sum of peaks %.1f MiB, CPU %.1f s (%.0f%% of a core over the run)\n",
-		mib(aggRSS), mib(aggHWM), aggCPU.Seconds(), 100*aggCPU.Seconds()/secs)
+		benchMiB(aggRSS), benchMiB(aggHWM), aggCPU.Seconds(), 100*aggCPU.Seconds()/secs)
 	if k := byKind["tether"]; k != nil {
-		b.ReportMetric(mib(k.hwmKB)/float64(k.pid), "agent-peak-MiB")
+		b.ReportMetric(benchMiB(k.hwmKB)/float64(k.pid), "agent-peak-MiB")
 		b.ReportMetric(k.cpu.Seconds()/float64(k.pid), "agent-cpu-s")
 	}
 	if k := byKind["tether-plugin-ecs"]; k != nil {
-		b.ReportMetric(mib(k.hwmKB)/float64(k.pid), "ecs-plugin-peak-MiB")
+		b.ReportMetric(benchMiB(k.hwmKB)/float64(k.pid), "ecs-plugin-peak-MiB")
 		b.ReportMetric(k.cpu.Seconds()/float64(k.pid), "ecs-plugin-cpu-s")
 	}
 	fmt.Fprintf(&rep, "this process (emulator + checker): CPU %.1f s; PostgreSQL: CPU %.1f s; machine: %d CPUs %.0f%% busy during the run\n",
@@ -612,13 +612,13 @@ func (r *ecsBench) check() {
 	if succeeded != len(r.ids) {
 		b.Errorf("%d of %d jobs succeeded (%d failed, %d open); first ones:\n%s", succeeded, len(r.ids), failed, open, strings.Join(failures, "\n"))
 	} else if len(failures) > 0 {
-		b.Errorf("%d problems:\n%s", len(failures), strings.Join(firstN(failures, 10), "\n"))
+		b.Errorf("%d problems:\n%s", len(failures), strings.Join(benchFirstN(failures, 10), "\n"))
 	}
 	if len(launchProblems) > 0 {
-		b.Errorf("%d jobs with launches ≠ 1 + infrastructure relaunches:\n%s", len(launchProblems), strings.Join(firstN(launchProblems, 10), "\n"))
+		b.Errorf("%d jobs with launches ≠ 1 + infrastructure relaunches:\n%s", len(launchProblems), strings.Join(benchFirstN(launchProblems, 10), "\n"))
 	}
 	if len(lineProblems) > 0 {
-		b.Errorf("%d jobs with lost, duplicated, foreign or disordered lines:\n%s", len(lineProblems), strings.Join(firstN(lineProblems, 10), "\n"))
+		b.Errorf("%d jobs with lost, duplicated, foreign or disordered lines:\n%s", len(lineProblems), strings.Join(benchFirstN(lineProblems, 10), "\n"))
 	}
 	if descRate >= benchDescribeLimit || descPeak >= benchDescribeLimit {
 		b.Errorf("DescribeTasks at %.2f/s over the run, %.2f/s at peak: not under the account limit %.0f/s", descRate, descPeak, benchDescribeLimit)
@@ -702,12 +702,12 @@ func (n stderrNotes) report(w io.Writer) {
 	fmt.Fprintln(w)
 	for _, k := range stderrKinds {
 		if e := n[k.kind]; e != nil {
-			fmt.Fprintf(w, "  %-40s %4d jobs, %4d lines; e.g. %s\n", k.kind, e.jobs, e.lines, truncate(e.example, 300))
+			fmt.Fprintf(w, "  %-40s %4d jobs, %4d lines; e.g. %s\n", k.kind, e.jobs, e.lines, benchTruncate(e.example, 300))
 		}
 	}
 }
 
-func truncate(s string, n int) string {
+func benchTruncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -806,18 +806,18 @@ func (w *recordingWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-// phases splits each job's task stop → job terminal time at the calls the
+// drainPhases splits each job's task stop → job terminal time at the calls the
 // recorder saw: the stop is seen by the first DescribeTasks after it; its
 // log drain starts with the first read of its stream after that (no
 // earlier than log_settle) and ends with the last; then the job's final
 // write.
-type phases struct {
+type drainPhases struct {
 	stopToSeen, seenToDrain, drain, lastReadToEnd []time.Duration
 	tails, drains                                 []int // reads of each final task's stream before and after the stop was seen
 	failedReads, earlierReads, unseen             int
 }
 
-func (p *phases) add(rec *callRecorder, t emulator.TaskInfo, stream string, end time.Time) {
+func (p *drainPhases) add(rec *callRecorder, t emulator.TaskInfo, stream string, end time.Time) {
 	seen, ok := rec.seenStopped(t.ARN, t.StoppedAt)
 	if !ok {
 		p.unseen++
@@ -849,10 +849,10 @@ func (p *phases) add(rec *callRecorder, t emulator.TaskInfo, stream string, end 
 	p.lastReadToEnd = append(p.lastReadToEnd, end.Sub(last))
 }
 
-func (p *phases) report(w io.Writer, allReads int) {
+func (p *drainPhases) report(w io.Writer, allReads int) {
 	row := func(name string, ds []time.Duration) {
 		fmt.Fprintf(w, "  %-38s p50 %8s  p99 %8s  max %8s\n", name,
-			pct(ds, 0.5).Round(10*time.Millisecond), pct(ds, 0.99).Round(10*time.Millisecond), pct(ds, 1).Round(10*time.Millisecond))
+			benchPct(ds, 0.5).Round(10*time.Millisecond), benchPct(ds, 0.99).Round(10*time.Millisecond), benchPct(ds, 1).Round(10*time.Millisecond))
 	}
 	fmt.Fprintf(w, "where that time goes (from the calls the emulator answered; %d final tasks never described after their stop):\n", p.unseen)
 	row("stop → seen by DescribeTasks", p.stopToSeen)
@@ -875,7 +875,7 @@ func (p *phases) report(w io.Writer, allReads int) {
 
 // timeline prints the run every step: tasks stopped, jobs ended, the
 // backlog between them, and the call rates.
-func timeline(w io.Writer, s []callSample, began time.Time, step time.Duration) {
+func benchTimeline(w io.Writer, s []callSample, began time.Time, step time.Duration) {
 	fmt.Fprintf(w, "timeline:   t  tasks stopped  jobs ended  stopped-not-ended  DescribeTasks/s  GetLogEvents/s  db conns\n")
 	prev := callSample{at: began}
 	for i, c := range s {
@@ -1005,7 +1005,7 @@ func peakRates(s []callSample, w time.Duration) (describe, getLogs float64) {
 	return describe, getLogs
 }
 
-func pct(ds []time.Duration, p float64) time.Duration {
+func benchPct(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
@@ -1015,16 +1015,16 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
-func since(t0, t time.Time) string {
+func benchSince(t0, t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
 	return t.Sub(t0).Round(100 * time.Millisecond).String()
 }
 
-func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
+func benchFirstN(s []string, n int) []string { return s[:min(n, len(s))] }
 
-func mib(kb int64) float64 { return float64(kb) / 1024 }
+func benchMiB(kb int64) float64 { return float64(kb) / 1024 }
 
 func otherCalls(calls, throttled map[string]int) string {
 	var parts []string
@@ -1052,8 +1052,8 @@ type procFigures struct {
 	cpu          time.Duration // utime + stime
 }
 
-// clockTick is USER_HZ, 100 on every Linux this runs on.
-const clockTick = 100
+// benchClockTick is USER_HZ, 100 on every Linux this runs on.
+const benchClockTick = 100
 
 // procStatFields are the fields of /proc/<pid>/stat after the command name
 // (the first is the state, the second the ppid).
@@ -1070,7 +1070,7 @@ func procStatFields(pid string) []string {
 	return strings.Fields(s[i+1:])
 }
 
-func ticks(f []string, idx ...int) time.Duration {
+func benchTicks(f []string, idx ...int) time.Duration {
 	var n int64
 	for _, i := range idx {
 		if i < len(f) {
@@ -1078,7 +1078,7 @@ func ticks(f []string, idx ...int) time.Duration {
 			n += v
 		}
 	}
-	return time.Duration(n) * time.Second / clockTick
+	return time.Duration(n) * time.Second / benchClockTick
 }
 
 // procTree reads the agent process pid and its direct children (its plugins).
@@ -1100,7 +1100,7 @@ func procTree(pid int, agent string) []procFigures {
 func readProc(pid int, agent string) procFigures {
 	p := procFigures{agent: agent, pid: pid}
 	f := procStatFields(strconv.Itoa(pid))
-	p.cpu = ticks(f, 11, 12)
+	p.cpu = benchTicks(f, 11, 12)
 	// argv[0]'s base name: comm is cut at 15 bytes (tether-plugin-e…).
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
 		argv0, _, _ := strings.Cut(string(b), "\x00")
@@ -1125,7 +1125,7 @@ func readProc(pid int, agent string) procFigures {
 }
 
 // selfCPU is this process's CPU time so far.
-func selfCPU() time.Duration { return ticks(procStatFields("self"), 11, 12) }
+func selfCPU() time.Duration { return benchTicks(procStatFields("self"), 11, 12) }
 
 // postgresCPU is the CPU time of the postgres servers this process started:
 // each postmaster's own and its reaped children's, plus its live children's.
@@ -1148,10 +1148,10 @@ func postgresCPU() time.Duration {
 		if b, _ := os.ReadFile(filepath.Join("/proc", pid, "comm")); strings.TrimSpace(string(b)) != "postgres" {
 			continue
 		}
-		total += ticks(f, 11, 12, 13, 14)
+		total += benchTicks(f, 11, 12, 13, 14)
 		for _, cf := range stats {
 			if cf[1] == pid {
-				total += ticks(cf, 11, 12)
+				total += benchTicks(cf, 11, 12)
 			}
 		}
 	}

@@ -51,6 +51,7 @@ type stream struct {
 	noted    string    // the last error written to the job's stderr
 	byTime   bool      // the token expired: read on from the last timestamp
 	drains   int       // reads since the task was seen stopped
+	drainAt  time.Time // the first of them
 }
 
 // planLogs requests the run's next log read when one is due and returns
@@ -138,11 +139,20 @@ func (r *run) drained(i int, now time.Time) bool {
 	if all {
 		return true
 	}
-	if now.Sub(tr.stoppedAt) < r.cfg.LogDrainTimeout {
+	// The timeout counts from a stream's first drain read, not from the
+	// stop: waiting for a turn in the process's budget is queueing, not a
+	// failing stream, and giving up then would cut logs for no reason.
+	expired := false
+	for _, s := range tr.streams {
+		if !s.done && !s.drainAt.IsZero() && now.Sub(s.drainAt) >= r.cfg.LogDrainTimeout {
+			expired = true
+		}
+	}
+	if !expired {
 		return false
 	}
 	for _, s := range tr.streams {
-		if !s.done {
+		if !s.done && !s.drainAt.IsZero() && now.Sub(s.drainAt) >= r.cfg.LogDrainTimeout {
 			s.done = true
 			r.stderrf("task %d: stopped reading log stream %s after %s; its last lines may be missing%s", i, s.name, r.cfg.LogDrainTimeout, noteSuffix(s.noted))
 		}
@@ -176,6 +186,9 @@ func (r *run) readLog(ctx context.Context) {
 	t := &r.h.Tasks[s.task]
 	cur := &t.Logs[s.cursor]
 	if prio <= prioDrain {
+		if s.drains == 0 {
+			s.drainAt = now
+		}
 		s.drains++
 	}
 	in := &cloudwatchlogs.GetLogEventsInput{
