@@ -17,8 +17,12 @@
 // work_dir may also come from the plugin config (plugins.resumable.config.work_dir).
 // Files under work_dir, per job:
 //
-//	<job_id>.starts   one line per start of work (O_APPEND), never removed
-//	<job_id>.pid      the work process id
+//	<job_id>.starts   one line per start of work (O_APPEND, by the work
+//	                  itself), never removed
+//	<job_id>.pid      the work process id, written by the work first thing
+//	<job_id>.lock     flock-held by whoever is starting the work and then by
+//	                  the work for its whole life (an inherited descriptor):
+//	                  Resume tells "being started or running" from "nobody"
 //	<job_id>.record   the outcome, written by the work when it ends
 //	<job_id>.journal  one JSON line (O_APPEND) per event of the work, never
 //	                  removed: "start" (the work, before Execute may return),
@@ -56,6 +60,8 @@ const (
 	envWorkAttempt  = "TETHER_RESUMABLE_WORK_ATTEMPT"
 	envWorkJournal  = "TETHER_RESUMABLE_WORK_JOURNAL"
 	envWorkAgentPID = "TETHER_RESUMABLE_WORK_AGENT_PID"
+	envWorkPID      = "TETHER_RESUMABLE_WORK_PID_FILE"
+	envWorkStarts   = "TETHER_RESUMABLE_WORK_STARTS"
 )
 
 // readyTimeout bounds how long a start waits for the work to journal itself.
@@ -136,6 +142,7 @@ type work struct {
 	pid     string
 	record  string
 	journal string
+	lock    string
 }
 
 func newWork(job *plugin.Job) (*work, error) {
@@ -180,6 +187,7 @@ func newWork(job *plugin.Job) (*work, error) {
 		pid:     base + ".pid",
 		record:  base + ".record",
 		journal: base + ".journal",
+		lock:    base + ".lock",
 	}, nil
 }
 
@@ -195,8 +203,14 @@ func (resumable) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 		return nil, err
 	}
 	// Execute always starts: a second Execute for the same job shows up as a
-	// second line in the starts file, which is what tests look for.
-	if err := w.start(ctx, rt); err != nil {
+	// second line in the starts file, which is what tests look for. It takes
+	// the lock when it is free, so that a Resume can see the start; when an
+	// earlier start's work still holds it, it starts anyway (unlocked).
+	lock, err := w.tryLock()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.start(ctx, rt, lock); err != nil {
 		return nil, err
 	}
 	return w.wait(ctx, rt)
@@ -232,19 +246,87 @@ func (resumable) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 	case h != nil:
 		return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s (pid %d) was started but no trace of it is left", h.Name, h.PID)
 	}
-	n, err := w.startCount()
+	// No pid file: either nobody started the work, or a start (perhaps of
+	// a plugin process that is dying with its agent) is under way. The lock
+	// tells them apart: a start holds it, and then the work does.
+	lock, err := w.tryLock()
 	if err != nil {
 		return nil, err
 	}
+	if lock == nil {
+		if err := w.awaitPID(ctx); err != nil {
+			return nil, err
+		}
+		return w.wait(ctx, rt)
+	}
+	// Under the lock nobody else can be starting it: look again.
+	if pid, err := w.readPID(); err != nil || pid != 0 {
+		lock.Close()
+		if err != nil {
+			return nil, err
+		}
+		return w.wait(ctx, rt)
+	}
+	n, err := w.startCount()
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
 	if n > 0 {
-		// A start was begun but never recorded its pid: it may be running.
-		return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s was being started (%d start(s)) but left no pid", w.name, n)
+		// It ran (it counts itself) but its pid file is gone: Cleanup ran.
+		lock.Close()
+		return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s was started (%d start(s)) but its pid file is gone", w.name, n)
 	}
 	// Never submitted: start it now.
-	if err := w.start(ctx, rt); err != nil {
+	if err := w.start(ctx, rt, lock); err != nil {
 		return nil, err
 	}
 	return w.wait(ctx, rt)
+}
+
+// tryLock takes the work's start lock without waiting; nil when someone
+// (a start, or the running work) holds it.
+func (w *work) tryLock() (*os.File, error) {
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return nil, plugin.Errorf(plugin.Retriable, "resumable: creating work_dir: %v", err)
+	}
+	f, err := os.OpenFile(w.lock, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, plugin.Errorf(plugin.Retriable, "resumable: opening lock of %s: %v", w.name, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, plugin.Errorf(plugin.Retriable, "resumable: locking %s: %v", w.name, err)
+	}
+	return f, nil
+}
+
+// awaitPID waits, while someone holds the lock, for the work to record its
+// pid (a start under way); a start whose work never appears is unknown.
+func (w *work) awaitPID(ctx context.Context) error {
+	deadline := time.Now().Add(readyTimeout)
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		pid, err := w.readPID()
+		if err != nil || pid != 0 {
+			return err
+		}
+		if _, err := os.Stat(w.record); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s is being started elsewhere but recorded no pid within %s", w.name, readyTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return plugin.WithClass(plugin.Retriable, fmt.Errorf("waiting for work %s to start: %w", w.name, ctx.Err()))
+		case <-t.C:
+		}
+	}
 }
 
 func (resumable) Cleanup(_ context.Context, job *plugin.Job) error {
@@ -278,16 +360,15 @@ func (resumable) Cleanup(_ context.Context, job *plugin.Job) error {
 }
 
 // start launches the detached work, records it and checkpoints its handle.
-func (w *work) start(ctx context.Context, rt plugin.Runtime) error {
-	if err := os.MkdirAll(w.dir, 0o755); err != nil {
-		return plugin.Errorf(plugin.Retriable, "resumable: creating work_dir: %v", err)
+// lock, when not nil, is the held start lock: the work inherits it and holds
+// it for its life; start closes this process's descriptor.
+func (w *work) start(ctx context.Context, rt plugin.Runtime, lock *os.File) error {
+	if lock != nil {
+		defer lock.Close()
 	}
 	// Left over from an earlier start, if any: this start's outcome is what counts.
 	if err := os.Remove(w.record); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return plugin.Errorf(plugin.Retriable, "resumable: removing old record: %v", err)
-	}
-	if err := appendLine(w.starts, fmt.Sprintf("%d %s", os.Getpid(), time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
-		return plugin.Errorf(plugin.Retriable, "resumable: counting start: %v", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -314,8 +395,13 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime) error {
 		envWorkAttempt + "=" + strconv.Itoa(w.attempt),
 		envWorkJournal + "=" + w.journal,
 		envWorkAgentPID + "=" + strconv.Itoa(os.Getppid()),
+		envWorkPID + "=" + w.pid,
+		envWorkStarts + "=" + w.starts,
 	}
 	cmd.ExtraFiles = []*os.File{readyW}
+	if lock != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, lock) // fd 4: the work holds the lock while it lives
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	readyW.Close()
@@ -328,8 +414,11 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime) error {
 	// A line, or EOF if the work died first; either way its start is over.
 	_ = ready.SetReadDeadline(time.Now().Add(readyTimeout))
 	_, _ = ready.Read(make([]byte, 16))
-	if err := writeAtomic(w.pid, []byte(strconv.Itoa(pid))); err != nil {
-		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: recording pid of work %s: %v", w.name, err)
+	if got, err := w.readPID(); err != nil || got != pid {
+		if err != nil {
+			return err
+		}
+		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s (pid %d) did not record itself (pid file says %d)", w.name, pid, got)
 	}
 	h, err := json.Marshal(handle{Name: w.name, PID: pid})
 	if err != nil {
@@ -505,6 +594,19 @@ func runWork(recordPath string) int {
 	attempt, _ := strconv.Atoi(os.Getenv(envWorkAttempt))
 	agentPID, _ := strconv.Atoi(os.Getenv(envWorkAgentPID))
 	w := &work{journal: os.Getenv(envWorkJournal)}
+	// Findable by name first, then counted: a Resume that sees the lock
+	// held waits for this pid file.
+	if p := os.Getenv(envWorkPID); p != "" {
+		if err := writeAtomic(p, []byte(strconv.Itoa(os.Getpid()))); err != nil {
+			fmt.Fprintf(os.Stderr, "resumable work: recording pid: %v\n", err)
+			return 1
+		}
+	}
+	if p := os.Getenv(envWorkStarts); p != "" {
+		if err := appendLine(p, fmt.Sprintf("%d %s", os.Getppid(), time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+			fmt.Fprintf(os.Stderr, "resumable work: counting start: %v\n", err)
+		}
+	}
 	if w.journal != "" {
 		if err := w.journalAppend(journalLine{Event: JournalStart, Attempt: attempt, PID: os.Getpid(), TimeNS: time.Now().UnixNano(),
 			PluginPID: os.Getppid(), AgentPID: agentPID}); err != nil {

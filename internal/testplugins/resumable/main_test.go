@@ -149,3 +149,30 @@ func TestRelativeWorkDirIsRejected(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, plugin.Permanent, plugin.ClassOf(err))
 }
+
+// A Resume that arrives while another plugin process is still starting the
+// work (its agent was killed mid-start, the job was handed over at once)
+// waits for that start instead of failing it or starting a second copy.
+func TestResumeDuringAStartWaitsForIt(t *testing.T) {
+	dir := t.TempDir()
+	job := newJob(t, dir, map[string]any{"duration_ms": 50})
+	w, err := newWork(job)
+	require.NoError(t, err)
+	lock, err := w.tryLock()
+	require.NoError(t, err)
+	require.NotNil(t, lock)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := resumable{}.Resume(context.Background(), job, plugintest.NewRuntime(nil))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Resume returned (%v) while a start held the lock", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, w.start(context.Background(), plugintest.NewRuntime(nil), lock))
+	require.NoError(t, <-done)
+	assert.Equal(t, 1, starts(t, dir, job))
+}
