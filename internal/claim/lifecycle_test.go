@@ -80,7 +80,18 @@ func TestFailedExecuteIsCleanedUpBeforeTheRetry(t *testing.T) {
 		limits.Set{MaxRetry: 1, RetryBackoff: time.Millisecond, RetryBackoffMax: time.Millisecond})
 	done := waitStatus(t, st, j.ID, 30*time.Second, store.StatusFailed)
 	assert.Equal(t, 2, done.Attempt)
-	evs := eventsOf(t, st, j.ID)
+	// The last attempt's Cleanup runs after its failure is stored.
+	var evs []store.Event
+	assert.Eventually(t, func() bool {
+		evs = eventsOf(t, st, j.ID)
+		n := 0
+		for _, e := range evs {
+			if e.Kind == "cleanup_ok" || e.Kind == "cleanup_failed" {
+				n++
+			}
+		}
+		return n >= 2
+	}, 30*time.Second, 20*time.Millisecond, "both attempts cleaned up (events below)")
 	// Order: attempt 1's Cleanup is done before attempt 2 is claimed.
 	var order []string
 	for _, e := range evs {
