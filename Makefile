@@ -6,10 +6,16 @@ PLUGINS := shell ecs sparkeks
 # (tools/kube-apiserver pins its version) and Debian's etcd-server.
 KUBE_VERSION   := $(shell awk '$$1 == "k8s.io/kubernetes" {print $$2}' tools/kube-apiserver/go.mod)
 KUBE_APISERVER := .tether/bin/kube-apiserver-$(KUBE_VERSION)
+# Its garbage collector (kube-controller-manager, same module and version)
+# and kubeflow's spark-operator controller (tools/spark-operator pins its
+# version) run in the Spark operator tests (internal/kubetest).
+KUBE_CONTROLLER_MANAGER := .tether/bin/kube-controller-manager-$(KUBE_VERSION)
+SPARK_OPERATOR_VERSION  := $(shell awk '$$1 == "github.com/kubeflow/spark-operator/v2" {print $$2}' tools/spark-operator/go.mod)
+SPARK_OPERATOR          := .tether/bin/spark-operator-$(SPARK_OPERATOR_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench bench-ecs proto clean kube-apiserver soak
+.PHONY: all build run test vet bench bench-ecs proto clean kube-apiserver kube-controller-manager spark-operator soak
 
 all: build
 
@@ -24,10 +30,11 @@ run: build
 	$(BIN)/tether dev
 
 ## test: the whole suite against real PostgreSQL, real plugin binaries and a
-## real kube-apiserver + etcd (the apiserver is built once, then cached)
+## real kube-apiserver + etcd, kube-controller-manager's garbage collector and
+## kubeflow's spark-operator (each built once, then cached)
 ## (vet runs after the tests with the same -race build, so it reuses their
 ## compiled packages: on a fresh machine a separate plain vet costs minutes)
-test: $(KUBE_APISERVER)
+test: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 	@command -v etcd >/dev/null || { echo "etcd not found: apt-get install -y etcd-server (the Kubernetes tests need it)"; exit 1; }
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) vet -race ./...
@@ -40,6 +47,27 @@ $(KUBE_APISERVER): tools/kube-apiserver/go.mod tools/kube-apiserver/go.sum
 	@mkdir -p $(dir $@)
 	@echo "building kube-apiserver $(KUBE_VERSION) from the Go module proxy (once; a few minutes)"
 	cd tools/kube-apiserver && $(GO) build -o ../../$@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.tmp $@
+
+## kube-controller-manager: build the controller manager whose garbage
+## collector the Spark operator tests run (about 2 minutes the first time
+## after kube-apiserver; kept under .tether/bin)
+kube-controller-manager: $(KUBE_CONTROLLER_MANAGER)
+
+$(KUBE_CONTROLLER_MANAGER): tools/kube-apiserver/go.mod tools/kube-apiserver/go.sum
+	@mkdir -p $(dir $@)
+	@echo "building kube-controller-manager $(KUBE_VERSION) from the Go module proxy (once; a few minutes)"
+	cd tools/kube-apiserver && $(GO) build -o ../../$@.tmp k8s.io/kubernetes/cmd/kube-controller-manager
+	mv $@.tmp $@
+
+## spark-operator: build kubeflow's spark-operator (the controller the Spark
+## operator tests run; about 2 minutes the first time; kept under .tether/bin)
+spark-operator: $(SPARK_OPERATOR)
+
+$(SPARK_OPERATOR): tools/spark-operator/go.mod tools/spark-operator/go.sum
+	@mkdir -p $(dir $@)
+	@echo "building spark-operator $(SPARK_OPERATOR_VERSION) from the Go module proxy (once; a few minutes)"
+	cd tools/spark-operator && $(GO) build -o ../../$@.tmp github.com/kubeflow/spark-operator/v2/cmd/operator
 	mv $@.tmp $@
 
 vet:

@@ -1,21 +1,27 @@
 // Package kubetest runs a real Kubernetes control plane for tether's tests:
 // etcd (Debian's etcd-server) and kube-apiserver (built from the Go module
 // proxy by `make kube-apiserver`), started by controller-runtime's envtest,
-// with the SparkApplication CRD installed. There is no scheduler, kubelet or
-// controller manager: Simulator plays spark-operator (and the garbage
-// collector's part for SparkApplications), and Proxy sits in front of the
-// apiserver to count and fail requests.
+// with kubeflow spark-operator's own CRDs installed (read at test time from
+// the spark-operator module that tools/spark-operator pins, in the Go module
+// cache). Start runs no scheduler, kubelet or controller manager:
+// Simulator plays spark-operator (and the garbage collector's part for
+// SparkApplications), and Proxy sits in front of the apiserver to count and
+// fail requests. StartOperatorStack (operator.go) runs the real
+// spark-operator controller, kube-controller-manager's garbage collector and
+// a kubelet stand-in (kubelet.go) instead.
 package kubetest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -29,8 +35,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed sparkapplication-crd.yaml
-var crdYAML []byte
+// SparkOperatorModule is the module whose CRDs Start installs and whose
+// controller StartOperatorStack runs; tools/spark-operator/go.mod pins its
+// version.
+const SparkOperatorModule = "github.com/kubeflow/spark-operator/v2"
+
+// sparkOperatorCRDs are the CRDs Start installs, from the module's
+// config/crd/bases. The operator's controller needs all three: it starts
+// the ScheduledSparkApplication and SparkConnect controllers too, and
+// caches their kinds (cmd/operator/controller/start.go, newCacheOptions).
+var sparkOperatorCRDs = []string{
+	"sparkoperator.k8s.io_sparkapplications.yaml",
+	"sparkoperator.k8s.io_scheduledsparkapplications.yaml",
+	"sparkoperator.k8s.io_sparkconnects.yaml",
+}
 
 // Env is a running control plane.
 type Env struct {
@@ -38,10 +56,17 @@ type Env struct {
 	Kubeconfig string       // a kubeconfig file for the same access
 	Dynamic    dynamic.Interface
 	Clientset  kubernetes.Interface
-	env        *envtest.Environment
+	Dir        string // where Start keeps its files
+
+	// The kubelet's serving certificate: the apiserver trusts it (as
+	// --kubelet-certificate-authority) when it proxies pods/log to the
+	// kubelet stand-in.
+	kubeletCert, kubeletKey string
+
+	env *envtest.Environment
 }
 
-// Start starts etcd and kube-apiserver with the SparkApplication CRD, writing
+// Start starts etcd and kube-apiserver with spark-operator's CRDs, writing
 // the kubeconfig and the control plane's data under dir. Whatever part of the
 // control plane did start is stopped again when Start fails.
 func Start(ctx context.Context, dir string) (*Env, error) {
@@ -49,9 +74,13 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(crdYAML, &crd); err != nil {
-		return nil, fmt.Errorf("reading the SparkApplication CRD: %w", err)
+	crds, err := loadCRDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kubeletCert, kubeletKey, err := writeServingCert(dir, "kubelet")
+	if err != nil {
+		return nil, err
 	}
 	// envtest logs through controller-runtime's logger, which otherwise
 	// complains on stderr that it was never set.
@@ -71,12 +100,20 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 	defer etcdLog.Close()
 
 	te := &envtest.Environment{
-		CRDs:                     []*apiextensionsv1.CustomResourceDefinition{&crd},
+		CRDs:                     crds,
 		ControlPlaneStartTimeout: 60 * time.Second,
 		ControlPlaneStopTimeout:  20 * time.Second,
 	}
 	api := te.ControlPlane.GetAPIServer()
 	api.Path, api.Out, api.Err = apiserver, apiLog, apiLog
+	// pods/log goes through the apiserver to the kubelet stand-in, at the
+	// node's InternalIP (the node's hostname does not resolve). envtest
+	// passes no kubelet CA, and without one kube-apiserver skips verifying
+	// the kubelet's certificate (k8s.io/kubernetes pkg/kubelet/client,
+	// transportConfig); with the stand-in's self-signed one it verifies.
+	api.Configure().
+		Set("kubelet-certificate-authority", kubeletCert).
+		Set("kubelet-preferred-address-types", "InternalIP,Hostname")
 	te.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, DataDir: filepath.Join(dir, "etcd"), Out: etcdLog, Err: etcdLog}
 
 	type started struct {
@@ -103,7 +140,7 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 		return nil, errors.Join(fmt.Errorf("starting the Kubernetes control plane (kube-apiserver %s, etcd %s): %w\nkube-apiserver.log ends:\n%s\netcd.log ends:\n%s",
 			apiserver, etcd, err, tail(apiLog.Name()), tail(etcdLog.Name())), serr)
 	}
-	e := &Env{Config: cfg, env: te}
+	e := &Env{Config: cfg, Dir: dir, kubeletCert: kubeletCert, kubeletKey: kubeletKey, env: te}
 	if err := e.finish(dir); err != nil {
 		return nil, errors.Join(err, te.Stop())
 	}
@@ -165,6 +202,105 @@ func Binaries() (apiserver, etcd string, err error) {
 	return apiserver, etcd, nil
 }
 
+// SparkOperatorBinary finds the spark-operator binary: TETHER_SPARK_OPERATOR
+// when set, else the one `make spark-operator` builds under the repository's
+// .tether/bin. The error says how to get it.
+func SparkOperatorBinary() (string, error) {
+	bin := os.Getenv("TETHER_SPARK_OPERATOR")
+	if bin == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return "", err
+		}
+		version, err := requiredVersion(filepath.Join(root, "tools", "spark-operator", "go.mod"), SparkOperatorModule)
+		if err != nil {
+			return "", err
+		}
+		bin = filepath.Join(root, ".tether", "bin", "spark-operator-"+version)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("spark-operator not found at %s: run `make spark-operator` (builds it from the Go module proxy once, about 2 minutes) or set TETHER_SPARK_OPERATOR", bin)
+	}
+	return bin, nil
+}
+
+// KubeControllerManagerBinary finds kube-controller-manager (the stack runs
+// only its garbage collector): TETHER_KUBE_CONTROLLER_MANAGER when set, else
+// the one `make kube-controller-manager` builds under .tether/bin from the
+// same module and version as kube-apiserver.
+func KubeControllerManagerBinary() (string, error) {
+	bin := os.Getenv("TETHER_KUBE_CONTROLLER_MANAGER")
+	if bin == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return "", err
+		}
+		version, err := kubeVersion(root)
+		if err != nil {
+			return "", err
+		}
+		bin = filepath.Join(root, ".tether", "bin", "kube-controller-manager-"+version)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("kube-controller-manager not found at %s: run `make kube-controller-manager` (builds it from the Go module proxy once, a few minutes) or set TETHER_KUBE_CONTROLLER_MANAGER", bin)
+	}
+	return bin, nil
+}
+
+// SparkOperatorModuleDir is the spark-operator module's directory in the Go
+// module cache, at the version tools/spark-operator pins:
+// TETHER_SPARK_OPERATOR_MODULE when set, else what `go mod download -json`
+// says there (which also fetches the module on a fresh machine).
+func SparkOperatorModuleDir(ctx context.Context) (string, error) {
+	if dir := os.Getenv("TETHER_SPARK_OPERATOR_MODULE"); dir != "" {
+		return dir, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.CommandContext(ctx, goBin, "mod", "download", "-json", SparkOperatorModule)
+	cmd.Dir = filepath.Join(root, "tools", "spark-operator")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var m struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &m); jerr == nil && m.Error != "" {
+		err = errors.New(m.Error)
+	}
+	if err != nil || m.Dir == "" {
+		return "", fmt.Errorf("finding %s's CRDs (go mod download -json in tools/spark-operator): %v %s; run `make spark-operator` (it downloads the module and builds the operator) or set TETHER_SPARK_OPERATOR_MODULE to the module's directory",
+			SparkOperatorModule, err, strings.TrimSpace(stderr.String()))
+	}
+	return m.Dir, nil
+}
+
+func loadCRDs(ctx context.Context) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	dir, err := SparkOperatorModuleDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, name := range sparkOperatorCRDs {
+		path := filepath.Join(dir, "config", "crd", "bases", name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading spark-operator's CRD: %w", err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(b, crd); err != nil {
+			return nil, fmt.Errorf("reading spark-operator's CRD %s: %w", path, err)
+		}
+		crds = append(crds, crd)
+	}
+	return crds, nil
+}
+
 // repoRoot walks up from the working directory to tether's go.mod.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -187,19 +323,25 @@ func repoRoot() (string, error) {
 // kubeVersion is the k8s.io/kubernetes version tools/kube-apiserver builds,
 // the one source of truth for the binary's name.
 func kubeVersion(root string) (string, error) {
-	f, err := os.Open(filepath.Join(root, "tools", "kube-apiserver", "go.mod"))
+	return requiredVersion(filepath.Join(root, "tools", "kube-apiserver", "go.mod"), "k8s.io/kubernetes")
+}
+
+// requiredVersion is the version of module a build module's go.mod
+// requires (as the Makefile's awk reads it).
+func requiredVersion(gomod, module string) (string, error) {
+	f, err := os.Open(gomod)
 	if err != nil {
-		return "", fmt.Errorf("reading the kube-apiserver build module: %w", err)
+		return "", fmt.Errorf("reading the build module: %w", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "require "))
-		if len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
+		if len(f) >= 2 && f[0] == module {
 			return f[1], nil
 		}
 	}
-	return "", errors.New("tools/kube-apiserver/go.mod does not require k8s.io/kubernetes")
+	return "", fmt.Errorf("%s does not require %s", gomod, module)
 }
 
 // tail is the end of a log file, for errors.

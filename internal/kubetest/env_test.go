@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if err := stopOperatorStack(); err != nil {
+		slog.Error("kubetest", "err", err)
+		code = 1
+	}
 	if err := testEnv.Stop(); err != nil {
 		slog.Error("kubetest", "err", err)
 		code = 1
@@ -54,9 +58,10 @@ func app(name string, conf map[string]string) *unstructured.Unstructured {
 		"metadata":   map[string]any{"name": name, "namespace": "default"},
 		"spec": map[string]any{
 			"type": "Python", "sparkVersion": "3.5.3", "mode": "cluster",
-			"sparkConf": sc,
-			"driver":    map[string]any{"cores": int64(1)},
-			"executor":  map[string]any{"cores": int64(1), "instances": int64(1)},
+			"mainApplicationFile": "local:///opt/tether/run_sql.py",
+			"sparkConf":           sc,
+			"driver":              map[string]any{"cores": int64(1)},
+			"executor":            map[string]any{"cores": int64(1), "instances": int64(1)},
 		},
 	}}
 }

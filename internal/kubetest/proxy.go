@@ -182,6 +182,10 @@ func reason(status int) string {
 		return "ServiceUnavailable"
 	case http.StatusGatewayTimeout:
 		return "Timeout"
+	case http.StatusUnauthorized:
+		return "Unauthorized" // what the apiserver answers a bad or expired token
+	case http.StatusForbidden:
+		return "Forbidden" // RBAC, or an EKS access entry not yet propagated
 	default:
 		return "InternalError"
 	}

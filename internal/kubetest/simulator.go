@@ -21,7 +21,11 @@ import (
 // Spark conf keys a test sets (through the job's spark_conf) to script what
 // the simulated operator does with an application.
 const (
-	SimOutcome = "tether.sim.outcome" // completed (default), failed, submission_failed, unknown, hang
+	// SimOutcome: completed (default), failed, submission_failed, unknown,
+	// hang (RUNNING for ever), driver_lost (the driver pod is deleted while
+	// RUNNING: "driver pod not found"), image_pull (SUBMITTED for ever, the
+	// driver pod's container waiting in ImagePullBackOff).
+	SimOutcome = "tether.sim.outcome"
 	SimMessage = "tether.sim.message" // errorMessage for failed / submission_failed
 	SimSubmit  = "tether.sim.submit"  // delay before SUBMITTED (default 100ms)
 	SimRun     = "tether.sim.run"     // time spent RUNNING (default 500ms)
@@ -159,8 +163,18 @@ func (s *Simulator) drive(ctx context.Context, ns, name string, uid types.UID, u
 	if !sleep(ctx, submit) {
 		return
 	}
+	restart, _, _ := unstructured.NestedString(u.Object, "spec", "restartPolicy", "type")
 	if outcome == "submission_failed" {
 		s.setState(ctx, ns, name, uid, "SUBMISSION_FAILED", conf[SimMessage], nil)
+		// spark-operator v2.5.2 reconcileFailedSubmissionSparkApplication:
+		// with no retry due (restartPolicy Never, pkg/util ShouldRetry) the
+		// application becomes FAILED with a terminationTime, keeping its
+		// errorMessage.
+		if restart == "" || restart == "Never" {
+			if sleep(ctx, 50*time.Millisecond) {
+				s.setState(ctx, ns, name, uid, "FAILED", conf[SimMessage], nil)
+			}
+		}
 		return
 	}
 	if msg := s.checkQuery(ctx, ns, name, uid); msg != "" {
@@ -177,6 +191,13 @@ func (s *Simulator) drive(ctx context.Context, ns, name string, uid types.UID, u
 		"submissionID":       string(uid),
 		"driverInfo":         map[string]any{"podName": driver},
 	})
+	if outcome == "image_pull" {
+		// The kubelet cannot pull the image: the pod stays Pending and the
+		// operator keeps the application SUBMITTED (DriverStatePending →
+		// ApplicationStateSubmitted, pkg/util DriverStateToApplicationState).
+		s.setPodWaiting(ctx, ns, driver, "ImagePullBackOff", `Back-off pulling image "`+conf[SimMessage]+`"`)
+		return
+	}
 	if !sleep(ctx, 50*time.Millisecond) {
 		return
 	}
@@ -184,14 +205,51 @@ func (s *Simulator) drive(ctx context.Context, ns, name string, uid types.UID, u
 	if !sleep(ctx, run) {
 		return
 	}
+	// The operator passes through FAILING / SUCCEEDING (the driver pod's
+	// phase, DriverStateToApplicationState) before the terminal state
+	// (reconcileFailing/SucceedingSparkApplication with restartPolicy Never).
 	switch outcome {
 	case "failed":
-		s.setState(ctx, ns, name, uid, "FAILED", conf[SimMessage], nil)
+		s.setState(ctx, ns, name, uid, "FAILING", conf[SimMessage], nil)
+		if sleep(ctx, 20*time.Millisecond) {
+			s.setState(ctx, ns, name, uid, "FAILED", conf[SimMessage], nil)
+		}
+	case "driver_lost":
+		// updateDriverState: no driver pod → FAILING "driver pod not
+		// found"; reconcileFailingSparkApplication → FAILED, message kept.
+		_ = s.cs.CoreV1().Pods(ns).Delete(ctx, driver, metav1.DeleteOptions{})
+		s.setState(ctx, ns, name, uid, "FAILING", "driver pod not found", nil)
+		if sleep(ctx, 20*time.Millisecond) {
+			s.setState(ctx, ns, name, uid, "FAILED", "driver pod not found", nil)
+		}
 	case "unknown":
 		s.setState(ctx, ns, name, uid, "UNKNOWN", "", nil)
 	case "hang":
 	default:
-		s.setState(ctx, ns, name, uid, "COMPLETED", "", nil)
+		s.setState(ctx, ns, name, uid, "SUCCEEDING", "", nil)
+		if sleep(ctx, 20*time.Millisecond) {
+			s.setState(ctx, ns, name, uid, "COMPLETED", "", nil)
+		}
+	}
+}
+
+// setPodWaiting gives a pod's containers a waiting state, as the kubelet
+// reports an image it cannot pull.
+func (s *Simulator) setPodWaiting(ctx context.Context, ns, pod, reason, msg string) {
+	p, err := s.cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	p.Status.Phase = corev1.PodPending
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}},
+		})
+	}
+	if _, err := s.cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		s.log.Warn("simulator: setting pod status", "pod", pod, "err", err)
 	}
 }
 
@@ -257,7 +315,15 @@ func (s *Simulator) setState(ctx context.Context, ns, name string, uid types.UID
 		for k, v := range extra {
 			status[k] = v
 		}
+		// The real CRD requires status.driverInfo (the operator's
+		// SparkApplicationStatus.DriverInfo has no omitempty).
+		if _, ok := status["driverInfo"]; !ok {
+			status["driverInfo"] = map[string]any{}
+		}
 		status["applicationState"] = map[string]any{"state": state, "errorMessage": msg}
+		if state == "FAILING" || state == "SUCCEEDING" {
+			status["terminationTime"] = time.Now().UTC().Format(time.RFC3339)
+		}
 		if state == "COMPLETED" || state == "FAILED" {
 			status["terminationTime"] = time.Now().UTC().Format(time.RFC3339)
 		}

@@ -7,16 +7,21 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -392,4 +397,249 @@ func TestEKSAccessByClusterName(t *testing.T) {
 		require.NotEmpty(t, q.Get("X-Amz-Signature"))
 	}
 	require.Equal(t, 1, eksTokens, "one token, cached, for every request of the plugin process")
+}
+
+// A retry (attempt 2) of a job whose attempt-1 application is still running
+// adopts it: the query is not run a second time.
+func TestRetryAdoptsTheRunningApplication(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, map[string]string{kubetest.SimRun: "2s"}, nil)
+	name := "spark-sql-job-" + job.ID
+	executeUntilSubmitted(t, ctx, job) // attempt 1 lost its agent; the host retries it
+	first, err := getApp(ctx, name)
+	require.NoError(t, err)
+
+	job.Attempt = 2
+	rt := plugintest.NewRuntime(nil)
+	res, err := connect(t).Execute(ctx, job, rt)
+	require.NoError(t, err, "stderr: %s", rt.StderrString())
+	require.Contains(t, string(res.Output), string(first.GetUID()))
+	require.Contains(t, rt.StderrString(), "adopting it as attempt 2's")
+	require.Equal(t, 1, sim.Created("default", name), "never submitted again")
+	var h map[string]any
+	require.NoError(t, json.Unmarshal(rt.Handle(), &h))
+	require.EqualValues(t, 1, h["adopted_attempt"])
+	require.EqualValues(t, 2, h["job_attempt"])
+}
+
+// A retry whose attempt-1 application completed succeeds at once with it.
+func TestRetryAdoptsACompletedApplication(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	job := newJob(t, map[string]string{kubetest.SimRun: "50ms"}, nil)
+	name := "spark-sql-job-" + job.ID
+	_, err := c.Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.NoError(t, err)
+	job.Attempt = 2
+	creates := proxy.Creates(appsPath)
+	res, err := c.Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.NoError(t, err)
+	require.Contains(t, string(res.Output), `"COMPLETED"`)
+	require.Equal(t, creates, proxy.Creates(appsPath))
+	require.Equal(t, 1, sim.Created("default", name))
+}
+
+func TestSubmittedSpecIsNeverRerunByTheOperator(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, map[string]string{kubetest.SimRun: "50ms"}, map[string]any{"time_to_live": "2h"})
+	_, err := connect(t).Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.NoError(t, err)
+	app, err := getApp(ctx, "spark-sql-job-"+job.ID)
+	require.NoError(t, err)
+	typ, _, _ := unstructured.NestedString(app.Object, "spec", "restartPolicy", "type")
+	require.Equal(t, "Never", typ, "kept by the real CRD's schema")
+	ttl, _, _ := unstructured.NestedInt64(app.Object, "spec", "timeToLiveSeconds")
+	require.EqualValues(t, 7200, ttl)
+	mode, _, _ := unstructured.NestedString(app.Object, "spec", "mode")
+	require.Equal(t, "cluster", mode)
+}
+
+// The operator fails an application whose driver pod vanished with "driver
+// pod not found": the query may have finished, so the outcome is unknown.
+func TestDriverPodNotFoundIsOutcomeUnknown(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, map[string]string{kubetest.SimOutcome: "driver_lost", kubetest.SimRun: "200ms"}, nil)
+	_, err := connect(t).Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.Error(t, err)
+	require.Equal(t, plugin.OutcomeUnknown, plugin.ClassOf(err), "%v", err)
+	require.Contains(t, err.Error(), "driver pod not found")
+}
+
+func TestStartupTimeoutNamesTheImagePull(t *testing.T) {
+	ctx := testCtx(t)
+	job := newJob(t, map[string]string{kubetest.SimOutcome: "image_pull", kubetest.SimMessage: "spark:nope"}, map[string]any{"startup_timeout": "2s"})
+	_, err := connect(t).Execute(ctx, job, plugintest.NewRuntime(nil))
+	require.Error(t, err)
+	require.Equal(t, plugin.Permanent, plugin.ClassOf(err), "%v", err)
+	require.Contains(t, err.Error(), "startup_timeout 2s")
+	require.Contains(t, err.Error(), "ImagePullBackOff")
+	require.Contains(t, err.Error(), `Back-off pulling image "spark:nope"`)
+	requireGone(t, ctx, "spark-sql-job-"+job.ID)
+}
+
+// refusingProxy sits in front of the kubetest proxy and answers requests
+// whose URI contains match with 401 / 403 (alternately, with the reasons
+// the API server gives them) until the refusal window ends. The kubetest
+// proxy's own faults answer 401/403 with reason InternalError, which
+// client-go reads as a 500: not what an API server refusing a token says.
+type refusingProxy struct {
+	kubeconfig string
+	mu         sync.Mutex
+	until      time.Time
+	refused    int
+}
+
+func startRefusingProxy(t *testing.T, match string) *refusingProxy {
+	t.Helper()
+	target, err := url.Parse(proxy.URL())
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(proxy.CAData()))
+	rp := &httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = target.Host },
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		FlushInterval: -1,
+	}
+	p := &refusingProxy{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		refuse := strings.Contains(r.URL.RequestURI(), match) && time.Now().Before(p.until)
+		if refuse {
+			p.refused++
+		}
+		n := p.refused
+		p.mu.Unlock()
+		if refuse {
+			code, reason := http.StatusUnauthorized, "Unauthorized"
+			if n%2 == 0 {
+				code, reason = http.StatusForbidden, "Forbidden"
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"refused by the test","reason":%q,"code":%d}`, reason, code)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(p.kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, srv.URL)), 0o600))
+	return p
+}
+
+func (p *refusingProxy) refuseFor(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.until = time.Now().Add(d)
+}
+
+func (p *refusingProxy) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}
+
+func TestAuthRefusals(t *testing.T) {
+	t.Run("within auth_grace the job goes on", func(t *testing.T) {
+		ctx := testCtx(t)
+		job := newJob(t, map[string]string{kubetest.SimRun: "300ms"}, map[string]any{"auth_grace": "1m"})
+		name := "spark-sql-job-" + job.ID
+		rp := startRefusingProxy(t, name)
+		job.Config, _ = json.Marshal(map[string]any{"kubeconfig": rp.kubeconfig, "poll_interval": "100ms"})
+		rt := plugintest.NewRuntime(nil)
+		errc := make(chan error, 1)
+		go func() { _, err := connect(t).Execute(ctx, job, rt); errc <- err }()
+		require.Eventually(t, func() bool { return strings.Contains(string(rt.Handle()), `"uid"`) }, 20*time.Second, 20*time.Millisecond)
+		// Every get and watch of the application refused for 4 s, while it
+		// completes: formerly five refused gets (~1.5 s) ended the job.
+		rp.refuseFor(4 * time.Second)
+		require.NoError(t, <-errc, "stderr: %s", rt.StderrString())
+		require.Greater(t, rp.count(), 5)
+		require.Contains(t, rt.StderrString(), "retrying for up to auth_grace 1m0s")
+	})
+	t.Run("past auth_grace the outcome is unknown and the app runs on", func(t *testing.T) {
+		ctx := testCtx(t)
+		job := newJob(t, map[string]string{kubetest.SimOutcome: "hang"}, map[string]any{"auth_grace": "1s"})
+		name := "spark-sql-job-" + job.ID
+		rp := startRefusingProxy(t, name)
+		job.Config, _ = json.Marshal(map[string]any{"kubeconfig": rp.kubeconfig, "poll_interval": "100ms"})
+		rt := plugintest.NewRuntime(nil)
+		errc := make(chan error, 1)
+		go func() { _, err := connect(t).Execute(ctx, job, rt); errc <- err }()
+		require.Eventually(t, func() bool { return strings.Contains(string(rt.Handle()), `"uid"`) }, 20*time.Second, 20*time.Millisecond)
+		rp.refuseFor(time.Hour)
+		err := <-errc
+		require.Error(t, err)
+		require.Equal(t, plugin.OutcomeUnknown, plugin.ClassOf(err), "%v", err)
+		require.Contains(t, err.Error(), "keeps running")
+		_, err = getApp(ctx, name)
+		require.NoError(t, err, "not deleted: the host's Cleanup does that")
+
+		// A Resume whose first read is refused past auth_grace: unknown, not permanent.
+		_, err = connect(t).Resume(ctx, job, plugintest.NewRuntime(stripOutcome(t, rt.Handle())))
+		require.Error(t, err)
+		require.Equal(t, plugin.OutcomeUnknown, plugin.ClassOf(err), "%v", err)
+
+		// The host's Cleanup (with the attempt's handle) deletes it.
+		job.Config, _ = json.Marshal(map[string]any{"kubeconfig": proxy.Kubeconfig})
+		job.Handle = rt.Handle()
+		require.NoError(t, connect(t).Cleanup(ctx, job))
+		requireGone(t, ctx, name)
+	})
+}
+
+// stripOutcome is a handle as checkpointed before its outcome was known.
+func stripOutcome(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var h map[string]any
+	require.NoError(t, json.Unmarshal(b, &h))
+	delete(h, "outcome")
+	delete(h, "message")
+	out, err := json.Marshal(h)
+	require.NoError(t, err)
+	return out
+}
+
+// Cleanup deletes only the application of the attempt it cleans up: by the
+// handle's UID, or (no handle) by the attempt label; never a later
+// attempt's.
+func TestCleanupIsFencedByUIDAndAttempt(t *testing.T) {
+	ctx := testCtx(t)
+	c := connect(t)
+	job := newJob(t, map[string]string{kubetest.SimOutcome: "failed", kubetest.SimMessage: "first try", kubetest.SimRun: "50ms"}, nil)
+	name := "spark-sql-job-" + job.ID
+	rt1 := plugintest.NewRuntime(nil)
+	_, err := c.Execute(ctx, job, rt1)
+	require.ErrorContains(t, err, "first try")
+
+	// Attempt 2 replaces the failed application and runs.
+	job2 := *job
+	job2.Attempt = 2
+	job2.Context = newJob(t, map[string]string{kubetest.SimOutcome: "hang"}, nil).Context
+	rt2 := executeUntilSubmitted(t, ctx, &job2)
+	second, err := getApp(ctx, name)
+	require.NoError(t, err)
+	require.Equal(t, "2", second.GetLabels()["tether.dev/job-attempt"])
+
+	// A late Cleanup of attempt 1, with its handle, and without one.
+	job.Handle = rt1.Handle()
+	require.NoError(t, c.Cleanup(ctx, job))
+	job.Handle = nil
+	require.NoError(t, c.Cleanup(ctx, job))
+	app, err := getApp(ctx, name)
+	require.NoError(t, err, "attempt 2's application is not attempt 1's to delete")
+	require.Equal(t, second.GetUID(), app.GetUID())
+	_, err = kube.Clientset.CoreV1().ConfigMaps("default").Get(ctx, name+"-query", metav1.GetOptions{})
+	require.NoError(t, err, "nor its ConfigMap")
+
+	// Attempt 2's Cleanup deletes it.
+	job2.Handle = rt2.Handle()
+	require.NoError(t, c.Cleanup(ctx, &job2))
+	requireGone(t, ctx, name)
 }

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,6 +98,17 @@ func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
 	if cfg.Executor.Instances > 0 {
 		executor["instances"] = int64(cfg.Executor.Instances)
 	}
+
+	// Never: spark-operator reruns an application whose restartPolicy is
+	// Always or OnFailure (pkg/util/sparkapplication.go ShouldRetry, v2.5.2),
+	// which would run the query's partial writes a second time; parseTemplate
+	// refuses any other type, so this only fills it in.
+	spec["restartPolicy"] = map[string]any{"type": RestartPolicyNever}
+	// The operator deletes a COMPLETED or FAILED application once
+	// timeToLiveSeconds have passed since status.terminationTime
+	// (internal/controller/sparkapplication/controller.go
+	// reconcileTerminatedSparkApplication, pkg/util IsExpired, v2.5.2).
+	spec["timeToLiveSeconds"] = int64(cfg.TimeToLive / time.Second)
 
 	spec["volumes"] = replaceNamed(spec["volumes"], map[string]any{
 		"name":      queryVolume,
@@ -204,6 +216,8 @@ type appStatus struct {
 	ErrorMessage       string
 	SparkApplicationID string
 	DriverPod          string
+	RestartPolicy      string // spec.restartPolicy.type
+	Deleting           bool   // metadata.deletionTimestamp is set
 }
 
 func statusOf(u *unstructured.Unstructured) appStatus {
@@ -212,6 +226,8 @@ func statusOf(u *unstructured.Unstructured) appStatus {
 	s.ErrorMessage, _, _ = unstructured.NestedString(u.Object, "status", "applicationState", "errorMessage")
 	s.SparkApplicationID, _, _ = unstructured.NestedString(u.Object, "status", "sparkApplicationId")
 	s.DriverPod, _, _ = unstructured.NestedString(u.Object, "status", "driverInfo", "podName")
+	s.RestartPolicy, _, _ = unstructured.NestedString(u.Object, "spec", "restartPolicy", "type")
+	s.Deleting = u.GetDeletionTimestamp() != nil
 	return s
 }
 

@@ -20,13 +20,29 @@ import (
 
 // Defaults for settings neither the plugin config, the template nor the job sets.
 const (
-	DefaultNamespace      = "default"
-	DefaultSparkVersion   = "3.5.3"
-	DefaultType           = "Python"
-	DefaultMode           = "cluster"
-	DefaultTimeout        = 5 * time.Hour
-	DefaultPollInterval   = 10 * time.Second
-	DefaultUnknownGrace   = 5 * time.Minute
+	DefaultNamespace    = "default"
+	DefaultSparkVersion = "3.5.3"
+	DefaultType         = "Python"
+	DefaultMode         = "cluster"
+	DefaultTimeout      = 5 * time.Hour
+	DefaultPollInterval = 10 * time.Second
+	DefaultUnknownGrace = 5 * time.Minute
+	// DefaultAuthGrace is how long the API server may refuse the plugin's
+	// requests (401/403: an expired or not yet propagated EKS token, an
+	// access entry being replaced) before a job stops following its
+	// application.
+	DefaultAuthGrace = 5 * time.Minute
+	// DefaultStartupTimeout is how long an application may take from its
+	// creation to RUNNING (image pull, scheduling) before it counts as stuck.
+	DefaultStartupTimeout = 15 * time.Minute
+	// DefaultTimeToLive is spec.timeToLiveSeconds: how long the operator
+	// keeps a terminated application (counted from its terminationTime).
+	DefaultTimeToLive = 24 * time.Hour
+	// MinTimeToLive bounds time_to_live from below: a dead agent's job waits
+	// stale_job (default 120 s) to be resumed, plus the resume itself; an
+	// application the TTL deleted before its outcome was checkpointed ends
+	// the job outcome_unknown.
+	MinTimeToLive         = 10 * time.Minute
 	DefaultQueryMountPath = "/etc/tether/spark-sql"
 	// QueryFileToken in arguments is replaced by the mounted query's path.
 	QueryFileToken = "{query_file}"
@@ -46,6 +62,7 @@ var (
 		"arguments", "driver", "executor", "hadoop_conf", "image", "image_pull_policy", "labels",
 		"main_application_file", "main_class", "mode", "namespace", "poll_interval", "query_mount_path",
 		"service_account", "spark_conf", "spark_version", "template", "timeout", "type", "unknown_grace",
+		"auth_grace", "startup_timeout", "time_to_live",
 	}
 	// query is the job's own: it is refused in the plugin config.
 	configKeys  = slices.Sorted(slices.Values(append(slices.Clone(accessKeys), appKeys...)))
@@ -108,6 +125,9 @@ type Config struct {
 	Timeout             time.Duration // 0 disables
 	PollInterval        time.Duration
 	UnknownGrace        time.Duration
+	AuthGrace           time.Duration
+	StartupTimeout      time.Duration // 0 disables
+	TimeToLive          time.Duration
 	QueryMountPath      string
 	Query               string
 }
@@ -142,6 +162,9 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		Timeout:        DefaultTimeout,
 		PollInterval:   DefaultPollInterval,
 		UnknownGrace:   DefaultUnknownGrace,
+		AuthGrace:      DefaultAuthGrace,
+		StartupTimeout: DefaultStartupTimeout,
+		TimeToLive:     DefaultTimeToLive,
 		QueryMountPath: DefaultQueryMountPath,
 		Namespace:      DefaultNamespace,
 	}
@@ -170,7 +193,9 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		case "type":
 			c.Type, err = dec.OneOf(key, v, "Scala", "Java", "Python", "R")
 		case "mode":
-			c.Mode, err = dec.OneOf(key, v, "cluster", "client", "in-cluster-client")
+			if c.Mode, err = dec.String(key, v); err == nil {
+				err = checkMode(key, c.Mode)
+			}
 		case "main_application_file":
 			c.MainApplicationFile, err = dec.String(key, v)
 		case "main_class":
@@ -198,6 +223,14 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 			c.PollInterval, err = dec.Duration(key, v, false)
 		case "unknown_grace":
 			c.UnknownGrace, err = dec.Duration(key, v, true)
+		case "auth_grace":
+			c.AuthGrace, err = dec.Duration(key, v, true)
+		case "startup_timeout":
+			c.StartupTimeout, err = dec.Duration(key, v, true)
+		case "time_to_live":
+			if c.TimeToLive, err = dec.Duration(key, v, false); err == nil && c.TimeToLive < MinTimeToLive {
+				err = dec.Errorf("time_to_live: must be at least %s (it must outlast the wait before a lost agent's job is resumed, stale_job, plus the resume; an application deleted by its TTL before its outcome was checkpointed ends the job outcome_unknown), got %s", MinTimeToLive, c.TimeToLive)
+			}
 		case "query_mount_path":
 			if c.QueryMountPath, err = dec.String(key, v); err == nil && (!path.IsAbs(c.QueryMountPath) || path.Clean(c.QueryMountPath) != c.QueryMountPath) {
 				err = dec.Errorf("query_mount_path: must be a clean absolute path like %q, got %q", DefaultQueryMountPath, c.QueryMountPath)
@@ -412,6 +445,21 @@ func parseTemplate(v json.RawMessage) (map[string]any, error) {
 				}
 			}
 		}
+		if m, ok := spec["mode"]; ok {
+			ms, _ := m.(string)
+			if err := checkMode("template.spec.mode", ms); err != nil {
+				return nil, err
+			}
+		}
+		if rp, ok := spec["restartPolicy"]; ok {
+			rpm, isMap := rp.(map[string]any)
+			if !isMap {
+				return nil, dec.Errorf("template: spec.restartPolicy must be a mapping")
+			}
+			if typ, ok := rpm["type"]; ok && typ != RestartPolicyNever {
+				return nil, dec.Errorf("template.spec.restartPolicy.type: must be %q (or left out), got %v: tether sets it to Never, because spark-operator's rerun of a failed (OnFailure) or finished (Always) application would run the query's partial writes again; retries belong to the job (its max_retry)", RestartPolicyNever, typ)
+			}
+		}
 		if args, ok := spec["arguments"].([]any); ok {
 			for i, a := range args {
 				if _, isString := a.(string); !isString {
@@ -421,6 +469,24 @@ func parseTemplate(v json.RawMessage) (map[string]any, error) {
 		}
 	}
 	return t, nil
+}
+
+// RestartPolicyNever is the only spec.restartPolicy.type tether submits.
+const RestartPolicyNever = "Never"
+
+// checkMode accepts only cluster mode. spark-operator v2.5.2's CRD
+// (config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml,
+// spec.mode) allows "cluster" and "client" only, and the operator passes it
+// to spark-submit as --deploy-mode (internal/controller/sparkapplication/
+// submission.go): in client mode the driver runs inside the operator's own
+// spark-submit process, so there is no driver pod for tether to follow and
+// the application outlives nothing; "in-cluster-client" (a Go constant in
+// api/v1beta2/sparkapplication_types.go) is refused by the CRD's enum.
+func checkMode(key, mode string) error {
+	if mode != DefaultMode {
+		return dec.Errorf("%s: must be %q, got %q: the driver must run in its own pod (spark-submit --deploy-mode cluster) for tether to follow it and for it to outlive an agent; spark-operator's CRD allows only cluster and client, and client mode runs the driver inside the operator", key, DefaultMode, mode)
+	}
+	return nil
 }
 
 func hasString(m map[string]any, key string) bool {

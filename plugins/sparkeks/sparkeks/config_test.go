@@ -21,6 +21,9 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.Equal(t, DefaultTimeout, c.Timeout)
 	assert.Equal(t, DefaultPollInterval, c.PollInterval)
 	assert.Equal(t, DefaultUnknownGrace, c.UnknownGrace)
+	assert.Equal(t, 5*time.Minute, c.AuthGrace)
+	assert.Equal(t, 15*time.Minute, c.StartupTimeout)
+	assert.Equal(t, 24*time.Hour, c.TimeToLive)
 	assert.Equal(t, "/etc/tether/spark-sql/query.sql", c.QueryFile())
 	assert.Nil(t, c.Arguments)
 }
@@ -66,7 +69,17 @@ func TestParseConfigErrors(t *testing.T) {
 		{"region without eks", `{"kubeconfig":"k","region":"r"}`, minimalCtx, "region: only applies with eks_cluster"},
 		{"in_cluster type", `{"in_cluster":"yes"}`, minimalCtx, "in_cluster: must be true or false"},
 		{"type", `{"kubeconfig":"k","type":"Go"}`, minimalCtx, "type: must be one of"},
-		{"mode", `{"kubeconfig":"k","mode":"local"}`, minimalCtx, "mode: must be one of"},
+		{"mode", `{"kubeconfig":"k","mode":"local"}`, minimalCtx, `mode: must be "cluster"`},
+		{"mode client", `{"kubeconfig":"k","mode":"client"}`, minimalCtx, `mode: must be "cluster", got "client"`},
+		{"mode in-cluster-client", `{"kubeconfig":"k","mode":"in-cluster-client"}`, minimalCtx, `mode: must be "cluster"`},
+		{"template mode", `{"kubeconfig":"k","template":{"spec":{"mode":"client"}}}`, minimalCtx, `template.spec.mode: must be "cluster"`},
+		{"template restartPolicy", `{"kubeconfig":"k","template":{"spec":{"restartPolicy":{"type":"OnFailure","onFailureRetries":3}}}}`, minimalCtx, `template.spec.restartPolicy.type: must be "Never"`},
+		{"template restartPolicy always", `{"kubeconfig":"k","template":"spec:\n  restartPolicy:\n    type: Always\n"}`, minimalCtx, "would run the query's partial writes again"},
+		{"template restartPolicy shape", `{"kubeconfig":"k","template":{"spec":{"restartPolicy":"Never"}}}`, minimalCtx, "spec.restartPolicy must be a mapping"},
+		{"auth_grace", `{"kubeconfig":"k","auth_grace":"-1s"}`, minimalCtx, "auth_grace: must be a non-negative duration"},
+		{"startup_timeout", `{"kubeconfig":"k","startup_timeout":"soon"}`, minimalCtx, "startup_timeout: must be"},
+		{"time_to_live short", `{"kubeconfig":"k","time_to_live":"2m"}`, minimalCtx, "time_to_live: must be at least 10m0s"},
+		{"time_to_live zero", `{"kubeconfig":"k","time_to_live":"0"}`, minimalCtx, "time_to_live: must be positive"},
 		{"pull policy", `{"kubeconfig":"k","image_pull_policy":"Sometimes"}`, minimalCtx, "image_pull_policy"},
 		{"namespace", `{"kubeconfig":"k","namespace":"Bad_NS"}`, minimalCtx, "namespace:"},
 		{"service account", `{"kubeconfig":"k","service_account":"a b"}`, minimalCtx, "service_account:"},

@@ -28,6 +28,10 @@ const (
 	eksClusterHeader = "x-k8s-aws-id"
 	// EKS accepts a token for 15 minutes; renewing after 10 leaves margin.
 	eksTokenRenew = 10 * time.Minute
+	// eksCredsMargin: a token is renewed this long before the credentials
+	// that signed it expire (temporary credentials: a role's, SSO's), since
+	// STS refuses a presigned request whose credentials have expired.
+	eksCredsMargin = time.Minute
 )
 
 // eksTokenSource makes bearer tokens for an EKS cluster: a presigned STS
@@ -37,6 +41,7 @@ const (
 type eksTokenSource struct {
 	cluster string
 	presign *sts.PresignClient
+	creds   aws.CredentialsProvider // nil: no expiry known
 	now     func() time.Time
 
 	mu      sync.Mutex
@@ -122,7 +127,7 @@ func refused(err error) bool {
 }
 
 func newEKSTokenSourceFromConfig(cfg aws.Config, cluster string) *eksTokenSource {
-	return &eksTokenSource{cluster: cluster, presign: sts.NewPresignClient(sts.NewFromConfig(cfg)), now: time.Now}
+	return &eksTokenSource{cluster: cluster, presign: sts.NewPresignClient(sts.NewFromConfig(cfg)), creds: cfg.Credentials, now: time.Now}
 }
 
 // Token returns a valid token, presigning a new one when the cached one is
@@ -147,7 +152,35 @@ func (s *eksTokenSource) Token(ctx context.Context) (string, error) {
 	}
 	s.token = eksTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(req.URL))
 	s.renewAt = now.Add(eksTokenRenew)
+	if s.creds != nil {
+		// The SDK caches credentials (aws.CredentialsCache), so this is the
+		// set the presign just used.
+		if c, err := s.creds.Retrieve(ctx); err == nil && c.CanExpire {
+			s.renewAt = tokenRenewAt(now, c.Expires)
+		}
+	}
 	return s.token, nil
+}
+
+// tokenRenewAt is when a token made at now with credentials expiring at
+// expires is renewed: after eksTokenRenew, or eksCredsMargin before the
+// credentials expire if that is sooner (at once when that has passed).
+func tokenRenewAt(now, expires time.Time) time.Time {
+	at := now.Add(eksTokenRenew)
+	if e := expires.Add(-eksCredsMargin); e.Before(at) {
+		at = e
+	}
+	return at
+}
+
+// invalidate drops the cached token if it is still tok: the API server
+// refused it (401), so the next request presigns a new one.
+func (s *eksTokenSource) invalidate(tok string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.token == tok {
+		s.token, s.renewAt = "", time.Time{}
+	}
 }
 
 // wrap is a rest.Config WrapTransport: every request carries the token.
@@ -167,5 +200,12 @@ func (a *eksAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r := req.Clone(req.Context())
 	r.Header.Set("Authorization", "Bearer "+tok)
-	return a.next.RoundTrip(r)
+	resp, err := a.next.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized {
+		// Refused (expired early, credentials rotated, clock skew): the
+		// request fails as it is (the caller retries it within
+		// auth_grace), and the next one carries a fresh token.
+		a.src.invalidate(tok)
+	}
+	return resp, err
 }

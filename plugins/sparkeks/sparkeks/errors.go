@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +20,9 @@ import (
 func transient(err error) bool {
 	if err == nil {
 		return false
+	}
+	if apiRefused(err) {
+		return false // retried within auth_grace, not as a transient error
 	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -35,6 +40,34 @@ func transient(err error) bool {
 	// Not an answer from the API server: the connection's trouble.
 	return true
 }
+
+// apiRefused reports whether the API server refused the request's
+// credentials (401) or their permissions (403). Both can pass: an EKS token
+// is renewed, an access entry or RBAC binding propagates.
+func apiRefused(err error) bool {
+	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+		return true
+	}
+	// By code too: a proxy may answer 401/403 with another reason.
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		c := status.Status().Code
+		return c == http.StatusUnauthorized || c == http.StatusForbidden
+	}
+	return false
+}
+
+// refusedError is a request refused (401/403) for all of auth_grace.
+type refusedError struct {
+	err   error
+	grace time.Duration
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("%v (refused for auth_grace %s)", e.err, e.grace)
+}
+
+func (e *refusedError) Unwrap() error { return e.err }
 
 // backoff is a capped exponential delay.
 type backoff struct {

@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// handleVersion is bumped on an incompatible change to Handle.
+// handleVersion is bumped on an incompatible change to Handle. Fields added
+// since (ever_running, adopted_attempt) are optional: a version 1 handle
+// without them reads as before.
 const handleVersion = 1
 
 // Outcomes stored in the handle once the job's end is known.
@@ -34,6 +36,13 @@ type Handle struct {
 	DriverPod          string       `json:"driver_pod,omitempty"`
 	Log                *LogPosition `json:"log,omitempty"`
 	UnknownSince       *time.Time   `json:"unknown_since,omitempty"`
+	// EverRunning: the application was seen past its startup (RUNNING or
+	// later); startup_timeout no longer applies to it.
+	EverRunning bool `json:"ever_running,omitempty"`
+	// AdoptedAttempt is set when this attempt follows an application an
+	// earlier attempt created (it was running or done: a retry never
+	// deletes such an application): that attempt's number.
+	AdoptedAttempt int `json:"adopted_attempt,omitempty"`
 	// UIDMismatch notes that the SparkApplication found by name on resume was
 	// not the one this handle recorded (and which one that was).
 	UIDMismatch string `json:"uid_mismatch,omitempty"`

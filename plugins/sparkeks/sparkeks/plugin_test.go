@@ -200,6 +200,8 @@ func TestExecuteReplacesEarlierAttempt(t *testing.T) {
 	require.NoError(t, err)
 	old, err := e.dyn.Resource(GVR).Namespace("spark").Create(context.Background(), buildApp(job, cfg), metav1.CreateOptions{})
 	require.NoError(t, err)
+	// Only a really failed one is replaced.
+	e.setStatus(t, job, "FAILED", "boom", "")
 
 	job.Attempt = 2
 	rt := plugintest.NewRuntime(nil)
@@ -214,7 +216,7 @@ func TestExecuteReplacesEarlierAttempt(t *testing.T) {
 	e.setStatus(t, job, "COMPLETED", "", "")
 	require.NoError(t, wait(t, ch).err)
 	assert.EqualValues(t, 2, e.creates.Load())
-	assert.Contains(t, rt.StderrString(), "of attempt 1 before submitting attempt 2")
+	assert.Contains(t, rt.StderrString(), "of attempt 1 (it failed) before submitting attempt 2")
 }
 
 func TestTransientErrorsAreRetried(t *testing.T) {
@@ -237,12 +239,18 @@ func TestTransientErrorsAreRetried(t *testing.T) {
 
 func TestRefusedCreateIsPermanent(t *testing.T) {
 	e := newEnv(t)
-	failNTimes(e.dyn, "create", Resource, 100, apierrors.NewForbidden(schema.GroupResource{Group: Group, Resource: Resource}, "x", errors.New("RBAC")))
-	job := newJob(t, nil)
+	calls := failNTimes(e.dyn, "create", Resource, 1000, apierrors.NewForbidden(schema.GroupResource{Group: Group, Resource: Resource}, "x", errors.New("RBAC")))
+	// Retried for auth_grace (RBAC or an access entry may be propagating),
+	// then permanent: nothing was created.
+	job := newJob(t, map[string]any{"auth_grace": "300ms"})
+	start := time.Now()
 	_, err := e.p.Execute(context.Background(), job, plugintest.NewRuntime(nil))
 	class, msg := plugintest.Error(t, err)
 	assert.Equal(t, plugin.Permanent, class)
 	assert.Contains(t, msg, "forbidden")
+	assert.Contains(t, msg, "auth_grace 300ms")
+	assert.Greater(t, calls.Load(), int32(1), "retried")
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 }
 
 func TestInvalidSettingsCreateNothing(t *testing.T) {
@@ -406,7 +414,7 @@ func TestCleanup(t *testing.T) {
 	})
 	t.Run("transient is retriable", func(t *testing.T) {
 		e := newEnv(t)
-		failNTimes(e.dyn, "delete", Resource, 1, unavailable())
+		failNTimes(e.dyn, "get", Resource, 1, unavailable())
 		class, _ := plugintest.Error(t, e.p.Cleanup(context.Background(), newJob(t, nil)))
 		assert.Equal(t, plugin.Retriable, class)
 	})

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,10 +24,6 @@ const (
 	// logDrain bounds how long the rest of the driver's log is read once
 	// the application has ended.
 	logDrain = 10 * time.Second
-	// maxRefusedGets is how many gets in a row the API server may refuse
-	// (not a transient error: 401, 403, ...) before the job gives up
-	// following the application.
-	maxRefusedGets = 5
 	// watchTimeout makes the API server end a watch now and then; it is
 	// re-established at once.
 	watchTimeout = 5 * time.Minute
@@ -121,6 +119,7 @@ func (r *run) deadline() time.Time {
 // error (wrapped), or errTimedOut.
 func (r *run) call(ctx context.Context, what string, f func(context.Context) error) error {
 	b := newBackoff(r.cfg.PollInterval)
+	var refusedSince time.Time
 	for failures := 1; ; failures++ {
 		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 		err := f(cctx)
@@ -131,7 +130,18 @@ func (r *run) call(ctx context.Context, what string, f func(context.Context) err
 		if ctx.Err() != nil {
 			return r.ctxErr(ctx.Err())
 		}
-		if !transient(err) {
+		if apiRefused(err) {
+			// An EKS token that expired or is not accepted yet (the
+			// transport dropped it on the 401; the next request carries a
+			// new one), an access entry being replaced: retried for
+			// auth_grace before anything is decided.
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			if time.Since(refusedSince) >= r.cfg.AuthGrace {
+				return &refusedError{err: err, grace: r.cfg.AuthGrace}
+			}
+		} else if !transient(err) {
 			return err
 		}
 		if failures == 1 || failures%10 == 0 {
@@ -171,6 +181,11 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 		return r.timedOut(ctx)
 	case ctx.Err() != nil, errors.As(err, &pe):
 		return err
+	case r.h != nil && r.h.Submitted && apiRefused(err):
+		// The application exists and runs on; only this agent's access is
+		// refused. Its outcome is unknown, and the host's Cleanup (durable,
+		// retried) deletes it later.
+		return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; SparkApplication %s keeps running, its outcome is unknown (the agent's Cleanup deletes it)", what, err, r.ref())
 	case apierrors.IsNotFound(err):
 		return plugin.Errorf(plugin.Permanent, "sparkeks: %s: %v (is the SparkApplication CRD installed, and does namespace %q exist?)", what, err, r.cfg.Namespace)
 	default:
@@ -179,7 +194,9 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 }
 
 // submit creates the job's application, or attaches to the one this
-// attempt already created, replacing one of an earlier attempt.
+// attempt already created. An earlier attempt's application holding the
+// name is adopted (followed as this attempt's) unless it really failed; only
+// then is it replaced (decideExisting).
 func (r *run) submit(ctx context.Context) error {
 	r.notef("submitting SparkApplication %s (job %s, attempt %d)", r.ref(), r.job.ID, r.job.Attempt)
 	obj := buildApp(r.job, r.cfg)
@@ -191,7 +208,7 @@ func (r *run) submit(ctx context.Context) error {
 			return err
 		})
 		if err == nil {
-			return r.attach(ctx, created)
+			return r.attach(ctx, created, 0)
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return r.fail(ctx, "creating SparkApplication "+r.ref(), err)
@@ -203,15 +220,16 @@ func (r *run) submit(ctx context.Context) error {
 			continue // deleted meanwhile
 		}
 		if err != nil {
-			return r.fail(ctx, "getting SparkApplication "+r.ref(), err)
+			return r.failRead(ctx, "getting SparkApplication "+r.ref(), err)
 		}
 		attempt, ok := attemptOf(existing)
 		switch {
 		case ok && attempt == r.job.Attempt:
 			r.notef("SparkApplication %s already exists for this attempt (uid %s); attaching", r.ref(), existing.GetUID())
-			return r.attach(ctx, existing)
+			return r.attach(ctx, existing, 0)
 		case ok && attempt < r.job.Attempt:
-			if err := r.replace(ctx, existing, attempt); err != nil {
+			again, err := r.earlier(ctx, existing, attempt)
+			if !again {
 				return err
 			}
 		default:
@@ -222,11 +240,36 @@ func (r *run) submit(ctx context.Context) error {
 	}
 }
 
-// replace deletes an earlier attempt's application and its ConfigMap, and
-// waits until the application is gone, so this attempt can take the name.
-func (r *run) replace(ctx context.Context, old *unstructured.Unstructured, attempt int) error {
+// earlier deals with an earlier attempt's application holding the job's
+// name, as decideExisting says. again is true when the name is free now
+// and this attempt's application is to be created; otherwise err is nil
+// when the run follows the adopted application.
+func (r *run) earlier(ctx context.Context, app *unstructured.Unstructured, attempt int) (again bool, err error) {
+	st := statusOf(app)
+	act, why := decideExisting(st)
+	uid := string(app.GetUID())
+	r.p.log.Info("sparkeks: earlier attempt's application", "job", r.job.ID, "attempt", attempt, "state", st.State, "action", act.String())
+	switch act {
+	case actReplace:
+		return true, r.replace(ctx, app, attempt, why)
+	case actWaitGone:
+		r.notef("SparkApplication %s (uid %s) of attempt %d is being deleted; waiting until it is gone before submitting attempt %d", r.ref(), uid, attempt, r.job.Attempt)
+		return true, r.waitGone(ctx, uid)
+	case actAdopt:
+		r.notef("SparkApplication %s (uid %s) of attempt %d exists and %s; adopting it as attempt %d's instead of submitting the query again", r.ref(), uid, attempt, why, r.job.Attempt)
+		return false, r.attach(ctx, app, attempt)
+	default:
+		msg := fmt.Sprintf("SparkApplication %s (uid %s) of attempt %d exists and %s; neither adopting nor replacing it: the outcome is unknown", r.ref(), uid, attempt, why)
+		r.notef("%s", msg)
+		return false, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
+	}
+}
+
+// replace deletes an earlier attempt's application that failed (and its
+// ConfigMap), and waits until it is gone, so this attempt can take the name.
+func (r *run) replace(ctx context.Context, old *unstructured.Unstructured, attempt int, why string) error {
 	uid := string(old.GetUID())
-	r.notef("deleting SparkApplication %s (uid %s) of attempt %d before submitting attempt %d", r.ref(), uid, attempt, r.job.Attempt)
+	r.notef("deleting SparkApplication %s (uid %s) of attempt %d (%s) before submitting attempt %d", r.ref(), uid, attempt, why, r.job.Attempt)
 	fg := metav1.DeletePropagationForeground
 	err := r.call(ctx, "deleting SparkApplication "+r.ref(), func(c context.Context) error {
 		err := r.apps().Delete(c, r.name(), metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: metav1.NewUIDPreconditions(uid)})
@@ -241,6 +284,11 @@ func (r *run) replace(ctx context.Context, old *unstructured.Unstructured, attem
 	if err := r.deleteConfigMap(ctx); err != nil {
 		return err
 	}
+	return r.waitGone(ctx, uid)
+}
+
+// waitGone waits until the application with uid no longer holds the name.
+func (r *run) waitGone(ctx context.Context, uid string) error {
 	for {
 		app, err := r.getApp(ctx)
 		if apierrors.IsNotFound(err) || (err == nil && string(app.GetUID()) != uid) {
@@ -275,8 +323,9 @@ func (r *run) deleteConfigMap(ctx context.Context) error {
 
 // attach makes app the job's application: the handle records it (right
 // after its creation, or when it was found) and its query ConfigMap is
-// created if missing.
-func (r *run) attach(ctx context.Context, app *unstructured.Unstructured) error {
+// created if missing. adopted is the earlier attempt that created it (0:
+// this attempt).
+func (r *run) attach(ctx context.Context, app *unstructured.Unstructured, adopted int) error {
 	uid := string(app.GetUID())
 	if r.h == nil {
 		r.h = &Handle{Version: handleVersion, JobAttempt: r.job.Attempt, Name: r.name(), Namespace: r.cfg.Namespace}
@@ -287,6 +336,11 @@ func (r *run) attach(ctx context.Context, app *unstructured.Unstructured) error 
 	}
 	r.h.UID = uid
 	r.h.Submitted = true
+	if adopted > 0 {
+		r.h.AdoptedAttempt = adopted
+		// Its timeout and startup_timeout count from its own creation.
+		r.h.CreatedAt = time.Time{}
+	}
 	if r.h.CreatedAt.IsZero() {
 		r.h.CreatedAt = app.GetCreationTimestamp().UTC()
 		if r.h.CreatedAt.IsZero() {
@@ -352,7 +406,7 @@ func (r *run) configMapFailed(ctx context.Context, err error) error {
 	}
 	var pe *plugin.Error
 	if errors.As(err, &pe) && pe.Class == plugin.Permanent {
-		if derr := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, r.h.UID, r.callTimeout); derr != nil {
+		if derr := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, r.h.UID, r.job.Attempt, r.callTimeout); derr != nil {
 			r.notef("deleting SparkApplication %s after the ConfigMap failed: %v", r.ref(), derr)
 		}
 		r.h.Outcome, r.h.Message = outcomeFailed, pe.Message
@@ -393,12 +447,21 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 		attempt, ok := attemptOf(app)
 		switch {
 		case ok && attempt == r.job.Attempt:
-			return false, nil, r.attach(ctx, app)
-		case ok && attempt < r.job.Attempt && (r.h == nil || !r.h.Submitted):
-			// An earlier attempt's: this attempt never submitted.
-			return false, nil, r.submit(ctx)
-		case ok && attempt < r.job.Attempt:
+			return false, nil, r.attach(ctx, app, 0)
+		case ok && attempt < r.job.Attempt && r.h != nil && r.h.UID == string(app.GetUID()):
+			// The earlier attempt's application this attempt adopted.
+			return false, nil, r.attach(ctx, app, attempt)
+		case ok && attempt < r.job.Attempt && r.h != nil && r.h.Submitted:
+			// This attempt's own application is gone.
 			return true, nil, r.gone(ctx)
+		case ok && attempt < r.job.Attempt:
+			// An earlier attempt's, and this attempt never submitted: adopt
+			// it or, if it failed, replace it (the same rule as Execute).
+			again, err := r.earlier(ctx, app, attempt)
+			if !again {
+				return err != nil, nil, err
+			}
+			return false, nil, r.submit(ctx)
 		default:
 			return true, nil, plugin.Errorf(plugin.Permanent,
 				"sparkeks: SparkApplication %s exists but is not attempt %d of job %s (its %s label is %q); not touching it",
@@ -410,8 +473,24 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 		}
 		return false, nil, r.submit(ctx)
 	default:
-		return true, nil, r.fail(ctx, "getting SparkApplication "+r.ref(), err)
+		// Never permanent: the application may exist and run on.
+		return true, nil, r.failRead(ctx, "getting SparkApplication "+r.ref(), err)
 	}
+}
+
+// failRead ends a run whose read of the application failed for good (not
+// transient; 401/403 past auth_grace): whether an application exists, and
+// what it does, is not known, so the outcome is unknown. The application,
+// if any, runs on; the host's Cleanup (durable, retried) deletes it.
+func (r *run) failRead(ctx context.Context, what string, err error) error {
+	if errors.Is(err, errTimedOut) || ctx.Err() != nil {
+		return r.fail(ctx, what, err)
+	}
+	var pe *plugin.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; the SparkApplication, if it exists, keeps running and its outcome is unknown (the agent's Cleanup deletes it)", what, err)
 }
 
 // gone ends a job whose submitted application no longer exists: whether it
@@ -477,7 +556,8 @@ func (r *run) follow(ctx context.Context) (*plugin.Result, error) {
 	}
 	var watchStarted time.Time
 	rv := ""
-	transientGets, refusedGets := 0, 0
+	transientGets := 0
+	var refusedSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -543,7 +623,7 @@ func (r *run) follow(ctx context.Context) (*plugin.Result, error) {
 			switch {
 			case err == nil:
 				getB.reset()
-				transientGets, refusedGets = 0, 0
+				transientGets, refusedSince = 0, time.Time{}
 				if done, res, err := r.observe(ctx, app, true); done {
 					return res, err
 				}
@@ -559,16 +639,35 @@ func (r *run) follow(ctx context.Context) (*plugin.Result, error) {
 				}
 				getT.Reset(getB.next())
 			default:
-				refusedGets++
-				r.notef("getting SparkApplication %s: %v", r.ref(), err)
-				if refusedGets >= maxRefusedGets {
-					return nil, plugin.Errorf(plugin.OutcomeUnknown,
-						"sparkeks: lost track of SparkApplication %s: the API server refused %d gets in a row: %v", r.ref(), refusedGets, err)
+				// Refused (401, 403, ...): retried for auth_grace (the EKS
+				// transport drops a token the server refused, so the next
+				// get carries a new one) before anything is decided.
+				if refusedSince.IsZero() {
+					refusedSince = time.Now()
+					r.notef("getting SparkApplication %s: %v (retrying for up to auth_grace %s)", r.ref(), err, r.cfg.AuthGrace)
 				}
-				getT.Reset(getB.next())
+				if time.Since(refusedSince) >= r.cfg.AuthGrace {
+					return nil, r.lostTrack(ctx, err, time.Since(refusedSince))
+				}
+				getT.Reset(min(getB.next(), max(time.Until(refusedSince.Add(r.cfg.AuthGrace)), time.Millisecond)))
 			}
 		}
 	}
+}
+
+// lostTrack ends a job whose application the API server keeps refusing to
+// show: the application runs on, and its outcome is unknown. The host's
+// Cleanup (durable, retried) deletes it later.
+func (r *run) lostTrack(ctx context.Context, err error, refused time.Duration) error {
+	r.stopLogs()
+	msg := fmt.Sprintf("lost track of SparkApplication %s: the API server refused every get for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup deletes it)",
+		r.ref(), refused.Round(time.Millisecond), r.cfg.AuthGrace, err)
+	r.h.Outcome, r.h.Message = outcomeUnknown, msg
+	if cerr := r.checkpoint(ctx); cerr != nil {
+		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", cerr)
+	}
+	r.notef("%s", msg)
+	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 }
 
 func (r *run) getOnce(ctx context.Context) (*unstructured.Unstructured, error) {
@@ -631,6 +730,9 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 		}
 		r.notef("%s", msg)
 	}
+	if !r.h.EverRunning && !isStartupState(st.State) && st.State != stateSubmissionFailed {
+		r.h.EverRunning, changed = true, true
+	}
 	ph := phaseOf(st.State)
 	switch {
 	case ph == phaseUnknown && r.h.UnknownSince == nil:
@@ -649,10 +751,17 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 	case ph == phaseSucceeded:
 		r.end(ctx, outcomeSucceeded, "")
 		return true, r.result(), nil
+	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage) == outcomeUnknown:
+		msg := fmt.Sprintf("SparkApplication %s %s: %s: the driver pod vanished (deleted, or lost with its node), possibly after the query finished; the outcome is unknown",
+			r.ref(), st.State, st.ErrorMessage)
+		r.end(ctx, outcomeUnknown, msg)
+		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 	case ph == phaseFailed:
 		msg := fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, orText(st.ErrorMessage, "no error message"))
 		r.end(ctx, outcomeFailed, msg)
 		return true, nil, plugin.Errorf(plugin.Permanent, "sparkeks: %s", msg)
+	case decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout):
+		return true, nil, r.stuck(ctx, st)
 	case ph == phaseUnknown && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace:
 		msg := fmt.Sprintf("SparkApplication %s has been in state UNKNOWN for %s (unknown_grace %s): spark-operator lost track of its driver; the outcome is unknown",
 			r.ref(), time.Since(*r.h.UnknownSince).Round(time.Second), r.cfg.UnknownGrace)
@@ -694,25 +803,85 @@ func (r *run) stopLogs() {
 // timedOut deletes the application and its ConfigMap and fails the job.
 func (r *run) timedOut(ctx context.Context) error {
 	r.stopLogs()
-	msg := fmt.Sprintf("timed out after %s", r.cfg.Timeout)
+	return r.failAndDelete(ctx, fmt.Sprintf("timed out after %s", r.cfg.Timeout))
+}
+
+// stuck fails a job whose application did not reach RUNNING within
+// startup_timeout of its creation, saying why (the driver pod's waiting
+// reason, or that there is none), and deletes the application.
+func (r *run) stuck(ctx context.Context, st appStatus) error {
+	r.stopLogs()
+	pod := orText(st.DriverPod, r.name()+"-driver") // the operator's default driver pod name (pkg/util GetDriverPodName)
+	reason := fmt.Sprintf("no driver pod after %s (state %s)", r.cfg.StartupTimeout, orText(st.State, "new"))
+	var p *corev1.Pod
+	err := r.call(ctx, "getting driver pod "+pod, func(c context.Context) error {
+		var err error
+		p, err = r.cl.kube.CoreV1().Pods(r.cfg.Namespace).Get(c, pod, metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case err == nil:
+		reason = "driver pod " + pod + " " + podWaiting(p)
+	case apierrors.IsNotFound(err):
+	case ctx.Err() != nil:
+		return r.ctxErr(ctx.Err())
+	default:
+		reason += fmt.Sprintf("; reading driver pod %s: %v", pod, err)
+	}
+	return r.failAndDelete(ctx, fmt.Sprintf("did not reach RUNNING within startup_timeout %s of its creation (state %s): %s", r.cfg.StartupTimeout, orText(st.State, "new"), reason))
+}
+
+// podWaiting says why a pod has not started: its containers' waiting
+// reasons and messages (ImagePullBackOff, ...), else its phase and
+// conditions.
+func podWaiting(p *corev1.Pod) string {
+	var parts []string
+	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil {
+			s := "container " + cs.Name + " waiting: " + w.Reason
+			if w.Message != "" {
+				s += ": " + w.Message
+			}
+			parts = append(parts, s)
+		}
+	}
+	if len(parts) == 0 {
+		s := "is " + orText(string(p.Status.Phase), "Pending")
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue && c.Message != "" {
+				s += fmt.Sprintf("; %s: %s", c.Type, c.Message)
+			}
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// failAndDelete fails the job permanently for why, deleting its application
+// (UID precondition) and ConfigMap. The failure is the truth whether or not
+// the delete worked; when it did not, the message says the application may
+// still run and the host's Cleanup (the plugin declares cleanup; the host
+// queues it durably for every failed attempt and retries it) deletes it:
+// the handle, checkpointed here, names the UID Cleanup deletes.
+func (r *run) failAndDelete(ctx context.Context, why string) error {
 	uid := ""
 	if r.h != nil {
 		uid = r.h.UID
 	}
-	if err := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, uid, r.callTimeout); err != nil {
-		msg += fmt.Sprintf(" (deleting it: %v)", err)
+	msg := "SparkApplication " + r.ref() + " " + why
+	if err := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, uid, r.job.Attempt, r.callTimeout); err != nil {
+		msg += fmt.Sprintf("; deleting it failed (%v): it may still be running until the agent's Cleanup, which retries, deletes it", err)
 	} else {
 		msg += "; deleted it"
 	}
-	full := fmt.Sprintf("SparkApplication %s %s", r.ref(), msg)
-	r.notef("%s", full)
+	r.notef("%s", msg)
 	if r.h != nil {
-		r.h.Outcome, r.h.Message = outcomeFailed, full
+		r.h.Outcome, r.h.Message = outcomeFailed, msg
 		if err := r.checkpoint(ctx); err != nil {
 			r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
 		}
 	}
-	return plugin.Errorf(plugin.Permanent, "sparkeks: %s", full)
+	return plugin.Errorf(plugin.Permanent, "sparkeks: %s", msg)
 }
 
 // Output is the job's result.

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 )
 
 // PluginVersion is reported in Info.
-const PluginVersion = "0.1.0"
+const PluginVersion = "0.2.0"
 
 // requestTimeout bounds one API call of Cleanup and HealthCheck.
 const requestTimeout = 30 * time.Second
@@ -78,9 +79,15 @@ func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 	return r.follow(ctx)
 }
 
-// Cleanup deletes the job's SparkApplication (foreground propagation, so
-// its driver and executors go first) and its query ConfigMap. Both missing
-// is success.
+// Cleanup deletes the SparkApplication of the attempt being cleaned up
+// (foreground propagation, so its driver and executors go first) and its
+// query ConfigMap, fenced so it never deletes another attempt's: with the
+// attempt's handle (job.Handle), the application with the handle's UID in
+// the handle's namespace (whichever attempt created it: an adopted one
+// included); without one (nothing was checkpointed), only an application
+// whose tether.dev/job-attempt label is job.Attempt. Both missing is
+// success; a transient failure is Retriable (the host's cleanup queue
+// retries it).
 func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	cfg, err := parseConfig(job.Config, job.Context)
 	if err == nil {
@@ -97,36 +104,83 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	if err != nil {
 		return err
 	}
-	return deleteJobObjects(ctx, cl, cfg.Namespace, job.ID, "", requestTimeout)
+	namespace, uid := cfg.Namespace, ""
+	if len(job.Handle) > 0 {
+		h, err := decodeHandle(job.Handle)
+		switch {
+		case err != nil:
+			// Fall back to the attempt label, which is as safe.
+			p.log.Warn("cleanup: unreadable handle; deleting by the attempt label", "job", job.ID, "err", err)
+		default:
+			if h.Namespace != "" {
+				namespace = h.Namespace
+			}
+			uid = h.UID
+		}
+	}
+	return deleteJobObjects(ctx, cl, namespace, job.ID, uid, max(job.Attempt, 1), requestTimeout)
 }
 
-// deleteJobObjects deletes a job's SparkApplication (only the one with uid,
-// when uid is set) and its ConfigMap; NotFound is success. A transient
-// failure is Retriable.
-func deleteJobObjects(ctx context.Context, cl *clients, namespace, jobID, uid string, timeout time.Duration) error {
+// deleteJobObjects deletes a job's SparkApplication and its ConfigMap, of
+// one attempt only: the application with uid when uid is set, else the one
+// whose attempt label is attempt (read first, then deleted with its UID as
+// precondition); the ConfigMap only when owned by that application or
+// labelled with that attempt. Foreground propagation; NotFound (and a
+// failed precondition: the name belongs to another application now) is
+// success. A transient failure is Retriable.
+func deleteJobObjects(ctx context.Context, cl *clients, namespace, jobID, uid string, attempt int, timeout time.Duration) error {
 	name := AppName(jobID)
-	fg := metav1.DeletePropagationForeground
-	opts := metav1.DeleteOptions{PropagationPolicy: &fg}
-	if uid != "" {
-		opts.Preconditions = metav1.NewUIDPreconditions(uid)
-	}
+	apps := cl.dyn.Resource(GVR).Namespace(namespace)
 	var errs []string
 	var retriable bool
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	err := cl.dyn.Resource(GVR).Namespace(namespace).Delete(cctx, name, opts)
-	cancel()
-	// A Conflict is a failed UID precondition: the name now belongs to
-	// another application, which is not ours to delete.
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		errs = append(errs, fmt.Sprintf("deleting SparkApplication %s/%s: %v", namespace, name, err))
-		retriable = retriable || transient(err)
+	note := func(what string, err error) {
+		errs = append(errs, fmt.Sprintf("%s: %v", what, err))
+		retriable = retriable || transient(err) || apiRefused(err)
 	}
-	cctx, cancel = context.WithTimeout(ctx, timeout)
-	err = cl.kube.CoreV1().ConfigMaps(namespace).Delete(cctx, ConfigMapName(jobID), metav1.DeleteOptions{})
+	if uid == "" {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		app, err := apps.Get(cctx, name, metav1.GetOptions{})
+		cancel()
+		switch {
+		case err == nil:
+			if a, ok := attemptOf(app); ok && a == attempt {
+				uid = string(app.GetUID())
+			}
+		case !apierrors.IsNotFound(err):
+			note(fmt.Sprintf("getting SparkApplication %s/%s", namespace, name), err)
+		}
+	}
+	if uid != "" {
+		fg := metav1.DeletePropagationForeground
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err := apps.Delete(cctx, name, metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: metav1.NewUIDPreconditions(uid)})
+		cancel()
+		// A Conflict is a failed UID precondition: the name now belongs to
+		// another application, which is not ours to delete.
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			note(fmt.Sprintf("deleting SparkApplication %s/%s (uid %s)", namespace, name, uid), err)
+		}
+	}
+	cms := cl.kube.CoreV1().ConfigMaps(namespace)
+	cmName := ConfigMapName(jobID)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cm, err := cms.Get(cctx, cmName, metav1.GetOptions{})
 	cancel()
-	if err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, fmt.Sprintf("deleting ConfigMap %s/%s: %v", namespace, ConfigMapName(jobID), err))
-		retriable = retriable || transient(err)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		note(fmt.Sprintf("getting ConfigMap %s/%s", namespace, cmName), err)
+	case (uid != "" && ownedBy(cm.OwnerReferences, uid)) || cm.Labels[labelJobAttempt] == strconv.Itoa(attempt):
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		var opts metav1.DeleteOptions
+		if cm.UID != "" {
+			opts.Preconditions = metav1.NewUIDPreconditions(string(cm.UID))
+		}
+		err := cms.Delete(cctx, cmName, opts)
+		cancel()
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			note(fmt.Sprintf("deleting ConfigMap %s/%s", namespace, cmName), err)
+		}
 	}
 	if len(errs) == 0 {
 		return nil

@@ -1,0 +1,6 @@
+package kubetest
+
+import "syscall"
+
+// A child dies with the test binary rather than outliving it.
+func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }

@@ -1,0 +1,146 @@
+package sparkeks
+
+import (
+	"fmt"
+	"time"
+)
+
+// The policy decisions of the plugin, kept pure so they are tested as
+// tables. The operator facts they rely on are kubeflow spark-operator
+// v2.5.2's: internal/controller/sparkapplication/controller.go (the state
+// machine, Reconcile and the reconcile<State>SparkApplication functions),
+// pkg/util/sparkapplication.go (ShouldRetry, IsTerminated, IsExpired) and
+// api/v1beta2/sparkapplication_types.go (the states; the new state is "").
+
+// spark-operator's application states (api/v1beta2/sparkapplication_types.go).
+const (
+	stateNew              = "" // ApplicationStateNew is the empty string
+	stateNewAlias         = "NEW"
+	stateSubmitted        = "SUBMITTED"
+	stateRunning          = "RUNNING"
+	stateCompleted        = "COMPLETED"
+	stateFailed           = "FAILED"
+	stateSubmissionFailed = "SUBMISSION_FAILED"
+	statePendingRerun     = "PENDING_RERUN"
+	stateInvalidating     = "INVALIDATING"
+	stateSucceeding       = "SUCCEEDING"
+	stateFailing          = "FAILING"
+	stateUnknown          = "UNKNOWN"
+)
+
+// driverPodNotFound is the errorMessage spark-operator v2.5.2 sets when the
+// driver pod of a submitted application is gone (deleted, evicted with its
+// node, or never created past driver-pod-creation-grace-period):
+// updateDriverState in internal/controller/sparkapplication/controller.go
+// sets FAILING with "driver pod not found", and reconcileFailingSparkApplication
+// moves it to FAILED (restartPolicy Never) keeping the message. The driver
+// may have run the query to its end before it vanished.
+const driverPodNotFound = "driver pod not found"
+
+// existingAction is what a run does with an application of an earlier
+// attempt of the same job that holds the job's name.
+type existingAction int
+
+const (
+	// actAdopt follows it to its end as this attempt's outcome: it is (or
+	// may be) running the query, or has run it. A retry never deletes it.
+	actAdopt existingAction = iota
+	// actReplace deletes it (UID precondition) and submits this attempt's:
+	// it really failed, and the operator will never run it again.
+	actReplace
+	// actWaitGone waits until it is gone (it is being deleted, by the
+	// previous attempt's Cleanup or by its TTL), then submits.
+	actWaitGone
+	// actUnsafe ends the job outcome_unknown: a state the plugin cannot
+	// follow safely (suspended, a state of a later operator).
+	actUnsafe
+)
+
+func (a existingAction) String() string {
+	switch a {
+	case actAdopt:
+		return "adopt"
+	case actReplace:
+		return "replace"
+	case actWaitGone:
+		return "wait until gone"
+	default:
+		return "outcome unknown"
+	}
+}
+
+// decideExisting is the adopt-or-replace rule for an earlier attempt's
+// application (st its status), and why.
+//
+//   - Being deleted: wait until it is gone. Its deletion was decided already
+//     (the previous attempt's Cleanup, which the host runs before a retry).
+//   - FAILED: terminal (pkg/util IsTerminated; reconcileTerminated only ever
+//     deletes it on its TTL): replace.
+//   - SUBMISSION_FAILED with restartPolicy Never: spark-submit failed, so no
+//     driver ran, and reconcileFailedSubmissionSparkApplication moves it to
+//     FAILED (ShouldRetry is false for Never): replace. With another policy
+//     the operator may submit it again: adopt.
+//   - COMPLETED: the query ran to its end: adopt (the job succeeds at once).
+//   - "", NEW, SUBMITTED, RUNNING, PENDING_RERUN, SUCCEEDING, INVALIDATING,
+//     FAILING, UNKNOWN: it is running, or about to, or its driver's fate is
+//     not known yet (FAILING becomes FAILED or PENDING_RERUN; SUCCEEDING
+//     becomes COMPLETED or PENDING_RERUN; UNKNOWN is the operator having lost
+//     sight of the driver pod): adopt and follow it; the usual rules
+//     (unknown_grace, startup_timeout, timeout) apply to it.
+//   - anything else (SUSPENDING, SUSPENDED, RESUMING, or a state a later
+//     operator adds): outcome_unknown, touching nothing.
+func decideExisting(st appStatus) (existingAction, string) {
+	if st.Deleting {
+		return actWaitGone, "it is being deleted"
+	}
+	switch st.State {
+	case stateFailed:
+		return actReplace, "it failed"
+	case stateSubmissionFailed:
+		if st.RestartPolicy == RestartPolicyNever || st.RestartPolicy == "" {
+			// "" is the CRD's default, which the operator treats as Never
+			// (ShouldRetry matches only Always and OnFailure).
+			return actReplace, "its submission failed and restartPolicy Never keeps it failed"
+		}
+		return actAdopt, fmt.Sprintf("its submission failed but restartPolicy %s lets spark-operator submit it again", st.RestartPolicy)
+	case stateCompleted:
+		return actAdopt, "it completed"
+	case stateNew, stateNewAlias, stateSubmitted, stateRunning, statePendingRerun,
+		stateSucceeding, stateInvalidating, stateFailing, stateUnknown:
+		return actAdopt, "it is " + orText(st.State, "new") + " and may run (or have run) the query"
+	default:
+		return actUnsafe, "its state " + st.State + " is not one the plugin can follow safely"
+	}
+}
+
+// startupStates are the states of an application whose driver has not run
+// yet: created, submitted (the driver pod pending: image pull, scheduling),
+// or waiting for a rerun.
+func isStartupState(state string) bool {
+	switch state {
+	case stateNew, stateNewAlias, stateSubmitted, statePendingRerun:
+		return true
+	}
+	return false
+}
+
+// decideStuck reports whether an application is stuck before RUNNING:
+// startup_timeout (0 disables) passed since its creation, it is in a
+// startup state and it was never seen running.
+func decideStuck(state string, everRunning bool, createdAt, now time.Time, startupTimeout time.Duration) bool {
+	if startupTimeout <= 0 || everRunning || createdAt.IsZero() || !isStartupState(state) {
+		return false
+	}
+	return !now.Before(createdAt.Add(startupTimeout))
+}
+
+// failedOutcome is the job's outcome of an application that ended FAILED or
+// SUBMISSION_FAILED: failed, except when the driver pod vanished ("driver
+// pod not found"): the driver may have finished the query before, so the
+// outcome is unknown.
+func failedOutcome(state, errorMessage string) string {
+	if state == stateFailed && errorMessage == driverPodNotFound {
+		return outcomeUnknown
+	}
+	return outcomeFailed
+}
