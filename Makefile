@@ -15,7 +15,7 @@ SPARK_OPERATOR          := .tether/bin/spark-operator-$(SPARK_OPERATOR_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench bench-ecs proto clean kube-apiserver kube-controller-manager spark-operator soak
+.PHONY: all build run test vet bench bench-ecs bench-spark proto clean kube-apiserver kube-controller-manager spark-operator soak
 
 all: build
 
@@ -84,6 +84,18 @@ bench:
 ## see internal/e2e/ecs_bench_test.go)
 bench-ecs:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkECS1000$$' -benchtime 1x -timeout 40m ./internal/e2e/
+
+## bench-spark: 500 Spark SQL jobs on 2 agents through the sparkeks plugin
+## against kube-apiserver + etcd and the real spark-operator controller
+## (stand-in spark-submit and kubelet; each driver runs 30 s; about 2
+## minutes with the build); checks that every job succeeds with one
+## SparkApplication ever and every driver log line once, prints the
+## plugin's apiserver requests/s by verb and resource, its peak open
+## watches, agent and plugin RSS and CPU, submit → COMPLETED → job terminal
+## p50/p99 (sizes: TETHER_BENCH_SPARK_* variables, see
+## internal/e2e/spark_bench_test.go)
+bench-spark: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkSpark500$$' -benchtime 1x -timeout 40m ./internal/e2e/
 
 ## soak: the randomized invariant test (internal/e2e/invariant_test.go) in
 ## rounds of chaos until SOAK has passed, e.g. `make soak SOAK=30m`; each

@@ -94,12 +94,16 @@ func TestDatabaseOutageECS(t *testing.T) {
 // outage, then one longer than stale_job. The test plays spark-operator's
 // later transitions itself: RUNNING → SUCCEEDING while the database is down
 // (the plugin sees a state change and checkpoints), COMPLETED once it is
-// back.
+// back. It runs against the Simulator stack (simKubeEnv), not the real
+// operator: the operator completes a SUCCEEDING application at once (so the
+// plugin sees COMPLETED while the database is down, and a phase-2 job could
+// end before it is followed again), and the kubelet stand-in cannot be told
+// to end a driver at a chosen moment.
 func TestDatabaseOutageSpark(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	testStart := time.Now()
-	env, proxy, sim := kubeEnv(t)
+	env, proxy, sim := simKubeEnv(t)
 	t.Logf("Kubernetes test environment ready after %s", time.Since(testStart).Round(time.Millisecond))
 	phasesStart := time.Now()
 	cluster, url := pgtest.StartCluster(t)

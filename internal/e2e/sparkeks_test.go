@@ -13,8 +13,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tetherjobs/tether/internal/kubetest"
 	"github.com/tetherjobs/tether/internal/pgtest"
@@ -22,16 +24,20 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// The Kubernetes control plane is started by the first Spark test that needs
-// it and stopped when the package's tests end (stopKube, from TestMain).
+// The Kubernetes control plane with the real spark-operator (its
+// controller, the garbage collector and the kubelet stand-in:
+// kubetest.StartOperatorStack) is started by the first Spark test that
+// needs it and stopped when the package's tests end (stopKube, from
+// TestMain). Jobs script their driver pods through the kubelet's
+// tether.sim.* spark conf keys.
 var kube struct {
 	once  sync.Once
 	dir   string
-	stack *kubetest.Stack
+	stack *kubetest.OperatorStack
 	err   error
 }
 
-func kubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.Simulator) {
+func kubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.OperatorStack) {
 	t.Helper()
 	kube.once.Do(func() {
 		if kube.dir, kube.err = os.MkdirTemp("", "tether-e2e-kube-"); kube.err != nil {
@@ -39,10 +45,43 @@ func kubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.Simulator)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		kube.stack, kube.err = kubetest.StartStack(ctx, kube.dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		kube.stack, kube.err = kubetest.StartOperatorStack(ctx, kube.dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	})
 	require.NoError(t, kube.err, "starting the Kubernetes test environment")
-	return kube.stack.Env, kube.stack.Proxy, kube.stack.Sim
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("spark-operator log ends:\n%s", kube.stack.OperatorLog())
+		}
+	})
+	return kube.stack.Env, kube.stack.Proxy, kube.stack
+}
+
+// simKube is a control plane whose SparkApplications the Simulator moves
+// instead of spark-operator (kubetest.StartStack), for the one test that
+// plays the operator's transitions itself at moments it chooses
+// (TestDatabaseOutageSpark: a state change while the database is down, a
+// completion only once the job is followed again), which the real operator
+// and the kubelet stand-in cannot be told to make. Started by the first test
+// that needs it, stopped by stopKube.
+var simKube struct {
+	once  sync.Once
+	dir   string
+	stack *kubetest.Stack
+	err   error
+}
+
+func simKubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.Simulator) {
+	t.Helper()
+	simKube.once.Do(func() {
+		if simKube.dir, simKube.err = os.MkdirTemp("", "tether-e2e-kubesim-"); simKube.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		simKube.stack, simKube.err = kubetest.StartStack(ctx, simKube.dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	})
+	require.NoError(t, simKube.err, "starting the simulated Kubernetes test environment")
+	return simKube.stack.Env, simKube.stack.Proxy, simKube.stack.Sim
 }
 
 func stopKube() {
@@ -51,6 +90,12 @@ func stopKube() {
 	}
 	if kube.dir != "" {
 		os.RemoveAll(kube.dir)
+	}
+	if err := simKube.stack.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+	}
+	if simKube.dir != "" {
+		os.RemoveAll(simKube.dir)
 	}
 }
 
@@ -64,10 +109,11 @@ func newSparkHarness(t *testing.T, tm timings) *harness {
 	return newHarnessWith(t, pgtest.URL(t), tm, plugins, commands)
 }
 
-// submitSpark submits a Spark SQL job; sim scripts the simulated operator.
-func (h *harness) submitSpark(ctx context.Context, sim map[string]string) string {
+// submitSpark submits a Spark SQL job; conf (its spark_conf) scripts the
+// driver pod through the kubelet stand-in's tether.sim.* keys.
+func (h *harness) submitSpark(ctx context.Context, conf map[string]string) string {
 	h.t.Helper()
-	raw, err := json.Marshal(map[string]any{"query": "SELECT count(*) FROM events", "spark_conf": sim})
+	raw, err := json.Marshal(map[string]any{"query": "SELECT count(*) FROM events", "spark_conf": conf})
 	require.NoError(h.t, err)
 	j, _, err := h.st.Submit(ctx, store.SubmitParams{Command: "spark-sql", Plugin: "sparkeks", Context: raw, Submitter: "e2e"})
 	require.NoError(h.t, err)
@@ -98,16 +144,18 @@ func TestSparkKill9ResumesSameApplication(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	h := newSparkHarness(t, ecsKillTimings())
-	env, _, sim := kubeEnv(t)
+	env, _, stack := kubeEnv(t)
 
+	const lines = 16 // one every 0.5 s: printed before and after the kill
 	a := h.startAgent(ctx, "spark-a")
-	id := h.submitSpark(ctx, map[string]string{kubetest.SimRun: "8s"})
+	id := h.submitSpark(ctx, map[string]string{kubetest.SimRun: "8s", kubetest.KubeletLogLines: fmt.Sprint(lines)})
 	name := "spark-sql-job-" + id
 	h.waitSubmitted(ctx, id, 20*time.Second)
 	require.Equal(t, a.name, h.holder(ctx, id))
 	b := h.startAgent(ctx, "spark-b")
 	app, err := env.Dynamic.Resource(kubetest.SparkApplications).Namespace("default").Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
+	h.waitStdout(ctx, id, "driver line 2 of 16\n", 20*time.Second)
 
 	h.kill9(a)
 	resumed := h.waitEvent(ctx, id, "resumed", 20*time.Second)
@@ -116,7 +164,7 @@ func TestSparkKill9ResumesSameApplication(t *testing.T) {
 	h.waitTerminal(ctx, []string{id}, 40*time.Second)
 	j := h.job(ctx, id)
 	require.Equal(t, store.StatusSucceeded, j.Status, "error: %s; events: %s", j.Error, h.eventSummary(ctx, id))
-	assert.Equal(t, 1, sim.Created("default", name), "exactly one SparkApplication ever created for the job")
+	assert.Equal(t, 1, stack.Created("default", name), "exactly one SparkApplication ever created for the job")
 	var out map[string]any
 	require.NoError(t, json.Unmarshal(j.Result, &out))
 	assert.Equal(t, string(app.GetUID()), out["uid"], "the job followed the application it created")
@@ -124,6 +172,97 @@ func TestSparkKill9ResumesSameApplication(t *testing.T) {
 	assert.NotEmpty(t, out["spark_application_id"])
 	final := h.checkTimeline(ctx, id)
 	assert.Equal(t, b.gen, final.Generation)
+	h.assertDriverLinesOnce(ctx, id, lines)
+	assert.Equal(t, 1, driverPods(ctx, t, env, name), "one driver pod ever")
+}
+
+// kill -9 the agent while its application runs and, meanwhile, kill the
+// operator too, starting it again only after the surviving agent resumed
+// the job: the operator's state machine picks the application up (its
+// driver finished while neither watched), the job succeeds, one
+// SparkApplication and one driver ever, and the job's stdout has every
+// driver log line once.
+func TestSparkKill9AndOperatorRestartResumes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h := newSparkHarness(t, ecsKillTimings())
+	env, _, stack := kubeEnv(t)
+	res := env.Dynamic.Resource(kubetest.SparkApplications).Namespace("default")
+
+	const lines = 12 // over 6 s
+	a := h.startAgent(ctx, "spark-op-a")
+	id := h.submitSpark(ctx, map[string]string{kubetest.SimRun: "6s", kubetest.KubeletLogLines: fmt.Sprint(lines)})
+	name := "spark-sql-job-" + id
+	h.waitSubmitted(ctx, id, 20*time.Second)
+	b := h.startAgent(ctx, "spark-op-b")
+	h.waitStdout(ctx, id, "driver line 2 of 12\n", 20*time.Second)
+	app, err := res.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "RUNNING", appState(app))
+
+	h.kill9(a)
+	require.NoError(t, stack.KillOperator())
+	t.Cleanup(func() {
+		if !stack.Operator.Running() {
+			_ = stack.StartOperator(context.Background())
+		}
+	})
+	resumed := h.waitEvent(ctx, id, "resumed", 20*time.Second)
+	assert.Equal(t, b.gen, resumed.Generation, "the surviving agent resumes it")
+	// The driver ends while the operator is down: the application stays
+	// RUNNING until the operator is back.
+	require.Eventually(t, func() bool {
+		p, err := env.Clientset.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodSucceeded
+	}, 20*time.Second, 20*time.Millisecond, "the driver pod succeeds")
+	app, err = res.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "RUNNING", appState(app), "nothing moved the application while the operator was down")
+	require.NotEqual(t, store.StatusSucceeded, h.job(ctx, id).Status)
+	require.NoError(t, stack.StartOperator(ctx))
+
+	h.waitTerminal(ctx, []string{id}, 40*time.Second)
+	j := h.job(ctx, id)
+	require.Equal(t, store.StatusSucceeded, j.Status, "error: %s; events: %s", j.Error, h.eventSummary(ctx, id))
+	assert.Equal(t, 1, stack.Created("default", name), "exactly one SparkApplication ever created for the job")
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(j.Result, &out))
+	assert.Equal(t, string(app.GetUID()), out["uid"])
+	assert.Equal(t, "COMPLETED", out["state"])
+	final := h.checkTimeline(ctx, id)
+	assert.Equal(t, b.gen, final.Generation)
+	h.assertDriverLinesOnce(ctx, id, lines)
+	assert.Equal(t, 1, driverPods(ctx, t, env, name), "one driver pod ever")
+}
+
+func appState(u *unstructured.Unstructured) string {
+	s, _, _ := unstructured.NestedString(u.Object, "status", "applicationState", "state")
+	return s
+}
+
+// driverPods counts the application's driver pods (they stay after it
+// ends, until it is deleted).
+func driverPods(ctx context.Context, t *testing.T, env *kubetest.Env, name string) int {
+	t.Helper()
+	l, err := env.Clientset.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "spark-role=driver,sparkoperator.k8s.io/app-name=" + name})
+	require.NoError(t, err)
+	return len(l.Items)
+}
+
+// assertDriverLinesOnce checks the job's stored stdout holds the kubelet's
+// "driver line i of n", each once and in order.
+func (h *harness) assertDriverLinesOnce(ctx context.Context, id string, n int) {
+	h.t.Helper()
+	var want, got []string
+	for i := 1; i <= n; i++ {
+		want = append(want, fmt.Sprintf("driver line %d of %d", i, n))
+	}
+	for _, l := range strings.Split(h.stdout(ctx, id), "\n") {
+		if strings.HasPrefix(l, "driver line ") {
+			got = append(got, l)
+		}
+	}
+	assert.Equal(h.t, want, got, "job %s: every driver log line once, in order; events: %s", id, h.eventSummary(ctx, id))
 }
 
 // An application deleted by hand while no agent watched: the job that
@@ -132,7 +271,7 @@ func TestSparkApplicationDeletedWhileNoAgentWatches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	h := newSparkHarness(t, ecsKillTimings())
-	env, _, sim := kubeEnv(t)
+	env, _, stack := kubeEnv(t)
 	res := env.Dynamic.Resource(kubetest.SparkApplications).Namespace("default")
 
 	a := h.startAgent(ctx, "spark-alone")
@@ -157,6 +296,6 @@ func TestSparkApplicationDeletedWhileNoAgentWatches(t *testing.T) {
 	assert.Contains(t, h.eventSummary(ctx, id), "resumed")
 	_, err := res.Get(ctx, name, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "not resubmitted: %v", err)
-	assert.Equal(t, 1, sim.Created("default", name))
+	assert.Equal(t, 1, stack.Created("default", name))
 	h.checkTimeline(ctx, id)
 }

@@ -57,8 +57,11 @@ const (
 const DriverContainer = "spark-kubernetes-driver"
 
 // Kubelet stands in for a node's kubelet: it registers a Ready Node, binds
-// every unscheduled pod to it (pods/binding: there is no scheduler), moves
-// each pod's status as its annotations script, finishes graceful pod
+// every unscheduled pod to it (pods/binding: there is no scheduler), keeps a
+// pod whose ConfigMap volume's ConfigMap is missing Pending in
+// ContainerCreating until it appears (printing "query: <first line>" first
+// in the driver's log when the driver mounts a ConfigMap with the key
+// QueryKey), moves each pod's status as its annotations script, finishes graceful pod
 // deletions (deletes with grace 0, as the kubelet does once the containers
 // are gone) and serves the containers' logs on /containerLogs over HTTPS,
 // where the apiserver proxies pods/log.
@@ -290,6 +293,13 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod, cl *containerLog) {
 	if !k.update(ctx, pod, waiting("ContainerCreating", "")) {
 		return
 	}
+	// The volumes first: a pod whose ConfigMap volume's ConfigMap does not
+	// exist stays Pending in ContainerCreating (a FailedMount event), the
+	// mount retried until it appears, as a real kubelet does.
+	query, ok := k.mountConfigMaps(ctx, pod, cl)
+	if !ok {
+		return
+	}
 	image := ""
 	if len(pod.Spec.Containers) > 0 {
 		image = pod.Spec.Containers[0].Image
@@ -336,6 +346,9 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod, cl *containerLog) {
 		return
 	}
 	cl.start()
+	if query != "" {
+		cl.print("query: " + query)
+	}
 	for i := 1; i <= lines; i++ {
 		if !sleep(ctx, runFor/time.Duration(lines+1)) {
 			return
@@ -365,6 +378,86 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod, cl *containerLog) {
 		k.terminate(ctx, pod, corev1.PodFailed, exitCode, "Error", msg, started)
 	default:
 		k.terminate(ctx, pod, corev1.PodSucceeded, 0, "Completed", "", started)
+	}
+}
+
+// QueryKey is the ConfigMap key the kubelet stand-in reads a driver's query
+// from (tether's sparkeks plugin stores the query under it): when the
+// driver container mounts a ConfigMap holding it, the driver's log starts
+// with "query: " and the query's first line, so a test sees that the query
+// reached the driver.
+const QueryKey = "query.sql"
+
+// mountRetry is how often the stand-in retries a ConfigMap volume whose
+// ConfigMap is missing.
+const mountRetry = 100 * time.Millisecond
+
+// mountConfigMaps waits until every ConfigMap the pod's volumes name (the
+// optional ones aside) exists. query is the first line of the QueryKey of
+// a ConfigMap the driver container mounts ("" when none). ok is false when
+// ctx ended or the pod went away first.
+func (k *Kubelet) mountConfigMaps(ctx context.Context, pod *corev1.Pod, cl *containerLog) (query string, ok bool) {
+	mounted := map[string]bool{}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != cl.container {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			mounted[m.Name] = true
+		}
+	}
+	warned := map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		src := v.ConfigMap
+		if src == nil {
+			continue
+		}
+		for {
+			cm, err := k.cs.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, src.Name, metav1.GetOptions{})
+			if err == nil {
+				if q, has := cm.Data[QueryKey]; has && mounted[v.Name] && query == "" {
+					query, _, _ = strings.Cut(q, "\n")
+					query = strings.TrimSpace(query)
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return "", false
+			}
+			if apierrors.IsNotFound(err) && src.Optional != nil && *src.Optional {
+				break
+			}
+			if apierrors.IsNotFound(err) && !warned[v.Name] {
+				warned[v.Name] = true
+				k.event(ctx, pod, "FailedMount", fmt.Sprintf("MountVolume.SetUp failed for volume %q : configmap %q not found", v.Name, src.Name))
+			} else if !apierrors.IsNotFound(err) {
+				k.log.Warn("kubelet: reading ConfigMap", "pod", pod.Namespace+"/"+pod.Name, "configmap", src.Name, "err", err)
+			}
+			if !sleep(ctx, mountRetry) {
+				return "", false
+			}
+			// Still the same pod, not being deleted?
+			p, err := k.cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil && apierrors.IsNotFound(err) || err == nil && (p.UID != pod.UID || p.DeletionTimestamp != nil) {
+				return "", false
+			}
+		}
+	}
+	return query, true
+}
+
+// event records a Warning event on the pod, as the kubelet does.
+func (k *Kubelet) event(ctx context.Context, pod *corev1.Pod, reason, msg string) {
+	now := metav1.Now()
+	_, err := k.cs.CoreV1().Events(pod.Namespace).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
+		Reason:         reason, Message: msg, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "kubelet", Host: k.Node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}, metav1.CreateOptions{})
+	if err != nil && ctx.Err() == nil {
+		k.log.Warn("kubelet: event", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,7 +115,7 @@ func StartOperatorStack(ctx context.Context, dir string, log *slog.Logger) (_ *O
 		return nil, err
 	}
 	s.healthz = "http://127.0.0.1:" + strconv.Itoa(port) + "/readyz"
-	s.Operator = newProcess("spark-operator", operatorBin, filepath.Join(dir, "spark-operator.log"), []string{
+	opArgs := []string{
 		"controller", "start",
 		"--kubeconfig=" + env.Kubeconfig,
 		"--leader-election=false",
@@ -124,7 +125,11 @@ func StartOperatorStack(ctx context.Context, dir string, log *slog.Logger) (_ *O
 		"--controller-threads=10",
 		"--workqueue-ratelimiter-max-delay=1s", // quick requeues after errors
 		"--zap-log-level=info",
-	}, []string{
+	}
+	// More flags for the operator (a benchmark raising its
+	// --controller-threads or --kube-api-qps, say); later ones win.
+	opArgs = append(opArgs, strings.Fields(os.Getenv("TETHER_KUBETEST_OPERATOR_FLAGS"))...)
+	s.Operator = newProcess("spark-operator", operatorBin, filepath.Join(dir, "spark-operator.log"), opArgs, []string{
 		"SPARK_HOME=" + sparkHome,
 		"KUBERNETES_SERVICE_HOST=" + host.Hostname(),
 		"KUBERNETES_SERVICE_PORT=" + host.Port(),

@@ -527,9 +527,29 @@ func TestOperatorDriverTemplateCarriesConfigMapVolume(t *testing.T) {
 			"volumeMounts": []any{map[string]any{"name": "tether-query", "mountPath": "/etc/tether/query", "readOnly": true}}}},
 	}}
 	r, _ := create(t, ctx, app)
-	r.waitFor(t, "COMPLETED", 20*time.Second)
-	pod, err := opStack.cs.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
+	// The kubelet stand-in, as a real kubelet, does not start a pod whose
+	// ConfigMap is missing: ContainerCreating until it exists.
+	pods := opStack.cs.CoreV1().Pods("default")
+	require.Eventually(t, func() bool {
+		p, err := pods.Get(ctx, name+"-driver", metav1.GetOptions{})
+		return err == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "ContainerCreating"
+	}, 20*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	p, err := pods.Get(ctx, name+"-driver", metav1.GetOptions{})
 	require.NoError(t, err)
+	require.Equal(t, corev1.PodPending, p.Status.Phase, "started without its ConfigMap")
+	_, err = opStack.cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-query", Namespace: "default"},
+		Data:       map[string]string{QueryKey: "SELECT 42\nFROM t"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	r.waitFor(t, "COMPLETED", 20*time.Second)
+	pod, err := pods.Get(ctx, name+"-driver", metav1.GetOptions{})
+	require.NoError(t, err)
+	b, err := pods.GetLogs(name+"-driver", &corev1.PodLogOptions{Container: DriverContainer}).DoRaw(ctx)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "query: SELECT 42\n", "the driver saw the query")
 	require.Len(t, pod.Spec.Volumes, 1)
 	require.Equal(t, name+"-query", pod.Spec.Volumes[0].ConfigMap.Name)
 	require.Equal(t, "/etc/tether/query", pod.Spec.Containers[0].VolumeMounts[0].MountPath)

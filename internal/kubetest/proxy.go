@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -30,7 +31,8 @@ type Fault struct {
 }
 
 // Proxy is an HTTPS reverse proxy in front of the apiserver that
-// authenticates as the admin, counts requests and injects faults. Clients
+// authenticates as the admin, counts requests (by client, verb and
+// resource: Requests) and injects faults. Clients
 // reach it through Kubeconfig, or URL and CAData, with no credentials of
 // their own. A bearer token a client does send (an EKS token, say) is
 // recorded (BearerTokens) and removed: the apiserver never sees or checks it.
@@ -44,6 +46,7 @@ type Proxy struct {
 	injected int
 	creates  map[string]int // path of the collection → successful POSTs
 	bearers  []string       // distinct bearer tokens, in order of arrival
+	acct     accounting
 }
 
 // StartProxy starts a proxy for env and writes its kubeconfig into dir.
@@ -57,6 +60,7 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: apiserver transport: %w", err)
 	}
 	p := &Proxy{creates: map[string]int{}}
+	p.acct.reset(time.Now())
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -86,6 +90,8 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 	}
 	p.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.recordBearer(r)
+		done := p.account(r)
+		defer done()
 		if f := p.take(r); f != nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(f.Status)
@@ -189,4 +195,213 @@ func reason(status int) string {
 	default:
 		return "InternalError"
 	}
+}
+
+// RequestKey is one kind of request the proxy counts: who sent it, what it
+// does and to what.
+type RequestKey struct {
+	// Client is the request's User-Agent up to its first space, e.g.
+	// "tether-plugin-sparkeks/0.2.0" (client-go's default is
+	// "<binary>/<version> (<os>/<arch>) kubernetes/<commit>"); "" when the
+	// client sent none.
+	Client string
+	// Verb is the apiserver's: GET (one object), LIST, WATCH (a GET with
+	// watch=true or under /watch/), CREATE, UPDATE, PATCH, DELETE,
+	// DELETECOLLECTION; the HTTP method for a non-resource path.
+	Verb string
+	// Resource is the resource, with its subresource after a slash
+	// ("sparkapplications", "pods", "pods/log", "pods/status",
+	// "pods/binding", "configmaps"); for a non-resource path ("/api",
+	// "/apis", "/version", ...), the path itself.
+	Resource string
+}
+
+// RequestStats is what the proxy counted since it started or was last
+// reset (ResetRequests). Every request that reached the proxy counts, those
+// answered with an injected fault too.
+type RequestStats struct {
+	Since  time.Time          // the start or the last reset
+	Counts map[RequestKey]int // requests, by client, verb and resource
+	// OpenWatches are the watches open now, by client; PeakWatches the
+	// most open at once since Since (a reset starts the peak from the
+	// watches then open). "" is every client together.
+	OpenWatches map[string]int
+	PeakWatches map[string]int
+	// OpenLogStreams and PeakLogStreams are the same for followed logs
+	// (GET pods/log with follow=true), the other long-running request.
+	OpenLogStreams map[string]int
+	PeakLogStreams map[string]int
+}
+
+// Count is how many requests of client (every client when "") had verb on
+// resource.
+func (s RequestStats) Count(client, verb, resource string) int {
+	n := 0
+	for k, c := range s.Counts {
+		if (client == "" || k.Client == client) && k.Verb == verb && k.Resource == resource {
+			n += c
+		}
+	}
+	return n
+}
+
+// Clients are the distinct clients seen, sorted.
+func (s RequestStats) Clients() []string {
+	seen := map[string]bool{}
+	for k := range s.Counts {
+		seen[k.Client] = true
+	}
+	out := make([]string, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Requests is a snapshot of the request accounting.
+func (p *Proxy) Requests() RequestStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return RequestStats{
+		Since:          p.acct.since,
+		Counts:         cloneMap(p.acct.counts),
+		OpenWatches:    cloneMap(p.acct.open[watchStream]),
+		PeakWatches:    cloneMap(p.acct.peak[watchStream]),
+		OpenLogStreams: cloneMap(p.acct.open[logStream]),
+		PeakLogStreams: cloneMap(p.acct.peak[logStream]),
+	}
+}
+
+// ResetRequests zeroes the counts and starts the watch peaks again from the
+// watches open now; it returns the snapshot taken just before.
+func (p *Proxy) ResetRequests() RequestStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := RequestStats{Since: p.acct.since, Counts: p.acct.counts,
+		OpenWatches: cloneMap(p.acct.open[watchStream]), PeakWatches: p.acct.peak[watchStream],
+		OpenLogStreams: cloneMap(p.acct.open[logStream]), PeakLogStreams: p.acct.peak[logStream]}
+	p.acct.reset(time.Now())
+	return s
+}
+
+type accounting struct {
+	since  time.Time
+	counts map[RequestKey]int
+	open   [2]map[string]int // by stream kind, then client ("" is the sum)
+	peak   [2]map[string]int
+}
+
+// The long-running requests the proxy keeps open counts of.
+const (
+	watchStream = iota
+	logStream
+)
+
+func (a *accounting) reset(now time.Time) {
+	a.since = now
+	a.counts = map[RequestKey]int{}
+	for i := range a.open {
+		if a.open[i] == nil {
+			a.open[i] = map[string]int{}
+		}
+		a.peak[i] = cloneMap(a.open[i])
+	}
+}
+
+// account counts r and, for a watch or a followed log, holds it open until
+// the returned func is called (when the proxy is done with it).
+func (p *Proxy) account(r *http.Request) (done func()) {
+	k := ClassifyRequest(r)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.acct.counts[k]++
+	var kind int
+	switch {
+	case k.Verb == "WATCH":
+		kind = watchStream
+	case k.Verb == "GET" && k.Resource == "pods/log" && r.URL.Query().Get("follow") == "true":
+		kind = logStream
+	default:
+		return func() {}
+	}
+	open, peak := p.acct.open[kind], p.acct.peak[kind]
+	for _, c := range []string{k.Client, ""} {
+		open[c]++
+		peak[c] = max(peak[c], open[c])
+	}
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range []string{k.Client, ""} {
+			p.acct.open[kind][c]--
+		}
+	}
+}
+
+// ClassifyRequest is how the proxy counts r (see RequestKey).
+func ClassifyRequest(r *http.Request) RequestKey {
+	ua, _, _ := strings.Cut(r.Header.Get("User-Agent"), " ")
+	k := RequestKey{Client: ua, Verb: r.Method}
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	// /api/v1/... or /apis/<group>/<version>/...
+	var rest []string
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		rest = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		rest = parts[3:]
+	}
+	watchPath := false
+	if len(rest) > 0 && rest[0] == "watch" { // the deprecated /watch/ paths
+		watchPath, rest = true, rest[1:]
+	}
+	// namespaces/<ns>/<resource>[/<name>[/<sub>]], unless it is a
+	// namespace's own subresource (namespaces/<ns>/status, .../finalize).
+	if len(rest) >= 3 && rest[0] == "namespaces" && !(len(rest) == 3 && (rest[2] == "status" || rest[2] == "finalize")) {
+		rest = rest[2:]
+	}
+	if len(rest) == 0 || rest[0] == "" {
+		k.Resource = "/" + strings.Join(parts, "/")
+		return k
+	}
+	k.Resource = rest[0]
+	named := len(rest) >= 2
+	if len(rest) >= 3 {
+		k.Resource += "/" + rest[2]
+	}
+	q := r.URL.Query()
+	watch := watchPath || q.Get("watch") == "true" || q.Get("watch") == "1"
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		switch {
+		case watch:
+			k.Verb = "WATCH"
+		case named:
+			k.Verb = "GET"
+		default:
+			k.Verb = "LIST"
+		}
+	case http.MethodPost:
+		k.Verb = "CREATE"
+	case http.MethodPut:
+		k.Verb = "UPDATE"
+	case http.MethodPatch:
+		k.Verb = "PATCH"
+	case http.MethodDelete:
+		if named {
+			k.Verb = "DELETE"
+		} else {
+			k.Verb = "DELETECOLLECTION"
+		}
+	}
+	return k
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

@@ -183,7 +183,7 @@ func (s *Simulator) drive(ctx context.Context, ns, name string, uid types.UID, u
 	}
 	driver := name + "-driver"
 	appID := "spark-" + string(uid)[:8]
-	if err := s.createDriverPod(ctx, ns, driver, name, uid); err != nil {
+	if err := s.createDriverPod(ctx, ns, driver, name, uid, u.GetLabels()); err != nil {
 		s.log.Warn("simulator: creating driver pod", "app", name, "err", err)
 	}
 	s.setState(ctx, ns, name, uid, "SUBMITTED", "", map[string]any{
@@ -282,12 +282,20 @@ func (s *Simulator) checkQuery(ctx context.Context, ns, name string, uid types.U
 	}
 }
 
-func (s *Simulator) createDriverPod(ctx context.Context, ns, pod, app string, uid types.UID) error {
+// createDriverPod creates the driver pod with the application's labels
+// (spark-operator v2.5.2 copies them onto it: submission.go
+// driverConfOption) and those spark-operator and Spark add.
+func (s *Simulator) createDriverPod(ctx context.Context, ns, pod, app string, uid types.UID, appLabels map[string]string) error {
 	ctrl := true
+	labels := map[string]string{}
+	for k, v := range appLabels {
+		labels[k] = v
+	}
+	labels["spark-role"], labels["sparkoperator.k8s.io/app-name"] = "driver", app
 	_, err := s.cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod, Namespace: ns,
-			Labels:          map[string]string{"spark-role": "driver", "sparkoperator.k8s.io/app-name": app},
+			Labels:          labels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: SparkApplications.GroupVersion().String(), Kind: "SparkApplication", Name: app, UID: uid, Controller: &ctrl}},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "spark-kubernetes-driver", Image: "spark"}}},

@@ -73,6 +73,7 @@ func run(m *testing.M) int {
 		}
 	}()
 	kube, proxy, sim = stack.Env, stack.Proxy, stack.Sim
+	defer stopOperatorStack() // started by the first operator test (operator_test.go)
 	return m.Run()
 }
 
@@ -479,14 +480,14 @@ func TestStartupTimeoutNamesTheImagePull(t *testing.T) {
 
 // refusingProxy sits in front of the kubetest proxy and answers requests
 // whose URI contains match with 401 / 403 (alternately, with the reasons
-// the API server gives them) until the refusal window ends. The kubetest
-// proxy's own faults answer 401/403 with reason InternalError, which
-// client-go reads as a 500: not what an API server refusing a token says.
+// the API server gives them) until the refusal window ends: a window in
+// time, where the kubetest proxy's faults count requests.
 type refusingProxy struct {
 	kubeconfig string
 	mu         sync.Mutex
 	until      time.Time
 	refused    int
+	srv        *httptest.Server
 }
 
 func startRefusingProxy(t *testing.T, match string) *refusingProxy {
@@ -522,6 +523,7 @@ func startRefusingProxy(t *testing.T, match string) *refusingProxy {
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
+	p.srv = srv
 	p.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(p.kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -533,10 +535,13 @@ current-context: c
 	return p
 }
 
+// refuseFor refuses matching requests for d, and cuts the connections
+// open now (the informer's watch) so the plugin has to ask again.
 func (p *refusingProxy) refuseFor(d time.Duration) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.until = time.Now().Add(d)
+	p.mu.Unlock()
+	p.srv.CloseClientConnections()
 }
 
 func (p *refusingProxy) count() int {
@@ -549,8 +554,7 @@ func TestAuthRefusals(t *testing.T) {
 	t.Run("within auth_grace the job goes on", func(t *testing.T) {
 		ctx := testCtx(t)
 		job := newJob(t, map[string]string{kubetest.SimRun: "300ms"}, map[string]any{"auth_grace": "1m"})
-		name := "spark-sql-job-" + job.ID
-		rp := startRefusingProxy(t, name)
+		rp := startRefusingProxy(t, "/sparkapplications") // the informer's list and watch, and any get
 		job.Config, _ = json.Marshal(map[string]any{"kubeconfig": rp.kubeconfig, "poll_interval": "100ms"})
 		rt := plugintest.NewRuntime(nil)
 		errc := make(chan error, 1)
@@ -567,7 +571,7 @@ func TestAuthRefusals(t *testing.T) {
 		ctx := testCtx(t)
 		job := newJob(t, map[string]string{kubetest.SimOutcome: "hang"}, map[string]any{"auth_grace": "1s"})
 		name := "spark-sql-job-" + job.ID
-		rp := startRefusingProxy(t, name)
+		rp := startRefusingProxy(t, "/sparkapplications") // the informer's list and watch, and any get
 		job.Config, _ = json.Marshal(map[string]any{"kubeconfig": rp.kubeconfig, "poll_interval": "100ms"})
 		rt := plugintest.NewRuntime(nil)
 		errc := make(chan error, 1)

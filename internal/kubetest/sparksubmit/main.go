@@ -15,8 +15,11 @@
 //     k8s://https://host:port, --deploy-mode, --name, --class, --conf k=v,
 //     the dependency options, the main application file and its arguments;
 //     driverConfOption for the driver labels/annotations;
-//     driverPodTemplateOption for the pod template file that carries the
-//     ownerReference to the SparkApplication);
+//     driverPodTemplateOption for the pod template file: the
+//     spec.driver.template, if any, plus the ownerReference to the
+//     SparkApplication; the driver pod is built from it as Spark builds it,
+//     keeping the template's metadata, volumes and containers, the driver
+//     container being the one podTemplateContainerName names);
 //   - internal/controller/sparkapplication/controller.go: getDriverPod (the
 //     pod is looked up by status.driverInfo.podName in the app's namespace)
 //     and updateDriverState (spark-app-selector becomes sparkApplicationId,
@@ -157,8 +160,10 @@ func parse(argv []string) (*submission, error) {
 }
 
 // driverPod is the pod Spark's KubernetesDriverBuilder would create: the
-// pod template (with the operator's ownerReference), then the driver
-// features the operator's confs select.
+// pod template (spec.driver.template with the operator's ownerReference:
+// its volumes, e.g. a ConfigMap's, and the driver container's mounts reach
+// the pod without the operator's webhook), then the driver features the
+// operator's confs select.
 func driverPod(s *submission) (map[string]any, error) {
 	pod := map[string]any{}
 	if path := s.conf["spark.kubernetes.driver.podTemplateFile"]; path != "" {
@@ -239,14 +244,23 @@ func driverPod(s *submission) (map[string]any, error) {
 	if c, ok := spec["containers"].([]any); ok {
 		containers = c
 	}
+	// Spark's KubernetesUtils.selectSparkContainer: the template's
+	// container named spark.kubernetes.driver.podTemplateContainerName,
+	// else its first container, else a new one. The pod keeps the
+	// template's volumes and that container its volumeMounts (and the
+	// template's other containers stay as they are).
 	var c map[string]any
 	for _, x := range containers {
 		if m, ok := x.(map[string]any); ok && m["name"] == containerName {
 			c = m
+			break
 		}
 	}
+	if c == nil && len(containers) > 0 {
+		c, _ = containers[0].(map[string]any)
+	}
 	if c == nil {
-		c = map[string]any{"name": containerName}
+		c = map[string]any{"name": driverContainer}
 		containers = append(containers, c)
 	}
 	delete(c, "resources")

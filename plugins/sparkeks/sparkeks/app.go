@@ -110,16 +110,85 @@ func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
 	// reconcileTerminatedSparkApplication, pkg/util IsExpired, v2.5.2).
 	spec["timeToLiveSeconds"] = int64(cfg.TimeToLive / time.Second)
 
-	spec["volumes"] = replaceNamed(spec["volumes"], map[string]any{
+	addQueryVolume(spec, driver, job, cfg)
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// addQueryVolume mounts the query's ConfigMap into the driver through the
+// driver's pod template (spec.driver.template), which spark-operator hands
+// to spark-submit as spark.kubernetes.driver.podTemplateFile
+// (internal/controller/sparkapplication/submission.go
+// driverPodTemplateOption, v2.5.2): Spark builds the driver pod from it, so
+// the query reaches the driver without the operator's mutating webhook.
+// spec.volumes and spec.driver.volumeMounts would not: spark-submit gets
+// only the spark-local-dir-* volumes from them (driverVolumeMountsOption,
+// pkg/util GetLocalVolumes); the rest is added by the webhook
+// (internal/webhook/sparkpod_defaulter.go addVolumes), a missing webhook
+// being a classic cause of drivers stuck in ContainerCreating.
+//
+// The volume replaces one of the same name in the template's
+// spec.volumes; the read-only mount goes into the driver container: the
+// one named spark-kubernetes-driver (the name the operator tells Spark to
+// take as the driver's, spark.kubernetes.driver.podTemplateContainerName =
+// common.SparkDriverContainerName, which is also Spark's default), else the
+// first container (what Spark then takes, per its "Pod Template" docs),
+// else a new spark-kubernetes-driver container holding only the mount
+// (Spark fills in the rest). Entries of the query volume's name are taken
+// out of spec.volumes and spec.driver.volumeMounts: the webhook, which
+// mutates every pod labelled with an application's name, template or not
+// (SparkPodDefaulter.Default), would append a second volume of that name
+// and the pod would be invalid.
+func addQueryVolume(spec, driver map[string]any, job *plugin.Job, cfg Config) {
+	dropNamed(spec, "volumes", queryVolume)
+	dropNamed(driver, "volumeMounts", queryVolume)
+
+	podSpec := mapAt(mapAt(driver, "template"), "spec")
+	podSpec["volumes"] = replaceNamed(podSpec["volumes"], map[string]any{
 		"name":      queryVolume,
 		"configMap": map[string]any{"name": ConfigMapName(job.ID)},
 	})
-	driver["volumeMounts"] = replaceNamed(driver["volumeMounts"], map[string]any{
+	containers, _ := podSpec["containers"].([]any)
+	var c map[string]any
+	for _, x := range containers {
+		if m, ok := x.(map[string]any); ok && m["name"] == driverContainer {
+			c = m
+			break
+		}
+	}
+	if c == nil && len(containers) > 0 {
+		c, _ = containers[0].(map[string]any) // checked by parseTemplate
+	}
+	if c == nil {
+		c = map[string]any{"name": driverContainer}
+		containers = append(containers, c)
+	}
+	c["volumeMounts"] = replaceNamed(c["volumeMounts"], map[string]any{
 		"name":      queryVolume,
 		"mountPath": cfg.QueryMountPath,
 		"readOnly":  true,
 	})
-	return &unstructured.Unstructured{Object: obj}
+	podSpec["containers"] = containers
+}
+
+// dropNamed removes the entries named name from the list m[key], and the
+// key when nothing is left.
+func dropNamed(m map[string]any, key, name string) {
+	items, ok := m[key].([]any)
+	if !ok {
+		return
+	}
+	var out []any
+	for _, x := range items {
+		if e, ok := x.(map[string]any); ok && e["name"] == name {
+			continue
+		}
+		out = append(out, x)
+	}
+	if len(out) == 0 {
+		delete(m, key)
+		return
+	}
+	m[key] = out
 }
 
 // buildConfigMap is the job's query, owned by its SparkApplication so it is

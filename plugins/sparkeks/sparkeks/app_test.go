@@ -75,9 +75,18 @@ func TestBuildAppDefaults(t *testing.T) {
 	assert.Equal(t, "spark:1", spec["image"])
 	assert.Equal(t, "local:///run.py", spec["mainApplicationFile"])
 	assert.Equal(t, []any{"--query-file", "/etc/tether/spark-sql/query.sql"}, spec["arguments"])
-	assert.Equal(t, []any{map[string]any{"name": queryVolume, "configMap": map[string]any{"name": ConfigMapName(job.ID)}}}, spec["volumes"])
+	// The query reaches the driver through its pod template (no webhook
+	// needed), not spec.volumes / spec.driver.volumeMounts.
+	assert.NotContains(t, spec, "volumes")
 	driver := spec["driver"].(map[string]any)
-	assert.Equal(t, []any{map[string]any{"name": queryVolume, "mountPath": DefaultQueryMountPath, "readOnly": true}}, driver["volumeMounts"])
+	assert.NotContains(t, driver, "volumeMounts")
+	assert.Equal(t, map[string]any{"spec": map[string]any{
+		"volumes": []any{map[string]any{"name": queryVolume, "configMap": map[string]any{"name": ConfigMapName(job.ID)}}},
+		"containers": []any{map[string]any{
+			"name":         driverContainer,
+			"volumeMounts": []any{map[string]any{"name": queryVolume, "mountPath": DefaultQueryMountPath, "readOnly": true}},
+		}},
+	}}, driver["template"])
 	// Valid for the unstructured machinery (JSON types only).
 	_ = app.DeepCopy()
 }
@@ -140,8 +149,7 @@ spec:
 	assert.Equal(t, map[string]any{"a": "tpl", "b": "cfg", "c": "ctx"}, spec["sparkConf"])
 	assert.Equal(t, []any{
 		map[string]any{"name": "data", "emptyDir": map[string]any{}},
-		map[string]any{"name": queryVolume, "configMap": map[string]any{"name": ConfigMapName(job.ID)}},
-	}, spec["volumes"])
+	}, spec["volumes"], "the template's own (for the webhook); one named like tether's is dropped")
 	driver := spec["driver"].(map[string]any)
 	assert.Equal(t, int64(1), driver["cores"])
 	assert.Equal(t, "2g", driver["memory"])
@@ -149,12 +157,89 @@ spec:
 	assert.Equal(t, map[string]any{"d": "tpl", "e": "ctx"}, driver["labels"])
 	assert.Equal(t, []any{
 		map[string]any{"name": "data", "mountPath": "/data"},
-		map[string]any{"name": queryVolume, "mountPath": "/q", "readOnly": true},
 	}, driver["volumeMounts"])
+	assert.Equal(t, map[string]any{"spec": map[string]any{
+		"volumes": []any{map[string]any{"name": queryVolume, "configMap": map[string]any{"name": ConfigMapName(job.ID)}}},
+		"containers": []any{map[string]any{
+			"name":         driverContainer,
+			"volumeMounts": []any{map[string]any{"name": queryVolume, "mountPath": "/q", "readOnly": true}},
+		}},
+	}}, driver["template"])
 	executor := spec["executor"].(map[string]any)
 	assert.Equal(t, int64(4), executor["instances"])
 	assert.Equal(t, "1g", executor["memory"])
 	_ = app.DeepCopy() // panics on non-JSON types
+}
+
+// TestBuildAppDriverPodTemplate: the query's volume and mount are merged
+// into a pod template the template already has.
+func TestBuildAppDriverPodTemplate(t *testing.T) {
+	queryVol := map[string]any{"name": queryVolume, "configMap": map[string]any{"name": "x"}}
+	build := func(t *testing.T, podTemplate string) (*plugin.Job, map[string]any) {
+		t.Helper()
+		tpl := "spec:\n  driver:\n    template:\n" + podTemplate
+		cfgJSON, _ := json.Marshal(map[string]any{"kubeconfig": "k", "template": tpl})
+		job, app := appFor(t, string(cfgJSON), minimalCtx)
+		_ = app.DeepCopy()
+		pt, _, err := unstructured.NestedMap(app.Object, "spec", "driver", "template")
+		require.NoError(t, err)
+		queryVol["configMap"] = map[string]any{"name": ConfigMapName(job.ID)}
+		return job, pt
+	}
+	mount := map[string]any{"name": queryVolume, "mountPath": DefaultQueryMountPath, "readOnly": true}
+
+	t.Run("driver container among others", func(t *testing.T) {
+		_, pt := build(t, `
+      metadata: {labels: {team: a}}
+      spec:
+        nodeSelector: {pool: spark}
+        volumes:
+          - {name: scratch, emptyDir: {}}
+          - {name: tether-query, emptyDir: {}}
+        containers:
+          - {name: sidecar, image: busybox}
+          - name: spark-kubernetes-driver
+            volumeMounts: [{name: scratch, mountPath: /scratch}, {name: tether-query, mountPath: /old}]
+`)
+		assert.Equal(t, map[string]any{"labels": map[string]any{"team": "a"}}, pt["metadata"])
+		spec := pt["spec"].(map[string]any)
+		assert.Equal(t, map[string]any{"pool": "spark"}, spec["nodeSelector"])
+		assert.Equal(t, []any{map[string]any{"name": "scratch", "emptyDir": map[string]any{}}, queryVol}, spec["volumes"], "replaces one of the same name")
+		assert.Equal(t, []any{
+			map[string]any{"name": "sidecar", "image": "busybox"},
+			map[string]any{"name": driverContainer, "volumeMounts": []any{map[string]any{"name": "scratch", "mountPath": "/scratch"}, mount}},
+		}, spec["containers"])
+	})
+	t.Run("no container of the driver's name: the first", func(t *testing.T) {
+		_, pt := build(t, `
+      spec:
+        containers:
+          - {name: main}
+          - {name: other}
+`)
+		spec := pt["spec"].(map[string]any)
+		assert.Equal(t, []any{queryVol}, spec["volumes"])
+		assert.Equal(t, []any{
+			map[string]any{"name": "main", "volumeMounts": []any{mount}},
+			map[string]any{"name": "other"},
+		}, spec["containers"])
+	})
+	t.Run("no containers", func(t *testing.T) {
+		_, pt := build(t, `
+      spec: {serviceAccountName: sa}
+`)
+		spec := pt["spec"].(map[string]any)
+		assert.Equal(t, "sa", spec["serviceAccountName"])
+		assert.Equal(t, []any{map[string]any{"name": driverContainer, "volumeMounts": []any{mount}}}, spec["containers"])
+	})
+	t.Run("malformed", func(t *testing.T) {
+		for _, pt := range []string{"      spec: []\n", "      spec: {containers: [x]}\n", "      spec: {volumes: {}}\n", "      spec: {containers: [{name: a, volumeMounts: 1}]}\n"} {
+			tpl := "spec:\n  driver:\n    template:\n" + pt
+			cfgJSON, _ := json.Marshal(map[string]any{"kubeconfig": "k", "template": tpl})
+			_, err := parseConfig(cfgJSON, json.RawMessage(minimalCtx))
+			assert.ErrorContains(t, err, "spec.driver.template", pt)
+		}
+	})
 }
 
 func TestBuildAppArguments(t *testing.T) {

@@ -444,6 +444,9 @@ func parseTemplate(v json.RawMessage) (map[string]any, error) {
 					return nil, dec.Errorf("template: spec.driver.volumeMounts must be a list")
 				}
 			}
+			if err := checkPodTemplate(d); err != nil {
+				return nil, err
+			}
 		}
 		if m, ok := spec["mode"]; ok {
 			ms, _ := m.(string)
@@ -512,6 +515,52 @@ func validLabels(what string, labels map[string]string) error {
 func dnsLabel(what, s string) error {
 	if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
 		return dec.Errorf("%s: %q is not a valid name: %s", what, s, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// checkPodTemplate checks the shape of spec.driver.template, which the
+// query's volume and mount are merged into (addQueryVolume).
+func checkPodTemplate(driver map[string]any) error {
+	x, ok := driver["template"]
+	if !ok {
+		return nil
+	}
+	pt, isMap := x.(map[string]any)
+	if !isMap {
+		return dec.Errorf("template: spec.driver.template must be a mapping (a pod template)")
+	}
+	x, ok = pt["spec"]
+	if !ok {
+		return nil
+	}
+	ps, isMap := x.(map[string]any)
+	if !isMap {
+		return dec.Errorf("template: spec.driver.template.spec must be a mapping")
+	}
+	for _, key := range []string{"volumes", "containers"} {
+		x, ok := ps[key]
+		if !ok {
+			continue
+		}
+		list, isList := x.([]any)
+		if !isList {
+			return dec.Errorf("template: spec.driver.template.spec.%s must be a list", key)
+		}
+		for i, e := range list {
+			if _, isMap := e.(map[string]any); !isMap {
+				return dec.Errorf("template: spec.driver.template.spec.%s[%d] must be a mapping", key, i)
+			}
+		}
+	}
+	if cs, ok := ps["containers"].([]any); ok {
+		for i, c := range cs {
+			if x, ok := c.(map[string]any)["volumeMounts"]; ok {
+				if _, isList := x.([]any); !isList {
+					return dec.Errorf("template: spec.driver.template.spec.containers[%d].volumeMounts must be a list", i)
+				}
+			}
+		}
 	}
 	return nil
 }

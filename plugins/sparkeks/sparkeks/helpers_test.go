@@ -69,6 +69,8 @@ func newEnv(t *testing.T) *env {
 		return false, nil, nil
 	})
 	e.p.clients.m = map[Access]*clients{testAccess: {dyn: e.dyn, kube: e.kube, host: "https://fake"}}
+	e.p.watchers.linger = 10 * time.Millisecond
+	t.Cleanup(e.p.watchers.stopAll)
 	return e
 }
 

@@ -125,6 +125,10 @@ type logFollower struct {
 	interval  time.Duration
 	stdout    io.Writer
 	notef     func(format string, args ...any)
+	// cached, when set, is the driver pod as the plugin's shared informer
+	// holds it (nil: not cached); it spares a GET of the pod per attempt
+	// and, while the container waits to start, the log request.
+	cached func() *corev1.Pod
 
 	cursor logCursor // only the follower's goroutine uses it
 
@@ -140,10 +144,10 @@ type logFollower struct {
 }
 
 func startLogFollower(ctx context.Context, kube kubernetes.Interface, namespace, pod string, interval time.Duration,
-	stdout io.Writer, notef func(string, ...any), pos *LogPosition) *logFollower {
+	stdout io.Writer, notef func(string, ...any), pos *LogPosition, cached func() *corev1.Pod) *logFollower {
 	lctx, cancel := context.WithCancel(ctx)
 	f := &logFollower{
-		kube: kube, namespace: namespace, pod: pod, interval: interval, stdout: stdout, notef: notef,
+		kube: kube, namespace: namespace, pod: pod, interval: interval, stdout: stdout, notef: notef, cached: cached,
 		stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel,
 	}
 	if pos != nil {
@@ -219,14 +223,33 @@ func (e *writeError) Error() string { return e.err.Error() }
 // streamOnce opens the driver's log from the copied position and copies it
 // until the stream ends.
 func (f *logFollower) streamOnce(ctx context.Context) error {
-	pod, err := f.kube.CoreV1().Pods(f.namespace).Get(ctx, f.pod, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("getting driver pod %s/%s: %w", f.namespace, f.pod, err)
+	var pod *corev1.Pod
+	if f.cached != nil {
+		if p := f.cached(); p != nil && p.Name == f.pod {
+			pod = p
+		}
+	}
+	fromCache := pod != nil
+	if pod == nil {
+		var err error
+		pod, err = f.kube.CoreV1().Pods(f.namespace).Get(ctx, f.pod, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("getting driver pod %s/%s: %w", f.namespace, f.pod, err)
+		}
 	}
 	if pod.Spec.NodeName == "" {
 		return fmt.Errorf("driver pod %s/%s is not on a node (not scheduled yet, or no kubelet serves it)", f.namespace, f.pod)
 	}
-	opts := &corev1.PodLogOptions{Follow: true, Timestamps: true, Container: containerOf(pod)}
+	container := containerOf(pod)
+	if fromCache {
+		// What the kubelet would answer (400), without asking it.
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == container && cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
+				return fmt.Errorf("container %q in pod %q is waiting to start: %s", container, f.pod, cs.State.Waiting.Reason)
+			}
+		}
+	}
+	opts := &corev1.PodLogOptions{Follow: true, Timestamps: true, Container: container}
 	if pos := f.cursor.pos; !pos.Time.IsZero() {
 		since := metav1.NewTime(pos.Time.Truncate(time.Second))
 		opts.SinceTime = &since

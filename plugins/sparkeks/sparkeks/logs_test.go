@@ -97,7 +97,7 @@ func TestLogsUnavailableSaidOnce(t *testing.T) {
 		stderr.Write([]byte(strings.TrimSpace(sprintf(format, args...)) + "\n"))
 	}
 	// No such pod: the log cannot be read.
-	f := startLogFollower(t.Context(), e.kube, "spark", "missing-driver", 5*time.Millisecond, &stdout, notef, nil)
+	f := startLogFollower(t.Context(), e.kube, "spark", "missing-driver", 5*time.Millisecond, &stdout, notef, nil, nil)
 	time.Sleep(50 * time.Millisecond)
 	f.finish(time.Second)
 	assert.Equal(t, 1, strings.Count(stderr.String(), "driver logs unavailable"), stderr.String())
@@ -108,7 +108,7 @@ func TestLogsUnavailableSaidOnce(t *testing.T) {
 	stderr = lockedBuffer{}
 	_, err := e.kube.CoreV1().Pods("spark").Create(t.Context(), podWithoutNode("pending-driver"), metav1CreateOptions)
 	require.NoError(t, err)
-	f = startLogFollower(t.Context(), e.kube, "spark", "pending-driver", 5*time.Millisecond, &stdout, notef, nil)
+	f = startLogFollower(t.Context(), e.kube, "spark", "pending-driver", 5*time.Millisecond, &stdout, notef, nil, nil)
 	time.Sleep(30 * time.Millisecond)
 	f.finish(time.Second)
 	assert.Contains(t, stderr.String(), "is not on a node")

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -168,7 +169,11 @@ func TestStartupTimeout(t *testing.T) {
 		e.waitApp(t, job)
 		pod := AppName(job.ID) + "-driver"
 		_, err := e.kube.CoreV1().Pods("spark").Create(context.Background(), &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "spark"},
+			// The labels spark-operator gives a driver pod: the plugin's
+			// pod informer selects on them.
+			ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "spark", Labels: map[string]string{
+				labelManagedBy: managedByTether, labelSparkRole: sparkRoleDriver, labelOperatorAppName: AppName(job.ID),
+			}},
 			Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 				Name:  driverContainer,
 				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "spark:nope"`}},
@@ -226,6 +231,63 @@ func forbidden() error {
 	return apierrors.NewForbidden(schema.GroupResource{Group: Group, Resource: Resource}, "x", errors.New("access entry not ready"))
 }
 
+// refuseListWatch makes the fake refuse (403) the first n lists and
+// watches of applications (the shared informer's requests); refused counts
+// them.
+func refuseListWatch(e *env, n int64) (refused *atomic.Int64) {
+	refused = new(atomic.Int64)
+	e.dyn.PrependReactor("list", Resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refused.Add(1) <= n {
+			return true, nil, forbidden()
+		}
+		return false, nil, nil
+	})
+	e.dyn.PrependWatchReactor(Resource, func(k8stesting.Action) (bool, watch.Interface, error) {
+		if refused.Add(1) <= n {
+			return true, nil, forbidden()
+		}
+		return false, nil, nil
+	})
+	return refused
+}
+
+// TestRefusedListWatch: the informer the jobs follow their applications
+// through is refused (an EKS token not accepted, an access entry being
+// replaced). Within auth_grace the job is followed with GETs meanwhile;
+// past it, the outcome is unknown.
+func TestRefusedListWatch(t *testing.T) {
+	t.Run("within auth_grace", func(t *testing.T) {
+		e := newEnv(t)
+		job := newJob(t, map[string]any{"auth_grace": "1h"})
+		refused := refuseListWatch(e, 3)
+		rt := plugintest.NewRuntime(nil)
+		ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
+		e.waitApp(t, job)
+		require.Eventually(t, func() bool { return current(rt).UID != "" }, 5*time.Second, time.Millisecond)
+		e.setStatus(t, job, "RUNNING", "", "")
+		// Seen while the informer is refused: by the GETs that stand in.
+		require.Eventually(t, func() bool { return current(rt).State == "RUNNING" }, 5*time.Second, time.Millisecond)
+		// The reflector retries with backoff (0.8s, 1.6s, ...) and recovers.
+		require.Eventually(t, func() bool { return refused.Load() > 3 }, 20*time.Second, time.Millisecond)
+		e.setStatus(t, job, "COMPLETED", "", "")
+		require.NoError(t, wait(t, ch).err, rt.StderrString())
+	})
+	t.Run("past auth_grace", func(t *testing.T) {
+		e := newEnv(t)
+		job := newJob(t, map[string]any{"auth_grace": "200ms"})
+		refuseListWatch(e, 1<<40)
+		rt := plugintest.NewRuntime(nil)
+		ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
+		class, msg := plugintest.Error(t, wait(t, ch).err)
+		assert.Equal(t, plugin.OutcomeUnknown, class)
+		assert.Contains(t, msg, "auth_grace 200ms")
+		assert.Contains(t, msg, "keeps running")
+		// Left running; the host's Cleanup deletes it.
+		_, err := e.dyn.Tracker().Get(GVR, "spark", AppName(job.ID))
+		assert.NoError(t, err)
+	})
+}
+
 // refuseGets makes the fake refuse (403) the next n gets of applications,
 // n set later through the returned counter (the fake's reactor chain must
 // not change while the plugin runs); refused counts them.
@@ -243,37 +305,27 @@ func refuseGets(e *env) (n, refused *atomic.Int64) {
 }
 
 func TestRefusedGets(t *testing.T) {
-	t.Run("within auth_grace", func(t *testing.T) {
+	// The GETs follow makes are those that confirm an application missing
+	// from the informer's cache is gone: refused, they are retried for
+	// auth_grace.
+	t.Run("confirming it is gone, past auth_grace", func(t *testing.T) {
 		e := newEnv(t)
-		job := newJob(t, map[string]any{"auth_grace": "1h"})
+		job := newJob(t, map[string]any{"auth_grace": "200ms"})
 		n, refused := refuseGets(e)
 		rt := plugintest.NewRuntime(nil)
 		ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
 		e.waitApp(t, job)
-		require.Eventually(t, func() bool { return current(rt).UID != "" }, 5*time.Second, time.Millisecond)
 		e.setStatus(t, job, "RUNNING", "", "")
 		require.Eventually(t, func() bool { return current(rt).State == "RUNNING" }, 5*time.Second, time.Millisecond)
-		n.Store(8) // formerly five refused gets in a row ended the job
-		require.Eventually(t, func() bool { return refused.Load() >= 8 }, 20*time.Second, time.Millisecond)
-		e.setStatus(t, job, "COMPLETED", "", "")
-		require.NoError(t, wait(t, ch).err, rt.StderrString())
-	})
-	t.Run("past auth_grace", func(t *testing.T) {
-		e := newEnv(t)
-		job := newJob(t, map[string]any{"auth_grace": "200ms"})
-		n, _ := refuseGets(e)
-		rt := plugintest.NewRuntime(nil)
-		ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
-		e.waitApp(t, job)
-		require.Eventually(t, func() bool { return current(rt).UID != "" }, 5*time.Second, time.Millisecond)
 		n.Store(1 << 40)
+		// Deleted behind the plugin's back: missing from the cache, and the
+		// GET that would say so refused.
+		require.NoError(t, e.dyn.Resource(GVR).Namespace("spark").Delete(context.Background(), AppName(job.ID), metav1.DeleteOptions{}))
 		class, msg := plugintest.Error(t, wait(t, ch).err)
 		assert.Equal(t, plugin.OutcomeUnknown, class)
+		assert.Contains(t, msg, "refused every get")
 		assert.Contains(t, msg, "auth_grace 200ms")
-		assert.Contains(t, msg, "keeps running")
-		// Left running; the host's Cleanup deletes it.
-		_, err := e.dyn.Tracker().Get(GVR, "spark", AppName(job.ID))
-		assert.NoError(t, err)
+		assert.Positive(t, refused.Load())
 	})
 	t.Run("resume's first read", func(t *testing.T) {
 		e := newEnv(t)

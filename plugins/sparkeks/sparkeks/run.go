@@ -13,8 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -24,9 +22,6 @@ const (
 	// logDrain bounds how long the rest of the driver's log is read once
 	// the application has ended.
 	logDrain = 10 * time.Second
-	// watchTimeout makes the API server end a watch now and then; it is
-	// re-established at once.
-	watchTimeout = 5 * time.Minute
 )
 
 // errTimedOut is returned by call when the job's timeout passes while it
@@ -354,8 +349,26 @@ func (r *run) attach(ctx context.Context, app *unstructured.Unstructured, adopte
 	if phaseOf(statusOf(app).State) != phaseRunning {
 		return nil // ended: its driver needs no query any more
 	}
-	return r.ensureConfigMap(ctx, uid)
+	// The driver pod cannot start without the ConfigMap (its kubelet keeps
+	// it in ContainerCreating), so a run cancelled right after the
+	// checkpoint (a handoff, the agent shutting down) still creates it,
+	// for up to configMapGrace after the cancel.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(configMapGrace, cancel) })
+	defer stop()
+	if err := r.ensureConfigMap(cctx, uid); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return r.ctxErr(ctx.Err())
+	}
+	return nil
 }
+
+// configMapGrace is how long the query's ConfigMap is still created for
+// once the run's context has ended (within the plugin's ShutdownGrace).
+const configMapGrace = 3 * time.Second
 
 // ensureConfigMap creates the query's ConfigMap, owned by the application
 // with uid. One left by another application (whose garbage collection has
@@ -521,147 +534,171 @@ func (r *run) recorded() (*plugin.Result, error) {
 	}
 }
 
-// follow watches the application (a watch on it, re-established when it
-// ends, plus a get every poll interval) until it ends, the timeout passes
-// or ctx ends. On ctx's end the application is left alone: the agent
-// decides (Cleanup on a cancel; another agent's Resume on a handoff).
+// follow follows the application through the plugin's shared informer
+// (appWatchers: one LIST and WATCH per namespace, whatever the number of
+// jobs) until it ends, the timeout passes or ctx ends. On ctx's end the
+// application is left alone: the agent decides (Cleanup on a cancel;
+// another agent's Resume on a handoff).
+//
+// Each wake-up (a change of the application or its driver pod, a change of
+// the informer's health, and at least every poll interval: the wake-ups
+// that advance startup_timeout and unknown_grace and checkpoint the log's
+// position) reads the cache. An application missing from it is gone only
+// once the informer has synced and one direct GET (confirmGone) answers
+// 404. While the informer cannot serve (not synced within followFallback,
+// or its LIST/WATCH failing) each wake-up GETs the application instead, so
+// a job is followed through the informer's trouble as it was before it.
 func (r *run) follow(ctx context.Context) (*plugin.Result, error) {
 	defer r.stopLogs()
+	s := r.p.watchers.subscribe(r.cl, r.cfg.Namespace, r.name(), r.cfg.PollInterval)
+	defer s.close()
+	subscribed := time.Now()
 	var deadlineC <-chan time.Time
 	if dl := r.deadline(); !dl.IsZero() {
 		t := time.NewTimer(time.Until(dl))
 		defer t.Stop()
 		deadlineC = t.C
 	}
-	getT := time.NewTimer(0)
+	// A GET, when one is due, is retried on a timer of its own (backoff)
+	// besides the wake-ups.
+	getT := time.NewTimer(time.Hour)
+	getT.Stop()
 	defer getT.Stop()
-	watchT := time.NewTimer(0)
-	defer watchT.Stop()
-	watchC := watchT.C
-	getB, watchB := newBackoff(r.cfg.PollInterval), newBackoff(r.cfg.PollInterval)
-	var w watch.Interface
-	var events <-chan watch.Event
-	defer func() {
-		if w != nil {
-			w.Stop()
+	getB := newBackoff(r.cfg.PollInterval)
+	var nextGet time.Time // no GET before (backoff after a failure)
+	var missingSince, lastLog time.Time
+	// withLog says whether this wake-up records the log's position: about
+	// once per poll interval, however many events wake the run.
+	withLog := func(now time.Time) bool {
+		if now.Sub(lastLog) < r.cfg.PollInterval/2 {
+			return false
 		}
-	}()
-	rewatch := func(d time.Duration) {
-		if w != nil {
-			w.Stop()
-		}
-		w, events = nil, nil
-		watchT.Reset(d)
-		watchC = watchT.C
+		lastLog = now
+		return true
 	}
-	var watchStarted time.Time
-	rv := ""
 	transientGets := 0
 	var refusedSince time.Time
+	// fallback is how long an informer that has not synced is waited for
+	// before the application is read with GETs.
+	fallback := min(max(r.cfg.AuthGrace, 3*r.cfg.PollInterval), followFallback)
+
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, r.ctxErr(ctx.Err())
-
 		case <-deadlineC:
 			// It may have ended just now.
-			if app, err := r.getOnce(ctx); err == nil {
-				if done, res, err := r.observe(ctx, app, true); done {
+			app, _ := s.app()
+			if app == nil {
+				cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+				_, app, _ = s.confirmGone(cctx)
+				cancel()
+			}
+			if app != nil {
+				if done, res, err := r.observe(ctx, app, true, s); done {
 					return res, err
 				}
 			}
 			return nil, r.timedOut(ctx)
-
-		case <-watchC:
-			watchC = nil
-			nw, err := r.watchApp(ctx, rv)
-			if err != nil {
-				if ctx.Err() == nil {
-					r.p.log.Warn("sparkeks: watching the SparkApplication", "job", r.job.ID, "err", err)
-					rewatch(watchB.next())
-				}
-				continue
-			}
-			w, events, watchStarted = nw, nw.ResultChan(), time.Now()
-
-		case ev, ok := <-events:
-			if !ok {
-				// Closed by the server or the connection: watch again, at
-				// once unless it keeps closing right away.
-				d := time.Duration(0)
-				if time.Since(watchStarted) < time.Second {
-					d = watchB.next()
-				} else {
-					watchB.reset()
-				}
-				rewatch(d)
-				continue
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				app, ok := ev.Object.(*unstructured.Unstructured)
-				if !ok || app.GetName() != r.name() {
-					continue
-				}
-				rv = app.GetResourceVersion()
-				if done, res, err := r.observe(ctx, app, false); done {
-					return res, err
-				}
-			case watch.Deleted:
-				if app, ok := ev.Object.(*unstructured.Unstructured); ok && app.GetName() == r.name() {
-					getT.Reset(0) // a get tells whether it is gone for good
-				}
-			case watch.Error:
-				if err := apierrors.FromObject(ev.Object); apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
-					rv = ""
-				}
-				rewatch(watchB.next())
-			}
-
+		case <-s.wake():
 		case <-getT.C:
-			app, err := r.getOnce(ctx)
-			switch {
-			case err == nil:
-				getB.reset()
-				transientGets, refusedSince = 0, time.Time{}
-				if done, res, err := r.observe(ctx, app, true); done {
-					return res, err
-				}
-				getT.Reset(r.cfg.PollInterval)
-			case ctx.Err() != nil:
-			case apierrors.IsNotFound(err):
-				return nil, r.gone(ctx)
-			case transient(err):
-				// Never fails the job by itself: the timeout or ctx ends it.
-				transientGets++
-				if transientGets == 1 || transientGets%10 == 0 {
-					r.notef("getting SparkApplication %s: %v (retrying)", r.ref(), err)
-				}
-				getT.Reset(getB.next())
-			default:
-				// Refused (401, 403, ...): retried for auth_grace (the EKS
-				// transport drops a token the server refused, so the next
-				// get carries a new one) before anything is decided.
-				if refusedSince.IsZero() {
-					refusedSince = time.Now()
-					r.notef("getting SparkApplication %s: %v (retrying for up to auth_grace %s)", r.ref(), err, r.cfg.AuthGrace)
-				}
-				if time.Since(refusedSince) >= r.cfg.AuthGrace {
-					return nil, r.lostTrack(ctx, err, time.Since(refusedSince))
-				}
-				getT.Reset(min(getB.next(), max(time.Until(refusedSince.Add(r.cfg.AuthGrace)), time.Millisecond)))
+		}
+
+		now := time.Now()
+		appsHealth, _ := s.health()
+		if appsHealth.refused() && appsHealth.failingFor(now) >= r.cfg.AuthGrace {
+			return nil, r.lostTrack(ctx, "listing and watching it", appsHealth.Err, appsHealth.failingFor(now))
+		}
+		app, synced := s.app()
+		degraded := appsHealth.Err != nil || (!synced && now.Sub(subscribed) >= fallback)
+		if app != nil && !degraded {
+			// A refusal or failure of earlier GETs is over.
+			missingSince, refusedSince, nextGet, transientGets = time.Time{}, time.Time{}, time.Time{}, 0
+			getB.reset()
+			if done, res, err := r.observe(ctx, app, withLog(now), s); done {
+				return res, err
 			}
+			continue
+		}
+		if app == nil && !synced && !degraded {
+			continue // the first LIST has not completed: nothing is known yet
+		}
+		if app == nil && !degraded {
+			// Synced and missing: just created and not delivered yet, or
+			// deleted. Give the watch a poll interval to deliver it before
+			// asking.
+			if missingSince.IsZero() {
+				missingSince = now
+			}
+			if wait := missingSince.Add(goneConfirmDelay(r.cfg.PollInterval)).Sub(now); wait > 0 {
+				getT.Reset(wait)
+				continue
+			}
+		}
+		if now.Before(nextGet) {
+			getT.Reset(nextGet.Sub(now))
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+		gone, got, err := s.confirmGone(cctx)
+		cancel()
+		switch {
+		case err == nil && gone:
+			return nil, r.gone(ctx)
+		case err == nil:
+			getB.reset()
+			nextGet, transientGets, refusedSince = time.Time{}, 0, time.Time{}
+			if done, res, err := r.observe(ctx, got, withLog(now), s); done {
+				return res, err
+			}
+		case ctx.Err() != nil:
+		case transient(err):
+			// Never fails the job by itself: the timeout or ctx ends it.
+			transientGets++
+			if transientGets == 1 || transientGets%10 == 0 {
+				r.notef("getting SparkApplication %s: %v (retrying)", r.ref(), err)
+			}
+			d := getB.next()
+			nextGet = now.Add(d)
+			getT.Reset(d)
+		default:
+			// Refused (401, 403, ...): retried for auth_grace (the EKS
+			// transport drops a token the server refused, so the next
+			// request carries a new one) before anything is decided.
+			if refusedSince.IsZero() {
+				refusedSince = now
+				r.notef("getting SparkApplication %s: %v (retrying for up to auth_grace %s)", r.ref(), err, r.cfg.AuthGrace)
+			}
+			if now.Sub(refusedSince) >= r.cfg.AuthGrace {
+				return nil, r.lostTrack(ctx, "every get", err, now.Sub(refusedSince))
+			}
+			d := min(getB.next(), max(time.Until(refusedSince.Add(r.cfg.AuthGrace)), time.Millisecond))
+			nextGet = now.Add(d)
+			getT.Reset(d)
 		}
 	}
 }
 
+// followFallback bounds how long follow waits for the informer's first
+// LIST (one that hangs, or keeps failing) before reading the application
+// with GETs.
+const followFallback = time.Minute
+
+// goneConfirmDelay is how long an application missing from a synced cache
+// stays missing before a GET asks whether it is gone: long enough for the
+// watch to deliver an application created just now, so that following
+// costs no GET per job.
+func goneConfirmDelay(poll time.Duration) time.Duration {
+	return min(max(poll, time.Second), 10*time.Second)
+}
+
 // lostTrack ends a job whose application the API server keeps refusing to
 // show: the application runs on, and its outcome is unknown. The host's
-// Cleanup (durable, retried) deletes it later.
-func (r *run) lostTrack(ctx context.Context, err error, refused time.Duration) error {
+// Cleanup (durable, retried) deletes it later. what is what was refused.
+func (r *run) lostTrack(ctx context.Context, what string, err error, refused time.Duration) error {
 	r.stopLogs()
-	msg := fmt.Sprintf("lost track of SparkApplication %s: the API server refused every get for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup deletes it)",
-		r.ref(), refused.Round(time.Millisecond), r.cfg.AuthGrace, err)
+	msg := fmt.Sprintf("lost track of SparkApplication %s: the API server refused %s for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup deletes it)",
+		r.ref(), what, refused.Round(time.Millisecond), r.cfg.AuthGrace, err)
 	r.h.Outcome, r.h.Message = outcomeUnknown, msg
 	if cerr := r.checkpoint(ctx); cerr != nil {
 		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", cerr)
@@ -670,26 +707,11 @@ func (r *run) lostTrack(ctx context.Context, err error, refused time.Duration) e
 	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 }
 
-func (r *run) getOnce(ctx context.Context) (*unstructured.Unstructured, error) {
-	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-	defer cancel()
-	return r.apps().Get(cctx, r.name(), metav1.GetOptions{})
-}
-
-func (r *run) watchApp(ctx context.Context, rv string) (watch.Interface, error) {
-	secs := int64(watchTimeout / time.Second)
-	return r.apps().Watch(ctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", r.name()).String(),
-		ResourceVersion: rv,
-		TimeoutSeconds:  &secs,
-	})
-}
-
 // observe takes in what the API server says about the application. done is
 // true when the job has ended (res, err are its outcome) or following it
 // cannot go on. withLog records the driver log's position in the handle
 // (once per poll).
-func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withLog bool) (done bool, res *plugin.Result, err error) {
+func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withLog bool, s *appSubscription) (done bool, res *plugin.Result, err error) {
 	changed := false
 	if uid := string(app.GetUID()); uid != r.h.UID {
 		// The name belongs to another application now.
@@ -717,7 +739,8 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 		r.h.DriverPod, changed = st.DriverPod, true
 	}
 	if r.logs == nil && r.h.DriverPod != "" {
-		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log)
+		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log,
+			func() *corev1.Pod { p, _ := s.driverPod(); return p })
 	}
 	if st.State != r.h.State {
 		r.h.State, changed = st.State, true
@@ -761,7 +784,7 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 		r.end(ctx, outcomeFailed, msg)
 		return true, nil, plugin.Errorf(plugin.Permanent, "sparkeks: %s", msg)
 	case decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout):
-		return true, nil, r.stuck(ctx, st)
+		return true, nil, r.stuck(ctx, st, s)
 	case ph == phaseUnknown && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace:
 		msg := fmt.Sprintf("SparkApplication %s has been in state UNKNOWN for %s (unknown_grace %s): spark-operator lost track of its driver; the outcome is unknown",
 			r.ref(), time.Since(*r.h.UnknownSince).Round(time.Second), r.cfg.UnknownGrace)
@@ -808,25 +831,20 @@ func (r *run) timedOut(ctx context.Context) error {
 
 // stuck fails a job whose application did not reach RUNNING within
 // startup_timeout of its creation, saying why (the driver pod's waiting
-// reason, or that there is none), and deletes the application.
-func (r *run) stuck(ctx context.Context, st appStatus) error {
+// reason, from the informer's cache, or that there is none), and deletes
+// the application.
+func (r *run) stuck(ctx context.Context, st appStatus, s *appSubscription) error {
 	r.stopLogs()
-	pod := orText(st.DriverPod, r.name()+"-driver") // the operator's default driver pod name (pkg/util GetDriverPodName)
 	reason := fmt.Sprintf("no driver pod after %s (state %s)", r.cfg.StartupTimeout, orText(st.State, "new"))
-	var p *corev1.Pod
-	err := r.call(ctx, "getting driver pod "+pod, func(c context.Context) error {
-		var err error
-		p, err = r.cl.kube.CoreV1().Pods(r.cfg.Namespace).Get(c, pod, metav1.GetOptions{})
-		return err
-	})
+	p, synced := s.driverPod()
+	_, podsHealth := s.health()
 	switch {
-	case err == nil:
-		reason = "driver pod " + pod + " " + podWaiting(p)
-	case apierrors.IsNotFound(err):
-	case ctx.Err() != nil:
-		return r.ctxErr(ctx.Err())
-	default:
-		reason += fmt.Sprintf("; reading driver pod %s: %v", pod, err)
+	case p != nil:
+		reason = "driver pod " + p.Name + " " + podWaiting(p)
+	case podsHealth.Err != nil:
+		reason += fmt.Sprintf("; listing driver pods: %v", podsHealth.Err)
+	case !synced:
+		reason += "; the driver pods were not listed yet"
 	}
 	return r.failAndDelete(ctx, fmt.Sprintf("did not reach RUNNING within startup_timeout %s of its creation (state %s): %s", r.cfg.StartupTimeout, orText(st.State, "new"), reason))
 }

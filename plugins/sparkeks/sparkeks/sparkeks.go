@@ -1,7 +1,8 @@
 // Package sparkeks is tether's Spark-on-Kubernetes plugin: a job runs a
 // Spark SQL query as a SparkApplication (sparkoperator.k8s.io/v1beta2, as
-// kubeflow spark-operator defines it), followed to its end with a watch and
-// periodic gets, its driver's log copied into the job's output. The
+// kubeflow spark-operator defines it), followed to its end through one
+// shared informer per namespace (informer.go), its driver's log copied into
+// the job's output. The
 // application outlives the agent watching it: the plugin checkpoints a
 // Handle, and Resume reattaches by the name derived from the job ID, never
 // submitting the same job twice.
@@ -34,12 +35,17 @@ const requestTimeout = 30 * time.Second
 // One value serves every job of the plugin process and shares its clients.
 type Plugin struct {
 	clients clientCache
-	log     *slog.Logger
+	// watchers are the shared informers every job follows its application
+	// through: one per (cluster access, namespace).
+	watchers appWatchers
+	log      *slog.Logger
 }
 
 // New returns the Spark-on-EKS plugin.
 func New() *Plugin {
-	return &Plugin{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
+	p := &Plugin{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
+	p.watchers.log = p.log
+	return p
 }
 
 var (

@@ -1,0 +1,188 @@
+package sparkeks
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tetherjobs/tether/internal/kubetest"
+	"github.com/tetherjobs/tether/pkg/plugin"
+	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
+)
+
+// appGets counts the GETs of single applications (not the LISTs of their
+// collection) in namespace ns.
+func (c *requestCounter) appGets(ns string) int { return c.gets(appsPathOf(ns) + "/") }
+
+// gets counts the GETs of paths starting with prefix.
+func (c *requestCounter) gets(prefix string) int {
+	prefix = "GET " + prefix
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, v := range c.n {
+		if strings.HasPrefix(k, prefix) {
+			n += v
+		}
+	}
+	return n
+}
+
+// TestFollowSharesOneInformer runs many jobs at once through one Plugin
+// against a real kube-apiserver: following them costs one LIST and WATCH
+// per resource (SparkApplications, driver pods), not requests per job, and
+// no GET of any application while they run.
+func TestFollowSharesOneInformer(t *testing.T) {
+	const jobs = 50
+	k := startInformerKube(t)
+	ns := k.namespace(t)
+	var rc requestCounter
+	cl := k.clients(t, &rc)
+	access := Access{Kubeconfig: "informer-kube"}
+	p := &Plugin{log: slog.New(slog.DiscardHandler)}
+	p.clients.m = map[Access]*clients{access: cl}
+	t.Cleanup(p.watchers.stopAll)
+
+	cfg, err := json.Marshal(map[string]any{"kubeconfig": access.Kubeconfig, "namespace": ns})
+	require.NoError(t, err)
+	jobCtx, err := json.Marshal(map[string]any{
+		"image":                 "spark:3.5.3",
+		"main_application_file": "local:///opt/tether/run_sql.py",
+		"query":                 "SELECT 1",
+		"poll_interval":         "50ms",
+	})
+	require.NoError(t, err)
+
+	type running struct {
+		job *plugin.Job
+		rt  *plugintest.Runtime
+		ch  <-chan outcome
+	}
+	all := make([]running, jobs)
+	for i := range all {
+		job := &plugin.Job{ID: uuid.Must(uuid.NewV7()).String(), Command: "spark-sql", Attempt: 1, Config: cfg, Context: jobCtx}
+		rt := plugintest.NewRuntime(nil)
+		all[i] = running{job, rt, background(func() (*plugin.Result, error) { return p.Execute(context.Background(), job, rt) })}
+	}
+	// Every job has submitted; the operator's part is played here.
+	for _, j := range all {
+		require.Eventually(t, func() bool { return current(j.rt).UID != "" }, informerWait, time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	for _, j := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.setAppState(t, ns, AppName(j.job.ID), "RUNNING", "")
+		}()
+	}
+	wg.Wait()
+	for _, j := range all {
+		require.Eventually(t, func() bool { return current(j.rt).State == "RUNNING" }, informerWait, time.Millisecond, j.rt.StderrString())
+	}
+	// Twenty poll intervals of following 50 running jobs.
+	before := rc.appGets(ns)
+	time.Sleep(20 * 50 * time.Millisecond)
+	assert.Equal(t, before, rc.appGets(ns), "GETs of applications while the jobs run: %s", &rc)
+
+	for _, j := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.setAppState(t, ns, AppName(j.job.ID), "COMPLETED", "")
+		}()
+	}
+	wg.Wait()
+	for _, j := range all {
+		o := wait(t, j.ch)
+		require.NoError(t, o.err, j.rt.StderrString())
+		assert.Contains(t, o.res.Message, "COMPLETED")
+	}
+
+	appReqs, podReqs := rc.informer(appsPathOf(ns)), rc.informer(podsPathOf(ns))
+	t.Logf("%d jobs: [watch-list, LIST, WATCH] requests: SparkApplications %v, pods %v; GETs of single applications: %d (all: %s)",
+		jobs, appReqs, podReqs, rc.appGets(ns), &rc)
+	for what, r := range map[string][3]int{"SparkApplications": appReqs, "pods": podReqs} {
+		// client-go's watch-list request, then (this apiserver cannot
+		// stream the initial list) one LIST and one WATCH: [1 0 0] or
+		// [1 1 1]. A WATCH the server or the proxy closed is re-opened
+		// from the last resource version (no new LIST): a request per
+		// process, not per job, which a busy run can show.
+		assert.Equal(t, 1, r[0], "%s: one watch-list", what)
+		assert.LessOrEqual(t, r[1], 1, "%s: at most one LIST", what)
+		assert.LessOrEqual(t, r[2], 3, "%s: WATCHes", what)
+		if r[1] == 0 {
+			assert.Zero(t, r[2], "%s: a WATCH only after the LIST fallback", what)
+		}
+	}
+	assert.Zero(t, rc.appGets(ns), "GETs of single applications: none (create answers with the application)")
+	assert.Zero(t, rc.gets(podsPathOf(ns)+"/"), "GETs of single pods")
+	assert.Equal(t, jobs, rc.count("POST", appsPathOf(ns)), "one create per job")
+}
+
+// TestFollowRefusedInformer: the API server (here its proxy) refuses the
+// shared informer's LIST and WATCH of SparkApplications. Past auth_grace
+// the job has lost track of its application (outcome_unknown, left
+// running); a refusal that ends within auth_grace costs nothing.
+func TestFollowRefusedInformer(t *testing.T) {
+	k := startInformerKube(t)
+	setup := func(t *testing.T, authGrace string) (*Plugin, string, func() *plugin.Job) {
+		ns := k.namespace(t)
+		access := Access{Kubeconfig: "informer-kube-" + ns}
+		p := &Plugin{log: slog.New(slog.DiscardHandler)}
+		p.clients.m = map[Access]*clients{access: k.clients(t, nil)}
+		t.Cleanup(p.watchers.stopAll)
+		cfg, _ := json.Marshal(map[string]any{"kubeconfig": access.Kubeconfig, "namespace": ns, "auth_grace": authGrace})
+		jobCtx, _ := json.Marshal(map[string]any{
+			"image": "spark:3.5.3", "main_application_file": "local:///opt/tether/run_sql.py",
+			"query": "SELECT 1", "poll_interval": "100ms",
+		})
+		return p, ns, func() *plugin.Job {
+			return &plugin.Job{ID: uuid.Must(uuid.NewV7()).String(), Command: "spark-sql", Attempt: 1, Config: cfg, Context: jobCtx}
+		}
+	}
+	// GETs of the collection path: the informer's watch-list, LIST and
+	// WATCH (and the GETs that stand in for it meanwhile); not the create.
+	refuse := func(ns string, n int) {
+		k.proxy.Inject(kubetest.Fault{Method: http.MethodGet, Contains: "/namespaces/" + ns + "/" + Resource, Status: http.StatusForbidden, Count: n})
+	}
+
+	t.Run("past auth_grace", func(t *testing.T) {
+		p, ns, newJob := setup(t, "1s")
+		refuse(ns, 1<<30)
+		job := newJob()
+		rt := plugintest.NewRuntime(nil)
+		_, err := p.Execute(context.Background(), job, rt)
+		class, msg := plugintest.Error(t, err)
+		assert.Equal(t, plugin.OutcomeUnknown, class, msg)
+		assert.Contains(t, msg, "lost track of SparkApplication")
+		assert.Contains(t, msg, "auth_grace 1s")
+		assert.Contains(t, msg, "keeps running")
+		assert.Equal(t, outcomeUnknown, lastHandle(t, rt.Handle()).Outcome)
+		_, err = k.env.Dynamic.Resource(GVR).Namespace(ns).Get(context.Background(), AppName(job.ID), metav1.GetOptions{})
+		assert.NoError(t, err, "left running: the host's Cleanup deletes it")
+	})
+	t.Run("within auth_grace", func(t *testing.T) {
+		p, ns, newJob := setup(t, "1m")
+		refuse(ns, 3)
+		job := newJob()
+		rt := plugintest.NewRuntime(nil)
+		ch := background(func() (*plugin.Result, error) { return p.Execute(context.Background(), job, rt) })
+		require.Eventually(t, func() bool { return current(rt).UID != "" }, informerWait, time.Millisecond)
+		k.setAppState(t, ns, AppName(job.ID), "RUNNING", "")
+		require.Eventually(t, func() bool { return current(rt).State == "RUNNING" }, informerWait, time.Millisecond, rt.StderrString())
+		k.setAppState(t, ns, AppName(job.ID), "COMPLETED", "")
+		o := wait(t, ch)
+		require.NoError(t, o.err, rt.StderrString())
+	})
+}
