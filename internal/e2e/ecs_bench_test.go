@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,11 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/migrate"
-	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/localstack/emulator"
 	"github.com/tetherjobs/tether/plugins/ecs/ecs"
@@ -61,15 +56,7 @@ import (
 // log_drain_timeout default, 5m], TETHER_BENCH_ECS_TIMEOUT [20m],
 // TETHER_BENCH_ECS_SEED [from the clock; printed].
 func BenchmarkECS1000(b *testing.B) {
-	if b.N > 1 {
-		b.Fatalf("BenchmarkECS1000 is one long run: use -benchtime 1x (b.N = %d)", b.N)
-	}
-	b.StopTimer()
-	cfg := ecsBenchFromEnv(b)
-	r := &ecsBench{b: b, cfg: cfg}
-	r.setUp()
-	r.run()
-	r.check()
+	runOnce(b, func() oneRun { return &ecsBench{benchRun: benchRun{b: b}, cfg: ecsBenchFromEnv(b)} })
 }
 
 // ecsBenchConfig holds the benchmark's sizes.
@@ -86,29 +73,11 @@ type ecsBenchConfig struct {
 func ecsBenchFromEnv(b *testing.B) ecsBenchConfig {
 	c := ecsBenchConfig{jobs: 1000, agents: 2, capacity: 600, minLines: 60, maxLines: 120,
 		interval: time.Second, timeout: 20 * time.Minute, seed: time.Now().UnixNano() % 1_000_000}
-	atoi := func(name string, dst *int) {
-		if v := os.Getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				b.Fatalf("%s=%q: want a positive integer", name, v)
-			}
-			*dst = n
-		}
-	}
-	dur := func(name string, dst *time.Duration) {
-		if v := os.Getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				b.Fatalf("%s=%q: want a positive Go duration", name, v)
-			}
-			*dst = d
-		}
-	}
-	atoi("TETHER_BENCH_ECS_JOBS", &c.jobs)
-	atoi("TETHER_BENCH_ECS_AGENTS", &c.agents)
-	atoi("TETHER_BENCH_ECS_CAPACITY", &c.capacity)
-	dur("TETHER_BENCH_ECS_INTERVAL", &c.interval)
-	dur("TETHER_BENCH_ECS_TIMEOUT", &c.timeout)
+	benchEnvInt(b, "TETHER_BENCH_ECS_JOBS", &c.jobs)
+	benchEnvInt(b, "TETHER_BENCH_ECS_AGENTS", &c.agents)
+	benchEnvInt(b, "TETHER_BENCH_ECS_CAPACITY", &c.capacity)
+	benchEnvDur(b, "TETHER_BENCH_ECS_INTERVAL", &c.interval)
+	benchEnvDur(b, "TETHER_BENCH_ECS_TIMEOUT", &c.timeout)
 	if v := os.Getenv("TETHER_BENCH_ECS_LINES"); v != "" {
 		lo, hi, _ := strings.Cut(v, "-")
 		if hi == "" {
@@ -121,18 +90,8 @@ func ecsBenchFromEnv(b *testing.B) ecsBenchConfig {
 			b.Fatalf("TETHER_BENCH_ECS_LINES=%q: want <min>-<max>, e.g. 60-120", v)
 		}
 	}
-	if v := os.Getenv("TETHER_BENCH_ECS_POLL"); v != "" {
-		if _, err := time.ParseDuration(v); err != nil {
-			b.Fatalf("TETHER_BENCH_ECS_POLL=%q: want a Go duration", v)
-		}
-		c.poll = v
-	}
-	if v := os.Getenv("TETHER_BENCH_ECS_DRAIN_TIMEOUT"); v != "" {
-		if _, err := time.ParseDuration(v); err != nil {
-			b.Fatalf("TETHER_BENCH_ECS_DRAIN_TIMEOUT=%q: want a Go duration", v)
-		}
-		c.drainTimeout = v
-	}
+	benchEnvDurString(b, "TETHER_BENCH_ECS_POLL", &c.poll)
+	benchEnvDurString(b, "TETHER_BENCH_ECS_DRAIN_TIMEOUT", &c.drainTimeout)
 	if v := os.Getenv("TETHER_BENCH_ECS_SEED"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n == 0 {
@@ -157,27 +116,13 @@ const (
 )
 
 type ecsBench struct {
-	b   *testing.B
+	benchRun
 	cfg ecsBenchConfig
-	ctx context.Context
 
-	em     *emulator.Emulator
-	h      *harness
-	agents []*agentProc
-
-	ids     []string
+	em      *emulator.Emulator
 	lines   map[string]int // job ID → lines its task prints
-	began   time.Time      // just before the first submit
-	ended   time.Time      // when the last job was seen terminal
-	timeout bool           // some job never ended
-
-	rec      *callRecorder
-	samples  []callSample
-	cpuStart machineCPU
-	cpuEnd   machineCPU
-	selfCPU0 time.Duration
-	pgCPU0   time.Duration
-	procs    []procFigures // agents and their plugins, at the end
+	rec     *callRecorder
+	samples []callSample
 }
 
 // callSample is the run's state at one moment, for the rates and the timeline.
@@ -190,13 +135,8 @@ type callSample struct {
 
 func (r *ecsBench) setUp() {
 	b, cfg := r.b, r.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout+5*time.Minute)
-	b.Cleanup(cancel)
-	r.ctx = ctx
-
-	// Each agent's pool grows to capacity + 8, its heartbeat pool to 2; the
-	// harness and this benchmark hold a few more.
-	maxConns := cfg.agents*(cfg.capacity+8+2) + 40
+	r.startContext(cfg.timeout)
+	maxConns := benchMaxConns(cfg.agents, cfg.capacity)
 	dbURL := startBenchCluster(b, maxConns)
 
 	opts := emulator.HostileOptions() // rate limits on, at the default figures
@@ -219,61 +159,13 @@ func (r *ecsBench) setUp() {
 	})
 	emURL := "http://" + ln.Addr().String()
 
-	tm := timings{
-		Capacity:      cfg.capacity,
-		PollInterval:  time.Second,
-		Keepalive:     2 * time.Second,
-		StaleJob:      30 * time.Second,
-		OfflineAfter:  6 * time.Second,
-		CleanInterval: 5 * time.Second,
-		AWOLTimeout:   120 * time.Second,
-		KillGrace:     time.Second,
-	}
-	r.h = newECSBenchHarness(b, dbURL, tm, emURL, cfg)
-	for i := range cfg.agents {
-		r.agents = append(r.agents, r.h.startAgent(ctx, fmt.Sprintf("ecs-bench-%d", i+1)))
-	}
+	r.h = newECSBenchHarness(b, dbURL, benchTimings(cfg.capacity), emURL, cfg)
+	r.startAgents("ecs-bench", cfg.agents)
 	eff := emulator.EffectiveRateLimits(nil)
 	b.Logf("ECS bench: %d jobs, %d agents × capacity %d, lines %d–%d every %s, poll_interval %s, log_settle 3s, log_drain_timeout %s, api_rates: plugin defaults (DescribeTasks %g/s, GetLogEvents %g/s per agent); emulator hostile, seed %d, limits DescribeTasks %s GetLogEvents %s; PostgreSQL max_connections %d",
 		cfg.jobs, cfg.agents, cfg.capacity, cfg.minLines, cfg.maxLines, cfg.interval, benchOr(cfg.poll, "6s (default)"), benchOr(cfg.drainTimeout, "5m (default)"),
 		ecs.DefaultAPIRates["describe_tasks"], ecs.DefaultAPIRates["get_log_events"], cfg.seed,
 		eff["DescribeTasks"], eff["GetLogEvents"], maxConns)
-}
-
-func benchOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-// startBenchCluster starts a PostgreSQL cluster of the benchmark's own with
-// max_connections maxConns (the shared test cluster has 300) and returns
-// the URL of a migrated database on it.
-func startBenchCluster(b *testing.B, maxConns int) string {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, MaxConnections: maxConns})
-	require.NoError(b, err)
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := c.Stop(ctx); err != nil {
-			b.Errorf("stopping the benchmark's cluster: %v", err)
-		}
-	})
-	admin, err := pgx.Connect(ctx, c.URL("postgres"))
-	require.NoError(b, err)
-	_, err = admin.Exec(ctx, "CREATE DATABASE tether")
-	_ = admin.Close(ctx)
-	require.NoError(b, err)
-	conn, err := pgx.Connect(ctx, c.URL("tether"))
-	require.NoError(b, err)
-	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = migrate.Migrate(ctx, conn, nil)
-	require.NoError(b, err)
-	return c.URL("tether")
 }
 
 // newECSBenchHarness is newECSHarness with the benchmark's command "ecs":
@@ -336,11 +228,7 @@ func (r *ecsBench) run() {
 		contexts[i] = c
 	}
 	r.em.ResetCalls()
-	r.cpuStart = readMachineCPU()
-	r.selfCPU0 = selfCPU()
-	r.pgCPU0 = postgresCPU()
-	r.began = time.Now()
-	b.StartTimer()
+	r.startClock()
 	for i, c := range contexts {
 		j, _, err := r.h.st.Submit(ctx, store.SubmitParams{Command: "ecs", Plugin: "ecs", Context: c, Submitter: "bench"})
 		require.NoError(b, err)
@@ -351,41 +239,12 @@ func (r *ecsBench) run() {
 	r.sample(0)
 	fmt.Fprintf(os.Stderr, "ecs bench: %d jobs submitted in %s\n", cfg.jobs, submitted.Round(time.Millisecond))
 
-	deadline := r.began.Add(cfg.timeout)
-	lastReport := time.Now()
-	for {
-		sleep(ctx, time.Second)
-		counts := r.statusCounts()
-		open, ended := 0, 0
-		for k, n := range counts {
-			if store.Terminal(k) {
-				ended += n
-			} else {
-				open += n
-			}
-		}
-		r.sample(ended)
-		if open == 0 {
-			break
-		}
-		if time.Since(lastReport) >= 30*time.Second {
-			lastReport = time.Now()
-			s := r.samples[len(r.samples)-1]
-			fmt.Fprintf(os.Stderr, "ecs bench: %s: jobs %v; tasks stopped %d; DescribeTasks %d, GetLogEvents %d calls so far\n",
-				time.Since(r.began).Round(time.Second), counts, s.stopped, s.describe, s.getLogs)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			r.timeout = true
-			break
-		}
-	}
-	b.StopTimer()
-	r.ended = time.Now()
-	r.cpuEnd = readMachineCPU()
-	for _, a := range r.agents {
-		r.procs = append(r.procs, procTree(a.cmd.Process.Pid, a.name)...)
-	}
-	fmt.Fprintf(os.Stderr, "ecs bench: done after %s\n", r.ended.Sub(r.began).Round(time.Second))
+	r.waitAll(cfg.timeout, r.sample, func(elapsed time.Duration, counts map[string]int) {
+		s := r.samples[len(r.samples)-1]
+		fmt.Fprintf(os.Stderr, "ecs bench: %s: jobs %v; tasks stopped %d; DescribeTasks %d, GetLogEvents %d calls so far\n",
+			elapsed, counts, s.stopped, s.describe, s.getLogs)
+	})
+	r.finish("ecs bench")
 }
 
 func (r *ecsBench) sample(ended int) {
@@ -400,21 +259,6 @@ func (r *ecsBench) sample(ended int) {
 	_ = r.h.pool.QueryRow(r.ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&conns)
 	r.samples = append(r.samples, callSample{at: time.Now(), describe: calls["DescribeTasks"], getLogs: calls["GetLogEvents"],
 		stopped: stopped, ended: ended, conns: conns})
-}
-
-func (r *ecsBench) statusCounts() map[string]int {
-	rows, err := r.h.pool.Query(r.ctx, `SELECT status, count(*) FROM jobs WHERE id = ANY($1) GROUP BY status`, r.ids)
-	require.NoError(r.b, err)
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		require.NoError(r.b, rows.Scan(&s, &n))
-		out[s] = n
-	}
-	require.NoError(r.b, rows.Err())
-	return out
 }
 
 // check reads every job, the emulator's tasks and counters, and reports.
@@ -444,44 +288,23 @@ func (r *ecsBench) check() {
 	}
 
 	var (
-		succeeded, failed, open  int
-		failures, lineProblems   []string
+		jobs                     benchTally
+		lineProblems             []string
 		launchProblems           []string
 		relaunches, earlierLines int
 		lost, dup, foreign       int
 		latencies                []time.Duration
-		firstEnd, lastEnd        time.Time
 		ph                       drainPhases
 		notes                    = stderrNotes{}
 	)
 	for _, id := range r.ids {
 		j := r.h.job(ctx, id)
-		if !store.Terminal(j.Status) {
-			open++
-			if open <= 10 {
-				failures = append(failures, r.describeJob(id, j))
-			}
+		if !jobs.add(j, func() string { return r.describeJob(id, j) }) {
 			continue
 		}
-		if j.FinishedAt != nil {
-			if firstEnd.IsZero() || j.FinishedAt.Before(firstEnd) {
-				firstEnd = *j.FinishedAt
-			}
-			if j.FinishedAt.After(lastEnd) {
-				lastEnd = *j.FinishedAt
-			}
-		}
-		if j.Status != store.StatusSucceeded {
-			failed++
-			if failed <= 10 {
-				failures = append(failures, r.describeJob(id, j))
-			}
-			continue
-		}
-		succeeded++
 		var out ecs.Output
 		if err := json.Unmarshal(j.Result, &out); err != nil || len(out.Tasks) != 1 {
-			failures = append(failures, fmt.Sprintf("job %s: result %s: want one task (%v)", id, j.Result, err))
+			jobs.failures = append(jobs.failures, fmt.Sprintf("job %s: result %s: want one task (%v)", id, j.Result, err))
 			continue
 		}
 		final := out.Tasks[0]
@@ -515,7 +338,7 @@ func (r *ecsBench) check() {
 				ph.earlierReads += len(r.rec.readsOf("job/" + ecsContainer + "/" + id))
 			}
 		} else {
-			failures = append(failures, fmt.Sprintf("job %s: final task %s unknown to the emulator or not stopped (%+v)", id, final.TaskARN, ti))
+			jobs.failures = append(jobs.failures, fmt.Sprintf("job %s: final task %s unknown to the emulator or not stopped (%+v)", id, final.TaskARN, ti))
 		}
 	}
 
@@ -538,9 +361,9 @@ func (r *ecsBench) check() {
 		peakConns = max(peakConns, c.conns)
 	}
 	fmt.Fprintf(&rep, "elapsed (submit → last job terminal): %s; launches from %s to %s after submit (each job's first: until %s); job ends from %s to %s\n",
-		elapsed.Round(time.Second), benchSince(r.began, firstLaunch), benchSince(r.began, lastLaunch), benchSince(r.began, lastFirstLaunch), benchSince(r.began, firstEnd), benchSince(r.began, lastEnd))
+		elapsed.Round(time.Second), benchSince(r.began, firstLaunch), benchSince(r.began, lastLaunch), benchSince(r.began, lastFirstLaunch), benchSince(r.began, jobs.firstEnd), benchSince(r.began, jobs.lastEnd))
 	fmt.Fprintf(&rep, "PostgreSQL client connections: at most %d seen (samples every second)\n", peakConns)
-	fmt.Fprintf(&rep, "jobs: %d succeeded, %d failed, %d not terminal (of %d)\n", succeeded, failed, open, len(r.ids))
+	fmt.Fprintf(&rep, "jobs: %d succeeded, %d failed, %d not terminal (of %d)\n", jobs.succeeded, jobs.failed, jobs.open, len(r.ids))
 	fmt.Fprintf(&rep, "jobs ended per agent: %s\n", r.endsPerAgent())
 	fmt.Fprintf(&rep, "tasks launched: %d; infrastructure stops: %d; infrastructure relaunches in results: %d; launch count mismatches: %d\n",
 		len(r.em.Tasks()), infraStops, relaunches, len(launchProblems))
@@ -558,44 +381,38 @@ func (r *ecsBench) check() {
 	benchTimeline(&rep, r.samples, r.began, 30*time.Second)
 	var aggRSS, aggHWM int64
 	var aggCPU time.Duration
-	byKind := map[string]*procFigures{}
+	byKind := map[string]*procKind{}
 	for _, p := range r.procs {
 		fmt.Fprintf(&rep, "process %-12s %-24s pid %-7d RSS %6.1f MiB, peak %6.1f MiB, CPU %7.1f s (%.0f%% of a core)\n",
 			p.agent, p.comm, p.pid, benchMiB(p.rssKB), benchMiB(p.hwmKB), p.cpu.Seconds(), 100*p.cpu.Seconds()/secs)
 		aggRSS += p.rssKB
 		aggHWM += p.hwmKB
 		aggCPU += p.cpu
-		k := byKind[p.comm]
-		if k == nil {
-			k = &procFigures{comm: p.comm}
-			byKind[p.comm] = k
-		}
-		k.pid++ // a count here
-		k.rssKB, k.hwmKB, k.cpu = k.rssKB+p.rssKB, k.hwmKB+p.hwmKB, k.cpu+p.cpu
+		addProc(byKind, p, p.cpu)
 	}
 	for _, name := range slices.Sorted(maps.Keys(byKind)) {
 		k := byKind[name]
-		fmt.Fprintf(&rep, "  %d × %-24s RSS %6.1f MiB, sum of peaks %6.1f MiB, CPU %7.1f s\n", k.pid, name, benchMiB(k.rssKB), benchMiB(k.hwmKB), k.cpu.Seconds())
+		fmt.Fprintf(&rep, "  %d × %-24s RSS %6.1f MiB, sum of peaks %6.1f MiB, CPU %7.1f s\n", k.n, name, benchMiB(k.rssKB), benchMiB(k.hwmKB), k.cpu.Seconds())
 	}
 	fmt.Fprintf(&rep, "agents + plugins: RSS %.1f MiB, sum of peaks %.1f MiB, CPU %.1f s (%.0f%% of a core over the run)\n",
 		benchMiB(aggRSS), benchMiB(aggHWM), aggCPU.Seconds(), 100*aggCPU.Seconds()/secs)
 	if k := byKind["tether"]; k != nil {
-		b.ReportMetric(benchMiB(k.hwmKB)/float64(k.pid), "agent-peak-MiB")
-		b.ReportMetric(k.cpu.Seconds()/float64(k.pid), "agent-cpu-s")
+		b.ReportMetric(benchMiB(k.hwmKB)/float64(k.n), "agent-peak-MiB")
+		b.ReportMetric(k.cpu.Seconds()/float64(k.n), "agent-cpu-s")
 	}
 	if k := byKind["tether-plugin-ecs"]; k != nil {
-		b.ReportMetric(benchMiB(k.hwmKB)/float64(k.pid), "ecs-plugin-peak-MiB")
-		b.ReportMetric(k.cpu.Seconds()/float64(k.pid), "ecs-plugin-cpu-s")
+		b.ReportMetric(benchMiB(k.hwmKB)/float64(k.n), "ecs-plugin-peak-MiB")
+		b.ReportMetric(k.cpu.Seconds()/float64(k.n), "ecs-plugin-cpu-s")
 	}
 	fmt.Fprintf(&rep, "this process (emulator + checker): CPU %.1f s; PostgreSQL: CPU %.1f s; machine: %d CPUs %.0f%% busy during the run\n",
 		selfCPU.Seconds(), pgCPU.Seconds(), cpu.cpus, 100*cpu.busyFraction())
 	// To stdout: the testing package keeps only 10 lines of a benchmark's log.
 	fmt.Print(rep.String())
 	b.Logf("%d/%d jobs succeeded in %s; lines lost %d, duplicated %d; DescribeTasks %.2f/s, GetLogEvents %.2f/s; stop → terminal p50 %s p99 %s (full report above)",
-		succeeded, len(r.ids), elapsed.Round(time.Second), lost, dup, descRate, logRate, p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+		jobs.succeeded, len(r.ids), elapsed.Round(time.Second), lost, dup, descRate, logRate, p50.Round(time.Millisecond), p99.Round(time.Millisecond))
 
 	b.ReportMetric(elapsed.Seconds(), "elapsed-s")
-	b.ReportMetric(float64(succeeded), "succeeded")
+	b.ReportMetric(float64(jobs.succeeded), "succeeded")
 	b.ReportMetric(float64(relaunches), "infra-relaunches")
 	b.ReportMetric(float64(lost), "lines-lost")
 	b.ReportMetric(float64(dup), "lines-dup")
@@ -606,14 +423,7 @@ func (r *ecsBench) check() {
 	b.ReportMetric(p99.Seconds(), "stop-to-end-p99-s")
 
 	// The musts.
-	if r.timeout {
-		b.Errorf("%d of %d jobs not terminal after %s", open, len(r.ids), r.cfg.timeout)
-	}
-	if succeeded != len(r.ids) {
-		b.Errorf("%d of %d jobs succeeded (%d failed, %d open); first ones:\n%s", succeeded, len(r.ids), failed, open, strings.Join(failures, "\n"))
-	} else if len(failures) > 0 {
-		b.Errorf("%d problems:\n%s", len(failures), strings.Join(benchFirstN(failures, 10), "\n"))
-	}
+	jobs.must(b, r.timeout, len(r.ids), r.cfg.timeout)
 	if len(launchProblems) > 0 {
 		b.Errorf("%d jobs with launches ≠ 1 + infrastructure relaunches:\n%s", len(launchProblems), strings.Join(benchFirstN(launchProblems, 10), "\n"))
 	}
@@ -627,27 +437,6 @@ func (r *ecsBench) check() {
 		b.Errorf("GetLogEvents at %.2f/s over the run, %.2f/s at peak: not under the account limit %.0f/s", logRate, logPeak, benchLogsLimit)
 	}
 	// On failure the harness's cleanup logs the end of each agent's output.
-}
-
-// endsPerAgent says which agent wrote each job's final event: the claim
-// split, which decides the run's length (each agent has its own budgets).
-func (r *ecsBench) endsPerAgent() string {
-	rows, err := r.h.pool.Query(r.ctx, `SELECT coalesce(agent, '-'), count(*) FROM job_events
-		WHERE job_id = ANY($1) AND kind IN ('succeeded', 'failed', 'canceled') GROUP BY 1 ORDER BY 1`, r.ids)
-	if err != nil {
-		return err.Error()
-	}
-	defer rows.Close()
-	var parts []string
-	for rows.Next() {
-		var agent string
-		var n int
-		if err := rows.Scan(&agent, &n); err != nil {
-			return err.Error()
-		}
-		parts = append(parts, fmt.Sprintf("%s %d", agent, n))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // stderrNotes counts what the plugin told succeeded jobs on stderr, by
@@ -850,10 +639,7 @@ func (p *drainPhases) add(rec *callRecorder, t emulator.TaskInfo, stream string,
 }
 
 func (p *drainPhases) report(w io.Writer, allReads int) {
-	row := func(name string, ds []time.Duration) {
-		fmt.Fprintf(w, "  %-38s p50 %8s  p99 %8s  max %8s\n", name,
-			benchPct(ds, 0.5).Round(10*time.Millisecond), benchPct(ds, 0.99).Round(10*time.Millisecond), benchPct(ds, 1).Round(10*time.Millisecond))
-	}
+	row := func(name string, ds []time.Duration) { fmt.Fprintf(w, "  %-38s %s\n", name, benchPcts(ds)) }
 	fmt.Fprintf(w, "where that time goes (from the calls the emulator answered; %d final tasks never described after their stop):\n", p.unseen)
 	row("stop → seen by DescribeTasks", p.stopToSeen)
 	row("seen → first drain read (≥ log_settle)", p.seenToDrain)
@@ -892,40 +678,8 @@ func benchTimeline(w io.Writer, s []callSample, began time.Time, step time.Durat
 // describeJob is one line on a job that did not succeed: its error, events
 // and the end of its stderr.
 func (r *ecsBench) describeJob(id string, j store.Job) string {
-	stderr := r.stream(id, "stderr")
-	if len(stderr) > 1500 {
-		stderr = "…" + stderr[len(stderr)-1500:]
-	}
 	return fmt.Sprintf("job %s %s attempt %d error_class=%s error=%q\n  events: %s\n  stderr: %s",
-		id, j.Status, j.Attempt, j.ErrorClass, j.Error, r.h.eventSummary(r.ctx, id), strings.ReplaceAll(strings.TrimSpace(stderr), "\n", "\n    "))
-}
-
-// stream is one of the job's stored output streams.
-func (r *ecsBench) stream(id, name string) string {
-	var sb strings.Builder
-	var after int64
-	for {
-		chunks, err := r.h.st.Logs(r.ctx, id, name, after, 1000)
-		if err != nil || len(chunks) == 0 {
-			return sb.String()
-		}
-		for _, c := range chunks {
-			sb.Write(c.Data)
-			after = c.Seq
-		}
-	}
-}
-
-// lineCheck is what checkSynthLines found in one job's stdout.
-type lineCheck struct {
-	lost, dup, foreign, disorder int
-	earlier                      int // lines of earlier tasks of the job, each once
-	examples                     []string
-}
-
-func (c lineCheck) String() string {
-	return fmt.Sprintf("lost %d, duplicated %d, foreign %d, out of order %d, earlier-task lines %d; e.g. %q",
-		c.lost, c.dup, c.foreign, c.disorder, c.earlier, c.examples)
+		id, j.Status, j.Attempt, j.ErrorClass, j.Error, r.h.eventSummary(r.ctx, id), r.stderrTail(id))
 }
 
 // checkSynthLines checks stdout against the synthetic task finalID's n
@@ -934,52 +688,44 @@ func (c lineCheck) String() string {
 // foreign.
 func checkSynthLines(stdout, finalID string, n int, earlier map[string]bool) lineCheck {
 	var c lineCheck
-	note := func(s string) {
-		if len(c.examples) < 3 {
-			c.examples = append(c.examples, s)
-		}
-	}
 	seen := map[string]map[int]bool{}
 	last := map[string]int{}
-	sc := bufio.NewScanner(strings.NewReader(stdout))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	scanLines(stdout, func(line string) {
 		var k, of int
 		var task string
 		if _, err := fmt.Sscanf(line, "line %d of %d task %s", &k, &of, &task); err != nil || fmt.Sprintf("line %d of %d task %s", k, of, task) != line {
 			c.foreign++
-			note(line)
-			continue
+			c.note(line)
+			return
 		}
 		if task != finalID && !earlier[task] || task == finalID && (of != n || k < 1 || k > n) {
 			c.foreign++
-			note(line)
-			continue
+			c.note(line)
+			return
 		}
 		if seen[task] == nil {
 			seen[task] = map[int]bool{}
 		}
 		if seen[task][k] {
 			c.dup++
-			note(line)
-			continue
+			c.note(line)
+			return
 		}
 		seen[task][k] = true
 		if k < last[task] {
 			c.disorder++
-			note(line)
+			c.note(line)
 		}
 		last[task] = k
 		if task != finalID {
 			c.earlier++
 		}
-	}
+	})
 	c.lost = n - len(seen[finalID])
 	if c.lost > 0 {
 		for k := 1; k <= n; k++ {
 			if !seen[finalID][k] { // the first missing line always shows
-				c.examples = append([]string{fmt.Sprintf("missing: line %d of %d task %s", k, n, finalID)}, c.examples...)
+				c.missing(fmt.Sprintf("missing: line %d of %d task %s", k, n, finalID))
 				break
 			}
 		}
@@ -1005,27 +751,6 @@ func peakRates(s []callSample, w time.Duration) (describe, getLogs float64) {
 	return describe, getLogs
 }
 
-func benchPct(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s))*p+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
-func benchSince(t0, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.Sub(t0).Round(100 * time.Millisecond).String()
-}
-
-func benchFirstN(s []string, n int) []string { return s[:min(n, len(s))] }
-
-func benchMiB(kb int64) float64 { return float64(kb) / 1024 }
-
 func otherCalls(calls, throttled map[string]int) string {
 	var parts []string
 	for _, k := range slices.Sorted(func(yield func(string) bool) {
@@ -1042,166 +767,6 @@ func otherCalls(calls, throttled map[string]int) string {
 		parts = append(parts, p)
 	}
 	return strings.Join(parts, ", ")
-}
-
-// procFigures are one process's memory and CPU from /proc.
-type procFigures struct {
-	agent, comm  string
-	pid          int
-	rssKB, hwmKB int64
-	cpu          time.Duration // utime + stime
-}
-
-// benchClockTick is USER_HZ, 100 on every Linux this runs on.
-const benchClockTick = 100
-
-// procStatFields are the fields of /proc/<pid>/stat after the command name
-// (the first is the state, the second the ppid).
-func procStatFields(pid string) []string {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(s[i+1:])
-}
-
-func benchTicks(f []string, idx ...int) time.Duration {
-	var n int64
-	for _, i := range idx {
-		if i < len(f) {
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			n += v
-		}
-	}
-	return time.Duration(n) * time.Second / benchClockTick
-}
-
-// procTree reads the agent process pid and its direct children (its plugins).
-func procTree(pid int, agent string) []procFigures {
-	out := []procFigures{readProc(pid, agent)}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		if f := procStatFields(e.Name()); len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			child, _ := strconv.Atoi(e.Name())
-			out = append(out, readProc(child, agent))
-		}
-	}
-	return out
-}
-
-func readProc(pid int, agent string) procFigures {
-	p := procFigures{agent: agent, pid: pid}
-	f := procStatFields(strconv.Itoa(pid))
-	p.cpu = benchTicks(f, 11, 12)
-	// argv[0]'s base name: comm is cut at 15 bytes (tether-plugin-e…).
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
-		argv0, _, _ := strings.Cut(string(b), "\x00")
-		p.comm = filepath.Base(argv0)
-	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			switch k {
-			case "VmRSS":
-				p.rssKB = kb
-			case "VmHWM":
-				p.hwmKB = kb
-			}
-		}
-	}
-	return p
-}
-
-// selfCPU is this process's CPU time so far.
-func selfCPU() time.Duration { return benchTicks(procStatFields("self"), 11, 12) }
-
-// postgresCPU is the CPU time of the postgres servers this process started:
-// each postmaster's own and its reaped children's, plus its live children's.
-func postgresCPU() time.Duration {
-	self := strconv.Itoa(os.Getpid())
-	entries, _ := os.ReadDir("/proc")
-	stats := map[string][]string{}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err == nil {
-			if f := procStatFields(e.Name()); len(f) > 12 {
-				stats[e.Name()] = f
-			}
-		}
-	}
-	var total time.Duration
-	for pid, f := range stats {
-		if f[1] != self {
-			continue
-		}
-		if b, _ := os.ReadFile(filepath.Join("/proc", pid, "comm")); strings.TrimSpace(string(b)) != "postgres" {
-			continue
-		}
-		total += benchTicks(f, 11, 12, 13, 14)
-		for _, cf := range stats {
-			if cf[1] == pid {
-				total += benchTicks(cf, 11, 12)
-			}
-		}
-	}
-	return total
-}
-
-// machineCPU is the first line of /proc/stat.
-type machineCPU struct {
-	busy, total int64
-	cpus        int
-}
-
-func readMachineCPU() machineCPU {
-	var m machineCPU
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return m
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if f[0] == "cpu" {
-			for i, v := range f[1:] {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				if i >= 8 { // guest time is already in user
-					break
-				}
-				m.total += n
-				if i != 3 && i != 4 { // idle, iowait
-					m.busy += n
-				}
-			}
-		} else if strings.HasPrefix(f[0], "cpu") {
-			m.cpus++
-		}
-	}
-	return m
-}
-
-func (m machineCPU) sub(o machineCPU) machineCPU {
-	return machineCPU{busy: m.busy - o.busy, total: m.total - o.total, cpus: m.cpus}
-}
-
-func (m machineCPU) busyFraction() float64 {
-	if m.total <= 0 {
-		return 0
-	}
-	return float64(m.busy) / float64(m.total)
 }
 
 // checkSynthLines itself: what counts as lost, duplicated, foreign and
@@ -1222,9 +787,4 @@ func TestCheckSynthLines(t *testing.T) {
 
 	c = checkSynthLines(l(2, 3, "fin")+l(1, 3, "fin")+l(3, 3, "fin")+l(4, 3, "fin")+l(1, 4, "fin"), "fin", 3, nil)
 	require.Equal(t, lineCheck{disorder: 1, foreign: 2}, stripExamples(c))
-}
-
-func stripExamples(c lineCheck) lineCheck {
-	c.examples = nil
-	return c
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -67,14 +66,7 @@ import (
 // TETHER_KUBETEST_OPERATOR_FLAGS ["--controller-threads=30
 // --kube-api-qps=200 --kube-api-burst=400"; set it empty for kubetest's].
 func BenchmarkSpark500(b *testing.B) {
-	if b.N > 1 {
-		b.Fatalf("BenchmarkSpark500 is one long run: use -benchtime 1x (b.N = %d)", b.N)
-	}
-	b.StopTimer()
-	r := &sparkBench{b: b, cfg: sparkBenchFromEnv(b)}
-	r.setUp()
-	r.run()
-	r.check()
+	runOnce(b, func() oneRun { return &sparkBench{benchRun: benchRun{b: b}, cfg: sparkBenchFromEnv(b)} })
 }
 
 type sparkBenchConfig struct {
@@ -85,38 +77,15 @@ type sparkBenchConfig struct {
 
 func sparkBenchFromEnv(b *testing.B) sparkBenchConfig {
 	c := sparkBenchConfig{jobs: 500, agents: 2, lines: 20, runFor: 30 * time.Second, timeout: 15 * time.Minute}
-	atoi := func(name string, dst *int) {
-		if v := os.Getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				b.Fatalf("%s=%q: want a positive integer", name, v)
-			}
-			*dst = n
-		}
-	}
-	dur := func(name string, dst *time.Duration) {
-		if v := os.Getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				b.Fatalf("%s=%q: want a positive Go duration", name, v)
-			}
-			*dst = d
-		}
-	}
-	atoi("TETHER_BENCH_SPARK_JOBS", &c.jobs)
-	atoi("TETHER_BENCH_SPARK_AGENTS", &c.agents)
-	atoi("TETHER_BENCH_SPARK_LINES", &c.lines)
-	dur("TETHER_BENCH_SPARK_RUN", &c.runFor)
-	dur("TETHER_BENCH_SPARK_TIMEOUT", &c.timeout)
+	benchEnvInt(b, "TETHER_BENCH_SPARK_JOBS", &c.jobs)
+	benchEnvInt(b, "TETHER_BENCH_SPARK_AGENTS", &c.agents)
+	benchEnvInt(b, "TETHER_BENCH_SPARK_LINES", &c.lines)
+	benchEnvDur(b, "TETHER_BENCH_SPARK_RUN", &c.runFor)
+	benchEnvDur(b, "TETHER_BENCH_SPARK_TIMEOUT", &c.timeout)
 	per := (c.jobs + c.agents - 1) / c.agents
 	c.capacity = max(int(math.Ceil(float64(per)*1.2)), per+10)
-	atoi("TETHER_BENCH_SPARK_CAPACITY", &c.capacity)
-	if v := os.Getenv("TETHER_BENCH_SPARK_POLL"); v != "" {
-		if _, err := time.ParseDuration(v); err != nil {
-			b.Fatalf("TETHER_BENCH_SPARK_POLL=%q: want a Go duration", v)
-		}
-		c.poll = v
-	}
+	benchEnvInt(b, "TETHER_BENCH_SPARK_CAPACITY", &c.capacity)
+	benchEnvDurString(b, "TETHER_BENCH_SPARK_POLL", &c.poll)
 	return c
 }
 
@@ -129,30 +98,17 @@ const sparkBenchOperatorFlags = "--controller-threads=30 --kube-api-qps=200 --ku
 const sparkPluginAgent = "tether-plugin-sparkeks/"
 
 type sparkBench struct {
-	b   *testing.B
+	benchRun
 	cfg sparkBenchConfig
-	ctx context.Context
 
-	stack  *kubetest.OperatorStack
-	h      *harness
-	agents []*agentProc
-	apps   *appWatch
+	stack *kubetest.OperatorStack
+	apps  *appWatch
 
-	ids       []string
 	submitted map[string]time.Time // job ID → when Submit returned
-	began     time.Time
-	ended     time.Time
-	timeout   bool
-
-	samples  []sparkSample
-	procs0   map[int]procFigures // agents and plugins before the run, by pid
-	procs    []procFigures       // and at its end
-	stack0   map[int]stackProc   // the stack's processes before the run
-	cpuStart machineCPU
-	cpuEnd   machineCPU
-	selfCPU0 time.Duration
-	pgCPU0   time.Duration
-	reqs     kubetest.RequestStats // the proxy's counts over the run
+	samples   []sparkSample
+	procs0    map[int]procFigures   // agents and plugins before the run, by pid (benchRun.procs: at its end)
+	stack0    map[int]stackProc     // the stack's processes before the run
+	reqs      kubetest.RequestStats // the proxy's counts over the run
 }
 
 // sparkSample is the run at one moment, for the timeline.
@@ -167,11 +123,9 @@ type sparkSample struct {
 
 func (r *sparkBench) setUp() {
 	b, cfg := r.b, r.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout+5*time.Minute)
-	b.Cleanup(cancel)
-	r.ctx = ctx
-
-	maxConns := cfg.agents*(cfg.capacity+8+2) + 40
+	r.startContext(cfg.timeout)
+	ctx := r.ctx
+	maxConns := benchMaxConns(cfg.agents, cfg.capacity)
 	dbURL := startBenchCluster(b, maxConns)
 
 	// The operator's own client (20 requests/s, burst 30) and kubetest's 10
@@ -199,26 +153,14 @@ func (r *sparkBench) setUp() {
 	fmt.Fprintf(os.Stderr, "spark bench: operator stack up in %s\n", time.Since(began).Round(100*time.Millisecond))
 	r.apps = watchApps(b, ctx, stack)
 
-	tm := timings{
-		Capacity:      cfg.capacity,
-		PollInterval:  time.Second,
-		Keepalive:     2 * time.Second,
-		StaleJob:      30 * time.Second,
-		OfflineAfter:  6 * time.Second,
-		CleanInterval: 5 * time.Second,
-		AWOLTimeout:   120 * time.Second,
-		KillGrace:     time.Second,
-	}
 	pcfg := fmt.Sprintf("{kubeconfig: %q}", stack.Proxy.Kubeconfig)
 	if cfg.poll != "" {
 		pcfg = fmt.Sprintf("{kubeconfig: %q, poll_interval: %s}", stack.Proxy.Kubeconfig, cfg.poll)
 	}
 	plugins := fmt.Sprintf("  sparkeks:\n    config: %s\n", pcfg)
 	commands := "  spark-sql:\n    plugin: sparkeks\n    context: {image: \"spark:3.5.3\", main_application_file: \"local:///opt/tether/spark_sql.py\"}\n"
-	r.h = newHarnessWith(b, dbURL, tm, plugins, commands)
-	for i := range cfg.agents {
-		r.agents = append(r.agents, r.h.startAgent(ctx, fmt.Sprintf("spark-bench-%d", i+1)))
-	}
+	r.h = newHarnessWith(b, dbURL, benchTimings(cfg.capacity), plugins, commands)
+	r.startAgents("spark-bench", cfg.agents)
 	b.Logf("Spark bench: %d jobs, %d agents × capacity %d, driver run %s with %d log lines, plugin poll_interval %s; spark-operator v2.5.2 (kubetest's flags, --controller-threads=10, plus TETHER_KUBETEST_OPERATOR_FLAGS %q); PostgreSQL max_connections %d",
 		cfg.jobs, cfg.agents, cfg.capacity, cfg.runFor, cfg.lines, benchOr(cfg.poll, "its default"), os.Getenv("TETHER_KUBETEST_OPERATOR_FLAGS"), maxConns)
 }
@@ -342,11 +284,7 @@ func (r *sparkBench) run() {
 	r.stack0 = stackProcs()
 	r.submitted = map[string]time.Time{}
 	r.stack.Proxy.ResetRequests()
-	r.cpuStart = readMachineCPU()
-	r.selfCPU0 = selfCPU()
-	r.pgCPU0 = postgresCPU()
-	r.began = time.Now()
-	b.StartTimer()
+	r.startClock()
 	for range cfg.jobs {
 		j, _, err := r.h.st.Submit(ctx, store.SubmitParams{Command: "spark-sql", Plugin: "sparkeks", Context: raw, Submitter: "bench"})
 		require.NoError(b, err)
@@ -355,42 +293,13 @@ func (r *sparkBench) run() {
 	}
 	fmt.Fprintf(os.Stderr, "spark bench: %d jobs submitted in %s\n", cfg.jobs, time.Since(r.began).Round(time.Millisecond))
 
-	deadline := r.began.Add(cfg.timeout)
-	lastReport := time.Now()
-	for {
-		sleep(ctx, time.Second)
-		counts := r.statusCounts()
-		open, ended := 0, 0
-		for k, n := range counts {
-			if store.Terminal(k) {
-				ended += n
-			} else {
-				open += n
-			}
-		}
-		r.sample(ended)
-		if open == 0 {
-			break
-		}
-		if time.Since(lastReport) >= 30*time.Second {
-			lastReport = time.Now()
-			s := r.samples[len(r.samples)-1]
-			fmt.Fprintf(os.Stderr, "spark bench: %s: jobs %v; applications created %d, submitted %d, running %d, completed %d; plugin requests %d, watches open %d, logs followed %d\n",
-				time.Since(r.began).Round(time.Second), counts, s.created, s.submitted, s.running, s.complete, s.requests, s.openWatches, s.openLogs)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			r.timeout = true
-			break
-		}
-	}
-	b.StopTimer()
-	r.ended = time.Now()
+	r.waitAll(cfg.timeout, r.sample, func(elapsed time.Duration, counts map[string]int) {
+		s := r.samples[len(r.samples)-1]
+		fmt.Fprintf(os.Stderr, "spark bench: %s: jobs %v; applications created %d, submitted %d, running %d, completed %d; plugin requests %d, watches open %d, logs followed %d\n",
+			elapsed, counts, s.created, s.submitted, s.running, s.complete, s.requests, s.openWatches, s.openLogs)
+	})
 	r.reqs = r.stack.Proxy.Requests()
-	r.cpuEnd = readMachineCPU()
-	for _, a := range r.agents {
-		r.procs = append(r.procs, procTree(a.cmd.Process.Pid, a.name)...)
-	}
-	fmt.Fprintf(os.Stderr, "spark bench: done after %s\n", r.ended.Sub(r.began).Round(time.Second))
+	r.finish("spark bench")
 }
 
 func (r *sparkBench) sample(ended int) {
@@ -415,21 +324,6 @@ func (r *sparkBench) sample(ended int) {
 	r.samples = append(r.samples, s)
 }
 
-func (r *sparkBench) statusCounts() map[string]int {
-	rows, err := r.h.pool.Query(r.ctx, `SELECT status, count(*) FROM jobs WHERE id = ANY($1) GROUP BY status`, r.ids)
-	require.NoError(r.b, err)
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		require.NoError(r.b, rows.Scan(&s, &n))
-		out[s] = n
-	}
-	require.NoError(r.b, rows.Err())
-	return out
-}
-
 // sparkPhases are the per-job latencies of the report, each from the
 // job's submit (this benchmark's clock) or between the moments this
 // benchmark's watch first saw the application in a state.
@@ -443,12 +337,11 @@ func (r *sparkBench) check() {
 	b, ctx := r.b, r.ctx
 	elapsed := r.ended.Sub(r.began)
 	var (
-		succeeded, failed, open  int
-		failures, lineProblems   []string
+		jobs                     benchTally
+		lineProblems             []string
 		appProblems              []string
 		lost, dup, foreign       int
 		ph                       sparkPhases
-		firstEnd, lastEnd        time.Time
 		firstCreated, lastCreate time.Time
 	)
 	for _, id := range r.ids {
@@ -458,27 +351,9 @@ func (r *sparkBench) check() {
 		if n := r.stack.Created("default", name); n != 1 || seen && len(a.uids) != 1 {
 			appProblems = append(appProblems, fmt.Sprintf("job %s: %d SparkApplications by the stack's count, %d by the benchmark's watch", id, n, len(a.uids)))
 		}
-		if !store.Terminal(j.Status) {
-			open++
-			if open <= 10 {
-				failures = append(failures, r.describeSparkJob(id, j, a))
-			}
+		if !jobs.add(j, func() string { return r.describeSparkJob(id, j, a) }) {
 			continue
 		}
-		if j.FinishedAt != nil {
-			if firstEnd.IsZero() || j.FinishedAt.Before(firstEnd) {
-				firstEnd = *j.FinishedAt
-			}
-			lastEnd = maxTime(lastEnd, *j.FinishedAt)
-		}
-		if j.Status != store.StatusSucceeded {
-			failed++
-			if failed <= 10 {
-				failures = append(failures, r.describeSparkJob(id, j, a))
-			}
-			continue
-		}
-		succeeded++
 		lc := checkDriverLines(r.h.stdout(ctx, id), r.cfg.lines, sparkBenchQuery)
 		lost += lc.lost
 		dup += lc.dup
@@ -487,7 +362,7 @@ func (r *sparkBench) check() {
 			lineProblems = append(lineProblems, fmt.Sprintf("job %s: %s", id, lc))
 		}
 		if !seen || j.FinishedAt == nil {
-			failures = append(failures, fmt.Sprintf("job %s succeeded but its application %s was never seen by the benchmark's watch", id, name))
+			jobs.failures = append(jobs.failures, fmt.Sprintf("job %s succeeded but its application %s was never seen by the benchmark's watch", id, name))
 			continue
 		}
 		if firstCreated.IsZero() || a.seen.Before(firstCreated) {
@@ -510,7 +385,7 @@ func (r *sparkBench) check() {
 				ph.runningToCompleted = append(ph.runningToCompleted, a.completed.Sub(a.running))
 			}
 		} else {
-			failures = append(failures, fmt.Sprintf("job %s succeeded but its application was never seen COMPLETED (states %v)", id, a.states))
+			jobs.failures = append(jobs.failures, fmt.Sprintf("job %s succeeded but its application was never seen COMPLETED (states %v)", id, a.states))
 		}
 		if !a.terminated.IsZero() {
 			ph.terminationToTerminal = append(ph.terminationToTerminal, end.Sub(a.terminated))
@@ -522,8 +397,8 @@ func (r *sparkBench) check() {
 	var rep strings.Builder
 	fmt.Fprintf(&rep, "\n==== Spark at %d jobs, %d agents (real spark-operator) ====\n", r.cfg.jobs, r.cfg.agents)
 	fmt.Fprintf(&rep, "elapsed (first submit → last job terminal): %s; applications created from %s to %s after the first submit; job ends from %s to %s\n",
-		elapsed.Round(time.Second), benchSince(r.began, firstCreated), benchSince(r.began, lastCreate), benchSince(r.began, firstEnd), benchSince(r.began, lastEnd))
-	fmt.Fprintf(&rep, "jobs: %d succeeded, %d failed, %d not terminal (of %d); ended per agent: %s\n", succeeded, failed, open, len(r.ids), r.sparkEndsPerAgent())
+		elapsed.Round(time.Second), benchSince(r.began, firstCreated), benchSince(r.began, lastCreate), benchSince(r.began, jobs.firstEnd), benchSince(r.began, jobs.lastEnd))
+	fmt.Fprintf(&rep, "jobs: %d succeeded, %d failed, %d not terminal (of %d); ended per agent: %s\n", jobs.succeeded, jobs.failed, jobs.open, len(r.ids), r.endsPerAgent())
 	fmt.Fprintf(&rep, "SparkApplications: %d jobs with other than exactly one ever\n", len(appProblems))
 	fmt.Fprintf(&rep, "driver log lines (%d per job): lost %d, duplicated %d, foreign %d; jobs with problems %d\n", r.cfg.lines, lost, dup, foreign, len(lineProblems))
 	for _, p := range benchFirstN(lineProblems, 3) {
@@ -574,8 +449,7 @@ func (r *sparkBench) check() {
 	}
 
 	row := func(name string, ds []time.Duration) {
-		fmt.Fprintf(&rep, "  %-44s p50 %8s  p99 %8s  max %8s  (%d)\n", name,
-			benchPct(ds, 0.5).Round(10*time.Millisecond), benchPct(ds, 0.99).Round(10*time.Millisecond), benchPct(ds, 1).Round(10*time.Millisecond), len(ds))
+		fmt.Fprintf(&rep, "  %-44s %s  (%d)\n", name, benchPcts(ds), len(ds))
 	}
 	fmt.Fprintf(&rep, "latencies (this machine's clock; application states as first seen by the benchmark's watch, straight to the apiserver):\n")
 	row("submit → COMPLETED (seen)", ph.submitToCompleted)
@@ -591,7 +465,7 @@ func (r *sparkBench) check() {
 
 	var aggCPU time.Duration
 	var aggHWM int64
-	byKind := map[string]*procFigures{}
+	byKind := map[string]*procKind{}
 	for _, p := range r.procs {
 		c := p.cpu
 		if p0, ok := r.procs0[p.pid]; ok {
@@ -601,26 +475,20 @@ func (r *sparkBench) check() {
 			p.agent, p.comm, p.pid, benchMiB(p.rssKB), benchMiB(p.hwmKB), c.Seconds(), 100*c.Seconds()/secs)
 		aggCPU += c
 		aggHWM += p.hwmKB
-		k := byKind[p.comm]
-		if k == nil {
-			k = &procFigures{comm: p.comm}
-			byKind[p.comm] = k
-		}
-		k.pid++ // a count here
-		k.hwmKB, k.cpu = max(k.hwmKB, p.hwmKB), k.cpu+c
+		addProc(byKind, p, c)
 	}
 	for _, name := range slices.Sorted(maps.Keys(byKind)) {
 		k := byKind[name]
-		fmt.Fprintf(&rep, "  %d × %-24s highest peak RSS %6.1f MiB, CPU %7.1f s in all\n", k.pid, name, benchMiB(k.hwmKB), k.cpu.Seconds())
+		fmt.Fprintf(&rep, "  %d × %-24s highest peak RSS %6.1f MiB, CPU %7.1f s in all\n", k.n, name, benchMiB(k.maxHWMKB), k.cpu.Seconds())
 	}
 	fmt.Fprintf(&rep, "agents + plugins: sum of peaks %.1f MiB, CPU %.1f s (%.0f%% of a core over the run)\n", benchMiB(aggHWM), aggCPU.Seconds(), 100*aggCPU.Seconds()/secs)
 	if k := byKind["tether"]; k != nil {
-		b.ReportMetric(benchMiB(k.hwmKB), "agent-peak-MiB")
-		b.ReportMetric(k.cpu.Seconds()/float64(k.pid), "agent-cpu-s")
+		b.ReportMetric(benchMiB(k.maxHWMKB), "agent-peak-MiB")
+		b.ReportMetric(k.cpu.Seconds()/float64(k.n), "agent-cpu-s")
 	}
 	if k := byKind["tether-plugin-sparkeks"]; k != nil {
-		b.ReportMetric(benchMiB(k.hwmKB), "plugin-peak-MiB")
-		b.ReportMetric(k.cpu.Seconds()/float64(k.pid), "plugin-cpu-s")
+		b.ReportMetric(benchMiB(k.maxHWMKB), "plugin-peak-MiB")
+		b.ReportMetric(k.cpu.Seconds()/float64(k.n), "plugin-cpu-s")
 	}
 	fmt.Fprintf(&rep, "the stack (CPU during the run; a process's reaped children, e.g. the operator's spark-submit runs, included):\n")
 	for _, p := range stackDelta(r.stack0, stackProcs()) {
@@ -633,9 +501,9 @@ func (r *sparkBench) check() {
 
 	p50, p99 := benchPct(ph.submitToTerminal, 0.5), benchPct(ph.submitToTerminal, 0.99)
 	b.Logf("%d/%d jobs succeeded in %s; plugin requests %.2f/s, peak open watches %d; submit → terminal p50 %s p99 %s (full report above)",
-		succeeded, len(r.ids), elapsed.Round(time.Second), float64(total)/secs, peakWatches, p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+		jobs.succeeded, len(r.ids), elapsed.Round(time.Second), float64(total)/secs, peakWatches, p50.Round(time.Millisecond), p99.Round(time.Millisecond))
 	b.ReportMetric(elapsed.Seconds(), "elapsed-s")
-	b.ReportMetric(float64(succeeded), "succeeded")
+	b.ReportMetric(float64(jobs.succeeded), "succeeded")
 	b.ReportMetric(float64(total)/secs, "plugin-req/s")
 	b.ReportMetric(float64(peakWatches), "plugin-peak-watches")
 	b.ReportMetric(float64(peakLogs), "plugin-peak-log-streams")
@@ -643,14 +511,7 @@ func (r *sparkBench) check() {
 	b.ReportMetric(benchPct(ph.completedToTerminal, 0.99).Seconds(), "completed-to-end-p99-s")
 
 	// The musts.
-	if r.timeout {
-		b.Errorf("%d of %d jobs not terminal after %s", open, len(r.ids), r.cfg.timeout)
-	}
-	if succeeded != len(r.ids) {
-		b.Errorf("%d of %d jobs succeeded (%d failed, %d open); first ones:\n%s", succeeded, len(r.ids), failed, open, strings.Join(failures, "\n"))
-	} else if len(failures) > 0 {
-		b.Errorf("%d problems:\n%s", len(failures), strings.Join(benchFirstN(failures, 10), "\n"))
-	}
+	jobs.must(b, r.timeout, len(r.ids), r.cfg.timeout)
 	if len(appProblems) > 0 {
 		b.Errorf("%d jobs without exactly one SparkApplication ever:\n%s", len(appProblems), strings.Join(benchFirstN(appProblems, 10), "\n"))
 	}
@@ -669,46 +530,8 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func (r *sparkBench) describeSparkJob(id string, j store.Job, a appSeen) string {
-	stderr := r.stream(id, "stderr")
-	if len(stderr) > 1500 {
-		stderr = "…" + stderr[len(stderr)-1500:]
-	}
 	return fmt.Sprintf("job %s %s attempt %d error_class=%s error=%q\n  application states seen: %v\n  events: %s\n  stderr: %s",
-		id, j.Status, j.Attempt, j.ErrorClass, j.Error, a.states, r.h.eventSummary(r.ctx, id), strings.ReplaceAll(strings.TrimSpace(stderr), "\n", "\n    "))
-}
-
-func (r *sparkBench) stream(id, name string) string {
-	var sb strings.Builder
-	var after int64
-	for {
-		chunks, err := r.h.st.Logs(r.ctx, id, name, after, 1000)
-		if err != nil || len(chunks) == 0 {
-			return sb.String()
-		}
-		for _, c := range chunks {
-			sb.Write(c.Data)
-			after = c.Seq
-		}
-	}
-}
-
-func (r *sparkBench) sparkEndsPerAgent() string {
-	rows, err := r.h.pool.Query(r.ctx, `SELECT coalesce(agent, '-'), count(*) FROM job_events
-		WHERE job_id = ANY($1) AND kind IN ('succeeded', 'failed', 'canceled') GROUP BY 1 ORDER BY 1`, r.ids)
-	if err != nil {
-		return err.Error()
-	}
-	defer rows.Close()
-	var parts []string
-	for rows.Next() {
-		var agent string
-		var n int
-		if err := rows.Scan(&agent, &n); err != nil {
-			return err.Error()
-		}
-		parts = append(parts, fmt.Sprintf("%s %d", agent, n))
-	}
-	return strings.Join(parts, ", ")
+		id, j.Status, j.Attempt, j.ErrorClass, j.Error, a.states, r.h.eventSummary(r.ctx, id), r.stderrTail(id))
 }
 
 // sparkBenchQuery is every job's query; the kubelet stand-in's driver
@@ -721,46 +544,38 @@ const sparkBenchQuery = "SELECT count(*) FROM events"
 // first); any other line is foreign.
 func checkDriverLines(stdout string, n int, query string) lineCheck {
 	var c lineCheck
-	note := func(s string) {
-		if len(c.examples) < 3 {
-			c.examples = append(c.examples, s)
-		}
-	}
 	seen := map[int]bool{}
 	last, queries := 0, 0
-	sc := bufio.NewScanner(strings.NewReader(stdout))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	scanLines(stdout, func(line string) {
 		if line == "query: "+query {
 			if queries++; queries > 1 {
 				c.dup++
-				note(line)
+				c.note(line)
 			}
-			continue
+			return
 		}
 		var k, of int
 		if _, err := fmt.Sscanf(line, "driver line %d of %d", &k, &of); err != nil || fmt.Sprintf("driver line %d of %d", k, of) != line || of != n || k < 1 || k > n {
 			c.foreign++
-			note(line)
-			continue
+			c.note(line)
+			return
 		}
 		if seen[k] {
 			c.dup++
-			note(line)
-			continue
+			c.note(line)
+			return
 		}
 		seen[k] = true
 		if k < last {
 			c.disorder++
-			note(line)
+			c.note(line)
 		}
 		last = k
-	}
+	})
 	c.lost = n - len(seen)
 	for k := 1; k <= n && c.lost > 0; k++ {
 		if !seen[k] {
-			c.examples = append([]string{fmt.Sprintf("missing: driver line %d of %d", k, n)}, c.examples...)
+			c.missing(fmt.Sprintf("missing: driver line %d of %d", k, n))
 			break
 		}
 	}

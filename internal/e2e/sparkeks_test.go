@@ -30,30 +30,17 @@ import (
 // needs it and stopped when the package's tests end (stopKube, from
 // TestMain). Jobs script their driver pods through the kubelet's
 // tether.sim.* spark conf keys.
-var kube struct {
-	once  sync.Once
-	dir   string
-	stack *kubetest.OperatorStack
-	err   error
-}
+var kube sharedStack[*kubetest.OperatorStack]
 
 func kubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.OperatorStack) {
 	t.Helper()
-	kube.once.Do(func() {
-		if kube.dir, kube.err = os.MkdirTemp("", "tether-e2e-kube-"); kube.err != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		kube.stack, kube.err = kubetest.StartOperatorStack(ctx, kube.dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	})
-	require.NoError(t, kube.err, "starting the Kubernetes test environment")
+	stack := kube.get(t, "tether-e2e-kube-", "the Kubernetes test environment", kubetest.StartOperatorStack)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("spark-operator log ends:\n%s", kube.stack.OperatorLog())
+			t.Logf("spark-operator log ends:\n%s", stack.OperatorLog())
 		}
 	})
-	return kube.stack.Env, kube.stack.Proxy, kube.stack
+	return stack.Env, stack.Proxy, stack
 }
 
 // simKube is a control plane whose SparkApplications the Simulator moves
@@ -63,39 +50,51 @@ func kubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.OperatorSt
 // completion only once the job is followed again), which the real operator
 // and the kubelet stand-in cannot be told to make. Started by the first test
 // that needs it, stopped by stopKube.
-var simKube struct {
-	once  sync.Once
-	dir   string
-	stack *kubetest.Stack
-	err   error
-}
+var simKube sharedStack[*kubetest.Stack]
 
 func simKubeEnv(t *testing.T) (*kubetest.Env, *kubetest.Proxy, *kubetest.Simulator) {
 	t.Helper()
-	simKube.once.Do(func() {
-		if simKube.dir, simKube.err = os.MkdirTemp("", "tether-e2e-kubesim-"); simKube.err != nil {
+	stack := simKube.get(t, "tether-e2e-kubesim-", "the simulated Kubernetes test environment", kubetest.StartStack)
+	return stack.Env, stack.Proxy, stack.Sim
+}
+
+func stopKube() {
+	kube.stop()
+	simKube.stop()
+}
+
+// sharedStack is a control plane started by the first test that needs it
+// (in a temporary directory of its own) and stopped, the directory
+// removed, by stop.
+type sharedStack[S interface{ Stop() error }] struct {
+	once  sync.Once
+	dir   string
+	stack S
+	err   error
+}
+
+// get starts the stack with start the first time; what names it in the
+// failure.
+func (s *sharedStack[S]) get(t *testing.T, dirPrefix, what string, start func(context.Context, string, *slog.Logger) (S, error)) S {
+	t.Helper()
+	s.once.Do(func() {
+		if s.dir, s.err = os.MkdirTemp("", dirPrefix); s.err != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		simKube.stack, simKube.err = kubetest.StartStack(ctx, simKube.dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		s.stack, s.err = start(ctx, s.dir, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	})
-	require.NoError(t, simKube.err, "starting the simulated Kubernetes test environment")
-	return simKube.stack.Env, simKube.stack.Proxy, simKube.stack.Sim
+	require.NoError(t, s.err, "starting "+what)
+	return s.stack
 }
 
-func stopKube() {
-	if err := kube.stack.Stop(); err != nil {
+func (s *sharedStack[S]) stop() {
+	if err := s.stack.Stop(); err != nil { // a nil stack stops as nothing
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 	}
-	if kube.dir != "" {
-		os.RemoveAll(kube.dir)
-	}
-	if err := simKube.stack.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-	}
-	if simKube.dir != "" {
-		os.RemoveAll(simKube.dir)
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
 	}
 }
 
@@ -161,19 +160,11 @@ func TestSparkKill9ResumesSameApplication(t *testing.T) {
 	resumed := h.waitEvent(ctx, id, "resumed", 20*time.Second)
 	assert.Equal(t, b.gen, resumed.Generation, "the surviving agent resumes it")
 
-	h.waitTerminal(ctx, []string{id}, 40*time.Second)
-	j := h.job(ctx, id)
-	require.Equal(t, store.StatusSucceeded, j.Status, "error: %s; events: %s", j.Error, h.eventSummary(ctx, id))
-	assert.Equal(t, 1, stack.Created("default", name), "exactly one SparkApplication ever created for the job")
-	var out map[string]any
-	require.NoError(t, json.Unmarshal(j.Result, &out))
+	out := h.sparkSucceededOnce(ctx, stack, id, name)
 	assert.Equal(t, string(app.GetUID()), out["uid"], "the job followed the application it created")
 	assert.Equal(t, name+"-driver", out["driver_pod"])
 	assert.NotEmpty(t, out["spark_application_id"])
-	final := h.checkTimeline(ctx, id)
-	assert.Equal(t, b.gen, final.Generation)
-	h.assertDriverLinesOnce(ctx, id, lines)
-	assert.Equal(t, 1, driverPods(ctx, t, env, name), "one driver pod ever")
+	h.checkResumedSpark(ctx, env, id, name, b.gen, lines)
 }
 
 // kill -9 the agent while its application runs and, meanwhile, kill the
@@ -221,18 +212,35 @@ func TestSparkKill9AndOperatorRestartResumes(t *testing.T) {
 	require.NotEqual(t, store.StatusSucceeded, h.job(ctx, id).Status)
 	require.NoError(t, stack.StartOperator(ctx))
 
-	h.waitTerminal(ctx, []string{id}, 40*time.Second)
-	j := h.job(ctx, id)
-	require.Equal(t, store.StatusSucceeded, j.Status, "error: %s; events: %s", j.Error, h.eventSummary(ctx, id))
-	assert.Equal(t, 1, stack.Created("default", name), "exactly one SparkApplication ever created for the job")
-	var out map[string]any
-	require.NoError(t, json.Unmarshal(j.Result, &out))
+	out := h.sparkSucceededOnce(ctx, stack, id, name)
 	assert.Equal(t, string(app.GetUID()), out["uid"])
 	assert.Equal(t, "COMPLETED", out["state"])
+	h.checkResumedSpark(ctx, env, id, name, b.gen, lines)
+}
+
+// sparkSucceededOnce waits for the job to end and requires it succeeded,
+// with exactly one SparkApplication (name) ever created for it; it
+// returns the job's result.
+func (h *harness) sparkSucceededOnce(ctx context.Context, stack *kubetest.OperatorStack, id, name string) map[string]any {
+	h.t.Helper()
+	h.waitTerminal(ctx, []string{id}, 40*time.Second)
+	j := h.job(ctx, id)
+	require.Equal(h.t, store.StatusSucceeded, j.Status, "error: %s; events: %s", j.Error, h.eventSummary(ctx, id))
+	assert.Equal(h.t, 1, stack.Created("default", name), "exactly one SparkApplication ever created for the job")
+	var out map[string]any
+	require.NoError(h.t, json.Unmarshal(j.Result, &out))
+	return out
+}
+
+// checkResumedSpark checks a resumed Spark job: its timeline ends in the
+// agent generation gen, its stdout holds each of the lines driver lines
+// once, and its application (name) had one driver pod ever.
+func (h *harness) checkResumedSpark(ctx context.Context, env *kubetest.Env, id, name, gen string, lines int) {
+	h.t.Helper()
 	final := h.checkTimeline(ctx, id)
-	assert.Equal(t, b.gen, final.Generation)
+	assert.Equal(h.t, gen, final.Generation)
 	h.assertDriverLinesOnce(ctx, id, lines)
-	assert.Equal(t, 1, driverPods(ctx, t, env, name), "one driver pod ever")
+	assert.Equal(h.t, 1, driverPods(ctx, h.t, env, name), "one driver pod ever")
 }
 
 func appState(u *unstructured.Unstructured) string {
@@ -242,7 +250,7 @@ func appState(u *unstructured.Unstructured) string {
 
 // driverPods counts the application's driver pods (they stay after it
 // ends, until it is deleted).
-func driverPods(ctx context.Context, t *testing.T, env *kubetest.Env, name string) int {
+func driverPods(ctx context.Context, t testing.TB, env *kubetest.Env, name string) int {
 	t.Helper()
 	l, err := env.Clientset.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "spark-role=driver,sparkoperator.k8s.io/app-name=" + name})
 	require.NoError(t, err)

@@ -126,7 +126,7 @@ type stateRecorder struct {
 func recordStates(t *testing.T, ctx context.Context, name string) *stateRecorder {
 	t.Helper()
 	r := &stateRecorder{}
-	res := opStack.dyn.Resource(SparkApplications).Namespace("default")
+	res := opApps()
 	sel := metav1.ListOptions{FieldSelector: "metadata.name=" + name}
 	see := func(typ watch.EventType, u *unstructured.Unstructured) {
 		st, _, _ := unstructured.NestedString(u.Object, "status", "applicationState", "state")
@@ -201,7 +201,7 @@ func (r *stateRecorder) waitGone(t *testing.T, ctx context.Context, name string,
 		if gone {
 			return true
 		}
-		_, err := opStack.dyn.Resource(SparkApplications).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+		_, err := opApps().Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}, within, 20*time.Millisecond, "SparkApplication not deleted; states seen %v", r.seen())
 }
@@ -221,7 +221,7 @@ func inOrder(seen, want []string) bool {
 func create(t *testing.T, ctx context.Context, app *unstructured.Unstructured) (*stateRecorder, *unstructured.Unstructured) {
 	t.Helper()
 	r := recordStates(t, ctx, app.GetName())
-	u, err := opStack.dyn.Resource(SparkApplications).Namespace("default").Create(ctx, app, metav1.CreateOptions{})
+	u, err := opApps().Create(ctx, app, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, last := r.current()
@@ -232,6 +232,26 @@ func create(t *testing.T, ctx context.Context, app *unstructured.Unstructured) (
 		t.Logf("%s: states %q, errorMessage %q", app.GetName(), r.seen(), msg)
 	})
 	return r, u
+}
+
+// opTest starts the operator stack if it is not up and gives the test a
+// context that ends within timeout and a fresh application name.
+func opTest(t *testing.T, prefix string, timeout time.Duration) (*OperatorStack, context.Context, string) {
+	t.Helper()
+	s := operatorStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return s, ctx, uniq(prefix)
+}
+
+// opApps are the SparkApplications of namespace default, through the proxy.
+func opApps() dynamic.ResourceInterface {
+	return opStack.dyn.Resource(SparkApplications).Namespace("default")
+}
+
+// driverPod is the application's driver pod, through the proxy.
+func driverPod(ctx context.Context, name string) (*corev1.Pod, error) {
+	return opStack.cs.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
 }
 
 var uniqs atomic.Int64
@@ -247,10 +267,7 @@ func errorMessage(u *unstructured.Unstructured) string {
 
 func TestOperatorCompletesApplication(t *testing.T) {
 	t.Parallel()
-	s := operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-ok")
+	s, ctx, name := opTest(t, "op-ok", 30*time.Second)
 
 	r, u := create(t, ctx, sparkApp(name, map[string]string{SimRun: "500ms"}, nil))
 	done := r.waitFor(t, "COMPLETED", 20*time.Second)
@@ -292,10 +309,7 @@ func TestOperatorCompletesApplication(t *testing.T) {
 
 func TestOperatorFailedDriver(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-fail")
+	_, ctx, name := opTest(t, "op-fail", 30*time.Second)
 
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimOutcome: "failed", KubeletExitCode: "3", SimMessage: "boom", SimRun: "200ms"}, nil))
 	failed := r.waitFor(t, "FAILED", 20*time.Second)
@@ -308,10 +322,7 @@ func TestOperatorFailedDriver(t *testing.T) {
 
 func TestOperatorDriverPodVanishes(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-vanish")
+	_, ctx, name := opTest(t, "op-vanish", 30*time.Second)
 
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimOutcome: "vanish", SimRun: "300ms"}, nil))
 	failed := r.waitFor(t, "FAILED", 20*time.Second)
@@ -324,10 +335,7 @@ func TestOperatorDriverPodVanishes(t *testing.T) {
 
 func TestOperatorSubmissionRefused(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-refused")
+	_, ctx, name := opTest(t, "op-refused", 30*time.Second)
 
 	// A label value the apiserver refuses (the CRD does not check it), so
 	// creating the driver pod fails and spark-submit exits 1.
@@ -342,16 +350,13 @@ func TestOperatorSubmissionRefused(t *testing.T) {
 	require.Contains(t, msg, "code=422")
 	attempts, _, _ := unstructured.NestedInt64(failed.Object, "status", "submissionAttempts")
 	require.Equal(t, int64(1), attempts)
-	_, err := opStack.cs.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
+	_, err := driverPod(ctx, name)
 	require.True(t, apierrors.IsNotFound(err), "driver pod: %v", err)
 }
 
 func TestOperatorTimeToLive(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-ttl")
+	_, ctx, name := opTest(t, "op-ttl", 30*time.Second)
 
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimRun: "100ms"}, map[string]any{"timeToLiveSeconds": int64(1)}))
 	r.waitFor(t, "COMPLETED", 20*time.Second)
@@ -359,17 +364,14 @@ func TestOperatorTimeToLive(t *testing.T) {
 	// is more than timeToLiveSeconds ago (pkg/util, IsExpired).
 	r.waitGone(t, ctx, name, 10*time.Second)
 	require.Eventually(t, func() bool {
-		_, err := opStack.cs.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
+		_, err := driverPod(ctx, name)
 		return apierrors.IsNotFound(err)
 	}, 10*time.Second, 20*time.Millisecond, "the garbage collector deletes the driver pod with its owner")
 }
 
 func TestOperatorOnFailureReruns(t *testing.T) {
 	t.Parallel()
-	s := operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	name := uniq("op-rerun")
+	s, ctx, name := opTest(t, "op-rerun", 40*time.Second)
 
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimOutcome: "failed", SimRun: "100ms"}, map[string]any{
 		"restartPolicy": map[string]any{"type": "OnFailure", "onFailureRetries": int64(1), "onFailureRetryInterval": int64(1),
@@ -386,15 +388,12 @@ func TestOperatorOnFailureReruns(t *testing.T) {
 
 func TestOperatorImagePullKeepsSubmitted(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-pull")
+	_, ctx, name := opTest(t, "op-pull", 30*time.Second)
 
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimOutcome: "image_pull"}, nil))
 	r.waitFor(t, "SUBMITTED", 20*time.Second)
 	require.Eventually(t, func() bool {
-		pod, err := opStack.cs.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
+		pod, err := driverPod(ctx, name)
 		if err != nil || len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].State.Waiting == nil {
 			return false
 		}
@@ -403,15 +402,12 @@ func TestOperatorImagePullKeepsSubmitted(t *testing.T) {
 	// The pod stays Pending, and Pending is SUBMITTED to the operator
 	// (pkg/util, DriverStateToApplicationState).
 	require.Never(t, func() bool { st, _ := r.current(); return st != "SUBMITTED" }, time.Second, 50*time.Millisecond, "states %v", r.seen())
-	require.NoError(t, opStack.dyn.Resource(SparkApplications).Namespace("default").Delete(ctx, name, metav1.DeleteOptions{}))
+	require.NoError(t, opApps().Delete(ctx, name, metav1.DeleteOptions{}))
 }
 
 func TestOperatorForegroundDeletion(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-fg")
+	_, ctx, name := opTest(t, "op-fg", 30*time.Second)
 
 	r, u := create(t, ctx, sparkApp(name, map[string]string{SimOutcome: "hang"}, nil))
 	ctrl := true
@@ -422,9 +418,9 @@ func TestOperatorForegroundDeletion(t *testing.T) {
 	r.waitFor(t, "RUNNING", 20*time.Second)
 
 	fg := metav1.DeletePropagationForeground
-	require.NoError(t, opStack.dyn.Resource(SparkApplications).Namespace("default").Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg}))
+	require.NoError(t, opApps().Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg}))
 	r.waitGone(t, ctx, name, 20*time.Second)
-	_, err = opStack.cs.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
+	_, err = driverPod(ctx, name)
 	require.True(t, apierrors.IsNotFound(err), "driver pod left after foreground deletion: %v", err)
 	_, err = opStack.cs.CoreV1().ConfigMaps("default").Get(ctx, name+"-query", metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err), "configmap left after foreground deletion: %v", err)
@@ -432,10 +428,7 @@ func TestOperatorForegroundDeletion(t *testing.T) {
 
 func TestOperatorDriverLogsThroughAPIServer(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-logs")
+	_, ctx, name := opTest(t, "op-logs", 30*time.Second)
 
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimRun: "1s", KubeletLogLines: "5"}, nil))
 	r.waitFor(t, "RUNNING", 20*time.Second)
@@ -483,10 +476,7 @@ func TestOperatorDriverLogsThroughAPIServer(t *testing.T) {
 
 func TestOperatorKilledAndRestarted(t *testing.T) {
 	// Not parallel: the other tests need a running operator.
-	s := operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	name := uniq("op-restart")
+	s, ctx, name := opTest(t, "op-restart", 40*time.Second)
 
 	require.NoError(t, s.KillOperator())
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimRun: "200ms"}, nil))
@@ -507,10 +497,7 @@ func TestOperatorBinaryMissing(t *testing.T) {
 
 func TestOperatorDriverTemplateCarriesConfigMapVolume(t *testing.T) {
 	t.Parallel()
-	operatorStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	name := uniq("op-template")
+	_, ctx, name := opTest(t, "op-template", 30*time.Second)
 
 	// Without the webhook, a ConfigMap volume reaches the driver pod only
 	// through spec.driver.template: the operator writes it to the pod

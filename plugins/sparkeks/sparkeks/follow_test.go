@@ -38,6 +38,30 @@ func (c *requestCounter) gets(prefix string) int {
 	return n
 }
 
+// informerPlugin is a Plugin whose clients for access are cl (the
+// informer kube's); its watchers stop with the test.
+func informerPlugin(t *testing.T, access Access, cl *clients) *Plugin {
+	p := &Plugin{log: slog.New(slog.DiscardHandler)}
+	p.clients.m = map[Access]*clients{access: cl}
+	t.Cleanup(p.watchers.stopAll)
+	return p
+}
+
+// informerJobs makes Spark SQL jobs of config cfg that poll every poll.
+func informerJobs(t *testing.T, cfg map[string]any, poll string) func() *plugin.Job {
+	t.Helper()
+	rawCfg, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	jobCtx, err := json.Marshal(map[string]any{
+		"image": "spark:3.5.3", "main_application_file": "local:///opt/tether/run_sql.py",
+		"query": "SELECT 1", "poll_interval": poll,
+	})
+	require.NoError(t, err)
+	return func() *plugin.Job {
+		return &plugin.Job{ID: uuid.Must(uuid.NewV7()).String(), Command: "spark-sql", Attempt: 1, Config: rawCfg, Context: jobCtx}
+	}
+}
+
 // TestFollowSharesOneInformer runs many jobs at once through one Plugin
 // against a real kube-apiserver: following them costs one LIST and WATCH
 // per resource (SparkApplications, driver pods), not requests per job, and
@@ -47,21 +71,9 @@ func TestFollowSharesOneInformer(t *testing.T) {
 	k := startInformerKube(t)
 	ns := k.namespace(t)
 	var rc requestCounter
-	cl := k.clients(t, &rc)
 	access := Access{Kubeconfig: "informer-kube"}
-	p := &Plugin{log: slog.New(slog.DiscardHandler)}
-	p.clients.m = map[Access]*clients{access: cl}
-	t.Cleanup(p.watchers.stopAll)
-
-	cfg, err := json.Marshal(map[string]any{"kubeconfig": access.Kubeconfig, "namespace": ns})
-	require.NoError(t, err)
-	jobCtx, err := json.Marshal(map[string]any{
-		"image":                 "spark:3.5.3",
-		"main_application_file": "local:///opt/tether/run_sql.py",
-		"query":                 "SELECT 1",
-		"poll_interval":         "50ms",
-	})
-	require.NoError(t, err)
+	p := informerPlugin(t, access, k.clients(t, &rc))
+	newJob := informerJobs(t, map[string]any{"kubeconfig": access.Kubeconfig, "namespace": ns}, "50ms")
 
 	type running struct {
 		job *plugin.Job
@@ -70,7 +82,7 @@ func TestFollowSharesOneInformer(t *testing.T) {
 	}
 	all := make([]running, jobs)
 	for i := range all {
-		job := &plugin.Job{ID: uuid.Must(uuid.NewV7()).String(), Command: "spark-sql", Attempt: 1, Config: cfg, Context: jobCtx}
+		job := newJob()
 		rt := plugintest.NewRuntime(nil)
 		all[i] = running{job, rt, background(func() (*plugin.Result, error) { return p.Execute(context.Background(), job, rt) })}
 	}
@@ -78,15 +90,19 @@ func TestFollowSharesOneInformer(t *testing.T) {
 	for _, j := range all {
 		require.Eventually(t, func() bool { return current(j.rt).UID != "" }, informerWait, time.Millisecond)
 	}
-	var wg sync.WaitGroup
-	for _, j := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k.setAppState(t, ns, AppName(j.job.ID), "RUNNING", "")
-		}()
+	// The operator's part, for every job at once.
+	setAll := func(state string) {
+		var wg sync.WaitGroup
+		for _, j := range all {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				k.setAppState(t, ns, AppName(j.job.ID), state, "")
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	setAll("RUNNING")
 	for _, j := range all {
 		require.Eventually(t, func() bool { return current(j.rt).State == "RUNNING" }, informerWait, time.Millisecond, j.rt.StderrString())
 	}
@@ -95,14 +111,7 @@ func TestFollowSharesOneInformer(t *testing.T) {
 	time.Sleep(20 * 50 * time.Millisecond)
 	assert.Equal(t, before, rc.appGets(ns), "GETs of applications while the jobs run: %s", &rc)
 
-	for _, j := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k.setAppState(t, ns, AppName(j.job.ID), "COMPLETED", "")
-		}()
-	}
-	wg.Wait()
+	setAll("COMPLETED")
 	for _, j := range all {
 		o := wait(t, j.ch)
 		require.NoError(t, o.err, j.rt.StderrString())
@@ -139,17 +148,8 @@ func TestFollowRefusedInformer(t *testing.T) {
 	setup := func(t *testing.T, authGrace string) (*Plugin, string, func() *plugin.Job) {
 		ns := k.namespace(t)
 		access := Access{Kubeconfig: "informer-kube-" + ns}
-		p := &Plugin{log: slog.New(slog.DiscardHandler)}
-		p.clients.m = map[Access]*clients{access: k.clients(t, nil)}
-		t.Cleanup(p.watchers.stopAll)
-		cfg, _ := json.Marshal(map[string]any{"kubeconfig": access.Kubeconfig, "namespace": ns, "auth_grace": authGrace})
-		jobCtx, _ := json.Marshal(map[string]any{
-			"image": "spark:3.5.3", "main_application_file": "local:///opt/tether/run_sql.py",
-			"query": "SELECT 1", "poll_interval": "100ms",
-		})
-		return p, ns, func() *plugin.Job {
-			return &plugin.Job{ID: uuid.Must(uuid.NewV7()).String(), Command: "spark-sql", Attempt: 1, Config: cfg, Context: jobCtx}
-		}
+		p := informerPlugin(t, access, k.clients(t, nil))
+		return p, ns, informerJobs(t, map[string]any{"kubeconfig": access.Kubeconfig, "namespace": ns, "auth_grace": authGrace}, "100ms")
 	}
 	// GETs of the collection path: the informer's watch-list, LIST and
 	// WATCH (and the GETs that stand in for it meanwhile); not the create.

@@ -197,14 +197,22 @@ func (f *logFollower) run(ctx context.Context) {
 		if errors.As(err, &werr) {
 			return // the job's output is refused: the job is ending
 		}
-		if err != nil && !f.warned {
+		var ns *notStartedError
+		notStarted := errors.As(err, &ns)
+		if err != nil && !notStarted && !f.warned {
 			f.warned = true
 			f.notef("driver logs unavailable: %v; following the application status only (retrying every %s)", err, f.interval)
 		}
 		if final {
 			return
 		}
-		t := time.NewTimer(f.interval)
+		wait := f.interval
+		if notStarted && ns.cached {
+			// Asking the cache again costs no request: start reading soon
+			// after the container does.
+			wait = min(wait, time.Second)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -217,6 +225,17 @@ func (f *logFollower) run(ctx context.Context) {
 }
 
 type writeError struct{ err error }
+
+// notStartedError is a driver whose log cannot exist yet (not scheduled,
+// or its container waiting to start): the normal start of every job, not
+// worth a warning. cached: learnt from the informer's cache, without a
+// request.
+type notStartedError struct {
+	msg    string
+	cached bool
+}
+
+func (e *notStartedError) Error() string { return e.msg }
 
 func (e *writeError) Error() string { return e.err.Error() }
 
@@ -238,14 +257,14 @@ func (f *logFollower) streamOnce(ctx context.Context) error {
 		}
 	}
 	if pod.Spec.NodeName == "" {
-		return fmt.Errorf("driver pod %s/%s is not on a node (not scheduled yet, or no kubelet serves it)", f.namespace, f.pod)
+		return &notStartedError{msg: fmt.Sprintf("driver pod %s/%s is not on a node (not scheduled yet, or no kubelet serves it)", f.namespace, f.pod), cached: fromCache}
 	}
 	container := containerOf(pod)
 	if fromCache {
 		// What the kubelet would answer (400), without asking it.
 		for _, cs := range pod.Status.ContainerStatuses {
 			if cs.Name == container && cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
-				return fmt.Errorf("container %q in pod %q is waiting to start: %s", container, f.pod, cs.State.Waiting.Reason)
+				return &notStartedError{msg: fmt.Sprintf("container %q in pod %q is waiting to start: %s", container, f.pod, cs.State.Waiting.Reason), cached: true}
 			}
 		}
 	}

@@ -104,13 +104,13 @@ func TestLogsUnavailableSaidOnce(t *testing.T) {
 	assert.Contains(t, stderr.String(), "following the application status only")
 	assert.Empty(t, stdout.String())
 
-	// A pod without a node (no kubelet to serve its log).
+	// A pod without a node (not scheduled yet): every job starts so; no
+	// warning (startup_timeout speaks for a pod that never gets one).
 	stderr = lockedBuffer{}
 	_, err := e.kube.CoreV1().Pods("spark").Create(t.Context(), podWithoutNode("pending-driver"), metav1CreateOptions)
 	require.NoError(t, err)
 	f = startLogFollower(t.Context(), e.kube, "spark", "pending-driver", 5*time.Millisecond, &stdout, notef, nil, nil)
 	time.Sleep(30 * time.Millisecond)
 	f.finish(time.Second)
-	assert.Contains(t, stderr.String(), "is not on a node")
-	assert.Equal(t, 1, strings.Count(stderr.String(), "driver logs unavailable"))
+	assert.NotContains(t, stderr.String(), "driver logs unavailable")
 }
