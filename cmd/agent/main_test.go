@@ -119,7 +119,9 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 			require.NoError(t, <-done)
 			assert.Equal(t, tc.code, r.code, "stderr: %s", r.stderr)
 			assert.Equal(t, "out 0\nout 1\nout 2\n", r.stdout, "the job's stdout, and nothing else, on stdout")
-			assert.Contains(t, r.stderr, "err 0\nerr 1\nerr 2\n")
+			// The job's stderr, in order; the CLI's own notices ("job …:
+			// running on …") may come between its lines, as they happen.
+			assert.Contains(t, withoutNotices(r.stderr), "err 0\nerr 1\nerr 2\n")
 			assert.Contains(t, r.stderr, "submitted job ")
 			assert.Contains(t, r.stderr, ": "+tc.status)
 			if tc.status == store.StatusFailed {
@@ -419,4 +421,17 @@ func TestSubmitLimitFlags(t *testing.T) {
 		assert.Equal(t, 1, r.code, args)
 		assert.Contains(t, r.stderr, want, args)
 	}
+}
+
+// withoutNotices drops the CLI's own lines about the job ("submitted job …",
+// "job <id>: …") from its stderr, leaving the job's.
+func withoutNotices(stderr string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if strings.HasPrefix(l, "job ") || strings.HasPrefix(l, "submitted job ") {
+			continue
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -275,6 +276,12 @@ func (f *logFollower) streamOnce(ctx context.Context) error {
 	}
 	stream, err := f.kube.CoreV1().Pods(f.namespace).GetLogs(f.pod, opts).Stream(ctx)
 	if err != nil {
+		if apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "is waiting to start") {
+			// The kubelet's answer for a container not started yet
+			// (k8s.io/kubernetes v1.37 pkg/kubelet/kubelet_pods.go,
+			// validateContainerLogStatus), when the cache was behind.
+			return &notStartedError{msg: err.Error(), cached: fromCache}
+		}
 		return fmt.Errorf("opening the log of driver pod %s/%s: %w", f.namespace, f.pod, err)
 	}
 	defer stream.Close()
