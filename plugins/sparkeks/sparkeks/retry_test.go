@@ -418,3 +418,20 @@ func TestTimeoutWithAFailedDeleteSaysSo(t *testing.T) {
 	_, err := e2.dyn.Tracker().Get(GVR, "spark", AppName(job.ID))
 	assert.True(t, apierrors.IsNotFound(err))
 }
+
+// A checkpoint the host refuses once the application exists ends the
+// attempt outcome_unknown, never retriable: a retriable failure is cleaned
+// up and retried by the host, which would delete the running query and
+// run it again.
+func TestRefusedCheckpointIsNotRetriable(t *testing.T) {
+	e := newEnv(t)
+	job := newJob(t, nil)
+	rt := plugintest.NewRuntime(nil)
+	rt.FailCheckpoints(errors.New("refused by the host"))
+	_, err := e.p.Execute(context.Background(), job, rt)
+	class, msg := plugintest.Error(t, err)
+	assert.Equal(t, plugin.OutcomeUnknown, class)
+	assert.Contains(t, msg, "refused by the host")
+	_, err = e.dyn.Resource(GVR).Namespace("spark").Get(context.Background(), AppName(job.ID), metav1.GetOptions{})
+	assert.NoError(t, err, "the plugin leaves the application to the host's Cleanup")
+}

@@ -88,8 +88,13 @@ func (r *run) checkpoint(ctx context.Context) error {
 	// is away and answers once it is stored, or when it stops the job (its
 	// self-fence); giving up sooner would fail a healthy job.
 	if err := r.rt.Checkpoint(context.WithoutCancel(ctx), b); err != nil {
-		// The application runs on; a later Resume finds it by name.
-		return plugin.WithClass(plugin.Retriable, fmt.Errorf("sparkeks: checkpointing job %s: %w", r.job.ID, err))
+		// The application exists and runs on. Not Retriable: the host
+		// cleans up a retriable failure and retries, which would delete a
+		// running query and run it again. When the lease moved or the
+		// agent is stopping, the host does not record this error at all
+		// (the next holder resumes by name); otherwise the outcome is
+		// truthfully unknown and the host's Cleanup deletes the application.
+		return plugin.WithClass(plugin.OutcomeUnknown, fmt.Errorf("sparkeks: checkpointing job %s (SparkApplication %s exists): %w", r.job.ID, r.ref(), err))
 	}
 	return nil
 }
