@@ -9,6 +9,8 @@ import (
 	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/tetherjobs/tether/pkg/plugin/pb"
 )
@@ -53,6 +55,7 @@ func (s *grpcServer) runtime(id uint32) (pb.RuntimeClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the host's runtime: %w", err)
 	}
+	awaitReady(conn, runtimeConnectTimeout)
 	if s.runtimes == nil {
 		s.runtimes = map[uint32]pb.RuntimeClient{}
 	}
@@ -346,4 +349,32 @@ func (w *chunkWriter) close() error {
 	w.closed = true
 	w.mu.Unlock()
 	return w.flush()
+}
+
+// runtimeConnectTimeout bounds how long the first use of the host's Runtime
+// waits for its connection.
+const runtimeConnectTimeout = 10 * time.Second
+
+// awaitReady connects conn and waits (at most d) until it is ready. The
+// host serves Runtime with go-plugin's AcceptAndServe on a goroutine of its
+// own, so a plugin that dials at once can knock before the host's listener
+// is registered ("no listener for id"); gRPC then reconnects by itself, and
+// this wait turns that race into a short delay instead of a failed first
+// call (a checkpoint, say). Past d the call goes ahead and reports what it
+// meets.
+func awaitReady(conn *grpc.ClientConn, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		st := conn.GetState()
+		switch st {
+		case connectivity.Ready, connectivity.Shutdown:
+			return
+		case connectivity.Idle:
+			conn.Connect()
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return
+		}
+	}
 }
