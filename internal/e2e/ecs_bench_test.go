@@ -173,16 +173,7 @@ func (r *ecsBench) setUp() {
 // api_rates, log_settle 3 s (above the emulator's 1.5 s log lag).
 func newECSBenchHarness(b *testing.B, dbURL string, tm timings, emURL string, cfg ecsBenchConfig) *harness {
 	b.Helper()
-	env, err := json.Marshal(map[string]string{
-		"AWS_ENDPOINT_URL":            emURL,
-		"AWS_ACCESS_KEY_ID":           "test",
-		"AWS_SECRET_ACCESS_KEY":       "test",
-		"AWS_REGION":                  "us-east-1",
-		"AWS_EC2_METADATA_DISABLED":   "true",
-		"AWS_CONFIG_FILE":             os.DevNull,
-		"AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
-	})
-	require.NoError(b, err)
+	env := emulatorEnv(b, emURL)
 	defaults := map[string]any{
 		"log_settle": "3s",
 		"task_definition_template": map[string]any{

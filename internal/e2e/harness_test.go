@@ -571,13 +571,12 @@ func (s *syncBuf) tail(n int) string {
 // give it their script with a container override.
 const ecsContainer = "app"
 
-// newECSHarness is newHarness whose agents also load the ecs plugin, pointed
-// at the emulator at emulatorURL with static test credentials, and offer the
-// command "ecs": one awslogs container, polled every 200ms.
-func newECSHarness(t testing.TB, dbURL string, tm timings, emulatorURL string) *harness {
+// emulatorEnv is the plugin environment (JSON) that points the AWS SDK at
+// the emulator at url with static test credentials and no shared config.
+func emulatorEnv(t testing.TB, url string) []byte {
 	t.Helper()
 	env, err := json.Marshal(map[string]string{
-		"AWS_ENDPOINT_URL":            emulatorURL,
+		"AWS_ENDPOINT_URL":            url,
 		"AWS_ACCESS_KEY_ID":           "test",
 		"AWS_SECRET_ACCESS_KEY":       "test",
 		"AWS_REGION":                  "us-east-1",
@@ -586,6 +585,15 @@ func newECSHarness(t testing.TB, dbURL string, tm timings, emulatorURL string) *
 		"AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
 	})
 	require.NoError(t, err)
+	return env
+}
+
+// newECSHarness is newHarness whose agents also load the ecs plugin, pointed
+// at the emulator at emulatorURL with static test credentials, and offer the
+// command "ecs": one awslogs container, polled every 200ms.
+func newECSHarness(t testing.TB, dbURL string, tm timings, emulatorURL string) *harness {
+	t.Helper()
+	env := emulatorEnv(t, emulatorURL)
 	defaults, err := json.Marshal(map[string]any{
 		"poll_interval": "200ms",
 		// Above the hostile emulator's 1.5 s CloudWatch delivery lag.
