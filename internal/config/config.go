@@ -40,6 +40,11 @@ func (c *Config) DrainStopBound() time.Duration {
 type Config struct {
 	// DatabaseURL is a libpq URL or keyword/value string. Env: DATABASE_URL.
 	DatabaseURL string `yaml:"database_url" env:"DATABASE_URL"`
+	// DatabaseConnectTimeout bounds each connection attempt to the
+	// database (TCP, TLS and the start-up exchange), so a database that
+	// accepts and never answers fails the start with a message instead of
+	// hanging it. A connect_timeout in the URL takes precedence.
+	DatabaseConnectTimeout Duration `yaml:"database_connect_timeout" env:"TETHER_DATABASE_CONNECT_TIMEOUT"`
 	Agent       Agent  `yaml:"agent"`
 	HTTP        HTTP   `yaml:"http"`
 	Logs        Logs   `yaml:"logs"`
@@ -158,6 +163,18 @@ type HTTP struct {
 	// ("name:token,name2:token2") replaces the list.
 	Tokens        []Token  `yaml:"tokens" env:"-"`
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// AllowedHosts are the Host header values the API answers (a name, a
+	// name:port, or "*" for any); IP literals, localhost and the listen
+	// address's host are always allowed. Empty with tokens configured
+	// means any host: a page rebinding a name to an agent cannot send a
+	// token. Env: TETHER_HTTP_ALLOWED_HOSTS (comma-separated).
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// Server timeouts. Followed log streams are exempt from WriteTimeout
+	// (they last as long as the job).
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	ReadTimeout       Duration `yaml:"read_timeout"`
+	WriteTimeout      Duration `yaml:"write_timeout"`
+	IdleTimeout       Duration `yaml:"idle_timeout"`
 }
 
 // Token is one API bearer token; Name is recorded as the submitter of the
@@ -229,7 +246,13 @@ func Default() *Config {
 			Listen:        defaults.Listen,
 			MaxBodyBytes:  defaults.MaxBodyBytes,
 			ShutdownGrace: Duration(defaults.ShutdownGrace),
+
+			ReadHeaderTimeout: Duration(defaults.HTTPReadHeaderTimeout),
+			ReadTimeout:       Duration(defaults.HTTPReadTimeout),
+			WriteTimeout:      Duration(defaults.HTTPWriteTimeout),
+			IdleTimeout:       Duration(defaults.HTTPIdleTimeout),
 		},
+		DatabaseConnectTimeout: Duration(defaults.DatabaseConnectTimeout),
 		Drain:    Drain{Handoff: HandoffImmediate},
 		Defaults: defaultLimits(),
 		Logs: Logs{

@@ -53,6 +53,11 @@ func (c *Config) Validate() error {
 		{"agent.awol_timeout", a.AWOLTimeout},
 		{"agent.agent_retention", a.AgentRetention},
 		{"logs.flush_interval", c.Logs.FlushInterval},
+		{"database_connect_timeout", c.DatabaseConnectTimeout},
+		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},
+		{"http.read_timeout", c.HTTP.ReadTimeout},
+		{"http.write_timeout", c.HTTP.WriteTimeout},
+		{"http.idle_timeout", c.HTTP.IdleTimeout},
 	} {
 		if d.v <= 0 {
 			add("%s: must be a positive duration such as \"5s\", got %s", d.key, d.v)

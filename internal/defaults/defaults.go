@@ -37,4 +37,14 @@ const (
 	Listen        = ":9090"
 	MaxBodyBytes  = 1 << 20
 	ShutdownGrace = 5 * time.Second
+
+	// API server timeouts: a slow or idle client cannot hold a connection
+	// forever. Write excludes followed log streams.
+	HTTPReadHeaderTimeout = 10 * time.Second
+	HTTPReadTimeout       = 30 * time.Second
+	HTTPWriteTimeout      = 60 * time.Second
+	HTTPIdleTimeout       = 120 * time.Second
+
+	// DatabaseConnectTimeout bounds one connection attempt to PostgreSQL.
+	DatabaseConnectTimeout = 10 * time.Second
 )
