@@ -15,7 +15,7 @@ SPARK_OPERATOR          := .tether/bin/spark-operator-$(SPARK_OPERATOR_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench bench-ecs bench-spark proto clean kube-apiserver kube-controller-manager spark-operator soak
+.PHONY: all build run test vet bench bench-ecs bench-spark proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz
 
 all: build
 
@@ -38,6 +38,14 @@ test: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 	@command -v etcd >/dev/null || { echo "etcd not found: apt-get install -y etcd-server (the Kubernetes tests need it)"; exit 1; }
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) vet -race ./...
+	$(MAKE) fuzz
+
+## fuzz: the API's submit and list handlers under Go's fuzzer for FUZZTIME
+## each (asserts no 5xx and no panic; part of `make test`)
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzList$$' -fuzztime $(FUZZTIME) ./internal/api/
 
 ## kube-apiserver: build the apiserver the Kubernetes tests use (about 5
 ## minutes the first time; kept under .tether/bin)

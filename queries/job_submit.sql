@@ -1,5 +1,6 @@
 -- Insert a queued job with its claimable active row and a submitted event, and
--- wake idle agents. Returns nothing when the idempotency key is already taken.
+-- wake idle agents. Returns nothing when the submitter ($5) already used the
+-- idempotency key ($6).
 -- $8..$14 are the resolved limits stamped on the job: max_retry, then
 -- retry_backoff, retry_backoff_max, pending_timeout, active_timeout,
 -- ttl_succeeded, ttl_failed in seconds.
@@ -11,7 +12,7 @@ WITH j AS (
             $8, $9::float8 * interval '1 second', $10::float8 * interval '1 second',
             $11::float8 * interval '1 second', $12::float8 * interval '1 second',
             $13::float8 * interval '1 second', $14::float8 * interval '1 second')
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (submitter, idempotency_key) DO NOTHING
     RETURNING id, command, plugin, submitter, pending_timeout
 ), a AS (
     INSERT INTO active_jobs (job_id, command, plugin, pending_timeout)

@@ -1,1 +1,1 @@
-UPDATE requeue_requests SET response = $2 WHERE key = $1;
+UPDATE requeue_requests SET response = $3 WHERE requested_by = $1 AND key = $2;

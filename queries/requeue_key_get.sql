@@ -1,1 +1,1 @@
-SELECT request_hash, response FROM requeue_requests WHERE key = $1;
+SELECT request_hash, response FROM requeue_requests WHERE requested_by = $1 AND key = $2;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,6 +56,14 @@ func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) e
 		return err
 	}
 	cfg.HTTP.Listen = listen
+	if err := checkDevListen(listen, len(cfg.HTTP.Tokens)); err != nil {
+		return err
+	}
+	if len(cfg.HTTP.Tokens) == 0 {
+		fmt.Fprintf(a.stderr, "API auth is OFF (no http.tokens): it listens on %s, reachable only from this machine, where any local user or program can run the configured commands\n", listen)
+	} else {
+		fmt.Fprintf(a.stderr, "API auth is on (%d token(s) from http.tokens / TETHER_API_TOKENS)\n", len(cfg.HTTP.Tokens))
+	}
 	if len(cfg.Commands) == 0 {
 		cfg.Commands = map[string]config.Command{
 			"shell": {Plugin: "shell"},
@@ -115,7 +124,11 @@ func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) e
 		return err
 	}
 	base := "http://" + addr
-	c, err := client.New(base)
+	var copts []client.Option
+	if len(cfg.HTTP.Tokens) > 0 { // the demo job needs a token too
+		copts = append(copts, client.WithToken(cfg.HTTP.Tokens[0].Token))
+	}
+	c, err := client.New(base, copts...)
 	if err != nil {
 		return err
 	}
@@ -142,6 +155,23 @@ tether is serving at %[1]s (Ctrl-C stops it). Try, in another terminal:
 
 `, base, relPath(exe))
 	return <-agentErr
+}
+
+// checkDevListen refuses to serve `tether dev`'s unauthenticated API beyond
+// this machine: it runs shell commands for whoever can reach it. With
+// tokens configured any address is allowed.
+func checkDevListen(listen string, tokens int) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: want host:port such as 127.0.0.1:9090: %w", listen, err)
+	}
+	if tokens > 0 || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("--listen %q: tether dev serves its API without auth, so it listens only on a loopback address (127.0.0.1:9090, [::1]:9090 or localhost:9090); to serve other machines, configure http.tokens (or TETHER_API_TOKENS), or use `tether run`", listen)
 }
 
 // demo submits a demo job and follows it to its end.

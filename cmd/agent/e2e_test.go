@@ -117,3 +117,56 @@ commands:
 	}
 	assert.False(t, strings.Contains(agentErr.String(), "level=ERROR"), agentErr.String())
 }
+
+// Plugin settings are checked by each plugin at start: a bad command
+// context or plugin config fails `tether run` with the key named, before the
+// agent serves (it would otherwise say ready and fail every job).
+func TestRunRefusesBadPluginSettings(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pluginDir := t.TempDir()
+	require.NoError(t, testbin.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"command context", `
+commands:
+  ok:
+    plugin: shell
+    context: {script: 'echo fine'}
+  broken:
+    plugin: shell
+    context: {command: [], kill_grace: "-3s"}
+`, []string{"commands.broken.context.", "refused by plugin shell"}},
+		{"plugin config", `
+plugins:
+  shell:
+    config: {run_as: no-such-user-tether}
+commands:
+  ok:
+    plugin: shell
+    context: {script: 'echo fine'}
+`, []string{"plugins.shell.config.run_as", "no-such-user-tether"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := freeAddr(t)
+			cfgPath := filepath.Join(t.TempDir(), "tether.yaml")
+			require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("agent: {name: badplugin}\nhttp: {listen: %q}\nplugin_dir: %q\n%s", addr, pluginDir, tc.yaml)), 0o600))
+			env := map[string]string{"DATABASE_URL": pgtest.URL(t), "TETHER_CONFIG": cfgPath}
+			var out, errOut syncBuf
+			code := run(ctx, []string{"run", "--log-level", "warn"}, &out, &errOut, func(k string) string { return env[k] })
+			assert.NotEqual(t, 0, code, "stderr: %s", errOut.String())
+			for _, w := range tc.want {
+				assert.Contains(t, errOut.String(), w)
+			}
+			assert.NotContains(t, errOut.String(), "commands.ok.", "a valid command is not named")
+			// It never served: nothing listens on its address.
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			assert.Error(t, err, "the agent must not have started its API")
+		})
+	}
+}

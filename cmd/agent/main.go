@@ -21,12 +21,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tetherjobs/tether/internal/agent"
 	"github.com/tetherjobs/tether/internal/client"
 )
 
 const defaultServer = "http://127.0.0.1:9090"
 
 func main() {
+	// Before anything reads a secret: a job running as this user must not
+	// read the agent's environment or memory through /proc (see
+	// docs/security.md). agent.Run logs the outcome.
+	if err := agent.SetNonDumpable(); err != nil {
+		fmt.Fprintf(os.Stderr, "tether: warning: cannot make the process non-dumpable, so jobs running as this user may read its environment: %v\n", err)
+	}
 	// The first SIGINT/SIGTERM cancels ctx; commands wind down from there.
 	// `run` (and the later drain) may register its own signal channel to
 	// treat SIGTERM and a second signal specially.

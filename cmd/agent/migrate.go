@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/tetherjobs/tether/internal/agent"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/migrate"
 )
@@ -25,11 +26,18 @@ func (a *app) migrateCmd() *cobra.Command {
 			if cfg.DatabaseURL == "" {
 				return errors.New("database_url is not set: set DATABASE_URL or database_url in the config file")
 			}
-			pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+			pc, err := agent.PoolConfig(cfg)
+			if err != nil {
+				return err
+			}
+			pool, err := pgxpool.NewWithConfig(ctx, pc)
 			if err != nil {
 				return fmt.Errorf("database_url %s: %w", config.RedactURL(cfg.DatabaseURL), err)
 			}
 			defer pool.Close()
+			if err := pool.Ping(ctx); err != nil {
+				return agent.ConnectError(pc.ConnConfig, cfg.DatabaseURL, err)
+			}
 			applied, err := migrate.Migrate(ctx, pool, a.logger())
 			if err != nil {
 				return err

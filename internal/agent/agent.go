@@ -13,9 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tetherjobs/tether/internal/api"
@@ -61,6 +65,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return err
 	}
 	log := logger.With("agent", name)
+	logDumpable(log)
 
 	// Room for the listener, the log flusher, claiming, the API, and the
 	// final writes of every job at once.
@@ -70,9 +75,6 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}
 	defer pool.Close()
 	st := store.New(pool)
-	if err := st.Ping(ctx); err != nil {
-		return fmt.Errorf("connecting to the database (database_url %s): %w", config.RedactURL(cfg.DatabaseURL), err)
-	}
 	if !opts.NoMigrate {
 		applied, err := migrate.Migrate(ctx, pool, log)
 		if err != nil {
@@ -83,7 +85,11 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		}
 	}
 
-	lock, err := acquireNameLock(ctx, cfg.DatabaseURL, name, cfg.Agent.StaleJob.Std(), log)
+	lockConn, err := connConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lock, err := acquireNameLock(ctx, lockConn, name, cfg.Agent.StaleJob.Std(), log)
 	if err != nil {
 		return err
 	}
@@ -252,19 +258,84 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	return result
 }
 
-// openPool opens a pool on database_url with at least maxConns
-// connections; what names it in errors.
+// logDumpable says whether jobs running as the agent's user can read its
+// environment through /proc; main makes the process non-dumpable.
+func logDumpable(log *slog.Logger) {
+	dumpable, ok, err := Dumpable()
+	switch {
+	case !ok:
+	case err != nil:
+		log.Warn("cannot tell whether the agent process is dumpable", "err", err)
+	case dumpable:
+		log.Warn("the agent process is dumpable: jobs running as its user can read its environment (DATABASE_URL, API tokens) through /proc; run it through `tether`, which makes itself non-dumpable, or run jobs as another user (shell plugin run_as)")
+	default:
+		log.Debug("the agent process is non-dumpable: jobs running as its user cannot read its environment or memory")
+	}
+}
+
+// openPool opens a pool on database_url with at least maxConns connections
+// and checks it answers; what names it in errors. Each connection attempt
+// is bounded by database_connect_timeout (see PoolConfig).
 func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what string) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pc, err := PoolConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("database_url: %w", err)
+		return nil, err
 	}
 	pc.MaxConns = max(pc.MaxConns, maxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", what, err)
 	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, ConnectError(pc.ConnConfig, cfg.DatabaseURL, err)
+	}
 	return pool, nil
+}
+
+// PoolConfig parses database_url and bounds each connection attempt by
+// database_connect_timeout unless the URL (connect_timeout) or
+// PGCONNECT_TIMEOUT sets its own bound, so a database that accepts and never
+// answers fails the start instead of hanging it.
+func PoolConfig(cfg *config.Config) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		// pgx's parse errors quote the string, password redaction being
+		// best effort there: say what is wrong without echoing it.
+		return nil, errors.New("database_url: cannot be parsed as a postgres:// URL or key=value connection string (value not shown: it may hold a password); check its syntax, and percent-encode special characters in the password")
+	}
+	applyConnectTimeout(&pc.ConnConfig.Config, cfg.DatabaseConnectTimeout.Std())
+	return pc, nil
+}
+
+// connConfig is PoolConfig for a single connection.
+func connConfig(cfg *config.Config) (*pgx.ConnConfig, error) {
+	pc, err := PoolConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return pc.ConnConfig, nil
+}
+
+func applyConnectTimeout(c *pgconn.Config, d time.Duration) {
+	if c.ConnectTimeout == 0 && d > 0 {
+		c.ConnectTimeout = d
+	}
+}
+
+// ConnectError describes a failed first connection: where to, with the
+// URL redacted, and whether the connect timeout ran out. pgx's own message
+// names the user and database, never the password.
+func ConnectError(c *pgx.ConnConfig, databaseURL string, err error) error {
+	where := c.Host
+	if !strings.HasPrefix(where, "/") { // not a Unix socket directory
+		where = net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))
+	}
+	if c.ConnectTimeout > 0 && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("connecting to the database at %s (database_url %s): timed out after %s: check that the host and port are a PostgreSQL server and that it is up (database_connect_timeout sets this bound): %w",
+			where, config.RedactURL(databaseURL), c.ConnectTimeout, err)
+	}
+	return fmt.Errorf("connecting to the database at %s (database_url %s): %w", where, config.RedactURL(databaseURL), err)
 }
 
 func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pluginhost.Manager, error) {
@@ -291,6 +362,27 @@ func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (*p
 	if err := m.Start(ctx); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("starting plugins from %s: %w", dir, err)
+	}
+	// Each plugin checks its config and its commands' contexts now, so a
+	// bad setting fails the start instead of every job.
+	contexts := map[string]map[string]json.RawMessage{}
+	for name, c := range cfg.Commands {
+		if _, ok := m.Info(c.Plugin); !ok {
+			continue // claimCommands leaves it to other agents
+		}
+		raw, err := c.ContextJSON()
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("commands.%s.context: %w", name, err)
+		}
+		if contexts[c.Plugin] == nil {
+			contexts[c.Plugin] = map[string]json.RawMessage{}
+		}
+		contexts[c.Plugin][name] = raw
+	}
+	if err := m.Validate(ctx, contexts); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("invalid plugin settings:\n%w", err)
 	}
 	return m, nil
 }
@@ -334,6 +426,8 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 		Ready:        ready,
 		Stopping:     stopping,
 		Tokens:       cfg.HTTP.Tokens,
+		ListenAddr:   cfg.HTTP.Listen,
+		AllowedHosts: cfg.HTTP.AllowedHosts,
 		StaleJob:     cfg.Agent.StaleJob.Std(),
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		Logger:       logger,
@@ -343,7 +437,17 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 	if err != nil {
 		return nil, nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// A slow or idle client holds a connection only this long. Followed
+	// log streams last as long as their job: the logs handler lifts the
+	// write deadline for them (net/http drops the read deadline itself once
+	// a request's body is read).
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Std(),
+		ReadTimeout:       cfg.HTTP.ReadTimeout.Std(),
+		WriteTimeout:      cfg.HTTP.WriteTimeout.Std(),
+		IdleTimeout:       cfg.HTTP.IdleTimeout.Std(),
+	}
 	return srv, ln, nil
 }
 

@@ -16,7 +16,7 @@ import (
 // the session (and so the lock) would not be this process's.
 type nameLock struct {
 	conn *pgx.Conn
-	url  string
+	cc   *pgx.ConnConfig
 	name string
 	log  *slog.Logger
 }
@@ -24,8 +24,8 @@ type nameLock struct {
 // acquireNameLock takes the lock, waiting up to wait for a previous holder:
 // a killed process's lock is freed when its connection closes, so a restart
 // under the same name gets it at once, while a second live process never does.
-func acquireNameLock(ctx context.Context, url, name string, wait time.Duration, log *slog.Logger) (*nameLock, error) {
-	l := &nameLock{url: url, name: name, log: log}
+func acquireNameLock(ctx context.Context, cc *pgx.ConnConfig, name string, wait time.Duration, log *slog.Logger) (*nameLock, error) {
+	l := &nameLock{cc: cc, name: name, log: log}
 	deadline := time.Now().Add(wait)
 	warned := false
 	for {
@@ -55,7 +55,7 @@ func acquireNameLock(ctx context.Context, url, name string, wait time.Duration, 
 
 func (l *nameLock) try(ctx context.Context) (bool, error) {
 	if l.conn == nil || l.conn.IsClosed() {
-		conn, err := pgx.Connect(ctx, l.url)
+		conn, err := pgx.ConnectConfig(ctx, l.cc)
 		if err != nil {
 			return false, fmt.Errorf("connecting for the agent name lock: %w", err)
 		}

@@ -43,6 +43,15 @@ type Options struct {
 	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands counts
 	// an agent seen within it as live. 0 means DefaultStaleJob.
 	StaleJob time.Duration
+	// ListenAddr is the agent's http.listen; when its host is a name, that
+	// name is an allowed Host.
+	ListenAddr string
+	// AllowedHosts is http.allowed_hosts: the Host header values answered
+	// besides IP literals, localhost, *.localhost and ListenAddr's name. An
+	// entry is a name (any port), a name:port, or "*" (any Host). Empty
+	// with Tokens set means any Host: a page rebinding a name to the agent
+	// cannot send a bearer token.
+	AllowedHosts []string
 }
 
 // Defaults for zero Options fields.
@@ -58,6 +67,7 @@ type server struct {
 	opts         Options
 	log          *slog.Logger
 	commandNames []string
+	hosts        hostPolicy
 }
 
 // New returns the API handler.
@@ -77,7 +87,7 @@ func New(opts Options) http.Handler {
 	if opts.StaleJob <= 0 {
 		opts.StaleJob = DefaultStaleJob
 	}
-	s := &server{opts: opts, log: opts.Logger}
+	s := &server{opts: opts, log: opts.Logger, hosts: newHostPolicy(opts.AllowedHosts, opts.ListenAddr, len(opts.Tokens) > 0)}
 	for name := range opts.Commands {
 		s.commandNames = append(s.commandNames, name)
 	}
@@ -85,11 +95,12 @@ func New(opts Options) http.Handler {
 
 	mux := http.NewServeMux()
 	auth := s.authenticate
-	mux.Handle("POST /api/v1/jobs", auth(s.submit))
+	post := func(h http.HandlerFunc) http.Handler { return auth(s.stateChanging(h)) }
+	mux.Handle("POST /api/v1/jobs", post(s.submit))
 	mux.Handle("GET /api/v1/jobs", auth(s.listJobs))
 	mux.Handle("GET /api/v1/jobs/{id}", auth(s.getJob))
-	mux.Handle("POST /api/v1/jobs/{id}/cancel", auth(s.cancel))
-	mux.Handle("POST /api/v1/jobs/{id}/requeue", auth(s.requeue))
+	mux.Handle("POST /api/v1/jobs/{id}/cancel", post(s.cancel))
+	mux.Handle("POST /api/v1/jobs/{id}/requeue", post(s.requeue))
 	mux.Handle("GET /api/v1/jobs/{id}/logs", auth(s.logs))
 	mux.Handle("GET /api/v1/jobs/{id}/events", auth(s.events))
 	mux.Handle("GET /api/v1/agents", auth(s.agents))
@@ -100,5 +111,17 @@ func New(opts Options) http.Handler {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
-	return s.logRequests(mux)
+	return s.logRequests(s.checkHost(checkQueryText(jsonRouteErrors(mux))))
+}
+
+// checkQueryText refuses a query string PostgreSQL could not compare:
+// invalid UTF-8 or NUL in any parameter (400 naming it).
+func checkQueryText(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkQuery(r.URL.Query()); err != nil {
+			badRequest(w, err.Field, "%s", err.Msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

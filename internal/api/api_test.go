@@ -95,6 +95,10 @@ func (e *testEnv) do(t *testing.T, method, path, body string, header ...string) 
 	}
 	req, err := http.NewRequest(method, e.srv.URL+path, rd)
 	require.NoError(t, err)
+	if method == http.MethodPost {
+		// State-changing routes require it; a case may replace it.
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -56,16 +56,28 @@ func jobNotFound(w http.ResponseWriter, id string) {
 // decode reads a JSON object body into v: unknown fields, trailing data and
 // bodies over MaxBodyBytes are rejected. With allowEmpty an empty body leaves
 // v as it is. It answers the request itself and returns false on error.
+//
+// Before decoding, every string in the body (object keys included) must be
+// valid UTF-8 without NUL or lone surrogates, and context numbers must be
+// storable (checkBody): decoding would silently replace what PostgreSQL
+// refuses.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err == nil {
-		// Exactly one JSON value: anything after it is a malformed body.
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			err = terr
-			if err == nil {
-				err = errors.New("data after the JSON object")
+		if ie := checkBody(body); ie != nil {
+			badRequest(w, ie.Field, "%s", ie.Msg)
+			return false
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
+		if err == nil {
+			// Exactly one JSON value: anything after it is a malformed body.
+			if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+				err = terr
+				if err == nil {
+					err = errors.New("data after the JSON object")
+				}
 			}
 		}
 	}
@@ -189,8 +201,26 @@ func (s *server) knownCommands() string {
 	return "known commands: " + strings.Join(s.commandNames, ", ")
 }
 
+// jobID returns the canonical job ID of the request's path. A path ID that
+// is not a UUID names no job: it answers 404 itself and returns false, before
+// any query (PostgreSQL would refuse a NUL or invalid UTF-8 in it).
+func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	raw := r.PathValue("id")
+	id, ok := parseJobID(raw)
+	if !ok {
+		if len(raw) > 64 {
+			raw = raw[:64] + "…" // a long path is not worth echoing whole
+		}
+		jobNotFound(w, raw)
+	}
+	return id, ok
+}
+
 func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	job, err := s.opts.Store.GetJob(r.Context(), id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -227,11 +257,21 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "limit", "%v", err)
 		return
 	}
+	after := q.Get("after")
+	if after != "" {
+		// The cursor is a job ID (the next of an earlier page).
+		id, ok := parseJobID(after)
+		if !ok {
+			badRequest(w, "after", "after must be the next cursor of an earlier page (a job ID), got %q", after)
+			return
+		}
+		after = id
+	}
 	jobs, next, err := s.opts.Store.ListJobs(r.Context(), store.ListParams{
 		Status:    status,
 		Command:   q.Get("command"),
 		Submitter: q.Get("submitter"),
-		After:     q.Get("after"),
+		After:     after,
 		Limit:     int(limit),
 	})
 	if err != nil {
@@ -254,7 +294,10 @@ func validStatus(s string) bool {
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	var req CancelRequest
 	if !s.decode(w, r, &req, true) {
 		return
@@ -288,7 +331,10 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 // requeue puts a failed or canceled job back in the queue as a new attempt,
 // recording who asked, why and the key. See store.Requeue.
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	var req RequeueRequest
 	if !s.decode(w, r, &req, false) {
 		return
@@ -330,7 +376,10 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) events(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	after, err := intParam(r, "after", 0, 0, 1<<62)
 	if err != nil {
 		badRequest(w, "after", "%v", err)
@@ -412,7 +461,10 @@ func commandHint(c store.CommandStatus) string {
 // response open, polling for new chunks, until the job is finished and every
 // chunk written before that has been sent, or the client goes away.
 func (s *server) logs(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	q := r.URL.Query()
 	stream := q.Get("stream")
 	if stream != "" && stream != "stdout" && stream != "stderr" {

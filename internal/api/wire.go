@@ -101,5 +101,16 @@ const (
 	CodeIdempotencyConflict = "idempotency_conflict"
 	CodeInvalidTransition   = "invalid_transition"
 	CodeNotReady            = "not_ready"
-	CodeInternal            = "internal"
+	// CodeMethodNotAllowed: the route exists without this method (405,
+	// with Allow).
+	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeUnsupportedMediaType: a state-changing request without
+	// Content-Type: application/json (415).
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeForbiddenOrigin: a state-changing request from a web page of
+	// another site, or Origin: null (403).
+	CodeForbiddenOrigin = "forbidden_origin"
+	// CodeForbiddenHost: a Host the agent does not answer to (421).
+	CodeForbiddenHost = "forbidden_host"
+	CodeInternal      = "internal"
 )

@@ -93,6 +93,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return nil, fmt.Errorf("building request: %w", err)
 	}
 	if body != nil {
+		// The API refuses a state-changing request without it (415): a
+		// cross-site form cannot send it.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

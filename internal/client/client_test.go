@@ -258,3 +258,19 @@ func TestCommands(t *testing.T) {
 	assert.Equal(t, []string{"agent-1"}, cmds[0].Agents)
 	assert.Empty(t, cmds[0].Hint)
 }
+
+// Every state-changing route requires Content-Type: application/json, even
+// cancel with no reason (a cross-site form cannot send it): the client
+// always sends a JSON body with it.
+func TestStateChangingRequestsAreJSON(t *testing.T) {
+	ctx := context.Background()
+	_, c, _ := setup(t)
+	j, _, err := c.Submit(ctx, api.SubmitRequest{Command: "echo"})
+	require.NoError(t, err)
+	canceled, err := c.Cancel(ctx, j.ID, "")
+	require.NoError(t, err, "cancel without a reason is still a JSON request")
+	assert.Equal(t, store.StatusCanceled, canceled.Status)
+	res, err := c.Requeue(ctx, j.ID, api.RequeueRequest{Reason: "again"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Job.Attempt)
+}

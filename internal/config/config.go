@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -39,16 +41,17 @@ func (c *Config) DrainStopBound() time.Duration {
 // Config is the whole configuration of an agent.
 type Config struct {
 	// DatabaseURL is a libpq URL or keyword/value string. Env: DATABASE_URL.
-	DatabaseURL string `yaml:"database_url" env:"DATABASE_URL"`
+	// It holds the database password: never printed unredacted.
+	DatabaseURL string `yaml:"database_url" env:"DATABASE_URL" secret:"true"`
 	// DatabaseConnectTimeout bounds each connection attempt to the
 	// database (TCP, TLS and the start-up exchange), so a database that
 	// accepts and never answers fails the start with a message instead of
 	// hanging it. A connect_timeout in the URL takes precedence.
 	DatabaseConnectTimeout Duration `yaml:"database_connect_timeout" env:"TETHER_DATABASE_CONNECT_TIMEOUT"`
-	Agent       Agent  `yaml:"agent"`
-	HTTP        HTTP   `yaml:"http"`
-	Logs        Logs   `yaml:"logs"`
-	Drain       Drain  `yaml:"drain"`
+	Agent                  Agent    `yaml:"agent"`
+	HTTP                   HTTP     `yaml:"http"`
+	Logs                   Logs     `yaml:"logs"`
+	Drain                  Drain    `yaml:"drain"`
 	// PluginDir is where tether-plugin-<name> binaries are found; "" means
 	// the directory of the running tether executable.
 	PluginDir string `yaml:"plugin_dir"`
@@ -64,13 +67,13 @@ type Config struct {
 
 // Defaults are the global defaults of the job lifecycle levers.
 type Defaults struct {
-	MaxRetry        int      `yaml:"max_retry" env:"TETHER_DEFAULT_MAX_RETRY"`                 // automatic retries of a retriable failure
-	RetryBackoff    Duration `yaml:"retry_backoff" env:"TETHER_DEFAULT_RETRY_BACKOFF"`         // first wait between attempts
-	RetryBackoffMax Duration `yaml:"retry_backoff_max" env:"TETHER_DEFAULT_RETRY_BACKOFF_MAX"` // cap of the doubling wait
-	PendingTimeout  Duration `yaml:"pending_timeout" env:"TETHER_DEFAULT_PENDING_TIMEOUT"`     // 0 = off
-	ActiveTimeout   Duration `yaml:"active_timeout" env:"TETHER_DEFAULT_ACTIVE_TIMEOUT"`       // 0 = off
-	TTLSucceeded    Duration `yaml:"ttl_succeeded" env:"TETHER_DEFAULT_TTL_SUCCEEDED"`         // 0 = keep forever
-	TTLFailed       Duration `yaml:"ttl_failed" env:"TETHER_DEFAULT_TTL_FAILED"`               // failed and canceled; 0 = keep forever
+	MaxRetry        int      `yaml:"max_retry" env:"TETHER_DEFAULT_MAX_RETRY" max:"2147483647"` // automatic retries of a retriable failure; stored in an int4 column
+	RetryBackoff    Duration `yaml:"retry_backoff" env:"TETHER_DEFAULT_RETRY_BACKOFF"`          // first wait between attempts
+	RetryBackoffMax Duration `yaml:"retry_backoff_max" env:"TETHER_DEFAULT_RETRY_BACKOFF_MAX"`  // cap of the doubling wait
+	PendingTimeout  Duration `yaml:"pending_timeout" env:"TETHER_DEFAULT_PENDING_TIMEOUT"`      // 0 = off
+	ActiveTimeout   Duration `yaml:"active_timeout" env:"TETHER_DEFAULT_ACTIVE_TIMEOUT"`        // 0 = off
+	TTLSucceeded    Duration `yaml:"ttl_succeeded" env:"TETHER_DEFAULT_TTL_SUCCEEDED"`          // 0 = keep forever
+	TTLFailed       Duration `yaml:"ttl_failed" env:"TETHER_DEFAULT_TTL_FAILED"`                // failed and canceled; 0 = keep forever
 }
 
 // Set returns the defaults as a complete set of levers.
@@ -85,7 +88,7 @@ func (d Defaults) Set() limits.Set {
 // Limits are a command's levers; an unset one takes the global default.
 // Max bounds what a submit request may ask for per job.
 type Limits struct {
-	MaxRetry        *int      `yaml:"max_retry"`
+	MaxRetry        *int      `yaml:"max_retry" max:"2147483647"` // stored in an int4 column
 	RetryBackoff    *Duration `yaml:"retry_backoff"`
 	RetryBackoffMax *Duration `yaml:"retry_backoff_max"`
 	PendingTimeout  *Duration `yaml:"pending_timeout"`
@@ -161,14 +164,14 @@ type HTTP struct {
 	MaxBodyBytes int64  `yaml:"max_body_bytes"`
 	// Tokens enable bearer-token auth when non-empty. Env: TETHER_API_TOKENS
 	// ("name:token,name2:token2") replaces the list.
-	Tokens        []Token  `yaml:"tokens" env:"-"`
+	Tokens        []Token  `yaml:"tokens" env:"-" secret:"true"`
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 	// AllowedHosts are the Host header values the API answers (a name, a
 	// name:port, or "*" for any); IP literals, localhost and the listen
 	// address's host are always allowed. Empty with tokens configured
 	// means any host: a page rebinding a name to an agent cannot send a
 	// token. Env: TETHER_HTTP_ALLOWED_HOSTS (comma-separated).
-	AllowedHosts []string `yaml:"allowed_hosts"`
+	AllowedHosts []string `yaml:"allowed_hosts" env:"TETHER_HTTP_ALLOWED_HOSTS"`
 	// Server timeouts. Followed log streams are exempt from WriteTimeout
 	// (they last as long as the job).
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
@@ -210,8 +213,9 @@ type Logs struct {
 type Plugin struct {
 	// SHA256 pins the binary (hex); "" means not pinned.
 	SHA256 string `yaml:"sha256"`
-	// Env is set in the plugin's environment.
-	Env map[string]string `yaml:"env"`
+	// Env is set in the plugin's environment. Its values may be secrets:
+	// they are never printed.
+	Env map[string]string `yaml:"env" secret:"true"`
 	// PassEnv names variables passed through from the agent's environment;
 	// a trailing * matches a prefix ("AWS_*"). What SecretEnv reports
 	// (DATABASE_URL, PG*, TETHER_*) never passes.
@@ -253,8 +257,8 @@ func Default() *Config {
 			IdleTimeout:       Duration(defaults.HTTPIdleTimeout),
 		},
 		DatabaseConnectTimeout: Duration(defaults.DatabaseConnectTimeout),
-		Drain:    Drain{Handoff: HandoffImmediate},
-		Defaults: defaultLimits(),
+		Drain:                  Drain{Handoff: HandoffImmediate},
+		Defaults:               defaultLimits(),
 		Logs: Logs{
 			MaxBytesPerStream: defaults.LogMaxBytesStream,
 			FlushInterval:     Duration(defaults.LogFlush),
@@ -323,16 +327,35 @@ func parseYAML(b []byte, cfg *Config) error {
 	// Walk the document first so every unknown key and bad duration is
 	// reported with its full path, not one at a time with a Go type name.
 	var errs []error
-	checkNode(root.Content[0], configType, "", &errs)
+	checkNode(root.Content[0], configType, spot{}, &errs)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("parsing YAML: %w", err)
+		return fmt.Errorf("parsing YAML: %w", withoutValues(err))
 	}
 	return nil
+}
+
+// yamlValueRe matches the value yaml.v3 quotes in a type error ("cannot
+// unmarshal !!str `abc` into int"), greedily: a value may hold backticks.
+var yamlValueRe = regexp.MustCompile("(?s) `.*` into ")
+
+// withoutValues strips the values yaml.v3 quotes in its type errors, which
+// may be secrets. checkNode reports every such problem first, with its key;
+// this is the backstop should one slip through.
+func withoutValues(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = yamlValueRe.ReplaceAllString(m, " (value not shown) into ")
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // fillDerived sets defaults that depend on other values.

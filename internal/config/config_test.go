@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tetherjobs/tether/internal/jobctx"
 )
@@ -231,6 +235,7 @@ func TestEnvVarNames(t *testing.T) {
 		"http.read_timeout":          "TETHER_HTTP_READ_TIMEOUT",
 		"http.write_timeout":         "TETHER_HTTP_WRITE_TIMEOUT",
 		"http.idle_timeout":          "TETHER_HTTP_IDLE_TIMEOUT",
+		"http.allowed_hosts":         "TETHER_HTTP_ALLOWED_HOSTS",
 		"database_connect_timeout":   "TETHER_DATABASE_CONNECT_TIMEOUT",
 		"http.tokens":                "TETHER_API_TOKENS",
 		"logs.max_bytes_per_stream":  "TETHER_LOGS_MAX_BYTES_PER_STREAM",
@@ -567,4 +572,225 @@ func TestCleanupTimeout(t *testing.T) {
 	cfg, err = Load("", envMap(map[string]string{"TETHER_AGENT_CLEANUP_TIMEOUT": "45s"}))
 	require.NoError(t, err)
 	assert.Equal(t, 45*time.Second, cfg.Agent.CleanupTimeout.Std())
+}
+
+// Every value that does not fit its key's type is reported with the key's
+// full path and line, never with only yaml.v3's Go-typed message.
+func TestTypeErrorsNamed(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"agent:\n  capacity: ten\n", `agent.capacity: must be a whole number such as 4, got "ten" (line 2)`},
+		{"agent:\n  capacity: [1]\n", "agent.capacity: must be a whole number such as 4, got a list (line 2)"},
+		{"agent: 5\n", `agent: expected a mapping of keys (name, capacity,`},
+		{"agent:\n  name: {a: 1}\n", "agent.name: expected a string, got a mapping (line 2)"},
+		{"agent:\n  name: \"a\\0b\"\n", "agent.name: must not contain a NUL character (line 2)"},
+		{"http:\n  max_body_bytes: 1.5\n", `http.max_body_bytes: "1.5" is not an integer: must be a whole number`},
+		{"http:\n  allowed_hosts: example.com\n", `http.allowed_hosts: expected a list, got "example.com" (line 2)`},
+		{"http:\n  allowed_hosts: [[a]]\n", "http.allowed_hosts[0]: expected a string, got a list"},
+		{"logs:\n  max_bytes_per_stream: yes\n", `logs.max_bytes_per_stream: must be a whole number such as 4, got "yes"`},
+		{"plugins: [shell]\n", "plugins: expected a mapping, got a list (line 1)"},
+		{"plugins:\n  shell:\n    pass_env: PATH\n", `plugins.shell.pass_env: expected a list, got "PATH" (line 3)`},
+		{"plugins:\n  shell:\n    sha256: [ab]\n", "plugins.shell.sha256: expected a string, got a list (line 3)"},
+		{"commands:\n  x: shell\n", `commands.x: expected a mapping of keys (plugin, context, limits), got "shell" (line 2)`},
+		{"commands:\n  x:\n    plugin: shell\n    limits:\n      max:\n        max_retry: 1.0\n", `commands.x.limits.max.max_retry: "1.0" is not an integer`},
+		{"commands:\n  x:\n    plugin: shell\n    limits: {max_retry: '3'}\n", `commands.x.limits.max_retry: must be a whole number such as 4, got "3"`},
+		{"defaults:\n  max_retry: 2147483648\n", "defaults.max_retry: 2147483648 is out of range: must be at most 2147483647 (line 2)"},
+		{"defaults:\n  max_retry: 9223372036854775808\n", "defaults.max_retry: 9223372036854775808 is out of range: must be at most 2147483647"},
+		{"http:\n  max_body_bytes: 9223372036854775808\n", "http.max_body_bytes: 9223372036854775808 is out of range: must be at most 9223372036854775807"},
+		{"http:\n  max_body_bytes: -9223372036854775809\n", "http.max_body_bytes: -9223372036854775809 is out of range: must be at least -9223372036854775808"},
+		{"http:\n  tokens:\n    - name: a\n      tokn: x\n", "http.tokens[0].tokn: unknown key (line 4); known keys here: name, token"},
+		{"commands:\n  x:\n    plugin: shell\n    context: [a]\n", "commands.x.context: expected a mapping, got a list (line 4)"},
+		{"plugins:\n  shell:\n    config: 5\n", `plugins.shell.config: expected a mapping, got "5" (line 3)`},
+	} {
+		_, err := Load(writeConfig(t, tc.yaml), noEnv)
+		if assert.Error(t, err, tc.yaml) {
+			assert.Contains(t, err.Error(), tc.want, tc.yaml)
+			assert.NotContains(t, err.Error(), "cannot unmarshal", tc.yaml)
+		}
+	}
+}
+
+// Integers are whole numbers in decimal digits, in the file and the
+// environment alike: YAML's 2.0, 1e3 and 0x10 and strconv's " 3" are
+// refused, not truncated or guessed.
+func TestWholeNumbers(t *testing.T) {
+	for _, v := range []string{"2.5", "2.0", "1e3", "0x10", "0o17", "1_000", "+3", "012", ".5"} {
+		_, err := Load(writeConfig(t, "agent:\n  capacity: "+v+"\n"), noEnv)
+		assert.ErrorContains(t, err, "agent.capacity: ", v)
+		assert.ErrorContains(t, err, "must be a whole number", v)
+	}
+	for _, v := range []string{"2.5", " 3", "3 ", "0x10", "1e3", "+3", "ten", "9223372036854775808"} {
+		_, err := Load("", envMap(map[string]string{"TETHER_AGENT_CAPACITY": v}))
+		assert.ErrorContains(t, err, "TETHER_AGENT_CAPACITY (overrides agent.capacity): ", v)
+	}
+	_, err := Load("", envMap(map[string]string{"TETHER_AGENT_CAPACITY": "9223372036854775808"}))
+	assert.ErrorContains(t, err, "is out of range: must be at most 9223372036854775807")
+	_, err = Load("", envMap(map[string]string{"TETHER_DEFAULT_MAX_RETRY": "3000000000"}))
+	assert.ErrorContains(t, err, "TETHER_DEFAULT_MAX_RETRY (overrides defaults.max_retry): 3000000000 is out of range: must be at most 2147483647")
+	_, err = Load("", envMap(map[string]string{"TETHER_AGENT_KEEPALIVE": " 1s"}))
+	assert.ErrorContains(t, err, `TETHER_AGENT_KEEPALIVE (overrides agent.keepalive): " 1s" has leading or trailing spaces`)
+
+	cfg, err := Load(writeConfig(t, "agent: {capacity: 3}\ndefaults: {max_retry: 2147483647}\nhttp: {max_body_bytes: 9223372036854775807}\n"), noEnv)
+	require.NoError(t, err, "the largest values of each range")
+	assert.Equal(t, 3, cfg.Agent.Capacity)
+	assert.Equal(t, math.MaxInt32, cfg.Defaults.MaxRetry)
+	assert.Equal(t, int64(math.MaxInt64), cfg.HTTP.MaxBodyBytes)
+	cfg, err = Load("", envMap(map[string]string{"TETHER_AGENT_CAPACITY": "7", "TETHER_AGENT_NAME": " a \n"}))
+	require.NoError(t, err)
+	assert.Equal(t, 7, cfg.Agent.Capacity)
+	assert.Equal(t, "a", cfg.Agent.Name, "strings are trimmed")
+}
+
+// No error quotes the value of a secret key, whatever is wrong with it.
+func TestSecretsNeverInErrors(t *testing.T) {
+	const pw, tok = "s3cr3t-PW-xyz", "tok-SECRET-123456789"
+	for _, tc := range []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want string
+	}{
+		{name: "tokens as a string", yaml: "http:\n  tokens: " + tok + "\n", want: "http.tokens: expected a list, got a scalar (value not shown"},
+		{name: "token as a mapping", yaml: "http:\n  tokens: [" + tok + "]\n", want: "http.tokens[0]: expected a mapping of keys (name, token), got a scalar (value not shown"},
+		{name: "token a list", yaml: "http:\n  tokens: [{name: a, token: [" + tok + "]}]\n", want: "http.tokens[0].token: expected a string, got a list"},
+		{name: "short token", yaml: "http:\n  tokens: [{name: a, token: tok-S}]\n", want: "http.tokens[0].token: must be at least 16 characters"},
+		{name: "duplicate token", yaml: "http:\n  tokens: [{name: a, token: " + tok + "}, {name: b, token: " + tok + "}]\n", want: "http.tokens[1].token: the same token is listed twice"},
+		{name: "unknown key under a token", yaml: "http:\n  tokens: [{name: a, secret: " + tok + "}]\n", want: "http.tokens[0].secret: unknown key"},
+		{name: "database_url a list", yaml: "database_url: [postgres://u:" + pw + "@h/db]\n", want: "database_url: expected a string, got a list"},
+		{name: "database_url a mapping", yaml: "database_url: {password: " + pw + "}\n", want: "database_url: expected a string, got a mapping"},
+		{name: "plugin env value a list", yaml: "plugins:\n  shell:\n    env: {KEY: [" + pw + "]}\n", want: "plugins.shell.env.KEY: expected a string, got a list"},
+		{name: "plugin env a string", yaml: "plugins:\n  shell:\n    env: " + pw + "\n", want: "plugins.shell.env: expected a mapping, got a scalar (value not shown"},
+		{name: "unparsable URL", env: map[string]string{"DATABASE_URL": "postgres://u:" + pw + "@[::1"}, want: "database_url (env DATABASE_URL): <unparsable database_url: postgres://, host [::1, 31 bytes>: it does not parse as a URL"},
+		{name: "bad port", env: map[string]string{"DATABASE_URL": "host=x password=" + pw + " port=abc"}, want: "database_url (env DATABASE_URL): host=x password=REDACTED port=abc: a port must be a number from 1 to 65535"},
+		{name: "unclosed quote", env: map[string]string{"DATABASE_URL": "host=x password='" + pw}, want: "database_url (env DATABASE_URL): <unparsable database_url: 30 bytes>: the quoted value of password is not closed"},
+		{name: "bad URL query", env: map[string]string{"DATABASE_URL": "postgres://h/db?password=" + pw + "%zz"}, want: "its query string (after ?) does not parse"},
+		{name: "foreign scheme", env: map[string]string{"DATABASE_URL": "mysql://u:" + pw + "@h/db"}, want: "the scheme must be postgres:// or postgresql://, got mysql://"},
+		{name: "env tokens without a colon", env: map[string]string{"TETHER_API_TOKENS": tok}, want: "TETHER_API_TOKENS: entry 1: want name:token"},
+		{name: "env token short", env: map[string]string{"TETHER_API_TOKENS": "a:tok-S"}, want: "http.tokens[0].token: must be at least 16 characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := ""
+			if tc.yaml != "" {
+				path = writeConfig(t, tc.yaml)
+			}
+			_, err := Load(path, envMap(tc.env))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			for _, s := range []string{pw, tok, "tok-S"} {
+				assert.NotContains(t, err.Error(), s)
+			}
+		})
+	}
+}
+
+func TestRedactURLNeverPrintsWhatItCannotParse(t *testing.T) {
+	const pw = "s3cr3t-PW-xyz"
+	for in, want := range map[string]string{
+		"postgres://u:" + pw + "@[::1":           "<unparsable database_url: postgres://, host [::1, 31 bytes>",
+		"postgres://u:" + pw + "@[::1/db":        "<unparsable database_url: postgres://, host [::1, 34 bytes>",
+		"postgres://u:a/" + pw + "@h:x/db":       "<unparsable database_url: postgres://, 35 bytes>",
+		"postgres://u:a@" + pw + "@[h/db":        "<unparsable database_url: postgres://, 34 bytes>",
+		"postgres://h/db?password=" + pw + "%zz": "<unparsable database_url: postgres://, host h, 41 bytes>",
+		"host=x password='" + pw:                 "<unparsable database_url: 30 bytes>",
+		"just-" + pw:                             "<unparsable database_url: 18 bytes>",
+		"host=x password=" + pw + " port=abc":    "host=x password=REDACTED port=abc",
+		"host=x password = " + pw + " user=u":    "host=x password=REDACTED user=u",
+		"host=x sslpassword='a \\' " + pw + "'":  "host=x sslpassword=REDACTED",
+		"postgres://u@h/db?sslpassword=" + pw:    "postgres://u@h/db?sslpassword=REDACTED",
+		"postgresql://u:" + pw + "@h1:5432,h2/d": "postgresql://u:REDACTED@h1:5432,h2/d",
+		"":                                       "",
+	} {
+		got := RedactURL(in)
+		assert.Equal(t, want, got, in)
+		assert.NotContains(t, got, pw, in)
+	}
+}
+
+func TestDatabaseURLChecked(t *testing.T) {
+	for _, ok := range []string{
+		"postgres://u:p@h:5432/db?sslmode=disable", "postgresql://h1:5432,h2:5433/db", "postgres://u:p@h1:5432,h2/db", "postgres://[::1]:5432,h2/db", "postgres:///db?host=/tmp",
+		"host=h port=5432 user=u password='a b' dbname=d", "host=h1,h2 port=5432,5433", "dbname=x",
+	} {
+		_, err := Load("", envMap(map[string]string{"DATABASE_URL": ok}))
+		assert.NoError(t, err, ok)
+	}
+	for in, want := range map[string]string{
+		"postgres://u:p@h:0/db":       "a port must be a number from 1 to 65535",
+		"postgres://h/db?port=70000":  "a port must be a number from 1 to 65535",
+		"host=h port=5432,x":          "a port must be a number from 1 to 65535",
+		"host h":                      "keyword 1 has no =",
+		"postgres://u:p@h:99999999/d": "a port must be a number",
+	} {
+		_, err := Load("", envMap(map[string]string{"DATABASE_URL": in}))
+		if assert.Error(t, err, in) {
+			assert.Contains(t, err.Error(), "database_url (env DATABASE_URL): ", in)
+			assert.Contains(t, err.Error(), want, in)
+		}
+	}
+}
+
+func TestListenAndAllowedHosts(t *testing.T) {
+	cfg, err := Load(writeConfig(t, "http:\n  listen: 127.0.0.1:0\n  allowed_hosts: [tether.example.com, 'tether.example.com:9090', '*', '[::1]:80', '::1', 10.0.0.1, localhost]\n"), noEnv)
+	require.NoError(t, err)
+	assert.Len(t, cfg.HTTP.AllowedHosts, 7)
+	cfg, err = Load("", envMap(map[string]string{"TETHER_HTTP_ALLOWED_HOSTS": " a.example.com, b.example.com:8080,,"}))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a.example.com", "b.example.com:8080"}, cfg.HTTP.AllowedHosts)
+
+	for _, tc := range []struct{ listen, want string }{
+		{"localhost", `http.listen (env TETHER_HTTP_LISTEN): "localhost" is not host:port`},
+		{"http://0.0.0.0:9090", `"http://0.0.0.0:9090" is not host:port`},
+		{":99999", `":99999": the port must be a number from 0 to 65535`},
+		{":http", `the port must be a number`},
+	} {
+		_, err := Load("", envMap(map[string]string{"TETHER_HTTP_LISTEN": tc.listen}))
+		assert.ErrorContains(t, err, tc.want, tc.listen)
+	}
+	for _, tc := range []struct{ host, want string }{
+		{"https://tether.example.com", "has a scheme"},
+		{"tether.example.com/api", "has a path"},
+		{"tether example.com", "contains a space"},
+		{"*.example.com", "* matches any host only alone"},
+		{"**", "* matches any host only alone"},
+		{"tether.example.com:x", "the port must be a number from 1 to 65535"},
+		{"tether.example.com:0", "the port must be a number from 1 to 65535"},
+		{"[nope]:80", "in brackets is not an IPv6 address"},
+		{"u@tether.example.com", "has user info"},
+		{"bad_%name", "is not a host name"},
+	} {
+		_, err := Load(writeConfig(t, "http:\n  allowed_hosts: [ok.example.com, '"+tc.host+"']\n"), noEnv)
+		if assert.Error(t, err, tc.host) {
+			assert.Contains(t, err.Error(), "http.allowed_hosts[1] (env TETHER_HTTP_ALLOWED_HOSTS): ", tc.host)
+			assert.Contains(t, err.Error(), tc.want, tc.host)
+		}
+	}
+	_, err = Load("", envMap(map[string]string{"TETHER_HTTP_ALLOWED_HOSTS": "a.example.com,https://b"}))
+	assert.ErrorContains(t, err, `http.allowed_hosts[1] (env TETHER_HTTP_ALLOWED_HOSTS): "https://b" has a scheme`)
+}
+
+// The max tags of the max_retry keys are the database column's range.
+func TestMaxRetryTagsMatchColumn(t *testing.T) {
+	for _, f := range []reflect.StructField{
+		must(reflect.TypeFor[Defaults]().FieldByName("MaxRetry")),
+		must(reflect.TypeFor[Limits]().FieldByName("MaxRetry")),
+	} {
+		assert.Equal(t, strconv.Itoa(limits.MaxRetryLimit), f.Tag.Get("max"), f.Name)
+	}
+}
+
+func must(f reflect.StructField, ok bool) reflect.StructField {
+	if !ok {
+		panic("no such field")
+	}
+	return f
+}
+
+// The backstop behind checkNode: yaml.v3's type errors lose the value they
+// quote, which may be a secret.
+func TestYAMLTypeErrorsLoseTheirValues(t *testing.T) {
+	var v struct{ Tokens []Token }
+	err := yaml.Unmarshal([]byte("tokens: sekrit\n"), &v)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "`sekrit`", "yaml.v3 quotes the value (its first characters, if long)")
+	got := withoutValues(err).Error()
+	assert.Equal(t, "line 1: cannot unmarshal !!str (value not shown) into []config.Token", got)
 }

@@ -20,18 +20,20 @@ type EnvVar struct {
 
 // EnvVars lists every environment override, in declaration order. Each
 // scalar key <section>.<key> is overridden by TETHER_<SECTION>_<KEY>;
-// database_url by DATABASE_URL; http.tokens by TETHER_API_TOKENS.
+// database_url by DATABASE_URL; http.tokens by TETHER_API_TOKENS. A list of
+// strings (http.allowed_hosts) is comma-separated.
 func EnvVars() []EnvVar {
 	var out []EnvVar
-	eachScalar(reflect.ValueOf(Default()).Elem(), "", func(key, env string, _ reflect.Value) {
+	eachScalar(reflect.ValueOf(Default()).Elem(), "", func(key, env string, _ reflect.Value, _ reflect.StructField) {
 		out = append(out, EnvVar{Key: key, Env: env})
 	})
 	return append(out, EnvVar{Key: "http.tokens", Env: TokensEnv})
 }
 
-// eachScalar calls fn for every string, integer and Duration field reachable
-// through structs (not maps or lists), with its YAML path and env name.
-func eachScalar(v reflect.Value, path string, fn func(key, env string, field reflect.Value)) {
+// eachScalar calls fn for every string, integer, Duration and list-of-string
+// field reached through structs only (none inside maps or lists), with its
+// YAML path and env name.
+func eachScalar(v reflect.Value, path string, fn func(key, env string, field reflect.Value, f reflect.StructField)) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -44,12 +46,13 @@ func eachScalar(v reflect.Value, path string, fn func(key, env string, field ref
 		fv := v.Field(i)
 		switch {
 		case f.Type == durationType, f.Type.Kind() == reflect.String,
-			f.Type.Kind() == reflect.Int, f.Type.Kind() == reflect.Int64:
+			f.Type.Kind() == reflect.Int, f.Type.Kind() == reflect.Int64,
+			f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.String:
 			env := envTag
 			if env == "" {
 				env = "TETHER_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 			}
-			fn(key, env, fv)
+			fn(key, env, fv, f)
 		case f.Type.Kind() == reflect.Struct:
 			eachScalar(fv, key, fn)
 		}
@@ -57,15 +60,16 @@ func eachScalar(v reflect.Value, path string, fn func(key, env string, field ref
 }
 
 // applyEnv overrides scalar keys from the environment. An empty variable
-// counts as unset. Every malformed value is reported, naming the variable.
+// counts as unset. Every malformed value is reported, naming the variable;
+// the value of a secret one never.
 func applyEnv(cfg *Config, getenv func(string) string) error {
 	var errs []error
-	eachScalar(reflect.ValueOf(cfg).Elem(), "", func(key, env string, fv reflect.Value) {
+	eachScalar(reflect.ValueOf(cfg).Elem(), "", func(key, env string, fv reflect.Value, f reflect.StructField) {
 		raw := getenv(env)
 		if raw == "" {
 			return
 		}
-		if err := setScalar(fv, strings.TrimSpace(raw)); err != nil {
+		if err := setScalar(fv, raw, f); err != nil {
 			errs = append(errs, fmt.Errorf("%s (overrides %s): %w", env, key, err))
 		}
 	})
@@ -80,21 +84,35 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 	return errors.Join(errs...)
 }
 
-func setScalar(fv reflect.Value, raw string) error {
+// setScalar sets a field from its environment variable. Strings and lists
+// are trimmed (a value read from a file often ends in a newline); numbers
+// and durations must be exact, as in the file.
+func setScalar(fv reflect.Value, raw string, f reflect.StructField) error {
 	switch {
 	case fv.Type() == durationType:
+		if strings.TrimSpace(raw) != raw {
+			return fmt.Errorf("%q has leading or trailing spaces; remove them", raw)
+		}
 		d, err := ParseDuration(raw)
 		if err != nil {
 			return err
 		}
 		fv.SetInt(int64(d))
 	case fv.Kind() == reflect.String:
-		fv.SetString(raw)
-	case fv.Kind() == reflect.Int, fv.Kind() == reflect.Int64:
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", raw)
+		fv.SetString(strings.TrimSpace(raw))
+	case fv.Kind() == reflect.Slice:
+		var list []string
+		for item := range strings.SplitSeq(raw, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				list = append(list, item)
+			}
 		}
+		fv.Set(reflect.ValueOf(list))
+	case fv.Kind() == reflect.Int, fv.Kind() == reflect.Int64:
+		if err := checkInt(raw, fv.Type().Bits(), f.Tag.Get("max")); err != nil {
+			return err
+		}
+		n, _ := strconv.ParseInt(raw, 10, 64) // checked above
 		fv.SetInt(n)
 	}
 	return nil

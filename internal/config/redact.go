@@ -1,31 +1,262 @@
 package config
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 const redacted = "REDACTED"
 
-var dsnPasswordRe = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+var (
+	schemeRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+	// What a host may look like to be printed from a string that does not
+	// parse: names, IP literals, ports, lists of them. Anything else might
+	// be a piece of a password.
+	safeHostRe = regexp.MustCompile(`^[A-Za-z0-9.:\[\],_-]+$`)
+	safeKeyRe  = regexp.MustCompile(`^[a-z_]{1,40}$`)
+)
 
-// RedactURL hides the password of a database URL or keyword/value string.
+// secretParam reports whether a connection parameter holds a secret
+// (password, sslpassword).
+func secretParam(key string) bool { return strings.Contains(strings.ToLower(key), "password") }
+
+// RedactURL returns a database URL or keyword/value string that is safe to
+// print: every password replaced by REDACTED. A string that does not parse
+// is never printed, not even in part where its parts are ambiguous: the
+// scheme and host stand in for it when they can be told apart from the
+// password, and its length.
 func RedactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
-		if _, has := u.User.Password(); u.User != nil && has {
-			u.User = url.UserPassword(u.User.Username(), redacted)
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", redacted)
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
+	if s == "" {
+		return ""
 	}
-	return dsnPasswordRe.ReplaceAllString(s, "${1}"+redacted)
+	d, err := parseDSN(s)
+	if err != nil {
+		return unparsable(s)
+	}
+	return d.redacted
+}
+
+// dsn is a connection string split far enough to redact and check it.
+type dsn struct {
+	url      bool
+	redacted string
+	ports    []string // every port given, as written
+}
+
+// parseDSN splits a database URL (postgres:// or postgresql://, as pgx
+// tells them apart) or keyword/value string. Its errors never quote s.
+func parseDSN(s string) (dsn, error) {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		return parseURLForm(s)
+	}
+	if scheme, _, ok := strings.Cut(s, "://"); ok && schemeRe.MatchString(scheme) {
+		return dsn{}, fmt.Errorf("the scheme must be postgres:// or postgresql://, got %s://", scheme)
+	}
+	return parseKeywordValue(s)
+}
+
+func parseURLForm(s string) (dsn, error) {
+	// libpq's (and pgx's) list of hosts, "h1:5432,h2:5433", is not RFC 3986
+	// syntax: parse the URL with one host, then put the list back.
+	scheme, rest, _ := strings.Cut(s, "://")
+	authority := rest
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	hosts := authority[at+1:]
+	multi := strings.Contains(hosts, ",")
+	if multi {
+		for h := range strings.SplitSeq(hosts, ",") {
+			if h != "" && !safeHostRe.MatchString(h) {
+				return dsn{}, errors.New("a host in its list of hosts is not a name, an IP address or [IPv6], with an optional :port")
+			}
+		}
+		s = scheme + "://" + authority[:at+1] + "hosts" + rest[len(authority):]
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		// url's errors quote the input: say what kind of problem only.
+		return dsn{}, errors.New("it does not parse as a URL; percent-encode special characters in the user name and password (@ as %40, / as %2F, [ as %5B)")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return dsn{}, errors.New("its query string (after ?) does not parse; percent-encode special characters")
+	}
+	if _, has := u.User.Password(); u.User != nil && has {
+		u.User = url.UserPassword(u.User.Username(), redacted)
+	}
+	touched := false
+	for k := range q {
+		if secretParam(k) {
+			q[k] = []string{redacted}
+			touched = true
+		}
+	}
+	if touched {
+		u.RawQuery = q.Encode()
+	}
+	if multi {
+		u.Host = hosts
+	}
+	d := dsn{url: true, redacted: u.String()}
+	// pgx reads a list of hosts, each with an optional port.
+	for h := range strings.SplitSeq(u.Host, ",") {
+		if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
+			d.ports = append(d.ports, h[i+1:])
+		}
+	}
+	if p := q.Get("port"); p != "" {
+		d.ports = append(d.ports, strings.Split(p, ",")...)
+	}
+	return d, nil
+}
+
+// parseKeywordValue reads "key=value key='quoted value'" as libpq does:
+// values are unquoted runs of non-space characters or single-quoted, and a
+// backslash escapes the next character in either.
+func parseKeywordValue(s string) (dsn, error) {
+	var out []string
+	d := dsn{}
+	i := 0
+	skip := func() {
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+	}
+	for skip(); i < len(s); skip() {
+		start := i
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
+			i++
+		}
+		key := s[start:i]
+		skip()
+		if key == "" || i >= len(s) || s[i] != '=' {
+			return dsn{}, fmt.Errorf("it is neither a postgres:// URL nor keyword=value pairs: keyword %d has no =", len(out)+1)
+		}
+		i++
+		skip()
+		vstart := i
+		var val strings.Builder
+		if i < len(s) && s[i] == '\'' {
+			i++
+			closed := false
+			for i < len(s) {
+				c := s[i]
+				i++
+				if c == '\\' && i < len(s) {
+					val.WriteByte(s[i])
+					i++
+					continue
+				}
+				if c == '\'' {
+					closed = true
+					break
+				}
+				val.WriteByte(c)
+			}
+			if !closed {
+				return dsn{}, fmt.Errorf("the quoted value of %s is not closed with '", safeKey(key))
+			}
+		} else {
+			for i < len(s) && !isSpace(s[i]) {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+				i++
+			}
+		}
+		switch {
+		case secretParam(key):
+			out = append(out, key+"="+redacted)
+		default:
+			out = append(out, key+"="+s[vstart:i])
+		}
+		if key == "port" {
+			d.ports = append(d.ports, strings.Split(val.String(), ",")...)
+		}
+	}
+	if len(out) == 0 {
+		return dsn{}, errors.New("it is empty")
+	}
+	d.redacted = strings.Join(out, " ")
+	return d, nil
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// safeKey quotes a keyword for an error, unless it could be something else
+// pasted by mistake.
+func safeKey(k string) string {
+	if safeKeyRe.MatchString(k) {
+		return k
+	}
+	return "a keyword"
+}
+
+// unparsable describes a connection string that does not parse without
+// printing it: a password's boundaries are unknown in it.
+func unparsable(s string) string {
+	var what []string
+	if scheme, rest, ok := strings.Cut(s, "://"); ok && schemeRe.MatchString(scheme) {
+		what = append(what, scheme+"://")
+		if h := unparsableHost(rest); h != "" {
+			what = append(what, "host "+h)
+		}
+	}
+	what = append(what, strconv.Itoa(len(s))+" bytes")
+	return "<unparsable database_url: " + strings.Join(what, ", ") + ">"
+}
+
+// unparsableHost returns the host part of the rest of a URL after "://"
+// when it cannot be a piece of the password, else "".
+func unparsableHost(rest string) string {
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	var host string
+	switch strings.Count(rest, "@") {
+	case 0:
+		host = authority // no user info, so no password before the host
+	case 1:
+		at := strings.IndexByte(authority, '@')
+		if at < 0 {
+			return "" // the password may hold a / or ?: no telling where it ends
+		}
+		host = authority[at+1:]
+	default:
+		return ""
+	}
+	if !safeHostRe.MatchString(host) {
+		return ""
+	}
+	return host
+}
+
+// checkDatabaseURL says why a database URL or keyword/value string would be
+// refused by the driver's parser, without quoting it, or returns nil.
+func checkDatabaseURL(s string) error {
+	d, err := parseDSN(s)
+	if err != nil {
+		return fmt.Errorf("%s: %w", unparsable(s), err)
+	}
+	for _, p := range d.ports {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || !wholeNumberRe.MatchString(p) {
+			return fmt.Errorf("%s: a port must be a number from 1 to 65535", d.redacted)
+		}
+	}
+	return nil
 }
 
 // Redacted returns a copy that is safe to log or print: the database

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 var (
@@ -121,8 +124,20 @@ func (c *Config) Validate() error {
 			a.ShutdownTimeout, c.DrainStopBound(), c.LongestKillGrace(), c.HTTP.ShutdownGrace, total, ECSStopTimeout)
 	}
 
+	if c.DatabaseURL != "" {
+		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+			add("database_url (env DATABASE_URL): %v", err)
+		}
+	}
 	if c.HTTP.Listen == "" {
 		add("http.listen: must not be empty; use an address such as \":9090\"")
+	} else if err := checkListen(c.HTTP.Listen); err != nil {
+		add("http.listen (env TETHER_HTTP_LISTEN): %v", err)
+	}
+	for i, h := range c.HTTP.AllowedHosts {
+		if err := CheckAllowedHost(h); err != nil {
+			add("http.allowed_hosts[%d] (env TETHER_HTTP_ALLOWED_HOSTS): %v", i, err)
+		}
 	}
 	if c.HTTP.MaxBodyBytes < 1 {
 		add("http.max_body_bytes: must be at least 1, got %d", c.HTTP.MaxBodyBytes)
@@ -193,6 +208,73 @@ func (c *Config) Validate() error {
 		errs = append(errs, cmd.Limits.validate(key+".limits", c.Defaults)...)
 	}
 	return errors.Join(errs...)
+}
+
+// checkListen says why addr is not a host:port to listen on, or returns nil.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || strings.ContainsAny(host, "/ \t") {
+		return fmt.Errorf("%q is not host:port; use an address such as \":9090\" or \"127.0.0.1:9090\" (no scheme, no path)", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 || !wholeNumberRe.MatchString(port) {
+		return fmt.Errorf("%q: the port must be a number from 0 to 65535", addr)
+	}
+	return nil
+}
+
+// hostNameRe is a DNS name or IPv4 literal: letters, digits, - _ and dots.
+var hostNameRe = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?$`)
+
+// CheckAllowedHost says why h may not be an http.allowed_hosts entry, or
+// returns nil. An entry is "*" (any host), a name, or a name:port as a Host
+// header carries it; an IPv6 literal is written in brackets.
+func CheckAllowedHost(h string) error {
+	const want = `want a host name such as "tether.example.com", a name:port such as "tether.example.com:9090", or "*" alone for any host`
+	switch {
+	case h == "*":
+		return nil
+	case h == "":
+		return fmt.Errorf("empty; %s", want)
+	case strings.Contains(h, "://"):
+		return fmt.Errorf("%q has a scheme; %s", h, want)
+	case strings.ContainsAny(h, "/?#"):
+		return fmt.Errorf("%q has a path; %s", h, want)
+	case strings.ContainsFunc(h, unicode.IsSpace):
+		return fmt.Errorf("%q contains a space; %s (separate entries with commas in TETHER_HTTP_ALLOWED_HOSTS)", h, want)
+	case strings.Contains(h, "*"):
+		return fmt.Errorf("%q: * matches any host only alone, not as part of a name; %s", h, want)
+	case strings.Contains(h, "@"):
+		return fmt.Errorf("%q has user info; %s", h, want)
+	}
+	host := h
+	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
+		var port string
+		var err error
+		if host, port, err = net.SplitHostPort(h); err != nil {
+			if !strings.HasSuffix(h, "]") {
+				return fmt.Errorf("%q is not a name or name:port; %s", h, want)
+			}
+			host, port = strings.Trim(h, "[]"), ""
+		}
+		if port != "" {
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || !wholeNumberRe.MatchString(port) {
+				return fmt.Errorf("%q: the port must be a number from 1 to 65535", h)
+			}
+		}
+		if strings.HasPrefix(h, "[") {
+			if net.ParseIP(host) == nil {
+				return fmt.Errorf("%q: %q in brackets is not an IPv6 address", h, host)
+			}
+			return nil
+		}
+	}
+	if net.ParseIP(host) != nil {
+		return nil // a bare IPv6 literal
+	}
+	if !hostNameRe.MatchString(host) || len(host) > 253 {
+		return fmt.Errorf("%q is not a host name (letters, digits, - and dots); %s", h, want)
+	}
+	return nil
 }
 
 // validate checks a command's limits: no negative lever, no maximum inside

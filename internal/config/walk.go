@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,10 @@ import (
 var (
 	configType   = reflect.TypeFor[Config]()
 	durationType = reflect.TypeFor[Duration]()
+	// A whole number as people write one: decimal digits, no sign but
+	// minus, no leading zero, no 0x/0o/1_000/1e3 (YAML and strconv read
+	// those differently, so the value would be a guess).
+	wholeNumberRe = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 )
 
 // yamlName returns the YAML key of a struct field, or "" if it has none.
@@ -24,6 +30,10 @@ func yamlName(f reflect.StructField) string {
 	return name
 }
 
+// secretField reports whether a field holds a secret (tag `secret:"true"`):
+// its value, and any value below it, is never printed.
+func secretField(f reflect.StructField) bool { return f.Tag.Get("secret") == "true" }
+
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -31,10 +41,24 @@ func joinPath(path, key string) string {
 	return path + "." + key
 }
 
+// spot is where in the document a node is checked.
+type spot struct {
+	path   string
+	secret bool   // never print the value
+	max    string // the field's `max` tag (a column's range), "" = the Go type's
+}
+
+func (s spot) child(key string, f reflect.StructField) spot {
+	return spot{path: joinPath(s.path, key), secret: s.secret || secretField(f), max: f.Tag.Get("max")}
+}
+
 // checkNode walks a YAML node against the Go type it will be decoded into and
-// reports unknown keys and malformed durations with their full path.
+// reports, with the full path and line, every unknown key and every value
+// that does not fit its key: malformed durations, non-integers or
+// out-of-range numbers for integer keys, lists or mappings where a string
+// is expected, and the like. Values of secret keys are never quoted.
 // Free-form values (map[string]any) are not inspected.
-func checkNode(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
+func checkNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
@@ -44,49 +68,103 @@ func checkNode(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem() // optional values (command limits) are checked like the value
 	}
+	fail := func(format string, args ...any) {
+		*errs = append(*errs, fmt.Errorf("%s: %s (line %d)", orTop(at.path), fmt.Sprintf(format, args...), n.Line))
+	}
 	switch {
 	case t == durationType:
 		if err := durationNodeError(n); err != nil {
-			*errs = append(*errs, fmt.Errorf("%s: %w", path, err))
+			*errs = append(*errs, fmt.Errorf("%s: %w", at.path, err))
 		}
 	case t.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {
-			*errs = append(*errs, fmt.Errorf("%s: expected a mapping of keys (%s), got %s", orTop(path), strings.Join(knownKeys(t), ", "), describe(n)))
+			fail("expected a mapping of keys (%s), got %s", strings.Join(knownKeys(t), ", "), describe(n, at.secret))
 			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			if key == "<<" {
+			k := n.Content[i]
+			if k.Value == "<<" {
 				continue // merge key: its keys are checked where they are defined
 			}
-			f, ok := fieldByKey(t, key)
+			f, ok := fieldByKey(t, k.Value)
 			if !ok {
 				*errs = append(*errs, fmt.Errorf("%s: unknown key (line %d); known keys here: %s",
-					joinPath(path, key), n.Content[i].Line, strings.Join(knownKeys(t), ", ")))
+					joinPath(at.path, k.Value), k.Line, strings.Join(knownKeys(t), ", ")))
 				continue
 			}
-			checkNode(n.Content[i+1], f.Type, joinPath(path, key), errs)
+			checkNode(n.Content[i+1], f.Type, at.child(k.Value, f), errs)
 		}
 	case t.Kind() == reflect.Map:
-		if t.Elem().Kind() == reflect.Interface {
+		if n.Kind != yaml.MappingNode {
+			fail("expected a mapping, got %s", describe(n, at.secret))
 			return
 		}
-		if n.Kind != yaml.MappingNode {
-			*errs = append(*errs, fmt.Errorf("%s: expected a mapping, got %s", path, describe(n)))
-			return
+		if t.Elem().Kind() == reflect.Interface {
+			return // free-form: the plugin checks it
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			checkNode(n.Content[i+1], t.Elem(), joinPath(path, n.Content[i].Value), errs)
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				*errs = append(*errs, fmt.Errorf("%s: keys must be strings, got %s (line %d)", at.path, describe(k, false), k.Line))
+				continue
+			}
+			child := spot{path: joinPath(at.path, k.Value), secret: at.secret}
+			checkNode(n.Content[i+1], t.Elem(), child, errs)
 		}
 	case t.Kind() == reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			*errs = append(*errs, fmt.Errorf("%s: expected a list, got %s", path, describe(n)))
+			fail("expected a list, got %s", describe(n, at.secret))
 			return
 		}
 		for i, item := range n.Content {
-			checkNode(item, t.Elem(), path+"["+strconv.Itoa(i)+"]", errs)
+			checkNode(item, t.Elem(), spot{path: at.path + "[" + strconv.Itoa(i) + "]", secret: at.secret}, errs)
+		}
+	case t.Kind() == reflect.String:
+		switch {
+		case n.Kind != yaml.ScalarNode:
+			fail("expected a string, got %s", describe(n, at.secret))
+		case n.Tag == "!!binary":
+			fail("expected a plain string, got a !!binary value")
+		case strings.ContainsRune(n.Value, 0):
+			fail("must not contain a NUL character")
+		}
+	case t.Kind() == reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+			fail("must be true or false, got %s", describe(n, at.secret))
+		}
+	case t.Kind() == reflect.Int, t.Kind() == reflect.Int64:
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
+			fail("must be a whole number such as 4, got %s", describe(n, at.secret))
+			return
+		}
+		if err := checkInt(n.Value, t.Bits(), at.max); err != nil {
+			fail("%v", err)
 		}
 	}
+}
+
+// checkInt says why s is not a whole number of the given bit size within
+// max (a `max` tag; "" = the type's own range), or returns nil.
+func checkInt(s string, bits int, max string) error {
+	if !wholeNumberRe.MatchString(s) {
+		return fmt.Errorf("%q is not an integer: must be a whole number written in decimal digits, such as 4", s)
+	}
+	limit := int64(math.MaxInt64 >> (64 - bits))
+	if max != "" {
+		m, err := strconv.ParseInt(max, 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("config: bad max tag %q", max)) // a programming error in a struct tag
+		}
+		limit = m
+	}
+	v, err := strconv.ParseInt(s, 10, bits)
+	if err != nil || v > limit {
+		if strings.HasPrefix(s, "-") {
+			return fmt.Errorf("%s is out of range: must be at least %d and at most %d", s, -limit-1, limit)
+		}
+		return fmt.Errorf("%s is out of range: must be at most %d", s, limit)
+	}
+	return nil
 }
 
 func orTop(path string) string {
@@ -96,15 +174,22 @@ func orTop(path string) string {
 	return path
 }
 
-func describe(n *yaml.Node) string {
+// describe names what a node is, quoting a scalar's value unless secret.
+func describe(n *yaml.Node, secret bool) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
 	case yaml.SequenceNode:
 		return "a list"
-	default:
-		return fmt.Sprintf("%q", n.Value)
 	}
+	if secret {
+		return "a scalar (value not shown: the key holds a secret)"
+	}
+	v := n.Value
+	if len(v) > 64 {
+		v = v[:64] + "…"
+	}
+	return strconv.Quote(v)
 }
 
 func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {

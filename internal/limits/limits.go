@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -122,6 +123,9 @@ func (p Partial) Check() []*FieldError {
 	if p.MaxRetry != nil && *p.MaxRetry < 0 {
 		errs = append(errs, &FieldError{FieldMaxRetry, fmt.Sprintf("must not be negative, got %d", *p.MaxRetry)})
 	}
+	if p.MaxRetry != nil && *p.MaxRetry > MaxRetryLimit {
+		errs = append(errs, &FieldError{FieldMaxRetry, fmt.Sprintf("must be at most %d, got %d", MaxRetryLimit, *p.MaxRetry)})
+	}
 	for _, d := range p.durations() {
 		if *d.v != nil && **d.v < 0 {
 			errs = append(errs, &FieldError{d.name, fmt.Sprintf("must not be negative, got %s", Format(**d.v))})
@@ -189,33 +193,57 @@ func (s Set) Backoff(attempt int, jitter float64) time.Duration {
 	return time.Duration(d * (0.5 + 0.5*jitter))
 }
 
+// MaxDuration is the longest duration ParseDuration accepts, 100000 days
+// (about 273 years): within time.Duration (about 292 years) and PostgreSQL's
+// interval, so a lever never overflows on its way to the database.
+const MaxDuration = 100000 * 24 * time.Hour
+
+// MaxRetryLimit is the largest max_retry: the column is a PostgreSQL integer.
+const MaxRetryLimit = math.MaxInt32
+
+// goDuration is the syntax of an unsigned Go duration string.
+var goDuration = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*$`)
+
 // ParseDuration parses a Go duration string ("90s", "1h30m"), "0", or a
 // whole number of days with an optional Go duration after it ("7d",
-// "1d12h").
+// "1d12h"). A leading "-" negates the whole value (callers that take no
+// negative durations check the sign: config reports it with the key's own
+// rule). The magnitude is at most MaxDuration; anything longer, including
+// values that would overflow, is an error.
 func ParseDuration(s string) (time.Duration, error) {
 	bad := fmt.Errorf("%q is not a duration: use a Go duration string like \"5s\", \"90s\" or \"5m\", or days like \"7d\"", s)
+	tooLong := fmt.Errorf("%q is too long: durations are at most %s (about 273 years)", s, Format(MaxDuration))
 	if s == "0" {
 		return 0, nil
 	}
 	body, neg := strings.CutPrefix(s, "-")
 	var days time.Duration
+	hasDays := false
 	if i := strings.IndexByte(body, 'd'); i >= 0 {
-		n, err := strconv.ParseUint(body[:i], 10, 32)
-		if err != nil || n > 100000 {
+		hasDays = true
+		digits := body[:i]
+		if digits == "" || strings.Trim(digits, "0123456789") != "" {
 			return 0, bad
+		}
+		n, err := strconv.ParseUint(digits, 10, 64)
+		if err != nil || n > uint64(MaxDuration/(24*time.Hour)) {
+			return 0, tooLong
 		}
 		days = time.Duration(n) * 24 * time.Hour
 		body = body[i+1:]
-		if body == "" {
-			if neg {
-				days = -days
-			}
-			return days, nil
+	}
+	var d time.Duration
+	if body != "" || !hasDays {
+		if !goDuration.MatchString(body) {
+			return 0, bad
+		}
+		var err error
+		if d, err = time.ParseDuration(body); err != nil {
+			return 0, tooLong // well-formed, so beyond time.Duration
 		}
 	}
-	d, err := time.ParseDuration(body)
-	if err != nil || strings.HasPrefix(body, "-") || strings.HasPrefix(body, "+") {
-		return 0, bad
+	if d > MaxDuration-days {
+		return 0, tooLong
 	}
 	d += days
 	if neg {
@@ -296,8 +324,8 @@ type Override struct {
 	TTLFailed       *string `json:"ttl_failed,omitempty"`
 }
 
-// Partial parses the override's durations; the first malformed one is
-// reported by field name.
+// Partial parses the override's durations; the first malformed or negative
+// one is reported by field name.
 func (o Override) Partial() (Partial, *FieldError) {
 	p := Partial{MaxRetry: o.MaxRetry}
 	for _, f := range []struct {
@@ -318,6 +346,9 @@ func (o Override) Partial() (Partial, *FieldError) {
 		d, err := ParseDuration(*f.raw)
 		if err != nil {
 			return Partial{}, &FieldError{f.name, err.Error()}
+		}
+		if d < 0 {
+			return Partial{}, &FieldError{f.name, fmt.Sprintf("must not be negative, got %q", *f.raw)}
 		}
 		*f.dst = &d
 	}

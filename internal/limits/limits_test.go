@@ -69,3 +69,56 @@ func TestBackoffAndJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &out))
 	assert.Equal(t, in, out)
 }
+
+func TestParseDurationBounds(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"0d": 0, "100000d": MaxDuration, "-100000d": -MaxDuration, "99999d24h": MaxDuration,
+		"2400000h": MaxDuration, ".5s": 500 * time.Millisecond, "1.5h": 90 * time.Minute,
+	} {
+		got, err := ParseDuration(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	// Each of these once overflowed into a positive duration or a wrapped
+	// one (724095h34m33s for the first).
+	for _, in := range []string{"-100000d2000000h", "300000000h", "9999999999d", "100001d", "100000d1ns",
+		"2400000h1s", "99999999999999999999d", "9223372036854775807ns1h", "2562048h"} {
+		_, err := ParseDuration(in)
+		require.Error(t, err, in)
+		assert.Contains(t, err.Error(), "too long: durations are at most 100000d", in)
+	}
+	for _, in := range []string{"24hh", "1d+2h", "+5s", "--5s", "-", "1e3s", "5 s", "h", "1d1d"} {
+		_, err := ParseDuration(in)
+		require.Error(t, err, in)
+		assert.Contains(t, err.Error(), "is not a duration", in)
+	}
+}
+
+func TestOverrideBounds(t *testing.T) {
+	str := func(s string) *string { return &s }
+	n := func(v int) *int { return &v }
+	for _, tc := range []struct {
+		o     Override
+		field string
+		msg   string
+	}{
+		{Override{ActiveTimeout: str("-1s")}, FieldActiveTimeout, `must not be negative, got "-1s"`},
+		{Override{TTLFailed: str("-100000d2000000h")}, FieldTTLFailed, "too long"},
+		{Override{RetryBackoff: str("300000000h")}, FieldRetryBackoff, "too long"},
+		{Override{PendingTimeout: str("-0s")}, "", ""}, // -0 is 0
+	} {
+		_, fe := tc.o.Partial()
+		if tc.field == "" {
+			assert.Nil(t, fe)
+			continue
+		}
+		require.NotNil(t, fe, tc.field)
+		assert.Equal(t, tc.field, fe.Field)
+		assert.Contains(t, fe.Msg, tc.msg)
+	}
+	errs := Partial{MaxRetry: n(MaxRetryLimit + 1)}.Check()
+	require.Len(t, errs, 1)
+	assert.Equal(t, FieldMaxRetry, errs[0].Field)
+	assert.Contains(t, errs[0].Msg, "must be at most 2147483647")
+	assert.Empty(t, Partial{MaxRetry: n(MaxRetryLimit)}.Check())
+}

@@ -13,9 +13,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -163,6 +165,56 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// Validate asks every started plugin to check its config and the default
+// contexts of the commands that use it (contexts: plugin name → command name
+// → context JSON), through the plugin's own Validate. Each problem becomes an
+// error naming its key, plugins.<name>.config.<field> or
+// commands.<command>.context.<field>, with the plugin's message. A plugin
+// built before Validate existed has nothing checked (logged at debug).
+func (m *Manager) Validate(ctx context.Context, contexts map[string]map[string]json.RawMessage) error {
+	m.mu.Lock()
+	procs := m.procs
+	m.mu.Unlock()
+	for name := range contexts {
+		if _, ok := procs[name]; !ok {
+			return fmt.Errorf("validating plugin settings: plugin %q is not started", name)
+		}
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(procs)) {
+		if err := procs[name].validate(ctx, contexts[name]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *proc) validate(ctx context.Context, contexts map[string]json.RawMessage) error {
+	inst, err := p.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("plugin %s: validating its settings: %w", p.name, err)
+	}
+	// Validation checks shape and values only; it has no reason to be slow.
+	vctx, cancel := context.WithTimeout(ctx, p.startTimeout)
+	defer cancel()
+	problems, checked, err := inst.rpc.Validate(vctx, p.cfg.Config, contexts)
+	if err != nil {
+		return fmt.Errorf("plugin %s: validating its settings: %w", p.name, err)
+	}
+	if !checked {
+		p.log.Debug("plugin does not implement Validate; its settings are checked only when a job runs")
+		return nil
+	}
+	sort.Slice(problems, func(i, j int) bool {
+		return problems[i].Key(p.name) < problems[j].Key(p.name)
+	})
+	errs := make([]error, 0, len(problems))
+	for _, pr := range problems {
+		errs = append(errs, fmt.Errorf("%s: %s (refused by plugin %s)", pr.Key(p.name), pr.Message, p.name))
+	}
+	return errors.Join(errs...)
 }
 
 func (m *Manager) discover() (map[string]string, error) {
@@ -407,7 +459,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 			p.log.Info("plugin output", "stream", stream, "line", line)
 		}}
 	}
-	client := goplugin.NewClient(plugin.ClientConfig(plugin.Process{
+	ccfg, exit := plugin.NewClientConfig(plugin.Process{
 		Path:         p.path,
 		Env:          p.env,
 		SHA256:       want,
@@ -426,7 +478,8 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 				p.log.Log(context.Background(), level, msg)
 			}},
 		}),
-	}))
+	})
+	client := goplugin.NewClient(ccfg)
 	fail := func(err error) (*instance, plugin.Info, error) {
 		client.Kill()
 		return nil, plugin.Info{}, err
@@ -436,7 +489,10 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 		if errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
 			return fail(fmt.Errorf("binary %s does not match plugins.%s.sha256: refusing to run it", p.path, p.name))
 		}
-		return fail(fmt.Errorf("running %s: %w%s", p.path, err, stderrSuffix(stderr)))
+		// Kill returns once the process is gone and its stderr is read (the
+		// runner cuts pipes a leftover child holds), so the tail is whole.
+		client.Kill()
+		return nil, plugin.Info{}, handshakeError(p.path, err, exit, stderr)
 	}
 	raw, err := conn.Dispense(plugin.PluginKey)
 	if err != nil {
@@ -460,11 +516,30 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 	return &instance{client: client, rpc: rpc, stderr: stderr}, info, nil
 }
 
-func stderrSuffix(t *tail) string {
-	if r := t.report(); r != "" {
-		return "; last stderr lines:\n" + r
+// handshakeError says why a plugin process did not complete go-plugin's
+// handshake: it exited on its own (with its status), or it printed something
+// else, or it said nothing within the start timeout. Call it after
+// client.Kill, which returns once the process has exited and its stderr has
+// been read.
+func handshakeError(path string, err error, exit *plugin.Exit, stderr *tail) error {
+	select {
+	case <-exit.Done():
+		switch {
+		case !exit.Started():
+			return fmt.Errorf("running %s: %w", path, err)
+		case !exit.ByHost():
+			return fmt.Errorf("binary %s %s before the handshake; its stderr: %s", path, exit, stderrReport(stderr))
+		}
+	default:
 	}
-	return ""
+	return fmt.Errorf("binary %s did not complete the handshake: %w; its stderr: %s", path, err, stderrReport(stderr))
+}
+
+func stderrReport(t *tail) string {
+	if r := t.report(); r != "" {
+		return "\n" + r
+	}
+	return "(empty)"
 }
 
 // crashed reports inst's crash (or its stop by Close): the error for every

@@ -24,12 +24,16 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
 
-// binDir holds tether-plugin-noop and tether-plugin-bare, built once.
+// binDir holds the plugins TestMain builds, once.
 var binDir string
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	dir, cleanup, err := testbin.TempPlugins(ctx, map[string]string{"noop": testbin.Noop, "bare": testbin.Bare})
+	dir, cleanup, err := testbin.TempPlugins(ctx, map[string]string{
+		"noop": testbin.Noop, "bare": testbin.Bare, "legacy": legacyPkg,
+		// The real plugins, for their validation at start.
+		"ecs": ecsPkg, "shell": shellPkg,
+	})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

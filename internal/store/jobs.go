@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -34,11 +35,17 @@ type SubmitParams struct {
 	Override limits.Override
 }
 
-// requestHash identifies the body of a submit for idempotency checks.
+// requestHash identifies the body of a submit for idempotency checks. The
+// context is hashed in a canonical form that keeps it exact: object keys
+// sorted, no whitespace, and every number as its own text (json.Number), so
+// 1.00000000000000001 and 1 differ, and so do 1.0 and 1 (jsonb keeps that
+// difference too).
 func (p SubmitParams) requestHash() (string, error) {
 	var ctx any = map[string]any{}
 	if len(p.Context) > 0 {
-		if err := json.Unmarshal(p.Context, &ctx); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(p.Context))
+		dec.UseNumber()
+		if err := dec.Decode(&ctx); err != nil {
 			return "", fmt.Errorf("decoding context: %w", err)
 		}
 	}
@@ -55,9 +62,10 @@ func (p SubmitParams) requestHash() (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// Submit inserts a queued job. With an idempotency key already used by an
-// identical request it returns that job and created=false; with a different
-// request it returns ErrIdempotencyConflict.
+// Submit inserts a queued job. With an idempotency key the same submitter
+// already used for an identical request it returns that job and
+// created=false; with a different request it returns ErrIdempotencyConflict.
+// Keys are per submitter: another submitter's key is never seen.
 func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 	hash, err := p.requestHash()
 	if err != nil {
@@ -90,7 +98,7 @@ func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 	}
 	// The key was taken: replay or conflict.
 	var existingHash string
-	if err := s.pool.QueryRow(ctx, queries.Get("job_get_by_key"), p.IdempotencyKey).Scan(&got, &existingHash); err != nil {
+	if err := s.pool.QueryRow(ctx, queries.Get("job_get_by_key"), p.Submitter, p.IdempotencyKey).Scan(&got, &existingHash); err != nil {
 		return Job{}, false, fmt.Errorf("looking up idempotency key: %w", err)
 	}
 	if existingHash != hash {

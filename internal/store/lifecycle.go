@@ -30,7 +30,8 @@ func (p RequeueParams) hash() string {
 // Requeue puts a failed or canceled job back in the queue as a new attempt,
 // with an event recording who, why and the key. With a key it is idempotent:
 // the same request again returns the first answer and replayed=true; the key
-// with a different request is ErrIdempotencyConflict. A job in any other
+// with a different request is ErrIdempotencyConflict. Keys are per By: one
+// operator's key never answers, or conflicts with, another's. A job in any other
 // status is a *TransitionError; an unknown job ErrNotFound.
 func (s *Store) Requeue(ctx context.Context, p RequeueParams) (job Job, replayed bool, err error) {
 	hash := p.hash()
@@ -47,12 +48,12 @@ func (s *Store) Requeue(ctx context.Context, p RequeueParams) (job Job, replayed
 		}
 		if p.Key != "" {
 			var got string
-			err := tx.QueryRow(ctx, queries.Get("requeue_key_insert"), p.Key, p.JobID, hash).Scan(&got)
+			err := tx.QueryRow(ctx, queries.Get("requeue_key_insert"), p.By, p.Key, p.JobID, hash).Scan(&got)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				var prevHash string
 				var prev json.RawMessage
-				if err := tx.QueryRow(ctx, queries.Get("requeue_key_get"), p.Key).Scan(&prevHash, &prev); err != nil {
+				if err := tx.QueryRow(ctx, queries.Get("requeue_key_get"), p.By, p.Key).Scan(&prevHash, &prev); err != nil {
 					return fmt.Errorf("reading requeue key: %w", err)
 				}
 				if prevHash != hash {
@@ -87,7 +88,7 @@ func (s *Store) Requeue(ctx context.Context, p RequeueParams) (job Job, replayed
 			if err != nil {
 				return fmt.Errorf("encoding requeue answer: %w", err)
 			}
-			if _, err := tx.Exec(ctx, queries.Get("requeue_key_answer"), p.Key, b); err != nil {
+			if _, err := tx.Exec(ctx, queries.Get("requeue_key_answer"), p.By, p.Key, b); err != nil {
 				return fmt.Errorf("storing requeue answer: %w", err)
 			}
 		}

@@ -10,6 +10,8 @@ import (
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tetherjobs/tether/pkg/plugin/pb"
 )
@@ -77,6 +79,30 @@ func (c *GRPCClient) HealthCheck(ctx context.Context, config json.RawMessage) er
 		return callError(ctx, "health check", err)
 	}
 	return errFromPB(resp.GetError())
+}
+
+// Validate asks the plugin to check config and the commands' contexts. A
+// plugin built before Validate existed answers Unimplemented: that is no
+// problem found, and ok is false so the caller can say nothing was checked.
+func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (problems []Problem, ok bool, err error) {
+	req := &pb.ValidateRequest{Config: config, Contexts: make(map[string][]byte, len(contexts))}
+	for name, raw := range contexts {
+		req.Contexts[name] = raw
+	}
+	resp, err := c.client.Validate(ctx, req)
+	if status.Code(err) == codes.Unimplemented {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, callError(ctx, "validate", err)
+	}
+	if err := errFromPB(resp.GetError()); err != nil {
+		return nil, true, err
+	}
+	for _, p := range resp.GetProblems() {
+		problems = append(problems, Problem{Command: p.GetCommand(), Field: p.GetField(), Message: p.GetMessage()})
+	}
+	return problems, true, nil
 }
 
 // DefaultStopGrace bounds how long the host waits for a cancelled call to

@@ -1,13 +1,13 @@
 package plugin
 
 import (
-	"crypto/sha256"
 	"io"
 	"os/exec"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
 )
 
 // Process describes one plugin process as a host starts it.
@@ -18,8 +18,8 @@ type Process struct {
 	// environment is added; go-plugin adds only its handshake variables
 	// (the TETHER_PLUGIN cookie and PLUGIN_*).
 	Env []string
-	// SHA256, when set, pins the binary: go-plugin hashes it right before it
-	// runs it and refuses a mismatch (goplugin.ErrChecksumsDoNotMatch).
+	// SHA256, when set, pins the binary: it is hashed right before it runs
+	// and a mismatch is refused (goplugin.ErrChecksumsDoNotMatch).
 	SHA256 []byte
 	// StartTimeout bounds the handshake; 0 means go-plugin's default (1m).
 	StartTimeout time.Duration
@@ -38,20 +38,35 @@ type Process struct {
 // handshake, gRPC only, AutoMTLS, a multiplexed broker and no inherited
 // environment. The agent (internal/pluginhost) and plugintest.StartBinary
 // both start plugin binaries with it, so tests run a plugin exactly as
-// production does. Pass it to goplugin.NewClient; an exec.Cmd is built per
-// call, so call it once per process start.
+// production does. Pass it to goplugin.NewClient; call it once per process
+// start.
 func ClientConfig(p Process) *goplugin.ClientConfig {
-	cmd := exec.Command(p.Path)
-	cmd.Env = p.Env
-	var secure *goplugin.SecureConfig
-	if len(p.SHA256) > 0 {
-		secure = &goplugin.SecureConfig{Checksum: p.SHA256, Hash: sha256.New()}
-	}
+	cfg, _ := NewClientConfig(p)
+	return cfg
+}
+
+// NewClientConfig is ClientConfig, and also returns the process's Exit, to
+// tell a plugin that exited before its handshake from one that never
+// answered.
+//
+// The process runs in a process group of its own (on Linux); when it exits,
+// what is left of the group is killed and its stdout and stderr are closed
+// soon after, so neither the handshake nor Kill waits on a child that
+// inherited them (see procRunner). StartTimeout bounds a plugin that never
+// completes the handshake.
+func NewClientConfig(p Process) (*goplugin.ClientConfig, *Exit) {
+	exit := newExit()
 	return &goplugin.ClientConfig{
-		HandshakeConfig:  Handshake(),
-		Plugins:          PluginSet(nil),
-		Cmd:              cmd,
-		SecureConfig:     secure,
+		HandshakeConfig: Handshake(),
+		Plugins:         PluginSet(nil),
+		// go-plugin builds the environment (Env, then its handshake, AutoMTLS
+		// and socket variables) and hands it over in cmd.Env. The checksum
+		// is checked by the runner right before the exec: go-plugin's own
+		// SecureConfig check needs Cmd, which excludes RunnerFunc.
+		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, _ string) (runner.Runner, error) {
+			env := append(append([]string{}, p.Env...), cmd.Env...)
+			return &procRunner{path: p.Path, env: env, sha256: p.SHA256, exit: exit}, nil
+		},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		// Each call serves Runtime under its own broker id; multiplexed, that
@@ -66,5 +81,5 @@ func ClientConfig(p Process) *goplugin.ClientConfig {
 		SyncStdout:   p.SyncStdout,
 		SyncStderr:   p.SyncStderr,
 		Logger:       p.Logger,
-	}
+	}, exit
 }

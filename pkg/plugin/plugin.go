@@ -4,7 +4,9 @@
 // A plugin is a separate binary whose main calls Serve with an implementation
 // of Plugin and, optionally, Resumer, Cleaner and HealthChecker. The agent runs
 // the binary through hashicorp/go-plugin over gRPC and discovers what it can do
-// from Info, never by calling and catching Unimplemented.
+// from Info, never by calling and catching Unimplemented. (Validate is the one
+// call a host makes regardless: a plugin built before it existed answers
+// Unimplemented, which means "nothing to check".)
 package plugin
 
 import (
@@ -102,4 +104,45 @@ type Cleaner interface {
 // HealthChecker reports whether the plugin can reach what it drives.
 type HealthChecker interface {
 	HealthCheck(ctx context.Context, config json.RawMessage) error
+}
+
+// Validator is implemented by plugins that can check their settings before
+// any job runs. The agent calls Validate once at start with the plugin's
+// config and the default context of every command that uses the plugin, and
+// refuses to start if any problem is reported, naming
+// plugins.<name>.config.<field> or commands.<command>.context.<field>.
+//
+// Validate checks shape and values only, with the same parsing Execute uses
+// so the two cannot disagree; it must not call remote services (the agent
+// must start while a cluster is unreachable). A command's context is its
+// default only: jobs merge their own context over it, so a setting a job may
+// still supply (an ECS task definition, a Spark query) must not be required.
+// A plugin that does not implement Validator has nothing checked.
+type Validator interface {
+	Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) ([]Problem, error)
+}
+
+// Problem is one thing Validate found wrong.
+type Problem struct {
+	// Command names the command whose context is wrong; empty for the
+	// plugin's config.
+	Command string
+	// Field is the setting's dotted path inside the config or the context
+	// ("task_count", "network_configuration.subnets"); empty when the
+	// problem is about the whole section.
+	Field   string
+	Message string
+}
+
+// Key is where the problem is in the agent's config:
+// plugins.<plugin>.config.<field> or commands.<command>.context.<field>.
+func (p Problem) Key(pluginName string) string {
+	key := "plugins." + pluginName + ".config"
+	if p.Command != "" {
+		key = "commands." + p.Command + ".context"
+	}
+	if p.Field != "" {
+		key += "." + p.Field
+	}
+	return key
 }

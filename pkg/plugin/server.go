@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -144,6 +145,28 @@ func (s *grpcServer) HealthCheck(ctx context.Context, req *pb.HealthCheckRequest
 	ctx, done := s.life.begin(ctx)
 	defer done()
 	return &pb.HealthCheckResponse{Error: errToPB(h.HealthCheck(ctx, nilIfEmpty(req.GetConfig())))}, nil
+}
+
+func (s *grpcServer) Validate(ctx context.Context, req *pb.ValidateRequest) (*pb.ValidateResponse, error) {
+	v, ok := s.impl.(Validator)
+	if !ok {
+		return &pb.ValidateResponse{}, nil // nothing to check
+	}
+	ctx, done := s.life.begin(ctx)
+	defer done()
+	contexts := make(map[string]json.RawMessage, len(req.GetContexts()))
+	for name, raw := range req.GetContexts() {
+		contexts[name] = nilIfEmpty(raw)
+	}
+	problems, err := v.Validate(ctx, nilIfEmpty(req.GetConfig()), contexts)
+	if err != nil {
+		return &pb.ValidateResponse{Error: errToPB(err)}, nil
+	}
+	resp := &pb.ValidateResponse{}
+	for _, p := range problems {
+		resp.Problems = append(resp.Problems, &pb.Problem{Command: p.Command, Field: p.Field, Message: p.Message})
+	}
+	return resp, nil
 }
 
 // lifecycle tracks a plugin process's in-flight calls so that shutdown can

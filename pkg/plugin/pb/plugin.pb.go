@@ -1015,6 +1015,171 @@ func (x *CancelResponse) GetFound() bool {
 	return false
 }
 
+type ValidateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Config        []byte                 `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`                                                                               // JSON: plugins.<name>.config
+	Contexts      map[string][]byte      `protobuf:"bytes,2,rep,name=contexts,proto3" json:"contexts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // JSON: commands.<cmd>.context by command name
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateRequest) Reset() {
+	*x = ValidateRequest{}
+	mi := &file_plugin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateRequest) ProtoMessage() {}
+
+func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
+func (*ValidateRequest) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ValidateRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ValidateRequest) GetContexts() map[string][]byte {
+	if x != nil {
+		return x.Contexts
+	}
+	return nil
+}
+
+// Problem is one thing wrong with the config or a command's context.
+type Problem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       string                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"` // empty: the plugin's config
+	Field         string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`     // dotted path inside the config or context; may be empty
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Problem) Reset() {
+	*x = Problem{}
+	mi := &file_plugin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Problem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Problem) ProtoMessage() {}
+
+func (x *Problem) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Problem.ProtoReflect.Descriptor instead.
+func (*Problem) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Problem) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *Problem) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *Problem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type ValidateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Problems      []*Problem             `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // validation itself failed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateResponse) Reset() {
+	*x = ValidateResponse{}
+	mi := &file_plugin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateResponse) ProtoMessage() {}
+
+func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
+func (*ValidateResponse) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ValidateResponse) GetProblems() []*Problem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *ValidateResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_plugin_proto protoreflect.FileDescriptor
 
 const file_plugin_proto_rawDesc = "" +
@@ -1070,7 +1235,20 @@ const file_plugin_proto_rawDesc = "" +
 	"\rCancelRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\"&\n" +
 	"\x0eCancelResponse\x12\x14\n" +
-	"\x05found\x18\x01 \x01(\bR\x05found*\x80\x01\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"\xb3\x01\n" +
+	"\x0fValidateRequest\x12\x16\n" +
+	"\x06config\x18\x01 \x01(\fR\x06config\x12K\n" +
+	"\bcontexts\x18\x02 \x03(\v2/.tether.plugin.v1.ValidateRequest.ContextsEntryR\bcontexts\x1a;\n" +
+	"\rContextsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"S\n" +
+	"\aProblem\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"x\n" +
+	"\x10ValidateResponse\x125\n" +
+	"\bproblems\x18\x01 \x03(\v2\x19.tether.plugin.v1.ProblemR\bproblems\x12-\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error*\x80\x01\n" +
 	"\n" +
 	"ErrorClass\x12\x1b\n" +
 	"\x17ERROR_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -1080,14 +1258,15 @@ const file_plugin_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\xd7\x03\n" +
+	"\rSTREAM_STDERR\x10\x022\xaa\x04\n" +
 	"\x06Plugin\x12E\n" +
 	"\x04Info\x12\x1d.tether.plugin.v1.InfoRequest\x1a\x1e.tether.plugin.v1.InfoResponse\x12F\n" +
 	"\aExecute\x12\x1c.tether.plugin.v1.RunRequest\x1a\x1d.tether.plugin.v1.RunResponse\x12E\n" +
 	"\x06Resume\x12\x1c.tether.plugin.v1.RunRequest\x1a\x1d.tether.plugin.v1.RunResponse\x12N\n" +
 	"\aCleanup\x12 .tether.plugin.v1.CleanupRequest\x1a!.tether.plugin.v1.CleanupResponse\x12Z\n" +
 	"\vHealthCheck\x12$.tether.plugin.v1.HealthCheckRequest\x1a%.tether.plugin.v1.HealthCheckResponse\x12K\n" +
-	"\x06Cancel\x12\x1f.tether.plugin.v1.CancelRequest\x1a .tether.plugin.v1.CancelResponse2\xac\x01\n" +
+	"\x06Cancel\x12\x1f.tether.plugin.v1.CancelRequest\x1a .tether.plugin.v1.CancelResponse\x12Q\n" +
+	"\bValidate\x12!.tether.plugin.v1.ValidateRequest\x1a\".tether.plugin.v1.ValidateResponse2\xac\x01\n" +
 	"\aRuntime\x12H\n" +
 	"\x05Write\x12\x1e.tether.plugin.v1.WriteRequest\x1a\x1f.tether.plugin.v1.WriteResponse\x12W\n" +
 	"\n" +
@@ -1106,7 +1285,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_plugin_proto_goTypes = []any{
 	(ErrorClass)(0),             // 0: tether.plugin.v1.ErrorClass
 	(Stream)(0),                 // 1: tether.plugin.v1.Stream
@@ -1127,6 +1306,10 @@ var file_plugin_proto_goTypes = []any{
 	(*CheckpointResponse)(nil),  // 16: tether.plugin.v1.CheckpointResponse
 	(*CancelRequest)(nil),       // 17: tether.plugin.v1.CancelRequest
 	(*CancelResponse)(nil),      // 18: tether.plugin.v1.CancelResponse
+	(*ValidateRequest)(nil),     // 19: tether.plugin.v1.ValidateRequest
+	(*Problem)(nil),             // 20: tether.plugin.v1.Problem
+	(*ValidateResponse)(nil),    // 21: tether.plugin.v1.ValidateResponse
+	nil,                         // 22: tether.plugin.v1.ValidateRequest.ContextsEntry
 }
 var file_plugin_proto_depIdxs = []int32{
 	0,  // 0: tether.plugin.v1.Error.class:type_name -> tether.plugin.v1.ErrorClass
@@ -1140,27 +1323,32 @@ var file_plugin_proto_depIdxs = []int32{
 	1,  // 8: tether.plugin.v1.WriteRequest.stream:type_name -> tether.plugin.v1.Stream
 	2,  // 9: tether.plugin.v1.WriteResponse.error:type_name -> tether.plugin.v1.Error
 	2,  // 10: tether.plugin.v1.CheckpointResponse.error:type_name -> tether.plugin.v1.Error
-	5,  // 11: tether.plugin.v1.Plugin.Info:input_type -> tether.plugin.v1.InfoRequest
-	7,  // 12: tether.plugin.v1.Plugin.Execute:input_type -> tether.plugin.v1.RunRequest
-	7,  // 13: tether.plugin.v1.Plugin.Resume:input_type -> tether.plugin.v1.RunRequest
-	9,  // 14: tether.plugin.v1.Plugin.Cleanup:input_type -> tether.plugin.v1.CleanupRequest
-	11, // 15: tether.plugin.v1.Plugin.HealthCheck:input_type -> tether.plugin.v1.HealthCheckRequest
-	17, // 16: tether.plugin.v1.Plugin.Cancel:input_type -> tether.plugin.v1.CancelRequest
-	13, // 17: tether.plugin.v1.Runtime.Write:input_type -> tether.plugin.v1.WriteRequest
-	15, // 18: tether.plugin.v1.Runtime.Checkpoint:input_type -> tether.plugin.v1.CheckpointRequest
-	6,  // 19: tether.plugin.v1.Plugin.Info:output_type -> tether.plugin.v1.InfoResponse
-	8,  // 20: tether.plugin.v1.Plugin.Execute:output_type -> tether.plugin.v1.RunResponse
-	8,  // 21: tether.plugin.v1.Plugin.Resume:output_type -> tether.plugin.v1.RunResponse
-	10, // 22: tether.plugin.v1.Plugin.Cleanup:output_type -> tether.plugin.v1.CleanupResponse
-	12, // 23: tether.plugin.v1.Plugin.HealthCheck:output_type -> tether.plugin.v1.HealthCheckResponse
-	18, // 24: tether.plugin.v1.Plugin.Cancel:output_type -> tether.plugin.v1.CancelResponse
-	14, // 25: tether.plugin.v1.Runtime.Write:output_type -> tether.plugin.v1.WriteResponse
-	16, // 26: tether.plugin.v1.Runtime.Checkpoint:output_type -> tether.plugin.v1.CheckpointResponse
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	22, // 11: tether.plugin.v1.ValidateRequest.contexts:type_name -> tether.plugin.v1.ValidateRequest.ContextsEntry
+	20, // 12: tether.plugin.v1.ValidateResponse.problems:type_name -> tether.plugin.v1.Problem
+	2,  // 13: tether.plugin.v1.ValidateResponse.error:type_name -> tether.plugin.v1.Error
+	5,  // 14: tether.plugin.v1.Plugin.Info:input_type -> tether.plugin.v1.InfoRequest
+	7,  // 15: tether.plugin.v1.Plugin.Execute:input_type -> tether.plugin.v1.RunRequest
+	7,  // 16: tether.plugin.v1.Plugin.Resume:input_type -> tether.plugin.v1.RunRequest
+	9,  // 17: tether.plugin.v1.Plugin.Cleanup:input_type -> tether.plugin.v1.CleanupRequest
+	11, // 18: tether.plugin.v1.Plugin.HealthCheck:input_type -> tether.plugin.v1.HealthCheckRequest
+	17, // 19: tether.plugin.v1.Plugin.Cancel:input_type -> tether.plugin.v1.CancelRequest
+	19, // 20: tether.plugin.v1.Plugin.Validate:input_type -> tether.plugin.v1.ValidateRequest
+	13, // 21: tether.plugin.v1.Runtime.Write:input_type -> tether.plugin.v1.WriteRequest
+	15, // 22: tether.plugin.v1.Runtime.Checkpoint:input_type -> tether.plugin.v1.CheckpointRequest
+	6,  // 23: tether.plugin.v1.Plugin.Info:output_type -> tether.plugin.v1.InfoResponse
+	8,  // 24: tether.plugin.v1.Plugin.Execute:output_type -> tether.plugin.v1.RunResponse
+	8,  // 25: tether.plugin.v1.Plugin.Resume:output_type -> tether.plugin.v1.RunResponse
+	10, // 26: tether.plugin.v1.Plugin.Cleanup:output_type -> tether.plugin.v1.CleanupResponse
+	12, // 27: tether.plugin.v1.Plugin.HealthCheck:output_type -> tether.plugin.v1.HealthCheckResponse
+	18, // 28: tether.plugin.v1.Plugin.Cancel:output_type -> tether.plugin.v1.CancelResponse
+	21, // 29: tether.plugin.v1.Plugin.Validate:output_type -> tether.plugin.v1.ValidateResponse
+	14, // 30: tether.plugin.v1.Runtime.Write:output_type -> tether.plugin.v1.WriteResponse
+	16, // 31: tether.plugin.v1.Runtime.Checkpoint:output_type -> tether.plugin.v1.CheckpointResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -1174,7 +1362,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -39,6 +39,7 @@ const (
 	Plugin_Cleanup_FullMethodName     = "/tether.plugin.v1.Plugin/Cleanup"
 	Plugin_HealthCheck_FullMethodName = "/tether.plugin.v1.Plugin/HealthCheck"
 	Plugin_Cancel_FullMethodName      = "/tether.plugin.v1.Plugin/Cancel"
+	Plugin_Validate_FullMethodName    = "/tether.plugin.v1.Plugin/Validate"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -54,6 +55,12 @@ type PluginClient interface {
 	// call open until the plugin has really stopped its work (a shell job's
 	// grace period included), so it records the end only when it is true.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// Validate checks the plugin's config and the default contexts of the
+	// commands that use it, at the agent's start, so a bad setting fails the
+	// start instead of every job. It checks shape and values only: it must not
+	// call remote services. A plugin that predates it answers Unimplemented,
+	// which the host reads as "nothing to check".
+	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
 }
 
 type pluginClient struct {
@@ -124,6 +131,16 @@ func (c *pluginClient) Cancel(ctx context.Context, in *CancelRequest, opts ...gr
 	return out, nil
 }
 
+func (c *pluginClient) Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateResponse)
+	err := c.cc.Invoke(ctx, Plugin_Validate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -137,6 +154,12 @@ type PluginServer interface {
 	// call open until the plugin has really stopped its work (a shell job's
 	// grace period included), so it records the end only when it is true.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// Validate checks the plugin's config and the default contexts of the
+	// commands that use it, at the agent's start, so a bad setting fails the
+	// start instead of every job. It checks shape and values only: it must not
+	// call remote services. A plugin that predates it answers Unimplemented,
+	// which the host reads as "nothing to check".
+	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -164,6 +187,9 @@ func (UnimplementedPluginServer) HealthCheck(context.Context, *HealthCheckReques
 }
 func (UnimplementedPluginServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedPluginServer) Validate(context.Context, *ValidateRequest) (*ValidateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Validate not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -294,6 +320,24 @@ func _Plugin_Cancel_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_Validate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).Validate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_Validate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).Validate(ctx, req.(*ValidateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -324,6 +368,10 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Cancel",
 			Handler:    _Plugin_Cancel_Handler,
+		},
+		{
+			MethodName: "Validate",
+			Handler:    _Plugin_Validate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

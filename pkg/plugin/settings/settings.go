@@ -311,3 +311,60 @@ func Kind(v json.RawMessage) string {
 		return "number"
 	}
 }
+
+// Problem turns an error of this Decoder (or of a plugin's own check written
+// with Errorf) into a plugin.Problem for Validate, so that Validate reports
+// exactly what Execute would fail with. The setting's name that starts the
+// message ("task_count: must be ...") becomes the Field; a leading "config"
+// or "context" section name is dropped, since the Problem's Command already
+// says which section it is. A message that names no setting is kept whole.
+func (d Decoder) Problem(command string, err error) plugin.Problem {
+	msg := strings.TrimPrefix(err.Error(), d.Prefix)
+	field, rest, ok := strings.Cut(msg, ": ")
+	if !ok || field == "" || strings.ContainsAny(field, " \t\n\"'") {
+		return plugin.Problem{Command: command, Message: msg}
+	}
+	for _, section := range []string{"config", "context"} {
+		if field == section {
+			field = ""
+		} else if f, ok := strings.CutPrefix(field, section+"."); ok {
+			field = f
+		}
+	}
+	return plugin.Problem{Command: command, Field: field, Message: rest}
+}
+
+// Validate is a plugin.Validator's work for a plugin that merges its config
+// with each job's context (as Merge does): decode is the plugin's own
+// parsing of a config and a context, without the checks for what a job may
+// still bring. Each command's default context is decoded over the config.
+// A failure the config alone also has is reported once, against the config;
+// any other, against the command. A config that fails alone but works under
+// every command's context is fine: no job runs with the config alone. With
+// no commands the config alone is checked, unless it is empty (a plugin
+// found in the plugin directory but neither configured nor used).
+func (d Decoder) Validate(config json.RawMessage, contexts map[string]json.RawMessage, decode func(config, context json.RawMessage) error) []plugin.Problem {
+	cfgErr := decode(config, nil)
+	if len(contexts) == 0 {
+		if cfgErr != nil && len(bytes.TrimSpace(config)) > 0 && !IsNull(config) {
+			return []plugin.Problem{d.Problem("", cfgErr)}
+		}
+		return nil
+	}
+	var problems []plugin.Problem
+	configReported := false
+	for _, name := range slices.Sorted(maps.Keys(contexts)) {
+		err := decode(config, contexts[name])
+		switch {
+		case err == nil:
+		case cfgErr != nil && err.Error() == cfgErr.Error():
+			if !configReported {
+				configReported = true
+				problems = append(problems, d.Problem("", err))
+			}
+		default:
+			problems = append(problems, d.Problem(name, err))
+		}
+	}
+	return problems
+}

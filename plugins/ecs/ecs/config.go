@@ -123,6 +123,20 @@ var dec = settings.Decoder{Prefix: "ecs: "}
 // that names a task definition in either form replaces the config's in both
 // forms. A null value unsets a key.
 func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
+	c, err := decodeConfig(rawConfig, rawContext)
+	if err != nil {
+		return Config{}, err
+	}
+	if c.TaskDefinition == "" && c.Template == nil {
+		return Config{}, dec.Errorf(`neither task_definition ("family[:revision]" or an ARN) nor task_definition_template is set`)
+	}
+	return c, nil
+}
+
+// decodeConfig is parseConfig without the check that a task definition is
+// set, which a command's default context may leave to its jobs: Validate
+// uses it on the plugin config alone and on each command's default context.
+func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	cfgFields, err := dec.Object("config", rawConfig, configKeys)
 	if err != nil {
 		return Config{}, err
@@ -225,11 +239,8 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 			return Config{}, err
 		}
 	}
-	switch {
-	case c.TaskDefinition != "" && c.Template != nil:
+	if c.TaskDefinition != "" && c.Template != nil {
 		return Config{}, dec.Errorf("both task_definition and task_definition_template are set; set exactly one")
-	case c.TaskDefinition == "" && c.Template == nil:
-		return Config{}, dec.Errorf(`neither task_definition ("family[:revision]" or an ARN) nor task_definition_template is set`)
 	}
 	if c.Template != nil {
 		if _, err := decodeTemplate(c.Template); err != nil {

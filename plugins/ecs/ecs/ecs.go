@@ -26,7 +26,8 @@ import (
 // Version is reported in Info.
 const Version = "0.2.0"
 
-// Plugin implements plugin.Plugin, Resumer, Cleaner and HealthChecker.
+// Plugin implements plugin.Plugin, Resumer, Cleaner, HealthChecker and
+// Validator.
 // One value serves every job of the plugin process and shares its clients.
 type Plugin struct {
 	clients clientCache
@@ -43,6 +44,7 @@ var (
 	_ plugin.Resumer       = (*Plugin)(nil)
 	_ plugin.Cleaner       = (*Plugin)(nil)
 	_ plugin.HealthChecker = (*Plugin)(nil)
+	_ plugin.Validator     = (*Plugin)(nil)
 )
 
 // Info implements plugin.Plugin.
@@ -212,4 +214,14 @@ func notFound(err error) bool {
 		return strings.Contains(strings.ToLower(ae.ErrorMessage()), "not found")
 	}
 	return false
+}
+
+// Validate checks the plugin config and the commands' default contexts with
+// the parsing Execute uses, without calling AWS. A task definition may be
+// left to jobs.
+func (p *Plugin) Validate(_ context.Context, config json.RawMessage, contexts map[string]json.RawMessage) ([]plugin.Problem, error) {
+	return dec.Validate(config, contexts, func(config, context json.RawMessage) error {
+		_, err := decodeConfig(config, context)
+		return err
+	}), nil
 }

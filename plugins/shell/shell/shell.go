@@ -61,6 +61,7 @@ var (
 	_ plugin.Plugin        = (*Plugin)(nil)
 	_ plugin.Cleaner       = (*Plugin)(nil)
 	_ plugin.HealthChecker = (*Plugin)(nil)
+	_ plugin.Validator     = (*Plugin)(nil)
 )
 
 // Plugin is the shell plugin. Create it with New; it is safe for concurrent
@@ -113,6 +114,34 @@ func NewWithLogger(log *slog.Logger) *Plugin {
 // Info reports the plugin's name and version; Serve adds the capabilities.
 func (p *Plugin) Info(context.Context) (plugin.Info, error) {
 	return plugin.Info{Name: Name, Version: Version}, nil
+}
+
+// credential is the process credential of a job run as a; nil (the
+// plugin's own) when a is nil.
+func credential(a *account) *syscall.Credential {
+	if a == nil {
+		return nil
+	}
+	return &syscall.Credential{Uid: a.UID, Gid: a.GID, Groups: a.Groups}
+}
+
+// Validate checks the plugin config and the commands' default contexts with
+// the parsing Execute uses. A default context may leave out both command and
+// script: its jobs may bring their own.
+func (p *Plugin) Validate(_ context.Context, rawConfig json.RawMessage, contexts map[string]json.RawMessage) ([]plugin.Problem, error) {
+	cfg, err := parseConfig(rawConfig, p.tempDir)
+	if err != nil {
+		// Contexts are checked against the config's limits: without a
+		// config, there is nothing to check them against.
+		return []plugin.Problem{dec.Problem("", err)}, nil
+	}
+	var problems []plugin.Problem
+	for _, name := range slices.Sorted(maps.Keys(contexts)) {
+		if _, err := decodeSpec(contexts[name], cfg, false); err != nil {
+			problems = append(problems, dec.Problem(name, err))
+		}
+	}
+	return problems, nil
 }
 
 // HealthCheck reports whether /bin/sh is executable and the configured
@@ -201,6 +230,13 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 			return nil, plugin.Errorf(plugin.Retriable, "creating working directory under %s: %v", cfg.WorkRoot, err)
 		}
 		dir, createdDir = d, true
+		if a := cfg.RunAs; a != nil {
+			// The directory is private (0700): it must be the job's user's.
+			if err := os.Chown(dir, int(a.UID), int(a.GID)); err != nil {
+				_ = os.RemoveAll(dir)
+				return nil, plugin.Errorf(plugin.Retriable, "handing working directory %s to user %s: %v", dir, a.Name, err)
+			}
+		}
 	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return nil, dec.Errorf("context.working_dir: %s is not an existing directory; create it first or leave working_dir unset for a fresh per-job directory", dir)
 	}
@@ -219,7 +255,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	}
 
 	runID := randomHex()
-	env := buildEnv(s, dir, job, runID)
+	env := buildEnv(s, dir, job, runID, cfg.RunAs)
 	path, args := "/bin/sh", []string{"/bin/sh", "-c", s.Script}
 	if s.Script == "" {
 		var err error
@@ -246,7 +282,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 		Dir:         dir,
 		Stdout:      outW,
 		Stderr:      errW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.RunAs)},
 	}
 	startErr := cmd.Start()
 	// The child has its own copies; ours must go so readers see EOF.
@@ -631,13 +667,16 @@ func (p *Plugin) Shutdown(ctx context.Context) error {
 
 // buildEnv returns the job's environment: a minimal base, the job's env on
 // top, and the run marker. Nothing of the plugin's own environment is passed.
-func buildEnv(s spec, dir string, job *plugin.Job, runID string) []string {
+func buildEnv(s spec, dir string, job *plugin.Job, runID string, runAs *account) []string {
 	m := map[string]string{
 		"PATH":               basePath,
 		"HOME":               dir,
 		"LANG":               "C.UTF-8",
 		"TETHER_JOB_ID":      job.ID,
 		"TETHER_JOB_ATTEMPT": strconv.Itoa(job.Attempt),
+	}
+	if runAs != nil {
+		m["HOME"], m["USER"], m["LOGNAME"] = runAs.Home, runAs.Name, runAs.Name
 	}
 	for k, v := range s.Env {
 		m[k] = v

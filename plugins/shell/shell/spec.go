@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,11 +55,20 @@ type config struct {
 	MaxKillGrace time.Duration // the most a job's kill_grace may be
 	WorkRoot     string        // parent of per-job working directories
 	StateDir     string        // where process-group records live
+	RunAs        *account      // the user jobs run as; nil: the plugin's own
+}
+
+// account is the user config.run_as names, resolved.
+type account struct {
+	Name     string
+	UID, GID uint32
+	Groups   []uint32 // supplementary groups
+	Home     string
 }
 
 var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "retry_exit_codes", "script", "working_dir"}
 
-var configKeys = []string{"kill_grace", "max_kill_grace", "state_dir", "work_root"}
+var configKeys = []string{"kill_grace", "max_kill_grace", "run_as", "state_dir", "work_root"}
 
 // dec decodes settings. Its errors, like every error bad input produces, are
 // permanent (retrying the same input cannot help) and carry no prefix: they
@@ -95,6 +107,10 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 			if cfg.StateDir, err = parseAbsDir("config.state_dir", val); err != nil {
 				return config{}, err
 			}
+		case "run_as":
+			if cfg.RunAs, err = parseRunAs("config.run_as", val, os.Geteuid(), lookupUser, (*user.User).GroupIds); err != nil {
+				return config{}, err
+			}
 		}
 	}
 	if cfg.KillGrace > cfg.MaxKillGrace {
@@ -106,6 +122,13 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 
 // parseSpec validates a job context; defaults come from cfg.
 func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
+	return decodeSpec(raw, cfg, true)
+}
+
+// decodeSpec is parseSpec; with complete false it accepts a context that
+// sets neither command nor script, as a command's default context may (its
+// jobs bring their own), for Validate.
+func decodeSpec(raw json.RawMessage, cfg config, complete bool) (spec, error) {
 	s := spec{KillGrace: cfg.KillGrace}
 	fields, err := objectFields("context", raw, contextKeys)
 	if err != nil {
@@ -118,7 +141,7 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	switch {
 	case hasCmd && hasScript:
 		return spec{}, dec.Errorf(`context: both command and script are set; set exactly one (a job can clear a default with "command": null or "script": null)`)
-	case !hasCmd && !hasScript:
+	case !hasCmd && !hasScript && complete:
 		return spec{}, dec.Errorf(`context: neither command nor script is set; set command: ["prog", "arg"] or script: "..."`)
 	}
 	if hasCmd {
@@ -311,4 +334,51 @@ func parseExitCodes(what string, raw json.RawMessage) ([]int, error) {
 		codes = append(codes, c)
 	}
 	return codes, nil
+}
+
+// parseRunAs resolves config.run_as, a user name or numeric uid, with lookup
+// and groupIDs (lookupUser and User.GroupIds). euid is the plugin's effective
+// uid: switching to another user needs root, so a non-root plugin may only
+// name itself.
+func parseRunAs(field string, raw json.RawMessage, euid int, lookup func(string) (*user.User, error), groupIDs func(*user.User) ([]string, error)) (*account, error) {
+	var name string
+	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &name) != nil {
+		return nil, dec.Errorf(`%s: must be a user name like "nobody", got %s`, field, settings.Kind(raw))
+	}
+	if strings.TrimSpace(name) == "" || strings.ContainsAny(name, "\x00:/") {
+		return nil, dec.Errorf(`%s: %q is not a user name; set a user of this machine like "nobody", or remove run_as to run jobs as the agent's user`, field, name)
+	}
+	u, err := lookup(name)
+	if err != nil {
+		return nil, dec.Errorf("%s: no user %q on this machine (%v); create the user or name an existing one", field, name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, dec.Errorf("%s: user %q has uid %q and gid %q, which are not numbers", field, name, u.Uid, u.Gid)
+	}
+	if euid != 0 && uint64(euid) != uid {
+		return nil, dec.Errorf("%s: the agent runs as uid %d, not root, so it cannot run jobs as %s (uid %d); run the agent as root or remove run_as", field, euid, name, uid)
+	}
+	groups, err := groupIDs(u)
+	if err != nil {
+		return nil, dec.Errorf("%s: looking up the groups of user %q: %v", field, name, err)
+	}
+	a := &account{Name: u.Username, UID: uint32(uid), GID: uint32(gid), Home: u.HomeDir}
+	for _, g := range groups {
+		n, err := strconv.ParseUint(g, 10, 32)
+		if err != nil {
+			return nil, dec.Errorf("%s: user %q has a group id %q that is not a number", field, name, g)
+		}
+		a.Groups = append(a.Groups, uint32(n))
+	}
+	return a, nil
+}
+
+// lookupUser finds a user by name, or by uid when s is a number.
+func lookupUser(s string) (*user.User, error) {
+	if _, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return user.LookupId(s)
+	}
+	return user.Lookup(s)
 }

@@ -50,7 +50,7 @@ func TestExecuteValidationErrors(t *testing.T) {
 		{"string context", `"echo"`, ``, `context: must be a JSON object, got string`},
 		{"broken JSON", `{"script":`, ``, `context: not valid JSON`},
 		{"config grace", `{"script": "x"}`, `{"kill_grace": "x"}`, `config.kill_grace: "x" is not a duration`},
-		{"config unknown", `{"script": "x"}`, `{"bogus": 1}`, `config: unknown key "bogus"; known keys are kill_grace, max_kill_grace, state_dir, work_root`},
+		{"config unknown", `{"script": "x"}`, `{"bogus": 1}`, `config: unknown key "bogus"; known keys are kill_grace, max_kill_grace, run_as, state_dir, work_root`},
 		{"grace above default max", `{"script": "x", "kill_grace": "11s"}`, ``, `context.kill_grace: 11s is above the maximum 10s (plugins.shell.config.max_kill_grace); ask for at most 10s, or raise max_kill_grace`},
 		{"grace above configured max", `{"script": "x", "kill_grace": "2s"}`, `{"kill_grace": "1s", "max_kill_grace": "1500ms"}`, `context.kill_grace: 2s is above the maximum 1.5s (plugins.shell.config.max_kill_grace)`},
 		{"config max below grace", `{"script": "x"}`, `{"max_kill_grace": "5s"}`, `config.kill_grace: 10s is above config.max_kill_grace (5s)`},

@@ -143,6 +143,27 @@ var dec = settings.Decoder{Prefix: "sparkeks: "}
 // labels, spark_conf and hadoop_conf, which are merged key by key (the
 // context wins). A null value unsets a key.
 func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
+	c, err := decodeConfig(rawConfig, rawContext)
+	if err != nil {
+		return Config{}, err
+	}
+	if c.Query == "" {
+		return Config{}, dec.Errorf("query: required in the job's context: the Spark SQL to run")
+	}
+	spec, _ := c.Template["spec"].(map[string]any)
+	if c.Image == "" && !hasString(spec, "image") {
+		return Config{}, dec.Errorf("image: required (the Spark image the driver and executors run), unless the template sets spec.image")
+	}
+	if c.MainApplicationFile == "" && !hasString(spec, "mainApplicationFile") {
+		return Config{}, dec.Errorf("main_application_file: required (the wrapper that runs the query file, e.g. local:///opt/tether/run_sql.py), unless the template sets spec.mainApplicationFile")
+	}
+	return c, nil
+}
+
+// decodeConfig is parseConfig without the checks that what a job may still
+// bring is set (query, image, main_application_file): Validate uses it on
+// the plugin config alone and on each command's default context.
+func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	cfgFields, err := dec.Object("config", rawConfig, contextKeys)
 	if err != nil {
 		return Config{}, err
@@ -241,16 +262,6 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		if err != nil {
 			return Config{}, err
 		}
-	}
-	if c.Query == "" {
-		return Config{}, dec.Errorf("query: required in the job's context: the Spark SQL to run")
-	}
-	spec, _ := c.Template["spec"].(map[string]any)
-	if c.Image == "" && !hasString(spec, "image") {
-		return Config{}, dec.Errorf("image: required (the Spark image the driver and executors run), unless the template sets spec.image")
-	}
-	if c.MainApplicationFile == "" && !hasString(spec, "mainApplicationFile") {
-		return Config{}, dec.Errorf("main_application_file: required (the wrapper that runs the query file, e.g. local:///opt/tether/run_sql.py), unless the template sets spec.mainApplicationFile")
 	}
 	return c, nil
 }

@@ -31,7 +31,8 @@ const PluginVersion = "0.2.0"
 // requestTimeout bounds one API call of Cleanup and HealthCheck.
 const requestTimeout = 30 * time.Second
 
-// Plugin implements plugin.Plugin, Resumer, Cleaner and HealthChecker.
+// Plugin implements plugin.Plugin, Resumer, Cleaner, HealthChecker and
+// Validator.
 // One value serves every job of the plugin process and shares its clients.
 type Plugin struct {
 	clients clientCache
@@ -52,6 +53,7 @@ var (
 	_ plugin.Resumer       = (*Plugin)(nil)
 	_ plugin.Cleaner       = (*Plugin)(nil)
 	_ plugin.HealthChecker = (*Plugin)(nil)
+	_ plugin.Validator     = (*Plugin)(nil)
 )
 
 // Info implements plugin.Plugin.
@@ -225,4 +227,14 @@ func (p *Plugin) HealthCheck(ctx context.Context, config json.RawMessage) error 
 	return plugin.Errorf(plugin.Permanent,
 		"sparkeks: the API server %s does not serve %s %s: install the spark-operator CRDs (kubeflow spark-operator's Helm chart, or its sparkoperator.k8s.io_sparkapplications.yaml)",
 		cl.host, APIVersion, Resource)
+}
+
+// Validate checks the plugin config and the commands' default contexts with
+// the parsing Execute uses, without calling AWS or Kubernetes. The query,
+// image and main application file may be left to jobs.
+func (p *Plugin) Validate(_ context.Context, config json.RawMessage, contexts map[string]json.RawMessage) ([]plugin.Problem, error) {
+	return dec.Validate(config, contexts, func(config, context json.RawMessage) error {
+		_, err := decodeConfig(config, context)
+		return err
+	}), nil
 }
