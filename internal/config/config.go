@@ -43,6 +43,10 @@ type Config struct {
 	// DatabaseURL is a libpq URL or keyword/value string. Env: DATABASE_URL.
 	// It holds the database password: never printed unredacted.
 	DatabaseURL string `yaml:"database_url" env:"DATABASE_URL" secret:"true"`
+	// DatabaseDirectURL is where the session-bound connections go (the
+	// agent name lock, whose release is a liveness signal, and LISTEN):
+	// PostgreSQL itself, not a transaction pooler. "" means DatabaseURL.
+	DatabaseDirectURL string `yaml:"database_direct_url" env:"TETHER_DATABASE_DIRECT_URL" secret:"true"`
 	// DatabaseConnectTimeout bounds each connection attempt to the
 	// database (TCP, TLS and the start-up exchange), so a database that
 	// accepts and never answers fails the start with a message instead of
@@ -136,15 +140,23 @@ func (c Command) ResolveLimits(defaults Defaults, override limits.Partial) (limi
 type Agent struct {
 	// Name is the agent's stable identity; "" means the ECS task ID when
 	// running on ECS, else the hostname. Unique per live process.
-	Name            string   `yaml:"name"`
-	Capacity        int      `yaml:"capacity"`         // jobs run at once
-	PollInterval    Duration `yaml:"poll_interval"`    // claim poll when no notification arrives
-	Keepalive       Duration `yaml:"keepalive"`        // heartbeat period
-	StaleJob        Duration `yaml:"stale_job"`        // silence after which running jobs are released or failed
-	OfflineAfter    Duration `yaml:"offline_after"`    // silence after which accepted jobs are requeued; 0 = 3 × keepalive
-	CleanInterval   Duration `yaml:"clean_interval"`   // janitor period
-	AWOLTimeout     Duration `yaml:"awol_timeout"`     // how long a released job may wait to be resumed
-	ShutdownTimeout Duration `yaml:"shutdown_timeout"` // drain: wait for non-resumable jobs
+	Name         string   `yaml:"name"`
+	Capacity     int      `yaml:"capacity"`      // jobs run at once
+	PollInterval Duration `yaml:"poll_interval"` // claim poll when no notification arrives
+	Keepalive    Duration `yaml:"keepalive"`     // heartbeat period
+	StaleJob     Duration `yaml:"stale_job"`     // silence after which running jobs are released or failed
+	OfflineAfter Duration `yaml:"offline_after"` // silence after which accepted jobs are requeued; 0 = 3 × keepalive
+	// DeadAfter: an agent whose name lock has been seen free and that has
+	// not heartbeat for this long is dead: its accepted jobs are requeued
+	// and its resumable running jobs released at once, without waiting for
+	// stale_job. 0 = 2 × keepalive.
+	DeadAfter Duration `yaml:"dead_after"`
+	// NameLockLiveness turns that early detection on (default true); off,
+	// only stale_job and offline_after apply.
+	NameLockLiveness *bool    `yaml:"name_lock_liveness"`
+	CleanInterval    Duration `yaml:"clean_interval"`   // janitor period
+	AWOLTimeout      Duration `yaml:"awol_timeout"`     // how long a released job may wait to be resumed
+	ShutdownTimeout  Duration `yaml:"shutdown_timeout"` // drain: wait for non-resumable jobs
 	// CleanupTimeout bounds one plugin Cleanup call; 0 = the smaller of
 	// DefaultCleanupTimeout and stale_job/2 (filled in by Load and Parse).
 	// Must be less than stale_job.
@@ -363,9 +375,24 @@ func (c *Config) fillDerived() {
 	if c.Agent.OfflineAfter == 0 {
 		c.Agent.OfflineAfter = 3 * c.Agent.Keepalive
 	}
+	if c.Agent.DeadAfter == 0 {
+		c.Agent.DeadAfter = 2 * c.Agent.Keepalive
+	}
 	if c.Agent.CleanupTimeout == 0 && c.Agent.StaleJob > 0 {
 		c.Agent.CleanupTimeout = min(Duration(DefaultCleanupTimeout), c.Agent.StaleJob/2)
 	}
+}
+
+// LockLiveness reports whether agent.name_lock_liveness is on.
+func (a Agent) LockLiveness() bool { return a.NameLockLiveness == nil || *a.NameLockLiveness }
+
+// DirectURL is the URL of the session-bound connections: database_direct_url,
+// or database_url when it is not set.
+func (c *Config) DirectURL() string {
+	if c.DatabaseDirectURL != "" {
+		return c.DatabaseDirectURL
+	}
+	return c.DatabaseURL
 }
 
 // CommandNames returns the configured command names, sorted.

@@ -237,6 +237,8 @@ func TestEnvVarNames(t *testing.T) {
 		"http.idle_timeout":          "TETHER_HTTP_IDLE_TIMEOUT",
 		"http.allowed_hosts":         "TETHER_HTTP_ALLOWED_HOSTS",
 		"database_connect_timeout":   "TETHER_DATABASE_CONNECT_TIMEOUT",
+		"database_direct_url":        "TETHER_DATABASE_DIRECT_URL",
+		"agent.dead_after":           "TETHER_AGENT_DEAD_AFTER",
 		"http.tokens":                "TETHER_API_TOKENS",
 		"logs.max_bytes_per_stream":  "TETHER_LOGS_MAX_BYTES_PER_STREAM",
 		"logs.flush_interval":        "TETHER_LOGS_FLUSH_INTERVAL",

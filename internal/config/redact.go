@@ -264,6 +264,7 @@ func checkDatabaseURL(s string) error {
 func (c *Config) Redacted() *Config {
 	r := *c
 	r.DatabaseURL = RedactURL(c.DatabaseURL)
+	r.DatabaseDirectURL = RedactURL(c.DatabaseDirectURL)
 	r.HTTP.Tokens = make([]Token, len(c.HTTP.Tokens))
 	for i, t := range c.HTTP.Tokens {
 		r.HTTP.Tokens[i] = Token{Name: t.Name, Token: redacted}
@@ -296,7 +297,10 @@ func (c *Config) LogValue() slog.Value {
 		slog.String("agent.poll_interval", r.Agent.PollInterval.String()),
 		slog.String("agent.keepalive", r.Agent.Keepalive.String()),
 		slog.String("agent.stale_job", r.Agent.StaleJob.String()),
+		slog.String("database_direct_url", r.DatabaseDirectURL),
 		slog.String("agent.offline_after", r.Agent.OfflineAfter.String()),
+		slog.String("agent.dead_after", r.Agent.DeadAfter.String()),
+		slog.Bool("agent.name_lock_liveness", r.Agent.LockLiveness()),
 		slog.String("agent.clean_interval", r.Agent.CleanInterval.String()),
 		slog.String("agent.awol_timeout", r.Agent.AWOLTimeout.String()),
 		slog.String("agent.shutdown_timeout", r.Agent.ShutdownTimeout.String()),

@@ -52,6 +52,7 @@ func (c *Config) Validate() error {
 		{"agent.keepalive", a.Keepalive},
 		{"agent.stale_job", a.StaleJob},
 		{"agent.offline_after", a.OfflineAfter},
+		{"agent.dead_after", a.DeadAfter},
 		{"agent.clean_interval", a.CleanInterval},
 		{"agent.awol_timeout", a.AWOLTimeout},
 		{"agent.agent_retention", a.AgentRetention},
@@ -86,6 +87,14 @@ func (c *Config) Validate() error {
 		if a.OfflineAfter > 0 && a.OfflineAfter < 2*a.Keepalive {
 			add("agent.offline_after (%s) must be at least 2×agent.keepalive (2×%s = %s): one late heartbeat must not requeue an agent's accepted jobs; raise offline_after (default 3×keepalive) or lower keepalive",
 				secs(a.OfflineAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
+		}
+		if a.DeadAfter > 0 && a.DeadAfter < 2*a.Keepalive {
+			add("agent.dead_after (%s) must be at least 2×agent.keepalive (2×%s = %s): an agent whose name lock was lost (a database restart) re-takes it and heartbeats within a keepalive, and must not be taken for dead meanwhile; raise dead_after (default 2×keepalive) or lower keepalive",
+				secs(a.DeadAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
+		}
+		if a.DeadAfter >= a.StaleJob {
+			add("agent.dead_after (%s) must be less than agent.stale_job (%s): it is the early path; lower dead_after (default 2×keepalive)",
+				a.DeadAfter, a.StaleJob)
 		}
 		if a.OfflineAfter >= a.StaleJob {
 			add("agent.offline_after (%s) must be less than agent.stale_job (%s): accepted jobs of a silent agent are requeued before its running jobs are released; lower offline_after (default 3×keepalive) or raise stale_job",
@@ -127,6 +136,11 @@ func (c *Config) Validate() error {
 	if c.DatabaseURL != "" {
 		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 			add("database_url (env DATABASE_URL): %v", err)
+		}
+	}
+	if c.DatabaseDirectURL != "" {
+		if err := checkDatabaseURL(c.DatabaseDirectURL); err != nil {
+			add("database_direct_url (env TETHER_DATABASE_DIRECT_URL): %v", err)
 		}
 	}
 	if c.HTTP.Listen == "" {
