@@ -15,7 +15,7 @@ SPARK_OPERATOR          := .tether/bin/spark-operator-$(SPARK_OPERATOR_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench bench-ecs bench-spark proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz
+.PHONY: all build run test vet bench bench-ecs bench-spark bench-liveness proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz
 
 all: build
 
@@ -104,6 +104,16 @@ bench-ecs:
 ## internal/e2e/spark_bench_test.go)
 bench-spark: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkSpark500$$' -benchtime 1x -timeout 40m ./internal/e2e/
+
+## bench-liveness: kill -9 of an agent holding 10 resumable jobs, another
+## agent idle, with the default timings (keepalive 5 s, stale_job 120 s):
+## kill → resumed p50/max for the resumable test plugin and ECS jobs against
+## the emulator, name-lock liveness on and off side by side (the ratio, and
+## the target max ≤ 16 s); 20 rounds each, 10 at once (about 12 minutes;
+## TETHER_BENCH_LIVENESS_ROUNDS, _LANES, _JOBS, _PLUGINS, see
+## internal/e2e/liveness_bench_test.go)
+bench-liveness:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkLivenessKill9$$' -benchtime 1x -timeout 40m ./internal/e2e/
 
 ## soak: the randomized invariant test (internal/e2e/invariant_test.go) in
 ## rounds of chaos until SOAK has passed, e.g. `make soak SOAK=30m`; each

@@ -1,7 +1,11 @@
 -- One statement per agent per tick: refresh the agent and every lease it holds,
 -- and return which it still holds with their status. A job missing from the
--- answer is a lost lease. The first column is false when another process has
--- since registered under this name.
+-- answer is a lost lease. The first column is false when this process's row
+-- was not renewed; the second then tells why: true when the name has a row
+-- of another generation (another process registered under it: stop), false
+-- when the name has no row at all (an operator or agent retention deleted
+-- it: register again). Without the row nothing is renewed and no lease is
+-- returned, so the caller must not read the answer as every lease lost.
 WITH ag AS (
     UPDATE agents SET last_seen = now()
     WHERE name = $1 AND generation = $2
@@ -23,6 +27,8 @@ WITH ag AS (
     WHERE a.job_id = locked.job_id
     RETURNING a.job_id, a.lease
 )
-SELECT EXISTS (SELECT 1 FROM ag), hb.job_id, hb.lease, j.status
+SELECT EXISTS (SELECT 1 FROM ag),
+       EXISTS (SELECT 1 FROM agents WHERE name = $1), -- by the primary key
+       hb.job_id, hb.lease, j.status
 FROM (SELECT 1) one
 LEFT JOIN (hb JOIN jobs j ON j.id = hb.job_id) ON true;

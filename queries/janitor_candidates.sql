@@ -17,11 +17,20 @@
 --              awol_timeout, of a command no live agent serves: those
 --              commands first (from the agents rows and @self_commands), then
 --              each one's oldest rows through active_jobs_claim.
+--   dead_held  the rows of dead holders, in a liveness pass only (below).
 -- The parts are disjoint (by holder, status, resume and pending_timeout), and
 -- each is read only as far as the batch needs: the Append stops at @batch.
 -- (A part's status check is a lookup by job_id, so the planner cannot turn
 -- it into a scan of every job with that status.)
 -- @skip: rows this pass already looked at and left alone.
+--
+-- A liveness pass (@dead_names non-empty, with @dead_generations and
+-- @dead_since: when the checker first saw each one's name lock free) reads
+-- only the dead part: the rows those holders hold, through
+-- active_jobs_agent, for holders still silent since then (last_seen <=
+-- dead_since; one that heartbeat again is not dead). Every other part is off
+-- then, and the dead part is empty otherwise. "dead" marks each row of such a
+-- holder for Decide, and a dead holder does not count among the live agents.
 --
 -- "Live" agent: state 'running' (not draining, not stopped) and last_seen
 -- within @stale_job, or this process itself. served/loaded/resumable: a live agent serves the job's
@@ -30,7 +39,11 @@
 -- (@self_name, @self_generation) has its agents row, which then speaks for
 -- it; without one, the caller counts what this process serves itself.
 -- Durations are in seconds.
-WITH live AS MATERIALIZED (
+WITH dead AS MATERIALIZED (
+    SELECT g.name, g.generation
+    FROM unnest(@dead_names::text[], @dead_generations::text[], @dead_since::timestamptz[]) d (name, generation, since)
+    JOIN agents g ON g.name = d.name AND g.generation = d.generation AND g.last_seen <= d.since
+), live AS MATERIALIZED (
     -- This process is live whatever its last_seen says: it is running this
     -- statement. (After a database outage every last_seen is old until the
     -- heartbeats get through; a janitor that counted itself out then would
@@ -40,6 +53,7 @@ WITH live AS MATERIALIZED (
     WHERE l.state = 'running'
       AND (l.last_seen > now() - @stale_job::float8 * interval '1 second'
            OR (l.name = @self_name AND l.generation = @self_generation))
+      AND NOT EXISTS (SELECT 1 FROM dead d WHERE d.name = l.name AND d.generation = l.generation)
 ), me AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM agents WHERE name = @self_name AND generation = @self_generation) AS registered
 ), unserved AS MATERIALIZED (
@@ -69,7 +83,8 @@ SELECT x.job_id, j.status, j.plugin, x.command, j.started_at IS NOT NULL,
        CASE WHEN isfinite(x.run_after) THEN extract(epoch FROM now() - x.run_after)::float8 ELSE 0 END,
        extract(epoch FROM j.active_timeout)::float8,
        coalesce(extract(epoch FROM now() - j.attempt_started_at), 0)::float8,
-       (SELECT registered FROM me)
+       (SELECT registered FROM me),
+       EXISTS (SELECT 1 FROM dead d WHERE d.name = x.agent_name AND d.generation = x.agent_generation)
 FROM (
     SELECT * FROM (
         SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
@@ -83,6 +98,7 @@ FROM (
         LEFT JOIN agents g ON g.name = a.agent_name
         WHERE a.agent_name IS NOT NULL
           AND a.job_id <> ALL (@skip::text[])
+          AND cardinality(@dead_names::text[]) = 0
           AND (   g.name IS NULL
                OR g.generation IS DISTINCT FROM a.agent_generation
                OR g.state = 'stopped'
@@ -103,6 +119,7 @@ FROM (
         JOIN active_jobs a ON a.job_id = j.id
         WHERE j.status = 'canceling' AND a.agent_name IS NULL
           AND a.job_id <> ALL (@skip::text[])
+          AND cardinality(@dead_names::text[]) = 0
         LIMIT @batch
         FOR UPDATE OF a SKIP LOCKED
     ) canceling
@@ -115,6 +132,7 @@ FROM (
           AND (SELECT j.status FROM jobs j WHERE j.id = a.job_id) = 'running'
           AND a.released_at <= now() - @awol_timeout::float8 * interval '1 second'
           AND a.job_id <> ALL (@skip::text[])
+          AND cardinality(@dead_names::text[]) = 0
         ORDER BY a.released_at
         LIMIT @batch
         FOR UPDATE OF a SKIP LOCKED
@@ -127,6 +145,7 @@ FROM (
         WHERE a.agent_name IS NULL AND a.pending_deadline IS NOT NULL AND a.pending_deadline <= now()
           AND (SELECT j.status FROM jobs j WHERE j.id = a.job_id) = 'queued'
           AND a.job_id <> ALL (@skip::text[])
+          AND cardinality(@dead_names::text[]) = 0
         ORDER BY a.pending_deadline
         LIMIT @batch
         FOR UPDATE OF a SKIP LOCKED
@@ -142,10 +161,21 @@ FROM (
           AND NOT a.resume AND a.pending_timeout = interval '0'
           AND (SELECT j.status FROM jobs j WHERE j.id = a.job_id) = 'queued'
           AND a.job_id <> ALL (@skip::text[])
+          AND cardinality(@dead_names::text[]) = 0
         ORDER BY a.run_after, a.job_id
         LIMIT @batch
         FOR UPDATE OF a SKIP LOCKED
     ) p
+    UNION ALL
+    SELECT * FROM (
+        SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
+               coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), a.released_at, a.run_after
+        FROM dead d
+        JOIN active_jobs a ON a.agent_name = d.name AND a.agent_generation = d.generation
+        WHERE a.job_id <> ALL (@skip::text[])
+        LIMIT @batch
+        FOR UPDATE OF a SKIP LOCKED
+    ) dead_held
     LIMIT @batch
 ) x
 JOIN jobs j ON j.id = x.job_id

@@ -30,7 +30,8 @@ SELECT a.job_id, j.status, j.plugin, a.command, j.started_at IS NOT NULL,
        CASE WHEN isfinite(a.run_after) THEN extract(epoch FROM now() - a.run_after)::float8 ELSE 0 END,
        extract(epoch FROM j.active_timeout)::float8,
        coalesce(extract(epoch FROM now() - j.attempt_started_at), 0)::float8,
-       false
+       false,
+       false -- dead: the previous generation is settled as restarted instead
 FROM active_jobs a
 JOIN jobs j ON j.id = a.job_id
 LEFT JOIN agents g ON g.name = a.agent_name

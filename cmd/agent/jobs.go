@@ -249,16 +249,20 @@ func (a *app) jobsCmd() *cobra.Command {
 }
 
 func (a *app) agentsCmd() *cobra.Command {
-	return &cobra.Command{
+	var all bool
+	cmd := &cobra.Command{
 		Use:   "agents",
-		Short: "List agents and their liveness",
-		Args:  cobra.NoArgs,
+		Short: "List live agents (--all: every agents row) and their liveness",
+		Long: `List the live agents: running or draining, and seen within the server's
+agent.stale_job. --all lists every agents row, stopped and silent ones too,
+until agent.agent_retention prunes them. LIVE says which are live.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			agents, err := c.Agents(cmd.Context())
+			agents, err := c.ListAgents(cmd.Context(), all)
 			if err != nil {
 				return err
 			}
@@ -269,13 +273,19 @@ func (a *app) agentsCmd() *cobra.Command {
 				return a.printJSON(map[string]any{"agents": agents})
 			}
 			tw := a.table()
-			fmt.Fprintln(tw, "NAME\tSTATE\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS")
+			fmt.Fprintln(tw, "NAME\tSTATE\tLIVE\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS")
 			for _, ag := range agents {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s ago\t%s\t%s\n", ag.Name, ag.State, ag.ActiveJobs, ag.Capacity,
+				live := "stale"
+				if ag.Live {
+					live = "live"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\n", ag.Name, ag.State, live, ag.ActiveJobs, ag.Capacity,
 					(time.Duration(ag.SilentFor * float64(time.Second))).Round(time.Second), orDash(ag.Version),
 					orDash(strings.Join(ag.Commands, ",")))
 			}
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "list every agents row: stopped and silent agents too")
+	return cmd
 }

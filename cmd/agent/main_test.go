@@ -435,3 +435,33 @@ func withoutNotices(stderr string) string {
 	}
 	return b.String()
 }
+
+func TestAgentsCommandLiveByDefaultAllWithFlag(t *testing.T) {
+	c := newCLI(t)
+	ctx := context.Background()
+	for _, name := range []string{"agent-up", "agent-gone"} {
+		_, err := c.st.RegisterAgent(ctx, store.Registration{Holder: store.Holder{Name: name, Generation: "g"}, Capacity: 3, Commands: []string{"hello"}})
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.st.SetAgentState(ctx, store.Holder{Name: "agent-gone", Generation: "g"}, "stopped"))
+
+	r := c.run(t, "agents")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `NAME\s+STATE\s+LIVE\s+ACTIVE\s+CAPACITY\s+LAST SEEN`, r.stdout)
+	assert.Regexp(t, `agent-up\s+running\s+live\s+0\s+3\s`, r.stdout)
+	assert.NotContains(t, r.stdout, "agent-gone", "a stopped agent is history: only with --all")
+
+	r = c.run(t, "agents", "--all")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `agent-gone\s+stopped\s+stale\s+0\s+3\s`, r.stdout)
+	assert.Regexp(t, `agent-up\s+running\s+live\s`, r.stdout)
+
+	r = c.run(t, "agents", "--all", "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var list api.AgentList
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
+	require.Len(t, list.Agents, 2)
+	assert.Equal(t, "agent-gone", list.Agents[0].Name)
+	assert.False(t, list.Agents[0].Live)
+	assert.True(t, list.Agents[1].Live)
+}

@@ -85,7 +85,9 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		}
 	}
 
-	lockConn, err := connConfig(cfg)
+	// The name lock and LISTEN need a session of their own: they bypass a
+	// transaction pooler through database_direct_url.
+	lockConn, err := directConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -94,6 +96,9 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return err
 	}
 	defer lock.close()
+	if err := lock.verifySession(ctx); err != nil {
+		return err
+	}
 
 	plugins, err := startPlugins(ctx, cfg, log)
 	if err != nil {
@@ -115,10 +120,11 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	} else if n > 0 {
 		log.Info("settled jobs of this agent's previous process", "jobs", n)
 	}
-	if _, err := st.RegisterAgent(ctx, store.Registration{
+	reg := store.Registration{
 		Holder: holder, Version: Version, Capacity: cfg.Agent.Capacity,
 		Commands: sortedKeys(commands), Plugins: pluginsJSON(plugins),
-	}); err != nil {
+	}
+	if _, err := st.RegisterAgent(ctx, reg); err != nil {
 		return err
 	}
 	log.Info("agent registered", "generation", gen, "capacity", cfg.Agent.Capacity, "commands", sortedKeys(commands))
@@ -134,6 +140,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	m := metrics.New()
 	svc := claim.New(st, plugins, claim.Config{
 		Holder:       holder,
+		Registration: reg, // written again if an operator deletes the row
 		Capacity:     cfg.Agent.Capacity,
 		Commands:     commands,
 		PollInterval: cfg.Agent.PollInterval.Std(),
@@ -146,6 +153,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		SelfFenceAfter: cfg.SelfFenceAfter(),
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
 		Liveness:       store.New(livePool),
+		ListenConnect:  lockConn.listenConnect, // LISTEN is session state: not through a pooler
 		Logger:         logger,
 		Metrics:        m,
 	})
@@ -202,6 +210,17 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		}
 	}()
 	defer func() { stopRun(); <-janDone }()
+	// The second liveness signal: the jobs of an agent whose name lock is
+	// free and that stays silent are settled after dead_after, not stale_job.
+	if cfg.Agent.LockLiveness() {
+		liveness := janitor.NewLiveness(jan, janitor.LivenessConfig{
+			Keepalive: cfg.Agent.Keepalive.Std(), DeadAfter: cfg.Agent.DeadAfter.Std(),
+		})
+		if err := liveness.Start(runCtx); err != nil {
+			return fmt.Errorf("starting the liveness check: %w", err)
+		}
+		defer liveness.Stop()
+	}
 	lockErr := make(chan error, 1)
 	lockDone := make(chan struct{})
 	go func() {
@@ -298,23 +317,20 @@ func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what stri
 // PGCONNECT_TIMEOUT sets its own bound, so a database that accepts and never
 // answers fails the start instead of hanging it.
 func PoolConfig(cfg *config.Config) (*pgxpool.Config, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	return poolConfigFor(cfg.DatabaseURL, "database_url", cfg.DatabaseConnectTimeout.Std())
+}
+
+// poolConfigFor is PoolConfig for the URL of setting (database_url or
+// database_direct_url, named in errors).
+func poolConfigFor(databaseURL, setting string, connectTimeout time.Duration) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		// pgx's parse errors quote the string, password redaction being
 		// best effort there: say what is wrong without echoing it.
-		return nil, errors.New("database_url: cannot be parsed as a postgres:// URL or key=value connection string (value not shown: it may hold a password); check its syntax, and percent-encode special characters in the password")
+		return nil, fmt.Errorf("%s: cannot be parsed as a postgres:// URL or key=value connection string (value not shown: it may hold a password); check its syntax, and percent-encode special characters in the password", setting)
 	}
-	applyConnectTimeout(&pc.ConnConfig.Config, cfg.DatabaseConnectTimeout.Std())
+	applyConnectTimeout(&pc.ConnConfig.Config, connectTimeout)
 	return pc, nil
-}
-
-// connConfig is PoolConfig for a single connection.
-func connConfig(cfg *config.Config) (*pgx.ConnConfig, error) {
-	pc, err := PoolConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return pc.ConnConfig, nil
 }
 
 func applyConnectTimeout(c *pgconn.Config, d time.Duration) {
@@ -327,15 +343,20 @@ func applyConnectTimeout(c *pgconn.Config, d time.Duration) {
 // URL redacted, and whether the connect timeout ran out. pgx's own message
 // names the user and database, never the password.
 func ConnectError(c *pgx.ConnConfig, databaseURL string, err error) error {
+	return connectErrorFor(c, "database_url", databaseURL, err)
+}
+
+// connectErrorFor is ConnectError for the URL of setting.
+func connectErrorFor(c *pgx.ConnConfig, setting, databaseURL string, err error) error {
 	where := c.Host
 	if !strings.HasPrefix(where, "/") { // not a Unix socket directory
 		where = net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))
 	}
 	if c.ConnectTimeout > 0 && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("connecting to the database at %s (database_url %s): timed out after %s: check that the host and port are a PostgreSQL server and that it is up (database_connect_timeout sets this bound): %w",
-			where, config.RedactURL(databaseURL), c.ConnectTimeout, err)
+		return fmt.Errorf("connecting to the database at %s (%s %s): timed out after %s: check that the host and port are a PostgreSQL server and that it is up (database_connect_timeout sets this bound): %w",
+			where, setting, config.RedactURL(databaseURL), c.ConnectTimeout, err)
 	}
-	return fmt.Errorf("connecting to the database at %s (database_url %s): %w", where, config.RedactURL(databaseURL), err)
+	return fmt.Errorf("connecting to the database at %s (%s %s): %w", where, setting, config.RedactURL(databaseURL), err)
 }
 
 func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pluginhost.Manager, error) {

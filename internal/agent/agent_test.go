@@ -26,6 +26,7 @@ func testConfig(t *testing.T, url, name string) *config.Config {
 	cfg.Agent.Keepalive = config.Duration(250 * time.Millisecond)
 	cfg.Agent.StaleJob = config.Duration(2 * time.Second)
 	cfg.Agent.OfflineAfter = config.Duration(750 * time.Millisecond)
+	cfg.Agent.DeadAfter = config.Duration(500 * time.Millisecond)
 	cfg.Agent.CleanInterval = config.Duration(500 * time.Millisecond)
 	cfg.Agent.AWOLTimeout = config.Duration(time.Minute)
 	cfg.HTTP.Listen = "127.0.0.1:0"

@@ -13,10 +13,11 @@ import (
 
 // nameLock holds the session advisory lock on this agent's name. It needs its
 // own connection straight to PostgreSQL: through a transaction-pooling proxy
-// the session (and so the lock) would not be this process's.
+// the session (and so the lock) would not be this process's: it connects to
+// database_direct_url when set, and verifySession checks it at start.
 type nameLock struct {
 	conn *pgx.Conn
-	cc   *pgx.ConnConfig
+	dc   directConn
 	name string
 	log  *slog.Logger
 }
@@ -24,8 +25,8 @@ type nameLock struct {
 // acquireNameLock takes the lock, waiting up to wait for a previous holder:
 // a killed process's lock is freed when its connection closes, so a restart
 // under the same name gets it at once, while a second live process never does.
-func acquireNameLock(ctx context.Context, cc *pgx.ConnConfig, name string, wait time.Duration, log *slog.Logger) (*nameLock, error) {
-	l := &nameLock{cc: cc, name: name, log: log}
+func acquireNameLock(ctx context.Context, dc directConn, name string, wait time.Duration, log *slog.Logger) (*nameLock, error) {
+	l := &nameLock{dc: dc, name: name, log: log}
 	deadline := time.Now().Add(wait)
 	warned := false
 	for {
@@ -55,9 +56,9 @@ func acquireNameLock(ctx context.Context, cc *pgx.ConnConfig, name string, wait 
 
 func (l *nameLock) try(ctx context.Context) (bool, error) {
 	if l.conn == nil || l.conn.IsClosed() {
-		conn, err := pgx.ConnectConfig(ctx, l.cc)
+		conn, err := l.dc.connect(ctx, "connecting for the agent name lock")
 		if err != nil {
-			return false, fmt.Errorf("connecting for the agent name lock: %w", err)
+			return false, err
 		}
 		l.conn = conn
 	}

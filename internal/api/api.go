@@ -40,8 +40,8 @@ type Options struct {
 	// Stopping, when closed, ends followed log streams, so a graceful
 	// shutdown is not held by clients tailing a long job. Nil: never.
 	Stopping <-chan struct{}
-	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands counts
-	// an agent seen within it as live. 0 means DefaultStaleJob.
+	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands and
+	// GET /api/v1/agents count an agent seen within it as live. 0 means DefaultStaleJob.
 	StaleJob time.Duration
 	// ListenAddr is the agent's http.listen; when its host is a name, that
 	// name is an allowed Host.

@@ -581,3 +581,45 @@ func TestLogsFollowStopsWhenClientGoesAway(t *testing.T) {
 		t.Fatal("the follow handler kept running after the client went away")
 	}
 }
+
+// GET /api/v1/agents answers the live agents (running or draining, seen
+// within stale_job) unless all=true, and says which are live.
+func TestAgentsLiveByDefaultAllOnRequest(t *testing.T) {
+	e := newEnv(t, func(o *api.Options) { o.StaleJob = time.Minute })
+	ctx := context.Background()
+	for name, state := range map[string]string{"run": "running", "drain": "draining", "stop": "stopped", "quiet": "running"} {
+		h := store.Holder{Name: name, Generation: "g-" + name}
+		_, err := e.st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 1, Commands: []string{"hello"}})
+		require.NoError(t, err)
+		require.NoError(t, e.st.SetAgentState(ctx, h, state))
+	}
+	// Silent for longer than the answering agent's stale_job.
+	_, err := e.st.Pool().Exec(ctx, `UPDATE agents SET last_seen = now() - interval '2 minutes' WHERE name = 'quiet'`)
+	require.NoError(t, err)
+
+	liveness := func(path string) map[string]bool {
+		t.Helper()
+		r := e.do(t, "GET", path, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var raw struct {
+			Agents []map[string]any `json:"agents"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &raw))
+		out := map[string]bool{}
+		for _, a := range raw.Agents {
+			live, ok := a["live"].(bool)
+			require.True(t, ok, "every agent says whether it is live: %v", a)
+			out[a["name"].(string)] = live
+		}
+		return out
+	}
+	assert.Equal(t, map[string]bool{"drain": true, "run": true}, liveness("/api/v1/agents"))
+	assert.Equal(t, map[string]bool{"drain": true, "run": true}, liveness("/api/v1/agents?all=false"))
+	assert.Equal(t, map[string]bool{"drain": true, "run": true, "stop": false, "quiet": false}, liveness("/api/v1/agents?all=true"))
+
+	for _, q := range []string{"?all=yes", "?all=1", "?all=TRUE"} {
+		r := e.do(t, "GET", "/api/v1/agents"+q, "")
+		require.Equal(t, http.StatusBadRequest, r.status, q)
+		assert.Equal(t, "all", r.errBody(t).Field, q)
+	}
+}

@@ -408,8 +408,19 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, EventList{Events: evs})
 }
 
+// agents answers the live agents (running or draining, seen within
+// stale_job), or every agents row with all=true.
 func (s *server) agents(w http.ResponseWriter, r *http.Request) {
-	agents, err := s.opts.Store.ListAgents(r.Context())
+	var all bool
+	switch raw := r.URL.Query().Get("all"); raw {
+	case "", "false":
+	case "true":
+		all = true
+	default:
+		badRequest(w, "all", "all must be true or false, got %q", raw)
+		return
+	}
+	agents, err := s.opts.Store.ListAgents(r.Context(), store.AgentListParams{All: all, LiveWithin: s.opts.StaleJob})
 	if err != nil {
 		s.internalError(w, r, err)
 		return

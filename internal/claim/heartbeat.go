@@ -35,30 +35,33 @@ func (s *Service) heartbeat(ctx context.Context) {
 	}
 	s.mu.Unlock()
 
-	hctx, cancel := context.WithTimeout(ctx, s.cfg.Keepalive)
-	defer cancel()
-	began := time.Now()
-	res, err := s.cfg.Liveness.Heartbeat(hctx, s.cfg.Holder, leases)
-	s.cfg.Metrics.HeartbeatTime.Observe(time.Since(began).Seconds())
-	if err != nil {
-		s.cfg.Metrics.Heartbeats.WithLabelValues("error").Inc()
-		if ctx.Err() == nil {
-			s.log.Warn("heartbeat failed", "err", err)
-		}
+	res, began, ok := s.beatOnce(ctx, leases)
+	if !ok {
 		return
 	}
-	s.cfg.Metrics.Heartbeats.WithLabelValues("ok").Inc()
+	if res.Missing {
+		s.signalBeat(ctx, res)
+		// That answer renewed nothing and listed no lease: it says nothing
+		// about them. Register again, then renew at once; leases a janitor
+		// released meanwhile (an owner without a row is gone) come back
+		// lost as usual.
+		if !s.registerAgain(ctx) {
+			return
+		}
+		if res, began, ok = s.beatOnce(ctx, leases); !ok {
+			return
+		}
+		if res.Missing {
+			s.signalBeat(ctx, res)
+			return // deleted again: the next tick tries again
+		}
+	}
 	s.mu.Lock()
 	s.lastBeat = began
 	close(s.beatOK) // wakes writes waiting for the database and the fence timer
 	s.beatOK = make(chan struct{})
 	s.mu.Unlock()
-	if s.cfg.TestSignals.Heartbeat != nil {
-		select {
-		case s.cfg.TestSignals.Heartbeat <- res:
-		case <-ctx.Done():
-		}
-	}
+	s.signalBeat(ctx, res)
 	if !res.Registered {
 		s.log.Error("another process registered under this agent's name; stopping", "name", s.cfg.Holder.Name)
 		s.supersededOnce.Do(func() { close(s.superseded) })
@@ -84,6 +87,61 @@ func (s *Service) heartbeat(ctx context.Context) {
 			j.cancel(errCancelRequested)
 		}
 	}
+}
+
+// beatOnce sends one heartbeat for leases. ok is false when the statement
+// failed (logged); began is when it was sent.
+func (s *Service) beatOnce(ctx context.Context, leases []store.Lease) (res store.HeartbeatResult, began time.Time, ok bool) {
+	hctx, cancel := context.WithTimeout(ctx, s.cfg.Keepalive)
+	defer cancel()
+	began = time.Now()
+	res, err := s.cfg.Liveness.Heartbeat(hctx, s.cfg.Holder, leases)
+	s.cfg.Metrics.HeartbeatTime.Observe(time.Since(began).Seconds())
+	if err != nil {
+		s.cfg.Metrics.Heartbeats.WithLabelValues("error").Inc()
+		if ctx.Err() == nil {
+			s.log.Warn("heartbeat failed", "err", err)
+		}
+		return res, began, false
+	}
+	s.cfg.Metrics.Heartbeats.WithLabelValues("ok").Inc()
+	return res, began, true
+}
+
+func (s *Service) signalBeat(ctx context.Context, res store.HeartbeatResult) {
+	if s.cfg.TestSignals.Heartbeat != nil {
+		select {
+		case s.cfg.TestSignals.Heartbeat <- res:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// registerAgain writes this process's agents row again, with the data it
+// registered at start and its current state, after the row was deleted. It
+// reports whether the caller should renew at once: false after an error
+// (logged; the next tick tries again). A name another process took
+// meanwhile is not overwritten; the next heartbeat finds this one
+// superseded.
+func (s *Service) registerAgain(ctx context.Context) bool {
+	state := "running"
+	if s.draining.Load() {
+		state = "draining"
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Keepalive)
+	defer cancel()
+	written, err := s.cfg.Liveness.RegisterAgain(rctx, s.cfg.Registration, state)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("agent row was deleted; registering again failed", "err", err)
+		}
+		return false
+	}
+	if written {
+		s.log.Warn("agent row was deleted (by an operator or agent retention); registered again",
+			"generation", s.cfg.Holder.Generation, "state", state)
+	}
+	return true
 }
 
 // dbBack returns a channel closed by the next successful heartbeat.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/queries"
 )
@@ -29,12 +31,10 @@ func (s *Service) listenLoop(ctx context.Context) {
 }
 
 func (s *Service) listen(ctx context.Context) error {
-	conn, err := s.store.Pool().Acquire(ctx)
+	pc, err := s.listenConn(ctx)
 	if err != nil {
 		return err
 	}
-	// The connection carries LISTEN state, so it never goes back to the pool.
-	pc := conn.Hijack()
 	defer pc.Close(context.WithoutCancel(ctx))
 	if _, err := pc.Exec(ctx, queries.Get("listen")); err != nil {
 		return err
@@ -66,4 +66,17 @@ func (s *Service) listen(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// listenConn opens the session LISTEN runs on: Config.ListenConnect's, else
+// one out of the pool, which never goes back since it carries LISTEN state.
+func (s *Service) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	if s.cfg.ListenConnect != nil {
+		return s.cfg.ListenConnect(ctx)
+	}
+	conn, err := s.store.Pool().Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn.Hijack(), nil
 }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
@@ -59,6 +61,14 @@ type Config struct {
 	// Liveness renews leases: a store on a pool of its own, so heartbeats
 	// never wait for a connection the jobs' writes hold. Nil: the main store.
 	Liveness *store.Store
+	// ListenConnect opens the LISTEN connection, a session of its own
+	// (database_direct_url: a transaction pooler drops LISTEN state). Nil:
+	// one taken out of the main store's pool.
+	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
+	// Registration is what the agent registered at start (its Holder is
+	// Holder's). The service registers it again if the agents row is
+	// deleted while it runs. Zero: Holder, Capacity and the command names.
+	Registration store.Registration
 
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: a private set nobody scrapes
@@ -196,6 +206,10 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		cmds = append(cmds, name)
 	}
 	sort.Strings(cmds)
+	if cfg.Registration.Name == "" {
+		cfg.Registration = store.Registration{Capacity: cfg.Capacity, Commands: cmds}
+	}
+	cfg.Registration.Holder = cfg.Holder
 	resumable := []string{} // non-nil: none means none (nil would mean any)
 	for _, c := range cfg.Commands {
 		if info, ok := plugins.Info(c.Plugin); ok && info.Has(plugin.CapResume) && !slices.Contains(resumable, c.Plugin) {

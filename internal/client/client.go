@@ -219,10 +219,21 @@ func (c *Client) Events(ctx context.Context, id string) ([]store.Event, error) {
 	return l.Events, err
 }
 
-// Agents lists the registered agents.
+// Agents lists the live agents: ListAgents(ctx, false).
 func (c *Client) Agents(ctx context.Context) ([]store.Agent, error) {
+	return c.ListAgents(ctx, false)
+}
+
+// ListAgents lists the live agents (running or draining, seen within the
+// server's stale_job), or every agents row, stopped and silent ones too,
+// when all is true.
+func (c *Client) ListAgents(ctx context.Context, all bool) ([]store.Agent, error) {
+	var q url.Values
+	if all {
+		q = url.Values{"all": {"true"}}
+	}
 	var l api.AgentList
-	_, err := c.call(ctx, http.MethodGet, "/api/v1/agents", nil, nil, &l)
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/agents", q, nil, &l)
 	return l.Agents, err
 }
 

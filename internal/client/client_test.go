@@ -274,3 +274,26 @@ func TestStateChangingRequestsAreJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Job.Attempt)
 }
+
+func TestListAgentsLiveOrAll(t *testing.T) {
+	ctx := context.Background()
+	st, c, _ := setup(t)
+	for _, name := range []string{"up", "gone"} {
+		_, err := st.RegisterAgent(ctx, store.Registration{Holder: store.Holder{Name: name, Generation: "g"}, Capacity: 1})
+		require.NoError(t, err)
+	}
+	require.NoError(t, st.SetAgentState(ctx, store.Holder{Name: "gone", Generation: "g"}, "stopped"))
+
+	live, err := c.Agents(ctx)
+	require.NoError(t, err)
+	require.Len(t, live, 1)
+	assert.Equal(t, "up", live[0].Name)
+	assert.True(t, live[0].Live)
+
+	all, err := c.ListAgents(ctx, true)
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	assert.Equal(t, []string{"gone", "up"}, []string{all[0].Name, all[1].Name})
+	assert.False(t, all[0].Live, "a stopped agent is listed with all, not live")
+	assert.True(t, all[1].Live)
+}

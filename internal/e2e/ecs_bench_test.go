@@ -171,7 +171,7 @@ func (r *ecsBench) setUp() {
 // newECSBenchHarness is newECSHarness with the benchmark's command "ecs":
 // one synthetic awslogs container, the plugin's default poll_interval and
 // api_rates, log_settle 3 s (above the emulator's 1.5 s log lag).
-func newECSBenchHarness(b *testing.B, dbURL string, tm timings, emURL string, cfg ecsBenchConfig) *harness {
+func newECSBenchHarness(b testing.TB, dbURL string, tm timings, emURL string, cfg ecsBenchConfig) *harness {
 	b.Helper()
 	env := emulatorEnv(b, emURL)
 	defaults := map[string]any{

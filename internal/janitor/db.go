@@ -36,7 +36,7 @@ func scanCandidates(rows pgx.Rows) ([]candidate, error) {
 			&in.Owner.Exists, &in.Owner.Generation, &in.Owner.State, &seenAge,
 			&in.Served, &in.PluginLoaded, &in.Resumable,
 			&pending, &queuedAge, &active, &attemptAge,
-			&c.SelfRegistered)
+			&c.SelfRegistered, &in.Owner.Dead)
 		in.Command = c.Command
 		in.PendingTimeout, in.QueuedAge = secondsDuration(pending), secondsDuration(queuedAge)
 		in.ActiveTimeout, in.AttemptAge = secondsDuration(active), secondsDuration(attemptAge)

@@ -47,10 +47,14 @@ type Owner struct {
 	Exists     bool // false: no agents row under that name
 	Generation string
 	State      string // running, draining, stopped
-	// LastSeenAge is now() - last_seen (database clock). Informational: the
-	// rules look at the silence of the job's own lease, which the owner's
-	// heartbeat renews together with last_seen.
+	// LastSeenAge is now() - last_seen (database clock). The silence rules
+	// look at the job's own lease, which the owner's heartbeat renews
+	// together with last_seen; a dead owner's reasons quote this silence.
 	LastSeenAge time.Duration
+	// Dead: the liveness check found this generation's name lock free and
+	// its agents row silent for dead_after since (see Watch). Its accepted
+	// jobs are requeued and its resumable running jobs released at once.
+	Dead bool
 }
 
 // Rules are the timeouts the decision depends on.
@@ -132,7 +136,10 @@ func (in Input) owner() ownerCondition {
 //
 // A restarted, stopped or vanished owner is acted on at once; a live owner
 // only once its lease has been silent for offline_after (accepted jobs) or
-// stale_job (running and canceling jobs). A running job is released only when
+// stale_job (running and canceling jobs). A dead owner (Owner.Dead: name
+// lock free and silent for dead_after) has its accepted jobs requeued and its
+// resumable running jobs released at once; its other jobs wait as a live
+// owner's do. A running job is released only when
 // a live agent serves its command with a copy of its plugin that can resume
 // it — only such an agent would claim it — and is failed otherwise, with the
 // reason, rather than released to wait out awol_timeout. A queued job nobody
@@ -185,6 +192,9 @@ func decideAccepted(in Input) Action {
 	case ownerRestarted:
 		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s restarted; the job never started", in.AgentName)}
 	}
+	if in.Owner.Dead {
+		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s gone (name lock free, silent %s); the job never started", in.AgentName, seconds(in.Owner.LastSeenAge))}
+	}
 	if in.HeartbeatAge >= in.Rules.OfflineAfter {
 		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s offline, silent for %s; the job never started", in.AgentName, seconds(in.HeartbeatAge))}
 	}
@@ -204,6 +214,13 @@ func decideRunning(in Input) Action {
 		why = "agent restarted"
 		failMsg = "agent restarted"
 	default:
+		if in.Owner.Dead && in.resumable() {
+			// Early: another agent can take the remote work over. A job
+			// nobody can resume waits for stale_job, which the owner's
+			// self-fence bounds: a free lock does not prove that a local
+			// process stopped.
+			return Action{Kind: Release, Reason: in.goneWhy()}
+		}
 		if in.HeartbeatAge < in.Rules.StaleJob {
 			if in.ActiveTimeout > 0 && in.AttemptAge >= in.ActiveTimeout+in.Rules.ActiveTimeoutGrace {
 				// The owner is alive but did not enforce it: back it up.
@@ -216,10 +233,18 @@ func decideRunning(in Input) Action {
 		why = "stale for " + seconds(in.HeartbeatAge)
 		failMsg = fmt.Sprintf("awol: agent %s silent for %s", in.AgentName, seconds(in.HeartbeatAge))
 	}
-	if in.Served && in.PluginLoaded && in.Resumable {
+	if in.resumable() {
 		return Action{Kind: Release, Reason: why}
 	}
 	return Action{Kind: Fail, Reason: failMsg + " (" + whyNotResumable(in) + ", so the job cannot be resumed)", Cleanup: true}
+}
+
+// resumable: a live agent would claim the job and resume it.
+func (in Input) resumable() bool { return in.Served && in.PluginLoaded && in.Resumable }
+
+// goneWhy is the reason for acting early on a dead owner's job.
+func (in Input) goneWhy() string {
+	return "agent gone (name lock free, silent " + seconds(in.Owner.LastSeenAge) + ")"
 }
 
 // whyNotResumable says which condition of a release is missing.

@@ -230,18 +230,10 @@ func jitter(d time.Duration) time.Duration {
 // pass always ends. Then it lifts orphaned retry gates, deletes expired jobs
 // and prunes long-gone agents.
 func (s *Service) Pass(ctx context.Context) (int, error) {
-	total := 0
-	skip := []string{}
-	for {
-		n, left, full, err := s.batch(ctx, skip)
-		total += n
-		if err != nil {
-			return total, err
-		}
-		if !full {
-			break
-		}
-		skip = append(skip, left...)
+	done, err := s.batches(ctx, nil)
+	total := len(done)
+	if err != nil {
+		return total, err
 	}
 	if n, err := cleanups.LiftOrphanGates(ctx, s.pool, s.cfg.BatchSize); err != nil {
 		return total, err
@@ -260,6 +252,30 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 		s.log.Warn("counting pending cleanups", "err", err)
 	}
 	return total, nil
+}
+
+// settled is one action a batch applied, to the job of agent.
+type settled struct {
+	kind  Kind
+	agent string
+}
+
+// batches runs batches until one is not full. With dead set, only the jobs
+// of those agents are read (a liveness pass); otherwise every candidate.
+func (s *Service) batches(ctx context.Context, dead []DeadAgent) ([]settled, error) {
+	var all []settled
+	skip := []string{}
+	for {
+		done, left, full, err := s.batch(ctx, skip, dead)
+		all = append(all, done...)
+		if err != nil {
+			return all, err
+		}
+		if !full {
+			return all, nil
+		}
+		skip = append(skip, left...)
+	}
 }
 
 // selfCommands is what this process serves by its configuration: the
@@ -289,12 +305,20 @@ func countSelf(in *Input, commands map[string]bool, caps func(string) (plugin.In
 	in.Resumable = in.Resumable || info.Has(plugin.CapResume)
 }
 
-// batch locks, decides and applies one batch of rows not in skip. It
-// returns the actions applied, the IDs of the rows it left alone and whether
-// the batch was full (more may follow).
-func (s *Service) batch(ctx context.Context, skip []string) (int, []string, bool, error) {
-	var applied []Kind
+// batch locks, decides and applies one batch of rows not in skip (of the
+// dead agents only, when dead is set). It returns the actions applied, the
+// IDs of the rows it left alone and whether the batch was full (more may
+// follow).
+func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([]settled, []string, bool, error) {
+	var applied []settled
 	var left []string
+	// Empty, never nil: a NULL array would turn the regular parts off.
+	deadNames, deadGens, deadSince := []string{}, []string{}, []time.Time{}
+	for _, d := range dead {
+		deadNames = append(deadNames, d.Name)
+		deadGens = append(deadGens, d.Generation)
+		deadSince = append(deadSince, d.FreeSince)
+	}
 	var full bool
 	self := s.selfCommands()
 	served := make(map[string]bool, len(self))
@@ -311,6 +335,7 @@ func (s *Service) batch(ctx context.Context, skip []string) (int, []string, bool
 			"stale_job": secs(s.cfg.StaleJob), "active_grace": secs(s.cfg.activeTimeoutGrace()),
 			"batch": s.cfg.BatchSize, "skip": skip,
 			"self_name": s.cfg.Holder.Name, "self_generation": s.cfg.Holder.Generation, "self_commands": self,
+			"dead_names": deadNames, "dead_generations": deadGens, "dead_since": deadSince,
 		})
 		if err != nil {
 			return fmt.Errorf("selecting janitor candidates: %w", err)
@@ -334,19 +359,19 @@ func (s *Service) batch(ctx context.Context, skip []string) (int, []string, bool
 				left = append(left, c.JobID)
 				continue
 			}
-			applied = append(applied, a.Kind)
+			applied = append(applied, settled{kind: a.Kind, agent: c.Input.AgentName})
 			s.log.Info("janitor settled job", "job", c.JobID, "action", string(a.Kind),
 				"reason", a.Reason, "was_held_by", c.Input.AgentName, "cleanup", a.Cleanup)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, nil, false, fmt.Errorf("janitor batch: %w", err)
+		return nil, nil, false, fmt.Errorf("janitor batch: %w", err)
 	}
-	for _, k := range applied {
-		s.actions.WithLabelValues(string(k)).Inc()
+	for _, a := range applied {
+		s.actions.WithLabelValues(string(a.kind)).Inc()
 	}
-	return len(applied), left, full, nil
+	return applied, left, full, nil
 }
 
 // Retention deletes terminal jobs past their stamped ttl (expires_at), with

@@ -23,6 +23,9 @@ type Metrics struct {
 	RunningJobs     prometheus.Gauge
 	LogBytes        *prometheus.CounterVec // by stream
 	CleanupFailures prometheus.Counter
+	// AgentsDead counts agent generations this agent's liveness check found
+	// dead (name lock free, silent for dead_after), once each.
+	AgentsDead prometheus.Counter
 }
 
 // New returns metrics registered on a fresh registry, with Go and process
@@ -55,12 +58,15 @@ func New() *Metrics {
 		CleanupFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tether_cleanup_failures_total", Help: "Plugin Cleanup calls that returned an error.",
 		}),
+		AgentsDead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_agents_dead_total", Help: "Agent generations this agent found dead: name lock free and silent for dead_after (their jobs settled early).",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.JobsClaimed, m.JobsFinished, m.LeasesLost, m.Heartbeats, m.HeartbeatTime,
-		m.RunningJobs, m.LogBytes, m.CleanupFailures,
+		m.RunningJobs, m.LogBytes, m.CleanupFailures, m.AgentsDead,
 	)
 	return m
 }

@@ -264,16 +264,28 @@ func (s *Store) JobStatus(ctx context.Context, id string) (string, error) {
 	return status, nil
 }
 
-// ListAgents returns every registered agent.
-func (s *Store) ListAgents(ctx context.Context) ([]Agent, error) {
-	rows, err := s.pool.Query(ctx, queries.Get("agent_list"))
+// AgentListParams say which agents ListAgents returns.
+type AgentListParams struct {
+	// All lists every row, stopped and long-silent agents too; otherwise
+	// only the live ones.
+	All bool
+	// LiveWithin is how recently a running or draining agent must have been
+	// seen to be live (the answering agent's stale_job).
+	LiveWithin time.Duration
+}
+
+// ListAgents returns the live agents (or all of them), sorted by name, each
+// with whether it is live by the database clock.
+func (s *Store) ListAgents(ctx context.Context, p AgentListParams) ([]Agent, error) {
+	st := queries.Named("agent_list")
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"all": p.All, "live_s": p.LiveWithin.Seconds()})...)
 	if err != nil {
 		return nil, fmt.Errorf("listing agents: %w", err)
 	}
 	agents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Agent, error) {
 		var a Agent
 		err := r.Scan(&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
-			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs)
+			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs, &a.Live)
 		return a, err
 	})
 	if err != nil {

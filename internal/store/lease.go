@@ -27,17 +27,23 @@ type Registration struct {
 	Plugins  json.RawMessage // plugin name -> {"version", "capabilities"}
 }
 
-// RegisterAgent records this process under its name with its generation and
-// returns the generation the name had before ("" if new).
-func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, error) {
-	plugins := r.Plugins
-	if len(plugins) == 0 {
-		plugins = json.RawMessage(`{}`)
-	}
-	commands := r.Commands
+// columns returns the commands and plugins as the agents row stores them:
+// empty, never NULL.
+func (r Registration) columns() ([]string, json.RawMessage) {
+	commands, plugins := r.Commands, r.Plugins
 	if commands == nil {
 		commands = []string{}
 	}
+	if len(plugins) == 0 {
+		plugins = json.RawMessage(`{}`)
+	}
+	return commands, plugins
+}
+
+// RegisterAgent records this process under its name with its generation and
+// returns the generation the name had before ("" if new).
+func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, error) {
+	commands, plugins := r.columns()
 	var prev string
 	err := s.pool.QueryRow(ctx, queries.Get("agent_register"),
 		r.Name, r.Generation, r.Version, r.Capacity, commands, plugins).Scan(&prev)
@@ -45,6 +51,28 @@ func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, erro
 		return "", fmt.Errorf("registering agent %s: %w", r.Name, err)
 	}
 	return prev, nil
+}
+
+// RegisterAgain records this process again under its name and generation
+// after its agents row was deleted (by an operator, or agent retention while
+// the process was silent), in state (running or draining). It never replaces
+// a row: false means the name has one again (another process registered
+// under it meanwhile, which wins), and the next heartbeat says whose.
+func (s *Store) RegisterAgain(ctx context.Context, r Registration, state string) (bool, error) {
+	commands, plugins := r.columns()
+	st := queries.Named("agent_reregister")
+	var name string
+	err := s.pool.QueryRow(ctx, st.SQL, st.Args(map[string]any{
+		"name": r.Name, "generation": r.Generation, "version": r.Version, "capacity": r.Capacity,
+		"commands": commands, "plugins": plugins, "state": state,
+	})...).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("registering agent %s again: %w", r.Name, err)
+	}
+	return true, nil
 }
 
 // SetAgentState records running, draining or stopped for this process.
@@ -140,10 +168,15 @@ type Held struct {
 
 // HeartbeatResult is the answer to one heartbeat.
 type HeartbeatResult struct {
-	// Registered is false when another process registered under this agent's
-	// name since: this process must stop.
+	// Registered is false when this process's agents row was not renewed;
+	// nothing was then, and Held is empty whatever the leases are.
 	Registered bool
-	Held       []Held
+	// Missing, when Registered is false, says the name has no agents row at
+	// all (an operator or agent retention deleted it): the process registers
+	// again (RegisterAgain) and carries on. Otherwise another process
+	// registered under the name since: this process must stop.
+	Missing bool
+	Held    []Held
 }
 
 // Lease is one job an agent believes it holds.
@@ -165,10 +198,11 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	}
 	defer rows.Close()
 	var res HeartbeatResult
+	var named bool // the name has a row, of any generation
 	for rows.Next() {
 		var id, status *string
 		var lease *int64
-		if err := rows.Scan(&res.Registered, &id, &lease, &status); err != nil {
+		if err := rows.Scan(&res.Registered, &named, &id, &lease, &status); err != nil {
 			return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 		}
 		if id != nil {
@@ -178,6 +212,7 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	if err := rows.Err(); err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
+	res.Missing = !res.Registered && !named
 	return res, nil
 }
 

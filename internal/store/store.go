@@ -129,6 +129,9 @@ type Agent struct {
 	Commands   []string        `json:"commands"`
 	Plugins    json.RawMessage `json:"plugins"`
 	ActiveJobs int             `json:"active_jobs"`
+	// Live: running or draining and seen within the answering agent's
+	// stale_job, by the database clock.
+	Live bool `json:"live"`
 }
 
 // Store wraps a connection pool.

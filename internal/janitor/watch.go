@@ -1,0 +1,103 @@
+package janitor
+
+import "time"
+
+// FreeLock is one agent holding work whose name lock the liveness check saw
+// free, as of that check.
+type FreeLock struct {
+	Name       string
+	Generation string
+	LastSeen   time.Time // its agents row's last_seen (database clock)
+}
+
+// DeadAgent is one agent generation the watch found dead.
+type DeadAgent struct {
+	Name       string
+	Generation string
+	// FreeSince is when its lock was first seen free (database clock); it
+	// has not heartbeat since.
+	FreeSince time.Time
+	LastSeen  time.Time
+	// Silence is now - last_seen at the check that found it dead.
+	Silence time.Duration
+	// First: this is the first check that found this generation dead.
+	First bool
+}
+
+type agentKey struct{ name, generation string }
+
+type watchEntry struct {
+	since    time.Time // first seen free, or last restarted by a heartbeat
+	reported bool
+}
+
+// lockWatch is the first-free memory of one checking agent. It is pure:
+// the caller feeds it each check's database time and free set.
+//
+// An agent is dead when, at a later check, its lock is still free, at least
+// deadAfter has passed since the first check that saw it free (F), and its
+// last_seen is not after F: it has not heartbeat since. Requiring a second
+// look and a silence since F is what keeps a database restart (every lock
+// freed at once) from releasing anything: the agents re-take their locks and
+// heartbeat within a keepalive, well inside deadAfter.
+type lockWatch struct {
+	deadAfter time.Duration
+	seen      map[agentKey]watchEntry
+}
+
+func newLockWatch(deadAfter time.Duration) *lockWatch {
+	return &lockWatch{deadAfter: deadAfter, seen: map[agentKey]watchEntry{}}
+}
+
+// observe records one check at now that found free, and returns the agents
+// dead as of it. Agents no longer in free (lock taken again, no work left,
+// row gone) are forgotten; one that heartbeat since F starts over at now.
+func (w *lockWatch) observe(now time.Time, free []FreeLock) []DeadAgent {
+	next := make(map[agentKey]watchEntry, len(free))
+	var dead []DeadAgent
+	for _, f := range free {
+		k := agentKey{f.Name, f.Generation}
+		e, ok := w.seen[k]
+		if !ok || f.LastSeen.After(e.since) {
+			e = watchEntry{since: now}
+		}
+		if now.Sub(e.since) >= w.deadAfter {
+			dead = append(dead, DeadAgent{
+				Name: f.Name, Generation: f.Generation, FreeSince: e.since, LastSeen: f.LastSeen,
+				Silence: now.Sub(f.LastSeen), First: !e.reported,
+			})
+			e.reported = true
+		}
+		next[k] = e
+	}
+	w.seen = next
+	return dead
+}
+
+// due returns how long after now the first remembered agent not yet found
+// dead may be found dead (its F + deadAfter), and false when none is
+// pending. The caller checks again then instead of at the next keepalive, so
+// detection does not lose a keepalive to the check's own timing.
+func (w *lockWatch) due(now time.Time) (time.Duration, bool) {
+	var first time.Time
+	for _, e := range w.seen {
+		if e.reported {
+			continue
+		}
+		if at := e.since.Add(w.deadAfter); first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return max(first.Sub(now), 0), true
+}
+
+// reset forgets every first-free time. A check that could not run (the
+// database unreachable) breaks the watch: the agents could not heartbeat
+// either, so a silence across the gap proves nothing.
+func (w *lockWatch) reset() { w.seen = map[agentKey]watchEntry{} }
+
+// remembered is how many agents the watch holds a first-free time for.
+func (w *lockWatch) remembered() int { return len(w.seen) }

@@ -1,0 +1,196 @@
+package janitor
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// deadOwner: the liveness check found a1 dead, silent for 11s.
+var deadOwner = func(in *Input) { in.Owner.Dead, in.Owner.LastSeenAge = true, 11*time.Second }
+
+func TestDecideDeadOwner(t *testing.T) {
+	const stale = 130 * time.Second
+	const goneWhy = "agent gone (name lock free, silent 11s)"
+	requeued := Action{Kind: Requeue, Reason: "requeued: agent a1 gone (name lock free, silent 11s); the job never started"}
+	tests := []struct {
+		name string
+		in   Input
+		want Action
+	}{
+		// Accepted (and held queued): nothing ran, requeue at once.
+		{"accepted, dead", with(owned("accepted", time.Second), deadOwner), requeued},
+		{"held queued, dead", with(owned("queued", time.Second), deadOwner), requeued},
+		{"accepted, dead, lease silent past offline_after", with(owned("accepted", 20*time.Second), deadOwner), requeued},
+		{"accepted, dead but restarted: the restart rule", with(owned("accepted", 0), deadOwner, restarted),
+			Action{Kind: Requeue, Reason: "requeued: agent a1 restarted; the job never started"}},
+
+		// Running and resumable: released at once.
+		{"running, dead, resumable", with(owned("running", time.Second), deadOwner), Action{Kind: Release, Reason: goneWhy}},
+		{"running, dead, draining, resumable", with(owned("running", time.Second), deadOwner, draining), Action{Kind: Release, Reason: goneWhy}},
+		{"running, dead, resumable, past active_timeout + grace", with(owned("running", time.Second), deadOwner, activeFor(time.Minute, time.Hour)),
+			Action{Kind: Release, Reason: goneWhy}},
+		{"running, dead and gone: the gone rule", with(owned("running", 0), deadOwner, gone), Action{Kind: Release, Reason: "agent gone"}},
+
+		// Running and not resumable: only the self-fence proves a local
+		// process stopped, so stale_job still governs.
+		{"running, dead, not resumable", with(owned("running", time.Second), deadOwner, notResum), Action{Kind: None}},
+		{"running, dead, plugin not loaded", with(owned("running", time.Second), deadOwner, notLoaded), Action{Kind: None}},
+		{"running, dead, command unserved", with(owned("running", time.Second), deadOwner, unserved), Action{Kind: None}},
+		{"running, dead, not resumable, stale: the stale rule", with(owned("running", stale), deadOwner, notResum),
+			Action{Kind: Fail, Reason: noResume("awol: agent a1 silent for 130s"), Cleanup: true}},
+		{"running, dead, not resumable, past active_timeout + grace: the backup", with(owned("running", time.Second), deadOwner, notResum, activeFor(time.Minute, time.Hour)),
+			Action{Kind: FailActiveTimeout, Cleanup: true, Reason: "active_timeout of 1m0s exceeded (running for 3600s; agent a1 did not stop it, so the janitor failed it)"}},
+
+		// Canceling: unchanged, the owner's rules.
+		{"canceling, dead", with(owned("canceling", time.Second), deadOwner), Action{Kind: None}},
+		{"canceling, dead, never started", with(owned("canceling", time.Second), deadOwner, notStart), Action{Kind: None}},
+		{"canceling, dead, stale", with(owned("canceling", stale), deadOwner),
+			Action{Kind: Cancel, Reason: "canceled by request; agent a1 stopped answering, so the janitor finished the cancel", Cleanup: true}},
+
+		// A live owner (not dead) is untouched, however its lock looks.
+		{"accepted, live, silent 11s", with(owned("accepted", 11*time.Second), func(in *Input) { in.Owner.LastSeenAge = 11 * time.Second }), Action{Kind: None}},
+		{"running, live, silent 60s, resumable", owned("running", 60*time.Second), Action{Kind: None}},
+		{"running, live, resumable", owned("running", time.Second), Action{Kind: None}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, Decide(tt.in))
+		})
+	}
+}
+
+func TestLockWatch(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	free := func(lastSeen float64) []FreeLock {
+		return []FreeLock{{Name: "a1", Generation: "g1", LastSeen: at(lastSeen)}}
+	}
+	type step struct {
+		now      float64
+		free     []FreeLock
+		dead     bool // a1 dead at this check
+		first    bool
+		remember int
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"first sighting is never dead, even long silent", []step{
+			{now: 100, free: free(0), remember: 1},
+		}},
+		{"dead once dead_after has passed since the first sighting", []step{
+			{now: 10, free: free(9), remember: 1},
+			{now: 15, free: free(9), remember: 1},
+			{now: 19.9, free: free(9), remember: 1},
+			{now: 20, free: free(9), dead: true, first: true, remember: 1},
+			{now: 25, free: free(9), dead: true, first: false, remember: 1},
+		}},
+		{"a heartbeat since the first sighting starts over", []step{
+			{now: 10, free: free(9), remember: 1},
+			{now: 15, free: free(14), remember: 1}, // heartbeat at 14: F = 15
+			{now: 20, free: free(14), remember: 1},
+			{now: 24.9, free: free(14), remember: 1},
+			{now: 25, free: free(14), dead: true, first: true, remember: 1},
+		}},
+		{"heartbeating every keepalive with the lock free is never dead", []step{
+			{now: 10, free: free(9.5), remember: 1},
+			{now: 15, free: free(14.5), remember: 1},
+			{now: 20, free: free(19.5), remember: 1},
+			{now: 25, free: free(24.5), remember: 1},
+			{now: 30, free: free(29.5), remember: 1},
+		}},
+		{"lock taken again: forgotten, and a new sighting starts over", []step{
+			{now: 10, free: free(9), remember: 1},
+			{now: 15, free: nil, remember: 0},
+			{now: 20, free: free(9), remember: 1},
+			{now: 25, free: free(9), remember: 1},
+			{now: 30, free: free(9), dead: true, first: true, remember: 1},
+		}},
+		{"database restart: every lock free at once, heartbeats within a keepalive", []step{
+			{now: 10, free: free(8), remember: 1},
+			{now: 15, free: free(12), remember: 1}, // heartbeat got through
+			{now: 20, free: nil, remember: 0},      // lock re-taken
+		}},
+		{"a heartbeat stamped before F does not count; the next one does", []step{
+			{now: 10, free: free(9.99), remember: 1},
+			{now: 15, free: free(9.99), remember: 1},
+			{now: 19, free: free(18), remember: 1}, // F = 19
+			{now: 20, free: free(18), remember: 1},
+			{now: 28.9, free: free(18), remember: 1},
+			{now: 29, free: free(18), dead: true, first: true, remember: 1},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newLockWatch(10 * time.Second)
+			for i, s := range tt.steps {
+				dead := w.observe(at(s.now), s.free)
+				if s.dead {
+					if assert.Len(t, dead, 1, "step %d", i) {
+						assert.Equal(t, "a1", dead[0].Name)
+						assert.Equal(t, s.first, dead[0].First, "step %d first", i)
+						assert.Equal(t, at(s.now).Sub(s.free[0].LastSeen), dead[0].Silence, "step %d silence", i)
+					}
+				} else {
+					assert.Empty(t, dead, "step %d", i)
+				}
+				assert.Equal(t, s.remember, w.remembered(), "step %d remembered", i)
+			}
+		})
+	}
+}
+
+// Each agent generation has its own memory: a new generation under the
+// same name starts over, and agents do not affect each other.
+func TestLockWatchPerGeneration(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	w := newLockWatch(10 * time.Second)
+	old := FreeLock{Name: "a1", Generation: "g1", LastSeen: t0}
+	other := FreeLock{Name: "b", Generation: "b1", LastSeen: t0}
+	assert.Empty(t, w.observe(t0.Add(time.Second), []FreeLock{old, other}))
+	fresh := FreeLock{Name: "a1", Generation: "g2", LastSeen: t0.Add(5 * time.Second)}
+	dead := w.observe(t0.Add(11*time.Second), []FreeLock{fresh, other})
+	if assert.Len(t, dead, 1) {
+		assert.Equal(t, "b", dead[0].Name)
+		assert.Equal(t, t0.Add(time.Second), dead[0].FreeSince)
+	}
+	assert.Equal(t, 2, w.remembered())
+}
+
+// A check that failed (the database was unreachable) forgets everything:
+// the agents could not heartbeat through the outage either.
+func TestLockWatchResetAfterAFailedCheck(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	w := newLockWatch(10 * time.Second)
+	free := []FreeLock{{Name: "a1", Generation: "g1", LastSeen: t0}}
+	assert.Empty(t, w.observe(t0.Add(time.Second), free))
+	w.reset()
+	assert.Zero(t, w.remembered())
+	// Back after a 30 s outage, before a1 heartbeat again: a first sighting.
+	assert.Empty(t, w.observe(t0.Add(31*time.Second), free))
+	assert.Len(t, w.observe(t0.Add(41*time.Second), free), 1, "dead_after after the new sighting")
+}
+
+func TestLockWatchDue(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	w := newLockWatch(10 * time.Second)
+	_, ok := w.due(t0)
+	assert.False(t, ok, "nothing remembered")
+	a := FreeLock{Name: "a", Generation: "a1", LastSeen: t0}
+	b := FreeLock{Name: "b", Generation: "b1", LastSeen: t0}
+	w.observe(t0.Add(time.Second), []FreeLock{a})
+	w.observe(t0.Add(4*time.Second), []FreeLock{a, b})
+	d, ok := w.due(t0.Add(4 * time.Second))
+	assert.True(t, ok)
+	assert.Equal(t, 7*time.Second, d, "a's F + dead_after comes first")
+	w.observe(t0.Add(11*time.Second), []FreeLock{a, b}) // a found dead
+	d, ok = w.due(t0.Add(11 * time.Second))
+	assert.True(t, ok)
+	assert.Equal(t, 3*time.Second, d, "a is reported; b is next")
+	d, ok = w.due(t0.Add(20 * time.Second))
+	assert.True(t, ok)
+	assert.Zero(t, d, "overdue: at once")
+}

@@ -1,0 +1,114 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+func TestHeartbeatTellsDeletedRowFromSuperseded(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a := register(t, st, "a")
+	submit(t, st, "c")
+	got, err := st.Claim(ctx, a, 5, []string{"c"})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	leases := []store.Lease{{JobID: got[0].Job.ID, Lease: got[0].Lease}}
+
+	// An operator deletes the row: the answer says so, renews nothing and
+	// lists no lease.
+	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET last_heartbeat = now() - interval '1 minute'`)
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `DELETE FROM agents WHERE name = 'a'`)
+	require.NoError(t, err)
+	res, err := st.Heartbeat(ctx, a, leases)
+	require.NoError(t, err)
+	assert.False(t, res.Registered)
+	assert.True(t, res.Missing)
+	assert.Empty(t, res.Held)
+	var silent float64
+	require.NoError(t, st.Pool().QueryRow(ctx,
+		`SELECT extract(epoch FROM now() - last_heartbeat) FROM active_jobs`).Scan(&silent))
+	assert.GreaterOrEqual(t, silent, 59.0, "a heartbeat without its agents row renews no lease")
+
+	// Registering again restores the row under the same generation, with
+	// the data given; the next heartbeat renews the lease.
+	reg := store.Registration{Holder: a, Version: "v9", Capacity: 7, Commands: []string{"c"},
+		Plugins: json.RawMessage(`{"noop":{"version":"1"}}`)}
+	written, err := st.RegisterAgain(ctx, reg, "draining")
+	require.NoError(t, err)
+	assert.True(t, written)
+	var gen, version, state string
+	var capacity int
+	require.NoError(t, st.Pool().QueryRow(ctx,
+		`SELECT generation, version, state, capacity FROM agents WHERE name = 'a'`).Scan(&gen, &version, &state, &capacity))
+	assert.Equal(t, []any{a.Generation, "v9", "draining", 7}, []any{gen, version, state, capacity})
+	res, err = st.Heartbeat(ctx, a, leases)
+	require.NoError(t, err)
+	assert.True(t, res.Registered)
+	assert.False(t, res.Missing)
+	require.Len(t, res.Held, 1)
+	assert.Equal(t, got[0].Job.ID, res.Held[0].JobID)
+
+	// Another process registering under the name supersedes this one, and
+	// registering again never overwrites it.
+	_, err = st.RegisterAgent(ctx, store.Registration{Holder: store.Holder{Name: "a", Generation: "new"}, Capacity: 1})
+	require.NoError(t, err)
+	res, err = st.Heartbeat(ctx, a, leases)
+	require.NoError(t, err)
+	assert.False(t, res.Registered)
+	assert.False(t, res.Missing, "a row of another generation is not a deleted row")
+	written, err = st.RegisterAgain(ctx, reg, "running")
+	require.NoError(t, err)
+	assert.False(t, written)
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT generation FROM agents WHERE name = 'a'`).Scan(&gen))
+	assert.Equal(t, "new", gen)
+}
+
+func TestListAgentsLiveByDefaultAllOnRequest(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	busy := register(t, st, "busy")
+	register(t, st, "idle")
+	draining := register(t, st, "draining")
+	require.NoError(t, st.SetAgentState(ctx, draining, "draining"))
+	stopped := register(t, st, "stopped")
+	require.NoError(t, st.SetAgentState(ctx, stopped, "stopped"))
+	register(t, st, "silent")
+	_, err := st.Pool().Exec(ctx, `UPDATE agents SET last_seen = now() - interval '10 minutes' WHERE name = 'silent'`)
+	require.NoError(t, err)
+	submit(t, st, "c")
+	submit(t, st, "c")
+	_, err = st.Claim(ctx, busy, 5, []string{"c"})
+	require.NoError(t, err)
+
+	names := func(agents []store.Agent) map[string]bool {
+		out := map[string]bool{}
+		for _, a := range agents {
+			out[a.Name] = a.Live
+		}
+		return out
+	}
+	live, err := st.ListAgents(ctx, store.AgentListParams{LiveWithin: time.Minute})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{"busy": true, "draining": true, "idle": true}, names(live))
+	require.Equal(t, "busy", live[0].Name, "sorted by name")
+	assert.Equal(t, 2, live[0].ActiveJobs)
+
+	all, err := st.ListAgents(ctx, store.AgentListParams{All: true, LiveWithin: time.Minute})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{"busy": true, "draining": true, "idle": true, "silent": false, "stopped": false}, names(all))
+
+	// Live is measured against the bound given (the answering agent's
+	// stale_job): a longer one counts the silent agent in.
+	live, err = st.ListAgents(ctx, store.AgentListParams{LiveWithin: time.Hour})
+	require.NoError(t, err)
+	assert.True(t, names(live)["silent"])
+}
