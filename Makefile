@@ -109,7 +109,7 @@ bench-spark: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 ## agent idle, with the default timings (keepalive 5 s, stale_job 120 s):
 ## kill → resumed p50/max for the resumable test plugin and ECS jobs against
 ## the emulator, name-lock liveness on and off side by side (the ratio, and
-## the target max ≤ 16 s); 20 rounds each, 10 at once (about 12 minutes;
+## the target max ≤ 16 s); 20 rounds each, 10 at once (about 10 minutes;
 ## TETHER_BENCH_LIVENESS_ROUNDS, _LANES, _JOBS, _PLUGINS, see
 ## internal/e2e/liveness_bench_test.go)
 bench-liveness:

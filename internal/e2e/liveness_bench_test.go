@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"runtime"
@@ -26,8 +27,9 @@ import (
 // jobs wait for another agent, with the default timings (keepalive 5s,
 // stale_job 120s, clean_interval 10s, dead_after its default 2×keepalive).
 // A round: agent "victim" holds TETHER_BENCH_LIVENESS_JOBS running jobs,
-// agent "rescuer" starts idle, the victim gets SIGKILL (the database's
-// now() read just before is the kill's time); per job, the figure is kill →
+// agent "rescuer" starts idle, the victim gets SIGKILL at a random point of
+// the rescuer's keepalive cycle (the database's now() read just before is
+// the kill's time); per job, the figure is kill →
 // its first `resumed` event, which the rescuer writes as it starts the
 // plugin's Resume. Two plugins (the resumable test plugin, and ECS jobs
 // against the emulator in this process, synthetic tasks), two paths side
@@ -252,6 +254,10 @@ func (r *livenessBench) round(t *laneT, q livenessRound) (took []time.Duration, 
 		h.waitHandle(ctx, id, 2*time.Minute)
 	}
 	rescuer := h.startAgent(ctx, name+"-rescuer")
+	// The rescuer's check runs every keepalive from its start: kill at a
+	// random point of that cycle, as a crash would come, not always just
+	// after a check (which is the worst case, dead_after + keepalive).
+	sleep(ctx, rand.N(r.tm.Keepalive))
 
 	killedAt := h.dbNow(ctx)
 	h.kill9(victim)
