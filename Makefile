@@ -15,7 +15,7 @@ SPARK_OPERATOR          := .tether/bin/spark-operator-$(SPARK_OPERATOR_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test vet bench bench-ecs bench-spark bench-liveness proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz
+.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz check-deploy
 
 all: build
 
@@ -25,9 +25,24 @@ build:
 	@for p in $(PLUGINS); do echo "$(GO) build -o $(BIN)/tether-plugin-$$p ./plugins/$$p"; \
 		$(GO) build -o $(BIN)/tether-plugin-$$p ./plugins/$$p || exit 1; done
 
-## run: private PostgreSQL under .tether/, one agent, a demo job; Ctrl-C stops
+## run: private PostgreSQL under .tether/, the local ECS emulator as its own
+## process, one agent, demo jobs; Ctrl-C stops all three. After a kill -9 of
+## the agent, the database and emulator (and its tasks) keep running: `make
+## run` again reattaches, `make stop` stops them.
 run: build
 	$(BIN)/tether dev
+
+## stop: stop what `make run` or `make demo-reattach` left running (agent,
+## ECS emulator, private PostgreSQL); the data under .tether/ stays
+stop:
+	@if [ ! -x $(BIN)/tether ]; then echo "$(BIN)/tether is not built: nothing of make run can be running"; exit 0; fi; \
+	rc=0; for d in .tether .tether/demo; do $(BIN)/tether dev stop --data-dir $$d || rc=1; done; exit $$rc
+
+## demo-reattach: start the stack, submit an ECS job (~20 s on the emulator),
+## kill -9 the agent mid-job, start it again and show the same task (same
+## ARN) finishing and the job succeeded (scripts/demo-reattach.sh)
+demo-reattach: build
+	BIN=$(BIN) scripts/demo-reattach.sh
 
 ## test: the whole suite against real PostgreSQL, real plugin binaries and a
 ## real kube-apiserver + etcd, kube-controller-manager's garbage collector and
@@ -39,6 +54,14 @@ test: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) vet -race ./...
 	$(MAKE) fuzz
+	$(MAKE) check-deploy
+
+## check-deploy: promtool checks deploy/prometheus-alerts.yml (Debian's
+## prometheus package has promtool; part of `make test`; the Go test in
+## internal/metrics checks the metric names the rules and dashboard use)
+check-deploy:
+	@command -v promtool >/dev/null || { echo "promtool not found: apt-get install -y prometheus (it provides promtool; make test checks the alert rules with it)"; exit 1; }
+	promtool check rules deploy/prometheus-alerts.yml
 
 ## fuzz: the API's submit and list handlers under Go's fuzzer for FUZZTIME
 ## each (asserts no 5xx and no panic; part of `make test`)

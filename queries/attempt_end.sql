@@ -88,6 +88,9 @@ WITH f AS (
     FROM j JOIN ra ON ra.job_id = j.id
 ), n AS (
     SELECT pg_notify('tether_jobs', command) FROM j WHERE retry AND NOT @cleanup::boolean
+    UNION ALL
+    -- Wakes the job's followers (logs and events): it ended.
+    SELECT pg_notify('tether_job_end', id) FROM j WHERE NOT retry
 )
 SELECT (SELECT count(*) FROM j),
        coalesce((SELECT retry FROM j), false),

@@ -4,7 +4,7 @@
 -- the plan, never by the outcome; it stores exactly what attempt_end.sql
 -- stores for such a plan, with three statement nodes instead of seven
 -- (measured: attempt_end.sql costs about 1.7× as much per end, and the end
--- is a third of a job's database time).
+-- is a third of a job's database time), plus the followers' pg_notify.
 WITH f AS (
     SELECT job_id FROM active_jobs WHERE job_id = @job AND lease = @lease FOR UPDATE
 ), j AS (
@@ -18,6 +18,9 @@ WITH f AS (
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
     SELECT id, @event_kind::text, @agent::text, @generation::text, @event_lease::bigint, @message::text FROM j
+), n AS (
+    -- Wakes the job's followers (logs and events): it ended.
+    SELECT pg_notify('tether_job_end', id) FROM j
 )
 SELECT count(*), false, CASE WHEN count(*) > 0 THEN @status::text ELSE '' END, 0, NULL::timestamptz, '', 0
-FROM j;
+FROM j, (SELECT count(*) FROM n) x;

@@ -15,10 +15,10 @@
 -- taken), and only the jobs it updated give their active row a holder. Locks:
 -- active rows (picked), then their job rows (j), as everywhere else.
 WITH picked AS (
-    SELECT p.job_id
+    SELECT p.job_id, p.run_after, p.released_at
     FROM (SELECT DISTINCT unnest(@commands::text[]) AS command) c
     CROSS JOIN LATERAL (
-        SELECT a.job_id, a.run_after
+        SELECT a.job_id, a.run_after, a.released_at
         FROM active_jobs a
         WHERE a.agent_name IS NULL
           AND a.command = c.command
@@ -47,7 +47,11 @@ WITH picked AS (
               extract(epoch FROM jobs.active_timeout)::float8 AS active_timeout,
               extract(epoch FROM jobs.ttl_succeeded)::float8 AS ttl_succeeded,
               extract(epoch FROM jobs.ttl_failed)::float8 AS ttl_failed,
-              coalesce(extract(epoch FROM now() - jobs.attempt_started_at), 0)::float8 AS attempt_age
+              coalesce(extract(epoch FROM now() - jobs.attempt_started_at), 0)::float8 AS attempt_age,
+              -- For the metrics: how long it was due (a released job since
+              -- its release; greatest skips NULL), and since submit.
+              greatest(extract(epoch FROM now() - greatest(picked.run_after, picked.released_at)), 0)::float8 AS queue_wait,
+              extract(epoch FROM now() - jobs.created_at)::float8 AS job_age
 ), claimed AS (
     UPDATE active_jobs a
     SET agent_name = @agent, agent_generation = @generation, lease = a.lease + 1,
@@ -62,5 +66,5 @@ WITH picked AS (
 )
 SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt, c.lease, c.handle,
        j.max_retry, j.retry_backoff, j.retry_backoff_max, j.pending_timeout, j.active_timeout,
-       j.ttl_succeeded, j.ttl_failed, j.attempt_age
+       j.ttl_succeeded, j.ttl_failed, j.attempt_age, j.queue_wait, j.job_age
 FROM j JOIN claimed c ON c.job_id = j.id;

@@ -9,6 +9,9 @@ WITH d AS (
         last_lease = greatest(jobs.last_lease, (SELECT lease FROM d) + 1)
     WHERE id = $1
     RETURNING id
+), n AS (
+    -- Wakes the job's followers: it ended.
+    SELECT pg_notify('tether_job_end', id) FROM j
 )
 INSERT INTO job_events (job_id, kind, message)
-SELECT id, 'canceled', $2 FROM j;
+SELECT id, 'canceled', $2 FROM j WHERE (SELECT count(*) FROM n) >= 0;

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tetherjobs/tether/internal/api"
 )
 
 func (a *app) commandsCmd() *cobra.Command {
@@ -28,11 +26,8 @@ marked "no" with a hint: its jobs wait queued until one does.`,
 			if err != nil {
 				return err
 			}
-			if cmds == nil {
-				cmds = []api.Command{}
-			}
-			if a.output == "json" {
-				return a.printJSON(api.CommandList{Commands: cmds})
+			if a.machine() {
+				return emitList(a, "commands", cmds, nil)
 			}
 			tw := a.table()
 			fmt.Fprintln(tw, "NAME\tPLUGIN\tSERVED\tAGENTS\tDRAINING\tQUEUED\tOLDEST")

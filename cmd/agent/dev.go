@@ -8,16 +8,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tetherjobs/tether/internal/agent"
 	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/client"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/pgcluster"
-	"github.com/tetherjobs/tether/localstack/emulator"
+	"github.com/tetherjobs/tether/pkg/client"
 )
 
 // demoScript is what the demo job runs: a few lines of output over a couple
@@ -29,7 +29,7 @@ echo done`
 
 func (a *app) devCmd() *cobra.Command {
 	var dataDir, listen string
-	var noDemo bool
+	var noDemo, keepEmulator, verbose bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a self-contained agent: private PostgreSQL, shell plugin, a demo job",
@@ -37,20 +37,42 @@ func (a *app) devCmd() *cobra.Command {
 a private PostgreSQL started from the installed server binaries under
 --data-dir (unless DATABASE_URL is set), an agent with the plugins found next
 to the tether binary, and a demo job whose logs are followed. The agent keeps
-serving until Ctrl-C. This is what "make run" does.`,
+serving until Ctrl-C. This is what "make run" does.
+
+When the ECS plugin is built, a local ECS + CloudWatch Logs emulator runs as
+a process of its own (log in <data-dir>/run/emulator.log), and PostgreSQL
+too, so both outlive a crash (kill -9) of this agent: started again,
+"tether dev" reuses them and reattaches to the jobs that were running. Ctrl-C
+stops all three (the emulator stays with --keep-emulator); "tether dev stop"
+("make stop") stops whatever is left.
+
+The agent's per-request log lines are at debug level here, so the job output
+stays readable; --verbose (or --log-level debug) shows them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.runDev(cmd.Context(), dataDir, listen, noDemo)
+			return a.runDev(cmd.Context(), devOptions{dataDir: dataDir, listen: listen, noDemo: noDemo, keepEmulator: keepEmulator, verbose: verbose})
 		},
 	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", ".tether", "where the private PostgreSQL keeps its data (kept between runs)")
+	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", ".tether", "where the private PostgreSQL keeps its data (kept between runs) and run/ holds the emulator's pid, URL and log")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9090", "API address (overrides http.listen)")
 	cmd.Flags().BoolVar(&noDemo, "no-demo", false, "do not submit the demo job")
+	cmd.Flags().BoolVar(&keepEmulator, "keep-emulator", false, "leave the ECS emulator (and its tasks) running on exit")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "log every API request (at info level)")
+	cmd.AddCommand(a.devEmulatorCmd(), a.devStopCmd(&dataDir))
 	return cmd
 }
 
-func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) error {
+type devOptions struct {
+	dataDir, listen               string
+	noDemo, keepEmulator, verbose bool
+}
+
+func (a *app) runDev(ctx context.Context, o devOptions) error {
+	dataDir, listen, noDemo := o.dataDir, o.listen, o.noDemo
 	log := a.logger()
+	if !o.verbose {
+		log = slog.New(quietRequests{log.Handler()})
+	}
 	cfg, err := config.Load(a.configPath, a.getenv)
 	if err != nil {
 		return err
@@ -73,12 +95,26 @@ func (a *app) runDev(ctx context.Context, dataDir, listen string, noDemo bool) e
 	if cfg.Agent.Name == "" {
 		cfg.Agent.Name = "dev"
 	}
-	withECS, err := a.devECS(cfg)
+	runDir, err := filepath.Abs(filepath.Join(dataDir, "run"))
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	stopECS, err := a.devECS(ctx, cfg, runDir)
 	if err != nil {
 		return err
 	}
-	if withECS != nil {
-		defer withECS()
+	if stopECS != nil && !o.keepEmulator {
+		// Only on a clean exit (Ctrl-C, SIGTERM): after a kill -9 the
+		// emulator keeps the tasks a restarted agent reattaches to.
+		defer stopECS(context.WithoutCancel(ctx))
+	}
+	if stopECS != nil || cfg.DatabaseURL == "" {
+		// For `tether dev stop`, when something outlives this process.
+		remove, err := writeDevPID(runDir)
+		if err != nil {
+			return err
+		}
+		defer remove()
 	}
 
 	if cfg.DatabaseURL == "" {
@@ -153,7 +189,11 @@ tether is serving at %[1]s (Ctrl-C stops it). Try, in another terminal:
   %[2]s --server %[1]s commands                   # who serves each command, what is queued
   curl -s %[1]s/api/v1/jobs | head
 
-`, base, relPath(exe))
+A crash of this agent (kill -9 %[3]d) leaves PostgreSQL and the ECS emulator
+running: started again, it reattaches to the running jobs (make demo-reattach
+shows it); "%[2]s dev stop" stops what is left.
+
+`, base, relPath(exe), os.Getpid())
 	return <-agentErr
 }
 
@@ -209,7 +249,9 @@ var ecsDemoTask = map[string]any{
 		"name":      "demo",
 		"image":     "public.ecr.aws/docker/library/busybox:latest",
 		"essential": true,
-		"command":   []any{"sh", "-c", `for i in 1 2 3 4; do echo "ecs task line $i"; sleep 0.5; done`},
+		// DEMO_LINES and DEMO_INTERVAL (container_overrides environment)
+		// make it longer, e.g. for `make demo-reattach`.
+		"command": []any{"sh", "-c", `n=${DEMO_LINES:-4}; i=1; while [ "$i" -le "$n" ]; do echo "ecs task line $i of $n"; sleep "${DEMO_INTERVAL:-0.5}"; i=$((i+1)); done`},
 		"logConfiguration": map[string]any{
 			"logDriver": "awslogs",
 			"options": map[string]any{
@@ -221,10 +263,11 @@ var ecsDemoTask = map[string]any{
 }
 
 // devECS sets up the ECS plugin for `tether dev` when its binary is next to
-// tether and nothing says where AWS is: it starts the local ECS + CloudWatch
-// Logs emulator and points the plugin at it. It returns the emulator's stop
-// func (nil when it started none).
-func (a *app) devECS(cfg *config.Config) (func(), error) {
+// tether and nothing says where AWS is: it reuses the local ECS + CloudWatch
+// Logs emulator recorded in runDir or starts one as its own process, and
+// points the plugin at it. It returns the emulator's stop func (nil when
+// ECS is not set up here).
+func (a *app) devECS(ctx context.Context, cfg *config.Config, runDir string) (func(context.Context), error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil
@@ -239,14 +282,17 @@ func (a *app) devECS(cfg *config.Config) (func(), error) {
 	if _, configured := cfg.Plugins["ecs"]; configured || a.getenv("AWS_ENDPOINT_URL") != "" {
 		return nil, nil // the user says where ECS is
 	}
-	emu := emulator.New(emulator.Options{StoppedRetention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
-	url, err := emu.Start("127.0.0.1:4566")
+	run, started, err := ensureEmulator(ctx, runDir)
 	if err != nil {
-		if url, err = emu.Start("127.0.0.1:0"); err != nil { // 4566 is taken (LocalStack?)
-			return nil, fmt.Errorf("starting the local ECS emulator: %w", err)
-		}
+		return nil, err
 	}
-	fmt.Fprintf(a.stderr, "started the local ECS + CloudWatch Logs emulator at %s (set AWS_ENDPOINT_URL to use another)\n", url)
+	verb := "started"
+	if !started {
+		verb = "reusing"
+	}
+	fmt.Fprintf(a.stderr, "%s the local ECS + CloudWatch Logs emulator at %s, pid %d, log %s (set AWS_ENDPOINT_URL to use another)\n",
+		verb, run.URL, run.PID, relPath(filepath.Join(runDir, emulatorLogFile)))
+	url := run.URL
 	if cfg.Plugins == nil {
 		cfg.Plugins = map[string]config.Plugin{}
 	}
@@ -261,5 +307,34 @@ func (a *app) devECS(cfg *config.Config) (func(), error) {
 			"task_definition_template": ecsDemoTask, "poll_interval": "500ms", "log_settle": "500ms",
 		}}
 	}
-	return func() { _ = emu.Close() }, nil
+	return func(ctx context.Context) {
+		if err := stopProcess(ctx, run.PID, syscall.SIGTERM); err != nil {
+			fmt.Fprintf(a.stderr, "stopping the local ECS emulator: %v\n", err)
+			return
+		}
+		fmt.Fprintf(a.stderr, "stopped the local ECS emulator (pid %d) and its tasks\n", run.PID)
+	}, nil
+}
+
+// quietRequests moves the API's per-request log lines below info, so in
+// `tether dev` they do not bury the job output a newcomer is reading;
+// requests that failed (warn and above) stay as they are.
+type quietRequests struct{ slog.Handler }
+
+func (q quietRequests) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "http request" && r.Level < slog.LevelWarn {
+		if !q.Handler.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quietRequests) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quietRequests{q.Handler.WithAttrs(attrs)}
+}
+
+func (q quietRequests) WithGroup(name string) slog.Handler {
+	return quietRequests{q.Handler.WithGroup(name)}
 }

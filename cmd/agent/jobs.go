@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -10,16 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/client"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/client"
 )
-
-func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
 
 func (a *app) table() *tabwriter.Writer {
 	return tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -53,8 +47,8 @@ func (a *app) getCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.output == "json" {
-				return a.printJSON(j)
+			if a.machine() {
+				return a.emit(j)
 			}
 			tw := a.table()
 			row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -93,36 +87,28 @@ func (a *app) getCmd() *cobra.Command {
 	}
 }
 
+// jobStatuses are the job statuses --status accepts, as the API does.
+func jobStatuses() []string {
+	return []string{store.StatusQueued, store.StatusAccepted, store.StatusRunning, store.StatusCanceling,
+		store.StatusSucceeded, store.StatusFailed, store.StatusCanceled}
+}
+
+func validStatus(s string) bool { return slices.Contains(jobStatuses(), s) }
+
+// checkLimit checks --limit against the API's bounds (1..1000): 0 is an
+// error, not the server's default.
+func checkLimit(n int) error {
+	if n < 1 || n > api.MaxListLimit {
+		return fmt.Errorf("--limit must be between 1 and %d, got %d", api.MaxListLimit, n)
+	}
+	return nil
+}
+
 func orEmpty(cond, s string) string {
 	if cond == "" {
 		return ""
 	}
 	return s
-}
-
-func (a *app) logsCmd() *cobra.Command {
-	var (
-		follow bool
-		stream string
-	)
-	cmd := &cobra.Command{
-		Use:   "logs <id>",
-		Short: "Print a job's output (both streams unless --stream)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if stream != "" && stream != "stdout" && stream != "stderr" {
-				return fmt.Errorf("--stream must be stdout or stderr, got %q", stream)
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			return c.Logs(cmd.Context(), args[0], stream, follow, a.stdout)
-		},
-	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing output until the job ends")
-	cmd.Flags().StringVar(&stream, "stream", "", "only stdout or stderr")
-	return cmd
 }
 
 func (a *app) cancelCmd() *cobra.Command {
@@ -140,8 +126,8 @@ func (a *app) cancelCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.output == "json" {
-				return a.printJSON(j)
+			if a.machine() {
+				return a.emit(j)
 			}
 			switch j.Status {
 			case store.StatusCanceling:
@@ -174,8 +160,8 @@ func (a *app) requeueCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.output == "json" {
-				return a.printJSON(res)
+			if a.machine() {
+				return a.emit(res)
 			}
 			note := ""
 			if res.Replayed {
@@ -200,6 +186,13 @@ func (a *app) jobsCmd() *cobra.Command {
 		Short: "List jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLimit(o.Limit); err != nil {
+				return err
+			}
+			if o.Status != "" && !validStatus(o.Status) {
+				// The API's words, with the flag and the field named.
+				return fmt.Errorf("--status must be one of %s, got %q (field status)", strings.Join(jobStatuses(), ", "), o.Status)
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -217,11 +210,8 @@ func (a *app) jobsCmd() *cobra.Command {
 				}
 				o.After = next
 			}
-			if a.output == "json" {
-				if jobs == nil {
-					jobs = []store.Job{}
-				}
-				return a.printJSON(map[string]any{"jobs": jobs, "next": next})
+			if a.machine() {
+				return emitList(a, "jobs", jobs, &next)
 			}
 			tw := a.table()
 			fmt.Fprintln(tw, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tCREATED")
@@ -266,11 +256,8 @@ until agent.agent_retention prunes them. LIVE says which are live.`,
 			if err != nil {
 				return err
 			}
-			if a.output == "json" {
-				if agents == nil {
-					agents = []store.Agent{}
-				}
-				return a.printJSON(map[string]any{"agents": agents})
+			if a.machine() {
+				return emitList(a, "agents", agents, nil)
 			}
 			tw := a.table()
 			fmt.Fprintln(tw, "NAME\tSTATE\tLIVE\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS")

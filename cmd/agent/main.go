@@ -2,9 +2,10 @@
 // client (submit, get, logs, cancel, requeue, jobs, agents, commands).
 //
 // Exit codes: 0 success; 1 an error (bad flags, API error, agent failure).
-// `tether submit --wait` exits with the job's outcome instead: 0 succeeded,
-// 1 failed, 2 canceled, 3 anything else (the job's outcome is unknown: the
-// submit was rejected, the wait was interrupted or the server was lost).
+// The commands that follow a job to its end (`submit --wait`, `wait`,
+// `logs -f`) exit with the job's outcome instead: 0 succeeded, 1 failed,
+// 2 canceled, 3 anything else (the job's outcome is unknown: the submit was
+// rejected, the wait was interrupted or timed out). docs/cli.md has the rest.
 package main
 
 import (
@@ -18,11 +19,12 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tetherjobs/tether/internal/agent"
-	"github.com/tetherjobs/tether/internal/client"
+	"github.com/tetherjobs/tether/pkg/client"
 )
 
 const defaultServer = "http://127.0.0.1:9090"
@@ -66,8 +68,9 @@ type app struct {
 	getenv         func(string) string
 
 	configPath string
-	server     string
+	servers    []string
 	token      string
+	timeout    time.Duration
 	logLevel   string
 	logFormat  string
 	output     string
@@ -115,9 +118,12 @@ func (a *app) rootCmd() *cobra.Command {
 		Long: `tether is a pluggable remote-job agent. "tether run" starts an agent; the other
 commands talk to an agent's HTTP API (--server, TETHER_SERVER).
 
-Exit codes: 0 success, 1 error. "tether submit --wait" exits with the job's
-outcome: 0 succeeded, 1 failed, 2 canceled, 3 unknown (rejected, interrupted,
-or the server was lost while waiting).`,
+Exit codes: 0 success, 1 error. "tether submit --wait", "tether wait" and
+"tether logs -f" exit with the job's outcome: 0 succeeded, 1 failed,
+2 canceled, 3 unknown (rejected, interrupted, or --wait-timeout passed).
+They reconnect, to the next --server or the same one after a restart, for as
+long as the job runs. docs/cli.md is the full reference; "tether completion"
+prints shell completion scripts.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -126,11 +132,12 @@ or the server was lost while waiting).`,
 	}
 	f := root.PersistentFlags()
 	f.StringVar(&a.configPath, "config", "", "config file (YAML) (env TETHER_CONFIG)")
-	f.StringVar(&a.server, "server", defaultServer, "API server URL (env TETHER_SERVER)")
+	f.StringSliceVar(&a.servers, "server", []string{defaultServer}, "API server URL; repeat it or comma-separate several agents to fail over between them (env TETHER_SERVER)")
+	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "bound of each single request, and of connecting when following a job (which reconnects rather than time out)")
 	f.StringVar(&a.token, "token", "", "API bearer token (env TETHER_TOKEN)")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error (env TETHER_LOG_LEVEL)")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json (env TETHER_LOG_FORMAT)")
-	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	f.StringVarP(&a.output, "output", "o", "table", "output format: table, json, jsonl or yaml (machine output goes to stdout alone)")
 
 	root.AddCommand(
 		a.runCmd(),
@@ -143,6 +150,9 @@ or the server was lost while waiting).`,
 		a.jobsCmd(),
 		a.agentsCmd(),
 		a.commandsCmd(),
+		a.waitCmd(),
+		a.eventsCmd(),
+		a.cleanupsCmd(),
 		a.versionCmd(),
 		a.devCmd(),
 	)
@@ -163,8 +173,14 @@ func (a *app) resolveFlags(cmd *cobra.Command) error {
 			}
 		}
 	}
-	if a.output != "table" && a.output != "json" {
-		return fmt.Errorf("--output must be table or json, got %q", a.output)
+	if !validOutput(a.output) {
+		return fmt.Errorf("--output must be table, json, jsonl or yaml, got %q", a.output)
+	}
+	if a.timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", a.timeout)
+	}
+	if len(a.servers) == 0 {
+		return errors.New("--server: give at least one API server URL")
 	}
 	if _, err := parseLevel(a.logLevel); err != nil {
 		return err
@@ -193,15 +209,47 @@ func (a *app) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.stderr, opts))
 }
 
-// client returns an API client for --server and --token.
+// client returns an API client of the first --server with --token.
 func (a *app) client() (*client.Client, error) {
-	var opts []client.Option
+	cs, err := a.clients()
+	if err != nil {
+		return nil, err
+	}
+	return cs[0], nil
+}
+
+// clients returns an API client per --server, each bounding single requests
+// by --timeout and connections by it too.
+func (a *app) clients() ([]*client.Client, error) {
+	opts := []client.Option{client.WithRequestTimeout(a.timeout), client.WithConnectTimeout(a.timeout)}
 	if a.token != "" {
 		opts = append(opts, client.WithToken(a.token))
 	}
-	c, err := client.New(strings.TrimSpace(a.server), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("--server: %w", err)
+	var out []*client.Client
+	for _, s := range a.servers {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		c, err := client.New(s, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("--server: %w", err)
+		}
+		out = append(out, c)
 	}
-	return c, nil
+	if len(out) == 0 {
+		return nil, errors.New("--server: give at least one API server URL")
+	}
+	return out, nil
+}
+
+// failover returns a Failover over every --server; retries are noted on
+// stderr so a follower that is reconnecting says so.
+func (a *app) failover() (*client.Failover, error) {
+	cs, err := a.clients()
+	if err != nil {
+		return nil, err
+	}
+	return client.NewFailover(cs, client.OnRetry(func(server string, err error, in time.Duration) {
+		fmt.Fprintf(a.stderr, "tether: %s: %v; reconnecting in %s\n", server, err, in)
+	}))
 }

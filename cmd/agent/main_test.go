@@ -301,9 +301,9 @@ func TestLogsFollow(t *testing.T) {
 
 func TestGlobalFlags(t *testing.T) {
 	c := newCLI(t)
-	r := c.run(t, "jobs", "--output", "yaml")
+	r := c.run(t, "jobs", "--output", "xml")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, "--output must be table or json")
+	assert.Contains(t, r.stderr, "--output must be table, json, jsonl or yaml")
 
 	r = c.run(t, "jobs", "--log-level", "loud")
 	assert.Equal(t, 1, r.code)

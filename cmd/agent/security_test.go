@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/client"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/testbin"
+	"github.com/tetherjobs/tether/pkg/client"
 )
 
 // buildTether compiles the tether binary into dir and returns its path.

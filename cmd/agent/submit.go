@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,10 +26,6 @@ const (
 	exitUnknown   = 3
 )
 
-// logDrainTimeout bounds how long --wait waits for the log streams after the
-// job finished (they end by themselves once the rest of the output is sent).
-const logDrainTimeout = 10 * time.Second
-
 func (a *app) submitCmd() *cobra.Command {
 	var (
 		contextArg string
@@ -41,6 +35,8 @@ func (a *app) submitCmd() *cobra.Command {
 		limitArgs  []string
 		submitter  string
 		wait       bool
+		stamps     bool
+		timeout    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "submit <command>",
@@ -51,16 +47,24 @@ object, or @file to read one) with --set key=value (a string) and
 (--set env.GREETING=hi).
 
 With --wait, status changes are printed to stderr and the job's output is
-streamed (its stdout to stdout, its stderr to stderr) until it ends. The exit
-code is then the job's outcome: 0 succeeded, 1 failed, 2 canceled,
-3 unknown (the submit was rejected, the wait was interrupted, or the server
-was lost).`,
+streamed (its stdout to stdout, its stderr to stderr) until it ends, across
+agent restarts and losses (see "tether logs -f"); one line on stderr then
+states the outcome, and the exit code is the job's: 0 succeeded, 1 failed,
+2 canceled, 3 unknown (the submit was rejected, the wait was interrupted or
+--wait-timeout passed). With --wait -o json|jsonl|yaml stdout holds the
+finished job alone: the job's output goes to stderr.`,
 		Example: `  tether submit hello
   tether submit hello --set script='echo hi' --wait
   tether submit report --context @ctx.json --key nightly-2024-06-01
   tether submit report --limit active_timeout=2h --limit max_retry=0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkWaitTimeout(timeout); err != nil {
+				return fail(wait, err)
+			}
+			if !wait && (stamps || timeout != 0) {
+				return errors.New("--stamps and --wait-timeout need --wait")
+			}
 			jobCtx, err := buildContext(contextArg, sets, setJSON)
 			if err != nil {
 				return fail(wait, err)
@@ -81,8 +85,8 @@ was lost).`,
 				return fail(wait, fmt.Errorf("submitting: %w", err))
 			}
 			if !wait {
-				if a.output == "json" {
-					return a.printJSON(job)
+				if a.machine() {
+					return a.emit(job)
 				}
 				verb := "submitted"
 				if !created {
@@ -96,7 +100,9 @@ was lost).`,
 			} else {
 				fmt.Fprintf(a.stderr, "job %s was already submitted with this idempotency key\n", job.ID)
 			}
-			return a.waitForJob(ctx, job.ID)
+			ctx, cancel := waitTimeout(ctx, timeout)
+			defer cancel()
+			return a.waitForJob(ctx, job.ID, stamps)
 		},
 	}
 	f := cmd.Flags()
@@ -107,6 +113,8 @@ was lost).`,
 	f.StringArrayVar(&limitArgs, "limit", nil, "override a lifecycle lever for this job: lever=value, e.g. max_retry=0 or active_timeout=2h (repeatable; bounded by the command's limits.max)")
 	f.StringVar(&submitter, "submitter", "", "who submits (ignored when the server uses tokens: the token's name is used)")
 	f.BoolVar(&wait, "wait", false, "wait for the job to end, streaming its output; the exit code reflects its outcome")
+	f.BoolVar(&stamps, "stamps", false, "with --wait: prefix each output line with its time, stream and attempt")
+	f.DurationVar(&timeout, "wait-timeout", 0, "with --wait: give up (exit 3) after this long; 0 waits as long as the job runs")
 	return cmd
 }
 
@@ -119,69 +127,10 @@ func fail(wait bool, err error) error {
 	return err
 }
 
-// waitForJob prints status changes, streams the job's output and returns an
-// exitError carrying the job's outcome.
-func (a *app) waitForJob(ctx context.Context, id string) error {
-	c, err := a.client()
-	if err != nil {
-		return fail(true, err)
-	}
-	logCtx, stopLogs := context.WithCancel(ctx)
-	defer stopLogs()
-	var wg sync.WaitGroup
-	for _, s := range []struct {
-		name string
-		w    io.Writer
-	}{{"stdout", a.stdout}, {"stderr", a.stderr}} {
-		wg.Go(func() {
-			if err := c.Logs(logCtx, id, s.name, true, s.w); err != nil && logCtx.Err() == nil {
-				fmt.Fprintf(a.stderr, "tether: following %s of job %s: %v\n", s.name, id, err)
-			}
-		})
-	}
-
-	final, err := c.Wait(ctx, id, func(j store.Job) {
-		fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
-	})
-	if err != nil {
-		stopLogs()
-		wg.Wait()
-		if ctx.Err() != nil {
-			return &exitError{code: exitUnknown, err: fmt.Errorf("stopped waiting; job %s goes on (tether cancel %s stops it)", id, id)}
-		}
-		return &exitError{code: exitUnknown, err: fmt.Errorf("waiting for job %s: %w", id, err)}
-	}
-
-	// The log streams end once the server has sent all output of the
-	// finished job; bound the wait in case one is stuck.
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	timer := time.NewTimer(logDrainTimeout)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		stopLogs()
-		<-done
-	case <-ctx.Done():
-		stopLogs()
-		<-done
-	}
-	if a.output == "json" {
-		if err := a.printJSON(final); err != nil {
-			return &exitError{code: exitUnknown, err: err}
-		}
-	}
-	switch final.Status {
-	case store.StatusSucceeded:
-		return nil
-	case store.StatusFailed:
-		return &exitError{code: exitFailed}
-	case store.StatusCanceled:
-		return &exitError{code: exitCanceled}
-	default:
-		return &exitError{code: exitUnknown}
-	}
+// waitForJob prints status changes, streams the job's output across agent
+// restarts and losses, and returns an exitError carrying the job's outcome.
+func (a *app) waitForJob(ctx context.Context, id string, stamps bool) error {
+	return a.followJob(ctx, id, "", true, stamps, true)
 }
 
 func describeStatus(j store.Job) string {

@@ -29,6 +29,7 @@ import (
 	"github.com/tetherjobs/tether/internal/janitor"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/migrate"
+	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -100,7 +101,8 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return err
 	}
 
-	plugins, err := startPlugins(ctx, cfg, log)
+	m := metrics.New()
+	plugins, err := startPlugins(ctx, cfg, log, m)
 	if err != nil {
 		return err
 	}
@@ -137,7 +139,9 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}
 	defer livePool.Close()
 
-	m := metrics.New()
+	// The API's followers are woken through the claim service's LISTEN
+	// connection: one per agent however many clients follow.
+	follow := notify.New()
 	svc := claim.New(st, plugins, claim.Config{
 		Holder:       holder,
 		Registration: reg, // written again if an operator deletes the row
@@ -154,6 +158,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
 		Liveness:       store.New(livePool),
 		ListenConnect:  lockConn.listenConnect, // LISTEN is session state: not through a pooler
+		Follow:         follow,
 		Logger:         logger,
 		Metrics:        m,
 	})
@@ -186,7 +191,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return plugins.Ready()
 	}
 	stopping := make(chan struct{})
-	srv, ln, err := listen(cfg, st, ready, stopping, m, logger)
+	srv, ln, err := listen(cfg, st, ready, stopping, m, logger, follow)
 	if err != nil {
 		return err
 	}
@@ -359,7 +364,7 @@ func connectErrorFor(c *pgx.ConnConfig, setting, databaseURL string, err error) 
 	return fmt.Errorf("connecting to the database at %s (%s %s): %w", where, setting, config.RedactURL(databaseURL), err)
 }
 
-func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pluginhost.Manager, error) {
+func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met *metrics.Metrics) (*pluginhost.Manager, error) {
 	dir := cfg.PluginDir
 	if dir == "" {
 		exe, err := os.Executable()
@@ -376,7 +381,8 @@ func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger) (*p
 		}
 		pcs[name] = pluginhost.PluginConfig{SHA256: p.SHA256, Env: p.Env, PassEnv: p.PassEnv, Config: raw}
 	}
-	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log})
+	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log,
+		OnCrash: func(plugin string) { met.PluginRestarts.WithLabelValues(plugin).Inc() }})
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %w", err)
 	}
@@ -439,20 +445,22 @@ func pluginsJSON(m *pluginhost.Manager) json.RawMessage {
 	return b
 }
 
-func listen(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger) (*http.Server, net.Listener, error) {
+func listen(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger, follow *notify.Hub) (*http.Server, net.Listener, error) {
 	handler := api.New(api.Options{
-		Store:        st,
-		Commands:     cfg.Commands,
-		Defaults:     &cfg.Defaults,
-		Ready:        ready,
-		Stopping:     stopping,
-		Tokens:       cfg.HTTP.Tokens,
-		ListenAddr:   cfg.HTTP.Listen,
-		AllowedHosts: cfg.HTTP.AllowedHosts,
-		StaleJob:     cfg.Agent.StaleJob.Std(),
-		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
-		Logger:       logger,
-		Metrics:      m.Handler(),
+		Store:          st,
+		Commands:       cfg.Commands,
+		Defaults:       &cfg.Defaults,
+		Ready:          ready,
+		Stopping:       stopping,
+		Tokens:         cfg.HTTP.Tokens,
+		ListenAddr:     cfg.HTTP.Listen,
+		AllowedHosts:   cfg.HTTP.AllowedHosts,
+		StaleJob:       cfg.Agent.StaleJob.Std(),
+		MaxBodyBytes:   cfg.HTTP.MaxBodyBytes,
+		Logger:         logger,
+		Metrics:        m.Handler(),
+		RequestMetrics: m,
+		Follow:         follow,
 	})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {

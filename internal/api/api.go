@@ -1,6 +1,7 @@
 // Package api is tether's HTTP API, served by every agent: submit, inspect,
 // cancel and follow jobs, list agents, and health and readiness probes.
-// Request and response bodies are JSON, except job logs, which are raw bytes.
+// Request and response bodies are JSON, except job logs (raw bytes or NDJSON)
+// and followed event streams (NDJSON).
 // Errors are {"error": "...", "field": "...", "code": "..."}.
 package api
 
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/metrics"
+	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -34,9 +37,20 @@ type Options struct {
 	Logger       *slog.Logger // nil means slog.Default()
 	// Metrics is served at GET /metrics when non-nil.
 	Metrics http.Handler
-	// LogPollInterval is how often a followed log polls the database; 0
-	// means 250ms.
+	// RequestMetrics counts every request by route pattern and status
+	// code when non-nil.
+	RequestMetrics *metrics.Metrics
+	// LogPollInterval is how often a followed log or event stream polls
+	// the database while notifications are not arriving (Follow nil, or its
+	// LISTEN connection down); 0 means 250ms.
 	LogPollInterval time.Duration
+	// Follow delivers the NOTIFYs that wake followers at once (the claim
+	// service's LISTEN connection feeds it). Nil: followers only poll, every
+	// LogPollInterval.
+	Follow *notify.Hub
+	// FollowPollInterval is the fallback poll of a follower while Follow is
+	// live, in case a notification is lost; 0 means 5s.
+	FollowPollInterval time.Duration
 	// Stopping, when closed, ends followed log streams, so a graceful
 	// shutdown is not held by clients tailing a long job. Nil: never.
 	Stopping <-chan struct{}
@@ -63,6 +77,10 @@ const (
 	DefaultStaleJob        = 120 * time.Second // agent.stale_job's default
 )
 
+// DefaultFollowPollInterval is a follower's fallback poll while NOTIFY
+// works: a lost notification delays it at most this long.
+const DefaultFollowPollInterval = 5 * time.Second
+
 type server struct {
 	opts         Options
 	log          *slog.Logger
@@ -77,6 +95,9 @@ func New(opts Options) http.Handler {
 	}
 	if opts.LogPollInterval <= 0 {
 		opts.LogPollInterval = DefaultLogPollInterval
+	}
+	if opts.FollowPollInterval <= 0 {
+		opts.FollowPollInterval = DefaultFollowPollInterval
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -106,6 +127,7 @@ func New(opts Options) http.Handler {
 	mux.Handle("GET /api/v1/agents", auth(s.agents))
 	mux.Handle("GET /api/v1/commands", auth(s.commands))
 	mux.Handle("GET /api/v1/cleanups", auth(s.cleanups))
+	mux.Handle("GET /api/v1/openapi.json", auth(s.openAPIHandler()))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	if opts.Metrics != nil {

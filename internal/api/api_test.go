@@ -68,7 +68,9 @@ func newEnv(t *testing.T, mod func(*api.Options)) *testEnv {
 	if mod != nil {
 		mod(&opts)
 	}
-	srv := httptest.NewServer(api.New(opts))
+	// Every exchange is checked against the OpenAPI description
+	// (openapi_test.go); Close waits for the checks of streamed answers.
+	srv := httptest.NewServer(validated(t, loadContract(t), api.New(opts)))
 	t.Cleanup(srv.Close)
 	return &testEnv{st: st, srv: srv, log: logs}
 }

@@ -375,6 +375,8 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// events answers a job's events as an EventList, or with follow=true as
+// NDJSON until the job is finished (then an end record; see followEvents).
 func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
 	if !ok {
@@ -390,11 +392,20 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "limit", "%v", err)
 		return
 	}
+	follow, ok := boolParam(w, r, "follow")
+	if !ok {
+		return
+	}
 	if _, err := s.opts.Store.JobStatus(r.Context(), id); errors.Is(err, store.ErrNotFound) {
 		jobNotFound(w, id)
 		return
 	} else if err != nil {
 		s.internalError(w, r, err)
+		return
+	}
+	if follow {
+		rc := streamHeaders(w, "application/x-ndjson", true)
+		s.followEvents(r.Context(), rc, w, id, after, int(limit))
 		return
 	}
 	evs, err := s.opts.Store.Events(r.Context(), id, after, int(limit))
@@ -406,6 +417,21 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		evs = []store.Event{}
 	}
 	writeJSON(w, http.StatusOK, EventList{Events: evs})
+}
+
+// boolParam parses an optional true/false query parameter; on a bad value
+// it answers 400 naming it and returns false.
+func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return false, true
+	}
+	v, err := strconv.ParseBool(raw)
+	if err != nil {
+		badRequest(w, name, "%s must be true or false, got %q", name, raw)
+		return false, false
+	}
+	return v, true
 }
 
 // agents answers the live agents (running or draining, seen within
@@ -435,14 +461,23 @@ func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 // by any agent, with the live agents serving it and its queue, and a hint
 // for a command no live agent serves (its jobs would wait queued forever).
 func (s *server) commands(w http.ResponseWriter, r *http.Request) {
+	out, err := s.commandList(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, CommandList{Commands: out})
+}
+
+// commandList is GET /api/v1/commands' answer; /readyz warns from it too.
+func (s *server) commandList(ctx context.Context) ([]Command, error) {
 	config := make(map[string]string, len(s.opts.Commands))
 	for name, c := range s.opts.Commands {
 		config[name] = c.Plugin
 	}
-	list, err := s.opts.Store.ListCommands(r.Context(), store.CommandListParams{Config: config, LiveWithin: s.opts.StaleJob})
+	list, err := s.opts.Store.ListCommands(ctx, store.CommandListParams{Config: config, LiveWithin: s.opts.StaleJob})
 	if err != nil {
-		s.internalError(w, r, err)
-		return
+		return nil, err
 	}
 	out := make([]Command, 0, len(list))
 	for _, c := range list {
@@ -452,7 +487,7 @@ func (s *server) commands(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, cmd)
 	}
-	writeJSON(w, http.StatusOK, CommandList{Commands: out})
+	return out, nil
 }
 
 // commandHint says why nothing runs a command's jobs and what to do.
@@ -468,9 +503,11 @@ func commandHint(c store.CommandStatus) string {
 	return who + ": jobs wait queued; start an agent with this command or check " + plugin + " loaded (tether agents lists each agent's plugins)"
 }
 
-// logs answers a job's output as raw bytes. With follow=true it keeps the
-// response open, polling for new chunks, until the job is finished and every
-// chunk written before that has been sent, or the client goes away.
+// logs answers a job's output in write order across streams: raw bytes
+// (format=raw, the default) or one JSON record per line (format=jsonl). With
+// follow=true it keeps the response open until the job is finished and
+// every chunk written before that has been sent (jsonl then ends with an end
+// record), the client goes away, or the agent stops; see followLogs.
 func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
 	if !ok {
@@ -482,13 +519,17 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "stream", "stream must be stdout or stderr (or absent for both), got %q", stream)
 		return
 	}
-	follow := false
-	if raw := q.Get("follow"); raw != "" {
-		var err error
-		if follow, err = strconv.ParseBool(raw); err != nil {
-			badRequest(w, "follow", "follow must be true or false, got %q", raw)
-			return
-		}
+	format := q.Get("format")
+	switch format {
+	case "", "raw", "text": // text: what the OpenAPI description calls raw
+	case "jsonl":
+	default:
+		badRequest(w, "format", "format must be raw or jsonl, got %q", format)
+		return
+	}
+	follow, ok := boolParam(w, r, "follow")
+	if !ok {
+		return
 	}
 	after, err := intParam(r, "after", 0, 0, 1<<62)
 	if err != nil {
@@ -504,65 +545,13 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
-	if follow {
-		// A followed log lasts as long as the job; a server-wide write
-		// timeout must not cut it.
-		_ = rc.SetWriteDeadline(time.Time{})
+	var sink logSink = rawSink{w}
+	contentType := "text/plain; charset=utf-8"
+	if format == "jsonl" {
+		sink, contentType = newJSONLSink(w), "application/x-ndjson"
 	}
-	w.WriteHeader(http.StatusOK)
-
-	timer := time.NewTimer(s.opts.LogPollInterval)
-	defer timer.Stop()
-	for {
-		// The status is read before the chunks: if it was already final,
-		// every chunk the job wrote is committed and this pass sends the rest.
-		finished := store.Terminal(status)
-		for {
-			chunks, err := s.opts.Store.Logs(ctx, id, stream, after, logPageSize)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.ErrorContext(ctx, "reading job logs", "job", id, "err", err)
-				}
-				return
-			}
-			for _, c := range chunks {
-				if _, err := w.Write(c.Data); err != nil {
-					return // the client went away
-				}
-				after = c.Seq
-			}
-			if len(chunks) < logPageSize {
-				break
-			}
-		}
-		if !follow || finished {
-			return
-		}
-		if err := rc.Flush(); err != nil {
-			return
-		}
-		timer.Reset(s.opts.LogPollInterval)
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.opts.Stopping:
-			return // the agent is shutting down; the client may follow another
-		case <-timer.C:
-		}
-		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
-			// Deleted by retention or the database is gone: end the stream;
-			// the client sees it end before the job did.
-			if ctx.Err() == nil {
-				s.log.WarnContext(ctx, "following job logs", "job", id, "err", err)
-			}
-			return
-		}
-	}
+	rc := streamHeaders(w, contentType, follow)
+	s.followLogs(ctx, rc, sink, id, stream, status, after, follow)
 }
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -582,5 +571,25 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, Status{Status: "ready"})
+	writeJSON(w, http.StatusOK, Status{Status: "ready", Warnings: s.readyWarnings(ctx)})
+}
+
+// readyWarnings names the commands no live agent serves that this agent is
+// configured with or that have queued jobs: their jobs wait (a command only
+// a stopped agent once announced is not worth a warning). They do not make
+// this agent unready: another agent may be starting. A failed look-up is
+// logged, not a warning: the database answered the ping.
+func (s *server) readyWarnings(ctx context.Context) []string {
+	list, err := s.commandList(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "readyz: listing commands", "err", err)
+		return nil
+	}
+	var out []string
+	for _, c := range list {
+		if !c.Served && (c.Configured || c.Queued > 0) {
+			out = append(out, "command "+c.Name+": no live agent serves it; jobs wait queued")
+		}
+	}
+	return out
 }

@@ -100,7 +100,20 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		start := time.Now()
 		info := &requestInfo{}
 		rec := &statusRecorder{ResponseWriter: w}
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info)))
+		inner := r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+		next.ServeHTTP(rec, inner)
+		// The mux sets Pattern on the request it is handed: inner, as the
+		// middlewares between pass it on unchanged. Empty: no route
+		// matched, or refused before routing. Never the raw path, which
+		// would make a series per job ID.
+		route := inner.Pattern
+		if s.opts.RequestMetrics != nil {
+			code := rec.status
+			if code == 0 {
+				code = http.StatusOK // nothing written: net/http answers 200
+			}
+			s.opts.RequestMetrics.ObserveHTTP(route, code, time.Since(start))
+		}
 		level := slog.LevelInfo
 		switch {
 		case rec.status >= 500:
@@ -115,6 +128,7 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 			slog.Int64("bytes", rec.bytes),
 			slog.Duration("duration", time.Since(start)),
 			slog.String("remote", r.RemoteAddr),
+			slog.String("route", route),
 		}
 		if info.principal != "" {
 			attrs = append(attrs, slog.String("principal", info.principal))

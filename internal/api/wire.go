@@ -79,6 +79,9 @@ type Command struct {
 type Status struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
+	// Warnings (readyz) are conditions that do not make this agent unready
+	// but leave work undone, such as a command no live agent serves.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Error is the body of every error answer. Field names the offending request

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -74,9 +75,10 @@ func (s *Service) HandOff(ctx context.Context, reason string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("handing off %d resumable jobs (the janitor will release them): %w", len(leases), err)
 	}
+	s.cfg.Metrics.Releases.WithLabelValues(metrics.ReleaseHandoff).Add(float64(len(released)))
 	for _, l := range leases {
 		if !released[l.JobID] {
-			s.cfg.Metrics.LeasesLost.Inc()
+			s.cfg.Metrics.LeasesLost.WithLabelValues(metrics.LeaseLostHandoff).Inc()
 			if err := s.store.RecordEvent(ctx, s.cfg.Holder, l.JobID, l.Lease, "lease_lost", "handoff found the lease already taken over"); err != nil {
 				s.log.Warn("recording lease_lost event", "job", l.JobID, "err", err)
 			}

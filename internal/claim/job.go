@@ -15,16 +15,18 @@ import (
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
+	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
 // runningJob is one job this agent holds under one lease.
 type runningJob struct {
-	key      jobKey
-	claimed  store.Claimed
-	ctx      context.Context
-	cancelFn context.CancelCauseFunc
+	key       jobKey
+	claimed   store.Claimed
+	claimedAt time.Time // local clock, for the durations in the metrics
+	ctx       context.Context
+	cancelFn  context.CancelCauseFunc
 
 	resumable  bool          // the plugin can reattach: stopping means detaching
 	hasCleanup bool          // the plugin declares Cleanup
@@ -104,7 +106,7 @@ func (s *Service) run(j *runningJob) {
 		})
 		switch {
 		case errors.Is(err, store.ErrLeaseLost):
-			s.recordLeaseLost(j, log, "before its plugin was called")
+			s.recordLeaseLost(j, log, metrics.LeaseLostWrite, "before its plugin was called")
 			return
 		case err != nil && context.Cause(j.ctx) != nil:
 			s.afterCancel(a)
@@ -183,7 +185,7 @@ func (s *Service) afterCancel(a *attempt) {
 	switch {
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSuperseded):
 		// Someone else owns the job now: never write, never clean up.
-		s.recordLeaseLost(j, log, "while its plugin call ran")
+		s.recordLeaseLost(j, log, metrics.LeaseLostHeartbeat, "while its plugin call ran")
 	case errors.Is(cause, errActiveTimeout):
 		// The plugin call was stopped; it fails retriably (and is retried
 		// if the job has retries left) once Cleanup has stopped what the
@@ -201,14 +203,14 @@ func (s *Service) afterCancel(a *attempt) {
 		log.Info("stopped watching resumable job", "why", cause)
 	case errors.Is(cause, errSelfFenced) && j.resumable:
 		log.Warn("self-fenced: detached from resumable job; releasing it when the database returns")
-		s.release(a, "self-fenced: agent "+s.cfg.Holder.Name+" could not renew its leases")
+		s.release(a, metrics.ReleaseSelfFenced, "self-fenced: agent "+s.cfg.Holder.Name+" could not renew its leases")
 	case errors.Is(cause, errSelfFenced):
 		log.Warn("self-fenced: stopped the job; recording it failed when the database returns")
 		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
 			Error: "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"})
 	case errors.Is(cause, errShutdown) && j.resumable:
 		// The remote work goes on; hand it to another agent at once.
-		s.release(a, "handoff: agent "+s.cfg.Holder.Name+" shutting down")
+		s.release(a, metrics.ReleaseHandoff, "handoff: agent "+s.cfg.Holder.Name+" shutting down")
 	case errors.Is(cause, errShutdown):
 		s.end(a, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)})
 	default:
@@ -221,7 +223,7 @@ func (s *Service) afterCancel(a *attempt) {
 func (s *Service) beforeCall(a *attempt, cause error) {
 	switch {
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSuperseded):
-		s.recordLeaseLost(a.j, a.log, "before its plugin was called")
+		s.recordLeaseLost(a.j, a.log, metrics.LeaseLostHeartbeat, "before its plugin was called")
 	case errors.Is(cause, errCancelRequested):
 		s.end(a, store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
 	default:
@@ -266,7 +268,7 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 			e.Plan = lifecycle.Decide(in)
 			continue
 		case errors.Is(err, store.ErrLeaseLost):
-			s.recordLeaseLost(j, a.log, "its outcome was: "+describe(o))
+			s.recordLeaseLost(j, a.log, metrics.LeaseLostWrite, "its outcome was: "+describe(o))
 			return
 		case err != nil:
 			a.log.Error("could not record the job's end; the janitor settles it after stale_job", "status", o.Status, "err", err)
@@ -276,6 +278,7 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 		break
 	}
 	j.ended.Store(true)
+	s.observeEnd(j, ended)
 	if ended.Retried {
 		s.cfg.Metrics.JobsFinished.WithLabelValues("retried").Inc()
 		a.log.Info("attempt failed; retry scheduled", "error", o.Error, "next_attempt", ended.Attempt, "run_after", ended.RunAfter, "after_cleanup", e.Plan.Cleanup)
@@ -289,10 +292,25 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 	signal(s.cfg.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: ended.Status, Error: e.Outcome.Error})
 }
 
+// observeEnd records the durations of an attempt whose end is stored:
+// the database's ages at claim plus the time held since.
+func (s *Service) observeEnd(j *runningJob, ended store.Ended) {
+	c, held := j.claimed, time.Since(j.claimedAt)
+	outcome := ended.Status
+	if ended.Retried {
+		outcome = "retried"
+	}
+	s.cfg.Metrics.AttemptDuration.WithLabelValues(c.Job.Command, outcome).Observe((c.AttemptAge + held).Seconds())
+	if store.Terminal(ended.Status) {
+		s.cfg.Metrics.JobDuration.WithLabelValues(c.Job.Command, ended.Status).Observe((c.JobAge + held).Seconds())
+	}
+}
+
 // release gives the job up for another agent to resume, waiting for the
 // database if it must. Output past the last checkpoint is dropped: the next
-// holder reads it again from the remote side.
-func (s *Service) release(a *attempt, reason string) {
+// holder reads it again from the remote side. why is the metrics reason
+// (metrics.Release*), reason the event's text.
+func (s *Service) release(a *attempt, why, reason string) {
 	j := a.j
 	s.logs.drop(j.key)
 	err := s.retryWrite(j, a.log, "releasing job", func(ctx context.Context) error {
@@ -300,11 +318,12 @@ func (s *Service) release(a *attempt, reason string) {
 	})
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
-		s.recordLeaseLost(j, a.log, "it had detached from the job to release it ("+reason+")")
+		s.recordLeaseLost(j, a.log, metrics.LeaseLostWrite, "it had detached from the job to release it ("+reason+")")
 	case err != nil:
 		a.log.Warn("releasing resumable job; the janitor will release it after stale_job", "err", err)
 	default:
 		j.ended.Store(true)
+		s.cfg.Metrics.Releases.WithLabelValues(why).Inc()
 		a.log.Info("released resumable job", "reason", reason)
 		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "released", Error: reason})
 	}
@@ -387,10 +406,11 @@ func (s *Service) cleanup(a *attempt, claim store.CleanupClaim) {
 }
 
 // recordLeaseLost notes that this runner was fenced off, with its own
-// account of the job, and drops what output it still held.
-func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger, account string) {
+// account of the job, and drops what output it still held. how is the
+// metrics reason: where the loss was noticed.
+func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger, how, account string) {
 	s.logs.drop(j.key)
-	s.cfg.Metrics.LeasesLost.Inc()
+	s.cfg.Metrics.LeasesLost.WithLabelValues(how).Inc()
 	log.Warn("lease lost; stopped the job without writing", "account", account)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)
 	defer cancel()

@@ -11,7 +11,8 @@ import (
 )
 
 // listenLoop wakes the claim loop when a job of ours is submitted and the
-// heartbeat when one of our jobs is canceled. Notifications only speed things
+// heartbeat when one of our jobs is canceled, and feeds Config.Follow (the
+// API's followers) on the same connection. Notifications only speed things
 // up: polling and heartbeats work without them, so errors just reconnect.
 func (s *Service) listenLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
@@ -39,6 +40,13 @@ func (s *Service) listen(ctx context.Context) error {
 	if _, err := pc.Exec(ctx, queries.Get("listen")); err != nil {
 		return err
 	}
+	if s.cfg.Follow != nil {
+		if _, err := pc.Exec(ctx, queries.Get("listen_follow")); err != nil {
+			return err
+		}
+		s.cfg.Follow.SetLive(true)
+		defer s.cfg.Follow.SetLive(false) // followers poll until we are back
+	}
 	s.kick(s.wake) // anything submitted while we were not listening
 	mine := make(map[string]bool, len(s.commands))
 	for _, c := range s.commands {
@@ -64,6 +72,8 @@ func (s *Service) listen(ctx context.Context) error {
 			if ours {
 				s.kick(s.beat)
 			}
+		default:
+			s.cfg.Follow.Deliver(n.Channel, n.Payload)
 		}
 	}
 }

@@ -19,16 +19,33 @@ const (
 	stderrStream
 )
 
+// String is the stream's name as job_logs stores it.
+func (s stream) String() string {
+	if s == stderrStream {
+		return "stderr"
+	}
+	return "stdout"
+}
+
 // kickBytes is how much unsent output makes the flusher run before its tick.
 const kickBytes = 256 << 10
 
 // flushTimeout bounds one periodic flush.
 const flushTimeout = 5 * time.Second
 
+// coalesceWindow joins a stream's back-to-back writes into one stored chunk
+// while they arrive this close to the chunk's first: a chatty plugin then
+// costs a few rows per tick, not one per write, and a chunk's time is off by
+// at most this much for its later lines.
+const coalesceWindow = 50 * time.Millisecond
+
 // logFlusher gathers every running job's output and writes it in one fenced
-// statement per tick, instead of one INSERT per line. Buffers are per runner
-// (job, lease): a runner that lost its lease can neither flush into nor
-// delete the buffer of the runner that holds the job now.
+// statement per tick, instead of one INSERT per line, in the order it was
+// written across both streams (one sequence per runner, not one buffer per
+// stream: a reader of the combined log sees lines as the plugin wrote them).
+// Buffers are per runner (job, lease): a runner that lost its lease can
+// neither flush into nor delete the buffer of the runner that holds the job
+// now.
 //
 // A resumable job's output is held until its plugin's next Checkpoint and
 // stored in the same transaction as the handle (or at the attempt's end):
@@ -52,9 +69,17 @@ type logFlusher struct {
 }
 
 type jobBuf struct {
-	gated bool      // resumable: held until a checkpoint
-	data  [2][]byte // ready to store
-	seen  [2]int64  // bytes accepted so far, to stop buffering past the cap
+	gated bool              // resumable: held until a checkpoint
+	recs  []store.LogRecord // ready to store, in arrival order
+	size  int               // bytes in recs
+	seen  [2]int64          // bytes accepted so far, to stop buffering past the cap
+}
+
+// take empties b and returns what it held.
+func (b *jobBuf) take() ([]store.LogRecord, int) {
+	recs, n := b.recs, b.size
+	b.recs, b.size = nil, 0
+	return recs, n
 }
 
 func newLogFlusher(st *store.Store, max int64, every time.Duration, log *slog.Logger, onLost func(jobKey), m *metrics.Metrics) *logFlusher {
@@ -73,7 +98,7 @@ func (f *logFlusher) track(k jobKey, gated bool) {
 func (f *logFlusher) untrack(k jobKey) {
 	f.mu.Lock()
 	if b := f.bufs[k]; b != nil && !b.gated {
-		f.pending -= len(b.data[0]) + len(b.data[1])
+		f.pending -= b.size
 	}
 	delete(f.bufs, k)
 	f.mu.Unlock()
@@ -84,10 +109,10 @@ func (f *logFlusher) untrack(k jobKey) {
 func (f *logFlusher) drop(k jobKey) {
 	f.mu.Lock()
 	if b := f.bufs[k]; b != nil {
+		_, n := b.take()
 		if !b.gated {
-			f.pending -= len(b.data[0]) + len(b.data[1])
+			f.pending -= n
 		}
-		b.data = [2][]byte{}
 	}
 	f.mu.Unlock()
 }
@@ -129,14 +154,14 @@ func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 	f.mu.Lock()
 	var batch []store.LogBatch
 	for k, b := range f.bufs {
-		if (b.gated && (only == nil || *only != k)) || (len(b.data[0]) == 0 && len(b.data[1]) == 0) {
+		if (b.gated && (only == nil || *only != k)) || len(b.recs) == 0 {
 			continue
 		}
-		batch = append(batch, store.LogBatch{JobID: k.ID, Lease: k.Lease, Stdout: b.data[0], Stderr: b.data[1]})
+		recs, n := b.take()
+		batch = append(batch, store.LogBatch{JobID: k.ID, Lease: k.Lease, Records: recs})
 		if !b.gated {
-			f.pending -= len(b.data[0]) + len(b.data[1])
+			f.pending -= n
 		}
-		b.data = [2][]byte{}
 	}
 	f.mu.Unlock()
 	if len(batch) == 0 {
@@ -161,10 +186,14 @@ func (f *logFlusher) putBack(batch []store.LogBatch) {
 	defer f.mu.Unlock()
 	for _, lb := range batch {
 		if b := f.bufs[jobKey{lb.JobID, lb.Lease}]; b != nil {
-			b.data[0] = append(lb.Stdout, b.data[0]...)
-			b.data[1] = append(lb.Stderr, b.data[1]...)
+			n := 0
+			for _, r := range lb.Records {
+				n += len(r.Data)
+			}
+			b.recs = append(lb.Records, b.recs...)
+			b.size += n
 			if !b.gated {
-				f.pending += len(lb.Stdout) + len(lb.Stderr)
+				f.pending += n
 			}
 		}
 	}
@@ -182,11 +211,11 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte) er
 	lb := store.LogBatch{JobID: k.ID, Lease: k.Lease}
 	b := f.bufs[k]
 	if b != nil {
-		lb.Stdout, lb.Stderr = b.data[0], b.data[1]
+		var n int
+		lb.Records, n = b.take()
 		if !b.gated {
-			f.pending -= len(b.data[0]) + len(b.data[1])
+			f.pending -= n
 		}
-		b.data = [2][]byte{}
 	}
 	f.mu.Unlock()
 	err := f.store.CheckpointWithOutput(ctx, lb, f.max, handle)
@@ -208,6 +237,7 @@ type jobWriter struct {
 func (w *jobWriter) Write(p []byte) (int, error) {
 	f := w.f
 	f.bytes[w.stream].Add(float64(len(p)))
+	now := time.Now() // the receive time each line is stamped with
 	f.mu.Lock()
 	b := f.bufs[w.key]
 	if b == nil {
@@ -219,7 +249,13 @@ func (w *jobWriter) Write(p []byte) (int, error) {
 	if int64(len(keep)) > room {
 		keep = keep[:max(room, 0)]
 	}
-	b.data[w.stream] = append(b.data[w.stream], keep...)
+	if n := len(b.recs); n > 0 && b.recs[n-1].Stream == w.stream.String() && now.Sub(b.recs[n-1].At) < coalesceWindow {
+		b.recs[n-1].Data = append(b.recs[n-1].Data, keep...)
+	} else if len(keep) > 0 {
+		// Copied: p is the caller's and may be reused once Write returns.
+		b.recs = append(b.recs, store.LogRecord{Stream: w.stream.String(), At: now, Data: append([]byte(nil), keep...)})
+	}
+	b.size += len(keep)
 	b.seen[w.stream] += int64(len(keep))
 	kick := false
 	if !b.gated {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/metrics"
+	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -65,6 +66,9 @@ type Config struct {
 	// (database_direct_url: a transaction pooler drops LISTEN state). Nil:
 	// one taken out of the main store's pool.
 	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
+	// Follow, if set, receives the log and job-end notifications the API's
+	// followers wait for, over the same LISTEN connection.
+	Follow *notify.Hub
 	// Registration is what the agent registered at start (its Holder is
 	// Holder's). The service registers it again if the agents row is
 	// deleted while it runs. Zero: Holder, Capacity and the command names.
@@ -347,6 +351,10 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	}
 	s.cfg.Metrics.JobsClaimed.Add(float64(len(claimed)))
 	for _, c := range claimed {
+		s.cfg.Metrics.ClaimLatency.WithLabelValues(c.Job.Command).Observe(c.QueueWait.Seconds())
+		if c.Resume {
+			s.cfg.Metrics.Resumes.WithLabelValues(c.Job.Command).Inc()
+		}
 		s.start(ctx, c)
 	}
 	return len(claimed), nil
@@ -365,7 +373,7 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	info, _ := s.plugins.Info(c.Job.Plugin)
 	key := jobKey{c.Job.ID, c.Lease}
-	j := &runningJob{key: key, claimed: c, ctx: jctx, cancelFn: cancel,
+	j := &runningJob{key: key, claimed: c, claimedAt: time.Now(), ctx: jctx, cancelFn: cancel,
 		resumable: info.Has(plugin.CapResume), hasCleanup: info.Has(plugin.CapCleanup), done: make(chan struct{})}
 	s.mu.Lock()
 	for k, old := range s.jobs {

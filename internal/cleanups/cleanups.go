@@ -89,6 +89,17 @@ func Count(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	return n, nil
 }
 
+// Stats returns how many Cleanups are queued and how long the oldest has
+// waited, by the database clock (the backlog the metrics export).
+func Stats(ctx context.Context, pool *pgxpool.Pool) (int, time.Duration, error) {
+	var n int
+	var oldest float64
+	if err := pool.QueryRow(ctx, queries.Get("cleanup_stats")).Scan(&n, &oldest); err != nil {
+		return 0, 0, fmt.Errorf("reading the cleanup backlog: %w", err)
+	}
+	return n, time.Duration(oldest * float64(time.Second)), nil
+}
+
 // Claimed is a Cleanup a worker holds.
 type Claimed struct {
 	JobID, Plugin, Command string

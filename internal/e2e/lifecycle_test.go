@@ -24,11 +24,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/client"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/internal/testbin"
+	"github.com/tetherjobs/tether/pkg/client"
 )
 
 // lifecyclePlugins is a plugin directory with the e2e shell plugin and the

@@ -146,15 +146,15 @@ type Service struct {
 // New returns a Service. It does nothing until Run.
 func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 	cfg.setDefaults()
-	reg := cfg.Metrics.Registry()
+	reg := cfg.Metrics.Registerer()
 	return &Service{
 		pool:    pool,
 		plugins: plugins,
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "janitor", "agent", cfg.Holder.Name),
 		actions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tether_janitor_actions_total", Help: "Jobs the janitor settled, by action: requeue, release, fail, fail_awol, fail_pending, fail_unclaimed, fail_active_timeout, cancel.",
-		}, []string{"action"})),
+			Name: "tether_janitor_actions_total", Help: "Jobs the janitor settled, by action (requeue, release, fail, fail_awol, fail_pending, fail_unclaimed, fail_active_timeout, cancel) and cause (agent_gone, agent_stopped, agent_restarted, agent_dead, agent_silent, timeout, canceled).",
+		}, []string{"action", "cause"})),
 		cleanupAttempts: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_cleanup_attempts_total", Help: "Queued Cleanup calls this agent made, by result: ok, failed, skipped.",
 		}, []string{"result"})),
@@ -170,7 +170,7 @@ func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 
 // register adds c to reg, or returns the collector already registered under
 // its name (a second Service on the same Metrics shares it).
-func register[T prometheus.Collector](reg *prometheus.Registry, c T) T {
+func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 	err := reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {
@@ -246,11 +246,7 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 	if _, err := s.PruneAgents(ctx); err != nil {
 		s.log.Warn("pruning agents", "err", err)
 	}
-	if pending, err := cleanups.Count(ctx, s.pool); err == nil {
-		s.pending.Set(float64(pending))
-	} else {
-		s.log.Warn("counting pending cleanups", "err", err)
-	}
+	s.refreshGauges(ctx)
 	return total, nil
 }
 
@@ -258,6 +254,7 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 type settled struct {
 	kind  Kind
 	agent string
+	cause Cause // the metrics label
 }
 
 // batches runs batches until one is not full. With dead set, only the jobs
@@ -359,7 +356,7 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 				left = append(left, c.JobID)
 				continue
 			}
-			applied = append(applied, settled{kind: a.Kind, agent: c.Input.AgentName})
+			applied = append(applied, settled{kind: a.Kind, agent: c.Input.AgentName, cause: CauseOf(a.Kind, c.Input)})
 			s.log.Info("janitor settled job", "job", c.JobID, "action", string(a.Kind),
 				"reason", a.Reason, "was_held_by", c.Input.AgentName, "cleanup", a.Cleanup)
 		}
@@ -369,7 +366,7 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 		return nil, nil, false, fmt.Errorf("janitor batch: %w", err)
 	}
 	for _, a := range applied {
-		s.actions.WithLabelValues(string(a.kind)).Inc()
+		s.actions.WithLabelValues(string(a.kind), string(a.cause)).Inc()
 	}
 	return applied, left, full, nil
 }

@@ -310,6 +310,23 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_janitor_actions_total", "fail_awol"))
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_janitor_actions_total", "cancel"))
 	assert.Equal(t, 5.0, metricValue(t, m, "tether_cleanups_pending", ""))
+	// By cause: the stale owner's release and the restarted owner's.
+	actions, err := m.Registry().Gather()
+	require.NoError(t, err)
+	byCause := map[string]float64{}
+	for _, mf := range actions {
+		if mf.GetName() != "tether_janitor_actions_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			byCause[mt.GetLabel()[0].GetValue()+"/"+mt.GetLabel()[1].GetValue()] = mt.GetCounter().GetValue()
+		}
+	}
+	assert.Equal(t, 1.0, byCause["release/agent_silent"], "%v", byCause)
+	assert.Equal(t, 1.0, byCause["release/agent_restarted"], "%v", byCause)
+	assert.Equal(t, 1.0, byCause["fail_awol/timeout"], "%v", byCause)
+	assert.Equal(t, 1.0, byCause["cancel/canceled"], "%v", byCause)
+	assert.Greater(t, metricValue(t, m, "tether_cleanups_oldest_seconds", ""), 0.0, "five Cleanups are queued")
 
 	// A second pass finds nothing more to do.
 	n, err = svc.Pass(f.ctx)
@@ -572,14 +589,23 @@ func metricValue(t *testing.T, m *metrics.Metrics, name, lv string) float64 {
 		if mf.GetName() != name {
 			continue
 		}
+		// The sum over the series whose first label is lv (the actions
+		// counter also has a cause label).
+		var sum float64
+		found := false
 		for _, mt := range mf.GetMetric() {
 			if lv != "" && (len(mt.GetLabel()) == 0 || mt.GetLabel()[0].GetValue() != lv) {
 				continue
 			}
+			found = true
 			if mt.GetCounter() != nil {
-				return mt.GetCounter().GetValue()
+				sum += mt.GetCounter().GetValue()
+			} else {
+				sum += mt.GetGauge().GetValue()
 			}
-			return mt.GetGauge().GetValue()
+		}
+		if found {
+			return sum
 		}
 	}
 	t.Fatalf("metric %s{%s} not registered", name, lv)

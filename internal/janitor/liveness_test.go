@@ -186,6 +186,9 @@ func TestLivenessSettlesADeadAgentsJobsEarly(t *testing.T) {
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_agents_dead_total", ""))
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_janitor_actions_total", "release"))
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_janitor_actions_total", "requeue"))
+	dead, err := m.Value("tether_janitor_actions_total", map[string]string{"action": "release", "cause": string(CauseAgentDead)})
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, dead, "the release is counted under the liveness check's cause")
 
 	// Still dead while it holds the job nobody can resume: counted once,
 	// nothing more done.

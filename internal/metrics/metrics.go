@@ -1,23 +1,51 @@
 // Package metrics defines the Prometheus metrics an agent exports on /metrics.
 // A Metrics value is created per agent with its own registry, so tests and
 // several agents in one process never share state.
+//
+// Cardinality is bounded by construction: command labels take the names of
+// the commands in the agent's config, plugin labels the configured plugins,
+// route labels the API's fixed route patterns, and every other label a small
+// fixed set listed in docs/operations.md (section Metrics).
 package metrics
 
 import (
 	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// Lease loss and release reasons: the fixed values of the reason labels.
+const (
+	LeaseLostHeartbeat = "heartbeat" // the heartbeat found the lease taken over
+	LeaseLostWrite     = "write"     // a fenced write (log flush, outcome) found it taken over
+	LeaseLostHandoff   = "handoff"   // the shutdown handoff found it taken over
+
+	ReleaseHandoff    = "handoff"     // the agent shut down and handed the job off
+	ReleaseSelfFenced = "self_fenced" // the agent could not renew its leases
+)
+
+// UnmatchedRoute is the route label of a request no API route matched
+// (404, 405, or refused before routing: Host check, bad query text).
+const UnmatchedRoute = "unmatched"
+
 // Metrics are one agent's counters and gauges.
 type Metrics struct {
 	reg *prometheus.Registry
+	// collectors is every collector registered through Registerer (and
+	// New's own), for Names: a vector with no series is not gathered.
+	mu         sync.Mutex
+	collectors []prometheus.Collector
 
 	JobsClaimed     prometheus.Counter
 	JobsFinished    *prometheus.CounterVec // by status
-	LeasesLost      prometheus.Counter
+	LeasesLost      *prometheus.CounterVec // by reason: heartbeat, write, handoff
 	Heartbeats      *prometheus.CounterVec // by result: ok, error
 	HeartbeatTime   prometheus.Histogram
 	RunningJobs     prometheus.Gauge
@@ -26,7 +54,39 @@ type Metrics struct {
 	// AgentsDead counts agent generations this agent's liveness check found
 	// dead (name lock free, silent for dead_after), once each.
 	AgentsDead prometheus.Counter
+
+	// QueueJobs and QueueOldest are the due, unowned jobs per configured
+	// command and how long the oldest has been due, for the whole cluster,
+	// as of this agent's last janitor pass.
+	QueueJobs   *prometheus.GaugeVec // by command
+	QueueOldest *prometheus.GaugeVec // by command
+	// CommandAgents is the live agents claiming each configured command
+	// (0: its jobs wait), as of this agent's last janitor pass.
+	CommandAgents *prometheus.GaugeVec // by command
+	// AttemptDuration is observed when this agent records an attempt's end
+	// (by command and outcome: the status stored, "retried" for a retry);
+	// JobDuration when the end is terminal, from submit (by command, status).
+	AttemptDuration *prometheus.HistogramVec
+	JobDuration     *prometheus.HistogramVec
+	// ClaimLatency is how long a claimed job had been due (queued, or
+	// released for resuming) when this agent claimed it, by command.
+	ClaimLatency *prometheus.HistogramVec
+	Resumes      *prometheus.CounterVec // claims of released running jobs, by command
+	Releases     *prometheus.CounterVec // jobs this agent gave up for resuming, by reason
+	// CleanupsOldest is how long the oldest queued Cleanup has waited
+	// (cluster-wide, 0 when none), as of this agent's last janitor pass.
+	CleanupsOldest prometheus.Gauge
+	PluginRestarts *prometheus.CounterVec // crashed plugin processes, by plugin
+	HTTPRequests   *prometheus.CounterVec // by route pattern and code
+	HTTPDuration   *prometheus.HistogramVec
 }
+
+// jobBuckets span half a second to 4.5 hours; claimBuckets 10 ms to about
+// 1.5 hours (a queue that waits longer alerts on tether_queue_oldest_seconds).
+var (
+	jobBuckets   = prometheus.ExponentialBuckets(0.5, 2, 16)
+	claimBuckets = prometheus.ExponentialBuckets(0.01, 3, 13)
+)
 
 // New returns metrics registered on a fresh registry, with Go and process
 // collectors.
@@ -39,9 +99,9 @@ func New() *Metrics {
 		JobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_jobs_finished_total", Help: "Final statuses this agent wrote, by status.",
 		}, []string{"status"}),
-		LeasesLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tether_leases_lost_total", Help: "Jobs this agent stopped because another holder took their lease.",
-		}),
+		LeasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_leases_lost_total", Help: "Jobs this agent stopped because another holder took their lease, by where it noticed: heartbeat, write, handoff.",
+		}, []string{"reason"}),
 		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_heartbeats_total", Help: "Heartbeat statements, by result.",
 		}, []string{"result"}),
@@ -61,20 +121,145 @@ func New() *Metrics {
 		AgentsDead: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tether_agents_dead_total", Help: "Agent generations this agent found dead: name lock free and silent for dead_after (their jobs settled early).",
 		}),
+		QueueJobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_queue_jobs", Help: "Due jobs no agent holds (queued, or released for resuming), cluster-wide, by configured command, as of this agent's last janitor pass.",
+		}, []string{"command"}),
+		QueueOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_queue_oldest_seconds", Help: "How long the longest-waiting due job has been claimable (0 when none), cluster-wide, by configured command, as of this agent's last janitor pass.",
+		}, []string{"command"}),
+		CommandAgents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_command_live_agents", Help: "Live agents (running, seen within stale_job) claiming the command's jobs, by configured command, as of this agent's last janitor pass; 0 means its jobs wait queued.",
+		}, []string{"command"}),
+		AttemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tether_attempt_duration_seconds", Help: "Duration of the attempts this agent ended, from the plugin's first call (across resumes), by command and outcome (the status stored, retried for a retry).",
+			Buckets: jobBuckets,
+		}, []string{"command", "outcome"}),
+		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tether_job_duration_seconds", Help: "Submit to terminal status of the jobs this agent finished, by command and status.",
+			Buckets: jobBuckets,
+		}, []string{"command", "status"}),
+		ClaimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tether_claim_latency_seconds", Help: "How long a job had been due (queued, or released for resuming) when this agent claimed it, by command.",
+			Buckets: claimBuckets,
+		}, []string{"command"}),
+		Resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_job_resumes_total", Help: "Released running jobs this agent claimed to resume (reattach to the remote work), by command.",
+		}, []string{"command"}),
+		Releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_job_releases_total", Help: "Running jobs this agent released for another agent to resume, by reason: handoff, self_fenced (the janitor's releases: tether_janitor_actions_total{action=\"release\"}).",
+		}, []string{"reason"}),
+		CleanupsOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tether_cleanups_oldest_seconds", Help: "Age of the oldest queued Cleanup call (0 when none), cluster-wide, as of this agent's last janitor pass.",
+		}),
+		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_plugin_restarts_total", Help: "Plugin processes that crashed and are started again for the next call, by plugin.",
+		}, []string{"plugin"}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_http_requests_total", Help: "API requests answered, by route pattern (\"unmatched\" for none) and status code.",
+		}, []string{"route", "code"}),
+		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tether_http_request_duration_seconds", Help: "Time to answer an API request, by route pattern (followed logs last as long as the job).",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
 	}
-	m.reg.MustRegister(
+	m.Registerer().MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.JobsClaimed, m.JobsFinished, m.LeasesLost, m.Heartbeats, m.HeartbeatTime,
 		m.RunningJobs, m.LogBytes, m.CleanupFailures, m.AgentsDead,
+		m.QueueJobs, m.QueueOldest, m.CommandAgents, m.AttemptDuration, m.JobDuration, m.ClaimLatency,
+		m.Resumes, m.Releases, m.CleanupsOldest, m.PluginRestarts, m.HTTPRequests, m.HTTPDuration,
 	)
 	return m
 }
 
-// Registry is where further collectors (the janitor's) register.
+// Registry is the registry to gather from.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Registerer is where further collectors (the janitor's) register; Names
+// then lists them too.
+func (m *Metrics) Registerer() prometheus.Registerer { return recorder{m} }
+
+type recorder struct{ m *Metrics }
+
+func (r recorder) Register(c prometheus.Collector) error {
+	if err := r.m.reg.Register(c); err != nil {
+		return err
+	}
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	r.m.collectors = append(r.m.collectors, c)
+	return nil
+}
+
+func (r recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r recorder) Unregister(c prometheus.Collector) bool { return r.m.reg.Unregister(c) }
+
+// fqName is the only way to a Desc's name: its String form.
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// Names returns the name of every metric family registered, series or not,
+// sorted: what the dashboard and alert rules may refer to.
+func (m *Metrics) Names() []string {
+	m.mu.Lock()
+	cs := slices.Clone(m.collectors)
+	m.mu.Unlock()
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		for _, c := range cs {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		if sm := fqName.FindStringSubmatch(d.String()); sm != nil {
+			names = append(names, sm[1])
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// ObserveHTTP counts one answered API request. route must be a registered
+// route pattern or UnmatchedRoute, never a raw path.
+func (m *Metrics) ObserveHTTP(route string, code int, d time.Duration) {
+	if route == "" {
+		route = UnmatchedRoute
+	}
+	m.HTTPRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.HTTPDuration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// QueueStat is one command's queue as the janitor measured it.
+type QueueStat struct {
+	Command string
+	Jobs    int
+	Oldest  time.Duration
+	Agents  int // live agents claiming it
+}
+
+// SetQueue replaces the queue gauges with stats, so a command dropped from
+// the config stops being exported.
+func (m *Metrics) SetQueue(stats []QueueStat) {
+	m.QueueJobs.Reset()
+	m.QueueOldest.Reset()
+	m.CommandAgents.Reset()
+	for _, q := range stats {
+		m.QueueJobs.WithLabelValues(q.Command).Set(float64(q.Jobs))
+		m.QueueOldest.WithLabelValues(q.Command).Set(q.Oldest.Seconds())
+		m.CommandAgents.WithLabelValues(q.Command).Set(float64(q.Agents))
+	}
 }

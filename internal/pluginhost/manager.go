@@ -46,6 +46,9 @@ type Config struct {
 	Plugins      map[string]PluginConfig // per plugin name; plugins found in Dir need no entry
 	Logger       *slog.Logger
 	StartTimeout time.Duration // for one process to start and answer Info; default 10s
+	// OnCrash is called with the plugin's name each time one of its
+	// processes crashes (the next call starts another); nil: nothing.
+	OnCrash func(plugin string)
 }
 
 // PluginConfig is one plugin's section of the agent's config.
@@ -144,6 +147,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			env:          scrubbedEnv(os.Environ(), pc.PassEnv, pc.Env),
 			startTimeout: m.cfg.StartTimeout,
 			log:          m.log.With("plugin", name),
+			onCrash:      m.cfg.OnCrash,
 		}
 		procs[name] = p
 		if _, err := p.acquire(ctx); err != nil {
@@ -385,6 +389,7 @@ type proc struct {
 	env          []string
 	startTimeout time.Duration
 	log          *slog.Logger
+	onCrash      func(plugin string) // nil: nothing
 
 	mu      sync.Mutex
 	info    plugin.Info
@@ -559,6 +564,9 @@ func (p *proc) crashed(inst *instance) error {
 	if first {
 		p.log.Error("plugin process crashed; it will be restarted for the next job", "stderr", report)
 		inst.client.Kill() // reap its goroutines and sockets
+		if p.onCrash != nil {
+			p.onCrash(p.name)
+		}
 	}
 	msg := fmt.Sprintf("plugin %s crashed", p.name)
 	if report != "" {

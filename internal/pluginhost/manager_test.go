@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/testbin"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -289,7 +290,9 @@ func TestReady(t *testing.T) {
 }
 
 func TestCrashFailsInFlightJobsAndRestarts(t *testing.T) {
-	m := start(t, pluginhost.Config{Dir: pluginDir(t, map[string]string{"noop": "noop"})})
+	met := metrics.New()
+	m := start(t, pluginhost.Config{Dir: pluginDir(t, map[string]string{"noop": "noop"}),
+		OnCrash: func(p string) { met.PluginRestarts.WithLabelValues(p).Inc() }})
 	res, err := m.Execute(context.Background(), "noop", job("before", `{}`), plugintest.NewRuntime(nil))
 	require.NoError(t, err)
 	pidBefore := pidOf(t, res)
@@ -321,6 +324,9 @@ func TestCrashFailsInFlightJobsAndRestarts(t *testing.T) {
 	res, err = m.Execute(context.Background(), "noop", job("after", `{"stdout":["fine"]}`), plugintest.NewRuntime(nil))
 	require.NoError(t, err, "the next job runs on a restarted process")
 	assert.NotEqual(t, pidBefore, pidOf(t, res))
+	restarts, err := met.Value("tether_plugin_restarts_total", map[string]string{"plugin": "noop"})
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, restarts, "one crash, counted once although two calls saw it")
 	assert.NoError(t, m.Ready())
 }
 

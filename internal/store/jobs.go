@@ -231,18 +231,20 @@ func (s *Store) Events(ctx context.Context, jobID string, after int64, limit int
 	return evs, nil
 }
 
-// Logs returns up to limit chunks of a job's output after seq; stream "" means both.
+// Logs returns up to limit chunks of a job's output after seq, in write
+// order; stream "" means both.
 func (s *Store) Logs(ctx context.Context, jobID, stream string, after int64, limit int) ([]LogChunk, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.pool.Query(ctx, queries.Get("job_logs"), jobID, stream, after, limit)
+	st := queries.Named("job_logs")
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"job": jobID, "stream": stream, "after": after, "lim": limit})...)
 	if err != nil {
 		return nil, fmt.Errorf("reading logs of %s: %w", jobID, err)
 	}
 	chunks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LogChunk, error) {
 		var c LogChunk
-		err := r.Scan(&c.Seq, &c.Stream, &c.At, &c.Data)
+		err := r.Scan(&c.Seq, &c.Stream, &c.At, &c.Attempt, &c.Data)
 		return c, err
 	})
 	if err != nil {

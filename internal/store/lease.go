@@ -97,6 +97,10 @@ type Claimed struct {
 	// less time left.
 	ActiveTimeout time.Duration
 	AttemptAge    time.Duration
+	// QueueWait is how long the job had been due when claimed, JobAge how
+	// long since it was submitted (database clock; for the metrics).
+	QueueWait time.Duration
+	JobAge    time.Duration
 }
 
 // ClaimParams says what a claim may take.
@@ -140,15 +144,16 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
-		var backoff, backoffMax, pending, active, ttlOK, ttlFailed, age float64
+		var backoff, backoffMax, pending, active, ttlOK, ttlFailed, age, wait, jobAge float64
 		l := &c.Job.Limits
 		err := r.Scan(&c.Job.ID, &c.Job.Command, &c.Job.Plugin, &c.Job.Status, &c.Job.Context,
 			&c.Job.Attempt, &c.Lease, &c.Handle,
-			&l.MaxRetry, &backoff, &backoffMax, &pending, &active, &ttlOK, &ttlFailed, &age)
+			&l.MaxRetry, &backoff, &backoffMax, &pending, &active, &ttlOK, &ttlFailed, &age, &wait, &jobAge)
 		l.RetryBackoff, l.RetryBackoffMax = fromSecs(backoff), fromSecs(backoffMax)
 		l.PendingTimeout, l.ActiveTimeout = fromSecs(pending), fromSecs(active)
 		l.TTLSucceeded, l.TTLFailed = fromSecs(ttlOK), fromSecs(ttlFailed)
 		c.ActiveTimeout, c.AttemptAge = l.ActiveTimeout, fromSecs(age)
+		c.QueueWait, c.JobAge = fromSecs(wait), fromSecs(jobAge)
 		c.Job.Agent, c.Job.Lease = h.Name, c.Lease
 		c.Resume = c.Job.Status == StatusRunning
 		return c, err
@@ -274,14 +279,27 @@ func (s *Store) RecordEvent(ctx context.Context, h Holder, jobID string, lease i
 
 // LogBatch is the output of one job gathered since the last flush.
 type LogBatch struct {
-	JobID          string
-	Lease          int64
+	JobID string
+	Lease int64
+	// Records are the writes in the order they arrived, both streams
+	// interleaved. Stdout and Stderr are a shorthand for callers with no
+	// order to keep: appended after Records, all of stdout then all of
+	// stderr, stamped with the time of the append.
+	Records        []LogRecord
 	Stdout, Stderr []byte
+}
+
+// LogRecord is one write of a plugin's output as the agent received it.
+type LogRecord struct {
+	Stream string    // stdout or stderr
+	At     time.Time // the agent's clock at receipt
+	Data   []byte
 }
 
 // AppendLogs writes many jobs' output in one fenced statement, capping each
 // stream at maxPerStream bytes per job. It returns the IDs whose lease held;
-// the output of the others was dropped.
+// the output of the others was dropped. The jobs' followers are notified
+// (tether_logs) when it commits.
 func (s *Store) AppendLogs(ctx context.Context, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
 	return appendLogs(ctx, s.pool, batches, maxPerStream)
 }
@@ -293,13 +311,37 @@ type queryer interface {
 func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
 	ids := make([]string, len(batches))
 	leases := make([]int64, len(batches))
-	outs := make([][]byte, len(batches))
-	errs := make([][]byte, len(batches))
+	var (
+		recJobs    []int64
+		recStreams []string
+		recAts     []time.Time
+		recData    [][]byte
+	)
+	add := func(job int, stream string, at time.Time, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		recJobs = append(recJobs, int64(job+1)) // 1-based, as WITH ORDINALITY counts
+		recStreams = append(recStreams, stream)
+		recAts = append(recAts, at)
+		recData = append(recData, data)
+	}
+	now := time.Now()
 	for i, b := range batches {
 		ids[i], leases[i] = b.JobID, b.Lease
-		outs[i], errs[i] = nonNil(b.Stdout), nonNil(b.Stderr)
+		for _, r := range b.Records {
+			add(i, r.Stream, r.At, r.Data)
+		}
+		add(i, "stdout", now, b.Stdout)
+		add(i, "stderr", now, b.Stderr)
 	}
-	rows, err := q.Query(ctx, queries.Get("log_append"), ids, leases, outs, errs, maxPerStream)
+	st := queries.Named("log_append")
+	rows, err := q.Query(ctx, st.SQL, st.Args(map[string]any{
+		"job_ids": ids, "leases": leases,
+		"rec_jobs": nonNilSlice(recJobs), "rec_streams": nonNilSlice(recStreams),
+		"rec_ats": nonNilSlice(recAts), "rec_data": nonNilSlice(recData),
+		"max": maxPerStream,
+	})...)
 	if err != nil {
 		return nil, fmt.Errorf("appending logs: %w", err)
 	}
@@ -318,11 +360,13 @@ func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream
 	return held, nil
 }
 
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
+// nonNilSlice passes an empty array, not NULL, for no records: unnest of
+// NULL yields no rows either, but its element type would be unknown.
+func nonNilSlice[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	return b
+	return s
 }
 
 // Release gives up a job this holder leases without finishing it: the job
@@ -369,7 +413,7 @@ func (s *Store) ReleaseMany(ctx context.Context, h Holder, leases []Lease, reaso
 // neither skips nor copies a line. ErrLeaseLost means nothing was stored.
 func (s *Store) CheckpointWithOutput(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if len(out.Stdout) > 0 || len(out.Stderr) > 0 {
+		if len(out.Records) > 0 || len(out.Stdout) > 0 || len(out.Stderr) > 0 {
 			held, err := appendLogs(ctx, tx, []LogBatch{out}, maxPerStream)
 			if err != nil {
 				return err

@@ -108,12 +108,15 @@ type Event struct {
 	Message    string    `json:"message,omitempty"`
 }
 
-// LogChunk is one stored piece of a job's output.
+// LogChunk is one stored piece of a job's output: one write of the plugin's,
+// or what a flush cut of it at the stream's cap.
 type LogChunk struct {
 	Seq    int64     `json:"seq"`
 	Stream string    `json:"stream"`
-	At     time.Time `json:"at"`
-	Data   []byte    `json:"-"`
+	At     time.Time `json:"at"` // the agent's clock when it received the write
+	// Attempt that wrote it; 0 for output stored before schema v7.
+	Attempt int    `json:"attempt"`
+	Data    []byte `json:"-"`
 }
 
 // Agent is an agent's registration and liveness.

@@ -9,7 +9,10 @@
 // Job context (top-level keys of the job win over the command's):
 //
 //	{"duration_ms": 3000, "fail": "message", "fail_class": "retriable",
-//	 "fail_attempts": [1, 2], "work_dir": "/abs/dir"}
+//	 "fail_attempts": [1, 2], "work_dir": "/abs/dir", "tick_ms": 200}
+//
+// With "tick_ms" whoever watches the work prints a unique line that often
+// and checkpoints, so the output is stored as it is written.
 //
 // With "fail" the work ends with a failure record, which the plugin reports
 // with "fail_class" (retriable or permanent, the default); "fail_attempts"
@@ -116,6 +119,7 @@ type spec struct {
 	FailClass    string `json:"fail_class"`
 	FailAttempts []int  `json:"fail_attempts"`
 	WorkDir      string `json:"work_dir"`
+	TickMS       int    `json:"tick_ms"`
 }
 
 // failFor is the failure message the work of attempt ends with ("" = none).
@@ -447,6 +451,12 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime, lock *os.File) erro
 func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, error) {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
+	var tick <-chan time.Time // tick_ms: a line of output, stored at once
+	if w.spec.TickMS > 0 {
+		tt := time.NewTicker(time.Duration(w.spec.TickMS) * time.Millisecond)
+		defer tt.Stop()
+		tick = tt.C
+	}
 	for {
 		rec, ok, err := w.readRecord()
 		if err != nil {
@@ -476,6 +486,18 @@ func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, err
 		case <-ctx.Done():
 			return nil, plugin.WithClass(plugin.Retriable, fmt.Errorf("watching work %s: %w", w.name, ctx.Err()))
 		case <-t.C:
+		case now := <-tick:
+			// Unique text, so a test can tell a line printed twice; the
+			// checkpoint stores it now (a resumable job's output is held
+			// until the next checkpoint).
+			fmt.Fprintf(rt.Stdout(), "tick %d by plugin %d\n", now.UnixNano(), os.Getpid())
+			h, err := json.Marshal(handle{Name: w.name, PID: pid})
+			if err != nil {
+				return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: encoding handle: %v", err)
+			}
+			if err := rt.Checkpoint(ctx, h); err != nil {
+				return nil, plugin.WithClass(plugin.Retriable, fmt.Errorf("checkpointing work %s: %w", w.name, err))
+			}
 		}
 	}
 }

@@ -1,5 +1,9 @@
-// Package client is a typed Go client for tether's HTTP API, used by the CLI
-// and by tests.
+// Package client is a typed Go client for tether's HTTP API, used by the
+// tether CLI, by tests and by services that submit and follow jobs.
+//
+// A Client talks to one server. A Failover spreads over several equivalent
+// servers (agents sharing one database) and follows a job's output, events or
+// status across the loss of any of them, resuming where it left off.
 package client
 
 import (
@@ -9,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -42,10 +48,11 @@ func IsNotFound(err error) bool {
 
 // Client talks to one tether API server.
 type Client struct {
-	base         *url.URL
-	token        string
-	http         *http.Client
-	pollInterval time.Duration
+	base           *url.URL
+	token          string
+	http           *http.Client
+	pollInterval   time.Duration
+	requestTimeout time.Duration
 }
 
 // Option configures a Client.
@@ -60,6 +67,27 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = 
 
 // WithPollInterval sets how often Wait polls the job (default 500ms).
 func WithPollInterval(d time.Duration) Option { return func(c *Client) { c.pollInterval = d } }
+
+// WithRequestTimeout bounds each single request (not followed streams,
+// which last as long as the job). 0, the default, means no bound.
+func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.requestTimeout = d } }
+
+// WithConnectTimeout bounds connecting to the server and waiting for its
+// answer's headers, for every request including followed streams, so a
+// server that accepts but never answers is given up on. It replaces the
+// HTTP client with one using a copy of http.DefaultTransport.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext = (&net.Dialer{Timeout: d, KeepAlive: 30 * time.Second}).DialContext
+		t.TLSHandshakeTimeout = d
+		t.ResponseHeaderTimeout = d
+		c.http = &http.Client{Transport: t}
+	}
+}
+
+// String returns the server's base URL.
+func (c *Client) String() string { return c.base.String() }
 
 // New returns a client of the server at baseURL, e.g. "http://127.0.0.1:9090".
 func New(baseURL string, opts ...Option) (*Client, error) {
@@ -121,6 +149,11 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 
 // call sends a JSON request and decodes a JSON answer into out.
 func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
+	if c.requestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.requestTimeout)
+		defer cancel()
+	}
 	resp, err := c.do(ctx, method, path, query, body)
 	if err != nil {
 		return 0, err
@@ -243,6 +276,22 @@ func (c *Client) Commands(ctx context.Context) ([]api.Command, error) {
 	var l api.CommandList
 	_, err := c.call(ctx, http.MethodGet, "/api/v1/commands", nil, nil, &l)
 	return l.Commands, err
+}
+
+// Cleanups returns one page of the pending plugin Cleanup calls, in job ID
+// order, and the cursor of the next page ("" on the last). limit 0 is the
+// server's default.
+func (c *Client) Cleanups(ctx context.Context, after string, limit int) ([]cleanups.Cleanup, string, error) {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var l api.CleanupList
+	_, err := c.call(ctx, http.MethodGet, "/api/v1/cleanups", q, nil, &l)
+	return l.Cleanups, l.Next, err
 }
 
 // Ready returns nil when the server answers /readyz with 200.

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// `tether dev` moves the API's request lines below info unless they report
+// a failure, and shows them again at debug.
+func TestQuietRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		handlerAt slog.Level
+		msg       string
+		level     slog.Level
+		want      string // "" means dropped
+	}{
+		{"request at info is hidden", slog.LevelInfo, "http request", slog.LevelInfo, ""},
+		{"request shown at debug", slog.LevelDebug, "http request", slog.LevelInfo, "level=DEBUG"},
+		{"probe at debug stays debug", slog.LevelDebug, "http request", slog.LevelDebug, "level=DEBUG"},
+		{"failed request stays", slog.LevelInfo, "http request", slog.LevelError, "level=ERROR"},
+		{"warn request stays", slog.LevelInfo, "http request", slog.LevelWarn, "level=WARN"},
+		{"other info lines stay", slog.LevelInfo, "job finished", slog.LevelInfo, "level=INFO"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			inner := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.handlerAt})
+			// With attributes and a group, as the API's logger has.
+			log := slog.New(quietRequests{inner}).With("agent", "dev").WithGroup("g")
+			log.Log(context.Background(), tc.level, tc.msg, "path", "/api/v1/jobs")
+			if tc.want == "" {
+				assert.Empty(t, buf.String())
+				return
+			}
+			assert.Contains(t, buf.String(), tc.want)
+			assert.Contains(t, buf.String(), "msg=\""+tc.msg+"\"")
+			assert.Contains(t, buf.String(), "agent=dev")
+		})
+	}
+}
+
+func TestReadPID(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		content string
+		want    int
+	}{
+		{"1234\n", 1234},
+		{"1234\n/var/lib/postgresql\n1700000000\n5432\n", 1234}, // postmaster.pid
+		{" 77 ", 77},
+		{"", 0},
+		{"garbage\n", 0},
+	} {
+		p := filepath.Join(dir, "pid")
+		require.NoError(t, os.WriteFile(p, []byte(tc.content), 0o600))
+		assert.Equal(t, tc.want, readPID(p), "%q", tc.content)
+	}
+	assert.Equal(t, 0, readPID(filepath.Join(dir, "missing")))
+}
+
+// A child that exited but is not reaped yet is gone for stopProcess; so is
+// one that was reaped.
+func TestProcessAlive(t *testing.T) {
+	assert.True(t, processAlive(os.Getpid()))
+	cmd := exec.Command("sh", "-c", "exit 0")
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	require.Eventually(t, func() bool { return !processAlive(pid) }, 10*time.Second, 10*time.Millisecond, "zombie %d counts as gone", pid)
+	require.NoError(t, cmd.Wait())
+	assert.False(t, processAlive(pid))
+	assert.NoError(t, stopProcess(context.Background(), pid, syscall.SIGTERM), "stopping a gone process is a no-op")
+}
+
+// `tether dev stop` signals a pid from a stale file only when its command
+// line looks like the process the file is for.
+func TestCmdlineHas(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// Until the child has exec'd, its command line is this test's.
+	require.Eventually(t, func() bool { return cmdlineHas(cmd.Process.Pid, "sleep") }, 10*time.Second, 10*time.Millisecond)
+	assert.True(t, cmdlineHas(cmd.Process.Pid, "30"))
+	assert.False(t, cmdlineHas(cmd.Process.Pid, "dev"))
+	assert.False(t, cmdlineHas(cmd.Process.Pid, "postgres"))
+}

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/client"
+)
+
+// outcome is the one line that ends a follow, and the exit code that goes
+// with it: 0 succeeded, 1 failed, 2 canceled, 3 anything else.
+func outcome(j store.Job) (string, int) {
+	took := ""
+	if j.FinishedAt != nil {
+		// Since it was submitted: what the person waiting experienced.
+		took = ", " + j.FinishedAt.Sub(j.CreatedAt).Round(time.Second).String()
+	}
+	tail := fmt.Sprintf(" (attempt %d%s)", j.Attempt, took)
+	head := fmt.Sprintf("job %s: %s", j.ID, j.Status)
+	switch j.Status {
+	case store.StatusSucceeded:
+		return head + tail, exitSucceeded
+	case store.StatusFailed:
+		line := head + ": " + orDash(j.Error)
+		if j.ErrorClass != "" {
+			line += " [" + j.ErrorClass + "]"
+		}
+		return line + tail, exitFailed
+	case store.StatusCanceled:
+		if j.Error != "" {
+			head += ": " + j.Error
+		}
+		return head + tail, exitCanceled
+	default:
+		return fmt.Sprintf("job %s is %s: its outcome is not known yet", j.ID, j.Status), exitUnknown
+	}
+}
+
+// finish prints the outcome line of a finished job on stderr and returns the
+// matching exitError (nil for success). Under a machine -o the job goes to
+// stdout too.
+func (a *app) finish(j store.Job) error {
+	line, code := outcome(j)
+	fmt.Fprintln(a.stderr, line)
+	if a.machine() {
+		if err := a.emit(j); err != nil {
+			return &exitError{code: exitUnknown, err: err}
+		}
+	}
+	if code == exitSucceeded {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+// gaveUp is the exit of a follow that ended before the job did.
+func gaveUp(ctx context.Context, id string, err error) error {
+	if ctx.Err() != nil {
+		return &exitError{code: exitUnknown, err: fmt.Errorf("stopped following; job %s goes on (tether wait %s picks it up again, tether cancel %s stops it)", id, id, id)}
+	}
+	return &exitError{code: exitUnknown, err: fmt.Errorf("following job %s: %w", id, err)}
+}
+
+// waitTimeout bounds ctx by --wait-timeout (0: no bound).
+func waitTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// logPrinter prints followed log records: the job's stdout to out and its
+// stderr to errOut, a separator on stderr when the attempt changes, and with
+// stamps a stream/time/attempt prefix on each line.
+type logPrinter struct {
+	out, errOut, notices io.Writer
+	stamps               bool
+	attempt              int
+	midLine              bool // the last record was partial: no prefix, no separator
+}
+
+func (p *logPrinter) print(r client.LogRecord) error {
+	if p.attempt != 0 && r.Attempt != p.attempt {
+		if p.midLine {
+			fmt.Fprintln(p.notices)
+		}
+		fmt.Fprintf(p.notices, "── attempt %d ──\n", r.Attempt)
+		p.midLine = false
+	}
+	p.attempt = r.Attempt
+	w := p.out
+	if r.Stream == "stderr" {
+		w = p.errOut
+	}
+	var b strings.Builder
+	if p.stamps && !p.midLine {
+		fmt.Fprintf(&b, "%s %s #%d | ", r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), r.Stream, r.Attempt)
+	}
+	b.WriteString(r.Line)
+	if !r.Partial {
+		b.WriteByte('\n')
+	}
+	p.midLine = r.Partial
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// followJob follows a job's output across agents until it ends and returns
+// the exit of its outcome. split sends the job's stderr to stderr (else both
+// streams go to stdout); statuses prints status changes on stderr meanwhile.
+func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, statuses bool) error {
+	fo, err := a.failover()
+	if err != nil {
+		return fail(true, err)
+	}
+	var wg sync.WaitGroup
+	statusCtx, stopStatus := context.WithCancel(ctx)
+	defer func() { stopStatus(); wg.Wait() }()
+	if statuses {
+		wg.Go(func() {
+			_, _ = fo.Wait(statusCtx, id, func(j store.Job) {
+				if !store.Terminal(j.Status) {
+					fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
+				}
+			})
+		})
+	}
+	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
+	if split {
+		p.errOut = a.stderr
+	}
+	if a.machine() {
+		// stdout is for the machine output alone.
+		p.out, p.errOut = a.stderr, a.stderr
+	}
+	if a.machine() && !statuses {
+		// `logs -f -o jsonl`: the records themselves are the output.
+		p = nil
+	}
+	enc := json.NewEncoder(a.stdout)
+	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, func(r client.LogRecord) error {
+		if p == nil {
+			return enc.Encode(r)
+		}
+		return p.print(r)
+	})
+	if err != nil {
+		return gaveUp(ctx, id, err)
+	}
+	if p != nil && p.midLine {
+		fmt.Fprintln(p.notices) // the job's last line had no newline
+	}
+	stopStatus()
+	wg.Wait()
+	j, err := fo.Get(ctx, id)
+	if err != nil {
+		// The end record says how it ended; details are lost, not the outcome.
+		j = store.Job{ID: id, Status: end.Status, Attempt: end.Attempt}
+	}
+	if p == nil {
+		line, code := outcome(j)
+		fmt.Fprintln(a.stderr, line)
+		if code != exitSucceeded {
+			return &exitError{code: code}
+		}
+		return nil
+	}
+	return a.finish(j)
+}
+
+func (a *app) waitCmd() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait <id>",
+		Short: "Wait for a job to end; the exit code is its outcome",
+		Long: `Wait for a job to end, printing its status changes on stderr and then one
+line stating its outcome. It rides out agent restarts and losses, trying the
+next --server, for as long as the job is not finished or --wait-timeout
+passes. Exit code: 0 succeeded, 1 failed, 2 canceled, 3 unknown (interrupted
+or timed out; the job goes on). With -o json|jsonl|yaml the finished job is
+printed on stdout.`,
+		Example: `  tether wait 0190f6a2-…
+  tether wait "$id" --wait-timeout 1h --server http://a:9090,http://b:9090`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkWaitTimeout(timeout); err != nil {
+				return fail(true, err)
+			}
+			fo, err := a.failover()
+			if err != nil {
+				return fail(true, err)
+			}
+			ctx, cancel := waitTimeout(cmd.Context(), timeout)
+			defer cancel()
+			j, err := fo.Wait(ctx, args[0], func(j store.Job) {
+				if !store.Terminal(j.Status) {
+					fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
+				}
+			})
+			if err != nil {
+				return gaveUp(ctx, args[0], err)
+			}
+			return a.finish(j)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "wait-timeout", 0, "give up (exit 3) after this long; 0 waits as long as the job runs")
+	return cmd
+}
+
+// checkWaitTimeout validates --wait-timeout.
+func checkWaitTimeout(d time.Duration) error {
+	if d < 0 {
+		return errors.New("--wait-timeout must not be negative")
+	}
+	return nil
+}
+
+func (a *app) logsCmd() *cobra.Command {
+	var (
+		follow  bool
+		stream  string
+		stamps  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "logs <id>",
+		Short: "Print a job's output (both streams, in write order, unless --stream)",
+		Long: `Print a job's output: both streams in the order the job wrote them, unless
+--stream picks one. A line "── attempt N ──" on stderr separates attempts;
+--stamps prefixes each line with its time, stream and attempt.
+
+With -f it follows the output until the job ends, reconnecting (to the next
+--server, or the same one after a restart) and resuming after the last line
+it printed, so no line is lost or repeated; it ends with one line on stderr
+stating the outcome and exits with it: 0 succeeded, 1 failed, 2 canceled,
+3 unknown (interrupted, or --wait-timeout passed). Without -f the exit code
+is 0 once the output was printed.
+
+-o json or jsonl prints each line as a JSON record on stdout:
+{"seq","attempt","stream","time","line","partial"}.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if stream != "" && stream != "stdout" && stream != "stderr" {
+				return fmt.Errorf("--stream must be stdout or stderr, got %q", stream)
+			}
+			if a.output == outYAML {
+				return errors.New("--output yaml: logs are a stream of records; use -o jsonl")
+			}
+			if !follow && timeout != 0 {
+				return errors.New("--wait-timeout needs --follow")
+			}
+			if err := checkWaitTimeout(timeout); err != nil {
+				return err
+			}
+			if follow {
+				ctx, cancel := waitTimeout(cmd.Context(), timeout)
+				defer cancel()
+				return a.followJob(ctx, args[0], stream, false, stamps, false)
+			}
+			fo, err := a.failover()
+			if err != nil {
+				return err
+			}
+			p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
+			enc := json.NewEncoder(a.stdout)
+			err = fo.Do(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+				_, err := c.LogRecords(ctx, args[0], client.LogQuery{Stream: stream}, func(r client.LogRecord) error {
+					if a.machine() {
+						return enc.Encode(r)
+					}
+					return p.print(r)
+				})
+				return err
+			})
+			if err == nil && p.midLine {
+				fmt.Fprintln(a.stdout)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&follow, "follow", "f", false, "keep printing output until the job ends; the exit code is its outcome")
+	f.StringVar(&stream, "stream", "", "only stdout or stderr")
+	f.BoolVar(&stamps, "stamps", false, "prefix each line with its time, stream and attempt")
+	f.DurationVar(&timeout, "wait-timeout", 0, "with -f: give up (exit 3) after this long; 0 follows as long as the job runs")
+	return cmd
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Output formats of -o. Machine formats go to stdout alone: notices, job
+// output and logs go to stderr, so a script can parse stdout.
+const (
+	outTable = "table"
+	outJSON  = "json"
+	outJSONL = "jsonl"
+	outYAML  = "yaml"
+)
+
+func validOutput(s string) bool {
+	switch s {
+	case outTable, outJSON, outJSONL, outYAML:
+		return true
+	}
+	return false
+}
+
+// machine reports whether -o asks for a machine format.
+func (a *app) machine() bool { return a.output != outTable }
+
+// printJSON writes v as indented JSON to stdout.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// emit writes one object in the machine format of -o: indented JSON, one
+// compact JSON line, or YAML with the JSON field names.
+func (a *app) emit(v any) error {
+	switch a.output {
+	case outJSONL:
+		return json.NewEncoder(a.stdout).Encode(v)
+	case outYAML:
+		b, err := toYAML(v)
+		if err != nil {
+			return err
+		}
+		_, err = a.stdout.Write(b)
+		return err
+	default:
+		return a.printJSON(v)
+	}
+}
+
+// emitList writes a list answer: under -o json and yaml the API's object
+// ({key: items, "next": ...} when paged), under jsonl one item per line.
+func emitList[T any](a *app, key string, items []T, next *string) error {
+	if items == nil {
+		items = []T{}
+	}
+	if a.output == outJSONL {
+		enc := json.NewEncoder(a.stdout)
+		for _, it := range items {
+			if err := enc.Encode(it); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	obj := map[string]any{key: items}
+	if next != nil {
+		obj["next"] = *next
+	}
+	return a.emit(obj)
+}
+
+// toYAML renders v as YAML with the names and order of its JSON encoding:
+// JSON is YAML, so the node tree of the JSON keeps both; clearing the flow
+// style makes it block YAML.
+func toYAML(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding output: %w", err)
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal(b, &n); err != nil {
+		return nil, fmt.Errorf("encoding output as YAML: %w", err)
+	}
+	blockStyle(&n)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&n); err != nil {
+		return nil, fmt.Errorf("encoding output as YAML: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encoding output as YAML: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func blockStyle(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		n.Style = 0
+	}
+	if n.Kind == yaml.ScalarNode && n.Style == yaml.DoubleQuotedStyle && n.Tag == "!!str" {
+		n.Style = 0 // the encoder quotes what needs quoting
+	}
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
+}

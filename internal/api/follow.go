@@ -1,0 +1,273 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/tetherjobs/tether/internal/notify"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// eventPollInterval bounds how long a followed event stream waits while
+// NOTIFY works: only the job's end and its output are notified, not its
+// other events (claimed, released, …).
+const eventPollInterval = time.Second
+
+// waiter is how a follower of one job waits for more: woken by the job's
+// notifications, polling as a fallback — slowly while the hub is live,
+// every LogPollInterval while it is not.
+type waiter struct {
+	sub      *notify.Sub
+	hub      *notify.Hub
+	slow     time.Duration // poll while the hub is live
+	fast     time.Duration // poll while it is not
+	timer    *time.Timer
+	stopping <-chan struct{}
+}
+
+// newWaiter subscribes to jobID; call it before the first read, so nothing
+// notified in between is missed.
+func (s *server) newWaiter(jobID string, slow time.Duration) *waiter {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{sub: s.opts.Follow.Subscribe(jobID), hub: s.opts.Follow,
+		slow: slow, fast: s.opts.LogPollInterval, timer: t, stopping: s.opts.Stopping}
+}
+
+func (w *waiter) close() {
+	w.timer.Stop()
+	w.sub.Close()
+}
+
+// wait returns true when there may be something new, false when the
+// follower must stop (client gone, agent stopping).
+func (w *waiter) wait(ctx context.Context) bool {
+	d := w.fast
+	if w.hub.Live() {
+		d = max(w.slow, w.fast)
+	}
+	w.timer.Reset(d)
+	defer w.timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w.stopping:
+		return false // the agent is shutting down; the client may follow another
+	case <-w.sub.C():
+		return true
+	case <-w.timer.C:
+		return true
+	}
+}
+
+// logSink writes chunks in one of the logs formats.
+type logSink interface {
+	chunk(c store.LogChunk) error
+	// end closes a followed stream of a finished job.
+	end(status string, attempt int) error
+}
+
+type rawSink struct{ w io.Writer }
+
+func (r rawSink) chunk(c store.LogChunk) error { _, err := r.w.Write(c.Data); return err }
+func (rawSink) end(string, int) error          { return nil }
+
+// LogLine is one line of a format=jsonl log. Lines of one chunk share its
+// seq.
+type LogLine struct {
+	Seq     int64     `json:"seq"`
+	Attempt int       `json:"attempt"`
+	Stream  string    `json:"stream"`
+	Time    time.Time `json:"time"`
+	Line    string    `json:"line"`
+	Partial bool      `json:"partial"`
+}
+
+// StreamEnd is the last record of a followed jsonl log or event stream: the
+// job is finished and everything was sent.
+type StreamEnd struct {
+	End     bool   `json:"end"`
+	Status  string `json:"status"`
+	Attempt int    `json:"attempt"`
+}
+
+type jsonlSink struct{ enc *json.Encoder }
+
+func newJSONLSink(w io.Writer) jsonlSink {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return jsonlSink{enc: enc}
+}
+
+func (j jsonlSink) chunk(c store.LogChunk) error {
+	for _, l := range splitLines(c.Data) {
+		if err := j.enc.Encode(LogLine{Seq: c.Seq, Attempt: c.Attempt, Stream: c.Stream, Time: c.At.UTC(),
+			Line: string(l.text), Partial: l.partial}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (j jsonlSink) end(status string, attempt int) error {
+	return j.enc.Encode(StreamEnd{End: true, Status: status, Attempt: attempt})
+}
+
+type line struct {
+	text    []byte
+	partial bool
+}
+
+// splitLines cuts a chunk into lines without their newlines; a last line
+// with no newline is partial (its rest comes in a later chunk, if at all).
+func splitLines(data []byte) []line {
+	var out []line
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			out = append(out, line{text: data, partial: true})
+			break
+		}
+		out = append(out, line{text: data[:i]})
+		data = data[i+1:]
+	}
+	return out
+}
+
+// streamHeaders starts a 200 answer; a followed one may last as long as the
+// job, so the server-wide write timeout must not cut it.
+func streamHeaders(w http.ResponseWriter, contentType string, follow bool) *http.ResponseController {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	if follow {
+		_ = rc.SetWriteDeadline(time.Time{}) // not every writer supports it; the default has none
+	}
+	w.WriteHeader(http.StatusOK)
+	return rc
+}
+
+// followLogs sends a job's chunks after `after` to sink; with follow it
+// keeps going until the job is finished and every chunk is sent (then
+// sink.end), the client goes away, or the agent stops (no end: the client
+// resumes elsewhere with after=<last seq>).
+func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, sink logSink, id, stream, status string, after int64, follow bool) {
+	var wt *waiter
+	if follow {
+		wt = s.newWaiter(id, s.opts.FollowPollInterval)
+		defer wt.close()
+		// Subscribed now: a status read before the subscription could
+		// miss an end notified in between.
+		var err error
+		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
+			s.stopFollowing(ctx, "following job logs", id, err)
+			return
+		}
+	}
+	for {
+		// The status is read before the chunks: if it was already final,
+		// every chunk the job wrote is committed and this pass sends the rest.
+		finished := store.Terminal(status)
+		for {
+			chunks, err := s.opts.Store.Logs(ctx, id, stream, after, logPageSize)
+			if err != nil {
+				s.stopFollowing(ctx, "reading job logs", id, err)
+				return
+			}
+			for _, c := range chunks {
+				if err := sink.chunk(c); err != nil {
+					return // the client went away
+				}
+				after = c.Seq
+			}
+			if len(chunks) < logPageSize {
+				break
+			}
+		}
+		if !follow {
+			return
+		}
+		if finished {
+			s.endStream(ctx, id, status, sink.end)
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		if !wt.wait(ctx) {
+			return
+		}
+		var err error
+		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
+			// Deleted by retention or the database is gone: end the
+			// stream without an end record; the client sees it cut.
+			s.stopFollowing(ctx, "following job logs", id, err)
+			return
+		}
+	}
+}
+
+// followEvents is followLogs for the job's events, as NDJSON.
+func (s *server) followEvents(ctx context.Context, rc *http.ResponseController, w io.Writer, id string, after int64, limit int) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	wt := s.newWaiter(id, eventPollInterval)
+	defer wt.close()
+	for {
+		status, err := s.opts.Store.JobStatus(ctx, id)
+		if err != nil {
+			s.stopFollowing(ctx, "following job events", id, err)
+			return
+		}
+		finished := store.Terminal(status)
+		for {
+			evs, err := s.opts.Store.Events(ctx, id, after, limit)
+			if err != nil {
+				s.stopFollowing(ctx, "reading job events", id, err)
+				return
+			}
+			for _, e := range evs {
+				if err := enc.Encode(e); err != nil {
+					return
+				}
+				after = e.ID
+			}
+			if len(evs) < limit {
+				break
+			}
+		}
+		if finished {
+			s.endStream(ctx, id, status, func(status string, attempt int) error {
+				return enc.Encode(StreamEnd{End: true, Status: status, Attempt: attempt})
+			})
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		if !wt.wait(ctx) {
+			return
+		}
+	}
+}
+
+// endStream writes the end record with the job's last attempt.
+func (s *server) endStream(ctx context.Context, id, status string, end func(string, int) error) {
+	j, err := s.opts.Store.GetJob(ctx, id)
+	if err != nil {
+		s.stopFollowing(ctx, "ending a followed stream", id, err)
+		return
+	}
+	_ = end(status, j.Attempt) // a client gone now has everything but the end
+}
+
+func (s *server) stopFollowing(ctx context.Context, doing, id string, err error) {
+	if ctx.Err() == nil {
+		s.log.WarnContext(ctx, doing, "job", id, "err", err)
+	}
+}

@@ -1,0 +1,42 @@
+package janitor
+
+// Cause is why the janitor acted, from a small fixed set: the cause label
+// of tether_janitor_actions_total (Action.Reason is free text and would make
+// the label set unbounded).
+type Cause string
+
+// The causes.
+const (
+	CauseAgentGone      Cause = "agent_gone"      // the owner's agents row is gone
+	CauseAgentStopped   Cause = "agent_stopped"   // the owner said it stopped
+	CauseAgentRestarted Cause = "agent_restarted" // the owner's name has a newer generation
+	CauseAgentDead      Cause = "agent_dead"      // the liveness check found the owner dead
+	CauseAgentSilent    Cause = "agent_silent"    // the owner's lease went stale
+	CauseTimeout        Cause = "timeout"         // pending, awol or active timeout
+	CauseCanceled       Cause = "canceled"        // a cancel with no live owner
+	CauseNone           Cause = "none"
+)
+
+// CauseOf classifies the action Decide chose for in.
+func CauseOf(k Kind, in Input) Cause {
+	switch k {
+	case None:
+		return CauseNone
+	case Cancel:
+		return CauseCanceled
+	case FailPending, FailUnclaimed, FailAWOL, FailActiveTimeout:
+		return CauseTimeout
+	}
+	switch in.owner() {
+	case ownerGone:
+		return CauseAgentGone
+	case ownerStopped:
+		return CauseAgentStopped
+	case ownerRestarted:
+		return CauseAgentRestarted
+	}
+	if in.Owner.Dead {
+		return CauseAgentDead
+	}
+	return CauseAgentSilent
+}

@@ -1,0 +1,67 @@
+package janitor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/metrics"
+	"github.com/tetherjobs/tether/queries"
+)
+
+// refreshGauges sets the cluster-wide backlog gauges (queue per configured
+// command, cleanup backlog) once per janitor pass: a scrape reads the last
+// values and never queries the database.
+func (s *Service) refreshGauges(ctx context.Context) {
+	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), s.cfg.StaleJob); err == nil {
+		s.cfg.Metrics.SetQueue(stats)
+	} else {
+		s.log.Warn("measuring the queue", "err", err)
+	}
+	if n, oldest, err := cleanups.Stats(ctx, s.pool); err == nil {
+		s.pending.Set(float64(n))
+		s.cfg.Metrics.CleanupsOldest.Set(oldest.Seconds())
+	} else {
+		s.log.Warn("measuring the cleanup backlog", "err", err)
+	}
+}
+
+func (s *Service) commandNames() []string {
+	names := make([]string, 0, len(s.cfg.Commands))
+	for name := range s.cfg.Commands {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// QueueStats measures the due, unowned jobs of each command and the live
+// agents (seen within liveWithin) claiming it (see queries/queue_stats.sql:
+// one index range per command).
+func QueueStats(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, commands []string, liveWithin time.Duration) ([]metrics.QueueStat, error) {
+	if len(commands) == 0 {
+		return nil, nil
+	}
+	st := queries.Named("queue_stats")
+	rows, err := db.Query(ctx, st.SQL, st.Args(map[string]any{"commands": commands, "live_s": liveWithin.Seconds()})...)
+	if err != nil {
+		return nil, fmt.Errorf("measuring the queue: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (metrics.QueueStat, error) {
+		var q metrics.QueueStat
+		var oldest float64
+		err := r.Scan(&q.Command, &q.Jobs, &oldest, &q.Agents)
+		q.Oldest = time.Duration(oldest * float64(time.Second))
+		return q, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("measuring the queue: %w", err)
+	}
+	return out, nil
+}
