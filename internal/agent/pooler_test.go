@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"testing"
 	"time"
 
@@ -137,7 +136,7 @@ func TestSessionCheckFailsThroughPgBouncer(t *testing.T) {
 func TestRunRefusesATransactionPoolerForTheNameLock(t *testing.T) {
 	direct := pgtest.URL(t)
 	// exec mode: PgBouncer 1.18 in transaction mode has no prepared statements.
-	pooled := withParam(t, pgtest.PgBouncer(t, direct, "transaction"), "default_query_exec_mode", "exec")
+	pooled := pgtest.WithQueryParam(t, pgtest.PgBouncer(t, direct, "transaction"), "default_query_exec_mode", "exec")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	cfg := poolerConfig(t, pooled, "behind-pooler")
@@ -173,17 +172,6 @@ func TestRunRefusesATransactionPoolerForTheNameLock(t *testing.T) {
 	err = Run(ctx, cfg, log, Options{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "point database_direct_url at PostgreSQL itself")
-}
-
-// withParam adds a query parameter to a postgres:// URL.
-func withParam(t *testing.T, u, key, value string) string {
-	t.Helper()
-	pu, err := url.Parse(u)
-	require.NoError(t, err)
-	q := pu.Query()
-	q.Set(key, value)
-	pu.RawQuery = q.Encode()
-	return pu.String()
 }
 
 // poolerConfig is testConfig with dead_after set (config.Default leaves it

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"net/url"
 	"os"
 	"os/exec"
 	"testing"
@@ -32,7 +31,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	// mode: pgx must not rely on them, and either mode works.
 	for _, mode := range []string{"exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
-			pooled := withQueryParam(t, bouncer, "default_query_exec_mode", mode)
+			pooled := pgtest.WithQueryParam(t, bouncer, "default_query_exec_mode", mode)
 
 			refused := h.spawnAgent("pooled-only-"+mode, "DATABASE_URL="+pooled)
 			code := h.waitExit(refused, 30*time.Second)
@@ -82,7 +81,7 @@ func TestPgBouncerMigrate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	empty := pgtest.EmptyURL(t)
-	pooled := withQueryParam(t, pgtest.PgBouncer(t, empty, "transaction"), "default_query_exec_mode", "exec")
+	pooled := pgtest.WithQueryParam(t, pgtest.PgBouncer(t, empty, "transaction"), "default_query_exec_mode", "exec")
 	for range 2 { // the second run finds nothing to do
 		cmd := exec.CommandContext(ctx, bins.Tether, "migrate")
 		cmd.Env = []string{"DATABASE_URL=" + pooled, "PATH=" + os.Getenv("PATH")}
@@ -113,14 +112,4 @@ func (h *harness) nameLockHolder(ctx context.Context, name string) (pid, port in
 	}
 	require.NoError(h.t, err)
 	return pid, port, true
-}
-
-func withQueryParam(t *testing.T, u, key, value string) string {
-	t.Helper()
-	pu, err := url.Parse(u)
-	require.NoError(t, err)
-	q := pu.Query()
-	q.Set(key, value)
-	pu.RawQuery = q.Encode()
-	return pu.String()
 }

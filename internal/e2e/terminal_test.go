@@ -52,7 +52,7 @@ func TestTerminalFollowAcrossAgentRestart(t *testing.T) {
 		}
 		_ = exec.Command("tmux", "-S", tm.socket, "kill-server").Run()
 	})
-	tm.run("set-option", "-g", "remain-on-exit", "on") // keep the followers' last screens
+	tm.run("set-option", "-g", "remain-on-exit", "on") // keep a pane whose shell died, for the failure message
 	tm.run("set-option", "-g", "history-limit", "10000")
 	agentPane := "term:0.0"
 	tm.waitFor(ctx, agentPane, "tether is serving at", 60*time.Second)
@@ -60,7 +60,9 @@ func TestTerminalFollowAcrossAgentRestart(t *testing.T) {
 	const lines = 12
 	taskCtx := fmt.Sprintf(`{"container_overrides":[{"name":"demo","environment":{"DEMO_LINES":"%d","DEMO_INTERVAL":"0.5"}}]}`, lines)
 	cli := func(args ...string) string {
-		return shellJoin(append([]string{bins.Tether, "--server", server}, args...)...) + `; echo "EXIT=$?"`
+		// The shell stays after the echo: tmux may drop what a pane
+		// printed just before its process exited.
+		return shellJoin(append([]string{bins.Tether, "--server", server}, args...)...) + `; echo "EXIT=$?"; exec sleep 3600`
 	}
 	submitPane := tm.split(cli("submit", "ecs-demo", "--context", taskCtx, "--wait"))
 	idLine := tm.waitFor(ctx, submitPane, "submitted job ", 20*time.Second)

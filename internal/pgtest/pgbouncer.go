@@ -175,3 +175,17 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// WithQueryParam returns the postgres:// URL u with the query parameter key
+// set to value (e.g. default_query_exec_mode=exec for a transaction pooler).
+func WithQueryParam(t testing.TB, u, key, value string) string {
+	t.Helper()
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatalf("parsing database URL: %v", err)
+	}
+	q := pu.Query()
+	q.Set(key, value)
+	pu.RawQuery = q.Encode()
+	return pu.String()
+}
