@@ -465,3 +465,19 @@ func TestAgentsCommandLiveByDefaultAllWithFlag(t *testing.T) {
 	assert.False(t, list.Agents[0].Live)
 	assert.True(t, list.Agents[1].Live)
 }
+
+// A job of a command no live agent serves would wait queued with no hint:
+// submit says so on stderr, and stays quiet once an agent serves it.
+func TestSubmitWarnsWhenNoAgentServesTheCommand(t *testing.T) {
+	c := newCLI(t)
+	r := c.run(t, "submit", "hello")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "notice: no live agent serves command hello: jobs wait queued")
+	assert.NotContains(t, r.stdout, "notice:", "stdout stays the answer")
+
+	_, err := c.st.RegisterAgent(context.Background(), store.Registration{Holder: store.Holder{Name: "agent-1", Generation: "g"}, Capacity: 1, Commands: []string{"hello"}})
+	require.NoError(t, err)
+	r = c.run(t, "submit", "hello")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, "no live agent")
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/client"
 )
 
 // Exit codes of `submit --wait`.
@@ -84,6 +85,9 @@ finished job alone: the job's output goes to stderr.`,
 			if err != nil {
 				return fail(wait, fmt.Errorf("submitting: %w", err))
 			}
+			if job.Status == store.StatusQueued {
+				a.warnUnserved(ctx, c, job.Command)
+			}
 			if !wait {
 				if a.machine() {
 					return a.emit(job)
@@ -116,6 +120,21 @@ finished job alone: the job's output goes to stderr.`,
 	f.BoolVar(&stamps, "stamps", false, "with --wait: prefix each output line with its time, stream and attempt")
 	f.DurationVar(&timeout, "wait-timeout", 0, "with --wait: give up (exit 3) after this long; 0 waits as long as the job runs")
 	return cmd
+}
+
+// warnUnserved says on stderr when no live agent serves command, so a
+// queued job is not left waiting with no hint. Best effort: a failed lookup
+// says nothing.
+func (a *app) warnUnserved(ctx context.Context, c *client.Client, command string) {
+	cmds, err := c.Commands(ctx)
+	if err != nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Name == command && !cmd.Served {
+			fmt.Fprintf(a.stderr, "notice: %s\n", cmd.Hint)
+		}
+	}
 }
 
 // fail turns an error before the job's outcome is known into exit code 3
