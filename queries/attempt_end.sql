@@ -90,7 +90,8 @@ WITH f AS (
     SELECT pg_notify('tether_jobs', command) FROM j WHERE retry AND NOT @cleanup::boolean
     UNION ALL
     -- Wakes the job's followers (logs and events): it ended.
-    SELECT pg_notify('tether_job_end', id) FROM j WHERE NOT retry
+    SELECT pg_notify('tether_job_end', id) FROM j
+    WHERE NOT retry AND EXISTS (SELECT 1 FROM job_followers f WHERE f.job_id = j.id)
 )
 SELECT (SELECT count(*) FROM j),
        coalesce((SELECT retry FROM j), false),

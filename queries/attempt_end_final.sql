@@ -21,6 +21,7 @@ WITH f AS (
 ), n AS (
     -- Wakes the job's followers (logs and events): it ended.
     SELECT pg_notify('tether_job_end', id) FROM j
+    WHERE EXISTS (SELECT 1 FROM job_followers f WHERE f.job_id = j.id)
 )
 SELECT count(*), false, CASE WHEN count(*) > 0 THEN @status::text ELSE '' END, 0, NULL::timestamptz, '', 0
 FROM j, (SELECT count(*) FROM n) x;

@@ -12,6 +12,7 @@ WITH d AS (
 ), n AS (
     -- Wakes the job's followers: it ended.
     SELECT pg_notify('tether_job_end', id) FROM j
+    WHERE EXISTS (SELECT 1 FROM job_followers f WHERE f.job_id = j.id)
 )
 INSERT INTO job_events (job_id, kind, message)
 SELECT id, 'canceled', $2 FROM j WHERE (SELECT count(*) FROM n) >= 0;

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -23,25 +24,50 @@ const eventPollInterval = time.Second
 type waiter struct {
 	sub      *notify.Sub
 	hub      *notify.Hub
+	st       *store.Store
+	log      *slog.Logger
+	follower int64         // job_followers row; 0 = none
 	slow     time.Duration // poll while the hub is live
 	fast     time.Duration // poll while it is not
 	timer    *time.Timer
 	stopping <-chan struct{}
 }
 
-// newWaiter subscribes to jobID; call it before the first read, so nothing
-// notified in between is missed.
-func (s *server) newWaiter(jobID string, slow time.Duration) *waiter {
+// newWaiter records the follower in the database (the job's end is
+// notified only to followed jobs) and subscribes to jobID; call it before
+// the first read, so nothing notified in between is missed. If the record
+// cannot be written, the follower still works, on the fallback poll.
+func (s *server) newWaiter(ctx context.Context, jobID string, slow time.Duration) *waiter {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &waiter{sub: s.opts.Follow.Subscribe(jobID), hub: s.opts.Follow,
+	w := &waiter{hub: s.opts.Follow, st: s.opts.Store, log: s.log,
 		slow: slow, fast: s.opts.LogPollInterval, timer: t, stopping: s.opts.Stopping}
+	fid, err := s.opts.Store.AddFollower(ctx, jobID)
+	switch {
+	case err == nil:
+		w.follower = fid
+	case ctx.Err() == nil:
+		s.log.WarnContext(ctx, "following a job: its end will be seen by polling", "job", jobID, "err", err)
+	}
+	w.sub = s.opts.Follow.Subscribe(jobID)
+	return w
 }
 
 func (w *waiter) close() {
 	w.timer.Stop()
 	w.sub.Close()
+	if w.follower != 0 {
+		// The request's context may be gone: the row must go anyway.
+		ctx, cancel := context.WithTimeout(context.Background(), followerRemoveTimeout)
+		defer cancel()
+		if err := w.st.RemoveFollower(ctx, w.follower); err != nil {
+			w.log.Warn("following a job: forgetting the follower", "err", err)
+		}
+	}
 }
+
+// followerRemoveTimeout bounds forgetting a follower once its stream ended.
+const followerRemoveTimeout = 5 * time.Second
 
 // wait returns true when there may be something new, false when the
 // follower must stop (client gone, agent stopping).
@@ -159,7 +185,7 @@ func streamHeaders(w http.ResponseWriter, contentType string, follow bool) *http
 func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, sink logSink, id, stream, status string, after int64, follow bool) {
 	var wt *waiter
 	if follow {
-		wt = s.newWaiter(id, s.opts.FollowPollInterval)
+		wt = s.newWaiter(ctx, id, s.opts.FollowPollInterval)
 		defer wt.close()
 		// Subscribed now: a status read before the subscription could
 		// miss an end notified in between.
@@ -216,7 +242,7 @@ func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, si
 func (s *server) followEvents(ctx context.Context, rc *http.ResponseController, w io.Writer, id string, after int64, limit int) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	wt := s.newWaiter(id, eventPollInterval)
+	wt := s.newWaiter(ctx, id, eventPollInterval)
 	defer wt.close()
 	for {
 		status, err := s.opts.Store.JobStatus(ctx, id)

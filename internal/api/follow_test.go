@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -257,8 +258,43 @@ func TestFlushAndEndNotify(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, [2]string{notify.LogsChannel, j.ID}, [2]string{n.Channel, n.Payload})
 
+	// A job nobody follows ends without a NOTIFY (it would cost every end
+	// a database-wide lock at commit); a followed one sends it.
+	unfollowed := e.submit(t, `{"command":"sleep"}`)
+	uh, ulease := e.claim(t, unfollowed.ID)
+	require.NoError(t, e.st.Finish(ctx, uh, unfollowed.ID, ulease, store.Outcome{Status: store.StatusSucceeded}))
+	fid, err := e.st.AddFollower(ctx, j.ID)
+	require.NoError(t, err)
 	require.NoError(t, e.st.Finish(ctx, h, j.ID, lease, store.Outcome{Status: store.StatusSucceeded}))
 	n, err = conn.Conn().WaitForNotification(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, [2]string{notify.JobEndChannel, j.ID}, [2]string{n.Channel, n.Payload}, "one per job per flush: no second tether_logs")
+	assert.Equal(t, [2]string{notify.JobEndChannel, j.ID}, [2]string{n.Channel, n.Payload},
+		"one per job per flush (no second tether_logs), and none for the unfollowed job that ended first")
+	require.NoError(t, e.st.RemoveFollower(ctx, fid))
+}
+
+// A followed stream records itself in job_followers while it lasts and
+// removes the row when it ends.
+func TestFollowerRecordedWhileFollowing(t *testing.T) {
+	e := newEnv(t, nil)
+	j := e.submit(t, `{"command":"sleep"}`)
+	h, lease := e.claim(t, j.ID)
+	count := func() int {
+		var n int
+		require.NoError(t, e.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM job_followers WHERE job_id = $1`, j.ID).Scan(&n))
+		return n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/api/v1/jobs/"+j.ID+"/logs?follow=true&format=jsonl", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Eventually(t, func() bool { return count() == 1 }, 10*time.Second, 20*time.Millisecond, "the follower is recorded")
+	require.NoError(t, e.st.Finish(ctx, h, j.ID, lease, store.Outcome{Status: store.StatusSucceeded}))
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(body), `"end":true`)
+	require.Eventually(t, func() bool { return count() == 0 }, 10*time.Second, 20*time.Millisecond, "the row goes with the stream")
 }

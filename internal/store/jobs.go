@@ -254,6 +254,26 @@ func (s *Store) Logs(ctx context.Context, jobID, stream string, after int64, lim
 }
 
 // JobStatus returns a job's status, or ErrNotFound.
+// AddFollower records that a stream follows job id, so the job's end sends
+// its NOTIFY (see migration 0008); RemoveFollower with the returned id
+// when the stream ends.
+func (s *Store) AddFollower(ctx context.Context, id string) (int64, error) {
+	var fid int64
+	err := s.pool.QueryRow(ctx, queries.Get("follower_add"), pgx.NamedArgs{"job": id}).Scan(&fid)
+	if err != nil {
+		return 0, fmt.Errorf("recording a follower of %s: %w", id, err)
+	}
+	return fid, nil
+}
+
+// RemoveFollower forgets the follower AddFollower returned.
+func (s *Store) RemoveFollower(ctx context.Context, fid int64) error {
+	if _, err := s.pool.Exec(ctx, queries.Get("follower_remove"), pgx.NamedArgs{"id": fid}); err != nil {
+		return fmt.Errorf("removing follower %d: %w", fid, err)
+	}
+	return nil
+}
+
 func (s *Store) JobStatus(ctx context.Context, id string) (string, error) {
 	var status string
 	err := s.pool.QueryRow(ctx, queries.Get("job_exists"), id).Scan(&status)

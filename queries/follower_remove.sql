@@ -1,0 +1,2 @@
+-- A followed stream ended.
+DELETE FROM job_followers WHERE id = @id;
