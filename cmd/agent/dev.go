@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -70,9 +69,6 @@ type devOptions struct {
 func (a *app) runDev(ctx context.Context, o devOptions) error {
 	dataDir, listen, noDemo := o.dataDir, o.listen, o.noDemo
 	log := a.logger()
-	if !o.verbose {
-		log = slog.New(quietRequests{log.Handler()})
-	}
 	cfg, err := config.Load(a.configPath, a.getenv)
 	if err != nil {
 		return err
@@ -148,7 +144,7 @@ func (a *app) runDev(ctx context.Context, o devOptions) error {
 	agentCtx, hurry, stopSignals := drainSignals(ctx, log)
 	defer stopSignals()
 	go func() {
-		agentErr <- agent.Run(agentCtx, cfg, log, agent.Options{Getenv: a.getenv, Hurry: hurry, Started: func(addr string) { started <- addr }})
+		agentErr <- agent.Run(agentCtx, cfg, log, agent.Options{Getenv: a.getenv, Hurry: hurry, QuietRequests: !o.verbose, Started: func(addr string) { started <- addr }})
 	}()
 	var addr string
 	select {
@@ -314,27 +310,4 @@ func (a *app) devECS(ctx context.Context, cfg *config.Config, runDir string) (fu
 		}
 		fmt.Fprintf(a.stderr, "stopped the local ECS emulator (pid %d) and its tasks\n", run.PID)
 	}, nil
-}
-
-// quietRequests moves the API's per-request log lines below info, so in
-// `tether dev` they do not bury the job output a newcomer is reading;
-// requests that failed (warn and above) stay as they are.
-type quietRequests struct{ slog.Handler }
-
-func (q quietRequests) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "http request" && r.Level < slog.LevelWarn {
-		if !q.Handler.Enabled(ctx, slog.LevelDebug) {
-			return nil
-		}
-		r.Level = slog.LevelDebug
-	}
-	return q.Handler.Handle(ctx, r)
-}
-
-func (q quietRequests) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return quietRequests{q.Handler.WithAttrs(attrs)}
-}
-
-func (q quietRequests) WithGroup(name string) slog.Handler {
-	return quietRequests{q.Handler.WithGroup(name)}
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,40 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// `tether dev` moves the API's request lines below info unless they report
-// a failure, and shows them again at debug.
-func TestQuietRequests(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		handlerAt slog.Level
-		msg       string
-		level     slog.Level
-		want      string // "" means dropped
-	}{
-		{"request at info is hidden", slog.LevelInfo, "http request", slog.LevelInfo, ""},
-		{"request shown at debug", slog.LevelDebug, "http request", slog.LevelInfo, "level=DEBUG"},
-		{"probe at debug stays debug", slog.LevelDebug, "http request", slog.LevelDebug, "level=DEBUG"},
-		{"failed request stays", slog.LevelInfo, "http request", slog.LevelError, "level=ERROR"},
-		{"warn request stays", slog.LevelInfo, "http request", slog.LevelWarn, "level=WARN"},
-		{"other info lines stay", slog.LevelInfo, "job finished", slog.LevelInfo, "level=INFO"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var buf bytes.Buffer
-			inner := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.handlerAt})
-			// With attributes and a group, as the API's logger has.
-			log := slog.New(quietRequests{inner}).With("agent", "dev").WithGroup("g")
-			log.Log(context.Background(), tc.level, tc.msg, "path", "/api/v1/jobs")
-			if tc.want == "" {
-				assert.Empty(t, buf.String())
-				return
-			}
-			assert.Contains(t, buf.String(), tc.want)
-			assert.Contains(t, buf.String(), "msg=\""+tc.msg+"\"")
-			assert.Contains(t, buf.String(), "agent=dev")
-		})
-	}
-}
 
 func TestReadPID(t *testing.T) {
 	dir := t.TempDir()

@@ -46,6 +46,8 @@ type Options struct {
 	Getenv func(string) string
 	// Started, if set, is called once the API is listening, with its address.
 	Started func(addr string)
+	// QuietRequests logs the API's request lines at debug (tether dev).
+	QuietRequests bool
 }
 
 // Run runs an agent until ctx is cancelled, then drains it (see
@@ -191,7 +193,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return plugins.Ready()
 	}
 	stopping := make(chan struct{})
-	srv, ln, err := listen(cfg, st, ready, stopping, m, logger, follow)
+	srv, ln, err := listen(cfg, st, ready, stopping, m, logger, follow, opts.QuietRequests)
 	if err != nil {
 		return err
 	}
@@ -445,7 +447,7 @@ func pluginsJSON(m *pluginhost.Manager) json.RawMessage {
 	return b
 }
 
-func listen(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger, follow *notify.Hub) (*http.Server, net.Listener, error) {
+func listen(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger, follow *notify.Hub, quiet bool) (*http.Server, net.Listener, error) {
 	handler := api.New(api.Options{
 		Store:          st,
 		Commands:       cfg.Commands,
@@ -461,6 +463,7 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 		Metrics:        m.Handler(),
 		RequestMetrics: m,
 		Follow:         follow,
+		QuietRequests:  quiet,
 	})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {

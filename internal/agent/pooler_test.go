@@ -139,7 +139,7 @@ func TestRunRefusesATransactionPoolerForTheNameLock(t *testing.T) {
 	pooled := pgtest.WithQueryParam(t, pgtest.PgBouncer(t, direct, "transaction"), "default_query_exec_mode", "exec")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	cfg := poolerConfig(t, pooled, "behind-pooler")
+	cfg := testConfig(t, pooled, "behind-pooler")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := Run(ctx, cfg, log, Options{Started: func(string) { t.Error("the agent started through a transaction pooler") }})
@@ -148,7 +148,7 @@ func TestRunRefusesATransactionPoolerForTheNameLock(t *testing.T) {
 	assert.Contains(t, err.Error(), "set database_direct_url to PostgreSQL itself")
 
 	// The same pooled database_url with database_direct_url to PostgreSQL starts.
-	cfg = poolerConfig(t, pooled, "behind-pooler")
+	cfg = testConfig(t, pooled, "behind-pooler")
 	cfg.DatabaseDirectURL = direct
 	require.NoError(t, cfg.Validate())
 	runCtx, stop := context.WithCancel(ctx)
@@ -166,29 +166,10 @@ func TestRunRefusesATransactionPoolerForTheNameLock(t *testing.T) {
 	require.NoError(t, <-done)
 
 	// database_direct_url itself through the pooler is refused too, naming it.
-	cfg = poolerConfig(t, direct, "behind-pooler")
+	cfg = testConfig(t, direct, "behind-pooler")
 	cfg.DatabaseDirectURL = pooled
 	require.NoError(t, cfg.Validate())
 	err = Run(ctx, cfg, log, Options{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "point database_direct_url at PostgreSQL itself")
-}
-
-// poolerConfig is testConfig with dead_after set (config.Default leaves it
-// for Load to derive).
-func poolerConfig(t *testing.T, url, name string) *config.Config {
-	t.Helper()
-	cfg := config.Default()
-	cfg.DatabaseURL = url
-	cfg.Agent.Name = name
-	cfg.Agent.Keepalive = config.Duration(250 * time.Millisecond)
-	cfg.Agent.DeadAfter = config.Duration(500 * time.Millisecond)
-	cfg.Agent.StaleJob = config.Duration(2 * time.Second)
-	cfg.Agent.OfflineAfter = config.Duration(750 * time.Millisecond)
-	cfg.Agent.CleanInterval = config.Duration(500 * time.Millisecond)
-	cfg.Agent.AWOLTimeout = config.Duration(time.Minute)
-	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.PluginDir = t.TempDir() // no plugins: this test is about the lock's session
-	require.NoError(t, cfg.Validate())
-	return cfg
 }

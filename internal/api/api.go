@@ -35,6 +35,10 @@ type Options struct {
 	// MaxBodyBytes limits request bodies; 0 means 1 MiB.
 	MaxBodyBytes int64
 	Logger       *slog.Logger // nil means slog.Default()
+	// QuietRequests logs each answered request at debug instead of info
+	// (server errors stay errors): tether dev, where the job's output is
+	// what a newcomer reads.
+	QuietRequests bool
 	// Metrics is served at GET /metrics when non-nil.
 	Metrics http.Handler
 	// RequestMetrics counts every request by route pattern and status

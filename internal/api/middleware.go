@@ -120,6 +120,8 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 			level = slog.LevelError
 		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics":
 			level = slog.LevelDebug // probes every few seconds would drown the log
+		case s.opts.QuietRequests:
+			level = slog.LevelDebug
 		}
 		attrs := []slog.Attr{
 			slog.String("method", r.Method),

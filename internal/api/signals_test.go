@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -77,4 +79,38 @@ func TestHTTPMetricsByRoutePattern(t *testing.T) {
 	d, err := m.Value("tether_http_request_duration_seconds", map[string]string{"route": "GET /api/v1/jobs/{id}"})
 	require.NoError(t, err)
 	assert.Equal(t, 3.0, d, "a duration per request")
+}
+
+// QuietRequests (tether dev) moves answered requests' log lines to debug,
+// so the job's output stays readable; probes are debug either way and a
+// server error stays an error.
+func TestQuietRequestsLogAtDebug(t *testing.T) {
+	levelOf := func(t *testing.T, logs, path string) string {
+		t.Helper()
+		for _, line := range strings.Split(logs, "\n") {
+			var rec struct {
+				Level, Msg, Path string
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "http request" && rec.Path == path {
+				return rec.Level
+			}
+		}
+		t.Fatalf("no request line for %s in:\n%s", path, logs)
+		return ""
+	}
+	for _, quiet := range []bool{false, true} {
+		e := newEnv(t, func(o *api.Options) { o.QuietRequests = quiet })
+		require.Equal(t, http.StatusOK, e.do(t, "GET", "/api/v1/jobs", "").status)
+		require.Equal(t, http.StatusOK, e.do(t, "GET", "/healthz", "").status)
+		want := "INFO"
+		if quiet {
+			want = "DEBUG"
+		}
+		assert.Equal(t, want, levelOf(t, e.log.String(), "/api/v1/jobs"), "quiet=%v", quiet)
+		assert.Equal(t, "DEBUG", levelOf(t, e.log.String(), "/healthz"), "quiet=%v: probes", quiet)
+
+		e.st.Pool().Close() // every query now fails: a server error
+		require.Equal(t, http.StatusInternalServerError, e.do(t, "GET", "/api/v1/agents", "").status)
+		assert.Equal(t, "ERROR", levelOf(t, e.log.String(), "/api/v1/agents"), "quiet=%v: a 5xx stays an error", quiet)
+	}
 }

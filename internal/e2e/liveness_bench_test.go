@@ -175,11 +175,11 @@ func (r *livenessBench) run() {
 			}
 		}
 	}
-	todo := make(chan livenessRound, len(queue))
+	rounds := make(chan livenessRound, len(queue))
 	for _, q := range queue {
-		todo <- q
+		rounds <- q
 	}
-	close(todo)
+	close(rounds)
 	done := make(chan livenessRound)
 	var wg sync.WaitGroup
 	r.began = time.Now()
@@ -188,7 +188,7 @@ func (r *livenessBench) run() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for q := range todo {
+			for q := range rounds {
 				if r.ctx.Err() != nil {
 					return
 				}
