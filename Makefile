@@ -15,7 +15,7 @@ SPARK_OPERATOR          := .tether/bin/spark-operator-$(SPARK_OPERATOR_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz check-deploy
+.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz check-deploy
 
 all: build
 
@@ -51,6 +51,7 @@ demo-reattach: build
 ## compiled packages: on a fresh machine a separate plain vet costs minutes)
 test: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 	@command -v etcd >/dev/null || { echo "etcd not found: apt-get install -y etcd-server (the Kubernetes tests need it)"; exit 1; }
+	@command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || { echo "chromium not found: apt-get install -y chromium (the web console tests drive it headless)"; exit 1; }
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) vet -race ./...
 	$(MAKE) fuzz
@@ -103,6 +104,17 @@ $(SPARK_OPERATOR): tools/spark-operator/go.mod tools/spark-operator/go.sum
 
 vet:
 	$(GO) vet ./...
+
+## ui-screenshots: run the web console's browser tests (headless Debian
+## chromium) and write their screenshots into docs/ui/ for docs/ui.md
+ui-screenshots:
+	TETHER_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run '^TestConsole' ./internal/e2e/
+
+## bench-ui: the console's jobs page with 100,000 jobs in the database, in
+## headless chromium: navigation to first page rendered, median and max,
+## beside the API call alone
+bench-ui:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkConsoleFirstPage$$' -benchtime 1x -timeout 20m ./internal/e2e/
 
 ## bench: end-to-end throughput and claim latency (prints jobs/s, p50/p99)
 bench:

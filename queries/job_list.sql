@@ -1,4 +1,9 @@
--- Newest first; $4 is the keyset cursor (the last id of the previous page).
+-- Jobs newest first, keyset-paged by id (@after: the last id of the previous
+-- page). Every filter is optional ('' / NULL = any). @since and @until bound
+-- created_at exactly; @since_id and @until_id are the same bounds widened by
+-- the allowed clock skew and written as UUIDv7 prefixes, so the primary key
+-- index jumps to the window instead of walking every newer job (ids are
+-- UUIDv7 made by the submitting agent's clock, created_at is the database's).
 SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt,
        coalesce(j.error, ''), coalesce(j.error_class, ''), j.result,
        j.submitter, coalesce(j.idempotency_key, ''),
@@ -11,9 +16,12 @@ SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt,
        coalesce(a.run_after = 'infinity', false)
 FROM jobs j
 LEFT JOIN active_jobs a ON a.job_id = j.id
-WHERE ($1 = '' OR j.status = $1)
-  AND ($2 = '' OR j.command = $2)
-  AND ($3 = '' OR j.submitter = $3)
-  AND ($4 = '' OR j.id < $4)
+WHERE (@status::text = '' OR j.status = @status)
+  AND (@command::text = '' OR j.command = @command)
+  AND (@submitter::text = '' OR j.submitter = @submitter)
+  AND (@idempotency_key::text = '' OR j.idempotency_key = @idempotency_key)
+  AND (@after::text = '' OR j.id < @after)
+  AND (@since::timestamptz IS NULL OR (j.created_at >= @since AND j.id >= @since_id::text))
+  AND (@until::timestamptz IS NULL OR (j.created_at < @until AND j.id < @until_id::text))
 ORDER BY j.id DESC
-LIMIT $5;
+LIMIT @limit;

@@ -93,6 +93,22 @@ func jobStatuses() []string {
 		store.StatusSucceeded, store.StatusFailed, store.StatusCanceled}
 }
 
+// timeFlag reads --since/--until: an RFC 3339 time, or a positive duration
+// meaning that long before now; "" is unbounded.
+func timeFlag(name, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--%s must be an RFC 3339 time such as 2026-12-01T09:00:00Z or a duration ago such as 2h, got %q (field %s)", name, v, name)
+	}
+	return t, nil
+}
+
 func validStatus(s string) bool { return slices.Contains(jobStatuses(), s) }
 
 // checkLimit checks --limit against the API's bounds (1..1000): 0 is an
@@ -178,8 +194,9 @@ func (a *app) requeueCmd() *cobra.Command {
 
 func (a *app) jobsCmd() *cobra.Command {
 	var (
-		o   client.ListOptions
-		all bool
+		o            client.ListOptions
+		all          bool
+		since, until string
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
@@ -192,6 +209,14 @@ func (a *app) jobsCmd() *cobra.Command {
 			if o.Status != "" && !validStatus(o.Status) {
 				// The API's words, with the flag and the field named.
 				return fmt.Errorf("--status must be one of %s, got %q (field status)", strings.Join(jobStatuses(), ", "), o.Status)
+			}
+			var err error
+			now := time.Now()
+			if o.Since, err = timeFlag("since", since, now); err != nil {
+				return err
+			}
+			if o.Until, err = timeFlag("until", until, now); err != nil {
+				return err
 			}
 			c, err := a.client()
 			if err != nil {
@@ -232,6 +257,9 @@ func (a *app) jobsCmd() *cobra.Command {
 	f.StringVar(&o.Status, "status", "", "only jobs in this status (queued, accepted, running, canceling, succeeded, failed, canceled)")
 	f.StringVar(&o.Command, "command", "", "only jobs of this command")
 	f.StringVar(&o.Submitter, "submitter", "", "only jobs of this submitter")
+	f.StringVar(&o.IdempotencyKey, "key", "", "only jobs submitted with this idempotency key")
+	f.StringVar(&since, "since", "", "only jobs created at or after this time (RFC 3339, or a duration ago such as 2h)")
+	f.StringVar(&until, "until", "", "only jobs created before this time (RFC 3339, or a duration ago such as 30m)")
 	f.IntVar(&o.Limit, "limit", 50, "jobs per page (1-1000)")
 	f.StringVar(&o.After, "after", "", "start after this cursor (from a previous page)")
 	f.BoolVar(&all, "all", false, "fetch every page")

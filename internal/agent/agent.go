@@ -32,6 +32,7 @@ import (
 	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/internal/ui"
 )
 
 // Version is the agent's version, recorded in its registration.
@@ -448,6 +449,10 @@ func pluginsJSON(m *pluginhost.Manager) json.RawMessage {
 }
 
 func listen(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger, follow *notify.Hub, quiet bool) (*http.Server, net.Listener, error) {
+	var console http.Handler
+	if cfg.HTTP.ConsoleOn() {
+		console = ui.Handler()
+	}
 	handler := api.New(api.Options{
 		Store:          st,
 		Commands:       cfg.Commands,
@@ -464,6 +469,7 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 		RequestMetrics: m,
 		Follow:         follow,
 		QuietRequests:  quiet,
+		Console:        console,
 	})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {

@@ -70,6 +70,10 @@ type Options struct {
 	// with Tokens set means any Host: a page rebinding a name to the agent
 	// cannot send a bearer token.
 	AllowedHosts []string
+	// Console serves the web console at GET / and GET /ui/ (internal/ui);
+	// nil means none. It is static files: its data comes from /api/v1
+	// under the same auth, so it is served without a token.
+	Console http.Handler
 }
 
 // Defaults for zero Options fields.
@@ -136,6 +140,10 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.Console != nil {
+		mux.Handle("GET /{$}", opts.Console)
+		mux.Handle("GET /ui/", opts.Console)
 	}
 	return s.logRequests(s.checkHost(checkQueryText(jsonRouteErrors(mux))))
 }

@@ -267,12 +267,29 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		after = id
 	}
+	since, err := timeParam(r, "since")
+	if err != nil {
+		badRequest(w, "since", "%v", err)
+		return
+	}
+	until, err := timeParam(r, "until")
+	if err != nil {
+		badRequest(w, "until", "%v", err)
+		return
+	}
+	if !since.IsZero() && !until.IsZero() && !until.After(since) {
+		badRequest(w, "until", "until (%s) must be later than since (%s)", until.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
+		return
+	}
 	jobs, next, err := s.opts.Store.ListJobs(r.Context(), store.ListParams{
-		Status:    status,
-		Command:   q.Get("command"),
-		Submitter: q.Get("submitter"),
-		After:     after,
-		Limit:     int(limit),
+		Status:         status,
+		Command:        q.Get("command"),
+		Submitter:      q.Get("submitter"),
+		IdempotencyKey: q.Get("idempotency_key"),
+		Since:          since,
+		Until:          until,
+		After:          after,
+		Limit:          int(limit),
 	})
 	if err != nil {
 		s.internalError(w, r, err)
@@ -282,6 +299,23 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		jobs = []store.Job{}
 	}
 	writeJSON(w, http.StatusOK, JobList{Jobs: jobs, Next: next})
+}
+
+// timeParam reads an optional RFC 3339 timestamp query parameter; absent is
+// the zero time.
+func timeParam(r *http.Request, name string) (time.Time, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s must be an RFC 3339 time such as 2026-12-01T09:00:00Z, got %q", name, v)
+	}
+	if t.Year() < 1970 || t.Year() > 9999 {
+		return time.Time{}, fmt.Errorf("%s must be between years 1970 and 9999, got %q", name, v)
+	}
+	return t, nil
 }
 
 func validStatus(s string) bool {

@@ -190,6 +190,9 @@ type HTTP struct {
 	ReadTimeout       Duration `yaml:"read_timeout"`
 	WriteTimeout      Duration `yaml:"write_timeout"`
 	IdleTimeout       Duration `yaml:"idle_timeout"`
+	// Console serves the web console at / (default true). It is static
+	// files; its data comes from the API under the same auth.
+	Console *bool `yaml:"console"`
 }
 
 // Token is one API bearer token; Name is recorded as the submitter of the
@@ -382,6 +385,9 @@ func (c *Config) fillDerived() {
 		c.Agent.CleanupTimeout = min(Duration(DefaultCleanupTimeout), c.Agent.StaleJob/2)
 	}
 }
+
+// ConsoleOn reports whether http.console is on (unset means on).
+func (h HTTP) ConsoleOn() bool { return h.Console == nil || *h.Console }
 
 // LockLiveness reports whether agent.name_lock_liveness is on.
 func (a Agent) LockLiveness() bool { return a.NameLockLiveness == nil || *a.NameLockLiveness }

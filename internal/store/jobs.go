@@ -145,8 +145,31 @@ func (s *Store) GetJob(ctx context.Context, id string) (Job, error) {
 // ListParams filters and pages ListJobs. Empty strings match everything.
 type ListParams struct {
 	Status, Command, Submitter string
-	After                      string // cursor: the last ID of the previous page
-	Limit                      int
+	IdempotencyKey             string // exact; '' = any
+	// Since and Until bound created_at: since ≤ created_at < until; zero
+	// means unbounded.
+	Since, Until time.Time
+	After        string // cursor: the last ID of the previous page
+	Limit        int
+}
+
+// IDClockSkew is how far an agent's clock (which makes the UUIDv7 job IDs)
+// may be from the database's (which stamps created_at) for a time-bounded
+// list to still find every job: the ID bounds are widened by it.
+const IDClockSkew = time.Hour
+
+// uuidV7Floor is the smallest UUIDv7 text made at t (its 48-bit millisecond
+// prefix followed by zeros), for comparing with job IDs as text.
+func uuidV7Floor(t time.Time) string {
+	ms := t.UnixMilli()
+	if ms < 0 {
+		ms = 0
+	}
+	if ms >= 1<<48 {
+		ms = 1<<48 - 1
+	}
+	h := fmt.Sprintf("%012x", ms)
+	return h[:8] + "-" + h[8:] + "-0000-0000-000000000000"
 }
 
 // ListJobs returns jobs newest first and the cursor of the next page ("" at the end).
@@ -154,7 +177,18 @@ func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, erro
 	if p.Limit <= 0 {
 		p.Limit = 50
 	}
-	rows, err := s.pool.Query(ctx, queries.Get("job_list"), p.Status, p.Command, p.Submitter, p.After, p.Limit+1)
+	args := map[string]any{
+		"status": p.Status, "command": p.Command, "submitter": p.Submitter,
+		"idempotency_key": p.IdempotencyKey, "after": p.After, "limit": p.Limit + 1,
+	}
+	if !p.Since.IsZero() {
+		args["since"], args["since_id"] = p.Since, uuidV7Floor(p.Since.Add(-IDClockSkew))
+	}
+	if !p.Until.IsZero() {
+		args["until"], args["until_id"] = p.Until, uuidV7Floor(p.Until.Add(IDClockSkew))
+	}
+	st := queries.Named("job_list")
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(args)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing jobs: %w", err)
 	}

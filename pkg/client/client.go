@@ -186,17 +186,27 @@ func (c *Client) Get(ctx context.Context, id string) (store.Job, error) {
 // ListOptions filter List. Empty fields match everything.
 type ListOptions struct {
 	Status, Command, Submitter string
-	Limit                      int    // 0 = server default (50)
-	After                      string // cursor from a previous page
+	IdempotencyKey             string // exact, any submitter's
+	// Since and Until bound the creation time (since ≤ created < until);
+	// zero means unbounded.
+	Since, Until time.Time
+	Limit        int    // 0 = server default (50)
+	After        string // cursor from a previous page
 }
 
 // List returns one page of jobs, newest first, and the cursor of the next
 // page ("" on the last).
 func (c *Client) List(ctx context.Context, o ListOptions) ([]store.Job, string, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": o.Status, "command": o.Command, "submitter": o.Submitter, "after": o.After} {
+	for k, v := range map[string]string{"status": o.Status, "command": o.Command, "submitter": o.Submitter,
+		"idempotency_key": o.IdempotencyKey, "after": o.After} {
 		if v != "" {
 			q.Set(k, v)
+		}
+	}
+	for k, v := range map[string]time.Time{"since": o.Since, "until": o.Until} {
+		if !v.IsZero() {
+			q.Set(k, v.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	if o.Limit > 0 {
