@@ -176,7 +176,9 @@ func (a *app) runDev(ctx context.Context, o devOptions) error {
 	}
 	exe, _ := os.Executable()
 	fmt.Fprintf(a.stdout, `
-tether is serving at %[1]s (Ctrl-C stops it). Try, in another terminal:
+tether is serving at %[1]s (Ctrl-C stops it).
+The web console: %[1]s/ (jobs, live logs, timelines, agents).
+Try, in another terminal:
 
   %[2]s --server %[1]s submit shell --context '{"script":"echo hi; sleep 2; echo bye"}' --wait
   %[2]s --server %[1]s submit ecs-demo --wait     # an ECS task, on the local emulator
