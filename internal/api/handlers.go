@@ -225,11 +225,25 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		jobNotFound(w, id)
+		return
 	case err != nil:
 		s.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, job)
+		return
 	}
+	// Only the one job's view carries its remote resources: the list stays
+	// one query.
+	resources, err := s.opts.Store.JobResources(r.Context(), id)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobWithResources{Job: job, Resources: resources})
+}
+
+// jobWithResources is a Job with the resources its plugin reported.
+type jobWithResources struct {
+	store.Job
+	Resources []store.Resource `json:"resources,omitempty"`
 }
 
 // intParam parses an optional integer query parameter within [lo, hi].

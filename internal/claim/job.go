@@ -429,7 +429,8 @@ func describe(o store.Outcome) string {
 	return o.Status + ": " + firstLine(o.Error)
 }
 
-// runtime is the host side of plugin.Runtime for one runner.
+// runtime is the host side of plugin.Runtime for one runner. It records
+// the plugin's descriptions of its handles too (plugin.DescribedCheckpointer).
 type runtime struct {
 	svc            *Service
 	job            *runningJob
@@ -444,13 +445,26 @@ func (r *runtime) Stderr() io.Writer { return r.stderr }
 // and tries again, until the job's context ends (the self-fence ends it):
 // a database outage is the host's business, never a job error.
 func (r *runtime) Checkpoint(ctx context.Context, handle []byte) error {
+	return r.checkpoint(ctx, handle, nil)
+}
+
+// CheckpointDescribed is Checkpoint, also recording under the same fence
+// the resources the plugin said handle points at (a remote event of the
+// job, when they changed).
+func (r *runtime) CheckpointDescribed(ctx context.Context, handle []byte, resources []plugin.Resource) error {
+	c := r.job.claimed
+	d := &store.Described{Holder: r.svc.cfg.Holder, Attempt: c.Job.Attempt, Resources: cleanResources(resources)}
+	return r.checkpoint(ctx, handle, d)
+}
+
+func (r *runtime) checkpoint(ctx context.Context, handle []byte, described *store.Described) error {
 	c := r.job.claimed
 	stop, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(r.job.ctx, func() { cancel(context.Cause(r.job.ctx)) })()
 	log := r.svc.log.With("job", c.Job.ID, "lease", c.Lease)
 	err := r.svc.untilWritten(stop, log, "checkpoint", func(wctx context.Context) error {
-		return r.svc.logs.checkpoint(wctx, r.job.key, handle)
+		return r.svc.logs.checkpoint(wctx, r.job.key, handle, described)
 	})
 	switch {
 	case err == nil:

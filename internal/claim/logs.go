@@ -200,8 +200,9 @@ func (f *logFlusher) putBack(batch []store.LogBatch) {
 }
 
 // checkpoint stores the runner's output so far (other jobs' ready output
-// first, to keep chunks in write order) and handle in one transaction.
-func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte) error {
+// first, to keep chunks in write order) and handle in one transaction,
+// with what the plugin described the handle as, if it did (nil: nothing).
+func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, described *store.Described) error {
 	if err := f.flush(ctx, nil); err != nil {
 		return err
 	}
@@ -218,7 +219,7 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte) er
 		}
 	}
 	f.mu.Unlock()
-	err := f.store.CheckpointWithOutput(ctx, lb, f.max, handle)
+	err := f.store.CheckpointDescribed(ctx, lb, f.max, handle, described)
 	if err != nil && b != nil {
 		f.putBack([]store.LogBatch{lb})
 	}

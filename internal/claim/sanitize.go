@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -68,4 +69,35 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// MaxResourceFieldBytes bounds each text of a resource a plugin describes.
+const MaxResourceFieldBytes = 4 << 10
+
+// cleanResources makes a plugin's description storable: each field valid
+// UTF-8 without NUL bytes (job_resources reads the event as jsonb, which
+// refuses \u0000) and at most MaxResourceFieldBytes; at most
+// plugin.MaxResources of them.
+func cleanResources(rs []plugin.Resource) []store.Resource {
+	rs = rs[:min(len(rs), plugin.MaxResources)]
+	out := make([]store.Resource, len(rs))
+	for i, r := range rs {
+		out[i] = store.Resource{Kind: cleanField(r.Kind), Name: cleanField(r.Name), Label: cleanField(r.Label),
+			URL: cleanField(r.URL), Command: cleanField(r.Command)}
+	}
+	return out
+}
+
+func cleanField(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= MaxResourceFieldBytes {
+		return s
+	}
+	// Cut at a rune boundary.
+	n := MaxResourceFieldBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -412,6 +412,13 @@ func (s *Store) ReleaseMany(ctx context.Context, h Holder, leases []Lease, reaso
 // that output, and the output never without the handle, so a resuming agent
 // neither skips nor copies a line. ErrLeaseLost means nothing was stored.
 func (s *Store) CheckpointWithOutput(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte) error {
+	return s.CheckpointDescribed(ctx, out, maxPerStream, handle, nil)
+}
+
+// CheckpointDescribed is CheckpointWithOutput that also records, under the
+// same fence, what the plugin said the handle points at (a remote event,
+// when it changed; see recordRemote). described nil records nothing.
+func (s *Store) CheckpointDescribed(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte, described *Described) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if len(out.Records) > 0 || len(out.Stdout) > 0 || len(out.Stderr) > 0 {
 			held, err := appendLogs(ctx, tx, []LogBatch{out}, maxPerStream)
@@ -429,7 +436,7 @@ func (s *Store) CheckpointWithOutput(ctx context.Context, out LogBatch, maxPerSt
 		if tag.RowsAffected() == 0 {
 			return ErrLeaseLost
 		}
-		return nil
+		return recordRemote(ctx, tx, out.JobID, out.Lease, described)
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		return ErrLeaseLost

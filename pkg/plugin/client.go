@@ -236,5 +236,8 @@ func (s *runtimeServer) Checkpoint(ctx context.Context, req *pb.CheckpointReques
 	if err != nil {
 		return &pb.CheckpointResponse{Error: errToPB(err)}, nil
 	}
+	if dc, ok := rt.(DescribedCheckpointer); ok && req.GetDescribed() {
+		return &pb.CheckpointResponse{Error: errToPB(dc.CheckpointDescribed(ctx, req.GetHandle(), capResources(resourcesFromPB(req.GetResources()))))}, nil
+	}
 	return &pb.CheckpointResponse{Error: errToPB(rt.Checkpoint(ctx, req.GetHandle()))}, nil
 }

@@ -82,3 +82,19 @@ func nilIfEmpty(b []byte) []byte {
 	}
 	return b
 }
+
+func resourcesToPB(rs []Resource) []*pb.Resource {
+	out := make([]*pb.Resource, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, &pb.Resource{Kind: r.Kind, Name: r.Name, Label: r.Label, Url: r.URL, Command: r.Command})
+	}
+	return out
+}
+
+func resourcesFromPB(rs []*pb.Resource) []Resource {
+	out := make([]Resource, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, Resource{Kind: r.GetKind(), Name: r.GetName(), Label: r.GetLabel(), URL: r.GetUrl(), Command: r.GetCommand()})
+	}
+	return out
+}

@@ -146,3 +146,41 @@ func (p Problem) Key(pluginName string) string {
 	}
 	return key
 }
+
+// Resource is one remote thing a job's handle points at, as a person would
+// look for it: an ECS task, a log stream, a Spark application.
+type Resource struct {
+	// Kind says what it is: "ecs_task", "cloudwatch_log_stream",
+	// "spark_application", "kubernetes_pod", ….
+	Kind string
+	// Name identifies it stably (a task ARN, "namespace/name").
+	Name string
+	// Label is short human text ("ECS task 0").
+	Label string
+	// URL is a web console link to it, when one can be built; else "".
+	URL string
+	// Command is a shell command a person can paste to inspect it; else "".
+	Command string
+}
+
+// Describer is implemented by plugins that can say which remote resources
+// a handle of theirs points at. The plugin SDK calls Describe with every
+// Checkpoint and sends the resources with it; the agent records them on the
+// job (an event of kind remote, when they changed) and the API and console
+// show them. Plugin authors' Execute and Resume do not change.
+//
+// Describe must be a pure, cheap function of job and a handle the plugin
+// itself wrote: no remote calls, no blocking, since it runs on every
+// checkpoint. A handle it cannot read yields nil.
+type Describer interface {
+	Describe(job *Job, handle []byte) []Resource
+}
+
+// DescribedCheckpointer is implemented by a host's Runtime that records the
+// resources a plugin described along with its checkpoint. The host's side
+// of the protocol calls CheckpointDescribed instead of Checkpoint when the
+// plugin sent a description, and Checkpoint when it did not (no Describer,
+// or an older SDK).
+type DescribedCheckpointer interface {
+	CheckpointDescribed(ctx context.Context, handle []byte, resources []Resource) error
+}

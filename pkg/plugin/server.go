@@ -113,8 +113,14 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 		// Nothing ran yet, so the job can safely be tried again.
 		return &pb.RunResponse{Error: errToPB(WithClass(Retriable, err))}, nil
 	}
+	job := jobFromPB(req.GetJob())
 	rt := newRemoteRuntime(client, req.GetCallId(), req.GetHandle())
-	res, err := fn(ctx, jobFromPB(req.GetJob()), rt)
+	if d, ok := s.impl.(Describer); ok {
+		// A copy: what Execute does to its Job cannot change the description.
+		described := *job
+		rt.describe = func(handle []byte) []Resource { return d.Describe(&described, handle) }
+	}
+	res, err := fn(ctx, job, rt)
 	// Deliver buffered output before answering, so the host has all of it when
 	// the call returns. A failed flush is not the job's failure: it means the
 	// host refused the write (lease lost) or went away, and it knows that.
@@ -238,6 +244,9 @@ var errRuntimeClosed = errors.New("runtime closed: the job's call has returned")
 type remoteRuntime struct {
 	client pb.RuntimeClient
 	callID uint64
+	// describe is the plugin's Describer for this call's job; nil when it
+	// has none.
+	describe func(handle []byte) []Resource
 
 	mu     sync.Mutex
 	handle []byte
@@ -273,7 +282,11 @@ func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
 	// Output written before a checkpoint reaches the host before it.
 	_ = r.stdout.flush()
 	_ = r.stderr.flush()
-	resp, err := r.client.Checkpoint(ctx, &pb.CheckpointRequest{CallId: r.callID, Handle: handle})
+	req := &pb.CheckpointRequest{CallId: r.callID, Handle: handle}
+	if r.describe != nil {
+		req.Resources, req.Described = resourcesToPB(capResources(r.describe(handle))), true
+	}
+	resp, err := r.client.Checkpoint(ctx, req)
 	if err != nil {
 		return fmt.Errorf("checkpointing: %w", err)
 	}

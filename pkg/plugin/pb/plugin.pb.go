@@ -832,9 +832,14 @@ func (x *WriteResponse) GetError() *Error {
 }
 
 type CheckpointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CallId        uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Handle        []byte                 `protobuf:"bytes,2,opt,name=handle,proto3" json:"handle,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Handle []byte                 `protobuf:"bytes,2,opt,name=handle,proto3" json:"handle,omitempty"`
+	// What the plugin's Describer made of handle: the remote resources a
+	// person can look at. described is false when the plugin has no
+	// Describer (or its SDK predates it): the host then records nothing new.
+	Resources     []*Resource `protobuf:"bytes,3,rep,name=resources,proto3" json:"resources,omitempty"`
+	Described     bool        `protobuf:"varint,4,opt,name=described,proto3" json:"described,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -883,6 +888,98 @@ func (x *CheckpointRequest) GetHandle() []byte {
 	return nil
 }
 
+func (x *CheckpointRequest) GetResources() []*Resource {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *CheckpointRequest) GetDescribed() bool {
+	if x != nil {
+		return x.Described
+	}
+	return false
+}
+
+// Resource is one remote thing a job's handle points at (see
+// plugin.Resource).
+type Resource struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Label         string                 `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
+	Url           string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	Command       string                 `protobuf:"bytes,5,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resource) Reset() {
+	*x = Resource{}
+	mi := &file_plugin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resource) ProtoMessage() {}
+
+func (x *Resource) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resource.ProtoReflect.Descriptor instead.
+func (*Resource) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Resource) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Resource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Resource) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *Resource) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Resource) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
 type CheckpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
@@ -892,7 +989,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1001,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[14]
+	mi := &file_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1014,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{14}
+	return file_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckpointResponse) GetError() *Error {
@@ -936,7 +1033,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1045,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[15]
+	mi := &file_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1058,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{15}
+	return file_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRequest) GetCallId() uint64 {
@@ -980,7 +1077,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1089,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[16]
+	mi := &file_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1102,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{16}
+	return file_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelResponse) GetFound() bool {
@@ -1025,7 +1122,7 @@ type ValidateRequest struct {
 
 func (x *ValidateRequest) Reset() {
 	*x = ValidateRequest{}
-	mi := &file_plugin_proto_msgTypes[17]
+	mi := &file_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1134,7 @@ func (x *ValidateRequest) String() string {
 func (*ValidateRequest) ProtoMessage() {}
 
 func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[17]
+	mi := &file_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1147,7 @@ func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
 func (*ValidateRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{17}
+	return file_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ValidateRequest) GetConfig() []byte {
@@ -1079,7 +1176,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_plugin_proto_msgTypes[18]
+	mi := &file_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1188,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[18]
+	mi := &file_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1201,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{18}
+	return file_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Problem) GetCommand() string {
@@ -1138,7 +1235,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_plugin_proto_msgTypes[19]
+	mi := &file_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1247,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[19]
+	mi := &file_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1260,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{19}
+	return file_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ValidateResponse) GetProblems() []*Problem {
@@ -1226,10 +1323,18 @@ const file_plugin_proto_rawDesc = "" +
 	"\x06stream\x18\x02 \x01(\x0e2\x18.tether.plugin.v1.StreamR\x06stream\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\">\n" +
 	"\rWriteResponse\x12-\n" +
-	"\x05error\x18\x01 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\"D\n" +
+	"\x05error\x18\x01 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\"\x9c\x01\n" +
 	"\x11CheckpointRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x16\n" +
-	"\x06handle\x18\x02 \x01(\fR\x06handle\"C\n" +
+	"\x06handle\x18\x02 \x01(\fR\x06handle\x128\n" +
+	"\tresources\x18\x03 \x03(\v2\x1a.tether.plugin.v1.ResourceR\tresources\x12\x1c\n" +
+	"\tdescribed\x18\x04 \x01(\bR\tdescribed\"t\n" +
+	"\bResource\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05label\x18\x03 \x01(\tR\x05label\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\x12\x18\n" +
+	"\acommand\x18\x05 \x01(\tR\acommand\"C\n" +
 	"\x12CheckpointResponse\x12-\n" +
 	"\x05error\x18\x01 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\"(\n" +
 	"\rCancelRequest\x12\x17\n" +
@@ -1285,7 +1390,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_plugin_proto_goTypes = []any{
 	(ErrorClass)(0),             // 0: tether.plugin.v1.ErrorClass
 	(Stream)(0),                 // 1: tether.plugin.v1.Stream
@@ -1303,13 +1408,14 @@ var file_plugin_proto_goTypes = []any{
 	(*WriteRequest)(nil),        // 13: tether.plugin.v1.WriteRequest
 	(*WriteResponse)(nil),       // 14: tether.plugin.v1.WriteResponse
 	(*CheckpointRequest)(nil),   // 15: tether.plugin.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),  // 16: tether.plugin.v1.CheckpointResponse
-	(*CancelRequest)(nil),       // 17: tether.plugin.v1.CancelRequest
-	(*CancelResponse)(nil),      // 18: tether.plugin.v1.CancelResponse
-	(*ValidateRequest)(nil),     // 19: tether.plugin.v1.ValidateRequest
-	(*Problem)(nil),             // 20: tether.plugin.v1.Problem
-	(*ValidateResponse)(nil),    // 21: tether.plugin.v1.ValidateResponse
-	nil,                         // 22: tether.plugin.v1.ValidateRequest.ContextsEntry
+	(*Resource)(nil),            // 16: tether.plugin.v1.Resource
+	(*CheckpointResponse)(nil),  // 17: tether.plugin.v1.CheckpointResponse
+	(*CancelRequest)(nil),       // 18: tether.plugin.v1.CancelRequest
+	(*CancelResponse)(nil),      // 19: tether.plugin.v1.CancelResponse
+	(*ValidateRequest)(nil),     // 20: tether.plugin.v1.ValidateRequest
+	(*Problem)(nil),             // 21: tether.plugin.v1.Problem
+	(*ValidateResponse)(nil),    // 22: tether.plugin.v1.ValidateResponse
+	nil,                         // 23: tether.plugin.v1.ValidateRequest.ContextsEntry
 }
 var file_plugin_proto_depIdxs = []int32{
 	0,  // 0: tether.plugin.v1.Error.class:type_name -> tether.plugin.v1.ErrorClass
@@ -1322,33 +1428,34 @@ var file_plugin_proto_depIdxs = []int32{
 	2,  // 7: tether.plugin.v1.HealthCheckResponse.error:type_name -> tether.plugin.v1.Error
 	1,  // 8: tether.plugin.v1.WriteRequest.stream:type_name -> tether.plugin.v1.Stream
 	2,  // 9: tether.plugin.v1.WriteResponse.error:type_name -> tether.plugin.v1.Error
-	2,  // 10: tether.plugin.v1.CheckpointResponse.error:type_name -> tether.plugin.v1.Error
-	22, // 11: tether.plugin.v1.ValidateRequest.contexts:type_name -> tether.plugin.v1.ValidateRequest.ContextsEntry
-	20, // 12: tether.plugin.v1.ValidateResponse.problems:type_name -> tether.plugin.v1.Problem
-	2,  // 13: tether.plugin.v1.ValidateResponse.error:type_name -> tether.plugin.v1.Error
-	5,  // 14: tether.plugin.v1.Plugin.Info:input_type -> tether.plugin.v1.InfoRequest
-	7,  // 15: tether.plugin.v1.Plugin.Execute:input_type -> tether.plugin.v1.RunRequest
-	7,  // 16: tether.plugin.v1.Plugin.Resume:input_type -> tether.plugin.v1.RunRequest
-	9,  // 17: tether.plugin.v1.Plugin.Cleanup:input_type -> tether.plugin.v1.CleanupRequest
-	11, // 18: tether.plugin.v1.Plugin.HealthCheck:input_type -> tether.plugin.v1.HealthCheckRequest
-	17, // 19: tether.plugin.v1.Plugin.Cancel:input_type -> tether.plugin.v1.CancelRequest
-	19, // 20: tether.plugin.v1.Plugin.Validate:input_type -> tether.plugin.v1.ValidateRequest
-	13, // 21: tether.plugin.v1.Runtime.Write:input_type -> tether.plugin.v1.WriteRequest
-	15, // 22: tether.plugin.v1.Runtime.Checkpoint:input_type -> tether.plugin.v1.CheckpointRequest
-	6,  // 23: tether.plugin.v1.Plugin.Info:output_type -> tether.plugin.v1.InfoResponse
-	8,  // 24: tether.plugin.v1.Plugin.Execute:output_type -> tether.plugin.v1.RunResponse
-	8,  // 25: tether.plugin.v1.Plugin.Resume:output_type -> tether.plugin.v1.RunResponse
-	10, // 26: tether.plugin.v1.Plugin.Cleanup:output_type -> tether.plugin.v1.CleanupResponse
-	12, // 27: tether.plugin.v1.Plugin.HealthCheck:output_type -> tether.plugin.v1.HealthCheckResponse
-	18, // 28: tether.plugin.v1.Plugin.Cancel:output_type -> tether.plugin.v1.CancelResponse
-	21, // 29: tether.plugin.v1.Plugin.Validate:output_type -> tether.plugin.v1.ValidateResponse
-	14, // 30: tether.plugin.v1.Runtime.Write:output_type -> tether.plugin.v1.WriteResponse
-	16, // 31: tether.plugin.v1.Runtime.Checkpoint:output_type -> tether.plugin.v1.CheckpointResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	16, // 10: tether.plugin.v1.CheckpointRequest.resources:type_name -> tether.plugin.v1.Resource
+	2,  // 11: tether.plugin.v1.CheckpointResponse.error:type_name -> tether.plugin.v1.Error
+	23, // 12: tether.plugin.v1.ValidateRequest.contexts:type_name -> tether.plugin.v1.ValidateRequest.ContextsEntry
+	21, // 13: tether.plugin.v1.ValidateResponse.problems:type_name -> tether.plugin.v1.Problem
+	2,  // 14: tether.plugin.v1.ValidateResponse.error:type_name -> tether.plugin.v1.Error
+	5,  // 15: tether.plugin.v1.Plugin.Info:input_type -> tether.plugin.v1.InfoRequest
+	7,  // 16: tether.plugin.v1.Plugin.Execute:input_type -> tether.plugin.v1.RunRequest
+	7,  // 17: tether.plugin.v1.Plugin.Resume:input_type -> tether.plugin.v1.RunRequest
+	9,  // 18: tether.plugin.v1.Plugin.Cleanup:input_type -> tether.plugin.v1.CleanupRequest
+	11, // 19: tether.plugin.v1.Plugin.HealthCheck:input_type -> tether.plugin.v1.HealthCheckRequest
+	18, // 20: tether.plugin.v1.Plugin.Cancel:input_type -> tether.plugin.v1.CancelRequest
+	20, // 21: tether.plugin.v1.Plugin.Validate:input_type -> tether.plugin.v1.ValidateRequest
+	13, // 22: tether.plugin.v1.Runtime.Write:input_type -> tether.plugin.v1.WriteRequest
+	15, // 23: tether.plugin.v1.Runtime.Checkpoint:input_type -> tether.plugin.v1.CheckpointRequest
+	6,  // 24: tether.plugin.v1.Plugin.Info:output_type -> tether.plugin.v1.InfoResponse
+	8,  // 25: tether.plugin.v1.Plugin.Execute:output_type -> tether.plugin.v1.RunResponse
+	8,  // 26: tether.plugin.v1.Plugin.Resume:output_type -> tether.plugin.v1.RunResponse
+	10, // 27: tether.plugin.v1.Plugin.Cleanup:output_type -> tether.plugin.v1.CleanupResponse
+	12, // 28: tether.plugin.v1.Plugin.HealthCheck:output_type -> tether.plugin.v1.HealthCheckResponse
+	19, // 29: tether.plugin.v1.Plugin.Cancel:output_type -> tether.plugin.v1.CancelResponse
+	22, // 30: tether.plugin.v1.Plugin.Validate:output_type -> tether.plugin.v1.ValidateResponse
+	14, // 31: tether.plugin.v1.Runtime.Write:output_type -> tether.plugin.v1.WriteResponse
+	17, // 32: tether.plugin.v1.Runtime.Checkpoint:output_type -> tether.plugin.v1.CheckpointResponse
+	24, // [24:33] is the sub-list for method output_type
+	15, // [15:24] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -1362,7 +1469,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -26,6 +26,7 @@ type Runtime struct {
 	stderr      bytes.Buffer
 	handle      []byte
 	checkpoints [][]byte
+	described   [][]plugin.Resource
 	failWrite   error
 	failCkpt    error
 	// gated: output is held from one checkpoint to the next, as the agent
@@ -92,6 +93,30 @@ func (r *Runtime) Stderr() io.Writer {
 func (r *Runtime) Checkpoint(_ context.Context, handle []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.checkpointLocked(handle)
+}
+
+// CheckpointDescribed is Checkpoint with the resources the plugin's
+// Describer made of handle, as the agent receives them (see Descriptions).
+func (r *Runtime) CheckpointDescribed(_ context.Context, handle []byte, resources []plugin.Resource) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkpointLocked(handle); err != nil {
+		return err
+	}
+	r.described = append(r.described, append([]plugin.Resource(nil), resources...))
+	return nil
+}
+
+// Descriptions are the resources sent with each described checkpoint, in
+// order; empty when the plugin has no Describer.
+func (r *Runtime) Descriptions() [][]plugin.Resource {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]plugin.Resource(nil), r.described...)
+}
+
+func (r *Runtime) checkpointLocked(handle []byte) error {
 	if r.failCkpt != nil {
 		return r.failCkpt
 	}
@@ -173,7 +198,7 @@ func (d direct) Info(ctx context.Context) (plugin.Info, error) {
 }
 
 func (d direct) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
-	res, err := d.impl.Execute(ctx, job, rt)
+	res, err := d.impl.Execute(ctx, job, d.describing(job, rt))
 	return orEmpty(ctx, "execute", res, err)
 }
 
@@ -182,7 +207,7 @@ func (d direct) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) 
 	if !ok {
 		return nil, plugin.Errorf(plugin.Permanent, "plugin does not implement Resume")
 	}
-	res, err := r.Resume(ctx, job, rt)
+	res, err := r.Resume(ctx, job, d.describing(job, rt))
 	return orEmpty(ctx, "resume", res, err)
 }
 
@@ -200,6 +225,32 @@ func (d direct) HealthCheck(ctx context.Context, config json.RawMessage) error {
 		return plugin.Errorf(plugin.Permanent, "plugin does not implement HealthCheck")
 	}
 	return h.HealthCheck(ctx, config)
+}
+
+// describing mirrors the SDK: when the plugin is a Describer and the host
+// records descriptions, each checkpoint carries what Describe made of it.
+func (d direct) describing(job *plugin.Job, rt plugin.Runtime) plugin.Runtime {
+	desc, ok := d.impl.(plugin.Describer)
+	dc, ok2 := rt.(plugin.DescribedCheckpointer)
+	if !ok || !ok2 {
+		return rt
+	}
+	j := *job
+	return describingRuntime{Runtime: rt, dc: dc, describe: func(h []byte) []plugin.Resource { return desc.Describe(&j, h) }}
+}
+
+type describingRuntime struct {
+	plugin.Runtime
+	dc       plugin.DescribedCheckpointer
+	describe func([]byte) []plugin.Resource
+}
+
+func (r describingRuntime) Checkpoint(ctx context.Context, handle []byte) error {
+	rs := r.describe(handle)
+	if len(rs) > plugin.MaxResources {
+		rs = rs[:plugin.MaxResources]
+	}
+	return r.dc.CheckpointDescribed(ctx, handle, rs)
 }
 
 // orEmpty mirrors the wire: a nil result with no error arrives as an empty one,
