@@ -81,9 +81,9 @@ func (v violation) String() string { return fmt.Sprintf("(%d) %s", v.Invariant, 
 var (
 	finalKinds = map[string]bool{"succeeded": true, "failed": true, "canceled": true}
 	// Events written by whoever holds the lease they carry.
-	holderKinds = map[string]bool{"claimed": true, "running": true, "resumed": true, "lease_lost": true, "cleanup_ok": true, "cleanup_failed": true}
+	holderKinds = map[string]bool{"claimed": true, "running": true, "resumed": true, "remote": true, "lease_lost": true, "cleanup_ok": true, "cleanup_failed": true}
 	// Fenced changes of a job's state; their lease must not be superseded.
-	writeKinds = map[string]bool{"running": true, "released": true, "requeued": true, "retry_scheduled": true, "succeeded": true, "failed": true, "canceled": true}
+	writeKinds = map[string]bool{"running": true, "remote": true, "released": true, "requeued": true, "retry_scheduled": true, "succeeded": true, "failed": true, "canceled": true}
 	// Events that end the current holder's lease (a new holder, none, or the end).
 	supersedeKinds = map[string]bool{"claimed": true, "released": true, "requeued": true, "retry_scheduled": true, "succeeded": true, "failed": true, "canceled": true}
 	// Observations that may follow a final event.

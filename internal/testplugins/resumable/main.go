@@ -197,6 +197,22 @@ func newWork(job *plugin.Job) (*work, error) {
 
 type resumable struct{}
 
+// Describe reports the local process the work runs as, so the resources
+// path (SDK → remote event → API → console) runs in every test with this
+// plugin, the randomized invariant test included.
+func (resumable) Describe(job *plugin.Job, b []byte) []plugin.Resource {
+	var h handle
+	if json.Unmarshal(b, &h) != nil || h.PID == 0 {
+		return nil
+	}
+	return []plugin.Resource{{
+		Kind:    "local_process",
+		Name:    h.Name,
+		Label:   fmt.Sprintf("work process %d", h.PID),
+		Command: "ps -o pid,etime,args -p " + strconv.Itoa(h.PID),
+	}}
+}
+
 func (resumable) Info(context.Context) (plugin.Info, error) {
 	return plugin.Info{Name: "resumable", Version: "test"}, nil
 }
