@@ -12,10 +12,13 @@ KUBE_APISERVER := .tether/bin/kube-apiserver-$(KUBE_VERSION)
 KUBE_CONTROLLER_MANAGER := .tether/bin/kube-controller-manager-$(KUBE_VERSION)
 SPARK_OPERATOR_VERSION  := $(shell awk '$$1 == "github.com/kubeflow/spark-operator/v2" {print $$2}' tools/spark-operator/go.mod)
 SPARK_OPERATOR          := .tether/bin/spark-operator-$(SPARK_OPERATOR_VERSION)
+# `make bench` runs River (tools/riverbench pins its version) beside tether.
+RIVER_VERSION := $(shell awk '$$1 == "github.com/riverqueue/river" {print $$2}' tools/riverbench/go.mod)
+RIVERBENCH    := .tether/bin/riverbench-$(RIVER_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator soak fuzz check-deploy
+.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy
 
 all: build
 
@@ -102,6 +105,16 @@ $(SPARK_OPERATOR): tools/spark-operator/go.mod tools/spark-operator/go.sum
 	cd tools/spark-operator && $(GO) build -o ../../$@.tmp github.com/kubeflow/spark-operator/v2/cmd/operator
 	mv $@.tmp $@
 
+## river-bench: build tools/riverbench, River's side of BenchmarkVsRiver
+## (under a minute the first time; kept under .tether/bin)
+river-bench: $(RIVERBENCH)
+
+$(RIVERBENCH): tools/riverbench/go.mod tools/riverbench/go.sum tools/riverbench/main.go
+	@mkdir -p $(dir $@)
+	@echo "building riverbench (River $(RIVER_VERSION)) from the Go module proxy"
+	cd tools/riverbench && $(GO) build -o ../../$@.tmp .
+	mv $@.tmp $@
+
 vet:
 	$(GO) vet ./...
 
@@ -116,9 +129,13 @@ ui-screenshots:
 bench-ui:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkConsoleFirstPage$$' -benchtime 1x -timeout 20m ./internal/e2e/
 
-## bench: end-to-end throughput and claim latency (prints jobs/s, p50/p99)
-bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./internal/bench/
+## bench: end-to-end throughput and claim latency (prints jobs/s, p50/p99),
+## the claim and follow benchmarks, then tether beside River: 50,000 no-op
+## jobs, 1 and 2 agents/clients, 3 interleaved rounds, medians, ending with
+## `tether/river N agents: RATIO` (docs/benchmarks.md; about 8 minutes on
+## the loaded 2-core machine, 6 of them tether vs River)
+bench: $(RIVERBENCH)
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/bench/
 
 ## bench-ecs: 1,000 ECS jobs on 2 agents against the hostile emulator with its
 ## account-wide rate limits on (about 10 minutes); checks that every job

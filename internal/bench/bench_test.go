@@ -55,7 +55,33 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 }
 
+// runOnce runs one round and reports it (BenchmarkEndToEnd's figures).
 func runOnce(b *testing.B, agents, jobs int) {
+	b.Helper()
+	r := runRound(b, agents, jobs)
+	b.ReportMetric(r.rate, "jobs/s")
+	b.ReportMetric(r.p50, "claim-to-running-p50-ms")
+	b.ReportMetric(r.p99, "claim-to-running-p99-ms")
+	b.Logf("agents=%d jobs=%d elapsed=%s rate=%.0f jobs/s claim->running p50=%.2fms p99=%.2fms", agents, jobs, r.elapsed.Round(time.Millisecond), r.rate, r.p50, r.p99)
+}
+
+// monitorEvery is how often a round counts the jobs left. The count scans
+// active_jobs: every 5 ms it cost the database about 12 % of a round's
+// throughput (issue 18); a round lasts seconds, so 100 ms ends it late by
+// 50 ms on average. TETHER_BENCH_MONITOR_MS changes it, to measure that cost.
+var monitorEvery = time.Duration(envInt("TETHER_BENCH_MONITOR_MS", 100)) * time.Millisecond
+
+// round is what one runRound measured.
+type round struct {
+	elapsed  time.Duration
+	rate     float64 // jobs/s
+	p50, p99 float64 // claim → running, ms
+	walBytes float64 // the server's WAL during the run
+}
+
+// runRound puts a backlog of jobs no-op jobs in a fresh database, runs them
+// on agents agents and returns what it measured, without reporting it.
+func runRound(b *testing.B, agents, jobs int) round {
 	b.Helper()
 	ctx := context.Background()
 	pool := pgtest.DB(b)
@@ -102,8 +128,13 @@ func runOnce(b *testing.B, agents, jobs int) {
 		go func() { ch <- svc.Run(runCtx) }()
 	}
 
+	var walBefore string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walBefore); err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	start := time.Now()
+	tick := time.NewTicker(monitorEvery)
 	for {
 		var left int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM active_jobs`).Scan(&left); err != nil {
@@ -112,10 +143,15 @@ func runOnce(b *testing.B, agents, jobs int) {
 		if left == 0 {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-tick.C
 	}
 	elapsed := time.Since(start)
+	tick.Stop()
 	b.StopTimer()
+	var walBytes float64
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - $1::text::pg_lsn`, walBefore).Scan(&walBytes); err != nil {
+		b.Fatal(err)
+	}
 	stop()
 	for _, ch := range done {
 		if err := <-ch; err != nil {
@@ -142,9 +178,5 @@ func runOnce(b *testing.B, agents, jobs int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rate := float64(jobs) / elapsed.Seconds()
-	b.ReportMetric(rate, "jobs/s")
-	b.ReportMetric(p50, "claim-to-running-p50-ms")
-	b.ReportMetric(p99, "claim-to-running-p99-ms")
-	b.Logf("agents=%d jobs=%d elapsed=%s rate=%.0f jobs/s claim->running p50=%.2fms p99=%.2fms", agents, jobs, elapsed.Round(time.Millisecond), rate, p50, p99)
+	return round{elapsed: elapsed, rate: float64(jobs) / elapsed.Seconds(), p50: p50, p99: p99, walBytes: walBytes}
 }

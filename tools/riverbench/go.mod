@@ -1,0 +1,29 @@
+// Module riverbench is River's side of tether's BenchmarkVsRiver
+// (internal/bench/river_test.go), a module of its own so that River is never
+// a dependency of tether. Built by 'make river-bench' into
+// .tether/bin/riverbench-<River version>; the Makefile and the benchmark read
+// that version from the require line below.
+module github.com/tetherjobs/tether/tools/riverbench
+
+go 1.26.0
+
+require (
+	github.com/jackc/pgx/v5 v5.11.0
+	github.com/riverqueue/river v0.51.2
+	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/riverqueue/river/riverdriver v0.51.2 // indirect
+	github.com/riverqueue/river/rivershared v0.51.2 // indirect
+	github.com/riverqueue/river/rivertype v0.51.2 // indirect
+	github.com/tidwall/gjson v1.20.0 // indirect
+	github.com/tidwall/match v1.2.0 // indirect
+	github.com/tidwall/pretty v1.2.1 // indirect
+	github.com/tidwall/sjson v1.2.5 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
