@@ -151,23 +151,44 @@ function logView(ctx, base) {
     h('div', {class: 'logs-bar'}, toggle('stdout'), toggle('stderr'), h('span', {class: 'muted'}, 'Log: '), status),
     out);
 
-  let lastSeq = 0;
+  // Every line of one stored chunk carries the chunk's seq, and a stream can
+  // be cut between two lines of a chunk. So the cursor is the last chunk
+  // known complete (doneSeq: a later seq has arrived after it); a reconnect
+  // asks for what follows it and skips the lines of the next chunk
+  // (curSeq) already shown (curLines), counting them per connection.
+  let doneSeq = 0;
+  let curSeq = 0;
+  let curLines = 0;
+  let connSeq = 0;
+  let connLines = 0;
   let lastAttempt = null;
   let chunks = 0;
   let running = false;
+
+  function shown(r) {
+    if (r.seq === connSeq) connLines++;
+    else { connSeq = r.seq; connLines = 1; }
+    if (r.seq <= doneSeq || (r.seq === curSeq && connLines <= curLines)) return true;
+    if (r.seq !== curSeq) {
+      doneSeq = curSeq;
+      curSeq = r.seq;
+      curLines = 0;
+    }
+    curLines++;
+    return false;
+  }
 
   function append(records) {
     const atBottom = out.scrollHeight - out.scrollTop - out.clientHeight < 32;
     const frag = document.createDocumentFragment();
     for (const r of records) {
-      if (r.seq <= lastSeq) continue; // already shown before a reconnect
+      if (shown(r)) continue; // already shown before a reconnect
       if (r.attempt !== lastAttempt) {
         frag.append(h('div', {'data-testid': 'attempt-sep', class: 'attempt-sep', 'data-attempt': r.attempt}, `attempt ${r.attempt}`));
         lastAttempt = r.attempt;
       }
       frag.append(h('span', {class: r.partial ? 'log-chunk partial' : 'log-chunk', title: r.time,
         'data-seq': r.seq, 'data-stream': r.stream, 'data-attempt': r.attempt}, r.line));
-      lastSeq = r.seq;
       chunks++;
     }
     out.append(frag);
@@ -212,7 +233,9 @@ function logView(ctx, base) {
     while (!ctx.signal.aborted) {
       let end = null;
       try {
-        const resp = await ctx.api.open(`${base}/logs${query({format: 'jsonl', follow: 'true', after: lastSeq || ''})}`,
+        connSeq = 0;
+        connLines = 0;
+        const resp = await ctx.api.open(`${base}/logs${query({format: 'jsonl', follow: 'true', after: doneSeq || ''})}`,
           {signal: ctx.signal});
         status.textContent = 'following';
         end = await read(resp, () => { backoff = 500; });
