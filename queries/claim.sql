@@ -55,7 +55,7 @@ WITH picked AS (
 ), claimed AS (
     UPDATE active_jobs a
     SET agent_name = @agent, agent_generation = @generation, lease = a.lease + 1,
-        last_heartbeat = now(), claimed_at = now()
+        last_heartbeat = now(), claimed_at = now(), detached = false
     FROM j
     WHERE a.job_id = j.id
     RETURNING a.job_id, a.lease, a.handle

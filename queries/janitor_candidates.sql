@@ -88,7 +88,7 @@ SELECT x.job_id, j.status, j.plugin, x.command, j.started_at IS NOT NULL,
 FROM (
     SELECT * FROM (
         SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
-               coalesce(a.last_heartbeat, a.claimed_at, 'epoch') AS heard, a.released_at, a.run_after
+               h.heard, a.released_at, a.run_after
         FROM active_jobs a
         -- One lookup per held row (OFFSET 0 keeps it one): never a scan of jobs.
         CROSS JOIN LATERAL (
@@ -96,14 +96,23 @@ FROM (
             FROM jobs j WHERE j.id = a.job_id OFFSET 0
         ) j
         LEFT JOIN agents g ON g.name = a.agent_name
+        -- When the holder was last heard for this lease: its generation's
+        -- heartbeats (agents.last_seen) renew every lease it holds and has
+        -- not detached (heartbeat.sql); otherwise the lease's own
+        -- last_heartbeat, set at claim.
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN NOT a.detached AND g.generation = a.agent_generation
+                        THEN greatest(coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), g.last_seen)
+                        ELSE coalesce(a.last_heartbeat, a.claimed_at, 'epoch') END AS heard
+        ) h
         WHERE a.agent_name IS NOT NULL
           AND a.job_id <> ALL (@skip::text[])
           AND cardinality(@dead_names::text[]) = 0
           AND (   g.name IS NULL
                OR g.generation IS DISTINCT FROM a.agent_generation
                OR g.state = 'stopped'
-               OR coalesce(a.last_heartbeat, a.claimed_at, 'epoch') <= now() - @stale_job::float8 * interval '1 second'
-               OR (coalesce(a.last_heartbeat, a.claimed_at, 'epoch') <= now() - @offline_after::float8 * interval '1 second'
+               OR h.heard <= now() - @stale_job::float8 * interval '1 second'
+               OR (h.heard <= now() - @offline_after::float8 * interval '1 second'
                    AND (j.status IN ('queued', 'accepted') OR (j.status = 'canceling' AND j.started_at IS NULL)))
                -- active_timeout backup for an owner that did not enforce it.
                OR (j.status = 'running' AND j.active_timeout > interval '0'
@@ -169,8 +178,11 @@ FROM (
     UNION ALL
     SELECT * FROM (
         SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
-               coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), a.released_at, a.run_after
+               CASE WHEN a.detached THEN coalesce(a.last_heartbeat, a.claimed_at, 'epoch')
+                    ELSE greatest(coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), g.last_seen) END,
+               a.released_at, a.run_after
         FROM dead d
+        JOIN agents g ON g.name = d.name AND g.generation = d.generation
         JOIN active_jobs a ON a.agent_name = d.name AND a.agent_generation = d.generation
         WHERE a.job_id <> ALL (@skip::text[])
         LIMIT @batch

@@ -7,9 +7,9 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// heartbeatLoop renews every lease this agent holds, once per keepalive (or at
-// once when kicked), in one statement on the liveness store's own
-// connection. It does nothing else: final writes, Cleanup and the self-fence
+// heartbeatLoop renews this agent's row, and with it every lease it holds,
+// once per keepalive (or at once when kicked), in one statement on the
+// liveness store's own connection. It does nothing else: final writes, Cleanup and the self-fence
 // run elsewhere, so running a job never makes the agent look dead.
 func (s *Service) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Keepalive)
@@ -67,6 +67,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 		s.supersededOnce.Do(func() { close(s.superseded) })
 		return
 	}
+	s.detachOrphans(ctx, res.Orphans)
 	held := make(map[jobKey]string, len(res.Held))
 	for _, h := range res.Held {
 		held[jobKey{h.JobID, h.Lease}] = h.Status

@@ -100,8 +100,11 @@ func (s *Service) run(j *runningJob) {
 	default:
 		var status string
 		err := s.retryWrite(j, log, "marking job running", func(ctx context.Context) error {
-			var err error
-			status, err = s.store.MarkRunning(ctx, s.cfg.Holder, c.Job.ID, c.Lease, "attempt "+fmt.Sprint(c.Job.Attempt)+" on "+s.cfg.Holder.Name)
+			r, err := s.running.do(ctx, store.Running{JobID: c.Job.ID, Lease: c.Lease,
+				Message: "attempt " + fmt.Sprint(c.Job.Attempt) + " on " + s.cfg.Holder.Name})
+			if err == nil {
+				status, err = r.status, r.err
+			}
 			return err
 		})
 		switch {
@@ -251,8 +254,15 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 			if err := s.logs.flush(ctx, &j.key); err != nil { // output before the end
 				return err
 			}
-			var err error
-			ended, err = s.store.EndAttempt(ctx, e)
+			if !store.FinalBatchable(e) {
+				var err error
+				ended, err = s.store.EndAttempt(ctx, e)
+				return err
+			}
+			r, err := s.finals.do(ctx, e) // the hot path: shares a statement
+			if err == nil {
+				ended, err = r.ended, r.err
+			}
 			return err
 		})
 		var de *store.DataError

@@ -49,6 +49,12 @@ type Config struct {
 	LogFlush     time.Duration // log batch period (200ms)
 	LogMaxBytes  int64         // cap per job per stream (10 MiB)
 	FinalTimeout time.Duration // bound on final writes after shutdown began (10s)
+	// BatchWindow and BatchMax shape the batches of running and final
+	// writes: a write waits at most BatchWindow for others to share its
+	// statement, which carries at most BatchMax (DefaultBatchWindow,
+	// DefaultBatchMax).
+	BatchWindow time.Duration
+	BatchMax    int
 	// SelfFenceAfter stops every job when no heartbeat has succeeded for this
 	// long (config.SelfFenceAfter: stale_job − 2×keepalive − the longest
 	// kill_grace), before the janitor could act on them: resumable jobs are
@@ -116,6 +122,12 @@ func (c *Config) setDefaults() {
 	if c.CleanupTimeout <= 0 {
 		c.CleanupTimeout = defaults.CleanupTimeout
 	}
+	if c.BatchWindow <= 0 {
+		c.BatchWindow = DefaultBatchWindow
+	}
+	if c.BatchMax <= 0 {
+		c.BatchMax = DefaultBatchMax
+	}
 	if c.CleanupRetryIn <= 0 {
 		c.CleanupRetryIn = cleanupRetryIn
 	}
@@ -167,6 +179,11 @@ type Service struct {
 	// for the database and the self-fence timer watch it.
 	lastBeat time.Time
 	beatOK   chan struct{}
+	// orphans: the last heartbeat's orphan leases (heartbeat goroutine only).
+	orphans orphanWatch
+	// running and finals batch the runners' running and final writes.
+	running *batcher[store.Running, markedRunning]
+	finals  *batcher[store.End, endResult]
 	// quit is closed when Run begins its shutdown; writesCtx, which bounds
 	// the writes still waiting for the database, ends FinalTimeout later.
 	quit       chan struct{}
@@ -242,6 +259,8 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	}
 	s.lastBeat = time.Now()
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
+	s.running = newBatcher(cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout, s.runMarkRunning)
+	s.finals = newBatcher(cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout, s.runEnds)
 	return s
 }
 
@@ -253,7 +272,9 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopLoops()
 
 	var loops sync.WaitGroup
-	loops.Add(4)
+	loops.Add(6)
+	go func() { defer loops.Done(); s.running.loop(loopCtx) }()
+	go func() { defer loops.Done(); s.finals.loop(loopCtx) }()
 	go func() { defer loops.Done(); s.heartbeatLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.fenceLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.logs.run(loopCtx) }()

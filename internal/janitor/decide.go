@@ -81,7 +81,7 @@ type Input struct {
 	// The active row.
 	AgentName       string // "" = unowned (claimable)
 	AgentGeneration string
-	HeartbeatAge    time.Duration // now() - last_heartbeat
+	HeartbeatAge    time.Duration // now() - when the holder was last heard for this lease (its agents row renews it unless detached)
 	Released        bool          // released_at is set
 	ReleasedAge     time.Duration // now() - released_at
 

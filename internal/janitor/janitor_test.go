@@ -76,9 +76,14 @@ func (f *fixture) exec(sql string, args ...any) {
 	require.NoError(f.t, err)
 }
 
-// silence makes a job's lease look silent for d by the database clock.
+// silence makes a job's lease look silent for d by the database clock: its
+// own last_heartbeat and its holder's last_seen (whose heartbeats renew every
+// lease it holds) at least d ago. The holder's other leases keep their claim
+// time, so a lease claimed just now stays fresh.
 func (f *fixture) silence(id string, d time.Duration) {
 	f.exec(`UPDATE active_jobs SET last_heartbeat = now() - $2::float8 * interval '1 second' WHERE job_id = $1`, id, d.Seconds())
+	f.exec(`UPDATE agents g SET last_seen = least(g.last_seen, now() - $2::float8 * interval '1 second')
+	        FROM active_jobs a WHERE a.job_id = $1 AND g.name = a.agent_name AND g.generation = a.agent_generation`, id, d.Seconds())
 }
 
 func (f *fixture) agentSilence(name string, d time.Duration) {
@@ -355,6 +360,7 @@ func TestConcurrentJanitorsActOnEachJobOnce(t *testing.T) {
 		require.NoError(t, err)
 	}
 	f.exec(`UPDATE active_jobs SET last_heartbeat = now() - interval '10 minutes'`)
+	f.agentSilence("dead", 10*time.Minute)
 
 	other := store.Holder{Name: "live2", Generation: "live2-g1"}
 	var total sync.WaitGroup

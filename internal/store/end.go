@@ -103,18 +103,7 @@ func (s *Store) EndAttempt(ctx context.Context, e End) (Ended, error) {
 // EndAttempt stores e through q (a transaction, for the janitor).
 func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 	o := e.Outcome
-	kind := o.EventKind
-	if kind == "" {
-		kind = o.Status
-	}
-	msg := o.Message
-	if msg == "" {
-		msg = o.Error
-	}
-	evLease := e.EventLease
-	if evLease == 0 {
-		evLease = e.Lease
-	}
+	kind, msg, evLease := e.event()
 	args := pgx.NamedArgs{
 		"job": e.JobID, "lease": e.Lease, "expect": e.ExpectStatus,
 		"status": o.Status, "result": nullJSON(o.Result), "error": nullText(o.Error), "error_class": nullText(o.ErrorClass),
@@ -144,6 +133,21 @@ func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 		out.Cleanup = CleanupClaim{}
 	}
 	return out, nil
+}
+
+// event is the final event's kind, message and lease.
+func (e End) event() (kind, msg string, lease int64) {
+	kind, msg, lease = e.Outcome.EventKind, e.Outcome.Message, e.EventLease
+	if kind == "" {
+		kind = e.Outcome.Status
+	}
+	if msg == "" {
+		msg = e.Outcome.Error
+	}
+	if lease == 0 {
+		lease = e.Lease
+	}
+	return kind, msg, lease
 }
 
 // Levers returns a job's attempt and the stamped levers a retry decision

@@ -182,6 +182,10 @@ type HeartbeatResult struct {
 	// registered under the name since: this process must stop.
 	Missing bool
 	Held    []Held
+	// Orphans are leases the database says this generation holds that the
+	// call did not list (and that are not detached): a claim whose answer
+	// was lost, or one committed while the list was being made.
+	Orphans []Lease
 }
 
 // Lease is one job an agent believes it holds.
@@ -190,14 +194,19 @@ type Lease struct {
 	Lease int64
 }
 
-// Heartbeat refreshes the agent and all the leases it holds in one statement.
+// Heartbeat renews the agent's row, which renews every lease it holds, and
+// reads back which of leases it still holds (with their status) and which
+// other leases the database says it holds (Orphans). It writes one row
+// however many leases there are.
 func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (HeartbeatResult, error) {
 	ids := make([]string, len(leases))
 	nums := make([]int64, len(leases))
 	for i, l := range leases {
 		ids[i], nums[i] = l.JobID, l.Lease
 	}
-	rows, err := s.pool.Query(ctx, queries.Get("heartbeat"), h.Name, h.Generation, ids, nums)
+	st := queries.Named("heartbeat")
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{
+		"name": h.Name, "generation": h.Generation, "job_ids": ids, "leases": nums})...)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
@@ -207,10 +216,15 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	for rows.Next() {
 		var id, status *string
 		var lease *int64
-		if err := rows.Scan(&res.Registered, &named, &id, &lease, &status); err != nil {
+		var orphan *bool
+		if err := rows.Scan(&res.Registered, &named, &id, &lease, &status, &orphan); err != nil {
 			return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 		}
-		if id != nil {
+		switch {
+		case id == nil:
+		case *orphan:
+			res.Orphans = append(res.Orphans, Lease{JobID: *id, Lease: *lease})
+		default:
 			res.Held = append(res.Held, Held{JobID: *id, Lease: *lease, Status: *status})
 		}
 	}
@@ -219,6 +233,20 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	}
 	res.Missing = !res.Registered && !named
 	return res, nil
+}
+
+// Detach stops the agents row from renewing a lease its holder's process
+// does not know it holds (an orphan on consecutive heartbeats): the janitor
+// then judges it by its claim time. Fenced by holder and lease; it reports
+// whether the row still matched.
+func (s *Store) Detach(ctx context.Context, h Holder, l Lease) (bool, error) {
+	st := queries.Named("lease_detach")
+	tag, err := s.pool.Exec(ctx, st.SQL, st.Args(map[string]any{
+		"job_id": l.JobID, "lease": l.Lease, "name": h.Name, "generation": h.Generation})...)
+	if err != nil {
+		return false, fmt.Errorf("detaching lease %d of job %s: %w", l.Lease, l.JobID, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // MarkRunning moves a job from accepted to running under lease and returns the

@@ -1,0 +1,31 @@
+-- job_mark_running.sql for many jobs of one holder (@agent, @generation) at
+-- once, batched over a few milliseconds: each row fenced by its own
+-- (job_id, lease). The answer has one row per requested job: 'running' when
+-- it was moved from accepted, '' when its lease no longer holds, or the
+-- status that stopped the change (canceling). Active rows are locked in
+-- job_id order.
+WITH r AS (
+    SELECT * FROM unnest(@jobs::text[], @leases::bigint[], @messages::text[]) AS r(job_id, lease, message)
+), f AS (
+    SELECT a.job_id, a.lease
+    FROM active_jobs a JOIN r ON r.job_id = a.job_id AND r.lease = a.lease
+    ORDER BY a.job_id
+    FOR UPDATE OF a
+), j AS (
+    UPDATE jobs
+    SET status = 'running', started_at = coalesce(started_at, now()), attempt_started_at = now(),
+        updated_at = now()
+    WHERE id IN (SELECT job_id FROM f) AND status = 'accepted'
+    RETURNING id
+), e AS (
+    INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
+    SELECT r.job_id, 'running', @agent::text, @generation::text, r.lease, r.message
+    FROM r JOIN j ON j.id = r.job_id
+)
+SELECT r.job_id,
+       CASE WHEN j.id IS NOT NULL THEN 'running'
+            WHEN f.job_id IS NULL THEN ''
+            ELSE (SELECT s.status FROM jobs s WHERE s.id = r.job_id) END
+FROM r
+LEFT JOIN f ON f.job_id = r.job_id
+LEFT JOIN j ON j.id = r.job_id;
