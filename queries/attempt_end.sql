@@ -36,7 +36,11 @@ WITH f AS (
         attempt_started_at = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN NULL ELSE j.attempt_started_at END,
         finished_at = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN NULL ELSE now() END,
         updated_at = now(),
-        last_lease = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN j.last_lease ELSE @lease::bigint + 1 END
+        last_lease = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN j.last_lease ELSE @lease::bigint + 1 END,
+        -- The status stored (as above) decides the expiry; a retry has none.
+        expires_at = CASE WHEN @retry::boolean AND j.status <> 'canceling' THEN NULL
+                          ELSE tether_expiry(CASE WHEN @retry::boolean THEN 'canceled' ELSE @status::text END,
+                                             now(), j.ttl_succeeded, j.ttl_failed) END
     FROM f
     WHERE j.id = f.job_id AND (@expect::text = '' OR j.status = @expect::text)
     RETURNING j.id, j.status, j.attempt, j.error, j.command, j.status = 'queued' AS retry,

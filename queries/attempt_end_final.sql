@@ -10,7 +10,8 @@ WITH f AS (
 ), j AS (
     UPDATE jobs
     SET status = @status::text, result = @result::jsonb, error = @error::text, error_class = @error_class::text,
-        finished_at = now(), updated_at = now(), last_lease = @lease::bigint + 1
+        finished_at = now(), updated_at = now(), last_lease = @lease::bigint + 1,
+        expires_at = tether_expiry(@status::text, now(), ttl_succeeded, ttl_failed)
     WHERE id IN (SELECT job_id FROM f) AND (@expect::text = '' OR status = @expect::text)
     RETURNING id
 ), gone AS (

@@ -19,7 +19,8 @@ WITH r AS (
 ), j AS (
     UPDATE jobs
     SET status = r.status, result = r.result::jsonb, error = r.error, error_class = r.error_class,
-        finished_at = now(), updated_at = now(), last_lease = r.lease + 1
+        finished_at = now(), updated_at = now(), last_lease = r.lease + 1,
+        expires_at = tether_expiry(r.status, now(), jobs.ttl_succeeded, jobs.ttl_failed)
     FROM r
     WHERE jobs.id = r.job_id AND jobs.id IN (SELECT job_id FROM f)
     RETURNING jobs.id

@@ -6,6 +6,7 @@ WITH d AS (
     RETURNING job_id, lease
 ), j AS (
     UPDATE jobs SET status = 'canceled', error = $2, finished_at = now(), updated_at = now(),
+        expires_at = tether_expiry('canceled', now(), ttl_succeeded, ttl_failed),
         last_lease = greatest(jobs.last_lease, (SELECT lease FROM d) + 1)
     WHERE id = $1
     RETURNING id

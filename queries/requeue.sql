@@ -7,7 +7,7 @@
 WITH j AS (
     UPDATE jobs
     SET status = 'queued', attempt = attempt + 1, result = NULL,
-        attempt_started_at = NULL, finished_at = NULL, updated_at = now()
+        attempt_started_at = NULL, finished_at = NULL, expires_at = NULL, updated_at = now()
     WHERE id = $1 AND status IN ('failed', 'canceled')
     RETURNING id, command, plugin, pending_timeout, last_lease
 ), a AS (

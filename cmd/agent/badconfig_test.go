@@ -80,6 +80,9 @@ var badConfigs = []badConfig{
 	{name: "duration a list", yaml: "http:\n  idle_timeout: [1s]\n", want: []string{"http.idle_timeout: use a duration string"}},
 	{name: "server timeout zero", yaml: "http:\n  read_timeout: 0\n", want: []string{"http.read_timeout: must be a positive duration"}},
 	{name: "connect timeout garbage", yaml: "database_connect_timeout: forever\n", want: []string{`database_connect_timeout: "forever" is not a duration`}},
+	{name: "work pool too small", yaml: "database_max_conns: 2\n", want: []string{"database_max_conns (env TETHER_DATABASE_MAX_CONNS): must be from 3 to 1000, got 2"}},
+	{name: "work pool not a number", yaml: "database_max_conns: many\n", want: []string{"database_max_conns"}},
+	{name: "api pool zero", yaml: "http:\n  database_max_conns: 0\n", want: []string{"http.database_max_conns (env TETHER_HTTP_DATABASE_MAX_CONNS): must be from 1 to 1000, got 0"}},
 	{name: "shutdown negative", yaml: "agent:\n  shutdown_timeout: -1s\n", want: []string{"agent.shutdown_timeout: must not be negative"}},
 	{name: "ttl negative", yaml: "defaults:\n  ttl_failed: -1d\n", want: []string{"defaults.ttl_failed (env TETHER_DEFAULT_TTL_FAILED): must not be negative"}},
 
@@ -152,6 +155,7 @@ var badConfigs = []badConfig{
 	{name: "env duration space", env: map[string]string{"TETHER_LOGS_FLUSH_INTERVAL": " 1s"}, want: []string{`TETHER_LOGS_FLUSH_INTERVAL (overrides logs.flush_interval): " 1s" has leading or trailing spaces`}},
 	{name: "env string", env: map[string]string{"TETHER_DRAIN_HANDOFF": "later"}, want: []string{`drain.handoff: must be "immediate", "deadline" or "never", got "later"`}},
 	{name: "env connect timeout", env: map[string]string{"TETHER_DATABASE_CONNECT_TIMEOUT": "0"}, want: []string{"database_connect_timeout: must be a positive duration"}},
+	{name: "env work pool", env: map[string]string{"TETHER_DATABASE_MAX_CONNS": "5000"}, want: []string{"database_max_conns (env TETHER_DATABASE_MAX_CONNS): must be from 3 to 1000, got 5000"}},
 
 	// Plugins and commands.
 	{name: "sha256 not hex", yaml: "plugins:\n  shell:\n    sha256: xyz\n", want: []string{"plugins.shell.sha256: must be 64 hex digits"}},

@@ -25,6 +25,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/drain"
 	"github.com/tetherjobs/tether/internal/janitor"
 	"github.com/tetherjobs/tether/internal/metrics"
@@ -71,9 +72,11 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	log := logger.With("agent", name)
 	logDumpable(log)
 
-	// Room for the listener, the log flusher, claiming, the API, and the
-	// final writes of every job at once.
-	pool, err := openPool(ctx, cfg, int32(cfg.Agent.Capacity+8), "database pool")
+	// The connection budget does not grow with capacity: the work pool
+	// (claiming, the janitor, the jobs' writes, batched), the API's pool,
+	// the heartbeat's, and one session each for the name lock and LISTEN
+	// (docs/operations.md, "Connection budget").
+	pool, err := openPool(ctx, cfg, int32(cfg.DatabaseMaxConns), "database pool")
 	if err != nil {
 		return err
 	}
@@ -136,7 +139,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 
 	// Heartbeats get a pool of their own: a connection the jobs' writes
 	// hold can never delay a renewal.
-	livePool, err := openPool(ctx, cfg, 2, "the heartbeat's database pool")
+	livePool, err := openPool(ctx, cfg, defaults.HeartbeatConns, "the heartbeat's database pool")
 	if err != nil {
 		return err
 	}
@@ -194,7 +197,12 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return plugins.Ready()
 	}
 	stopping := make(chan struct{})
-	srv, ln, err := listen(cfg, st, ready, stopping, m, logger, follow, opts.QuietRequests)
+	apiPool, err := openPool(ctx, cfg, int32(cfg.HTTP.DatabaseMaxConns), "the API's database pool")
+	if err != nil {
+		return err
+	}
+	defer apiPool.Close()
+	srv, ln, err := listen(cfg, store.New(apiPool), ready, stopping, m, logger, follow, opts.QuietRequests)
 	if err != nil {
 		return err
 	}
@@ -300,7 +308,7 @@ func logDumpable(log *slog.Logger) {
 	}
 }
 
-// openPool opens a pool on database_url with at least maxConns connections
+// openPool opens a pool on database_url with maxConns connections
 // and checks it answers; what names it in errors. Each connection attempt
 // is bounded by database_connect_timeout (see PoolConfig).
 func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what string) (*pgxpool.Pool, error) {
@@ -308,7 +316,7 @@ func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what stri
 	if err != nil {
 		return nil, err
 	}
-	pc.MaxConns = max(pc.MaxConns, maxConns)
+	pc.MaxConns = maxConns // the budget's: a pool_max_conns in the URL does not widen it
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", what, err)

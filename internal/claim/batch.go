@@ -8,17 +8,16 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// Defaults of the write batches: a runner's running and final writes wait at
-// most batchWindow for others to share their statement, and a statement
-// carries at most batchMax of them.
-const (
-	DefaultBatchWindow = 2 * time.Millisecond
-	DefaultBatchMax    = 256
-)
+// DefaultBatchMax is the most running or final writes one statement
+// carries.
+const DefaultBatchMax = 256
 
 // batcher gathers one kind of fenced write from many job runners into one
-// statement: at most max requests, sent once window has passed since the
-// first. run answers one result per request, or one error for all.
+// statement: group commit. One statement is in flight at a time; the writes
+// that arrive meanwhile go out together in the next (at most max), so an
+// idle agent writes at once and a busy one in batches as large as its load.
+// A window > 0 also waits that long after the first write of a batch for
+// more. run answers one result per request, or one error for all.
 type batcher[Req, Res any] struct {
 	reqs   chan batchItem[Req, Res]
 	window time.Duration
@@ -71,9 +70,20 @@ func (b *batcher[Req, Res]) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		timer.Reset(b.window)
+		if b.window > 0 {
+			timer.Reset(b.window)
+		}
 	collect:
 		for len(items) < b.max {
+			if b.window <= 0 { // take what is waiting, do not wait for more
+				select {
+				case it := <-b.reqs:
+					items = append(items, it)
+					continue
+				default:
+					break collect
+				}
+			}
 			select {
 			case it := <-b.reqs:
 				items = append(items, it)

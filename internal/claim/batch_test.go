@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -107,4 +108,41 @@ func TestRefusedOutcomeDoesNotFailItsBatch(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, store.StatusSucceeded, j.Status)
 	}
+}
+
+// TestBatcherGroupCommit: with no window, a lone write goes out at once,
+// and the writes that arrive while a statement runs share the next one.
+// synctest.Wait returns once every goroutine of the bubble is blocked, so
+// the five writes are known to be waiting before the first one finishes.
+func TestBatcherGroupCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var calls [][]int
+		b := newBatcher(0, 100, time.Second, func(_ context.Context, reqs []int) ([]int, error) {
+			calls = append(calls, append([]int(nil), reqs...))
+			if reqs[0] == 0 {
+				<-release // the first statement is slow
+			}
+			return make([]int, len(reqs)), nil
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go b.loop(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = b.do(ctx, 0) }()
+		synctest.Wait()
+		require.Equal(t, [][]int{{0}}, calls, "a lone write does not wait")
+		for i := 1; i <= 5; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = b.do(ctx, i) }()
+		}
+		synctest.Wait() // all five wait for the busy batcher
+		close(release)
+		wg.Wait()
+		require.Len(t, calls, 2, "the five that waited share one statement: %v", calls)
+		assert.ElementsMatch(t, []int{1, 2, 3, 4, 5}, calls[1])
+		cancel()
+		synctest.Wait()
+	})
 }

@@ -50,9 +50,9 @@ type Config struct {
 	LogMaxBytes  int64         // cap per job per stream (10 MiB)
 	FinalTimeout time.Duration // bound on final writes after shutdown began (10s)
 	// BatchWindow and BatchMax shape the batches of running and final
-	// writes: a write waits at most BatchWindow for others to share its
-	// statement, which carries at most BatchMax (DefaultBatchWindow,
-	// DefaultBatchMax).
+	// writes (group commit): the writes that arrive while one statement
+	// runs share the next, at most BatchMax (DefaultBatchMax); a
+	// BatchWindow > 0 also waits that long for more (0: never waits).
 	BatchWindow time.Duration
 	BatchMax    int
 	// SelfFenceAfter stops every job when no heartbeat has succeeded for this
@@ -121,9 +121,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.CleanupTimeout <= 0 {
 		c.CleanupTimeout = defaults.CleanupTimeout
-	}
-	if c.BatchWindow <= 0 {
-		c.BatchWindow = DefaultBatchWindow
 	}
 	if c.BatchMax <= 0 {
 		c.BatchMax = DefaultBatchMax

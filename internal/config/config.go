@@ -52,10 +52,14 @@ type Config struct {
 	// accepts and never answers fails the start with a message instead of
 	// hanging it. A connect_timeout in the URL takes precedence.
 	DatabaseConnectTimeout Duration `yaml:"database_connect_timeout" env:"TETHER_DATABASE_CONNECT_TIMEOUT"`
-	Agent                  Agent    `yaml:"agent"`
-	HTTP                   HTTP     `yaml:"http"`
-	Logs                   Logs     `yaml:"logs"`
-	Drain                  Drain    `yaml:"drain"`
+	// DatabaseMaxConns is the work pool: claiming, the janitor and the
+	// jobs' writes (running and final writes are batched, so it does not
+	// grow with agent.capacity). The API has its own (http.database_max_conns).
+	DatabaseMaxConns int   `yaml:"database_max_conns" env:"TETHER_DATABASE_MAX_CONNS"`
+	Agent            Agent `yaml:"agent"`
+	HTTP             HTTP  `yaml:"http"`
+	Logs             Logs  `yaml:"logs"`
+	Drain            Drain `yaml:"drain"`
 	// PluginDir is where tether-plugin-<name> binaries are found; "" means
 	// the directory of the running tether executable.
 	PluginDir string `yaml:"plugin_dir"`
@@ -190,6 +194,9 @@ type HTTP struct {
 	ReadTimeout       Duration `yaml:"read_timeout"`
 	WriteTimeout      Duration `yaml:"write_timeout"`
 	IdleTimeout       Duration `yaml:"idle_timeout"`
+	// DatabaseMaxConns is the API's own pool, so clients cannot take the
+	// connections the jobs' writes need, nor the other way round.
+	DatabaseMaxConns int `yaml:"database_max_conns" env:"TETHER_HTTP_DATABASE_MAX_CONNS"`
 	// Console serves the web console at / (default true). It is static
 	// files; its data comes from the API under the same auth.
 	Console *bool `yaml:"console"`
@@ -270,8 +277,10 @@ func Default() *Config {
 			ReadTimeout:       Duration(defaults.HTTPReadTimeout),
 			WriteTimeout:      Duration(defaults.HTTPWriteTimeout),
 			IdleTimeout:       Duration(defaults.HTTPIdleTimeout),
+			DatabaseMaxConns:  defaults.HTTPDatabaseMaxConns,
 		},
 		DatabaseConnectTimeout: Duration(defaults.DatabaseConnectTimeout),
+		DatabaseMaxConns:       defaults.DatabaseMaxConns,
 		Drain:                  Drain{Handoff: HandoffImmediate},
 		Defaults:               defaultLimits(),
 		Logs: Logs{

@@ -238,6 +238,8 @@ func TestEnvVarNames(t *testing.T) {
 		"http.allowed_hosts":         "TETHER_HTTP_ALLOWED_HOSTS",
 		"database_connect_timeout":   "TETHER_DATABASE_CONNECT_TIMEOUT",
 		"database_direct_url":        "TETHER_DATABASE_DIRECT_URL",
+		"database_max_conns":         "TETHER_DATABASE_MAX_CONNS",
+		"http.database_max_conns":    "TETHER_HTTP_DATABASE_MAX_CONNS",
 		"agent.dead_after":           "TETHER_AGENT_DEAD_AFTER",
 		"http.tokens":                "TETHER_API_TOKENS",
 		"logs.max_bytes_per_stream":  "TETHER_LOGS_MAX_BYTES_PER_STREAM",

@@ -44,6 +44,14 @@ func (c *Config) Validate() error {
 	if a.Capacity < 1 {
 		add("agent.capacity: must be at least 1, got %d", a.Capacity)
 	}
+	// The work pool claims, runs the janitor and writes at once; fewer than
+	// 3 would serialize them behind each other.
+	if c.DatabaseMaxConns < 3 || c.DatabaseMaxConns > 1000 {
+		add("database_max_conns (env TETHER_DATABASE_MAX_CONNS): must be from 3 to 1000, got %d", c.DatabaseMaxConns)
+	}
+	if c.HTTP.DatabaseMaxConns < 1 || c.HTTP.DatabaseMaxConns > 1000 {
+		add("http.database_max_conns (env TETHER_HTTP_DATABASE_MAX_CONNS): must be from 1 to 1000, got %d", c.HTTP.DatabaseMaxConns)
+	}
 	for _, d := range []struct {
 		key string
 		v   Duration

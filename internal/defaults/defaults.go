@@ -48,3 +48,15 @@ const (
 	// DatabaseConnectTimeout bounds one connection attempt to PostgreSQL.
 	DatabaseConnectTimeout = 10 * time.Second
 )
+
+// An agent's connection budget, whatever its capacity: the work pool
+// (claiming, the janitor, the jobs' writes, which are batched) and the API's
+// own pool. The heartbeat has 2 of its own, and the name lock and LISTEN one
+// session each: 18 connections per agent with the defaults.
+const (
+	DatabaseMaxConns     = 10
+	HTTPDatabaseMaxConns = 4
+	// HeartbeatConns are the heartbeat's own pool: never delayed by a
+	// connection the jobs' writes hold.
+	HeartbeatConns = 2
+)

@@ -322,7 +322,8 @@ func TestLifecycleRetention(t *testing.T) {
 
 	// Age the old ones past their ttl; a non-terminal job with an expiry
 	// in the past must survive anyway.
-	_, err = h.pool.Exec(ctx, `UPDATE jobs SET finished_at = now() - interval '2 days' WHERE id = ANY($1)`,
+	_, err = h.pool.Exec(ctx, `UPDATE jobs SET finished_at = now() - interval '2 days',
+		expires_at = tether_expiry(status, now() - interval '2 days', ttl_succeeded, ttl_failed) WHERE id = ANY($1)`,
 		[]string{oldOK, keptFailed, oldFailed, oldCanceled})
 	require.NoError(t, err)
 	_, err = h.pool.Exec(ctx, `UPDATE jobs SET expires_at = now() - interval '1 day' WHERE id = $1`, queued)

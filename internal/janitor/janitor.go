@@ -52,11 +52,15 @@ type Config struct {
 	AWOLTimeout   time.Duration // 1h
 	Keepalive     time.Duration // 5s; with CleanInterval, the grace before backing up an owner's active_timeout
 
-	// RetentionBatch is how many expired jobs one statement deletes (500);
-	// RetentionMaxBatches bounds the batches per pass (20), so a backlog is
-	// worked off over several passes instead of one long one.
+	// RetentionBatch is how many expired jobs one statement deletes (500).
+	// A pass goes on while batches come back full, for at most
+	// RetentionBudget (half of CleanInterval) and RetentionMaxBatches
+	// statements (1000), so retention keeps up with thousands of jobs a
+	// second per agent while a backlog is still worked off over several
+	// passes instead of one long one.
 	RetentionBatch      int
 	RetentionMaxBatches int
+	RetentionBudget     time.Duration
 
 	// AgentRetention is how long an agents row that stopped or went silent
 	// is kept once it holds no job (DefaultAgentRetention); see PruneAgents.
@@ -92,8 +96,9 @@ func (c *Config) setDefaults() {
 		c.RetentionBatch = 500
 	}
 	if c.RetentionMaxBatches <= 0 {
-		c.RetentionMaxBatches = 20
+		c.RetentionMaxBatches = 1000
 	}
+	def(&c.RetentionBudget, c.CleanInterval/2)
 	def(&c.CleanupTimeout, defaults.CleanupTimeout)
 	def(&c.CleanupBackoffMin, time.Second)
 	def(&c.CleanupBackoffMax, 5*time.Minute)
@@ -372,12 +377,17 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 }
 
 // Retention deletes terminal jobs past their stamped ttl (expires_at), with
-// their events and logs, RetentionBatch per statement and at most
-// RetentionMaxBatches statements per call. It returns how many it deleted.
+// their events and logs, RetentionBatch per statement, while batches come
+// back full, for at most RetentionBudget and RetentionMaxBatches statements
+// per call. It returns how many it deleted.
 func (s *Service) Retention(ctx context.Context) (int, error) {
 	st := store.New(s.pool)
 	total := 0
+	start := time.Now()
 	for range s.cfg.RetentionMaxBatches {
+		if time.Since(start) >= s.cfg.RetentionBudget {
+			break
+		}
 		n, err := st.DeleteExpired(ctx, s.cfg.RetentionBatch)
 		total += n
 		s.deleted.Add(float64(n))

@@ -168,7 +168,11 @@ func TestRetentionAndOrphanGates(t *testing.T) {
 	uncleaned := finish(limits.Set{TTLFailed: day}, bad)
 	require.NoError(t, cleanups.Enqueue(f.ctx, f.pool, uncleaned, "cleanup after the job ended failed: boom"))
 	f.exec(`UPDATE cleanups SET next_at = now() + interval '1 hour' WHERE job_id = $1`, uncleaned) // not due this pass
-	f.exec(`UPDATE jobs SET finished_at = now() - interval '25 hours' WHERE id = ANY($1)`, []string{oldOK, oldBad, forever, uncleaned})
+	// Finished 25 hours ago: the expiry the ending statement stamped moves
+	// with it (tether_expiry, the rule it applies).
+	f.exec(`UPDATE jobs SET finished_at = now() - interval '25 hours',
+	        expires_at = tether_expiry(status, now() - interval '25 hours', ttl_succeeded, ttl_failed) WHERE id = ANY($1)`,
+		[]string{oldOK, oldBad, forever, uncleaned})
 	assert.Nil(t, f.job(forever).ExpiresAt)
 	require.NotNil(t, f.job(newOK).ExpiresAt)
 
