@@ -29,10 +29,10 @@ FROM generate_series(1, $1) g`, jobs); err != nil {
 		}
 		if _, err := pool.Exec(ctx, `
 INSERT INTO job_events (job_id, kind, message) SELECT id, k, '' FROM jobs, unnest(ARRAY['submitted', 'claimed', 'succeeded']) k;
-INSERT INTO job_logs (job_id, stream, data) SELECT id, 'stdout', 'done\n' FROM jobs;
-VACUUM ANALYZE jobs; VACUUM ANALYZE job_events; VACUUM ANALYZE job_logs`); err != nil {
+INSERT INTO job_logs (job_id, stream, data) SELECT id, 'stdout', convert_to('done' || chr(10), 'UTF8') FROM jobs`); err != nil {
 			b.Fatal(err)
 		}
+		vacuum(b, pool)
 		svc := janitor.New(pool, noPlugins{}, janitor.Config{Holder: store.Holder{Name: "r", Generation: "r-1"}, Logger: slog.New(slog.DiscardHandler)})
 		b.ResetTimer()
 		start := time.Now()
