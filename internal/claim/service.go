@@ -268,10 +268,17 @@ func (s *Service) Run(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 
+	// The write batches outlive ctx: the runners' last writes go through
+	// them after it ends, so they stop only once every runner has returned.
+	batchCtx, stopBatches := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBatches()
+	var batches sync.WaitGroup
+	batches.Add(2)
+	go func() { defer batches.Done(); s.running.loop(batchCtx) }()
+	go func() { defer batches.Done(); s.finals.loop(batchCtx) }()
+
 	var loops sync.WaitGroup
-	loops.Add(6)
-	go func() { defer loops.Done(); s.running.loop(loopCtx) }()
-	go func() { defer loops.Done(); s.finals.loop(loopCtx) }()
+	loops.Add(4)
 	go func() { defer loops.Done(); s.heartbeatLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.fenceLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.logs.run(loopCtx) }()
@@ -294,6 +301,8 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	stopBatches()
+	batches.Wait()
 	stopLoops()
 	loops.Wait()
 	return err
