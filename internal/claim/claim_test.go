@@ -237,12 +237,16 @@ func TestManyAgentsRunEveryJobExactlyOnce(t *testing.T) {
 func TestFencedOutAgentStopsTheJobAndWritesNothing(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	ctx := context.Background()
-	cancelFile := filepath.Join(t.TempDir(), "canceled")
+	dir := t.TempDir()
+	cancelFile, waitingFile := filepath.Join(dir, "canceled"), filepath.Join(dir, "waiting")
 	a := startAgent(t, st, "a1", 4, nil)
-	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile))
+	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"waiting_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile, waitingFile))
 	running := waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
-	// Take the job over only once the plugin call is under way.
+	// Take the job over only once the plugin call is under way and past its
+	// checkpoint: a lease lost while the checkpoint's answer is on its way
+	// ends the call through the refused checkpoint, before its context.
 	waitPluginCalled(t, st, j.ID)
+	waitFile(t, waitingFile, 10*time.Second)
 
 	// Another party takes the job over (as the janitor does on release).
 	_, err := st.Pool().Exec(ctx, `UPDATE active_jobs SET lease = lease + 1, agent_name = 'other', agent_generation = 'x' WHERE job_id = $1`, j.ID)
@@ -263,11 +267,12 @@ func TestCancelRunningJobStopsPluginThenCleansUp(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	ctx := context.Background()
 	dir := t.TempDir()
-	cancelFile, cleanupFile := filepath.Join(dir, "canceled"), filepath.Join(dir, "cleaned")
+	cancelFile, cleanupFile, waitingFile := filepath.Join(dir, "canceled"), filepath.Join(dir, "cleaned"), filepath.Join(dir, "waiting")
 	startAgent(t, st, "a1", 4, func(c *claim.Config) { c.Keepalive = time.Hour }) // only the notification can deliver the cancel fast
-	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"cleanup_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile, cleanupFile))
+	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"cleanup_file":%q,"waiting_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile, cleanupFile, waitingFile))
 	waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
 	waitPluginCalled(t, st, j.ID)
+	waitFile(t, waitingFile, 10*time.Second) // past its checkpoint: the cancel reaches the call's context
 
 	_, err := st.Cancel(ctx, j.ID, "user asked")
 	require.NoError(t, err)
@@ -388,16 +393,18 @@ func TestLogsAreCappedWithMarker(t *testing.T) {
 func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t *testing.T) {
 	cluster, st := privateStore(t)
 	ctx := context.Background()
-	cancelFile := filepath.Join(t.TempDir(), "canceled")
+	dir := t.TempDir()
+	cancelFile, waitingFile := filepath.Join(dir, "canceled"), filepath.Join(dir, "waiting")
 	startAgent(t, st, "a1", 4, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Second
 	})
-	resumable := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile))
+	resumable := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"waiting_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile, waitingFile))
 	shell := submit(t, st, "shell", `{"script":"sleep 300"}`)
 	waitStatus(t, st, resumable.ID, 20*time.Second, store.StatusRunning)
 	waitStatus(t, st, shell.ID, 20*time.Second, store.StatusRunning)
 	waitPluginCalled(t, st, resumable.ID)
+	waitFile(t, waitingFile, 10*time.Second) // past its checkpoint: the fence reaches the call's context
 
 	require.NoError(t, cluster.StopServer(ctx))
 	// The fence stops the plugin calls while the database is away.

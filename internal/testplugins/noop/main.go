@@ -8,7 +8,8 @@
 //	 "cleanup_started_file": "/path", "stdout2": ["c"], "checkpoint2": "h2"}
 //
 // stdout2 and checkpoint2 come after the sleep. Without "output", the result is {"pid": <plugin process id>}.
-// wait blocks until the call's context is cancelled; cancel_file is written
+// wait blocks until the call's context is cancelled (writing waiting_file
+// first, if given); cancel_file is written
 // when the context is cancelled before the call returns, so a test can see
 // the cancellation reached the plugin. panic
 // crashes the whole process mid-job; panic_once does so only if its file does
@@ -45,6 +46,9 @@ type script struct {
 	CleanupMS   int    `json:"cleanup_sleep_ms"`
 	CleanupSeen string `json:"cleanup_started_file"`
 	Wait        bool   `json:"wait"`
+	// WaitingFile is written when wait begins: the call is past every
+	// checkpoint and blocked on its context (tests take a job over then).
+	WaitingFile string `json:"waiting_file"`
 	CancelFile  string `json:"cancel_file"`
 	PrintEnv    bool   `json:"print_env"`
 	CleanupFile string `json:"cleanup_file"`
@@ -177,6 +181,11 @@ func run(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Resul
 		return nil, ctx.Err()
 	}
 	if s.Wait {
+		if s.WaitingFile != "" {
+			if err := os.WriteFile(s.WaitingFile, []byte(job.ID), 0o600); err != nil {
+				return nil, plugin.Errorf(plugin.Permanent, "noop: writing waiting_file: %v", err)
+			}
+		}
 		<-ctx.Done()
 		return nil, plugin.WithClass(plugin.Retriable, ctx.Err())
 	}
