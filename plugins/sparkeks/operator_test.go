@@ -437,12 +437,13 @@ func TestOperatorRetryAdoptsACompletedApplication(t *testing.T) {
 	require.NoError(t, err)
 
 	job.Attempt = 2
-	creates := s.Proxy.Creates(appsPath)
 	res, rt := executeOK(t, ctx, c, job)
 	require.JSONEq(t, string(first.Output), string(res.Output), "the same application's outputs")
 	require.Contains(t, rt.StderrString(), "exists and it completed; adopting it as attempt 2's")
-	require.Equal(t, creates, s.Proxy.Creates(appsPath))
-	require.Equal(t, 1, s.Created("default", name))
+	// Created counts this application's successful creates; the proxy's
+	// count for the whole collection also moves with the parallel tests
+	// sharing the stack, so it cannot say "none by this retry".
+	require.Equal(t, 1, s.Created("default", name), "never created again")
 	require.Len(t, w.driverPods(), 1)
 }
 
