@@ -1,5 +1,5 @@
--- job_mark_running.sql for many jobs of one holder (@agent, @generation) at
--- once, batched over a few milliseconds: each row fenced by its own
+-- Fenced accepted -> running for jobs of one holder (@agent, @generation): one
+-- job (store.MarkRunning) or a group-commit batch, each row fenced by its own
 -- (job_id, lease). The answer has one row per requested job: 'running' when
 -- it was moved from accepted, '' when its lease no longer holds, or the
 -- status that stopped the change (canceling). Active rows are locked in

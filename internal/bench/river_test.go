@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/pgtest"
+
+	"github.com/tetherjobs/tether/internal/testbin"
 )
 
 // riverRounds is how many interleaved rounds (tether, River, tether, River…)
@@ -160,23 +161,13 @@ func riverVersionOf(bin string) string {
 	return ""
 }
 
-// repoRoot walks up from the working directory to tether's go.mod.
+// repoRoot is testbin.RepoRoot, saying which variable to set instead.
 func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := testbin.RepoRoot()
 	if err != nil {
-		return "", fmt.Errorf("finding the repository: %w", err)
+		return "", fmt.Errorf("%w; set %s", err, "TETHER_RIVERBENCH")
 	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/tetherjobs/tether\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository: no tether go.mod above the working directory; set TETHER_RIVERBENCH")
-		}
-		dir = parent
-	}
+	return root, nil
 }
 
 // requiredVersion is the version of module that a build module's go.mod

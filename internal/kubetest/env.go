@@ -33,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tetherjobs/tether/internal/testbin"
 )
 
 // SparkOperatorModule is the module whose CRDs Start installs and whose
@@ -308,23 +310,13 @@ func loadCRDs(ctx context.Context) ([]*apiextensionsv1.CustomResourceDefinition,
 	return crds, nil
 }
 
-// repoRoot walks up from the working directory to tether's go.mod.
+// repoRoot is testbin.RepoRoot, saying which variable to set instead.
 func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := testbin.RepoRoot()
 	if err != nil {
-		return "", fmt.Errorf("finding the repository: %w", err)
+		return "", fmt.Errorf("%w; set %s", err, "TETHER_KUBE_APISERVER")
 	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/tetherjobs/tether\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository: no tether go.mod above the working directory; set TETHER_KUBE_APISERVER")
-		}
-		dir = parent
-	}
+	return root, nil
 }
 
 // kubeVersion is the k8s.io/kubernetes version tools/kube-apiserver builds,

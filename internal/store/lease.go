@@ -253,34 +253,16 @@ func (s *Store) Detach(ctx context.Context, h Holder, l Lease) (bool, error) {
 // job's status afterwards: running, or the status that stopped the change (a
 // cancel arrived: canceling). ErrLeaseLost means the lease no longer holds.
 func (s *Store) MarkRunning(ctx context.Context, h Holder, jobID string, lease int64, message string) (string, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, queries.Get("job_mark_running"), jobID, lease, h.Name, h.Generation, message).Scan(&n)
+	// The batch statement with one row: one statement, one fence, and the
+	// status that stopped the change read in the same snapshot.
+	statuses, err := s.MarkRunningBatch(ctx, h, []Running{{JobID: jobID, Lease: lease, Message: message}})
 	if err != nil {
 		return "", fmt.Errorf("marking job %s running: %w", jobID, err)
 	}
-	if n == 1 {
-		return StatusRunning, nil
-	}
-	status, err := s.leaseStatus(ctx, jobID, lease)
-	if err != nil {
-		return "", err
-	}
-	if status == "" {
+	if statuses[0] == "" {
 		return "", ErrLeaseLost
 	}
-	return status, nil
-}
-
-func (s *Store) leaseStatus(ctx context.Context, jobID string, lease int64) (string, error) {
-	var status string
-	err := s.pool.QueryRow(ctx, queries.Get("lease_status"), jobID, lease).Scan(&status)
-	if err == pgx.ErrNoRows {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("checking lease of %s: %w", jobID, err)
-	}
-	return status, nil
+	return statuses[0], nil
 }
 
 func nullJSON(b json.RawMessage) any {

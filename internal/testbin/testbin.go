@@ -4,6 +4,7 @@ package testbin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,4 +74,25 @@ func goTool() (string, error) {
 		return "", fmt.Errorf("finding the go tool: not on PATH nor at %s", p)
 	}
 	return p, nil
+}
+
+// RepoRoot walks up from the working directory to tether's go.mod: where
+// tests find the build modules under tools/ and the cached binaries under
+// .tether/.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository: %w", err)
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/tetherjobs/tether\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the repository: no tether go.mod above the working directory")
+		}
+		dir = parent
+	}
 }
