@@ -4,7 +4,9 @@
 -- (job_id, lease) exactly as the single statement: a row whose lease no
 -- longer holds writes nothing and is missing from the answer, while the
 -- others land. Active rows are locked in job_id order, like every other
--- multi-row statement, so batches never deadlock with each other.
+-- multi-row statement, so batches never deadlock with each other. Run with
+-- the generic plan (store.queryGeneric); rows are matched through
+-- ANY (ARRAY(...)) so that plan reads jobs and active_jobs by primary key.
 WITH r AS (
     SELECT *
     FROM unnest(@jobs::text[], @leases::bigint[], @statuses::text[], @results::text[],
@@ -22,10 +24,10 @@ WITH r AS (
         finished_at = now(), updated_at = now(), last_lease = r.lease + 1,
         expires_at = tether_expiry(r.status, now(), jobs.ttl_succeeded, jobs.ttl_failed)
     FROM r
-    WHERE jobs.id = r.job_id AND jobs.id IN (SELECT job_id FROM f)
+    WHERE jobs.id = ANY (ARRAY(SELECT job_id FROM f)) AND jobs.id = r.job_id
     RETURNING jobs.id
 ), gone AS (
-    DELETE FROM active_jobs WHERE job_id IN (SELECT id FROM j)
+    DELETE FROM active_jobs WHERE job_id = ANY (ARRAY(SELECT id FROM j))
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
     SELECT r.job_id, r.event_kind, @agent::text, @generation::text, r.event_lease, r.message

@@ -14,6 +14,12 @@
 -- (a cancel that committed meanwhile makes it canceling, and the row is not
 -- taken), and only the jobs it updated give their active row a holder. Locks:
 -- active rows (picked), then their job rows (j), as everywhere else.
+--
+-- Run with the generic plan (store.queryGeneric): PostgreSQL re-planned this
+-- statement on every call otherwise (0.6 ms of planning per claim, measured,
+-- more than its execution). Rows are matched through ANY (ARRAY(...)) so the
+-- generic plan reads jobs and active_jobs by primary key instead of hashing
+-- whole tables, whatever LIMIT it assumes.
 WITH picked AS (
     SELECT p.job_id, p.run_after, p.released_at
     FROM (SELECT DISTINCT unnest(@commands::text[]) AS command) c
@@ -38,7 +44,8 @@ WITH picked AS (
     SET status = CASE WHEN jobs.status = 'queued' THEN 'accepted' ELSE jobs.status END,
         updated_at = now()
     FROM picked
-    WHERE jobs.id = picked.job_id AND jobs.status IN ('queued', 'running')
+    WHERE jobs.id = ANY (ARRAY(SELECT job_id FROM picked)) AND jobs.id = picked.job_id
+      AND jobs.status IN ('queued', 'running')
     RETURNING jobs.id, jobs.command, jobs.plugin, jobs.status, jobs.context, jobs.attempt,
               jobs.max_retry,
               extract(epoch FROM jobs.retry_backoff)::float8 AS retry_backoff,
@@ -56,8 +63,7 @@ WITH picked AS (
     UPDATE active_jobs a
     SET agent_name = @agent, agent_generation = @generation, lease = a.lease + 1,
         last_heartbeat = now(), claimed_at = now(), detached = false
-    FROM j
-    WHERE a.job_id = j.id
+    WHERE a.job_id = ANY (ARRAY(SELECT id FROM j))
     RETURNING a.job_id, a.lease, a.handle
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)

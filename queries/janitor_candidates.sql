@@ -9,7 +9,7 @@
 -- command) and however many jobs have ended:
 --   owned      held rows (active_jobs_agent) whose holder is gone, restarted,
 --              stopped or silent, or that ran past active_timeout + grace;
---   canceling  unowned canceling jobs (jobs_status_id);
+--   canceling  unowned canceling jobs (jobs_indexed_status_id);
 --   released   unowned running jobs released at least awol_timeout ago
 --              (active_jobs_released);
 --   pending    unowned queued jobs past pending_deadline (active_jobs_pending);
@@ -126,7 +126,7 @@ FROM (
                coalesce(a.last_heartbeat, a.claimed_at, 'epoch'), a.released_at, a.run_after
         FROM jobs j
         JOIN active_jobs a ON a.job_id = j.id
-        WHERE j.status = 'canceling' AND a.agent_name IS NULL
+        WHERE j.indexed_status = 'canceling' AND a.agent_name IS NULL
           AND a.job_id <> ALL (@skip::text[])
           AND cardinality(@dead_names::text[]) = 0
         LIMIT @batch

@@ -4,6 +4,9 @@
 -- the allowed clock skew and written as UUIDv7 prefixes, so the primary key
 -- index jumps to the window instead of walking every newer job (ids are
 -- UUIDv7 made by the submitting agent's clock, created_at is the database's).
+-- A status filter here is one of the indexed statuses (canceling and the
+-- ended ones: jobs_indexed_status_id); the live ones (queued, accepted,
+-- running) are listed by job_list_live.sql, through active_jobs.
 SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt,
        coalesce(j.error, ''), coalesce(j.error_class, ''), j.result,
        j.submitter, coalesce(j.idempotency_key, ''),
@@ -16,7 +19,7 @@ SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt,
        coalesce(a.run_after = 'infinity', false)
 FROM jobs j
 LEFT JOIN active_jobs a ON a.job_id = j.id
-WHERE (@status::text = '' OR j.status = @status)
+WHERE (@status::text = '' OR j.indexed_status = @status)
   AND (@command::text = '' OR j.command = @command)
   AND (@submitter::text = '' OR j.submitter = @submitter)
   AND (@idempotency_key::text = '' OR j.idempotency_key = @idempotency_key)

@@ -3,7 +3,8 @@
 -- (job_id, lease). The answer has one row per requested job: 'running' when
 -- it was moved from accepted, '' when its lease no longer holds, or the
 -- status that stopped the change (canceling). Active rows are locked in
--- job_id order.
+-- job_id order. Run with the generic plan (store.queryGeneric): rows are
+-- matched through ANY (ARRAY(...)) so that plan reads jobs by primary key.
 WITH r AS (
     SELECT * FROM unnest(@jobs::text[], @leases::bigint[], @messages::text[]) AS r(job_id, lease, message)
 ), f AS (
@@ -15,7 +16,7 @@ WITH r AS (
     UPDATE jobs
     SET status = 'running', started_at = coalesce(started_at, now()), attempt_started_at = now(),
         updated_at = now()
-    WHERE id IN (SELECT job_id FROM f) AND status = 'accepted'
+    WHERE id = ANY (ARRAY(SELECT job_id FROM f)) AND status = 'accepted'
     RETURNING id
 ), e AS (
     INSERT INTO job_events (job_id, kind, agent, generation, lease, message)

@@ -24,7 +24,7 @@ func (s *Store) MarkRunningBatch(ctx context.Context, h Holder, rs []Running) ([
 		ids[i], leases[i], msgs[i] = r.JobID, r.Lease, r.Message
 	}
 	st := queries.Named("job_mark_running_batch")
-	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{
+	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(map[string]any{
 		"jobs": ids, "leases": leases, "messages": msgs, "agent": h.Name, "generation": h.Generation})...)
 	if err != nil {
 		return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), err)
@@ -75,7 +75,7 @@ func (s *Store) EndFinalBatch(ctx context.Context, h Holder, es []End) (stored [
 		results[i], errs[i], classes[i] = textOrNil(string(e.Outcome.Result)), textOrNil(e.Outcome.Error), textOrNil(e.Outcome.ErrorClass)
 	}
 	st := queries.Named("attempt_end_final_batch")
-	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{
+	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(map[string]any{
 		"jobs": ids, "leases": leases, "statuses": statuses, "results": results, "errors": errs,
 		"error_classes": classes, "event_kinds": kinds, "event_leases": evLeases, "messages": msgs,
 		"agent": h.Name, "generation": h.Generation})...)

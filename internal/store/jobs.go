@@ -172,6 +172,19 @@ func uuidV7Floor(t time.Time) string {
 	return h[:8] + "-" + h[8:] + "-0000-0000-000000000000"
 }
 
+// listStatement is the list query for a status filter: the live statuses,
+// which no index of jobs names (so that a job's claim and running write are
+// HOT updates), are listed through active_jobs; every other filter through
+// jobs' own indexes.
+func listStatement(status string) string {
+	switch status {
+	case StatusQueued, StatusAccepted, StatusRunning:
+		return "job_list_live"
+	default:
+		return "job_list"
+	}
+}
+
 // ListJobs returns jobs newest first and the cursor of the next page ("" at the end).
 func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, error) {
 	if p.Limit <= 0 {
@@ -187,7 +200,7 @@ func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, erro
 	if !p.Until.IsZero() {
 		args["until"], args["until_id"] = p.Until, uuidV7Floor(p.Until.Add(IDClockSkew))
 	}
-	st := queries.Named("job_list")
+	st := queries.Named(listStatement(p.Status))
 	rows, err := s.pool.Query(ctx, st.SQL, st.Args(args)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing jobs: %w", err)

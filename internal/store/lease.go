@@ -135,7 +135,7 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 		resumable = []string{}
 	}
 	st := queries.Named("claim")
-	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{
+	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(map[string]any{
 		"agent": h.Name, "generation": h.Generation, "limit": p.Limit, "commands": p.Commands,
 		"any_plugin": p.Resumable == nil, "resumable": resumable,
 	})...)

@@ -111,9 +111,9 @@ func orUnknown(s string) string {
 // (expires_at), with their events, logs, Cleanups and requeue keys, and
 // returns how many it deleted.
 func (s *Store) DeleteExpired(ctx context.Context, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, queries.Get("retention_delete"), limit)
-	if err != nil {
+	var n int
+	if err := s.pool.QueryRow(ctx, queries.Get("retention_delete"), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("deleting expired jobs: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }

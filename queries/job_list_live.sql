@@ -1,0 +1,25 @@
+-- job_list.sql for one live status (@status: queued, accepted or running),
+-- which no index of jobs names (schema v12: a status change among those is
+-- a HOT update): every live job has its active_jobs row, so the list walks
+-- active_jobs' primary key newest first and reads each job by its own.
+SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt,
+       coalesce(j.error, ''), coalesce(j.error_class, ''), j.result,
+       j.submitter, coalesce(j.idempotency_key, ''),
+       j.created_at, j.updated_at, j.started_at, j.finished_at,
+       coalesce(a.agent_name, ''), coalesce(a.lease, 0),
+       j.max_retry, extract(epoch FROM j.retry_backoff)::float8, extract(epoch FROM j.retry_backoff_max)::float8,
+       extract(epoch FROM j.pending_timeout)::float8, extract(epoch FROM j.active_timeout)::float8,
+       extract(epoch FROM j.ttl_succeeded)::float8, extract(epoch FROM j.ttl_failed)::float8,
+       j.attempt_started_at, j.expires_at, CASE WHEN a.run_after > now() AND isfinite(a.run_after) THEN a.run_after END,
+       coalesce(a.run_after = 'infinity', false)
+FROM active_jobs a
+JOIN jobs j ON j.id = a.job_id
+WHERE j.status = @status::text
+  AND (@command::text = '' OR j.command = @command)
+  AND (@submitter::text = '' OR j.submitter = @submitter)
+  AND (@idempotency_key::text = '' OR j.idempotency_key = @idempotency_key)
+  AND (@after::text = '' OR a.job_id < @after)
+  AND (@since::timestamptz IS NULL OR (j.created_at >= @since AND a.job_id >= @since_id::text))
+  AND (@until::timestamptz IS NULL OR (j.created_at < @until AND a.job_id < @until_id::text))
+ORDER BY a.job_id DESC
+LIMIT @limit;
