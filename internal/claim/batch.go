@@ -12,6 +12,10 @@ import (
 // carries.
 const DefaultBatchMax = 256
 
+// DefaultFinalWindow is how long a final-write batch waits for more after
+// its first write (Config.FinalWindow; negative: not at all).
+const DefaultFinalWindow = 5 * time.Millisecond
+
 // batcher gathers one kind of fenced write from many job runners into one
 // statement: group commit. One statement is in flight at a time; the writes
 // that arrive meanwhile go out together in the next (at most max), so an

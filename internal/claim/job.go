@@ -34,6 +34,8 @@ type runningJob struct {
 	// ended is set once the attempt's end is stored: the lease is gone, so
 	// the heartbeat stops renewing it (a Cleanup may still be running).
 	ended atomic.Bool
+	// ending: the job's slot is free, its final write queued (Service.mu).
+	ending bool
 
 	mu     sync.Mutex
 	handle []byte
@@ -259,6 +261,7 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 				ended, err = s.store.EndAttempt(ctx, e)
 				return err
 			}
+			s.freeSlot(j)
 			r, err := s.finals.do(ctx, e) // the hot path: shares a statement
 			if err == nil {
 				ended, err = r.ended, r.err

@@ -55,6 +55,10 @@ type Config struct {
 	// BatchWindow > 0 also waits that long for more (0: never waits).
 	BatchWindow time.Duration
 	BatchMax    int
+	// FinalWindow is BatchWindow for the final writes (DefaultFinalWindow):
+	// a job waiting for its final write holds no slot, so waiting a little
+	// for more costs only the end's latency, and saves statements.
+	FinalWindow time.Duration
 	// SelfFenceAfter stops every job when no heartbeat has succeeded for this
 	// long (config.SelfFenceAfter: stale_job − 2×keepalive − the longest
 	// kill_grace), before the janitor could act on them: resumable jobs are
@@ -122,6 +126,9 @@ func (c *Config) setDefaults() {
 	if c.CleanupTimeout <= 0 {
 		c.CleanupTimeout = defaults.CleanupTimeout
 	}
+	if c.FinalWindow == 0 {
+		c.FinalWindow = DefaultFinalWindow
+	}
 	if c.BatchMax <= 0 {
 		c.BatchMax = DefaultBatchMax
 	}
@@ -161,6 +168,9 @@ type Service struct {
 
 	mu   sync.Mutex
 	jobs map[jobKey]*runningJob // one runner per (job, lease)
+	// ending counts the jobs whose plugin call has returned and whose final
+	// write waits in the finals batch: they hold their lease, not a slot.
+	ending int
 
 	draining       atomic.Bool   // no more claims
 	changed        chan struct{} // a job ended (for WaitIdle)
@@ -257,7 +267,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	s.lastBeat = time.Now()
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	s.running = newBatcher(cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout, s.runMarkRunning)
-	s.finals = newBatcher(cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout, s.runEnds)
+	s.finals = newBatcher(max(cfg.FinalWindow, 0), cfg.BatchMax, cfg.FinalTimeout, s.runEnds)
 	return s
 }
 
@@ -327,10 +337,32 @@ func (s *Service) kick(ch chan struct{}) {
 	}
 }
 
+// free is how many more jobs the agent may claim now.
 func (s *Service) free() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cfg.Capacity - len(s.jobs)
+	return freeSlots(s.cfg.Capacity, len(s.jobs), s.ending)
+}
+
+// freeSlots is how many jobs an agent of capacity may claim while it holds
+// held leases, ending of them only waiting for their final write. Capacity
+// counts the jobs that have not reached their final write (a plugin call,
+// or one about to be made); those in the finals batch hold a lease but no
+// slot, and at most another capacity's worth of them is held.
+func freeSlots(capacity, held, ending int) int {
+	return max(0, min(capacity-(held-ending), 2*capacity-held))
+}
+
+// freeSlot gives j's slot to the next claim: its plugin call has returned
+// and only its final write is left.
+func (s *Service) freeSlot(j *runningJob) {
+	s.mu.Lock()
+	if !j.ending {
+		j.ending = true
+		s.ending++
+	}
+	s.mu.Unlock()
+	s.kick(s.wake)
 }
 
 func (s *Service) claimLoop(ctx context.Context) error {
@@ -418,6 +450,9 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 		defer func() {
 			s.logs.untrack(key)
 			s.mu.Lock()
+			if j.ending {
+				s.ending--
+			}
 			delete(s.jobs, key)
 			s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
 			s.mu.Unlock()
