@@ -109,7 +109,7 @@ $(SPARK_OPERATOR): tools/spark-operator/go.mod tools/spark-operator/go.sum
 ## (under a minute the first time; kept under .tether/bin)
 river-bench: $(RIVERBENCH)
 
-$(RIVERBENCH): tools/riverbench/go.mod tools/riverbench/go.sum tools/riverbench/main.go
+$(RIVERBENCH): tools/riverbench/go.mod tools/riverbench/go.sum $(wildcard tools/riverbench/*.go)
 	@mkdir -p $(dir $@)
 	@echo "building riverbench (River $(RIVER_VERSION)) from the Go module proxy"
 	cd tools/riverbench && $(GO) build -o ../../$@.tmp .

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	pluginDir = dir
-	code := pgtest.Run(m)
+	code := pgtest.RunWith(m, pgStatSettings...)
 	cleanup()
 	os.Exit(code)
 }
@@ -73,11 +73,17 @@ var monitorEvery = time.Duration(envInt("TETHER_BENCH_MONITOR_MS", 100)) * time.
 
 // round is what one runRound measured.
 type round struct {
-	elapsed  time.Duration
-	rate     float64 // jobs/s
-	p50, p99 float64 // claim → running, ms
-	walBytes float64 // the server's WAL during the run
+	elapsed   time.Duration
+	rate      float64 // jobs/s
+	p50, p99  float64 // claim → running, ms
+	walBytes  float64 // the server's WAL during the run
+	db        dbCost  // what PostgreSQL spent on the run
+	clientCPU float64 // the agents' process and its plugin processes, s
 }
+
+// progressQuery is how a round counts the jobs left; not counted as the
+// agents' work.
+const progressQuery = `SELECT count(*) FROM active_jobs`
 
 // runRound puts a backlog of jobs no-op jobs in a fresh database, runs them
 // on agents agents and returns what it measured, without reporting it.
@@ -132,12 +138,14 @@ func runRound(b *testing.B, agents, jobs int) round {
 	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walBefore); err != nil {
 		b.Fatal(err)
 	}
+	meter := startDBMeter(ctx, b, pool)
+	self0, children0 := cpuNow()
 	b.ResetTimer()
 	start := time.Now()
 	tick := time.NewTicker(monitorEvery)
 	for {
 		var left int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM active_jobs`).Scan(&left); err != nil {
+		if err := pool.QueryRow(ctx, progressQuery).Scan(&left); err != nil {
 			b.Fatal(err)
 		}
 		if left == 0 {
@@ -148,6 +156,8 @@ func runRound(b *testing.B, agents, jobs int) round {
 	elapsed := time.Since(start)
 	tick.Stop()
 	b.StopTimer()
+	db := meter.stop(ctx, b)
+	self1, _ := cpuNow()
 	var walBytes float64
 	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - $1::text::pg_lsn`, walBefore).Scan(&walBytes); err != nil {
 		b.Fatal(err)
@@ -161,6 +171,7 @@ func runRound(b *testing.B, agents, jobs int) round {
 	for _, m := range managers {
 		m.Close()
 	}
+	_, children1 := cpuNow() // the plugin processes, waited for by Close
 
 	var ok int
 	var p50, p99 float64
@@ -178,5 +189,6 @@ func runRound(b *testing.B, agents, jobs int) round {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return round{elapsed: elapsed, rate: float64(jobs) / elapsed.Seconds(), p50: p50, p99: p99, walBytes: walBytes}
+	return round{elapsed: elapsed, rate: float64(jobs) / elapsed.Seconds(), p50: p50, p99: p99, walBytes: walBytes,
+		db: db, clientCPU: self1 - self0 + children1 - children0}
 }

@@ -39,6 +39,9 @@ type riverResult struct {
 	ClientCPU      float64 `json:"client_cpu_s"`
 	RiverVersion   string  `json:"river_version"`
 	Fsync          string  `json:"fsync"`
+	DBStatements   float64 `json:"db_statements"`
+	DBExecMS       float64 `json:"db_exec_ms"`
+	PGCPU          float64 `json:"pg_cpu_s"`
 }
 
 // BenchmarkVsRiver runs tether's end-to-end round (runRound: no-op jobs
@@ -59,15 +62,20 @@ func BenchmarkVsRiver(b *testing.B) {
 		agents                  int
 		tether, river           float64 // jobs/s
 		tetherWAL, riverWAL     float64 // bytes per job
-		riverCPU                float64 // ms per job, River's client processes
 		tetherRates, riverRates []float64
+		// Per job, tether's then River's: statements, their time (ms), the
+		// server's CPU (ms) and the client's (ms: the agent process and its
+		// plugin processes; River's client processes).
+		stmts, execMS, pgCPU, clientCPU [2]float64
 	}
 	var all []medians
 	fsync := "unknown"
 	for _, agents := range []int{1, 2} {
 		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
 			m := medians{agents: agents}
-			var tWAL, rWAL, rCPU []float64
+			var tWAL, rWAL []float64
+			var stmts, execMS, pgCPU, clientCPU [2][]float64
+			perJob := func(v float64) float64 { return v / float64(jobs) }
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < riverRounds; r++ {
 					t := runRound(b, agents, jobs)
@@ -76,13 +84,24 @@ func BenchmarkVsRiver(b *testing.B) {
 					rr := runRiver(b, bin, agents, jobs, &fsync)
 					m.riverRates = append(m.riverRates, rr.JobsPerS)
 					rWAL = append(rWAL, rr.WALBytesPerJob)
-					rCPU = append(rCPU, rr.ClientCPU*1000/float64(jobs))
+					stmts[0] = append(stmts[0], perJob(t.db.statements))
+					stmts[1] = append(stmts[1], perJob(rr.DBStatements))
+					execMS[0] = append(execMS[0], perJob(t.db.execMS))
+					execMS[1] = append(execMS[1], perJob(rr.DBExecMS))
+					pgCPU[0] = append(pgCPU[0], perJob(t.db.cpuS*1000))
+					pgCPU[1] = append(pgCPU[1], perJob(rr.PGCPU*1000))
+					clientCPU[0] = append(clientCPU[0], perJob(t.clientCPU*1000))
+					clientCPU[1] = append(clientCPU[1], perJob(rr.ClientCPU*1000))
 					b.Logf("round %d: tether %.0f jobs/s (%s), River %.0f jobs/s (%.3fs)",
 						r+1, t.rate, t.elapsed.Round(time.Millisecond), rr.JobsPerS, rr.Seconds)
 				}
 			}
 			m.tether, m.river = median(m.tetherRates), median(m.riverRates)
-			m.tetherWAL, m.riverWAL, m.riverCPU = median(tWAL), median(rWAL), median(rCPU)
+			m.tetherWAL, m.riverWAL = median(tWAL), median(rWAL)
+			for i := range 2 {
+				m.stmts[i], m.execMS[i] = median(stmts[i]), median(execMS[i])
+				m.pgCPU[i], m.clientCPU[i] = median(pgCPU[i]), median(clientCPU[i])
+			}
 			b.ReportMetric(m.tether, "tether-jobs/s")
 			b.ReportMetric(m.river, "river-jobs/s")
 			b.ReportMetric(m.tether/m.river, "tether/river")
@@ -96,10 +115,16 @@ func BenchmarkVsRiver(b *testing.B) {
 	}
 	fmt.Printf("tether vs River %s: %d no-op jobs per round, %d interleaved rounds, fresh database each, fsync=%s; tether capacity 32 per agent, River MaxWorkers %d per client; medians\n",
 		riverVersionOf(bin), jobs, riverRounds, fsync, riverMaxWorkers)
-	fmt.Printf("%-7s %14s %14s %8s %16s %16s %20s\n", "agents", "tether jobs/s", "River jobs/s", "ratio", "tether WAL B/job", "River WAL B/job", "River client ms/job")
+	fmt.Printf("%-7s %14s %14s %8s %16s %16s\n", "agents", "tether jobs/s", "River jobs/s", "ratio", "tether WAL B/job", "River WAL B/job")
 	for _, m := range all {
-		fmt.Printf("%-7d %14.0f %14.0f %8.3f %16.0f %16.0f %20.3f\n", m.agents, m.tether, m.river, m.tether/m.river, m.tetherWAL, m.riverWAL, m.riverCPU)
+		fmt.Printf("%-7d %14.0f %14.0f %8.3f %16.0f %16.0f\n", m.agents, m.tether, m.river, m.tether/m.river, m.tetherWAL, m.riverWAL)
 		fmt.Printf("        rounds: tether %s, River %s\n", rates(m.tetherRates), rates(m.riverRates))
+	}
+	fmt.Printf("per job, tether | River (statements and their time from pg_stat_statements, -1: not loaded; CPU from /proc):\n")
+	fmt.Printf("%-7s %18s %22s %22s %22s\n", "agents", "statements", "DB time ms", "PostgreSQL CPU ms", "client CPU ms")
+	for _, m := range all {
+		fmt.Printf("%-7d %8.3f | %7.3f %10.3f | %9.3f %10.3f | %9.3f %10.3f | %9.3f\n", m.agents,
+			m.stmts[0], m.stmts[1], m.execMS[0], m.execMS[1], m.pgCPU[0], m.pgCPU[1], m.clientCPU[0], m.clientCPU[1])
 	}
 	for _, m := range all {
 		fmt.Printf("tether/river %d agents: %.2f\n", m.agents, m.tether/m.river)

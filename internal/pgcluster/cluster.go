@@ -40,6 +40,10 @@ type Options struct {
 	// MaxConnections is the server's max_connections; 0 means 300, enough
 	// for tests running several agents with their own pools.
 	MaxConnections int
+	// Settings are more server settings (name=value), passed as -c flags
+	// after the others: e.g. shared_preload_libraries=pg_stat_statements
+	// for a benchmark that reads statement statistics.
+	Settings []string
 	// BinDir, when set, holds initdb and postgres; otherwise they are found
 	// on PATH or under /usr/lib/postgresql/<highest version>/bin.
 	BinDir string
@@ -441,6 +445,7 @@ func (c *Cluster) spawn(port int) (*server, error) {
 			"fsync=off", "synchronous_commit=off", "full_page_writes=off",
 			"wal_level=minimal", "max_wal_senders=0", "shared_buffers=32MB")
 	}
+	settings = append(settings, c.opts.Settings...)
 	args := []string{"-D", c.dataDir}
 	for _, s := range settings {
 		args = append(args, "-c", s)

@@ -40,7 +40,8 @@ type server struct {
 	baseURL  string             // any database on the server; others are derived from it
 	admin    *pgxpool.Pool      // for CREATE/DROP DATABASE
 	template string
-	prefix   string // random per test binary: parallel binaries may share DATABASE_URL
+	prefix   string   // random per test binary: parallel binaries may share DATABASE_URL
+	settings []string // RunWith's, for the cluster this binary starts
 	seq      atomic.Int64
 }
 
@@ -57,6 +58,13 @@ func Run(m *testing.M) int {
 	code := m.Run()
 	shared.shutdown()
 	return code
+}
+
+// RunWith is Run with more settings for the binary's own cluster
+// (pgcluster.Options.Settings); they do not apply to DATABASE_URL's server.
+func RunWith(m *testing.M, settings ...string) int {
+	shared.settings = settings
+	return Run(m)
 }
 
 // DB returns a pool on a fresh migrated database, closed and dropped when the
@@ -136,7 +144,7 @@ func (s *server) setup() {
 		s.baseURL = env
 		s.template = "tether_template_" + s.prefix
 	} else {
-		c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true})
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Settings: s.settings})
 		if err != nil {
 			s.err = err
 			return

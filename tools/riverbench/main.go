@@ -77,6 +77,14 @@ type Result struct {
 	RiverVersion     string  `json:"river_version"`
 	// Fsync is the server's fsync setting: the figures differ greatly.
 	Fsync string `json:"fsync"`
+	// DBStatements and DBExecMS are the statements the workers ran and
+	// their planning + execution time, from pg_stat_statements (-1 when it
+	// is not loaded); PGCPUSeconds is the CPU of every server process
+	// during the run, from /proc (the server must run on this machine;
+	// -1 otherwise).
+	DBStatements float64 `json:"db_statements"`
+	DBExecMS     float64 `json:"db_exec_ms"`
+	PGCPUSeconds float64 `json:"pg_cpu_s"`
 }
 
 func main() {
@@ -180,6 +188,7 @@ func run(ctx context.Context, o options, logger *slog.Logger) (Result, error) {
 		return res, fmt.Errorf("reading the WAL position: %w", err)
 	}
 
+	meter := startDBMeter(ctx, pool)
 	workers, err := startWorkers(ctx, o)
 	defer func() {
 		for _, w := range workers {
@@ -238,6 +247,7 @@ func run(ctx context.Context, o options, logger *slog.Logger) (Result, error) {
 		}
 	}
 	workers = nil
+	res.DBStatements, res.DBExecMS, res.PGCPUSeconds = meter.stop(ctx)
 
 	var walBytes float64
 	if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn() - $1::text::pg_lsn", walBefore).Scan(&walBytes); err != nil {
