@@ -21,10 +21,10 @@
 -- generic plan reads jobs and active_jobs by primary key instead of hashing
 -- whole tables, whatever LIMIT it assumes.
 WITH picked AS (
-    SELECT p.job_id, p.run_after, p.released_at
+    SELECT p.job_id, p.run_after, p.released_at, p.lease
     FROM (SELECT DISTINCT unnest(@commands::text[]) AS command) c
     CROSS JOIN LATERAL (
-        SELECT a.job_id, a.run_after, a.released_at
+        SELECT a.job_id, a.run_after, a.released_at, a.lease
         FROM active_jobs a
         WHERE a.agent_name IS NULL
           AND a.command = c.command
@@ -40,9 +40,15 @@ WITH picked AS (
     -- Only queued or released running jobs; an unowned canceling job is the
     -- janitor's. (Filtering here, on the picked rows only, and not in the
     -- locking scan: a join there halved claim throughput.)
+    -- The claim's event is this row's claim_* columns (schema v13): its id
+    -- from the events' sequence now, so the timeline keeps its order.
     UPDATE jobs
     SET status = CASE WHEN jobs.status = 'queued' THEN 'accepted' ELSE jobs.status END,
-        updated_at = now()
+        updated_at = now(),
+        claim_event_id = nextval('job_events_id_seq'), claim_at = now(),
+        claim_agent = @agent, claim_generation = @generation, claim_lease = picked.lease + 1,
+        claim_message = 'attempt ' || jobs.attempt,
+        running_event_id = NULL, running_at = NULL, running_message = NULL
     FROM picked
     WHERE jobs.id = ANY (ARRAY(SELECT job_id FROM picked)) AND jobs.id = picked.job_id
       AND jobs.status IN ('queued', 'running')
@@ -65,10 +71,18 @@ WITH picked AS (
         last_heartbeat = now(), claimed_at = now(), detached = false
     WHERE a.job_id = ANY (ARRAY(SELECT id FROM j))
     RETURNING a.job_id, a.lease, a.handle
-), e AS (
-    INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
-    SELECT j.id, 'claimed', @agent, @generation, c.lease, 'attempt ' || j.attempt
-    FROM j JOIN claimed c ON c.job_id = j.id
+), prev AS (
+    -- The claim these columns held before (an earlier attempt, or the lease
+    -- this one resumes) becomes event rows, with the ids it was given. The
+    -- statement's snapshot shows the row as it was: its last writers (the
+    -- earlier claim and running write) held the active row, released before
+    -- this claim could see it claimable.
+    INSERT INTO job_events (id, job_id, at, kind, agent, generation, lease, message)
+    SELECT x.id, o.id, x.at, x.kind, o.claim_agent, o.claim_generation, o.claim_lease, x.message
+    FROM jobs o
+    CROSS JOIN LATERAL (VALUES (o.claim_event_id, o.claim_at, 'claimed', o.claim_message),
+                               (o.running_event_id, o.running_at, 'running', o.running_message)) x(id, at, kind, message)
+    WHERE o.id = ANY (ARRAY(SELECT id FROM j)) AND o.claim_event_id IS NOT NULL AND x.id IS NOT NULL
 )
 SELECT j.id, j.command, j.plugin, j.status, j.context, j.attempt, c.lease, c.handle,
        j.max_retry, j.retry_backoff, j.retry_backoff_max, j.pending_timeout, j.active_timeout,

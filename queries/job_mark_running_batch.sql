@@ -1,4 +1,4 @@
--- Fenced accepted -> running for jobs of one holder (@agent, @generation): one
+-- Fenced accepted -> running for jobs of one holder: one
 -- job (store.MarkRunning) or a group-commit batch, each row fenced by its own
 -- (job_id, lease). The answer has one row per requested job: 'running' when
 -- it was moved from accepted, '' when its lease no longer holds, or the
@@ -13,15 +13,14 @@ WITH r AS (
     ORDER BY a.job_id
     FOR UPDATE OF a
 ), j AS (
+    -- The running event is this row's running_* columns (schema v13).
     UPDATE jobs
     SET status = 'running', started_at = coalesce(started_at, now()), attempt_started_at = now(),
-        updated_at = now()
-    WHERE id = ANY (ARRAY(SELECT job_id FROM f)) AND status = 'accepted'
-    RETURNING id
-), e AS (
-    INSERT INTO job_events (job_id, kind, agent, generation, lease, message)
-    SELECT r.job_id, 'running', @agent::text, @generation::text, r.lease, r.message
-    FROM r JOIN j ON j.id = r.job_id
+        updated_at = now(),
+        running_event_id = nextval('job_events_id_seq'), running_at = now(), running_message = r.message
+    FROM r
+    WHERE jobs.id = ANY (ARRAY(SELECT job_id FROM f)) AND jobs.id = r.job_id AND jobs.status = 'accepted'
+    RETURNING jobs.id
 )
 SELECT r.job_id,
        CASE WHEN j.id IS NOT NULL THEN 'running'

@@ -222,7 +222,7 @@ func rowCounts(t testing.TB, pool *pgxpool.Pool) [4]int {
 	t.Helper()
 	var c [4]int
 	err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM active_jobs),
-		(SELECT count(*) FROM job_events), (SELECT count(*) FROM requeue_requests)`).Scan(&c[0], &c[1], &c[2], &c[3])
+		(SELECT count(*) FROM job_timeline), (SELECT count(*) FROM requeue_requests)`).Scan(&c[0], &c[1], &c[2], &c[3])
 	require.NoError(t, err)
 	return c
 }

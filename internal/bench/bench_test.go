@@ -184,7 +184,7 @@ func runRound(b *testing.B, agents, jobs int) round {
 	err := pool.QueryRow(ctx, `
 		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d)
 		FROM (SELECT extract(epoch FROM r.at - c.at) * 1000 AS d
-		      FROM job_events c JOIN job_events r ON r.job_id = c.job_id
+		      FROM job_timeline c JOIN job_timeline r ON r.job_id = c.job_id
 		      WHERE c.kind = 'claimed' AND r.kind = 'running') x`).Scan(&p50, &p99)
 	if err != nil {
 		b.Fatal(err)

@@ -225,9 +225,9 @@ func TestManyAgentsRunEveryJobExactlyOnce(t *testing.T) {
 	}
 	var succeeded, runningEvents, finalEvents, distinctRunners int
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&succeeded))
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM job_events WHERE kind = 'running'`).Scan(&runningEvents))
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM job_events WHERE kind IN ('succeeded','failed','canceled')`).Scan(&finalEvents))
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(DISTINCT agent) FROM job_events WHERE kind = 'running'`).Scan(&distinctRunners))
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM job_timeline WHERE kind = 'running'`).Scan(&runningEvents))
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM job_timeline WHERE kind IN ('succeeded','failed','canceled')`).Scan(&finalEvents))
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(DISTINCT agent) FROM job_timeline WHERE kind = 'running'`).Scan(&distinctRunners))
 	assert.Equal(t, jobs, succeeded, "every job succeeded")
 	assert.Equal(t, jobs, runningEvents, "every job was started exactly once")
 	assert.Equal(t, jobs, finalEvents, "every job got exactly one final status")

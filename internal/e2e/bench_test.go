@@ -76,7 +76,7 @@ func recoverOnce(b *testing.B, n int) (released, resumed []time.Duration) {
 	for {
 		var done int
 		require.NoError(b, h.pool.QueryRow(ctx,
-			`SELECT count(DISTINCT job_id) FROM job_events WHERE job_id = ANY($1) AND kind = 'resumed'`, ids).Scan(&done))
+			`SELECT count(DISTINCT job_id) FROM job_timeline WHERE job_id = ANY($1) AND kind = 'resumed'`, ids).Scan(&done))
 		if done == n {
 			break
 		}

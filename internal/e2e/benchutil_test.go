@@ -209,7 +209,7 @@ func (r *benchRun) statusCounts() map[string]int {
 // endsPerAgent says which agent wrote each job's final event: the claim
 // split, which decides the run's length (each agent has its own budgets).
 func (r *benchRun) endsPerAgent() string {
-	rows, err := r.h.pool.Query(r.ctx, `SELECT coalesce(agent, '-'), count(*) FROM job_events
+	rows, err := r.h.pool.Query(r.ctx, `SELECT coalesce(agent, '-'), count(*) FROM job_timeline
 		WHERE job_id = ANY($1) AND kind IN ('succeeded', 'failed', 'canceled') GROUP BY 1 ORDER BY 1`, r.ids)
 	if err != nil {
 		return err.Error()

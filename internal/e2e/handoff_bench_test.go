@@ -82,7 +82,7 @@ func handoffOnce(b *testing.B, n int) (gaps []time.Duration, lastResume, exit ti
 	for {
 		var done int
 		require.NoError(b, h.pool.QueryRow(ctx,
-			`SELECT count(DISTINCT job_id) FROM job_events WHERE job_id = ANY($1) AND kind = 'resumed'`, ids).Scan(&done))
+			`SELECT count(DISTINCT job_id) FROM job_timeline WHERE job_id = ANY($1) AND kind = 'resumed'`, ids).Scan(&done))
 		if done == n {
 			break
 		}

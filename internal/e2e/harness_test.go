@@ -369,7 +369,7 @@ func (h *harness) waitTerminal(ctx context.Context, ids []string, within time.Du
 	}
 }
 
-// event is one job_events row.
+// event is one job_timeline row (an event row, or a claim kept in the jobs row).
 type event struct {
 	ID         int64
 	At         time.Time
@@ -383,7 +383,7 @@ type event struct {
 func (h *harness) events(ctx context.Context, jobID string) []event {
 	h.t.Helper()
 	rows, err := h.pool.Query(ctx, `SELECT id, at, kind, coalesce(agent, ''), coalesce(generation, ''), coalesce(lease, 0), message
-		FROM job_events WHERE job_id = $1 ORDER BY id`, jobID)
+		FROM job_timeline WHERE job_id = $1 ORDER BY id`, jobID)
 	require.NoError(h.t, err)
 	defer rows.Close()
 	var evs []event

@@ -714,7 +714,7 @@ func (r *invRound) collect(ctx context.Context) invData {
 	rows.Close()
 
 	rows, err = r.h.pool.Query(ctx, `SELECT job_id, id, at, kind, coalesce(agent, ''), coalesce(generation, ''), coalesce(lease, 0), message
-		FROM job_events WHERE job_id = ANY($1) ORDER BY job_id, id`, r.jobs)
+		FROM job_timeline WHERE job_id = ANY($1) ORDER BY job_id, id`, r.jobs)
 	if err != nil {
 		r.t.Fatalf("reading events: %v", err)
 	}

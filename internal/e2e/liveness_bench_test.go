@@ -266,7 +266,7 @@ func (r *livenessBench) round(t *laneT, q livenessRound) (took []time.Duration, 
 	for {
 		var n int
 		require.NoError(t, h.pool.QueryRow(ctx,
-			`SELECT count(DISTINCT job_id) FROM job_events WHERE job_id = ANY($1) AND kind = 'resumed'`, ids).Scan(&n))
+			`SELECT count(DISTINCT job_id) FROM job_timeline WHERE job_id = ANY($1) AND kind = 'resumed'`, ids).Scan(&n))
 		if n == len(ids) {
 			break
 		}

@@ -114,7 +114,7 @@ func (h *harness) leases(ctx context.Context, ids []string) map[string]string {
 // moves lists the jobs' released and requeued events, "job kind message".
 func (h *harness) moves(ctx context.Context, ids []string) []string {
 	h.t.Helper()
-	rows, err := h.pool.Query(ctx, `SELECT job_id, kind, message FROM job_events
+	rows, err := h.pool.Query(ctx, `SELECT job_id, kind, message FROM job_timeline
 		WHERE job_id = ANY($1) AND kind IN ('released', 'requeued') ORDER BY id`, ids)
 	require.NoError(h.t, err, "reading the jobs' released and requeued events")
 	defer rows.Close()

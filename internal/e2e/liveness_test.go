@@ -205,7 +205,7 @@ func TestLivenessDatabaseRestartNoStampede(t *testing.T) {
 	h.assertStill(ctx, ids, before, 3*livenessDeadAfter, "after the database restart")
 	var released, requeued int
 	require.NoError(t, h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE kind = 'released'), count(*) FILTER (WHERE kind = 'requeued')
-		FROM job_events WHERE job_id = ANY($1)`, ids).Scan(&released, &requeued))
+		FROM job_timeline WHERE job_id = ANY($1)`, ids).Scan(&released, &requeued))
 	assert.Zero(t, released, "released events")
 	assert.Zero(t, requeued, "requeued events")
 	for _, a := range agents {

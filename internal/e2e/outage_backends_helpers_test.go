@@ -397,7 +397,7 @@ func (h *harness) followedAgain(ctx context.Context, id string) bool {
 	var status string
 	var resumed bool
 	err := h.pool.QueryRow(ctx, `SELECT j.attempt, j.status,
-			EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = j.id AND e.kind = 'resumed')
+			EXISTS (SELECT 1 FROM job_timeline e WHERE e.job_id = j.id AND e.kind = 'resumed')
 		FROM jobs j WHERE j.id = $1`, id).Scan(&attempt, &status, &resumed)
 	return err == nil && (attempt > 1 || store.Terminal(status) || resumed)
 }

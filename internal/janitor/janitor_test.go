@@ -377,7 +377,7 @@ func TestConcurrentJanitorsActOnEachJobOnce(t *testing.T) {
 	assert.Equal(t, n, counts[0]+counts[1], "every job settled by exactly one pass")
 
 	var perJob []int
-	rows, err := f.pool.Query(f.ctx, `SELECT count(e.id) FROM jobs j LEFT JOIN job_events e
+	rows, err := f.pool.Query(f.ctx, `SELECT count(e.id) FROM jobs j LEFT JOIN job_timeline e
 	    ON e.job_id = j.id AND e.kind IN ('released', 'failed') GROUP BY j.id`)
 	require.NoError(t, err)
 	for rows.Next() {

@@ -195,7 +195,7 @@ func TestRetentionAndOrphanGates(t *testing.T) {
 	assert.True(t, exists(uncleaned), "kept while its Cleanup is queued")
 	assert.True(t, f.cleanupQueued(uncleaned), "and the Cleanup with it")
 	var evs int
-	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM job_events WHERE job_id = ANY($1)`, []string{oldOK, oldBad}).Scan(&evs))
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM job_timeline WHERE job_id = ANY($1)`, []string{oldOK, oldBad}).Scan(&evs))
 	assert.Zero(t, evs)
 	finite, _ := f.runAfter(queued)
 	assert.True(t, finite, "a gate whose Cleanup is gone is lifted")

@@ -523,7 +523,7 @@ func TestLivenessRandomized(t *testing.T) {
 			owner[id] = s
 		}
 	}
-	rows, err := f.pool.Query(f.ctx, `SELECT job_id, kind, coalesce(lease, 0), at, coalesce(message, '') FROM job_events ORDER BY job_id, id`)
+	rows, err := f.pool.Query(f.ctx, `SELECT job_id, kind, coalesce(lease, 0), at, coalesce(message, '') FROM job_timeline ORDER BY job_id, id`)
 	require.NoError(t, err)
 	type event struct {
 		job, kind, msg string
