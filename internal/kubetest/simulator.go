@@ -67,9 +67,19 @@ func (s *Simulator) Created(namespace, name string) int {
 // resourceVersion when a watch ends.
 func (s *Simulator) Run(ctx context.Context) error {
 	res := s.dyn.Resource(SparkApplications)
+	// The first list is retried like the watch: under load the apiserver
+	// can refuse it for a moment, and a simulator that gave up then left a
+	// test waiting for applications nobody drives (seen in make test).
 	list, err := res.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("simulator: listing SparkApplications: %w", err)
+	for err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("simulator: listing SparkApplications: %w", err)
+		}
+		s.log.Warn("simulator: list", "err", err)
+		if !sleep(ctx, 200*time.Millisecond) {
+			return fmt.Errorf("simulator: listing SparkApplications: %w", err)
+		}
+		list, err = res.List(ctx, metav1.ListOptions{})
 	}
 	for i := range list.Items {
 		s.observe(ctx, &list.Items[i])
