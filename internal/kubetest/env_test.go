@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -173,15 +174,27 @@ func TestProxyInjectsFaultsAndCountsCreates(t *testing.T) {
 	require.Equal(t, 1, p.Injected())
 	require.Equal(t, 1, p.Creates("/apis/sparkoperator.k8s.io/v1beta2/namespaces/default/sparkapplications"))
 
-	// Watches pass through.
-	w, err := res.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=proxied"})
-	require.NoError(t, err)
-	defer w.Stop()
-	select {
-	case ev := <-w.ResultChan():
-		require.Equal(t, "proxied", ev.Object.(*unstructured.Unstructured).GetName())
-	case <-ctx.Done():
-		t.Fatal("no watch event through the proxy")
+	// Watches pass through. An apiserver may end a watch with an error
+	// event (a *metav1.Status) when it is loaded; a client watches again,
+	// and so does this test.
+	for {
+		w, err := res.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=proxied"})
+		require.NoError(t, err)
+		select {
+		case ev := <-w.ResultChan():
+			w.Stop()
+			if ev.Type == watch.Error {
+				t.Logf("watch ended by the apiserver, watching again: %v", apierrors.FromObject(ev.Object))
+				continue
+			}
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			require.True(t, ok, "watch event %s carries a %T", ev.Type, ev.Object)
+			require.Equal(t, "proxied", u.GetName())
+			return
+		case <-ctx.Done():
+			w.Stop()
+			t.Fatal("no watch event through the proxy")
+		}
 	}
 }
 
