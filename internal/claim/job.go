@@ -261,6 +261,10 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 				ended, err = s.store.EndAttempt(ctx, e)
 				return err
 			}
+			// The plugin call is over: the next claim may have the slot while
+			// this end waits for its batch. (An end the database refuses is
+			// stored again below, Cleanup included, still without its slot:
+			// the 2 × capacity bound on held leases still holds.)
 			s.freeSlot(j)
 			r, err := s.finals.do(ctx, e) // the hot path: shares a statement
 			if err == nil {
