@@ -75,7 +75,12 @@ func BenchmarkVsRiver(b *testing.B) {
 			m := medians{agents: agents}
 			var tWAL, rWAL []float64
 			var stmts, execMS, pgCPU, clientCPU [2][]float64
-			perJob := func(v float64) float64 { return v / float64(jobs) }
+			perJob := func(v float64) float64 {
+				if v < 0 {
+					return -1 // not measured
+				}
+				return v / float64(jobs)
+			}
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < riverRounds; r++ {
 					t := runRound(b, agents, jobs)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -152,4 +153,23 @@ func containsID(ids []uint32, id uint32) bool {
 		}
 	}
 	return false
+}
+
+// LibraryInstalled reports whether the server Start would run (binDir as
+// Options.BinDir) has the shared library name (e.g. "pg_stat_statements")
+// that shared_preload_libraries could load: a server told to preload a
+// library it lacks does not start.
+func LibraryInstalled(binDir, name string) bool {
+	b, err := findBinaries(binDir)
+	if err != nil {
+		return false
+	}
+	dir := filepath.Join(filepath.Dir(filepath.Dir(b.postgres)), "lib") // Debian: <version>/bin → <version>/lib
+	if out, err := exec.Command(filepath.Join(filepath.Dir(b.postgres), "pg_config"), "--pkglibdir").Output(); err == nil {
+		if d := strings.TrimSpace(string(out)); d != "" {
+			dir = d
+		}
+	}
+	_, err = os.Stat(filepath.Join(dir, name+".so"))
+	return err == nil
 }

@@ -203,3 +203,10 @@ func TestLogTail(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestLibraryInstalled(t *testing.T) {
+	// The Debian server package ships pg_stat_statements (the bench loads
+	// it); no installation has a library of this name.
+	require.True(t, LibraryInstalled("", "pg_stat_statements"), "pg_stat_statements.so next to the server: install the PostgreSQL server package (contrib is part of it)")
+	require.False(t, LibraryInstalled("", "tether_no_such_library"))
+}
