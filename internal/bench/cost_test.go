@@ -20,7 +20,7 @@ var pgStatSettings = []string{"shared_preload_libraries=pg_stat_statements", "pg
 // dbCost is what PostgreSQL spent on one database during a timed window.
 type dbCost struct {
 	statements float64 // statements executed (pg_stat_statements calls); -1 unknown
-	execMS     float64 // their planning and execution time, ms
+	execMS     float64 // their planning and execution time, ms; -1 unknown
 	cpuS       float64 // CPU of the server's processes (user + system), s
 }
 
@@ -67,7 +67,7 @@ func (m *dbMeter) stop(ctx context.Context, b *testing.B) dbCost {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := dbCost{statements: -1, cpuS: cpu1 - m.cpu0}
+	c := dbCost{statements: -1, execMS: -1, cpuS: cpu1 - m.cpu0}
 	if m.stats {
 		err := m.pool.QueryRow(ctx, `
 			SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(total_exec_time + total_plan_time), 0)::float8
