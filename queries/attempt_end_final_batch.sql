@@ -1,18 +1,23 @@
--- attempt_end_final.sql for many jobs of one holder (@agent, @generation) at
--- once: the agent's hot path (final, no retry, no Cleanup, no expected
--- status) batched over a few milliseconds. Each row is fenced by its own
--- (job_id, lease) exactly as the single statement: a row whose lease no
--- longer holds writes nothing and is missing from the answer, while the
--- others land. Active rows are locked in job_id order, like every other
--- multi-row statement, so batches never deadlock with each other. Run with
--- the generic plan (store.queryGeneric); rows are matched through
--- ANY (ARRAY(...)) so that plan reads jobs and active_jobs by primary key.
+-- The end of attempts whose plan is final, with no retry and no Cleanup —
+-- every success, and any end whose plugin leaves nothing to clean up — for
+-- one actor (@agent, @generation): the agent's group-commit batches, and
+-- store.EndAttempt with one row (the janitor, in its transaction). It stores
+-- exactly what attempt_end.sql stores for such a plan, with the statement
+-- nodes such a plan uses (PostgreSQL runs every node whether it writes or
+-- not). Each row is fenced by its own (job_id, lease), and by its expected
+-- status when it has one (the janitor decided on the status it read under
+-- lock): a row whose fence no longer holds writes nothing and is missing
+-- from the answer, while the others land. Active rows are locked in job_id
+-- order, like every other multi-row statement, so batches never deadlock
+-- with each other. Run with the generic plan (store.queryGeneric) by the
+-- batches; rows are matched through ANY (ARRAY(...)) so that plan reads
+-- jobs and active_jobs by primary key.
 WITH r AS (
     SELECT *
-    FROM unnest(@jobs::text[], @leases::bigint[], @statuses::text[], @results::text[],
+    FROM unnest(@jobs::text[], @leases::bigint[], @expects::text[], @statuses::text[], @results::text[],
                 @errors::text[], @error_classes::text[], @event_kinds::text[],
                 @event_leases::bigint[], @messages::text[])
-         AS r(job_id, lease, status, result, error, error_class, event_kind, event_lease, message)
+         AS r(job_id, lease, expect, status, result, error, error_class, event_kind, event_lease, message)
 ), f AS (
     SELECT a.job_id
     FROM active_jobs a JOIN r ON r.job_id = a.job_id AND r.lease = a.lease
@@ -25,6 +30,7 @@ WITH r AS (
         expires_at = tether_expiry(r.status, now(), jobs.ttl_succeeded, jobs.ttl_failed)
     FROM r
     WHERE jobs.id = ANY (ARRAY(SELECT job_id FROM f)) AND jobs.id = r.job_id
+      AND (r.expect = '' OR jobs.status = r.expect)
     RETURNING jobs.id
 ), gone AS (
     DELETE FROM active_jobs WHERE job_id = ANY (ARRAY(SELECT id FROM j))

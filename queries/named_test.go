@@ -13,7 +13,7 @@ func TestNamedMatchesPgxRewrite(t *testing.T) {
 		"error": "e", "error_class": "c", "agent": "a", "generation": "g", "event_lease": int64(4),
 		"event_kind": "k", "message": "m", "retry": true, "wait_s": 1.5, "cleanup": true,
 		"cleanup_by": "a", "cleanup_hold_s": 2.0}
-	for _, name := range []string{"attempt_end", "attempt_end_final", "claim", "job_levers"} {
+	for _, name := range []string{"attempt_end", "attempt_end_final_batch", "claim", "job_levers"} {
 		st := Named(name)
 		sql, want, err := pgx.NamedArgs(args).RewriteQuery(context.Background(), nil, Get(name), nil)
 		if err != nil {

@@ -83,7 +83,7 @@ func (c *cli) agent(t *testing.T, status string) <-chan error {
 				}
 			}
 			id, lease := claimed[0].Job.ID, claimed[0].Lease
-			if _, err := c.st.MarkRunning(ctx, h, id, lease, ""); err != nil {
+			if _, err := c.st.MarkRunning(ctx, id, lease, ""); err != nil {
 				return err
 			}
 			for i := range 3 {

@@ -139,7 +139,7 @@ func (e *testEnv) claim(t *testing.T, id string) (store.Holder, int64) {
 	require.NoError(t, err)
 	for _, c := range claimed {
 		if c.Job.ID == id {
-			status, err := e.st.MarkRunning(ctx, h, id, c.Lease, "")
+			status, err := e.st.MarkRunning(ctx, id, c.Lease, "")
 			require.NoError(t, err)
 			require.Equal(t, store.StatusRunning, status)
 			return h, c.Lease

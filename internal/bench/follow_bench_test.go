@@ -151,7 +151,7 @@ func silentRunningJobs(b *testing.B, st *store.Store, n int) []string {
 		b.Fatalf("claimed %d of %d jobs: %v", len(claimed), n, err)
 	}
 	for _, c := range claimed {
-		if _, err := st.MarkRunning(ctx, h, c.Job.ID, c.Lease, ""); err != nil {
+		if _, err := st.MarkRunning(ctx, c.Job.ID, c.Lease, ""); err != nil {
 			b.Fatal(err)
 		}
 	}

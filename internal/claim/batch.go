@@ -128,7 +128,7 @@ type markedRunning struct {
 
 // runMarkRunning moves a batch of jobs to running, each fenced by its lease.
 func (s *Service) runMarkRunning(ctx context.Context, rs []store.Running) ([]markedRunning, error) {
-	statuses, err := s.store.MarkRunningBatch(ctx, s.cfg.Holder, rs)
+	statuses, err := s.store.MarkRunningBatch(ctx, rs)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func (f *fixture) claimed(h store.Holder, cmd, p string, running bool) (string, 
 	require.Len(f.t, cs, 1)
 	require.Equal(f.t, id, cs[0].Job.ID)
 	if running {
-		status, err := f.st.MarkRunning(f.ctx, h, id, cs[0].Lease, "test")
+		status, err := f.st.MarkRunning(f.ctx, id, cs[0].Lease, "test")
 		require.NoError(f.t, err)
 		require.Equal(f.t, store.StatusRunning, status)
 	}
@@ -356,7 +356,7 @@ func TestConcurrentJanitorsActOnEachJobOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs, n)
 	for _, c := range cs {
-		_, err := f.st.MarkRunning(f.ctx, dead, c.Job.ID, c.Lease, "test")
+		_, err := f.st.MarkRunning(f.ctx, c.Job.ID, c.Lease, "test")
 		require.NoError(t, err)
 	}
 	f.exec(`UPDATE active_jobs SET last_heartbeat = now() - interval '10 minutes'`)

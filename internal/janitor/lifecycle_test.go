@@ -42,7 +42,7 @@ func TestAWOLFailureIsRetriedAfterItsCleanup(t *testing.T) {
 	cs, err := f.st.Claim(f.ctx, dead, 1, []string{"c"})
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
-	_, err = f.st.MarkRunning(f.ctx, dead, id, cs[0].Lease, "")
+	_, err = f.st.MarkRunning(f.ctx, id, cs[0].Lease, "")
 	require.NoError(t, err)
 	f.silence(id, 10*time.Minute)
 
@@ -91,7 +91,7 @@ func TestAWOLFailureIsRetriedAfterItsCleanup(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	assert.Equal(t, 2, cs[0].Job.Attempt)
-	_, err = f.st.MarkRunning(f.ctx, dead, id, cs[0].Lease, "")
+	_, err = f.st.MarkRunning(f.ctx, id, cs[0].Lease, "")
 	require.NoError(t, err)
 	f.silence(id, 10*time.Minute)
 	_, err = svc.Pass(f.ctx)
@@ -119,7 +119,7 @@ func TestPendingTimeoutAndActiveTimeoutBackup(t *testing.T) {
 		}
 	}
 	require.NotZero(t, lease)
-	_, err = f.st.MarkRunning(f.ctx, live, slow, lease, "")
+	_, err = f.st.MarkRunning(f.ctx, slow, lease, "")
 	require.NoError(t, err)
 	// The claim took the pending jobs too; put them back in the queue.
 	f.exec(`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL WHERE job_id = ANY($1)`, []string{pending, young})

@@ -14,18 +14,19 @@ type Running struct {
 	Message string
 }
 
-// MarkRunningBatch is MarkRunning for many jobs of one holder in one
-// statement, each fenced by its own lease. It returns each job's status
+// MarkRunningBatch is MarkRunning for many jobs in one statement, each
+// fenced by its own lease (which names its holder: the running event takes
+// the holder its claim recorded). It returns each job's status
 // afterwards, in the order given: running, "" when the lease no longer holds
 // (ErrLeaseLost for MarkRunning), or the status that stopped the change.
-func (s *Store) MarkRunningBatch(ctx context.Context, h Holder, rs []Running) ([]string, error) {
+func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]string, error) {
 	ids, leases, msgs := make([]string, len(rs)), make([]int64, len(rs)), make([]string, len(rs))
 	for i, r := range rs {
 		ids[i], leases[i], msgs[i] = r.JobID, r.Lease, r.Message
 	}
 	st := queries.Named("job_mark_running_batch")
 	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(map[string]any{
-		"jobs": ids, "leases": leases, "messages": msgs, "agent": h.Name, "generation": h.Generation})...)
+		"jobs": ids, "leases": leases, "messages": msgs})...)
 	if err != nil {
 		return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), err)
 	}
@@ -48,37 +49,25 @@ func (s *Store) MarkRunningBatch(ctx context.Context, h Holder, rs []Running) ([
 	return out, nil
 }
 
-// FinalBatchable reports whether e can be stored by EndFinalBatch: the
-// plan of the hot path (final, no retry, no Cleanup) by a holder (no
-// expected status).
+// FinalBatchable reports whether e can be stored by EndFinalBatch: a final
+// plan, with no retry and no Cleanup (the hot path).
 func FinalBatchable(e End) bool {
-	return !e.Plan.Retry && !e.Plan.Cleanup && e.ExpectStatus == ""
+	return !e.Plan.Retry && !e.Plan.Cleanup
 }
 
-// EndFinalBatch stores many final ends of one holder's jobs (each
-// FinalBatchable, all with Actor h) in one statement, each fenced by its own
-// lease exactly as EndAttempt. stored[i] is false when e[i]'s lease no
-// longer held (ErrLeaseLost for EndAttempt). An error means nothing was
-// stored; a *DataError then says the database refused one of the outcomes.
+// EndFinalBatch stores many final ends of one actor's (each FinalBatchable,
+// all with Actor h) in one statement, each fenced by its own lease (and
+// expected status, when it has one) exactly as EndAttempt. stored[i] is
+// false when e[i]'s fence no longer held (ErrLeaseLost for EndAttempt). An
+// error means nothing was stored; a *DataError then says the database
+// refused one of the outcomes.
 func (s *Store) EndFinalBatch(ctx context.Context, h Holder, es []End) (stored []bool, err error) {
-	n := len(es)
-	ids, leases, evLeases := make([]string, n), make([]int64, n), make([]int64, n)
-	statuses, kinds, msgs := make([]string, n), make([]string, n), make([]string, n)
-	results, errs, classes := make([]*string, n), make([]*string, n), make([]*string, n)
-	for i, e := range es {
-		if !FinalBatchable(e) || e.Actor != h {
-			return nil, fmt.Errorf("ending job %s in a batch: not a holder's final end", e.JobID)
-		}
-		kind, msg, evLease := e.event()
-		ids[i], leases[i], evLeases[i] = e.JobID, e.Lease, evLease
-		statuses[i], kinds[i], msgs[i] = e.Outcome.Status, kind, msg
-		results[i], errs[i], classes[i] = textOrNil(string(e.Outcome.Result)), textOrNil(e.Outcome.Error), textOrNil(e.Outcome.ErrorClass)
+	st, args, err := finalEnds(h, es)
+	if err != nil {
+		return nil, err
 	}
-	st := queries.Named("attempt_end_final_batch")
-	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(map[string]any{
-		"jobs": ids, "leases": leases, "statuses": statuses, "results": results, "errors": errs,
-		"error_classes": classes, "event_kinds": kinds, "event_leases": evLeases, "messages": msgs,
-		"agent": h.Name, "generation": h.Generation})...)
+	n := len(es)
+	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(args)...)
 	if err != nil {
 		return nil, fmt.Errorf("ending %d attempts: %w", n, dataError(err))
 	}
@@ -99,6 +88,28 @@ func (s *Store) EndFinalBatch(ctx context.Context, h Holder, es []End) (stored [
 		stored[i] = ended[e.JobID]
 	}
 	return stored, nil
+}
+
+// finalEnds is attempt_end_final_batch.sql and its arguments for es, all
+// FinalBatchable ends by actor h.
+func finalEnds(h Holder, es []End) (queries.Statement, map[string]any, error) {
+	n := len(es)
+	ids, leases, evLeases := make([]string, n), make([]int64, n), make([]int64, n)
+	expects, statuses, kinds, msgs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	results, errs, classes := make([]*string, n), make([]*string, n), make([]*string, n)
+	for i, e := range es {
+		if !FinalBatchable(e) || e.Actor != h {
+			return queries.Statement{}, nil, fmt.Errorf("ending job %s in a batch of %s: not a holder's final end", e.JobID, h.Name)
+		}
+		kind, msg, evLease := e.event()
+		ids[i], leases[i], evLeases[i], expects[i] = e.JobID, e.Lease, evLease, e.ExpectStatus
+		statuses[i], kinds[i], msgs[i] = e.Outcome.Status, kind, msg
+		results[i], errs[i], classes[i] = textOrNil(string(e.Outcome.Result)), textOrNil(e.Outcome.Error), textOrNil(e.Outcome.ErrorClass)
+	}
+	return queries.Named("attempt_end_final_batch"), map[string]any{
+		"jobs": ids, "leases": leases, "expects": expects, "statuses": statuses, "results": results, "errors": errs,
+		"error_classes": classes, "event_kinds": kinds, "event_leases": evLeases, "messages": msgs,
+		"agent": h.Name, "generation": h.Generation}, nil
 }
 
 func textOrNil(s string) *string {

@@ -31,7 +31,7 @@ func TestMarkRunningBatchFencesEachJob(t *testing.T) {
 	_, err = st.Cancel(ctx, canceling.Job.ID, "")
 	require.NoError(t, err)
 
-	statuses, err := st.MarkRunningBatch(ctx, a, []store.Running{
+	statuses, err := st.MarkRunningBatch(ctx, []store.Running{
 		{JobID: ok.Job.ID, Lease: ok.Lease, Message: "m0"},
 		{JobID: lost.Job.ID, Lease: lost.Lease, Message: "m1"},
 		{JobID: canceling.Job.ID, Lease: canceling.Lease, Message: "m2"},
@@ -61,7 +61,7 @@ func TestEndFinalBatchFencesEachJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	for _, c := range got {
-		_, err := st.MarkRunning(ctx, a, c.Job.ID, c.Lease, "")
+		_, err := st.MarkRunning(ctx, c.Job.ID, c.Lease, "")
 		require.NoError(t, err)
 	}
 	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET lease = lease + 1, agent_name = NULL WHERE job_id = $1`, got[1].Job.ID)

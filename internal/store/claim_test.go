@@ -25,7 +25,7 @@ func releasedRunning(t *testing.T, st *store.Store, h store.Holder, c, p string)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, j.ID, got[0].Job.ID)
-	_, err = st.MarkRunning(ctx, h, j.ID, got[0].Lease, "")
+	_, err = st.MarkRunning(ctx, j.ID, got[0].Lease, "")
 	require.NoError(t, err)
 	require.NoError(t, st.Release(ctx, h, j.ID, got[0].Lease, "test"))
 	return j

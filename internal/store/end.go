@@ -102,6 +102,9 @@ func (s *Store) EndAttempt(ctx context.Context, e End) (Ended, error) {
 
 // EndAttempt stores e through q (a transaction, for the janitor).
 func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
+	if FinalBatchable(e) {
+		return endFinal(ctx, q, e)
+	}
 	o := e.Outcome
 	kind, msg, evLease := e.event()
 	args := pgx.NamedArgs{
@@ -112,15 +115,9 @@ func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 		"retry": e.Plan.Retry, "wait_s": secs(e.Plan.Wait),
 		"cleanup": e.Plan.Cleanup, "cleanup_by": e.CleanupBy, "cleanup_hold_s": secs(e.CleanupHold),
 	}
-	// One transition, two statements: a plan with neither retry nor
-	// Cleanup (the hot path) skips the nodes it could never use.
-	stmt := "attempt_end"
-	if !e.Plan.Retry && !e.Plan.Cleanup {
-		stmt = "attempt_end_final"
-	}
 	var n int
 	var out Ended
-	st := queries.Named(stmt)
+	st := queries.Named("attempt_end")
 	err := q.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&n, &out.Retried, &out.Status, &out.Attempt,
 		&out.RunAfter, &out.Cleanup.Worker, &out.Cleanup.Attempts)
 	if err != nil {
@@ -133,6 +130,25 @@ func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 		out.Cleanup = CleanupClaim{}
 	}
 	return out, nil
+}
+
+// endFinal stores a plan with neither retry nor Cleanup (the hot path)
+// through q: the agent's batch statement with one row, which skips the
+// statement nodes such a plan could never use.
+func endFinal(ctx context.Context, q Querier, e End) (Ended, error) {
+	st, args, err := finalEnds(e.Actor, []End{e})
+	if err != nil {
+		return Ended{}, err
+	}
+	var id string
+	err = q.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Ended{}, ErrLeaseLost
+	}
+	if err != nil {
+		return Ended{}, fmt.Errorf("ending attempt of job %s: %w", e.JobID, dataError(err))
+	}
+	return Ended{Status: e.Outcome.Status}, nil
 }
 
 // event is the final event's kind, message and lease.

@@ -40,7 +40,7 @@ func TestRequeueNeverHandsOutALeaseAgain(t *testing.T) {
 	a, b := register(t, st, "a"), register(t, st, "b")
 	j := submit(t, st, "c")
 	first := claimOne(t, st, a, j.ID)
-	_, err := st.MarkRunning(ctx, a, j.ID, first.Lease, "")
+	_, err := st.MarkRunning(ctx, j.ID, first.Lease, "")
 	require.NoError(t, err)
 	// The janitor fails attempt 1 (lease + 1 on its event) while a stalls.
 	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: first.Lease, Actor: b, EventLease: first.Lease + 1,
@@ -75,7 +75,7 @@ func TestCancelWinsOverARetry(t *testing.T) {
 	a := register(t, st, "a")
 	j := submitWith(t, st, limits.Set{MaxRetry: 3, RetryBackoff: time.Second, RetryBackoffMax: time.Second})
 	c := claimOne(t, st, a, j.ID)
-	_, err := st.MarkRunning(ctx, a, j.ID, c.Lease, "")
+	_, err := st.MarkRunning(ctx, j.ID, c.Lease, "")
 	require.NoError(t, err)
 	_, err = st.Cancel(ctx, j.ID, "stop it")
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestEndWithCleanupWritesTheQueueRowAndGatesTheRetry(t *testing.T) {
 	lv := limits.Set{MaxRetry: 1, RetryBackoff: time.Millisecond, RetryBackoffMax: time.Millisecond}
 	j := submitWith(t, st, lv)
 	c := claimOne(t, st, a, j.ID)
-	_, err := st.MarkRunning(ctx, a, j.ID, c.Lease, "")
+	_, err := st.MarkRunning(ctx, j.ID, c.Lease, "")
 	require.NoError(t, err)
 	plan := lifecycle.Decide(lifecycle.Input{Status: store.StatusFailed, ErrorClass: "retriable", Attempt: 1, Levers: lv, PluginCalled: true, HasCleanup: true})
 	require.True(t, plan.Retry && plan.Cleanup)
@@ -188,4 +188,38 @@ func TestCancelWhileQueuedThenRequeueKeepsLeasesMonotonic(t *testing.T) {
 	require.NoError(t, err)
 	next := claimOne(t, st, a, j.ID)
 	assert.Greater(t, next.Lease, queuedLease, "the lease never goes back")
+}
+
+// The janitor's final ends carry the status it decided on as part of the
+// fence (End.ExpectStatus): a job that moved on since writes nothing, in
+// the one-row path (EndAttempt) as in a batch with ends that do land.
+func TestFinalEndFencedByExpectedStatus(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a := register(t, st, "a")
+	j1, j2 := submitWith(t, st, limits.Set{}), submitWith(t, st, limits.Set{})
+	c1, c2 := claimOne(t, st, a, j1.ID), claimOne(t, st, a, j2.ID) // both accepted
+	end := func(c store.Claimed, expect string) store.End {
+		return store.End{JobID: c.Job.ID, Lease: c.Lease, ExpectStatus: expect, Actor: a,
+			Outcome: store.Outcome{Status: store.StatusFailed, Error: "x"}}
+	}
+
+	_, err := st.EndAttempt(ctx, end(c1, store.StatusRunning))
+	assert.ErrorIs(t, err, store.ErrLeaseLost, "expected running, the job is accepted")
+	got, err := st.GetJob(ctx, j1.ID)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusAccepted, got.Status, "nothing written")
+
+	stored, err := st.EndFinalBatch(ctx, a, []store.End{end(c1, store.StatusRunning), end(c2, store.StatusAccepted)})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false, true}, stored)
+	for id, want := range map[string]string{j1.ID: store.StatusAccepted, j2.ID: store.StatusFailed} {
+		got, err := st.GetJob(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, want, got.Status, id)
+	}
+
+	ended, err := st.EndAttempt(ctx, end(c1, store.StatusAccepted))
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusFailed, ended.Status)
 }

@@ -56,7 +56,7 @@ func TestClaimAndRunningAreHOTUpdates(t *testing.T) {
 	for i, c := range claimed {
 		rs[i] = store.Running{JobID: c.Job.ID, Lease: c.Lease, Message: "m"}
 	}
-	statuses, err := st.MarkRunningBatch(ctx, h, rs)
+	statuses, err := st.MarkRunningBatch(ctx, rs)
 	require.NoError(t, err)
 	for _, s := range statuses {
 		require.Equal(t, store.StatusRunning, s)
@@ -101,7 +101,7 @@ func TestListJobsByEveryStatus(t *testing.T) {
 		lease[c.Job.ID] = c.Lease
 	}
 	for _, id := range ids[:4] {
-		_, err := st.MarkRunning(ctx, h, id, lease[id], "m")
+		_, err := st.MarkRunning(ctx, id, lease[id], "m")
 		require.NoError(t, err)
 	}
 	require.NoError(t, st.Finish(ctx, h, ids[0], lease[ids[0]], store.Outcome{Status: store.StatusSucceeded}))

@@ -252,10 +252,10 @@ func (s *Store) Detach(ctx context.Context, h Holder, l Lease) (bool, error) {
 // MarkRunning moves a job from accepted to running under lease and returns the
 // job's status afterwards: running, or the status that stopped the change (a
 // cancel arrived: canceling). ErrLeaseLost means the lease no longer holds.
-func (s *Store) MarkRunning(ctx context.Context, h Holder, jobID string, lease int64, message string) (string, error) {
+func (s *Store) MarkRunning(ctx context.Context, jobID string, lease int64, message string) (string, error) {
 	// The batch statement with one row: one statement, one fence, and the
 	// status that stopped the change read in the same snapshot.
-	statuses, err := s.MarkRunningBatch(ctx, h, []Running{{JobID: jobID, Lease: lease, Message: message}})
+	statuses, err := s.MarkRunningBatch(ctx, []Running{{JobID: jobID, Lease: lease, Message: message}})
 	if err != nil {
 		return "", fmt.Errorf("marking job %s running: %w", jobID, err)
 	}

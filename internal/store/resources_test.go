@@ -30,7 +30,7 @@ func TestRemoteEventOnlyOnChangeAndUnderTheLease(t *testing.T) {
 	a, b := register(t, st, "a"), register(t, st, "b")
 	j := submit(t, st, "c")
 	first := claimOne(t, st, a, j.ID)
-	_, err := st.MarkRunning(ctx, a, j.ID, first.Lease, "")
+	_, err := st.MarkRunning(ctx, j.ID, first.Lease, "")
 	require.NoError(t, err)
 	checkpoint := func(h store.Holder, lease int64, attempt int, handle string, rs ...store.Resource) error {
 		return st.CheckpointDescribed(ctx, store.LogBatch{JobID: j.ID, Lease: lease}, 1<<20, []byte(handle),
@@ -73,7 +73,7 @@ func TestRemoteEventOnlyOnChangeAndUnderTheLease(t *testing.T) {
 	_, _, err = st.Requeue(ctx, store.RequeueParams{JobID: j.ID, Reason: "again", By: "op"})
 	require.NoError(t, err)
 	third := claimOne(t, st, b, j.ID)
-	_, err = st.MarkRunning(ctx, b, j.ID, third.Lease, "")
+	_, err = st.MarkRunning(ctx, j.ID, third.Lease, "")
 	require.NoError(t, err)
 	task2 := store.Resource{Kind: "ecs_task", Name: "arn:aws:ecs:eu-west-1:1:task/c/t2", URL: "https://console.example/t2"}
 	require.NoError(t, checkpoint(b, third.Lease, 2, "h6", task2))

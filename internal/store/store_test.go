@@ -91,12 +91,12 @@ func TestClaimFencesAndFinishes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, more)
 
-	status, err := st.MarkRunning(ctx, a, j.ID, c.Lease, "go")
+	status, err := st.MarkRunning(ctx, j.ID, c.Lease, "go")
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusRunning, status)
 
 	// A stale lease writes nothing.
-	_, err = st.MarkRunning(ctx, a, j.ID, c.Lease-1, "old")
+	_, err = st.MarkRunning(ctx, j.ID, c.Lease-1, "old")
 	assert.ErrorIs(t, err, store.ErrLeaseLost)
 	assert.ErrorIs(t, st.Checkpoint(ctx, j.ID, c.Lease+1, []byte("h")), store.ErrLeaseLost)
 	assert.ErrorIs(t, st.Finish(ctx, a, j.ID, c.Lease+1, store.Outcome{Status: store.StatusSucceeded}), store.ErrLeaseLost)
@@ -216,7 +216,7 @@ func TestCancel(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusCanceling, j.Status)
 	// A cancel that arrived before the plugin was called stops MarkRunning.
-	status, err := st.MarkRunning(ctx, a, running.ID, got[0].Lease, "")
+	status, err := st.MarkRunning(ctx, running.ID, got[0].Lease, "")
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusCanceling, status)
 }
@@ -291,7 +291,7 @@ func TestReleaseKeepsRunningAndFencesTheOldHolder(t *testing.T) {
 	j := submit(t, st, "c")
 	got, err := st.Claim(ctx, a, 1, []string{"c"})
 	require.NoError(t, err)
-	_, err = st.MarkRunning(ctx, a, j.ID, got[0].Lease, "")
+	_, err = st.MarkRunning(ctx, j.ID, got[0].Lease, "")
 	require.NoError(t, err)
 	require.NoError(t, st.Checkpoint(ctx, j.ID, got[0].Lease, []byte("h1")))
 
@@ -315,7 +315,7 @@ func TestClaimSkipsUnownedCancelingJobs(t *testing.T) {
 	j := submit(t, st, "c")
 	got, err := st.Claim(ctx, a, 1, []string{"c"})
 	require.NoError(t, err)
-	_, err = st.MarkRunning(ctx, a, j.ID, got[0].Lease, "")
+	_, err = st.MarkRunning(ctx, j.ID, got[0].Lease, "")
 	require.NoError(t, err)
 	require.NoError(t, st.Release(ctx, a, j.ID, got[0].Lease, "test"))
 	_, err = st.Cancel(ctx, j.ID, "")

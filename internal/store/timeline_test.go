@@ -26,7 +26,7 @@ func TestTimelineKeepsClaimAndRunningAcrossReclaims(t *testing.T) {
 	first, err := st.Claim(ctx, a, 1, []string{"c"})
 	require.NoError(t, err)
 	require.Len(t, first, 1)
-	_, err = st.MarkRunning(ctx, a, j.ID, first[0].Lease, "attempt 1 on a")
+	_, err = st.MarkRunning(ctx, j.ID, first[0].Lease, "attempt 1 on a")
 	require.NoError(t, err)
 	var rows int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_events WHERE job_id = $1 AND kind IN ('claimed', 'running')`, j.ID).Scan(&rows))

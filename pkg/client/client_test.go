@@ -55,7 +55,7 @@ func run(t *testing.T, st *store.Store, id string, steps func(lease int64)) (sto
 	require.Len(t, claimed, 1)
 	require.Equal(t, id, claimed[0].Job.ID)
 	lease := claimed[0].Lease
-	_, err = st.MarkRunning(ctx, h, id, lease, "")
+	_, err = st.MarkRunning(ctx, id, lease, "")
 	require.NoError(t, err)
 	if steps != nil {
 		steps(lease)
