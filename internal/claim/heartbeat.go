@@ -9,8 +9,10 @@ import (
 
 // heartbeatLoop renews this agent's row, and with it every lease it holds,
 // once per keepalive (or at once when kicked), in one statement on the
-// liveness store's own connection. It does nothing else: final writes, Cleanup and the self-fence
-// run elsewhere, so running a job never makes the agent look dead.
+// liveness store's own connection. It does nothing else, and nothing it
+// cannot bound by a keepalive: final writes, Cleanup, orphan detaches and
+// the self-fence run elsewhere, so neither a job nor a stuck write of
+// another kind makes the agent look dead.
 func (s *Service) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Keepalive)
 	defer t.Stop()
@@ -67,7 +69,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 		s.supersededOnce.Do(func() { close(s.superseded) })
 		return
 	}
-	s.detachOrphans(ctx, res.Orphans)
+	s.reportOrphans(res.Orphans)
 	held := make(map[jobKey]string, len(res.Held))
 	for _, h := range res.Held {
 		held[jobKey{h.JobID, h.Lease}] = h.Status

@@ -6,9 +6,9 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// orphanWatch remembers the orphan leases of the last heartbeat: leases the
-// database says this process holds that it has no runner for. Only the
-// heartbeat goroutine uses it.
+// orphanWatch remembers the orphan leases of the last heartbeat the orphan
+// loop read: leases the database says this process holds that it has no
+// runner for. Only the orphan loop uses it.
 type orphanWatch map[jobKey]bool
 
 // orphansToDetach is the policy: a lease is detached when two heartbeats in
@@ -33,18 +33,57 @@ func orphansToDetach(prev orphanWatch, orphans []store.Lease, known func(jobKey)
 	return detach, next
 }
 
-// detachOrphans applies orphansToDetach to one heartbeat's answer. A failed
-// detach is tried again at the next heartbeat (the lease stays an orphan).
+// reportOrphans hands one heartbeat's orphan leases to the orphan loop
+// without waiting: the heartbeat does nothing it cannot bound by its own
+// deadline, and a detach stuck on a row lock must not stop it (the agent
+// would self-fence on a healthy database). A report the loop has not read
+// yet is replaced by the newer one.
+func (s *Service) reportOrphans(orphans []store.Lease) {
+	for {
+		select {
+		case s.orphanReports <- orphans:
+			return
+		default:
+		}
+		select {
+		case <-s.orphanReports: // stale: the newer answer supersedes it
+		default:
+		}
+	}
+}
+
+// orphanLoop detaches the orphan leases the heartbeats report, off the
+// heartbeat goroutine. Two sightings it reads in a row are two different
+// heartbeats, at least a keepalive apart, which is what the policy needs.
+func (s *Service) orphanLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case orphans := <-s.orphanReports:
+			s.detachOrphans(ctx, orphans)
+		}
+	}
+}
+
+// detachOrphans applies orphansToDetach to one heartbeat's answer. Each
+// detach is bounded by a keepalive; a failed one is tried again at the next
+// sighting (the lease stays an orphan).
 func (s *Service) detachOrphans(ctx context.Context, orphans []store.Lease) {
 	s.mu.Lock()
 	detach, next := orphansToDetach(s.orphans, orphans, func(k jobKey) bool { return s.jobs[k] != nil })
 	s.mu.Unlock()
 	s.orphans = next
 	for _, l := range detach {
-		ok, err := s.store.Detach(ctx, s.cfg.Holder, l)
+		dctx, cancel := context.WithTimeout(ctx, s.cfg.Keepalive)
+		ok, err := s.store.Detach(dctx, s.cfg.Holder, l)
+		cancel()
 		switch {
 		case err != nil:
-			s.log.Warn("detaching an orphan lease failed; trying again at the next heartbeat", "job", l.JobID, "lease", l.Lease, "err", err)
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("detaching an orphan lease failed; trying again at its next sighting", "job", l.JobID, "lease", l.Lease, "err", err)
 			s.orphans[jobKey{l.JobID, l.Lease}] = true
 		case ok:
 			s.log.Warn("the database says this agent holds a job it does not run (its claim's answer was lost?): left to the janitor",

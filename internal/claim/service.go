@@ -186,8 +186,10 @@ type Service struct {
 	// for the database and the self-fence timer watch it.
 	lastBeat time.Time
 	beatOK   chan struct{}
-	// orphans: the last heartbeat's orphan leases (heartbeat goroutine only).
-	orphans orphanWatch
+	// orphanReports carries each heartbeat's orphan leases to the orphan
+	// loop (the newest only); orphans is that loop's memory of them.
+	orphanReports chan []store.Lease
+	orphans       orphanWatch
 	// running and finals batch the runners' running and final writes.
 	running *batcher[store.Running, markedRunning]
 	finals  *batcher[store.End, endResult]
@@ -259,6 +261,8 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		changed:    make(chan struct{}, 1),
 		beat:       make(chan struct{}, 1),
 		superseded: make(chan struct{}),
+
+		orphanReports: make(chan []store.Lease, 1),
 	}
 	s.writesCtx, s.stopWrites = context.WithCancelCause(context.Background())
 	if s.cfg.Liveness == nil {
@@ -288,8 +292,9 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer batches.Done(); s.finals.loop(batchCtx) }()
 
 	var loops sync.WaitGroup
-	loops.Add(4)
+	loops.Add(5)
 	go func() { defer loops.Done(); s.heartbeatLoop(loopCtx) }()
+	go func() { defer loops.Done(); s.orphanLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.fenceLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.logs.run(loopCtx) }()
 	go func() { defer loops.Done(); s.listenLoop(loopCtx) }()
