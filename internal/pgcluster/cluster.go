@@ -61,9 +61,10 @@ type Cluster struct {
 	tmpBase string   // temporary parent removed on Stop; "" for a given DataDir
 	lock    *os.File // held while a temporary cluster lives; see sweepStale
 
-	mu   sync.Mutex
-	port int     // fixed after the first successful start
-	srv  *server // nil while stopped
+	mu     sync.Mutex
+	port   int     // fixed after the first successful start
+	srv    *server // nil while stopped
+	frozen []int   // pids Freeze stopped, postmaster first; nil unless frozen
 }
 
 // server is one postmaster: a child process, or an adopted one (cmd nil).
@@ -213,6 +214,17 @@ func (c *Cluster) stopServer(ctx context.Context, sig syscall.Signal) error {
 	if srv == nil {
 		return nil
 	}
+	if c.frozen != nil {
+		// The stop signal first, so the postmaster starts shutting down as
+		// soon as it runs again; statements waiting in the backends'
+		// sockets may still run before their backend is told to exit.
+		if err := signal(srv, sig); err != nil {
+			return fmt.Errorf("stopping frozen postgres (pid %d, data %s): %w", srv.pid, c.dataDir, err)
+		}
+		c.thawLocked()
+		// signalAndWait sends it again: a postmaster already shutting
+		// down ignores a second request of the same kind.
+	}
 	if err := c.signalAndWait(ctx, srv, sig); err != nil {
 		return fmt.Errorf("stopping postgres (pid %d, data %s): %w", srv.pid, c.dataDir, err)
 	}
@@ -233,8 +245,8 @@ func (c *Cluster) signalAndWait(ctx context.Context, srv *server, sig syscall.Si
 		default:
 		}
 	}
-	if err := syscall.Kill(srv.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signalling: %w", err)
+	if err := signal(srv, sig); err != nil {
+		return err
 	}
 	if srv.cmd != nil {
 		select {
@@ -256,6 +268,14 @@ func (c *Cluster) signalAndWait(ctx context.Context, srv *server, sig syscall.Si
 			_ = syscall.Kill(srv.pid, syscall.SIGKILL)
 			return fmt.Errorf("killed after waiting: %w", ctx.Err())
 		}
+	}
+	return nil
+}
+
+// signal sends sig to the postmaster; one already gone is not an error.
+func signal(srv *server, sig syscall.Signal) error {
+	if err := syscall.Kill(srv.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signalling: %w", err)
 	}
 	return nil
 }
