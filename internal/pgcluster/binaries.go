@@ -59,6 +59,17 @@ func findBinaries(binDir string) (binaries, error) {
 	return binaries{}, ErrNotInstalled
 }
 
+// tool returns the path of another program of the server's installation
+// (e.g. pg_basebackup), which must come from the same version.
+func (b binaries) tool(name string) (string, error) {
+	p := filepath.Join(filepath.Dir(b.postgres), name)
+	if !isExecutable(p) {
+		return "", fmt.Errorf("%s not found beside %s: install the PostgreSQL client package of the server's "+
+			"version (Debian: `apt-get install -y postgresql`, which brings postgresql-client-<version>)", name, b.postgres)
+	}
+	return p, nil
+}
+
 func binariesIn(dir string) (binaries, bool) {
 	b := binaries{initdb: filepath.Join(dir, "initdb"), postgres: filepath.Join(dir, "postgres")}
 	return b, isExecutable(b.initdb) && isExecutable(b.postgres)

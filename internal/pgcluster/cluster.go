@@ -35,8 +35,18 @@ type Options struct {
 	// cluster's lifetime so StopServer/StartServer keep the same URL.
 	Port int
 	// Fast trades durability for speed (fsync, synchronous_commit and
-	// full_page_writes off): for tests, never for data you want to keep.
+	// full_page_writes off, wal_level=minimal): for tests, never for data
+	// you want to keep. With Replication, synchronous_commit stays on and
+	// wal_level replica.
 	Fast bool
+	// Replication lets the cluster serve streaming standbys (StartStandby):
+	// wal_level=replica, max_wal_senders, hot_standby on and a trusted
+	// replication line for 127.0.0.1 in pg_hba.conf. It overrides what
+	// Fast would set against it: wal_level=minimal carries no WAL for a
+	// standby and requires max_wal_senders=0, and synchronous_commit=off
+	// would not wait for a synchronous standby (PostgreSQL 15 docs,
+	// wal_level and synchronous_commit). fsync stays off under Fast.
+	Replication bool
 	// MaxConnections is the server's max_connections; 0 means 300, enough
 	// for tests running several agents with their own pools.
 	MaxConnections int
@@ -65,6 +75,15 @@ type Cluster struct {
 	port   int     // fixed after the first successful start
 	srv    *server // nil while stopped
 	frozen []int   // pids Freeze stopped, postmaster first; nil unless frozen
+
+	// As a primary: standbys started from it, and the names of the
+	// synchronous ones, in synchronous_standby_names.
+	standbys  int
+	syncNames []string
+	// As a standby (StartStandby), until promoted.
+	standbyOf   *Cluster
+	standbyName string // its application_name
+	syncStandby bool
 }
 
 // server is one postmaster: a child process, or an adopted one (cmd nil).
@@ -109,6 +128,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	} else if err := c.initdb(ctx); err != nil {
 		c.release()
 		return nil, err
+	}
+	if opts.Replication {
+		if err := ensureReplicationHBA(c.dataDir); err != nil {
+			c.release()
+			return nil, err
+		}
 	}
 	if err := c.StartServer(ctx); err != nil {
 		c.release()
@@ -460,10 +485,21 @@ func (c *Cluster) spawn(port int) (*server, error) {
 		"max_connections=" + strconv.Itoa(orDefault(c.opts.MaxConnections, 300)),
 		"logging_collector=off",
 	}
-	if c.opts.Fast {
+	switch {
+	case c.opts.Fast && c.opts.Replication:
+		// synchronous_commit left at on: with fsync off it costs a write,
+		// and it is what makes a synchronous standby synchronous.
+		settings = append(settings, "fsync=off", "full_page_writes=off", "shared_buffers=32MB")
+	case c.opts.Fast:
 		settings = append(settings,
 			"fsync=off", "synchronous_commit=off", "full_page_writes=off",
 			"wal_level=minimal", "max_wal_senders=0", "shared_buffers=32MB")
+	}
+	if c.opts.Replication {
+		// wal_keep_size lets a standby stopped for a while catch up
+		// without a replication slot (PostgreSQL 15 docs, wal_keep_size).
+		settings = append(settings,
+			"wal_level=replica", "max_wal_senders=10", "hot_standby=on", "wal_keep_size=128MB")
 	}
 	settings = append(settings, c.opts.Settings...)
 	args := []string{"-D", c.dataDir}

@@ -67,6 +67,9 @@ func TestStartConnectStop(t *testing.T) {
 	require.Equal(t, 1, count(t, ctx, c.URL("postgres"), "SELECT 1"))
 	require.Equal(t, 300, count(t, ctx, c.URL("postgres"), "SELECT current_setting('max_connections')::int"))
 	require.Equal(t, 0, count(t, ctx, c.URL("postgres"), "SELECT (current_setting('fsync') = 'on')::int"))
+	// Without Options.Replication, Fast keeps no WAL for standbys and does not wait for a flush.
+	require.Equal(t, 1, count(t, ctx, c.URL("postgres"),
+		"SELECT (current_setting('wal_level') = 'minimal' AND current_setting('synchronous_commit') = 'off')::int"))
 	// The only TCP listener is loopback.
 	require.Equal(t, 1, count(t, ctx, c.URL("postgres"), "SELECT (current_setting('listen_addresses') = '127.0.0.1')::int"))
 

@@ -152,9 +152,8 @@ func pollProcs(ctx context.Context, pids []int, ok func(state byte) bool) error 
 	})
 }
 
-// poll calls check every interval until it reports done, returns a hard
-// error, or ctx ends; then the last soft error (check's error with done
-// false) says what it was still waiting for.
+// poll calls check every interval until it reports done or ctx ends; then
+// the error check gave last says what it was still waiting for.
 func poll(ctx context.Context, interval time.Duration, check func(context.Context) (bool, error)) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -168,11 +167,11 @@ func poll(ctx context.Context, interval time.Duration, check func(context.Contex
 			return ctx.Err()
 		case <-t.C:
 		}
-		done, err := check(ctx)
+		done, why := check(ctx)
 		if done {
-			return err
+			return nil
 		}
-		last = err
+		last = why
 		t.Reset(interval)
 	}
 }
