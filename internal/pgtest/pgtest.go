@@ -110,10 +110,26 @@ func StartCluster(t testing.TB) (*pgcluster.Cluster, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true})
+	c := startOwn(t, ctx, pgcluster.Options{Fast: true})
+	return c, c.URL("tether")
+}
+
+// startOwn starts a cluster with a migrated database "tether", stopped and
+// removed when the test ends.
+func startOwn(t testing.TB, ctx context.Context, opts pgcluster.Options) *pgcluster.Cluster {
+	t.Helper()
+	c, err := pgcluster.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
+	stopAtCleanup(t, c)
+	if err := createAndMigrate(ctx, c.URL("postgres"), c.URL("tether"), "tether"); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return c
+}
+
+func stopAtCleanup(t testing.TB, c *pgcluster.Cluster) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -121,10 +137,6 @@ func StartCluster(t testing.TB) (*pgcluster.Cluster, string) {
 			t.Errorf("pgtest: stopping cluster: %v", err)
 		}
 	})
-	if err := createAndMigrate(ctx, c.URL("postgres"), c.URL("tether"), "tether"); err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	return c, c.URL("tether")
 }
 
 func get(t testing.TB) *server {
