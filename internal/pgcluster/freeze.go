@@ -44,6 +44,9 @@ func (c *Cluster) Freeze(ctx context.Context) error {
 		return nil
 	}
 	frozen, err := freezeTree(ctx, c.srv.pid)
+	if err == nil && len(frozen) == 0 {
+		err = errors.New("the postmaster has exited")
+	}
 	if err != nil {
 		contAll(frozen)
 		return fmt.Errorf("freezing postgres (pid %d, data %s): %w", c.srv.pid, c.dataDir, err)
