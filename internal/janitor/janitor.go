@@ -66,7 +66,11 @@ type Config struct {
 	// is kept once it holds no job (DefaultAgentRetention); see PruneAgents.
 	AgentRetention time.Duration
 
-	BatchSize          int           // active rows per transaction (100)
+	BatchSize int // active rows per transaction (100)
+	// IdleInTransaction ends a janitor transaction that sits idle between
+	// its statements this long (DefaultIdleInTransaction): the locks of a
+	// frozen agent's pass do not outlive the bound.
+	IdleInTransaction  time.Duration
 	CleanupTimeout     time.Duration // bound on one Cleanup call (2m)
 	CleanupBackoffMin  time.Duration // wait after the first failed Cleanup (1s)
 	CleanupBackoffMax  time.Duration // cap of the doubling wait (5m)
@@ -100,6 +104,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.RetentionBudget, c.CleanInterval/2)
 	def(&c.CleanupTimeout, defaults.CleanupTimeout)
+	def(&c.IdleInTransaction, DefaultIdleInTransaction)
 	def(&c.CleanupBackoffMin, time.Second)
 	def(&c.CleanupBackoffMax, 5*time.Minute)
 	if c.BatchSize <= 0 {
@@ -127,6 +132,25 @@ func (c *Config) activeTimeoutGrace() time.Duration {
 	return 2*c.Keepalive + c.CleanInterval
 }
 
+// DefaultIdleInTransaction bounds how long a janitor transaction may sit
+// idle between its statements. A pass runs its statements back to back (a
+// batch takes milliseconds), so only a frozen or stalled agent comes near.
+const DefaultIdleInTransaction = 10 * time.Second
+
+// beginTx is the first statement of a janitor transaction: no JIT, and
+// IdleInTransaction as the session's bound on idling inside it.
+func (c *Config) beginTx(ctx context.Context, tx pgx.Tx) error {
+	idle := c.IdleInTransaction
+	if idle <= 0 {
+		idle = DefaultIdleInTransaction
+	}
+	st := queries.Named("janitor_tx")
+	if _, err := tx.Exec(ctx, st.SQL, st.Args(map[string]any{"idle_ms": idle.Milliseconds()})...); err != nil {
+		return fmt.Errorf("setting up the janitor's transaction: %w", err)
+	}
+	return nil
+}
+
 // defaultStaleJob is agent.stale_job's default.
 const defaultStaleJob = defaults.StaleJob
 
@@ -146,6 +170,10 @@ type Service struct {
 	pending         prometheus.Gauge
 	cleanupFailures prometheus.Counter
 	deleted         prometheus.Counter
+
+	// afterCandidates, if set (tests), runs inside a batch's transaction
+	// once its rows are locked, before any is acted on.
+	afterCandidates func(ctx context.Context)
 }
 
 // New returns a Service. It does nothing until Run.
@@ -329,7 +357,7 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		applied, left = applied[:0], left[:0]
-		if _, err := tx.Exec(ctx, queries.Get("janitor_no_jit")); err != nil {
+		if err := s.cfg.beginTx(ctx, tx); err != nil {
 			return fmt.Errorf("selecting janitor candidates: %w", err)
 		}
 		rows, err := tx.Query(ctx, queries.Get("janitor_candidates"), pgx.NamedArgs{
@@ -347,6 +375,9 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 			return fmt.Errorf("selecting janitor candidates: %w", err)
 		}
 		full = len(cands) == s.cfg.BatchSize
+		if s.afterCandidates != nil {
+			s.afterCandidates(ctx)
+		}
 		for _, c := range cands {
 			if !c.SelfRegistered {
 				countSelf(&c.Input, served, s.plugins.Info)
@@ -458,7 +489,7 @@ func ReleasePreviousWith(ctx context.Context, pool *pgxpool.Pool, p PreviousConf
 		var full bool
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			n = 0
-			if _, err := tx.Exec(ctx, queries.Get("janitor_no_jit")); err != nil {
+			if err := (&Config{}).beginTx(ctx, tx); err != nil {
 				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
 			}
 			rows, err := tx.Query(ctx, queries.Get("janitor_previous"), pgx.NamedArgs{
