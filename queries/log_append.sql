@@ -1,9 +1,17 @@
--- Fenced, batched log append for many jobs at once, in write order across
--- both streams. Inputs are two sets of parallel arrays:
+-- Fenced, batched, idempotent log append for many jobs at once, in write
+-- order across both streams. Inputs are two sets of parallel arrays:
 --   jobs:    @job_ids, @leases — one element per job;
---   records: @rec_jobs (the job's index in @job_ids, 1-based), @rec_streams,
---            @rec_ats (when the agent received the bytes), @rec_data — in
---            the order they were written.
+--   records: @rec_jobs (the job's index in @job_ids, 1-based), @rec_seqs
+--            (the chunk's number in its runner's write order, 1, 2, …; 0 =
+--            no identity, always stored), @rec_streams, @rec_ats (when the
+--            agent received the bytes), @rec_data — in the order written.
+-- A record whose number is at or below what the job's active row says is
+-- stored for this lease (log_lease, log_seq) was stored by an earlier send
+-- of the same chunk, whose acknowledgement was lost (a timeout, a hung
+-- server that committed it later): it is skipped, and counts nowhere. The
+-- active row is locked first, so of two sends racing each other the second
+-- reads what the first stored (a locked row is re-read at its newest
+-- version) and skips it.
 -- Each stream is capped at @max bytes per job; the record crossing the cap is
 -- cut and followed by one truncation marker. Rows are inserted in record
 -- order, so the bigserial id (the seq) is write order. One pg_notify per job
@@ -12,19 +20,26 @@
 WITH input AS (
     SELECT * FROM unnest(@job_ids::text[], @leases::bigint[]) WITH ORDINALITY AS t(job_id, lease, idx)
 ), cur AS (
-    SELECT a.job_id, i.idx, a.stdout_bytes, a.stderr_bytes, a.stdout_truncated, a.stderr_truncated, j.attempt
+    SELECT a.job_id, i.idx, a.stdout_bytes, a.stderr_bytes, a.stdout_truncated, a.stderr_truncated, j.attempt,
+           CASE WHEN a.log_lease = a.lease THEN a.log_seq ELSE 0 END AS stored_seq
     FROM active_jobs a
     JOIN input i ON i.job_id = a.job_id AND i.lease = a.lease
     JOIN jobs j ON j.id = a.job_id
     ORDER BY a.job_id
     FOR UPDATE OF a
+), fresh AS (
+    -- The records not stored yet.
+    SELECT c.job_id, c.attempt, r.job_idx, r.seq, r.stream, r.at, r.data, r.ord
+    FROM unnest(@rec_jobs::bigint[], @rec_seqs::bigint[], @rec_streams::text[], @rec_ats::timestamptz[], @rec_data::bytea[])
+        WITH ORDINALITY AS r(job_idx, seq, stream, at, data, ord)
+    JOIN cur c ON c.idx = r.job_idx
+    WHERE r.seq = 0 OR r.seq > c.stored_seq
 ), rec AS (
-    SELECT r.job_idx, r.stream, r.at, r.data, r.ord,
-           sum(length(r.data)) OVER (PARTITION BY r.job_idx, r.stream ORDER BY r.ord) - length(r.data) AS before
-    FROM unnest(@rec_jobs::bigint[], @rec_streams::text[], @rec_ats::timestamptz[], @rec_data::bytea[])
-        WITH ORDINALITY AS r(job_idx, stream, at, data, ord)
+    SELECT f.*,
+           sum(length(f.data)) OVER (PARTITION BY f.job_idx, f.stream ORDER BY f.ord) - length(f.data) AS before
+    FROM fresh f
 ), acc AS (
-    SELECT c.job_id, c.attempt, r.stream, r.at, r.ord,
+    SELECT r.job_id, r.attempt, r.stream, r.at, r.ord,
            substring(r.data FROM 1 FOR GREATEST(0, room - r.before)::int) AS keep,
            NOT truncated AND r.before <= room AND r.before + length(r.data) > room AS cut
     FROM rec r
@@ -38,14 +53,19 @@ WITH input AS (
     SET stdout_bytes = a.stdout_bytes + s.out_kept,
         stderr_bytes = a.stderr_bytes + s.err_kept,
         stdout_truncated = a.stdout_truncated OR s.out_cut,
-        stderr_truncated = a.stderr_truncated OR s.err_cut
+        stderr_truncated = a.stderr_truncated OR s.err_cut,
+        log_lease = a.lease,
+        log_seq = greatest(CASE WHEN a.log_lease = a.lease THEN a.log_seq ELSE 0 END, s.top_seq)
     FROM (
-        SELECT job_id,
-               coalesce(sum(length(keep)) FILTER (WHERE stream = 'stdout'), 0) AS out_kept,
-               coalesce(sum(length(keep)) FILTER (WHERE stream = 'stderr'), 0) AS err_kept,
-               coalesce(bool_or(cut) FILTER (WHERE stream = 'stdout'), false) AS out_cut,
-               coalesce(bool_or(cut) FILTER (WHERE stream = 'stderr'), false) AS err_cut
-        FROM acc GROUP BY job_id
+        SELECT f.job_id,
+               coalesce(sum(length(acc.keep)) FILTER (WHERE acc.stream = 'stdout'), 0) AS out_kept,
+               coalesce(sum(length(acc.keep)) FILTER (WHERE acc.stream = 'stderr'), 0) AS err_kept,
+               coalesce(bool_or(acc.cut) FILTER (WHERE acc.stream = 'stdout'), false) AS out_cut,
+               coalesce(bool_or(acc.cut) FILTER (WHERE acc.stream = 'stderr'), false) AS err_cut,
+               max(f.seq) AS top_seq
+        FROM fresh f
+        LEFT JOIN acc ON acc.job_id = f.job_id AND acc.ord = f.ord
+        GROUP BY f.job_id
     ) s
     WHERE a.job_id = s.job_id
 ), ins AS (

@@ -251,27 +251,41 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 		CleanupBy: s.cfg.Holder.Name, CleanupHold: s.cfg.CleanupTimeout + s.cfg.FinalTimeout}
 	var ended store.Ended
 	refused := false
+	unsure := false // a try of the end failed after it was sent: it may have landed
 	for {
 		err := s.retryWrite(j, a.log, "writing final status", func(ctx context.Context) error {
 			if err := s.logs.flush(ctx, &j.key); err != nil { // output before the end
 				return err
 			}
+			var err error
 			if !store.FinalBatchable(e) {
-				var err error
 				ended, err = s.store.EndAttempt(ctx, e)
-				return err
+			} else {
+				// The plugin call is over: the next claim may have the slot
+				// while this end waits for its batch. (An end the database
+				// refuses is stored again below, Cleanup included, still
+				// without its slot: the 2 × capacity bound on held leases
+				// still holds.)
+				s.freeSlot(j)
+				var r endResult
+				r, err = s.finals.do(ctx, e) // the hot path: shares a statement
+				if err == nil {
+					ended, err = r.ended, r.err
+				}
 			}
-			// The plugin call is over: the next claim may have the slot while
-			// this end waits for its batch. (An end the database refuses is
-			// stored again below, Cleanup included, still without its slot:
-			// the 2 × capacity bound on held leases still holds.)
-			s.freeSlot(j)
-			r, err := s.finals.do(ctx, e) // the hot path: shares a statement
-			if err == nil {
-				ended, err = r.ended, r.err
+			if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+				unsure = true
 			}
 			return err
 		})
+		if errors.Is(err, store.ErrLeaseLost) && unsure {
+			// Sent again after an answer was lost: the fence is gone because
+			// the earlier try landed, or because the lease really was lost.
+			if _, prior, ok := s.priorEnd(j, a.log, e.CleanupBy); ok {
+				a.log.Warn("the job's end had been stored by an earlier try whose answer was lost", "status", prior.Status)
+				ended, err = prior, nil
+			}
+		}
 		var de *store.DataError
 		switch {
 		case errors.As(err, &de) && !refused:
@@ -330,9 +344,20 @@ func (s *Service) observeEnd(j *runningJob, ended store.Ended) {
 func (s *Service) release(a *attempt, why, reason string) {
 	j := a.j
 	s.logs.drop(j.key)
+	unsure := false // a try failed after it was sent: it may have landed
 	err := s.retryWrite(j, a.log, "releasing job", func(ctx context.Context) error {
-		return s.store.Release(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, reason)
+		err := s.store.Release(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, reason)
+		if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+			unsure = true
+		}
+		return err
 	})
+	if errors.Is(err, store.ErrLeaseLost) && unsure {
+		if kind, _, ok := s.priorEnd(j, a.log, ""); ok && kind == "released" {
+			a.log.Warn("the release had been stored by an earlier try whose answer was lost")
+			err = nil
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
 		s.recordLeaseLost(j, a.log, metrics.LeaseLostWrite, "it had detached from the job to release it ("+reason+")")
@@ -344,6 +369,23 @@ func (s *Service) release(a *attempt, why, reason string) {
 		a.log.Info("released resumable job", "reason", reason)
 		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "released", Error: reason})
 	}
+}
+
+// priorEnd asks whether this runner's own earlier try of an end or a
+// release landed (store.PriorEnd), waiting for the database like a write.
+// ok is false when it did not, or when the database could not tell before
+// the agent gave up (logged): the lease is then taken as lost.
+func (s *Service) priorEnd(j *runningJob, log *slog.Logger, cleanupBy string) (kind string, ended store.Ended, ok bool) {
+	err := s.retryWrite(j, log, "reading whether the end was stored", func(ctx context.Context) error {
+		var err error
+		kind, ended, ok, err = s.store.PriorEnd(ctx, s.cfg.Holder, j.claimed.Job.ID, j.claimed.Lease, cleanupBy)
+		return err
+	})
+	if err != nil {
+		log.Warn("could not tell whether an earlier try of the write landed; taking the lease as lost", "err", err)
+		return "", store.Ended{}, false
+	}
+	return kind, ended, ok
 }
 
 // retryWrite runs one of the runner's fenced writes until it lands, is

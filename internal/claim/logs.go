@@ -73,12 +73,20 @@ type jobBuf struct {
 	recs  []store.LogRecord // ready to store, in arrival order
 	size  int               // bytes in recs
 	seen  [2]int64          // bytes accepted so far, to stop buffering past the cap
+	// seq is the last record number given out (records are numbered 1, 2,
+	// … per runner, so a resend is stored once); sent is the highest one
+	// handed to a statement. A record that was sent may be stored already
+	// (its answer lost), so no write is ever joined to it.
+	seq, sent int64
 }
 
 // take empties b and returns what it held.
 func (b *jobBuf) take() ([]store.LogRecord, int) {
 	recs, n := b.recs, b.size
 	b.recs, b.size = nil, 0
+	if len(recs) > 0 {
+		b.sent = max(b.sent, recs[len(recs)-1].Seq)
+	}
 	return recs, n
 }
 
@@ -146,7 +154,9 @@ func (f *logFlusher) run(ctx context.Context) {
 // buffer of only (a runner at its attempt's end, gated or not). Output of a
 // runner whose lease is gone is dropped and the runner stopped; on a
 // database error the output is kept for the next flush and the error
-// returned.
+// returned. The statement may have committed all the same (a timeout on a
+// hung server that wakes later): the records keep their numbers, so the
+// next flush stores only what did not land.
 func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
@@ -250,11 +260,12 @@ func (w *jobWriter) Write(p []byte) (int, error) {
 	if int64(len(keep)) > room {
 		keep = keep[:max(room, 0)]
 	}
-	if n := len(b.recs); n > 0 && b.recs[n-1].Stream == w.stream.String() && now.Sub(b.recs[n-1].At) < coalesceWindow {
+	if n := len(b.recs); n > 0 && b.recs[n-1].Seq > b.sent && b.recs[n-1].Stream == w.stream.String() && now.Sub(b.recs[n-1].At) < coalesceWindow {
 		b.recs[n-1].Data = append(b.recs[n-1].Data, keep...)
 	} else if len(keep) > 0 {
 		// Copied: p is the caller's and may be reused once Write returns.
-		b.recs = append(b.recs, store.LogRecord{Stream: w.stream.String(), At: now, Data: append([]byte(nil), keep...)})
+		b.seq++
+		b.recs = append(b.recs, store.LogRecord{Seq: b.seq, Stream: w.stream.String(), At: now, Data: append([]byte(nil), keep...)})
 	}
 	b.size += len(keep)
 	b.seen[w.stream] += int64(len(keep))

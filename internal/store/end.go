@@ -201,3 +201,33 @@ func nullText(s string) any {
 	}
 	return s
 }
+
+// PriorEnd reports whether h already ended (or released) its attempt of
+// jobID under lease: a fenced end or release sent again after its
+// acknowledgement was lost finds its own earlier write, not a lost lease.
+// kind is the event that write recorded (succeeded, failed, canceled,
+// retry_scheduled or released); ended is what it stored as far as the
+// runner needs it, with the Cleanup claim it gave cleanupBy if that claim
+// still holds. found is false when h wrote no such event: the lease was
+// really lost.
+func (s *Store) PriorEnd(ctx context.Context, h Holder, jobID string, lease int64, cleanupBy string) (kind string, ended Ended, found bool, err error) {
+	st := queries.Named("attempt_end_prior")
+	err = s.pool.QueryRow(ctx, st.SQL, st.Args(map[string]any{
+		"job": jobID, "lease": lease, "agent": h.Name, "generation": h.Generation, "cleanup_by": cleanupBy,
+	})...).Scan(&kind, &ended.Attempt, &ended.Cleanup.Worker, &ended.Cleanup.Attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", Ended{}, false, nil
+	}
+	if err != nil {
+		return "", Ended{}, false, fmt.Errorf("reading whether job %s's attempt under lease %d was already ended: %w", jobID, lease, err)
+	}
+	switch kind {
+	case "retry_scheduled":
+		ended.Status, ended.Retried = StatusQueued, true
+	case "released":
+		ended.Status = StatusRunning
+	default:
+		ended.Status = kind
+	}
+	return kind, ended, true, nil
+}

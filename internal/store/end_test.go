@@ -223,3 +223,80 @@ func TestFinalEndFencedByExpectedStatus(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusFailed, ended.Status)
 }
+
+// TestPriorEndFindsTheHoldersOwnEarlierWrite: an end or release sent again
+// after its answer was lost finds the fence gone; PriorEnd tells its own
+// earlier write (final, retry with its Cleanup claim, release) from a lease
+// someone else ended.
+func TestPriorEndFindsTheHoldersOwnEarlierWrite(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a, b := register(t, st, "a"), register(t, st, "b")
+
+	// A final end.
+	j := submit(t, st, "c")
+	c := claimOne(t, st, a, j.ID)
+	e := store.End{JobID: j.ID, Lease: c.Lease, Actor: a, Outcome: store.Outcome{Status: store.StatusSucceeded}}
+	_, err := st.EndAttempt(ctx, e)
+	require.NoError(t, err)
+	_, err = st.EndAttempt(ctx, e) // the resend
+	require.ErrorIs(t, err, store.ErrLeaseLost)
+	kind, ended, found, err := st.PriorEnd(ctx, a, j.ID, c.Lease, "")
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, "succeeded", kind)
+	assert.Equal(t, store.StatusSucceeded, ended.Status)
+	_, _, found, err = st.PriorEnd(ctx, b, j.ID, c.Lease, "")
+	require.NoError(t, err)
+	assert.False(t, found, "another holder did not end it")
+
+	// A release; and a lease the janitor ended is not the holder's.
+	j = submit(t, st, "rel")
+	c = claimCmd(t, st, a, "rel")
+	_, err = st.MarkRunning(ctx, j.ID, c.Lease, "")
+	require.NoError(t, err)
+	require.NoError(t, st.Release(ctx, a, j.ID, c.Lease, "handoff: test"))
+	kind, _, found, err = st.PriorEnd(ctx, a, j.ID, c.Lease, "")
+	require.NoError(t, err)
+	assert.True(t, found)
+	assert.Equal(t, "released", kind)
+
+	j = submit(t, st, "jan")
+	c = claimCmd(t, st, a, "jan")
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: c.Lease, Actor: b, EventLease: c.Lease + 1,
+		Outcome: store.Outcome{Status: store.StatusFailed, Error: "awol", ErrorClass: "permanent"}})
+	require.NoError(t, err)
+	_, _, found, err = st.PriorEnd(ctx, a, j.ID, c.Lease, "")
+	require.NoError(t, err)
+	assert.False(t, found, "the janitor's end is a lost lease for the holder")
+	// A retry whose Cleanup this agent runs itself: the claim comes back.
+	j = submitWith(t, st, limits.Set{MaxRetry: 2})
+	c = claimOne(t, st, a, j.ID)
+	_, err = st.MarkRunning(ctx, j.ID, c.Lease, "")
+	require.NoError(t, err)
+	e = store.End{JobID: j.ID, Lease: c.Lease, Actor: a, Outcome: store.Outcome{Status: store.StatusFailed, Error: "x", ErrorClass: "retriable"},
+		Plan: lifecycle.Plan{Retry: true, Cleanup: true}, CleanupBy: a.Name, CleanupHold: time.Minute}
+	first, err := st.EndAttempt(ctx, e)
+	require.NoError(t, err)
+	require.True(t, first.Cleanup.Held())
+	kind, ended, found, err = st.PriorEnd(ctx, a, j.ID, c.Lease, a.Name)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, "retry_scheduled", kind)
+	assert.True(t, ended.Retried)
+	assert.Equal(t, first.Cleanup, ended.Cleanup, "the Cleanup claim the first write gave")
+	require.NoError(t, cleanups.Done(ctx, st.Pool(), j.ID, first.Cleanup, a.Generation, "cleanup_ok", "test"))
+	_, ended, found, err = st.PriorEnd(ctx, a, j.ID, c.Lease, a.Name)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.False(t, ended.Cleanup.Held(), "a Cleanup already done is not run again")
+
+}
+
+func claimCmd(t *testing.T, st *store.Store, h store.Holder, command string) store.Claimed {
+	t.Helper()
+	got, err := st.Claim(context.Background(), h, 1, []string{command})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	return got[0]
+}

@@ -293,14 +293,19 @@ type LogBatch struct {
 	Lease int64
 	// Records are the writes in the order they arrived, both streams
 	// interleaved. Stdout and Stderr are a shorthand for callers with no
-	// order to keep: appended after Records, all of stdout then all of
-	// stderr, stamped with the time of the append.
+	// order to keep and nothing to send twice (tests, tools): appended after
+	// Records, all of stdout then all of stderr, stamped with the time of
+	// the append, with no identity (Seq 0).
 	Records        []LogRecord
 	Stdout, Stderr []byte
 }
 
 // LogRecord is one write of a plugin's output as the agent received it.
 type LogRecord struct {
+	// Seq numbers the record in its runner's write order (1, 2, … per job
+	// and lease): a record sent again after a lost acknowledgement is
+	// stored once. 0 means no identity: stored every time it is sent.
+	Seq    int64
 	Stream string    // stdout or stderr
 	At     time.Time // the agent's clock at receipt
 	Data   []byte
@@ -309,7 +314,9 @@ type LogRecord struct {
 // AppendLogs writes many jobs' output in one fenced statement, capping each
 // stream at maxPerStream bytes per job. It returns the IDs whose lease held;
 // the output of the others was dropped. The jobs' followers are notified
-// (tether_logs) when it commits.
+// (tether_logs) when it commits. Records with a Seq at or below the highest
+// one already stored for their job's lease are skipped: sending a batch
+// again after its acknowledgement was lost stores nothing twice.
 func (s *Store) AppendLogs(ctx context.Context, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
 	return appendLogs(ctx, s.pool, batches, maxPerStream)
 }
@@ -323,15 +330,17 @@ func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream
 	leases := make([]int64, len(batches))
 	var (
 		recJobs    []int64
+		recSeqs    []int64
 		recStreams []string
 		recAts     []time.Time
 		recData    [][]byte
 	)
-	add := func(job int, stream string, at time.Time, data []byte) {
+	add := func(job int, seq int64, stream string, at time.Time, data []byte) {
 		if len(data) == 0 {
 			return
 		}
 		recJobs = append(recJobs, int64(job+1)) // 1-based, as WITH ORDINALITY counts
+		recSeqs = append(recSeqs, seq)
 		recStreams = append(recStreams, stream)
 		recAts = append(recAts, at)
 		recData = append(recData, data)
@@ -340,15 +349,15 @@ func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream
 	for i, b := range batches {
 		ids[i], leases[i] = b.JobID, b.Lease
 		for _, r := range b.Records {
-			add(i, r.Stream, r.At, r.Data)
+			add(i, r.Seq, r.Stream, r.At, r.Data)
 		}
-		add(i, "stdout", now, b.Stdout)
-		add(i, "stderr", now, b.Stderr)
+		add(i, 0, "stdout", now, b.Stdout)
+		add(i, 0, "stderr", now, b.Stderr)
 	}
 	st := queries.Named("log_append")
 	rows, err := q.Query(ctx, st.SQL, st.Args(map[string]any{
 		"job_ids": ids, "leases": leases,
-		"rec_jobs": nonNilSlice(recJobs), "rec_streams": nonNilSlice(recStreams),
+		"rec_jobs": nonNilSlice(recJobs), "rec_seqs": nonNilSlice(recSeqs), "rec_streams": nonNilSlice(recStreams),
 		"rec_ats": nonNilSlice(recAts), "rec_data": nonNilSlice(recData),
 		"max": maxPerStream,
 	})...)

@@ -1,0 +1,116 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+func recs(first int64, stream string, lines ...string) []store.LogRecord {
+	out := make([]store.LogRecord, len(lines))
+	for i, l := range lines {
+		out[i] = store.LogRecord{Seq: first + int64(i), Stream: stream, At: time.Now(), Data: []byte(l)}
+	}
+	return out
+}
+
+// TestAppendLogsResendIsStoredOnce: a batch sent again after its
+// acknowledgement was lost — whole, overlapping the next one, inside a
+// checkpoint, or racing its first send on another connection — stores each
+// record once and counts its bytes once; a new lease numbers from 1 again.
+func TestAppendLogsResendIsStoredOnce(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a := register(t, st, "a")
+	j := submit(t, st, "c")
+	got, err := st.Claim(ctx, a, 1, []string{"c"})
+	require.NoError(t, err)
+	lease := got[0].Lease
+	send := func(rs []store.LogRecord) {
+		t.Helper()
+		held, err := st.AppendLogs(ctx, []store.LogBatch{{JobID: j.ID, Lease: lease, Records: rs}}, 1<<20)
+		require.NoError(t, err)
+		require.True(t, held[j.ID])
+	}
+
+	send(recs(1, "stdout", "a\n", "b\n"))
+	send(recs(1, "stdout", "a\n", "b\n"))                                      // the same batch again
+	send(append(recs(1, "stdout", "a\n", "b\n"), recs(3, "stderr", "c\n")...)) // put back, with what came after
+	send(recs(4, "stdout", "d\n"))
+	assert.Equal(t, "a\nb\nd\n", readStream(t, st, j.ID, "stdout"))
+	assert.Equal(t, "c\n", readStream(t, st, j.ID, "stderr"))
+
+	// A checkpoint sent twice: its output once, its handle as sent.
+	for range 2 {
+		require.NoError(t, st.CheckpointWithOutput(ctx, store.LogBatch{JobID: j.ID, Lease: lease, Records: recs(5, "stdout", "e\n")}, 1<<20, []byte("h5")))
+	}
+	assert.Equal(t, "a\nb\nd\ne\n", readStream(t, st, j.ID, "stdout"))
+
+	// Two sends of the same records at once: the second waits for the
+	// first's row lock, and then skips what the first stored.
+	watch, err := pgx.Connect(ctx, st.Pool().Config().ConnString()) // not the pool's: it is full
+	require.NoError(t, err)
+	defer watch.Close(ctx)
+	lock, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `SELECT 1 FROM active_jobs WHERE job_id = $1 FOR UPDATE`, j.ID)
+	require.NoError(t, err)
+	batch := recs(6, "stdout", "f\n", "g\n")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := st.AppendLogs(ctx, []store.LogBatch{{JobID: j.ID, Lease: lease, Records: batch}}, 1<<20)
+			errs <- err
+		}()
+	}
+	waitFor(t, 10*time.Second, "both sends waiting for the row lock", func() bool {
+		var n int
+		require.NoError(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idempotent log append%'`).Scan(&n))
+		return n == 2
+	})
+	require.NoError(t, lock.Rollback(ctx))
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	out := readStream(t, st, j.ID, "stdout")
+	assert.Equal(t, "a\nb\nd\ne\nf\ng\n", out)
+	var outBytes int64
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT stdout_bytes FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&outBytes))
+	assert.Equal(t, int64(len(out)), outBytes, "bytes counted once toward the cap")
+
+	// Records without an identity are stored each time.
+	for range 2 {
+		_, err := st.AppendLogs(ctx, []store.LogBatch{{JobID: j.ID, Lease: lease, Stderr: []byte("x\n")}}, 1<<20)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, "c\nx\nx\n", readStream(t, st, j.ID, "stderr"))
+
+	// A new holder numbers its records from 1 again.
+	require.NoError(t, st.Release(ctx, a, j.ID, lease, "test"))
+	b := register(t, st, "b")
+	again, err := st.Claim(ctx, b, 1, []string{"c"})
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	lease = again[0].Lease
+	send(recs(1, "stdout", "h\n"))
+	assert.True(t, strings.HasSuffix(readStream(t, st, j.ID, "stdout"), "g\nh\n"))
+}
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within %s", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
