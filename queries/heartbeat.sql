@@ -11,6 +11,9 @@
 -- it: stop), false when the name has no row at all (an operator or agent
 -- retention deleted it: register again). Without the row no lease is
 -- returned, so the caller must not read the answer as every lease lost.
+--
+-- Run with JIT off (store.QueryHot): every agent runs it every keepalive, and
+-- its estimate grows with the active rows while it reads one agent's.
 WITH ag AS (
     UPDATE agents SET last_seen = now()
     WHERE name = @name AND generation = @generation

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/metrics"
+	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -39,17 +40,24 @@ func (s *Service) commandNames() []string {
 	return names
 }
 
-// QueueStats measures the due, unowned jobs of each command and the live
+// QueueCountCap is the most due jobs per command QueueStats counts: a
+// count of QueueCountCap means at least that many. Every agent measures the
+// queue every janitor pass, and counting a backlog of 1,000,000 jobs read
+// every one of them; the cap bounds the pass's cost whatever the backlog
+// (docs/operations.md, Metrics; tether_queue_jobs's help says it too).
+const QueueCountCap = 10000
+
+// QueueStats measures the due, unowned jobs of each command (at most
+// QueueCountCap of them), how long the oldest has waited, and the live
 // agents (seen within liveWithin) claiming it (see queries/queue_stats.sql:
-// one index range per command).
-func QueueStats(ctx context.Context, db interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, commands []string, liveWithin time.Duration) ([]metrics.QueueStat, error) {
+// the head of one index range per command), with JIT off.
+func QueueStats(ctx context.Context, db store.Batcher, commands []string, liveWithin time.Duration) ([]metrics.QueueStat, error) {
 	if len(commands) == 0 {
 		return nil, nil
 	}
 	st := queries.Named("queue_stats")
-	rows, err := db.Query(ctx, st.SQL, st.Args(map[string]any{"commands": commands, "live_s": liveWithin.Seconds()})...)
+	rows, err := store.QueryHot(ctx, db, st.SQL, st.Args(map[string]any{
+		"commands": commands, "live_s": liveWithin.Seconds(), "cap": QueueCountCap})...)
 	if err != nil {
 		return nil, fmt.Errorf("measuring the queue: %w", err)
 	}

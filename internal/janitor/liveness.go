@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherjobs/tether/internal/defaults"
+	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -184,7 +185,9 @@ func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 }
 
 func (l *Liveness) freeLocks(ctx context.Context) (time.Time, []FreeLock, error) {
-	rows, err := l.jan.pool.Query(ctx, queries.Get("agents_lock_free"), pgx.NamedArgs{"self_name": l.jan.cfg.Holder.Name})
+	// JIT off: every agent runs it every keepalive (store.QueryHot).
+	st := queries.Named("agents_lock_free")
+	rows, err := store.QueryHot(ctx, l.jan.pool, st.SQL, st.Args(map[string]any{"self_name": l.jan.cfg.Holder.Name})...)
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("listing agents whose name lock is free: %w", err)
 	}

@@ -122,7 +122,7 @@ func New() *Metrics {
 			Name: "tether_agents_dead_total", Help: "Agent generations this agent found dead: name lock free and silent for dead_after (their jobs settled early).",
 		}),
 		QueueJobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_queue_jobs", Help: "Due jobs no agent holds (queued, or released for resuming), cluster-wide, by configured command, as of this agent's last janitor pass.",
+			Name: "tether_queue_jobs", Help: "Due jobs no agent holds (queued, or released for resuming), counted up to 10000 per command (10000 means at least that many), cluster-wide, by configured command, as of this agent's last janitor pass.",
 		}, []string{"command"}),
 		QueueOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tether_queue_oldest_seconds", Help: "How long the longest-waiting due job has been claimable (0 when none), cluster-wide, by configured command, as of this agent's last janitor pass.",

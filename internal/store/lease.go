@@ -205,7 +205,7 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 		ids[i], nums[i] = l.JobID, l.Lease
 	}
 	st := queries.Named("heartbeat")
-	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{
+	rows, err := QueryHot(ctx, s.pool, st.SQL, st.Args(map[string]any{
 		"name": h.Name, "generation": h.Generation, "job_ids": ids, "leases": nums})...)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)

@@ -160,22 +160,54 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // genericPlan is the first statement of queryGeneric's pipeline: for the
 // rest of its (implicit) transaction, prepared statements use their generic
-// plan.
-const genericPlan = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+// plan and JIT is off (queries/hot_generic_plan.sql).
+var genericPlan = queries.Named("hot_generic_plan").SQL
+
+// noJIT is the first statement of QueryHot's pipeline: for the rest of its
+// transaction, JIT is off (queries/hot_no_jit.sql).
+var noJIT = queries.Named("hot_no_jit").SQL
 
 // queryGeneric runs one statement with the generic plan of its prepared
-// statement. The hot path's multi-row statements (claim, the running and
-// final batches) take array arguments, and PostgreSQL's default plan cache
-// mode kept re-planning them on every call: measured, 0.6 ms of planning
-// per claim, more than the claim itself. Their SQL is written so that the
-// generic plan is the index plan (ANY (ARRAY(...)) joins). The setting is
-// local to the pipeline's implicit transaction (one round trip, one Sync),
-// so it never leaks into other statements on the connection.
+// statement, and without JIT. The hot path's multi-row statements (claim,
+// the running and final batches) take array arguments, and PostgreSQL's
+// default plan cache mode kept re-planning them on every call: measured,
+// 0.6 ms of planning per claim, more than the claim itself. Their SQL is
+// written so that the generic plan is the index plan (ANY (ARRAY(...))
+// joins). That plan's cost estimate grows with the backlog and passed
+// jit_above_cost at ~600,000 queued jobs of one command: JIT then cost 34 ms
+// of a 35 ms claim (issue 25). The settings are local to the pipeline's
+// implicit transaction (one round trip, one Sync), so they never leak into
+// other statements on the connection, also through PgBouncer in
+// transaction mode.
 func (s *Store) queryGeneric(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return queryAfter(ctx, s.pool, genericPlan, sql, args...)
+}
+
+// Batcher runs a pipeline of statements: a pool, a connection or a
+// transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// QueryHot runs one hot statement with JIT off: a statement every agent
+// runs often whose planner estimate grows with a backlog or with held
+// leases while it reads few rows (the heartbeat, the liveness check, the
+// queue gauges), where compiling would cost more than running. It keeps the
+// statement's usual plan (see queryGeneric for the statements that also
+// force the generic one). JIT is off for the rest of the transaction: the
+// pipeline's implicit one on a pool or connection (one round trip), the
+// caller's own on a transaction.
+func QueryHot(ctx context.Context, db Batcher, sql string, args ...any) (pgx.Rows, error) {
+	return queryAfter(ctx, db, noJIT, sql, args...)
+}
+
+// queryAfter runs setup and then sql in one pipeline and returns the rows of
+// sql; closing them (or reading them to the end) closes the pipeline.
+func queryAfter(ctx context.Context, db Batcher, setup, sql string, args ...any) (pgx.Rows, error) {
 	var b pgx.Batch
-	b.Queue(genericPlan)
+	b.Queue(setup)
 	b.Queue(sql, args...)
-	br := s.pool.SendBatch(ctx, &b)
+	br := db.SendBatch(ctx, &b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
 		return nil, err
@@ -195,6 +227,17 @@ type batchRows struct {
 	br       pgx.BatchResults
 	closed   bool
 	closeErr error
+}
+
+// Next closes the batch after the last row, so that Err, read after the
+// rows as pgx.CollectRows and a loop over Next do, also reports what the end
+// of the pipeline said (its implicit transaction's commit).
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
 }
 
 func (r *batchRows) Close() {

@@ -1,0 +1,11 @@
+-- The first statement of a hot statement's pipeline (store.QueryHot): for
+-- the rest of its transaction (the pipeline's implicit one, or the caller's),
+-- no JIT. A statement that reads a large backlog (the claim at ~600,000
+-- queued jobs of one command, the queue gauges, the heartbeat of an agent
+-- holding thousands of leases) can pass jit_above_cost on the planner's
+-- estimate while it reads a handful of rows: at 1,000,000 queued jobs
+-- PostgreSQL compiled ~66 functions per claim, 34 of its 35 ms (issue 25).
+-- Transaction-local (set_config(..., true)), never a session SET or a
+-- startup parameter: through PgBouncer in transaction mode the server
+-- session is shared, and unknown startup parameters are refused.
+SELECT set_config('jit', 'off', true);
