@@ -19,7 +19,10 @@
 --          claim lapses and any janitor runs it). A retry then waits for it
 --          (run_after = 'infinity' until cleanup_done lifts it to retry_at).
 WITH f AS (
-    SELECT job_id, handle FROM active_jobs WHERE job_id = @job AND lease = @lease FOR UPDATE
+    SELECT job_id, handle FROM active_jobs
+    WHERE job_id = @job AND lease = @lease
+      AND (@holder::text = '' OR agent_generation = @holder::text) -- the holder's own end (see log_append.sql)
+    FOR UPDATE
 ), j AS (
     -- One UPDATE for both endings (final or retry), deciding per row in the
     -- SET list from the job's status before it: cheaper than one statement

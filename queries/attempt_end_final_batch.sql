@@ -4,7 +4,8 @@
 -- store.EndAttempt with one row (the janitor, in its transaction). It stores
 -- exactly what attempt_end.sql stores for such a plan, with the statement
 -- nodes such a plan uses (PostgreSQL runs every node whether it writes or
--- not). Each row is fenced by its own (job_id, lease), and by its expected
+-- not). Each row is fenced by its own (job_id, lease), by its holder's
+-- generation when it is the holder's own end (see log_append.sql), and by its expected
 -- status when it has one (the janitor decided on the status it read under
 -- lock): a row whose fence no longer holds writes nothing and is missing
 -- from the answer, while the others land. Active rows are locked in job_id
@@ -14,13 +15,14 @@
 -- jobs and active_jobs by primary key.
 WITH r AS (
     SELECT *
-    FROM unnest(@jobs::text[], @leases::bigint[], @expects::text[], @statuses::text[], @results::text[],
+    FROM unnest(@jobs::text[], @leases::bigint[], @holders::text[], @expects::text[], @statuses::text[], @results::text[],
                 @errors::text[], @error_classes::text[], @event_kinds::text[],
                 @event_leases::bigint[], @messages::text[])
-         AS r(job_id, lease, expect, status, result, error, error_class, event_kind, event_lease, message)
+         AS r(job_id, lease, holder, expect, status, result, error, error_class, event_kind, event_lease, message)
 ), f AS (
     SELECT a.job_id
     FROM active_jobs a JOIN r ON r.job_id = a.job_id AND r.lease = a.lease
+        AND (r.holder = '' OR a.agent_generation = r.holder)
     ORDER BY a.job_id
     FOR UPDATE OF a
 ), j AS (

@@ -1,15 +1,18 @@
 -- Fenced accepted -> running for jobs of one holder: one
 -- job (store.MarkRunning) or a group-commit batch, each row fenced by its own
--- (job_id, lease). The answer has one row per requested job: 'running' when
+-- (job_id, lease) and, when given, its holder's generation (see
+-- log_append.sql). The answer has one row per requested job: 'running' when
 -- it was moved from accepted, '' when its lease no longer holds, or the
 -- status that stopped the change (canceling). Active rows are locked in
 -- job_id order. Run with the generic plan (store.queryGeneric): rows are
 -- matched through ANY (ARRAY(...)) so that plan reads jobs by primary key.
 WITH r AS (
-    SELECT * FROM unnest(@jobs::text[], @leases::bigint[], @messages::text[]) AS r(job_id, lease, message)
+    SELECT * FROM unnest(@jobs::text[], @leases::bigint[], @generations::text[], @messages::text[])
+        AS r(job_id, lease, generation, message)
 ), f AS (
     SELECT a.job_id, a.lease
     FROM active_jobs a JOIN r ON r.job_id = a.job_id AND r.lease = a.lease
+        AND (r.generation = '' OR a.agent_generation = r.generation)
     ORDER BY a.job_id
     FOR UPDATE OF a
 ), j AS (

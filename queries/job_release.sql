@@ -10,7 +10,7 @@ WITH input AS (
     SELECT a.job_id, j.status = 'running' AS resume
     FROM active_jobs a JOIN input i ON i.job_id = a.job_id AND i.lease = a.lease
     JOIN jobs j ON j.id = a.job_id
-    WHERE a.agent_name = $3
+    WHERE a.agent_name = $3 AND a.agent_generation = $4
     ORDER BY a.job_id
     FOR UPDATE OF a
 ), r AS (

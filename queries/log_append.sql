@@ -12,6 +12,10 @@
 -- active row is locked first, so of two sends racing each other the second
 -- reads what the first stored (a locked row is re-read at its newest
 -- version) and skips it.
+-- Every row is fenced by its lease and, when @generation is set, by its
+-- holder's generation too: a database that lost its history may hand the
+-- same lease number to another process (see docs/design.md, "When the
+-- database forgets"), whose job this process must never write into.
 -- Each stream is capped at @max bytes per job; the record crossing the cap is
 -- cut and followed by one truncation marker. Rows are inserted in record
 -- order, so the bigserial id (the seq) is write order. One pg_notify per job
@@ -25,6 +29,7 @@ WITH input AS (
     FROM active_jobs a
     JOIN input i ON i.job_id = a.job_id AND i.lease = a.lease
     JOIN jobs j ON j.id = a.job_id
+    WHERE (@generation::text = '' OR a.agent_generation = @generation::text)
     ORDER BY a.job_id
     FOR UPDATE OF a
 ), fresh AS (

@@ -102,7 +102,7 @@ func (s *Service) run(j *runningJob) {
 	default:
 		var status string
 		err := s.retryWrite(j, log, "marking job running", func(ctx context.Context) error {
-			r, err := s.running.do(ctx, store.Running{JobID: c.Job.ID, Lease: c.Lease,
+			r, err := s.running.do(ctx, store.Running{JobID: c.Job.ID, Lease: c.Lease, Generation: s.cfg.Holder.Generation,
 				Message: "attempt " + fmt.Sprint(c.Job.Attempt) + " on " + s.cfg.Holder.Name})
 			if err == nil {
 				status, err = r.status, r.err
@@ -247,7 +247,7 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 	o = sanitize(o)
 	in := lifecycle.Input{Status: o.Status, ErrorClass: o.ErrorClass, Attempt: c.Job.Attempt, Levers: c.Job.Limits,
 		PluginCalled: a.called, HasCleanup: j.hasCleanup, Jitter: rand.Float64()}
-	e := store.End{JobID: c.Job.ID, Lease: c.Lease, Actor: s.cfg.Holder, Outcome: o, Plan: lifecycle.Decide(in),
+	e := store.End{JobID: c.Job.ID, Lease: c.Lease, HolderGeneration: s.cfg.Holder.Generation, Actor: s.cfg.Holder, Outcome: o, Plan: lifecycle.Decide(in),
 		CleanupBy: s.cfg.Holder.Name, CleanupHold: s.cfg.CleanupTimeout + s.cfg.FinalTimeout}
 	var ended store.Ended
 	refused := false

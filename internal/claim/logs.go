@@ -54,6 +54,8 @@ const coalesceWindow = 50 * time.Millisecond
 // line would be copied twice whenever a handle failed to land.
 type logFlusher struct {
 	store  *store.Store
+	// generation is this process's: every write is fenced by it too.
+	generation string
 	max    int64
 	every  time.Duration
 	log    *slog.Logger
@@ -168,7 +170,7 @@ func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 			continue
 		}
 		recs, n := b.take()
-		batch = append(batch, store.LogBatch{JobID: k.ID, Lease: k.Lease, Records: recs})
+		batch = append(batch, store.LogBatch{JobID: k.ID, Lease: k.Lease, Generation: f.generation, Records: recs})
 		if !b.gated {
 			f.pending -= n
 		}
@@ -219,7 +221,7 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, de
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
 	f.mu.Lock()
-	lb := store.LogBatch{JobID: k.ID, Lease: k.Lease}
+	lb := store.LogBatch{JobID: k.ID, Lease: k.Lease, Generation: f.generation}
 	b := f.bufs[k]
 	if b != nil {
 		var n int

@@ -270,6 +270,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	}
 	s.lastBeat = time.Now()
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
+	s.logs.generation = cfg.Holder.Generation
 	s.running = newBatcher(cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout, s.runMarkRunning)
 	s.finals = newBatcher(max(cfg.FinalWindow, 0), cfg.BatchMax, cfg.FinalTimeout, s.runEnds)
 	return s

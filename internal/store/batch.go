@@ -9,9 +9,12 @@ import (
 
 // Running is one job to move from accepted to running (MarkRunningBatch).
 type Running struct {
-	JobID   string
-	Lease   int64
-	Message string
+	JobID string
+	Lease int64
+	// Generation, when set, also fences the write by the holder's process
+	// generation (see LogBatch.Generation).
+	Generation string
+	Message    string
 }
 
 // MarkRunningBatch is MarkRunning for many jobs in one statement, each
@@ -21,12 +24,13 @@ type Running struct {
 // (ErrLeaseLost for MarkRunning), or the status that stopped the change.
 func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]string, error) {
 	ids, leases, msgs := make([]string, len(rs)), make([]int64, len(rs)), make([]string, len(rs))
+	gens := make([]string, len(rs))
 	for i, r := range rs {
-		ids[i], leases[i], msgs[i] = r.JobID, r.Lease, r.Message
+		ids[i], leases[i], gens[i], msgs[i] = r.JobID, r.Lease, r.Generation, r.Message
 	}
 	st := queries.Named("job_mark_running_batch")
 	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(map[string]any{
-		"jobs": ids, "leases": leases, "messages": msgs})...)
+		"jobs": ids, "leases": leases, "generations": gens, "messages": msgs})...)
 	if err != nil {
 		return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), err)
 	}
@@ -94,7 +98,7 @@ func (s *Store) EndFinalBatch(ctx context.Context, h Holder, es []End) (stored [
 // FinalBatchable ends by actor h.
 func finalEnds(h Holder, es []End) (queries.Statement, map[string]any, error) {
 	n := len(es)
-	ids, leases, evLeases := make([]string, n), make([]int64, n), make([]int64, n)
+	ids, leases, evLeases, holders := make([]string, n), make([]int64, n), make([]int64, n), make([]string, n)
 	expects, statuses, kinds, msgs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	results, errs, classes := make([]*string, n), make([]*string, n), make([]*string, n)
 	for i, e := range es {
@@ -102,12 +106,12 @@ func finalEnds(h Holder, es []End) (queries.Statement, map[string]any, error) {
 			return queries.Statement{}, nil, fmt.Errorf("ending job %s in a batch of %s: not a holder's final end", e.JobID, h.Name)
 		}
 		kind, msg, evLease := e.event()
-		ids[i], leases[i], evLeases[i], expects[i] = e.JobID, e.Lease, evLease, e.ExpectStatus
+		ids[i], leases[i], evLeases[i], expects[i], holders[i] = e.JobID, e.Lease, evLease, e.ExpectStatus, e.HolderGeneration
 		statuses[i], kinds[i], msgs[i] = e.Outcome.Status, kind, msg
 		results[i], errs[i], classes[i] = textOrNil(string(e.Outcome.Result)), textOrNil(e.Outcome.Error), textOrNil(e.Outcome.ErrorClass)
 	}
 	return queries.Named("attempt_end_final_batch"), map[string]any{
-		"jobs": ids, "leases": leases, "expects": expects, "statuses": statuses, "results": results, "errors": errs,
+		"jobs": ids, "leases": leases, "holders": holders, "expects": expects, "statuses": statuses, "results": results, "errors": errs,
 		"error_classes": classes, "event_kinds": kinds, "event_leases": evLeases, "messages": msgs,
 		"agent": h.Name, "generation": h.Generation}, nil
 }

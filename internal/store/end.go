@@ -33,6 +33,9 @@ type End struct {
 	// ExpectStatus, when set, is part of the fence: the janitor decided on
 	// the status it read under lock.
 	ExpectStatus string
+	// HolderGeneration, when set, is part of the fence: the holder ends its
+	// own attempt (see LogBatch.Generation). The janitor leaves it empty.
+	HolderGeneration string
 	Actor        Holder
 	// EventLease is the lease recorded on the final event; 0 = Lease. The
 	// janitor records Lease+1 so its event outranks the old holder's.
@@ -108,7 +111,7 @@ func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 	o := e.Outcome
 	kind, msg, evLease := e.event()
 	args := pgx.NamedArgs{
-		"job": e.JobID, "lease": e.Lease, "expect": e.ExpectStatus,
+		"job": e.JobID, "lease": e.Lease, "expect": e.ExpectStatus, "holder": e.HolderGeneration,
 		"status": o.Status, "result": nullJSON(o.Result), "error": nullText(o.Error), "error_class": nullText(o.ErrorClass),
 		"agent": e.Actor.Name, "generation": e.Actor.Generation, "event_lease": evLease,
 		"event_kind": kind, "message": msg,

@@ -291,6 +291,11 @@ func (s *Store) RecordEvent(ctx context.Context, h Holder, jobID string, lease i
 type LogBatch struct {
 	JobID string
 	Lease int64
+	// Generation, when set, is part of the fence: the holder's process
+	// generation. A database that lost its history can hand the same
+	// lease number to another process; the agent always sets it. "" (tests,
+	// tools) fences by lease alone.
+	Generation string
 	// Records are the writes in the order they arrived, both streams
 	// interleaved. Stdout and Stderr are a shorthand for callers with no
 	// order to keep and nothing to send twice (tests, tools): appended after
@@ -328,6 +333,15 @@ type queryer interface {
 func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
 	ids := make([]string, len(batches))
 	leases := make([]int64, len(batches))
+	generation := ""
+	for _, b := range batches {
+		if b.Generation != "" && generation != "" && b.Generation != generation {
+			return nil, fmt.Errorf("appending logs: one statement carries one holder's output (%s and %s)", generation, b.Generation)
+		}
+		if b.Generation != "" {
+			generation = b.Generation
+		}
+	}
 	var (
 		recJobs    []int64
 		recSeqs    []int64
@@ -359,7 +373,7 @@ func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream
 		"job_ids": ids, "leases": leases,
 		"rec_jobs": nonNilSlice(recJobs), "rec_seqs": nonNilSlice(recSeqs), "rec_streams": nonNilSlice(recStreams),
 		"rec_ats": nonNilSlice(recAts), "rec_data": nonNilSlice(recData),
-		"max": maxPerStream,
+		"max": maxPerStream, "generation": generation,
 	})...)
 	if err != nil {
 		return nil, fmt.Errorf("appending logs: %w", err)
@@ -448,7 +462,9 @@ func (s *Store) CheckpointDescribed(ctx context.Context, out LogBatch, maxPerStr
 				return ErrLeaseLost
 			}
 		}
-		tag, err := tx.Exec(ctx, queries.Get("job_checkpoint"), out.JobID, out.Lease, handle)
+		st := queries.Named("job_checkpoint")
+		tag, err := tx.Exec(ctx, st.SQL, st.Args(map[string]any{
+			"job_id": out.JobID, "lease": out.Lease, "handle": handle, "generation": out.Generation})...)
 		if err != nil {
 			return err
 		}

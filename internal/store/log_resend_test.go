@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -113,4 +114,44 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestWritesFencedByHolderGeneration: a database that lost its history can
+// hand a lease number out again, to another process. Every write a holder
+// makes about its job is fenced by its generation too, so the earlier
+// holder's writes never land in the new holder's attempt.
+func TestWritesFencedByHolderGeneration(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a, b := register(t, st, "a"), register(t, st, "b")
+	j := submit(t, st, "c")
+	got, err := st.Claim(ctx, a, 1, []string{"c"})
+	require.NoError(t, err)
+	lease := got[0].Lease
+	// What a lost claim and a new one look like: the same lease, b's.
+	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET agent_name = $2, agent_generation = $3 WHERE job_id = $1`, j.ID, b.Name, b.Generation)
+	require.NoError(t, err)
+
+	held, err := st.AppendLogs(ctx, []store.LogBatch{{JobID: j.ID, Lease: lease, Generation: a.Generation, Records: recs(1, "stdout", "a's\n")}}, 1<<20)
+	require.NoError(t, err)
+	assert.False(t, held[j.ID], "log append")
+	assert.ErrorIs(t, st.CheckpointWithOutput(ctx, store.LogBatch{JobID: j.ID, Lease: lease, Generation: a.Generation}, 1<<20, []byte("a's")), store.ErrLeaseLost, "checkpoint")
+	statuses, err := st.MarkRunningBatch(ctx, []store.Running{{JobID: j.ID, Lease: lease, Generation: a.Generation}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{""}, statuses, "running")
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, Outcome: store.Outcome{Status: store.StatusSucceeded}})
+	assert.ErrorIs(t, err, store.ErrLeaseLost, "final end")
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a,
+		Outcome: store.Outcome{Status: store.StatusFailed, ErrorClass: "retriable"}, Plan: lifecycle.Plan{Retry: true}})
+	assert.ErrorIs(t, err, store.ErrLeaseLost, "retry")
+	assert.ErrorIs(t, st.Release(ctx, a, j.ID, lease, "a's"), store.ErrLeaseLost, "release")
+	assert.Empty(t, readStream(t, st, j.ID, ""))
+
+	// b, the holder, writes.
+	held, err = st.AppendLogs(ctx, []store.LogBatch{{JobID: j.ID, Lease: lease, Generation: b.Generation, Records: recs(1, "stdout", "b's\n")}}, 1<<20)
+	require.NoError(t, err)
+	assert.True(t, held[j.ID])
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: b.Generation, Actor: b, Outcome: store.Outcome{Status: store.StatusSucceeded}})
+	require.NoError(t, err)
+	assert.Equal(t, "b's\n", readStream(t, st, j.ID, ""))
 }
