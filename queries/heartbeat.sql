@@ -11,6 +11,8 @@
 -- it: stop), false when the name has no row at all (an operator or agent
 -- retention deleted it: register again). Without the row no lease is
 -- returned, so the caller must not read the answer as every lease lost.
+-- The last two columns are the server's WAL position and timeline
+-- (internal/dbhistory), the same on every row.
 --
 -- Run with JIT off (store.QueryHot): every agent runs it every keepalive, and
 -- its estimate grows with the active rows while it reads one agent's.
@@ -26,9 +28,13 @@ WITH ag AS (
     JOIN jobs j ON j.id = a.job_id
     WHERE a.agent_name = @name AND a.agent_generation = @generation AND NOT a.detached
       AND EXISTS (SELECT 1 FROM ag) -- a superseded process is told nothing
+), w AS (
+    -- Where the server's history is (wal_position.sql): through a pooler
+    -- no new connection shows a failover, so the heartbeat does.
+    SELECT pg_current_wal_lsn()::text AS lsn, substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) AS timeline
 )
 SELECT EXISTS (SELECT 1 FROM ag),
        EXISTS (SELECT 1 FROM agents WHERE name = @name), -- by the primary key
-       m.job_id, m.lease, m.status, m.orphan
-FROM (SELECT 1) one
+       m.job_id, m.lease, m.status, m.orphan, w.lsn, w.timeline
+FROM w
 LEFT JOIN mine m ON true;

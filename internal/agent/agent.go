@@ -25,6 +25,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/dbhistory"
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/drain"
 	"github.com/tetherjobs/tether/internal/janitor"
@@ -76,7 +77,12 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	// (claiming, the janitor, the jobs' writes, batched), the API's pool,
 	// the heartbeat's, and one session each for the name lock and LISTEN
 	// (docs/operations.md, "Connection budget").
-	pool, err := openPool(ctx, cfg, int32(cfg.DatabaseMaxConns), "database pool")
+	// Every new connection says where the database's history is: after a
+	// failover, the work pool's hold back until the claim service has
+	// checked what the database may have lost (docs/operations.md,
+	// "Failover"); the heartbeat's and the API's only report it.
+	history := dbhistory.NewTracker()
+	pool, err := openPool(ctx, cfg, int32(cfg.DatabaseMaxConns), "database pool", history.AfterConnect(true))
 	if err != nil {
 		return err
 	}
@@ -139,7 +145,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 
 	// Heartbeats get a pool of their own: a connection the jobs' writes
 	// hold can never delay a renewal.
-	livePool, err := openPool(ctx, cfg, defaults.HeartbeatConns, "the heartbeat's database pool")
+	livePool, err := openPool(ctx, cfg, defaults.HeartbeatConns, "the heartbeat's database pool", history.AfterConnect(false))
 	if err != nil {
 		return err
 	}
@@ -164,6 +170,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
 		Liveness:       store.New(livePool),
 		ListenConnect:  lockConn.listenConnect, // LISTEN is session state: not through a pooler
+		History:        history,
 		Follow:         follow,
 		Logger:         logger,
 		Metrics:        m,
@@ -197,7 +204,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		return plugins.Ready()
 	}
 	stopping := make(chan struct{})
-	apiPool, err := openPool(ctx, cfg, int32(cfg.HTTP.DatabaseMaxConns), "the API's database pool")
+	apiPool, err := openPool(ctx, cfg, int32(cfg.HTTP.DatabaseMaxConns), "the API's database pool", history.AfterConnect(false))
 	if err != nil {
 		return err
 	}
@@ -311,12 +318,13 @@ func logDumpable(log *slog.Logger) {
 // openPool opens a pool on database_url with maxConns connections
 // and checks it answers; what names it in errors. Each connection attempt
 // is bounded by database_connect_timeout (see PoolConfig).
-func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what string) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what string, afterConnect func(context.Context, *pgx.Conn) error) (*pgxpool.Pool, error) {
 	pc, err := PoolConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	pc.MaxConns = maxConns // the budget's: a pool_max_conns in the URL does not widen it
+	pc.AfterConnect = afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", what, err)

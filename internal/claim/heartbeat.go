@@ -69,6 +69,15 @@ func (s *Service) heartbeat(ctx context.Context) {
 		s.supersededOnce.Do(func() { close(s.superseded) })
 		return
 	}
+	// A database that lost its history answers for what it remembers: the
+	// reconcile, not this answer, decides about the leases (it may give a
+	// lost one back).
+	s.cfg.History.Observe(res.Position)
+	select {
+	case <-s.cfg.History.Pending():
+	default:
+		return
+	}
 	s.reportOrphans(res.Orphans)
 	held := make(map[jobKey]string, len(res.Held))
 	for _, h := range res.Held {

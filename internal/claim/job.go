@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/dbhistory"
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
@@ -37,8 +38,12 @@ type runningJob struct {
 	// ending: the job's slot is free, its final write queued (Service.mu).
 	ending bool
 
+	// called is set once its plugin is called (or a resume claimed it):
+	// what the database was told, for the reconcile.
+	called atomic.Bool
+
 	mu     sync.Mutex
-	handle []byte
+	handle []byte // the last checkpoint the database acknowledged
 }
 
 // cancel stops the plugin call. The first cause wins: a lease lost after a
@@ -61,6 +66,7 @@ func (s *Service) run(j *runningJob) {
 	j.handle = c.Handle
 	// A job claimed to be resumed has remote work already.
 	a := &attempt{j: j, log: log, plugin: c.Job.Plugin, called: c.Resume}
+	j.called.Store(c.Resume)
 
 	cmd, ok := s.cfg.Commands[c.Job.Command]
 	if !ok { // claim filters by command, so only a config change mid-flight gets here
@@ -132,6 +138,7 @@ func (s *Service) run(j *runningJob) {
 		}
 	}
 	a.called = true
+	j.called.Store(true)
 
 	if c.ActiveTimeout > 0 {
 		// Per attempt, from when the plugin was first called for it: a
@@ -187,6 +194,9 @@ func (s *Service) run(j *runningJob) {
 func (s *Service) afterCancel(a *attempt) {
 	j, log := a.j, a.log
 	cause := context.Cause(j.ctx)
+	if s.historyAfterCancel(a, cause) {
+		return
+	}
 	switch {
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, errSuperseded):
 		// Someone else owns the job now: never write, never clean up.
@@ -309,6 +319,7 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 		break
 	}
 	j.ended.Store(true)
+	s.rememberEnd(j, &e)
 	s.observeEnd(j, ended)
 	if ended.Retried {
 		s.cfg.Metrics.JobsFinished.WithLabelValues("retried").Inc()
@@ -365,6 +376,7 @@ func (s *Service) release(a *attempt, why, reason string) {
 		a.log.Warn("releasing resumable job; the janitor will release it after stale_job", "err", err)
 	default:
 		j.ended.Store(true)
+		s.rememberEnd(j, nil)
 		s.cfg.Metrics.Releases.WithLabelValues(why).Inc()
 		a.log.Info("released resumable job", "reason", reason)
 		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "released", Error: reason})
@@ -403,6 +415,12 @@ func (s *Service) retryWrite(j *runningJob, log *slog.Logger, what string, write
 func (s *Service) untilWritten(stop context.Context, log *slog.Logger, what string, write func(context.Context) error) error {
 	wait := 50 * time.Millisecond
 	for try := 1; ; try++ {
+		// After the database's history changed, nothing is written before
+		// the reconcile has compared what it holds (bounded: the fences
+		// still hold if it takes longer).
+		if err := s.cfg.History.Wait(stop, dbhistory.SettleBound); err != nil && !errors.Is(err, dbhistory.ErrNotSettled) {
+			return fmt.Errorf("%s: gave up (%v)", what, context.Cause(stop))
+		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(stop), s.cfg.FinalTimeout)
 		err := write(ctx)
 		cancel()

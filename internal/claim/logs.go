@@ -56,6 +56,8 @@ type logFlusher struct {
 	store  *store.Store
 	// generation is this process's: every write is fenced by it too.
 	generation string
+	// paused, if set, holds the periodic flush back (a reconcile pending).
+	paused func() bool
 	max    int64
 	every  time.Duration
 	log    *slog.Logger
@@ -78,8 +80,9 @@ type jobBuf struct {
 	// seq is the last record number given out (records are numbered 1, 2,
 	// … per runner, so a resend is stored once); sent is the highest one
 	// handed to a statement. A record that was sent may be stored already
-	// (its answer lost), so no write is ever joined to it.
-	seq, sent int64
+	// (its answer lost), so no write is ever joined to it. stored is the
+	// highest one the database acknowledged (for the reconcile).
+	seq, sent, stored int64
 }
 
 // take empties b and returns what it held.
@@ -144,6 +147,9 @@ func (f *logFlusher) run(ctx context.Context) {
 		case <-t.C:
 		case <-f.kick:
 		}
+		if f.paused != nil && f.paused() {
+			continue // the database's history changed: nothing is written before the reconcile
+		}
 		// Bounded: a hung connection must not hold flushMu, which final
 		// writes and checkpoints wait for.
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
@@ -185,12 +191,29 @@ func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 		f.putBack(batch)
 		return err
 	}
+	f.mu.Lock()
+	for _, lb := range batch {
+		if b := f.bufs[jobKey{lb.JobID, lb.Lease}]; b != nil && held[lb.JobID] && len(lb.Records) > 0 {
+			b.stored = max(b.stored, lb.Records[len(lb.Records)-1].Seq)
+		}
+	}
+	f.mu.Unlock()
 	for _, lb := range batch {
 		if !held[lb.JobID] {
 			f.onLost(jobKey{lb.JobID, lb.Lease})
 		}
 	}
 	return nil
+}
+
+// storedSeq is the highest record number of k's the database acknowledged.
+func (f *logFlusher) storedSeq(k jobKey) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b := f.bufs[k]; b != nil {
+		return b.stored
+	}
+	return 0
 }
 
 func (f *logFlusher) putBack(batch []store.LogBatch) {
@@ -234,6 +257,11 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, de
 	err := f.store.CheckpointDescribed(ctx, lb, f.max, handle, described)
 	if err != nil && b != nil {
 		f.putBack([]store.LogBatch{lb})
+	}
+	if err == nil && b != nil && len(lb.Records) > 0 {
+		f.mu.Lock()
+		b.stored = max(b.stored, lb.Records[len(lb.Records)-1].Seq)
+		f.mu.Unlock()
 	}
 	return err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/dbhistory"
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/notify"
@@ -79,6 +80,12 @@ type Config struct {
 	// Follow, if set, receives the log and job-end notifications the API's
 	// followers wait for, over the same LISTEN connection.
 	Follow *notify.Hub
+	// History tells when the database's history changed (a failover, lost
+	// commits): the service reconciles what it holds (reconcile.go) and is
+	// the tracker's OnChange. The agent's pools observe it on every new
+	// connection; the heartbeat on every beat. Nil: a tracker of its own,
+	// fed by the heartbeat only.
+	History *dbhistory.Tracker
 	// Registration is what the agent registered at start (its Holder is
 	// Holder's). The service registers it again if the agents row is
 	// deleted while it runs. Zero: Holder, Capacity and the command names.
@@ -190,6 +197,14 @@ type Service struct {
 	// loop (the newest only); orphans is that loop's memory of them.
 	orphanReports chan []store.Lease
 	orphans       orphanWatch
+	// historyChanges carries the tracker's changes to the reconcile loop
+	// (the newest only); claimsPausedUntil holds claims back a little after
+	// a reconcile (historySettled). recent remembers acknowledged ends and
+	// releases a database that loses its history may need again.
+	historyChanges    chan dbhistory.Event
+	claimsPausedUntil time.Time // under mu
+	recentMu          sync.Mutex
+	recent            []recentEnd
 	// running and finals batch the runners' running and final writes.
 	running *batcher[store.Running, markedRunning]
 	finals  *batcher[store.End, endResult]
@@ -212,6 +227,9 @@ type TestSignals struct {
 	// SelfFenced, if set, receives how long the agent had been silent each
 	// time the self-fence fired.
 	SelfFenced chan<- time.Duration
+	// Reconciled, if set, receives each change of the database's history
+	// once the reconcile it started is over.
+	Reconciled chan<- dbhistory.Event
 }
 
 // Ended is one attempt's end as the runner saw it.
@@ -262,8 +280,13 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		beat:       make(chan struct{}, 1),
 		superseded: make(chan struct{}),
 
-		orphanReports: make(chan []store.Lease, 1),
+		orphanReports:  make(chan []store.Lease, 1),
+		historyChanges: make(chan dbhistory.Event, 1),
 	}
+	if s.cfg.History == nil {
+		s.cfg.History = dbhistory.NewTracker()
+	}
+	s.cfg.History.OnChange = s.onHistoryChange
 	s.writesCtx, s.stopWrites = context.WithCancelCause(context.Background())
 	if s.cfg.Liveness == nil {
 		s.cfg.Liveness = st
@@ -271,6 +294,14 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	s.lastBeat = time.Now()
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	s.logs.generation = cfg.Holder.Generation
+	s.logs.paused = func() bool {
+		select {
+		case <-s.cfg.History.Pending():
+			return false
+		default:
+			return true
+		}
+	}
 	s.running = newBatcher(cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout, s.runMarkRunning)
 	s.finals = newBatcher(max(cfg.FinalWindow, 0), cfg.BatchMax, cfg.FinalTimeout, s.runEnds)
 	return s
@@ -293,9 +324,10 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer batches.Done(); s.finals.loop(batchCtx) }()
 
 	var loops sync.WaitGroup
-	loops.Add(5)
+	loops.Add(6)
 	go func() { defer loops.Done(); s.heartbeatLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.orphanLoop(loopCtx) }()
+	go func() { defer loops.Done(); s.reconcileLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.fenceLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.logs.run(loopCtx) }()
 	go func() { defer loops.Done(); s.listenLoop(loopCtx) }()
@@ -407,7 +439,7 @@ func (s *Service) claimLoop(ctx context.Context) error {
 
 func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	free := s.free()
-	if free <= 0 || s.draining.Load() {
+	if free <= 0 || s.draining.Load() || !s.historySettled() {
 		return 0, nil
 	}
 	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: s.commands, Resumable: s.resumable})
@@ -441,6 +473,16 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 	j := &runningJob{key: key, claimed: c, claimedAt: time.Now(), ctx: jctx, cancelFn: cancel,
 		resumable: info.Has(plugin.CapResume), hasCleanup: info.Has(plugin.CapCleanup), done: make(chan struct{})}
 	s.mu.Lock()
+	if s.jobs[key] != nil {
+		// The database handed this process a lease it already runs under:
+		// it lost the claim with its history, and this claim gave it back.
+		// The runner goes on; the reconcile stores what else was lost.
+		s.mu.Unlock()
+		cancel(nil)
+		s.log.Error("claimed a job under a lease this agent already runs: the database lost its history", "job", key.ID, "lease", key.Lease)
+		s.onHistoryChange(dbhistory.Event{Change: dbhistory.Rewound})
+		return
+	}
 	for k, old := range s.jobs {
 		if k.ID == key.ID && k.Lease < key.Lease {
 			old.cancel(errLeaseLost) // superseded by our own newer claim

@@ -27,8 +27,9 @@ const (
 	LeaseLostWrite     = "write"     // a fenced write (log flush, outcome) found it taken over
 	LeaseLostHandoff   = "handoff"   // the shutdown handoff found it taken over
 
-	ReleaseHandoff    = "handoff"     // the agent shut down and handed the job off
-	ReleaseSelfFenced = "self_fenced" // the agent could not renew its leases
+	ReleaseHandoff     = "handoff"      // the agent shut down and handed the job off
+	ReleaseSelfFenced  = "self_fenced"  // the agent could not renew its leases
+	ReleaseHistoryLost = "history_lost" // the database lost the job's latest checkpoint: resume from the one it kept
 )
 
 // UnmatchedRoute is the route label of a request no API route matched
@@ -79,6 +80,12 @@ type Metrics struct {
 	PluginRestarts *prometheus.CounterVec // crashed plugin processes, by plugin
 	HTTPRequests   *prometheus.CounterVec // by route pattern and code
 	HTTPDuration   *prometheus.HistogramVec
+	// DatabaseHistory counts changes of the database's history this agent
+	// saw (internal/dbhistory), by change: failover, rewound. HistoryLost
+	// counts the jobs it found the database had lost acknowledged writes
+	// of (each has a database_history_lost event).
+	DatabaseHistory *prometheus.CounterVec
+	HistoryLost     prometheus.Counter
 }
 
 // jobBuckets span half a second to 4.5 hours; claimBuckets 10 ms to about
@@ -161,7 +168,16 @@ func New() *Metrics {
 			Name: "tether_http_request_duration_seconds", Help: "Time to answer an API request, by route pattern (followed logs last as long as the job).",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
+		DatabaseHistory: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_database_history_changes_total", Help: "Changes of the database's history this agent saw: failover (a new timeline: a standby was promoted) or rewound (the WAL position went back: acknowledged commits lost). Each made it check every job it held.",
+		}, []string{"change"}),
+		HistoryLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_database_history_lost_total", Help: "Jobs whose acknowledged writes (claim, running, checkpoint, output, end) this agent found the database had lost with its history; each has a database_history_lost event saying what and what was done.",
+		}),
 	}
+	// Both series exist from the start, so increase() sees the first one.
+	m.DatabaseHistory.WithLabelValues("failover")
+	m.DatabaseHistory.WithLabelValues("rewound")
 	m.Registerer().MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -169,6 +185,7 @@ func New() *Metrics {
 		m.RunningJobs, m.LogBytes, m.CleanupFailures, m.AgentsDead,
 		m.QueueJobs, m.QueueOldest, m.CommandAgents, m.AttemptDuration, m.JobDuration, m.ClaimLatency,
 		m.Resumes, m.Releases, m.CleanupsOldest, m.PluginRestarts, m.HTTPRequests, m.HTTPDuration,
+		m.DatabaseHistory, m.HistoryLost,
 	)
 	return m
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/dbhistory"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -186,6 +187,9 @@ type HeartbeatResult struct {
 	// call did not list (and that are not detached): a claim whose answer
 	// was lost, or one committed while the list was being made.
 	Orphans []Lease
+	// Position is where the server's history was when it answered
+	// (dbhistory.Position): a failover or lost commits show in it.
+	Position dbhistory.Position
 }
 
 // Lease is one job an agent believes it holds.
@@ -213,11 +217,12 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	defer rows.Close()
 	var res HeartbeatResult
 	var named bool // the name has a row, of any generation
+	var lsn, timeline string
 	for rows.Next() {
 		var id, status *string
 		var lease *int64
 		var orphan *bool
-		if err := rows.Scan(&res.Registered, &named, &id, &lease, &status, &orphan); err != nil {
+		if err := rows.Scan(&res.Registered, &named, &id, &lease, &status, &orphan, &lsn, &timeline); err != nil {
 			return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 		}
 		switch {
@@ -232,6 +237,9 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	res.Missing = !res.Registered && !named
+	if res.Position, err = dbhistory.ParsePosition(lsn, timeline); err != nil {
+		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
+	}
 	return res, nil
 }
 

@@ -1,0 +1,291 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tetherjobs/tether/internal/dbhistory"
+	"github.com/tetherjobs/tether/internal/metrics"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// When the database forgets. A failover to an asynchronous standby that
+// had not received the last commits, or a crash with synchronous_commit
+// off, leaves a database without writes it had acknowledged: claims,
+// running writes, checkpoints, output, ends. The agent notices (a new
+// timeline, or a WAL position behind one it saw: internal/dbhistory), holds
+// back its claims and writes, compares what it knows it stored about every
+// attempt it holds, or ended a moment ago, with what the database now says
+// (decideRepair), and repairs each: it re-asserts lost claims and running
+// writes, stores lost ends again, hands resumable jobs whose checkpoint or
+// output was lost to a resume from the checkpoint the database kept (their
+// plugin writes that output again), stops what is no longer its own, and
+// marks on the job, never silently, whatever is lost for good.
+
+// Why a job's context was cancelled by the reconcile.
+var (
+	// errHistoryLost: the job is not this process's any more in the
+	// database that lost its history: stop, write nothing.
+	errHistoryLost = errors.New("the database lost this agent's lease with its history")
+	// errHistoryResume: a resumable job whose checkpoint or output the
+	// database lost: release it to be resumed from the checkpoint it kept.
+	errHistoryResume = errors.New("the database lost this job's latest checkpoint with its history")
+)
+
+const (
+	// recentEndsKeep is how long an acknowledged end or release is
+	// remembered, so a database that lost it can be given it again: longer
+	// than a failover takes to be noticed (the outage, then a keepalive).
+	recentEndsKeep = 5 * time.Minute
+	// recentEndsMax bounds the memory of them.
+	recentEndsMax = 10000
+	// reconcileTimeout bounds one reconcile; what it could not check waits
+	// for the janitor's rules, fenced as ever.
+	reconcileTimeout = 30 * time.Second
+)
+
+// recentEnd is an attempt this process ended (or released) and the
+// database acknowledged.
+type recentEnd struct {
+	key   jobKey
+	known known
+	at    time.Time
+}
+
+// rememberEnd records an acknowledged end or release of j (release: e nil).
+func (s *Service) rememberEnd(j *runningJob, e *store.End) {
+	k := s.knownOf(j)
+	k.Ended, k.Released = e, e == nil
+	now := time.Now()
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	s.recent = append(s.recent, recentEnd{key: j.key, known: k, at: now})
+	drop := 0
+	for drop < len(s.recent) && (len(s.recent)-drop > recentEndsMax || now.Sub(s.recent[drop].at) > recentEndsKeep) {
+		drop++
+	}
+	s.recent = append(s.recent[:0], s.recent[drop:]...)
+}
+
+// knownOf is what this process knows it stored about j's attempt.
+func (s *Service) knownOf(j *runningJob) known {
+	j.mu.Lock()
+	handle := append([]byte(nil), j.handle...)
+	j.mu.Unlock()
+	return known{Lease: j.key.Lease, Attempt: j.claimed.Job.Attempt, Called: j.called.Load(), Resumable: j.resumable,
+		StoredSeq: s.logs.storedSeq(j.key), Handle: handle}
+}
+
+// onHistoryChange is the tracker's OnChange: it hands the change to the
+// reconcile loop without waiting (it runs on a heartbeat or a new
+// connection); a newer change replaces one not yet read.
+func (s *Service) onHistoryChange(e dbhistory.Event) {
+	for {
+		select {
+		case s.historyChanges <- e:
+			return
+		default:
+		}
+		select {
+		case <-s.historyChanges:
+		default:
+		}
+	}
+}
+
+// historySettled reports whether claims may go ahead: no reconcile pending,
+// and the pause after the last one over (every holder gets that long to
+// re-assert what the database lost before anyone claims it).
+func (s *Service) historySettled() bool {
+	select {
+	case <-s.cfg.History.Pending():
+	default:
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !time.Now().Before(s.claimsPausedUntil)
+}
+
+// reconcileLoop runs a reconcile for each change of history.
+func (s *Service) reconcileLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-s.historyChanges:
+			s.reconcile(ctx, e)
+			s.mu.Lock()
+			s.claimsPausedUntil = time.Now().Add(2 * s.cfg.Keepalive)
+			s.mu.Unlock()
+			s.cfg.History.Settle(e.Episode)
+			signal(s.cfg.TestSignals.Reconciled, e)
+		}
+	}
+}
+
+// reconcile checks every attempt this process holds or ended recently
+// against the database and repairs what it lost.
+func (s *Service) reconcile(ctx context.Context, e dbhistory.Event) {
+	ctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	defer cancel()
+	s.cfg.Metrics.DatabaseHistory.WithLabelValues(e.Change.String()).Inc()
+	s.log.Error("the database's history changed: it may have lost writes it had acknowledged; checking every job this agent holds before writing again",
+		"change", e.Change.String(), "was", e.Known.String(), "now", e.Seen.String())
+
+	type entry struct {
+		j   *runningJob // nil for an ended attempt
+		key jobKey
+		k   known
+	}
+	var entries []entry
+	s.mu.Lock()
+	for key, j := range s.jobs {
+		if !j.ended.Load() {
+			entries = append(entries, entry{j: j, key: key, k: s.knownOf(j)})
+		}
+	}
+	s.mu.Unlock()
+	s.recentMu.Lock()
+	for _, r := range s.recent {
+		entries = append(entries, entry{key: r.key, k: r.known})
+	}
+	s.recentMu.Unlock()
+	if len(entries) == 0 {
+		s.log.Info("the database's history changed; this agent held no job")
+		return
+	}
+	ids := make([]string, 0, len(entries))
+	for _, en := range entries {
+		ids = append(ids, en.key.ID)
+	}
+	db := s.cfg.Liveness
+	var states map[string]store.HeldState
+	if err := retryFor(ctx, func(ctx context.Context) error {
+		var err error
+		states, err = db.ReadHeld(ctx, ids)
+		return err
+	}); err != nil {
+		s.log.Error("could not read the jobs this agent holds after the database's history changed; the fences and the janitor's rules settle them", "err", err)
+		return
+	}
+	lost := 0
+	for _, en := range entries {
+		var st *store.HeldState
+		if h, ok := states[en.key.ID]; ok {
+			st = &h
+		}
+		r := decideRepair(s.cfg.Holder.Generation, en.k, st)
+		if s.applyRepair(ctx, en.j, en.key, en.k, r) {
+			lost++
+		}
+	}
+	s.log.Warn("checked every job this agent holds after the database's history changed", "jobs", len(entries), "with_losses", lost)
+}
+
+// applyRepair carries out r for one attempt and reports whether anything
+// had been lost.
+func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k known, r repair) bool {
+	if !r.Lost {
+		return false
+	}
+	log := s.log.With("job", key.ID, "lease", key.Lease)
+	db := s.cfg.Liveness
+	h := s.cfg.Holder
+	write := func(what string, fn func(ctx context.Context) error) bool {
+		err := retryFor(ctx, fn)
+		if errors.Is(err, store.ErrLeaseLost) {
+			log.Warn(what+": the database has moved on; stopping without writing", "err", err)
+			if j != nil {
+				j.cancel(errHistoryLost)
+			}
+			return false
+		}
+		if err != nil {
+			log.Error(what+" failed; the fences and the janitor's rules settle the job", "err", err)
+			return false
+		}
+		return true
+	}
+	ok := true
+	if r.Reassert {
+		ok = write("re-asserting the lost claim", func(ctx context.Context) error {
+			return db.Reassert(ctx, h, key.ID, key.Lease, k.Attempt, k.Called)
+		})
+	}
+	if ok && r.MarkRunning {
+		ok = write("storing running again", func(ctx context.Context) error {
+			statuses, err := db.MarkRunningBatch(ctx, []store.Running{{JobID: key.ID, Lease: key.Lease, Generation: h.Generation,
+				Message: fmt.Sprintf("attempt %d on %s (re-asserted after the database lost it)", k.Attempt, h.Name)}})
+			if err == nil && statuses[0] == "" {
+				err = store.ErrLeaseLost
+			}
+			return err
+		})
+	}
+	switch {
+	case !ok:
+	case r.Stop && j != nil:
+		j.cancel(errHistoryLost)
+	case r.Release && j != nil:
+		j.cancel(errHistoryResume) // the runner releases it once the reconcile is over
+	case r.Release || r.Rerelease:
+		write("releasing again", func(ctx context.Context) error {
+			return db.Release(ctx, h, key.ID, key.Lease, "database history lost: resuming from the checkpoint it kept")
+		})
+	case r.RestoreEnd:
+		e := *k.Ended
+		e.CleanupBy, e.CleanupHold = "", 0 // the queue runs a Cleanup due again
+		write("storing the end again", func(ctx context.Context) error {
+			_, err := db.EndAttempt(ctx, e)
+			return err
+		})
+	}
+	s.cfg.Metrics.HistoryLost.Inc()
+	log.Warn("the database had lost writes about this job", "what", r.Why)
+	msg := fmt.Sprintf("agent %s, lease %d: %s", h.Name, key.Lease, r.Why)
+	if err := retryFor(ctx, func(ctx context.Context) error {
+		return db.RecordEvent(ctx, h, key.ID, 0, "database_history_lost", msg)
+	}); err != nil {
+		log.Error("recording the job's database_history_lost event", "err", err)
+	}
+	return true
+}
+
+// retryFor runs fn until it succeeds, its fence refuses it, or ctx ends,
+// with a short backoff: the database has just come back.
+func retryFor(ctx context.Context, fn func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := fn(tctx)
+		cancel()
+		if err == nil || errors.Is(err, store.ErrLeaseLost) {
+			return err
+		}
+		if !sleepCtx(ctx, wait) {
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		}
+		wait = min(2*wait, writeRetryMax)
+	}
+}
+
+// historyAfterCancel ends an attempt the reconcile stopped; it reports
+// whether cause was the reconcile's.
+func (s *Service) historyAfterCancel(a *attempt, cause error) bool {
+	j := a.j
+	switch {
+	case errors.Is(cause, errHistoryResume) && j.resumable:
+		s.release(a, metrics.ReleaseHistoryLost, "database history lost: resuming from the checkpoint it kept")
+	case errors.Is(cause, errHistoryLost), errors.Is(cause, errHistoryResume):
+		// Not ours any more: write nothing (the reconcile recorded why).
+		s.logs.drop(j.key)
+		a.log.Warn("stopped the job: the database lost this agent's lease with its history")
+		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "history_lost", Error: cause.Error()})
+	default:
+		return false
+	}
+	return true
+}

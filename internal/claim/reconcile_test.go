@@ -1,0 +1,158 @@
+package claim_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/internal/claim"
+	"github.com/tetherjobs/tether/internal/dbhistory"
+	"github.com/tetherjobs/tether/internal/pgtest"
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// forget makes the database look as if it lost a job's claim with its
+// history: unowned again under the lease before, queued, its output gone.
+func forget(t *testing.T, st *store.Store, id string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease - 1, log_lease = NULL, log_seq = 0,
+		        stdout_bytes = 0, stderr_bytes = 0 WHERE job_id = $1`,
+		`UPDATE jobs SET status = 'queued', running_event_id = NULL, running_at = NULL, running_message = NULL WHERE id = $1`,
+		`DELETE FROM job_logs WHERE job_id = $1`,
+	} {
+		_, err := st.Pool().Exec(ctx, q, id)
+		require.NoError(t, err)
+	}
+}
+
+// rewind tells the tracker the server's WAL position went back, as a
+// heartbeat after lost commits would, and waits for the reconcile.
+func rewind(t *testing.T, tr *dbhistory.Tracker, done <-chan dbhistory.Event) {
+	t.Helper()
+	known, ok := tr.Known()
+	require.True(t, ok, "a heartbeat set the baseline")
+	require.Equal(t, dbhistory.Rewound, tr.Observe(dbhistory.Position{Timeline: known.Timeline}))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconcile did not end")
+	}
+}
+
+// TestReconcileReassertsALostClaim: the database forgot a running shell
+// job's claim and output. The agent gives the claim back to itself under
+// the lease it had, stores running again, says on the job which output is
+// lost, and the job runs on to success: not stopped, not run twice.
+func TestReconcileReassertsALostClaim(t *testing.T) {
+	st := store.New(pgtest.DB(t))
+	tr := dbhistory.NewTracker()
+	done := make(chan dbhistory.Event, 4)
+	beats := make(chan store.HeartbeatResult, 64)
+	startAgent(t, st, "reassert", 2, func(c *claim.Config) {
+		c.Keepalive = 200 * time.Millisecond
+		c.History, c.TestSignals.Reconciled, c.TestSignals.Heartbeat = tr, done, beats
+	})
+	go func() {
+		for range beats {
+		}
+	}()
+	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
+	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
+	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
+	waitFor(t, 10*time.Second, "a heartbeat", func() bool { _, ok := tr.Known(); return ok })
+	var lease int64
+	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT lease FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&lease))
+
+	forget(t, st, j.ID)
+	rewind(t, tr, done)
+
+	var agent *string
+	var now int64
+	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT agent_name, lease FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&agent, &now))
+	require.NotNil(t, agent)
+	assert.Equal(t, "reassert", *agent)
+	assert.Equal(t, lease, now, "the lease it had, handed out once")
+	assert.Equal(t, store.StatusRunning, waitStatus(t, st, j.ID, time.Second, store.StatusRunning).Status)
+	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
+	require.Len(t, lost, 1)
+	assert.Contains(t, lost[0].Message, "re-asserted")
+	assert.Contains(t, lost[0].Message, "cannot be written again", "the lost line is named")
+
+	end := waitStatus(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
+	require.Equal(t, store.StatusSucceeded, end.Status, end.Error)
+	out := logText(t, st, j.ID)
+	assert.NotContains(t, out, "one", "lost with the history")
+	assert.Contains(t, out, "three")
+	assert.Equal(t, 1, strings.Count(out, "three"))
+}
+
+// TestReconcileStopsAJobAnotherProcessHolds: the database that lost its
+// history gave the job's lease number to another process. The agent stops
+// its runner and writes nothing more for it, and says so on the job.
+func TestReconcileStopsAJobAnotherProcessHolds(t *testing.T) {
+	st := store.New(pgtest.DB(t))
+	tr := dbhistory.NewTracker()
+	done := make(chan dbhistory.Event, 4)
+	ended := make(chan claim.Ended, 4)
+	startAgent(t, st, "stopped", 2, func(c *claim.Config) {
+		c.Keepalive = 200 * time.Millisecond
+		c.History, c.TestSignals.Reconciled, c.TestSignals.Ended = tr, done, ended
+	})
+	j := submit(t, st, "shell", `{"script":"echo one; sleep 30"}`)
+	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
+	waitFor(t, 10*time.Second, "a heartbeat", func() bool { _, ok := tr.Known(); return ok })
+	_, err := st.Pool().Exec(context.Background(), `UPDATE active_jobs SET agent_name = 'other', agent_generation = 'other-g' WHERE job_id = $1`, j.ID)
+	require.NoError(t, err)
+	rewind(t, tr, done)
+	select {
+	case e := <-ended:
+		assert.Equal(t, "history_lost", e.Status)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the runner was not stopped")
+	}
+	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
+	require.Len(t, lost, 1)
+	assert.Contains(t, lost[0].Message, "held by other")
+	assert.Equal(t, store.StatusRunning, waitStatus(t, st, j.ID, time.Second, store.StatusRunning).Status, "nothing written for the other process's lease")
+	assert.Empty(t, eventsOfKind(t, st, j.ID, "lease_lost"))
+}
+
+func logText(t *testing.T, st *store.Store, id string) string {
+	t.Helper()
+	chunks, err := st.Logs(context.Background(), id, "", 0, 0)
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, c := range chunks {
+		b.Write(c.Data)
+	}
+	return b.String()
+}
+
+func eventsOfKind(t *testing.T, st *store.Store, id, kind string) []store.Event {
+	t.Helper()
+	evs := eventsOf(t, st, id)
+	var out []store.Event
+	for _, e := range evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

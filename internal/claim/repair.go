@@ -1,0 +1,115 @@
+package claim
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/tetherjobs/tether/internal/store"
+)
+
+// known is what this process knows it stored about one attempt it holds,
+// or ended a moment ago: what a database that lost its history may have
+// forgotten.
+type known struct {
+	Lease     int64
+	Attempt   int
+	Called    bool // the plugin was called: running was stored (or it resumed)
+	Resumable bool
+	StoredSeq int64  // the highest log record number the database acknowledged
+	Handle    []byte // the last checkpoint the database acknowledged
+	// Ended is the end the database acknowledged, for an attempt that
+	// ended; Released says it was a release instead.
+	Ended    *store.End
+	Released bool
+}
+
+// repair is what the reconcile does about one attempt. Steps run in field
+// order: Reassert, MarkRunning, then one of Stop, Release, RestoreEnd and
+// Rerelease; Lost says something the database had acknowledged is gone (a
+// database_history_lost event on the job, and the metric).
+type repair struct {
+	Reassert    bool // the claim was lost: give the lease back to this holder
+	MarkRunning bool // the running write was lost: store it again
+	Stop        bool // the lease is gone: stop the runner, write nothing
+	Release     bool // resumable: release it, so it resumes from the database's checkpoint and its plugin writes the lost output again
+	RestoreEnd  bool // store the acknowledged end again
+	Rerelease   bool // store the acknowledged release again
+	// LostFrom..LostTo are output records the database lost that nobody
+	// can write again (0, 0: none).
+	LostFrom, LostTo int64
+	Lost             bool
+	Why              string
+}
+
+// decideRepair compares what this process (generation gen) knows it
+// stored about an attempt with what the database now says (db; nil when
+// the database does not have the job). Pure: every case is in its table
+// test.
+func decideRepair(gen string, k known, db *store.HeldState) repair {
+	if db == nil {
+		return repair{Stop: k.Ended == nil && !k.Released, Lost: true,
+			Why: "the database no longer has the job at all: its submit was lost with the database's history"}
+	}
+	held := db.Active && db.Generation == gen && db.Lease == k.Lease
+	lostClaim := db.Active && db.Agent == "" && db.Lease < k.Lease && db.Attempt == k.Attempt &&
+		(db.Status == store.StatusQueued || db.Status == store.StatusAccepted || db.Status == store.StatusRunning)
+	if !held && !lostClaim {
+		if k.Ended != nil || k.Released {
+			return repair{} // the job moved on since: nothing of ours to restore
+		}
+		return repair{Stop: true, Lost: true, Why: fmt.Sprintf("its lease %d is gone with the database's history (the database shows %s)", k.Lease, describeHeld(*db))}
+	}
+	r := repair{Reassert: lostClaim, Lost: lostClaim}
+	dbSeq, dbHandle := db.LogSeq, db.Handle
+	if lostClaim {
+		dbSeq = 0 // the row's records were stored under an older lease
+		r.Why = fmt.Sprintf("the database had lost its claim of attempt %d under lease %d; re-asserted", k.Attempt, k.Lease)
+	}
+	progressLost := dbSeq < k.StoredSeq || (k.Resumable && k.Called && !bytes.Equal(dbHandle, k.Handle))
+	note := func(why string) {
+		r.Lost = true
+		if r.Why != "" {
+			r.Why += "; "
+		}
+		r.Why += why
+	}
+	if held && k.Called && k.Ended == nil && !k.Released && db.Status == store.StatusAccepted {
+		r.MarkRunning = true
+		note("the database had lost that the plugin was called; stored again")
+	}
+	lostRecords := func() {
+		if dbSeq < k.StoredSeq {
+			r.LostFrom, r.LostTo = dbSeq+1, k.StoredSeq
+			note(fmt.Sprintf("output records %d to %d it had stored are lost and cannot be written again", dbSeq+1, k.StoredSeq))
+		}
+	}
+	switch {
+	case k.Released:
+		r.Rerelease = true
+		note("the database had lost its release; released again")
+	case k.Ended != nil && k.Resumable && progressLost:
+		r.Release = true
+		note("the database had lost its end and output; released, to be resumed from the checkpoint it kept (the plugin writes the lost output again and reports the outcome again)")
+	case k.Ended != nil:
+		r.RestoreEnd = true
+		note(fmt.Sprintf("the database had lost its end (%s); stored again", k.Ended.Outcome.Status))
+		lostRecords()
+	case k.Resumable && progressLost:
+		r.Release = true
+		note("the database had lost its latest checkpoint and output; released, to be resumed from the checkpoint it kept (the plugin writes the lost output again)")
+	default:
+		lostRecords()
+	}
+	return r
+}
+
+// describeHeld says in a few words what the database shows of a job.
+func describeHeld(h store.HeldState) string {
+	switch {
+	case !h.Active:
+		return "it " + h.Status + " with no holder"
+	case h.Agent == "":
+		return fmt.Sprintf("it %s in attempt %d, unowned under lease %d", h.Status, h.Attempt, h.Lease)
+	}
+	return fmt.Sprintf("it %s in attempt %d, held by %s under lease %d", h.Status, h.Attempt, h.Agent, h.Lease)
+}
