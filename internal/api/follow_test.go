@@ -53,6 +53,7 @@ func (noPlugins) Resume(context.Context, string, *plugin.Job, plugin.Runtime) (*
 	return nil, fmt.Errorf("no plugins here")
 }
 func (noPlugins) Cleanup(context.Context, string, *plugin.Job) error { return nil }
+func (noPlugins) Renew(context.Context, time.Duration)               {}
 
 // ndjsonReader reads a followed NDJSON answer one record at a time.
 type ndjsonReader struct {

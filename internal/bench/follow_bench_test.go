@@ -202,3 +202,4 @@ func (idlePlugins) Resume(context.Context, string, *plugin.Job, plugin.Runtime) 
 	return nil, fmt.Errorf("no plugins")
 }
 func (idlePlugins) Cleanup(context.Context, string, *plugin.Job) error { return nil }
+func (idlePlugins) Renew(context.Context, time.Duration)               {}

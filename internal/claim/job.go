@@ -57,6 +57,9 @@ type attempt struct {
 	plugin string
 	job    *plugin.Job
 	called bool // Execute or Resume was called: remote work may exist
+	// fenced is set when the plugin's SDK stopped the call at its lease
+	// deadline (a pluginFencedError): its account of a self-fence.
+	fenced error
 }
 
 // run takes one claimed job to its end under its lease.
@@ -173,6 +176,12 @@ func (s *Service) run(j *runningJob) {
 		res, err = s.plugins.Resume(j.ctx, a.plugin, a.job, rt)
 	}
 
+	if cause := pluginFenced(err); cause != nil {
+		// The plugin's SDK stopped the call: a self-fence, whatever the
+		// plugin returned (first cause wins, as for the agent's own fence).
+		a.fenced = cause
+		j.cancel(cause)
+	}
 	// Work that finished counts, even if a cancel raced with its end; the
 	// fenced write still refuses it if the lease was lost.
 	if err != nil && context.Cause(j.ctx) != nil {
@@ -217,12 +226,11 @@ func (s *Service) afterCancel(a *attempt) {
 		s.logs.drop(j.key)
 		log.Info("stopped watching resumable job", "why", cause)
 	case errors.Is(cause, errSelfFenced) && j.resumable:
-		log.Warn("self-fenced: detached from resumable job; releasing it when the database returns")
-		s.release(a, metrics.ReleaseSelfFenced, "self-fenced: agent "+s.cfg.Holder.Name+" could not renew its leases")
+		log.Warn("self-fenced: detached from resumable job; releasing it when the database returns", "why", cause)
+		s.release(a, metrics.ReleaseSelfFenced, s.selfFencedReason(a.fenceCause(cause)))
 	case errors.Is(cause, errSelfFenced):
-		log.Warn("self-fenced: stopped the job; recording it failed when the database returns")
-		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
-			Error: "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"})
+		log.Warn("self-fenced: stopped the job; recording it failed when the database returns", "why", cause)
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable), Error: s.selfFencedError(a.fenceCause(cause))})
 	case errors.Is(cause, errShutdown) && j.resumable:
 		// The remote work goes on; hand it to another agent at once.
 		s.release(a, metrics.ReleaseHandoff, "handoff: agent "+s.cfg.Holder.Name+" shutting down")

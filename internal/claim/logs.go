@@ -53,7 +53,7 @@ const coalesceWindow = 50 * time.Millisecond
 // job, who reads it again from the remote side. Stored at once instead, a
 // line would be copied twice whenever a handle failed to land.
 type logFlusher struct {
-	store  *store.Store
+	store *store.Store
 	// generation is this process's: every write is fenced by it too.
 	generation string
 	// paused, if set, holds the periodic flush back (a reconcile pending).

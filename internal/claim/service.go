@@ -31,6 +31,9 @@ type Plugins interface {
 	Execute(ctx context.Context, name string, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error)
 	Resume(ctx context.Context, name string, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error)
 	Cleanup(ctx context.Context, name string, job *plugin.Job) error
+	// Renew tells the plugin processes with calls in flight that their
+	// leases are good for validFor from now; it must return soon.
+	Renew(ctx context.Context, validFor time.Duration)
 }
 
 // Command is a configured command this agent runs.
@@ -324,8 +327,9 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { defer batches.Done(); s.finals.loop(batchCtx) }()
 
 	var loops sync.WaitGroup
-	loops.Add(6)
+	loops.Add(7)
 	go func() { defer loops.Done(); s.heartbeatLoop(loopCtx) }()
+	go func() { defer loops.Done(); s.renewLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.orphanLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.reconcileLoop(loopCtx) }()
 	go func() { defer loops.Done(); s.fenceLoop(loopCtx) }()

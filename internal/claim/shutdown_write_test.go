@@ -29,6 +29,7 @@ func (blockingPlugin) Resume(context.Context, string, *plugin.Job, plugin.Runtim
 	return nil, plugin.Errorf(plugin.Permanent, "cannot resume")
 }
 func (blockingPlugin) Cleanup(context.Context, string, *plugin.Job) error { return nil }
+func (blockingPlugin) Renew(context.Context, time.Duration)               {}
 
 // TestShutdownStoresTheStoppedJobsEnd: when Run's context ends, the jobs it
 // stops still get their final write through the write batches, which

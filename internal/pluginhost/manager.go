@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +39,10 @@ const (
 	// exitWait bounds how long a failed call waits to see whether the
 	// plugin process died, to tell a crash from a broken connection.
 	exitWait = 5 * time.Second
+	// renewTimeout bounds one Renew: a live plugin answers at once, and
+	// one that does not (stuck, dying) must not hold up the others' next
+	// renewal.
+	renewTimeout = 2 * time.Second
 )
 
 // Config configures a Manager.
@@ -333,6 +338,52 @@ func (m *Manager) Cleanup(ctx context.Context, name string, job *plugin.Job) err
 	})
 }
 
+// Renew tells every live plugin process with calls in flight that their
+// leases are good for validFor from now: one message per process, sent
+// concurrently, each bounded by renewTimeout (and ctx). It returns when all
+// have answered or given up. A process built with an SDK older than Renew
+// is told once, then skipped; that is logged once per process.
+func (m *Manager) Renew(ctx context.Context, validFor time.Duration) {
+	m.mu.Lock()
+	procs := slices.Collect(maps.Values(m.procs))
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, renewTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		inst := p.running()
+		if inst == nil || inst.noRenew.Load() || inst.rpc.InFlight() == 0 {
+			continue
+		}
+		wg.Go(func() { p.renew(ctx, inst, validFor) })
+	}
+	wg.Wait()
+}
+
+func (p *proc) renew(ctx context.Context, inst *instance, validFor time.Duration) {
+	supported, err := inst.rpc.Renew(ctx, validFor)
+	switch {
+	case err != nil:
+		p.log.Warn("renewing the plugin's lease deadlines failed; it stops its jobs at their deadline if no later renewal reaches it",
+			"valid_for", validFor.Round(time.Millisecond), "err", err)
+	case !supported && !inst.noRenew.Swap(true):
+		p.log.Warn("plugin cannot fence itself: it was built with a tether SDK older than Renew; "+
+			"if this agent freezes, its jobs run on while other agents may take them over; rebuild it with the current SDK",
+			"version", p.getInfo().Version, "path", p.path)
+	}
+}
+
+// running is the process currently running, if it lives; nil otherwise.
+// It starts nothing.
+func (p *proc) running() *instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == nil || p.cur.client.Exited() {
+		return nil
+	}
+	return p.cur
+}
+
 func (m *Manager) proc(name string) (*proc, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -369,8 +420,8 @@ func (m *Manager) call(ctx context.Context, name, capability string, job *plugin
 		return nil
 	}
 	var pe *plugin.Error
-	if errors.As(err, &pe) {
-		return err // the plugin's own answer, class intact
+	if errors.As(err, &pe) || errors.Is(err, plugin.ErrLeaseExpired) {
+		return err // the plugin's own answer, class intact; or its SDK stopped it
 	}
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return err
@@ -402,6 +453,8 @@ type instance struct {
 	client *goplugin.Client
 	rpc    *plugin.GRPCClient
 	stderr *tail
+	// noRenew is set once the process answered Renew with Unimplemented.
+	noRenew atomic.Bool
 }
 
 func (p *proc) getInfo() plugin.Info {

@@ -36,7 +36,7 @@ type End struct {
 	// HolderGeneration, when set, is part of the fence: the holder ends its
 	// own attempt (see LogBatch.Generation). The janitor leaves it empty.
 	HolderGeneration string
-	Actor        Holder
+	Actor            Holder
 	// EventLease is the lease recorded on the final event; 0 = Lease. The
 	// janitor records Lease+1 so its event outranks the old holder's.
 	EventLease int64

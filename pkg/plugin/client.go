@@ -20,9 +20,11 @@ import (
 // Resumer, Cleaner and HealthChecker whatever the plugin supports; callers
 // check Info's capabilities before calling the optional methods.
 //
-// Errors from the plugin's work are *Error with the plugin's class. Any other
-// error means the call itself failed (the process crashed, the connection
-// broke, or ctx ended; then it wraps ctx.Err()).
+// Errors from the plugin's work are *Error with the plugin's class. An
+// Execute or Resume that the plugin's SDK stopped because its lease deadline
+// passed fails with a *LeaseExpiredError (errors.Is ErrLeaseExpired). Any
+// other error means the call itself failed (the process crashed, the
+// connection broke, or ctx ended; then it wraps ctx.Err()).
 type GRPCClient struct {
 	// StopGrace is how long a cancelled Execute or Resume may take to return
 	// (0: DefaultStopGrace). Set it before the first call.
@@ -35,6 +37,7 @@ type GRPCClient struct {
 	runtimeID uint32 // broker id of the Runtime service, served once
 
 	nextCall atomic.Uint64
+	noRenew  atomic.Bool // the plugin answered Renew with Unimplemented
 	mu       sync.Mutex
 	calls    map[uint64]Runtime // in-flight Execute/Resume calls by call id
 }
@@ -105,9 +108,43 @@ func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, conte
 	return problems, true, nil
 }
 
+// Renew tells the plugin process that the leases of its in-flight calls
+// are good for validFor from now (see LeaseDeadliner). It sends nothing
+// when no call is in flight. A plugin built before Renew existed answers
+// Unimplemented: supported is then false, and later calls send nothing
+// either (that plugin cannot stop its work when its agent freezes).
+func (c *GRPCClient) Renew(ctx context.Context, validFor time.Duration) (supported bool, err error) {
+	if c.noRenew.Load() {
+		return false, nil
+	}
+	if validFor <= 0 || c.InFlight() == 0 {
+		return true, nil
+	}
+	_, err = c.client.Renew(ctx, &pb.RenewRequest{LeaseValidForMs: leaseToMS(validFor)})
+	if status.Code(err) == codes.Unimplemented {
+		c.noRenew.Store(true)
+		return false, nil
+	}
+	if err != nil {
+		return true, callError(ctx, "renew", err)
+	}
+	return true, nil
+}
+
+// InFlight is how many Execute and Resume calls are in flight.
+func (c *GRPCClient) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.calls)
+}
+
 // DefaultStopGrace bounds how long the host waits for a cancelled call to
 // return: above the shell plugin's default kill_grace (10s).
 const DefaultStopGrace = 30 * time.Second
+
+// answerWait bounds how long the host waits for the answer of a call the
+// plugin says has already returned.
+const answerWait = time.Second
 
 type runFunc func(context.Context, *pb.RunRequest, ...grpc.CallOption) (*pb.RunResponse, error)
 
@@ -137,9 +174,20 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 	defer close(returned)
 	go c.cancelOnDone(ctx, callCtx, cut, returned, id)
 
-	resp, err := call(callCtx, &pb.RunRequest{Job: jobToPB(job), Handle: rt.Handle(), RuntimeBrokerId: c.runtimeID, CallId: id})
+	req := &pb.RunRequest{Job: jobToPB(job), Handle: rt.Handle(), RuntimeBrokerId: c.runtimeID, CallId: id}
+	if ld, ok := rt.(LeaseDeadliner); ok {
+		req.LeaseValidForMs = leaseToMS(ld.LeaseDeadline())
+	}
+	resp, err := call(callCtx, req)
 	if err != nil {
 		return nil, callError(ctx, op, err)
+	}
+	if resp.GetLeaseExpired() {
+		e := &LeaseExpiredError{Op: op, Silent: time.Duration(resp.GetLeaseSilentMs()) * time.Millisecond}
+		if pe := resp.GetError(); pe != nil {
+			e.PluginSaid = pe.GetMessage()
+		}
+		return nil, e
 	}
 	if err := errFromPB(resp.GetError()); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -162,13 +210,19 @@ func (c *GRPCClient) cancelOnDone(ctx, callCtx context.Context, cut context.Canc
 	askCtx, cancel := context.WithTimeout(callCtx, 5*time.Second)
 	resp, err := c.client.Cancel(askCtx, &pb.CancelRequest{CallId: id})
 	cancel()
-	if err != nil || !resp.GetFound() {
+	if err != nil {
 		cut() // an older plugin, or a broken connection: stop waiting at once
 		return
 	}
 	grace := c.StopGrace
 	if grace <= 0 {
 		grace = DefaultStopGrace
+	}
+	if !resp.GetFound() {
+		// The call had already returned in the plugin (its SDK stopped it
+		// at its lease deadline, say): its answer is on the way, ahead of
+		// this one on the same connection; do not cut it off.
+		grace = answerWait
 	}
 	t := time.NewTimer(grace)
 	defer t.Stop()

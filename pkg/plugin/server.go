@@ -24,8 +24,14 @@ type grpcServer struct {
 	life   *lifecycle
 
 	mu       sync.Mutex
-	runtimes map[uint32]pb.RuntimeClient        // by broker id; dialed once, kept
-	calls    map[uint64]context.CancelCauseFunc // in-flight runs by call id
+	runtimes map[uint32]pb.RuntimeClient // by broker id; dialed once, kept
+	calls    map[uint64]*serverCall      // in-flight runs by call id
+}
+
+// serverCall is one in-flight Execute or Resume.
+type serverCall struct {
+	cancel context.CancelCauseFunc
+	lease  *callLease
 }
 
 // errHostCanceled is the cause a plugin's job context carries when the host
@@ -36,12 +42,31 @@ var errHostCanceled = errors.New("canceled by the host")
 // the implementation does.
 func (s *grpcServer) Cancel(_ context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
 	s.mu.Lock()
-	cancel, ok := s.calls[req.GetCallId()]
+	c, ok := s.calls[req.GetCallId()]
 	s.mu.Unlock()
 	if ok {
-		cancel(errHostCanceled)
+		c.cancel(errHostCanceled)
 	}
 	return &pb.CancelResponse{Found: ok}, nil
+}
+
+// Renew moves the lease deadline of every in-flight call that has one.
+func (s *grpcServer) Renew(_ context.Context, req *pb.RenewRequest) (*pb.RenewResponse, error) {
+	received := time.Now()
+	validFor := time.Duration(req.GetLeaseValidForMs()) * time.Millisecond
+	s.mu.Lock()
+	leases := make([]*callLease, 0, len(s.calls))
+	for _, c := range s.calls {
+		leases = append(leases, c.lease)
+	}
+	s.mu.Unlock()
+	var n uint32
+	for _, l := range leases {
+		if l.renew(received, validFor) {
+			n++
+		}
+	}
+	return &pb.RenewResponse{Renewed: n}, nil
 }
 
 // runtime returns a client for the host's Runtime service at broker id,
@@ -92,16 +117,19 @@ func (s *grpcServer) Resume(ctx context.Context, req *pb.RunRequest) (*pb.RunRes
 }
 
 func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(context.Context, *Job, Runtime) (*Result, error)) (*pb.RunResponse, error) {
+	received := time.Now() // the lease deadline counts on this process's own clock
 	ctx, done := s.life.begin(ctx)
 	defer done()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	lease := newCallLease(received, time.Duration(req.GetLeaseValidForMs())*time.Millisecond, func() { cancel(ErrLeaseExpired) })
+	defer lease.finish()
 	id := req.GetCallId()
 	s.mu.Lock()
 	if s.calls == nil {
-		s.calls = map[uint64]context.CancelCauseFunc{}
+		s.calls = map[uint64]*serverCall{}
 	}
-	s.calls[id] = cancel
+	s.calls[id] = &serverCall{cancel: cancel, lease: lease}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -115,16 +143,30 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 	}
 	job := jobFromPB(req.GetJob())
 	rt := newRemoteRuntime(client, req.GetCallId(), req.GetHandle())
+	rt.leasePassed = lease.passed
 	if d, ok := s.impl.(Describer); ok {
 		// A copy: what Execute does to its Job cannot change the description.
 		described := *job
 		rt.describe = func(handle []byte) []Resource { return d.Describe(&described, handle) }
 	}
 	res, err := fn(ctx, job, rt)
+	// Taken at once: a deadline that passes after the plugin returned did not
+	// stop anything.
+	expired, silent := lease.finish()
+	expired = expired && errors.Is(context.Cause(ctx), ErrLeaseExpired)
 	// Deliver buffered output before answering, so the host has all of it when
 	// the call returns. A failed flush is not the job's failure: it means the
 	// host refused the write (lease lost) or went away, and it knows that.
 	rt.close()
+	if expired {
+		// Whatever the plugin returned, the SDK stopped it: the host must
+		// count it as neither a success nor the plugin's own failure.
+		resp := &pb.RunResponse{LeaseExpired: true, LeaseSilentMs: leaseToMS(silent)}
+		if err != nil {
+			resp.Error = errToPB(err)
+		}
+		return resp, nil
+	}
 	if err != nil {
 		return &pb.RunResponse{Error: errToPB(err)}, nil
 	}
@@ -247,6 +289,8 @@ type remoteRuntime struct {
 	// describe is the plugin's Describer for this call's job; nil when it
 	// has none.
 	describe func(handle []byte) []Resource
+	// leasePassed is done once the call's lease deadline passed.
+	leasePassed context.Context
 
 	mu     sync.Mutex
 	handle []byte
@@ -264,9 +308,16 @@ func newRemoteRuntime(client pb.RuntimeClient, callID uint64, handle []byte) *re
 func (r *remoteRuntime) sender(stream pb.Stream) func([]byte) error {
 	return func(data []byte) error {
 		// Output has no caller context (io.Writer), and the final flush runs
-		// after the job's context may be cancelled; bound it by a timeout.
+		// after the job's context may be cancelled; bound it by a timeout,
+		// and by a short grace once the lease deadline passed (a frozen
+		// host never answers; a live one answers at once).
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
+		if r.leasePassed != nil {
+			var stop func()
+			ctx, stop = cutAfterLease(ctx, r.leasePassed)
+			defer stop()
+		}
 		resp, err := r.client.Write(ctx, &pb.WriteRequest{CallId: r.callID, Stream: stream, Data: data})
 		if err != nil {
 			return fmt.Errorf("writing job output: %w", err)
@@ -279,14 +330,39 @@ func (r *remoteRuntime) Stdout() io.Writer { return r.stdout }
 func (r *remoteRuntime) Stderr() io.Writer { return r.stderr }
 
 func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
-	// Output written before a checkpoint reaches the host before it.
-	_ = r.stdout.flush()
-	_ = r.stderr.flush()
+	// A frozen host cannot answer; past the deadline the handle is not ours
+	// to store, even for a plugin that checkpoints on an uncancelled context.
+	if r.leasePassed != nil {
+		if r.leasePassed.Err() != nil {
+			return fmt.Errorf("checkpointing: %w", ErrLeaseExpired)
+		}
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		defer context.AfterFunc(r.leasePassed, func() { cancel(ErrLeaseExpired) })()
+	}
+	// Output written before a checkpoint reaches the host before it. The
+	// wait for it ends with ctx (the flush goes on, bounded by its own
+	// timeout): past the lease deadline nothing waits for a frozen host.
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		_ = r.stdout.flush()
+		_ = r.stderr.flush()
+	}()
+	select {
+	case <-flushed:
+	case <-ctx.Done():
+		return fmt.Errorf("checkpointing: %w", context.Cause(ctx))
+	}
 	req := &pb.CheckpointRequest{CallId: r.callID, Handle: handle}
 	if r.describe != nil {
 		req.Resources, req.Described = resourcesToPB(capResources(r.describe(handle))), true
 	}
 	resp, err := r.client.Checkpoint(ctx, req)
+	if errors.Is(context.Cause(ctx), ErrLeaseExpired) {
+		return fmt.Errorf("checkpointing: %w", ErrLeaseExpired)
+	}
 	if err != nil {
 		return fmt.Errorf("checkpointing: %w", err)
 	}

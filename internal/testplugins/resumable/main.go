@@ -30,8 +30,10 @@
 //	<job_id>.journal  one JSON line (O_APPEND) per event of the work, never
 //	                  removed: "start" (the work, before Execute may return),
 //	                  "end" (the work, before its record), "killed" (Cleanup,
-//	                  after the kill) and "checkpoint" (Execute, once the
-//	                  host answered); see journalLine
+//	                  after the kill), "checkpoint" (Execute, once the
+//	                  host answered) and "unwatched" (whoever watched the
+//	                  work stopped watching because its context ended, the
+//	                  cause in message); see journalLine
 //
 // Tests assert "started once" by counting the lines of the starts file, and
 // check from the journal that attempts never ran side by side.
@@ -76,6 +78,7 @@ const (
 	JournalEnd        = "end"
 	JournalKilled     = "killed"
 	JournalCheckpoint = "checkpoint"
+	JournalUnwatched  = "unwatched"
 )
 
 // journalLine is one line of <job_id>.journal. Times are wall-clock unix
@@ -500,7 +503,7 @@ func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, plugin.WithClass(plugin.Retriable, fmt.Errorf("watching work %s: %w", w.name, ctx.Err()))
+			return nil, w.unwatched(ctx, pid)
 		case <-t.C:
 		case now := <-tick:
 			// Unique text, so a test can tell a line printed twice; the
@@ -512,10 +515,22 @@ func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, err
 				return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: encoding handle: %v", err)
 			}
 			if err := rt.Checkpoint(ctx, h); err != nil {
+				if ctx.Err() != nil {
+					return nil, w.unwatched(ctx, pid)
+				}
 				return nil, plugin.WithClass(plugin.Retriable, fmt.Errorf("checkpointing work %s: %w", w.name, err))
 			}
 		}
 	}
+}
+
+// unwatched journals that this watcher stopped watching work pid because
+// ctx ended (the work goes on), and returns the call's error.
+func (w *work) unwatched(ctx context.Context, pid int) error {
+	cause := context.Cause(ctx)
+	_ = w.journalAppend(journalLine{Event: JournalUnwatched, Attempt: w.attempt, PID: pid, TimeNS: time.Now().UnixNano(),
+		Message: cause.Error(), PluginPID: os.Getpid(), AgentPID: os.Getppid()})
+	return plugin.WithClass(plugin.Retriable, fmt.Errorf("watching work %s: %w", w.name, cause))
 }
 
 func (w *work) result(rt plugin.Runtime, rec record) (*plugin.Result, error) {
