@@ -18,7 +18,15 @@ import (
 //  2. no write was accepted from a superseded lease;
 //  3. a job's remote work never ran for two attempts at once;
 //  4. every job ended in exactly one terminal state;
-//  5. a canceled job never ran again (unless an operator requeued it).
+//  5. a canceled job never ran again (unless an operator requeued it);
+//  6. no output line was stored twice (every line the jobs print is unique);
+//  7. a succeeded shell job's output holds every line of its last run, in
+//     order, unless a database_history_lost event says the database lost
+//     some with its history.
+//
+// After a failover that lost history, what the database forgot cannot be
+// checked against it: a job submitted in the lost window may be gone, and
+// checkpoints the plugin saw accepted then have no lease on record.
 
 // clockSlack absorbs the gap between an event's `at` (PostgreSQL's now(): the
 // start of the writing transaction, which for a janitor pass may come some
@@ -61,6 +69,20 @@ type invJob struct {
 	Events  []event
 	Journal []invJournalLine
 	Alive   map[int]bool // journal pids whose work still runs
+	// Submitted is when the test submitted it; Stdout the job's stored
+	// stdout, line by line; Lines how many lines each run of a shell job
+	// prints before "slept" (0: not a shell job); Ticks what its runs
+	// wrote to their own file, outside the database.
+	Submitted time.Time
+	Stdout    []string
+	Lines     int
+	Ticks     []shellTick
+}
+
+// shellTick is one line a shell job's run appends to its ticks file.
+type shellTick struct {
+	Attempt, PID int
+	At           time.Time
 }
 
 // invData is the input of checkInvariants.
@@ -68,6 +90,8 @@ type invData struct {
 	Now    time.Time
 	Jobs   []invJob
 	Agents map[int]invAgent // by agent process id
+	// Losses are the spans whose commits a failover lost.
+	Losses []lossWindow
 }
 
 type violation struct {
@@ -87,7 +111,7 @@ var (
 	// Events that end the current holder's lease (a new holder, none, or the end).
 	supersedeKinds = map[string]bool{"claimed": true, "released": true, "requeued": true, "retry_scheduled": true, "succeeded": true, "failed": true, "canceled": true}
 	// Observations that may follow a final event.
-	afterFinalKinds = map[string]bool{"cleanup_ok": true, "cleanup_failed": true, "lease_lost": true}
+	afterFinalKinds = map[string]bool{"cleanup_ok": true, "cleanup_failed": true, "lease_lost": true, "database_history_lost": true}
 	attemptRE       = regexp.MustCompile(`^attempt (\d+)`)
 )
 
@@ -107,7 +131,7 @@ func attemptIn(msg string) int {
 func checkInvariants(d invData) []violation {
 	var out []violation
 	for _, j := range d.Jobs {
-		out = append(out, checkJob(j, d.Now, d.Agents)...)
+		out = append(out, checkJob(j, d.Now, d.Agents, d.Losses)...)
 	}
 	return out
 }
@@ -139,7 +163,17 @@ func annotate(evs []event) []annotated {
 	return out
 }
 
-func checkJob(j invJob, now time.Time, agents map[int]invAgent) []violation {
+// inLoss reports whether t falls in a span whose commits were lost.
+func inLoss(losses []lossWindow, t time.Time) bool {
+	for _, w := range losses {
+		if !t.Before(w.from.Add(-clockSlack)) && !t.After(w.to.Add(clockSlack)) {
+			return true
+		}
+	}
+	return false
+}
+
+func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWindow) []violation {
 	var vs []violation
 	add := func(inv int, format string, args ...any) {
 		vs = append(vs, violation{Invariant: inv, Job: j.ID, Msg: fmt.Sprintf(format, args...)})
@@ -247,6 +281,9 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent) []violation {
 			continue // the plugin's parent is not an agent we know
 		}
 		called := time.Unix(0, l.CalledNS)
+		if inLoss(losses, called) {
+			continue // accepted by a database that then forgot it
+		}
 		claim, end, found := holdingAt(evs, ag.Generation, called)
 		switch {
 		case !found:
@@ -279,10 +316,64 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent) []violation {
 		}
 	}
 
+	// (3) for shell jobs, from the ticks their runs wrote: a run of one
+	// attempt never wrote after a run of a later attempt had begun, and no
+	// attempt ran twice at once.
+	type tickRun struct {
+		attempt, pid int
+		first, last  time.Time
+	}
+	var truns []*tickRun
+	byRun := map[[2]int]*tickRun{}
+	for _, tk := range j.Ticks {
+		k := [2]int{tk.Attempt, tk.PID}
+		r := byRun[k]
+		if r == nil {
+			r = &tickRun{attempt: tk.Attempt, pid: tk.PID, first: tk.At, last: tk.At}
+			byRun[k] = r
+			truns = append(truns, r)
+		}
+		r.first, r.last = earlier(r.first, tk.At), later(r.last, tk.At)
+	}
+	for _, x := range truns {
+		for _, y := range truns {
+			switch {
+			case x == y:
+			case x.attempt < y.attempt && x.last.After(y.first.Add(clockSlack)):
+				add(3, "shell attempt %d (pid %d) wrote at %s, %s after attempt %d (pid %d) began at %s",
+					x.attempt, x.pid, clock(x.last), x.last.Sub(y.first).Round(time.Millisecond), y.attempt, y.pid, clock(y.first))
+			case x.attempt == y.attempt && x.pid < y.pid && x.first.Before(y.last) && y.first.Before(x.last):
+				add(3, "shell attempt %d ran twice at once: pid %d [%s, %s] and pid %d [%s, %s]",
+					x.attempt, x.pid, clock(x.first), clock(x.last), y.pid, clock(y.first), clock(y.last))
+			}
+		}
+	}
+
+	// (6) Every line once: the jobs print unique lines.
+	seen := map[string]int{}
+	for _, l := range j.Stdout {
+		seen[l]++
+		if seen[l] == 2 {
+			add(6, "output line %q stored twice", l)
+		}
+	}
+	// (7) A succeeded shell job has every line of its last run.
+	historyLost := false
+	for _, e := range evs {
+		historyLost = historyLost || e.Kind == "database_history_lost"
+	}
+	if j.Lines > 0 && j.Status == "succeeded" && !historyLost {
+		if missing := missingShellLines(j.Stdout, j.Lines); missing != "" {
+			add(7, "succeeded, but its last run's output is incomplete: %s", missing)
+		}
+	}
+
 	// (4) Exactly one terminal state: the row is terminal and each
 	// decision (one per operator requeue segment) has exactly one final
 	// event, followed only by Cleanup and lease_lost observations.
 	switch {
+	case j.Missing && inLoss(losses, j.Submitted):
+		// Submitted while the standby was away: the failover lost it.
 	case j.Missing:
 		add(4, "the jobs row vanished")
 	case !finalKinds[j.Status] && j.Open == "":
@@ -358,6 +449,41 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent) []violation {
 		}
 	}
 	return vs
+}
+
+// missingShellLines checks that the run that printed "a<attempt> p<pid>
+// slept" last also printed "a<attempt> p<pid> line 1" … "line n" before it,
+// in order; it says what is wrong, or "".
+func missingShellLines(stdout []string, n int) string {
+	last := -1
+	for i, l := range stdout {
+		if strings.HasSuffix(l, " slept") {
+			last = i
+		}
+	}
+	if last < 0 {
+		return `no "slept" line`
+	}
+	prefix := strings.TrimSuffix(stdout[last], " slept")
+	want := n
+	for i := last - 1; i >= 0 && want > 0; i-- {
+		var a, p, k int
+		if _, err := fmt.Sscanf(stdout[i], "a%d p%d line %d", &a, &p, &k); err != nil {
+			continue
+		}
+		run := fmt.Sprintf("a%d p%d", a, p)
+		if run != prefix {
+			continue // an earlier run's line
+		}
+		if k != want {
+			return fmt.Sprintf("%s: line %d where line %d belongs", run, k, want)
+		}
+		want--
+	}
+	if want > 0 {
+		return fmt.Sprintf("%s: lines 1 to %d missing", prefix, want)
+	}
+	return ""
 }
 
 // holdingAt finds gen's claim that was the latest before t, and the event

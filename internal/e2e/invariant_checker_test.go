@@ -268,3 +268,64 @@ func TestInvariantCheckerReportsViolations(t *testing.T) {
 		}
 	}
 }
+
+// TestInvariantCheckerOutputAndHistory: the checks added for a database in
+// between: shell runs from their own tick files (3), every output line once
+// (6), a succeeded shell job's last run complete (7), and what a failover
+// that lost history may legitimately leave.
+func TestInvariantCheckerOutputAndHistory(t *testing.T) {
+	now := t0.Add(time.Minute)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	shell := func(status string, stdout []string, ticks []shellTick, kinds ...string) invJob {
+		b := new(tl).ev(0, "submitted", "", "", 0, "").ev(10, "claimed", "a1", "gen-a1", 1, "attempt 1").ev(20, "running", "a1", "gen-a1", 1, "")
+		for i, k := range kinds {
+			b.ev(3000+i, k, "a1", "gen-a1", 0, "")
+		}
+		b.ev(3100, status, "a1", "gen-a1", 1, "")
+		j := b.job(status, 1)
+		j.Command, j.Lines, j.Stdout, j.Ticks = "shell", 2, stdout, ticks
+		return j
+	}
+	run := []string{"a1 p7 line 1", "a1 p7 line 2", "a1 p7 slept"}
+	ticks := []shellTick{{1, 7, at(100)}, {1, 7, at(200)}}
+	check := func(name string, j invJob, losses []lossWindow, want ...int) {
+		t.Helper()
+		vs := checkInvariants(invData{Now: now, Jobs: []invJob{j}, Agents: checkerAgents, Losses: losses})
+		var got []int
+		var msgs []string
+		for _, v := range vs {
+			got = append(got, v.Invariant)
+			msgs = append(msgs, v.String())
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) && !(len(got) == 0 && len(want) == 0) {
+			t.Errorf("%s: invariants %v, want %v:\n%s", name, got, want, strings.Join(msgs, "\n"))
+		}
+	}
+	check("a complete run", shell("succeeded", run, ticks), nil)
+	check("a line stored twice", shell("succeeded", append([]string{"a1 p7 line 1"}, run...), ticks), nil, 6)
+	check("a line missing", shell("succeeded", []string{"a1 p7 line 2", "a1 p7 slept"}, ticks), nil, 7)
+	check("a line missing, the loss on record", shell("succeeded", []string{"a1 p7 line 2", "a1 p7 slept"}, ticks, "database_history_lost"), nil)
+	check("an earlier attempt's lines do not count",
+		shell("succeeded", []string{"a1 p6 line 1", "a1 p7 line 2", "a1 p7 slept"}, ticks), nil, 7)
+	check("attempt 1 writes after attempt 2 began",
+		shell("succeeded", run, []shellTick{{1, 6, at(100)}, {2, 7, at(1000)}, {1, 6, at(1500)}}), nil, 3)
+	check("one attempt run twice at once",
+		shell("succeeded", run, []shellTick{{1, 6, at(100)}, {1, 7, at(200)}, {1, 6, at(900)}, {1, 7, at(950)}}), nil, 3)
+	check("one attempt run twice, one after the other",
+		shell("succeeded", run, []shellTick{{1, 6, at(100)}, {1, 6, at(200)}, {1, 7, at(900)}}), nil)
+
+	missing := invJob{ID: "gone", Missing: true, Submitted: at(1500), Alive: map[int]bool{}}
+	check("a job vanished", missing, nil, 4)
+	check("a job submitted in a lost window vanished with it", missing, []lossWindow{{at(1000), at(2000)}})
+	lateCheckpoint := new(tl).
+		ev(0, "submitted", "", "", 0, "").
+		work("start", 30, 1, 7, "").checkpoint(1500, 1, 7, 100).
+		ev(5000, "claimed", "a1", "gen-a1", 1, "attempt 1 (re-asserted: the database had lost this claim)").
+		ev(5010, "running", "a1", "gen-a1", 1, "").
+		work("end", 6000, 1, 7, "ok").
+		ev(6100, "succeeded", "a1", "gen-a1", 1, "").
+		ev(6101, "database_history_lost", "a1", "gen-a1", 0, "").
+		job("succeeded", 1)
+	check("a checkpoint the database forgot", lateCheckpoint, nil, 2)
+	check("a checkpoint the database forgot, in the lost window", lateCheckpoint, []lossWindow{{at(1000), at(2000)}})
+}

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,9 +32,12 @@ import (
 // backoffs; shell jobs), kill -9 of agents and of plugin processes,
 // restarts under the same name and under new names, SIGTERM drains,
 // cancels and operator requeues through the API, short and long database
-// outages — then lets every job end and checks, from what the database and
-// the resumable plugin's launch journals recorded (not from the schedule),
-// the invariants of invariant_check_test.go.
+// outages, a hung database (SIGSTOP of the whole cluster), an agent frozen
+// alone (SIGSTOP; its plugins run on), failovers to an asynchronous standby
+// with and without lost history — then lets every job end and checks, from
+// what the database, the resumable plugin's launch journals and the shell
+// jobs' own tick files recorded (not from the schedule), the invariants of
+// invariant_check_test.go, output lines per job included.
 //
 // Knobs (environment):
 //
@@ -151,7 +155,8 @@ type invRound struct {
 	t       *testing.T
 	seed    uint64
 	h       *harness
-	cluster *pgcluster.Cluster
+	cluster *pgcluster.Cluster // the primary
+	standby *pgcluster.Cluster // asynchronous, streaming from it
 	rng     *rand.Rand
 	tm      timings
 	began   time.Time
@@ -160,11 +165,13 @@ type invRound struct {
 	nextName int
 	agents   map[int]invAgent // every agent process started, by pid
 
-	jobs     []string
-	requeues map[string]int
-	keys     int
+	jobs      []string
+	submitted map[string]time.Time
+	requeues  map[string]int
+	keys      int
 
-	lastOutage, lastLong time.Time
+	lastOutage, lastLong, lastFailover time.Time
+	losses                             []lossWindow
 	actions              map[string]int
 	notes                []string
 }
@@ -174,10 +181,11 @@ func runInvariantRound(t *testing.T, seed uint64, s invSettings) {
 		seed, envInvSeed, seed, envInvRounds)
 	ctx, cancel := context.WithTimeout(context.Background(), s.chaos+s.settle+2*time.Minute)
 	defer cancel()
-	cluster, url := pgtest.StartCluster(t)
+	cluster, standby, url := pgtest.StartReplicated(t, false)
 	tm := invariantTimings()
 	r := &invRound{
-		t: t, seed: seed, cluster: cluster, tm: tm, began: time.Now(),
+		t: t, seed: seed, cluster: cluster, standby: standby, tm: tm, began: time.Now(),
+		submitted: map[string]time.Time{},
 		h:        newHarness(t, url, tm),
 		rng:      rand.New(rand.NewPCG(seed, 0x7e7e)),
 		agents:   map[int]invAgent{},
@@ -256,10 +264,19 @@ func (r *invRound) step(ctx context.Context) {
 		add(1.5, func() { r.cancel(ctx) })
 		add(1.0, func() { r.requeue(ctx) })
 	}
+	if len(live) > 1 {
+		add(0.5, func() { r.freezeAgent(ctx, r.pick(live)) })
+	}
 	if time.Since(r.lastOutage) > 8*time.Second {
 		add(0.35, func() { r.outage(ctx, false) })
+		add(0.25, func() { r.freezeDatabase(ctx, false) })
 		if time.Since(r.lastLong) > 30*time.Second {
 			add(0.12, func() { r.outage(ctx, true) })
+			add(0.06, func() { r.lastLong = time.Now(); r.freezeDatabase(ctx, true) })
+		}
+		if time.Since(r.lastFailover) > 15*time.Second {
+			add(0.35, func() { r.failover(ctx, true) })
+			add(0.2, func() { r.failover(ctx, false) })
 		}
 	}
 	var sum float64
@@ -347,10 +364,15 @@ func (r *invRound) submitResumable(ctx context.Context) string {
 	return r.submitJob(ctx, "resumable", c, l, desc)
 }
 
+// submitShell submits a shell job whose run prints lines unique to it
+// ("a<attempt> p<pid> line <i>", then "a<attempt> p<pid> slept") and appends a tick per line
+// to a file of its own, outside the database, for the checker.
 func (r *invRound) submitShell(ctx context.Context) string {
-	secs := 0.2 + 2.8*r.rng.Float64()
-	script := fmt.Sprintf(`echo $$ > %q/"$TETHER_JOB_ID".pid; sleep %.3f; echo slept`, r.h.pidDir, secs)
-	desc := fmt.Sprintf("shell %.1fs", secs)
+	lines := 2 + r.rng.IntN(28) // a tenth of a second each
+	script := fmt.Sprintf(`echo $$ > %q/"$TETHER_JOB_ID".pid; i=1; while [ $i -le %d ]; do `+
+		`echo "$TETHER_JOB_ATTEMPT $$ $(date +%%s%%N)" >> %q/"$TETHER_JOB_ID".ticks; `+
+		`echo "a$TETHER_JOB_ATTEMPT p$$ line $i"; i=$((i+1)); sleep 0.1; done; echo "a$TETHER_JOB_ATTEMPT p$$ slept"`, r.h.pidDir, lines, r.h.pidDir)
+	desc := fmt.Sprintf("shell %d lines", lines)
 	if r.rng.Float64() < 0.1 {
 		script += "; exit 3"
 		desc += " exit 3"
@@ -370,6 +392,7 @@ func (r *invRound) submitJob(ctx context.Context, command string, c map[string]a
 		return desc + " (not submitted)"
 	}
 	r.jobs = append(r.jobs, j.ID)
+	r.submitted[j.ID] = time.Now()
 	return fmt.Sprintf("%s [%s, max_retry %d]", j.ID, desc, l.MaxRetry)
 }
 
@@ -694,19 +717,25 @@ func (r *invRound) waitingForCleanup(ctx context.Context, ids []string) map[stri
 // collect reads what happened: jobs rows, events, journals, and which work
 // still runs.
 func (r *invRound) collect(ctx context.Context) invData {
-	d := invData{Now: time.Now(), Agents: r.agents}
+	d := invData{Now: time.Now(), Agents: r.agents, Losses: r.losses}
 	byID := map[string]*invJob{}
 	for _, id := range r.jobs {
 		byID[id] = &invJob{ID: id, Missing: true, Alive: map[int]bool{}}
 	}
-	rows, err := r.h.pool.Query(ctx, `SELECT id, command, status, attempt, coalesce(error, ''), coalesce(error_class, '') FROM jobs WHERE id = ANY($1)`, r.jobs)
+	rows, err := r.h.pool.Query(ctx, `SELECT id, command, status, attempt, coalesce(error, ''), coalesce(error_class, ''), context->>'script' FROM jobs WHERE id = ANY($1)`, r.jobs)
 	if err != nil {
 		r.t.Fatalf("reading jobs: %v", err)
 	}
 	for rows.Next() {
 		var j invJob
-		if err := rows.Scan(&j.ID, &j.Command, &j.Status, &j.Attempt, &j.Error, &j.ErrorClass); err != nil {
+		var script *string
+		if err := rows.Scan(&j.ID, &j.Command, &j.Status, &j.Attempt, &j.Error, &j.ErrorClass, &script); err != nil {
 			r.t.Fatalf("reading jobs: %v", err)
+		}
+		if script != nil {
+			if m := shellLinesRE.FindStringSubmatch(*script); m != nil {
+				j.Lines, _ = strconv.Atoi(m[1])
+			}
 		}
 		j.Alive = map[int]bool{}
 		byID[j.ID] = &j
@@ -736,6 +765,14 @@ func (r *invRound) collect(ctx context.Context) invData {
 
 	for _, id := range r.jobs {
 		j := byID[id]
+		j.Submitted = r.submitted[id]
+		if !j.Missing {
+			out := strings.TrimSuffix(r.h.stdout(ctx, id), "\n")
+			if out != "" {
+				j.Stdout = strings.Split(out, "\n")
+			}
+		}
+		j.Ticks = r.readTicks(id)
 		j.Journal = r.readJournal(id)
 		for _, l := range j.Journal {
 			if l.Event == "start" && workAlive(l.PID, id) {
@@ -745,6 +782,31 @@ func (r *invRound) collect(ctx context.Context) invData {
 		d.Jobs = append(d.Jobs, *j)
 	}
 	return d
+}
+
+// shellLinesRE finds how many lines a shell job of submitShell prints.
+var shellLinesRE = regexp.MustCompile(`-le (\d+); do`)
+
+// readTicks reads the ticks a shell job's runs appended to its file.
+func (r *invRound) readTicks(id string) []shellTick {
+	b, err := os.ReadFile(filepath.Join(r.h.pidDir, id+".ticks"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		r.t.Fatalf("reading the ticks of %s: %v", id, err)
+	}
+	var out []shellTick
+	for _, line := range strings.Split(string(b), "\n") {
+		var tk shellTick
+		var ns int64
+		if _, err := fmt.Sscanf(line, "%d %d %d", &tk.Attempt, &tk.PID, &ns); err != nil {
+			continue // a line being written when the run was killed
+		}
+		tk.At = time.Unix(0, ns)
+		out = append(out, tk)
+	}
+	return out
 }
 
 func (r *invRound) readJournal(id string) []invJournalLine {
@@ -770,7 +832,7 @@ func (r *invRound) readJournal(id string) []invJournalLine {
 
 func (r *invRound) report(d invData, vs []violation) {
 	statuses := map[string]int{}
-	var starts, retries, resumes, released, leaseLost, requeued, unrecorded int
+	var starts, retries, resumes, released, leaseLost, requeued, unrecorded, historyLost int
 	for _, j := range d.Jobs {
 		statuses[j.Command+" "+j.Status]++
 		for _, e := range j.Events {
@@ -783,6 +845,8 @@ func (r *invRound) report(d invData, vs []violation) {
 				released++
 			case e.Kind == "lease_lost":
 				leaseLost++
+			case e.Kind == "database_history_lost":
+				historyLost++
 			case operatorRequeue(e):
 				requeued++
 			}
@@ -799,7 +863,12 @@ func (r *invRound) report(d invData, vs []violation) {
 	}
 	r.logf("actions: %s", sortedCounts(r.actions))
 	r.logf("jobs: %s", sortedCounts(statuses))
-	r.logf("timeline: %d work starts, %d retries, %d releases, %d resumes, %d lease_lost, %d operator requeues", starts, retries, released, resumes, leaseLost, requeued)
+	r.logf("timeline: %d work starts, %d retries, %d releases, %d resumes, %d lease_lost, %d operator requeues, %d database_history_lost", starts, retries, released, resumes, leaseLost, requeued, historyLost)
+	for _, j := range d.Jobs {
+		if j.Missing && inLoss(d.Losses, j.Submitted) {
+			r.note("job %s was submitted while the standby was away and is gone with the lost history", j.ID)
+		}
+	}
 	if unrecorded > 0 {
 		r.note("%d work process(es) ended without an end or kill on record (taken as ended at their start)", unrecorded)
 	}
@@ -826,7 +895,7 @@ func (r *invRound) report(d invData, vs []violation) {
 		return
 	}
 	var parts []string
-	for inv := 1; inv <= 5; inv++ {
+	for inv := 1; inv <= 7; inv++ {
 		if perInv[inv] > 0 {
 			parts = append(parts, fmt.Sprintf("(%d)×%d", inv, perInv[inv]))
 		}

@@ -35,6 +35,9 @@ type StandbyOptions struct {
 	// Settings are more server settings for the standby, after the
 	// primary's Options.Settings.
 	Settings []string
+	// Port to listen on; 0 picks a free one. A test that replaces a dead
+	// primary by a new standby on its port keeps a multi-host URL valid.
+	Port int
 }
 
 const (
@@ -77,10 +80,10 @@ func (c *Cluster) StartStandby(ctx context.Context, so StandbyOptions) (*Cluster
 		return nil, fmt.Errorf("standby name %q: use letters, digits and underscores", name)
 	}
 	opts := c.opts
-	opts.DataDir, opts.Persistent, opts.Port = "", false, 0
+	opts.DataDir, opts.Persistent, opts.Port = "", false, so.Port
 	opts.Settings = append(slices.Clone(c.opts.Settings), so.Settings...)
 	s := &Cluster{
-		opts: opts, logger: c.logger.With("standby", name), bin: c.bin, user: c.user,
+		opts: opts, logger: c.logger.With("standby", name), bin: c.bin, user: c.user, port: so.Port,
 		standbyOf: c, standbyName: name, syncStandby: so.Synchronous,
 	}
 	if err := s.prepareDir(); err != nil {
