@@ -172,8 +172,8 @@ type invRound struct {
 
 	lastOutage, lastLong, lastFailover time.Time
 	losses                             []lossWindow
-	actions              map[string]int
-	notes                []string
+	actions                            map[string]int
+	notes                              []string
 }
 
 func runInvariantRound(t *testing.T, seed uint64, s invSettings) {
@@ -186,11 +186,11 @@ func runInvariantRound(t *testing.T, seed uint64, s invSettings) {
 	r := &invRound{
 		t: t, seed: seed, cluster: cluster, standby: standby, tm: tm, began: time.Now(),
 		submitted: map[string]time.Time{},
-		h:        newHarness(t, url, tm),
-		rng:      rand.New(rand.NewPCG(seed, 0x7e7e)),
-		agents:   map[int]invAgent{},
-		requeues: map[string]int{},
-		actions:  map[string]int{},
+		h:         newHarness(t, url, tm),
+		rng:       rand.New(rand.NewPCG(seed, 0x7e7e)),
+		agents:    map[int]invAgent{},
+		requeues:  map[string]int{},
+		actions:   map[string]int{},
 	}
 	t.Cleanup(r.killWork)
 
