@@ -17,12 +17,18 @@ import (
 
 // forget makes the database look as if it lost a job's claim with its
 // history: unowned again under the lease before, queued, its output gone.
-func forget(t *testing.T, st *store.Store, id string) {
+// With hold, the job is not due for an hour, so the agent cannot claim it
+// again before the test has told it of the change.
+func forget(t *testing.T, st *store.Store, id string, hold bool) {
 	t.Helper()
 	ctx := context.Background()
+	due := "now()"
+	if hold {
+		due = "now() + interval '1 hour'"
+	}
 	for _, q := range []string{
 		`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease - 1, log_lease = NULL, log_seq = 0,
-		        stdout_bytes = 0, stderr_bytes = 0 WHERE job_id = $1`,
+		        stdout_bytes = 0, stderr_bytes = 0, run_after = ` + due + ` WHERE job_id = $1`,
 		`UPDATE jobs SET status = 'queued', running_event_id = NULL, running_at = NULL, running_message = NULL WHERE id = $1`,
 		`DELETE FROM job_logs WHERE job_id = $1`,
 	} {
@@ -69,7 +75,7 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	var lease int64
 	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT lease FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&lease))
 
-	forget(t, st, j.ID)
+	forget(t, st, j.ID, true)
 	rewind(t, tr, done)
 
 	var agent *string
@@ -90,6 +96,36 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	assert.NotContains(t, out, "one", "lost with the history")
 	assert.Contains(t, out, "three")
 	assert.Equal(t, 1, strings.Count(out, "three"))
+}
+
+// TestReclaimOfALeaseItRunsRepairs: the database forgot a running job's
+// claim, and the agent, not told of any change (through a pooler, before
+// its next heartbeat), claims the job again — under the very lease its
+// runner holds. It keeps the runner (never a second one), and the
+// reconcile that claim starts stores running again and names the lost
+// output; the job runs on to success.
+func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
+	st := store.New(pgtest.DB(t))
+	done := make(chan dbhistory.Event, 4)
+	// No heartbeat in the test's time: a real loss of history also moves
+	// the WAL position, which the heartbeat sees before the leases.
+	startAgent(t, st, "reclaim", 2, func(c *claim.Config) { c.Keepalive, c.TestSignals.Reconciled = time.Minute, done })
+	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
+	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
+	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
+
+	forget(t, st, j.ID, false)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("claiming its own lease again started no reconcile")
+	}
+	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
+	require.Len(t, lost, 1)
+	assert.Contains(t, lost[0].Message, "the database had lost that the plugin was called; stored again")
+	end := waitStatus(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
+	require.Equal(t, store.StatusSucceeded, end.Status, end.Error)
+	assert.Equal(t, 1, strings.Count(logText(t, st, j.ID), "three"), "one runner: its line once")
 }
 
 // TestReconcileStopsAJobAnotherProcessHolds: the database that lost its
