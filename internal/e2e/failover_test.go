@@ -63,6 +63,7 @@ func promote(ctx context.Context, t *testing.T, h *harness, primary, standby *pg
 // they were told is stored was lost, so nothing is released, failed or
 // launched again, and every line is stored once.
 func TestFailoverToSynchronousStandby(t *testing.T) {
+	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	primary, standby, url := pgtest.StartReplicated(t, true)
@@ -101,6 +102,7 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 // every ECS line is stored once; shell output lost for good is never
 // silent: the job's database_history_lost event says which records.
 func TestFailoverToAsynchronousStandbyThatLostHistory(t *testing.T) {
+	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	primary, standby, url := pgtest.StartReplicated(t, false)

@@ -32,6 +32,7 @@ func hungTimings() timings {
 // agents send them again on new connections. Every job succeeds, every
 // line is stored exactly once, and no end is taken for a lost lease.
 func TestHungDatabaseStoresEveryLineOnce(t *testing.T) {
+	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cluster, url := pgtest.StartCluster(t)
