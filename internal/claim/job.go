@@ -495,6 +495,14 @@ func (s *Service) cleanup(a *attempt, claim store.CleanupClaim) {
 // metrics reason: where the loss was noticed.
 func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger, how, account string) {
 	s.logs.drop(j.key)
+	if errors.Is(context.Cause(j.ctx), errHistoryLost) {
+		// The database lost this lease with its history and may have handed
+		// its number to another holder: an event under it would claim that
+		// holder's lease. The reconcile recorded why (database_history_lost).
+		log.Warn("stopped the job without writing: the database lost this agent's lease with its history", "account", account)
+		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "history_lost", Error: account})
+		return
+	}
 	s.cfg.Metrics.LeasesLost.WithLabelValues(how).Inc()
 	log.Warn("lease lost; stopped the job without writing", "account", account)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.cfg.FinalTimeout)

@@ -446,7 +446,8 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	if free <= 0 || s.draining.Load() || !s.historySettled() {
 		return 0, nil
 	}
-	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: s.commands, Resumable: s.resumable})
+	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: s.commands, Resumable: s.resumable,
+		Ready: s.historySettled})
 	if err != nil {
 		return 0, err
 	}

@@ -169,3 +169,23 @@ func TestClaimRacingACancelTakesNothing(t *testing.T) {
 	assert.Equal(t, lease, after)
 	assert.NotContains(t, kinds(t, st, j.ID)[4:], "claimed")
 }
+
+// TestClaimAsksReadyOnItsConnection: the claim's gate is asked once it has
+// its connection (acquiring may have waited), and a no takes nothing.
+func TestClaimAsksReadyOnItsConnection(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a := register(t, st, "a")
+	j := submit(t, st, "c")
+	asked := 0
+	got, err := st.ClaimWith(ctx, a, store.ClaimParams{Limit: 1, Commands: []string{"c"}, Ready: func() bool { asked++; return false }})
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	assert.Equal(t, 1, asked)
+	now, err := st.GetJob(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusQueued, now.Status)
+	got, err = st.ClaimWith(ctx, a, store.ClaimParams{Limit: 1, Commands: []string{"c"}, Ready: func() bool { return true }})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}

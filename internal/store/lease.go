@@ -108,6 +108,12 @@ type Claimed struct {
 type ClaimParams struct {
 	Limit    int      // at most this many jobs
 	Commands []string // of these commands
+	// Ready, if set, is asked once the claim has its connection, right
+	// before it runs: false claims nothing. Acquiring a connection may wait
+	// (after a failover the agent holds new connections back until it has
+	// checked what the database lost), so a check made before it may be
+	// stale by the time the claim would run.
+	Ready func() bool
 	// Resumable lists the plugins this agent can Resume with (its copy
 	// declares the resume capability). A job that must be resumed (it was
 	// released while running) is taken only if its plugin is listed, so an
@@ -135,8 +141,16 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 	if resumable == nil {
 		resumable = []string{}
 	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claiming jobs: %w", err)
+	}
+	defer conn.Release()
+	if p.Ready != nil && !p.Ready() {
+		return nil, nil
+	}
 	st := queries.Named("claim")
-	rows, err := s.queryGeneric(ctx, st.SQL, st.Args(map[string]any{
+	rows, err := queryAfter(ctx, conn, genericPlan, st.SQL, st.Args(map[string]any{
 		"agent": h.Name, "generation": h.Generation, "limit": p.Limit, "commands": p.Commands,
 		"any_plugin": p.Resumable == nil, "resumable": resumable,
 	})...)
