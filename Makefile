@@ -18,7 +18,7 @@ RIVERBENCH    := .tether/bin/riverbench-$(RIVER_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy
+.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
 
 all: build
 
@@ -73,6 +73,13 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzList$$' -fuzztime $(FUZZTIME) ./internal/api/
+
+## metrics: function metrics of the product code (tools/funcmetrics): branch
+## points per 100 function lines, functions above cyclomatic complexity 10,
+## functions above 120 lines, and the worst offenders (docs/design.md)
+METRICS_SKIP := e2e,pgtest,pgcluster,kubetest,testbin,testplugins,bench,plugintest,tools
+metrics:
+	cd tools/funcmetrics && $(GO) run . -skip $(METRICS_SKIP) $(addprefix ../../,cmd internal pkg plugins localstack)
 
 ## kube-apiserver: build the apiserver the Kubernetes tests use (about 5
 ## minutes the first time; kept under .tether/bin)

@@ -1,0 +1,3 @@
+module github.com/tetherjobs/tether/tools/funcmetrics
+
+go 1.22
