@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/pgtest"
-	"github.com/tetherjobs/tether/internal/testbin"
 )
 
 // The shell plugin reports its default max_kill_grace (10s) at start, which
@@ -20,7 +20,7 @@ import (
 // arithmetic with it and refuses to start, naming the key and the fix.
 func TestStartRefusesThePluginsKillGrace(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, testbin.Build(t.Context(), dir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
+	require.NoError(t, bintest.Build(t.Context(), dir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
 	cfg := testConfig(t, pgtest.URL(t), "graces")
 	cfg.PluginDir = dir
 	cfg.Agent.Keepalive = config.Duration(time.Second)

@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	legacyPkg = "github.com/tetherjobs/tether/internal/testplugins/legacy"
+	legacyPkg = "github.com/tetherjobs/tether/internal/fakeplugintest/legacy"
 	ecsPkg    = "github.com/tetherjobs/tether/plugins/ecs"
 	shellPkg  = "github.com/tetherjobs/tether/plugins/shell"
 )
