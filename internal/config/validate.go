@@ -322,13 +322,21 @@ func (pl Plugin) check(key, name string) []error {
 			p.add("%s.pass_env[%d]: %v", key, i, err)
 		}
 	}
-	for k := range pl.Env {
+	p = append(p, checkEnvNames(key, pl.Env)...)
+	if _, err := json.Marshal(pl.Config); err != nil {
+		p.add("%s.config: cannot be passed to the plugin as JSON (use string keys only): %v", key, err)
+	}
+	return p
+}
+
+// checkEnvNames requires the names of a plugin's env (key
+// "plugins.<name>") to be variable names.
+func checkEnvNames(key string, env map[string]string) []error {
+	var p problems
+	for k := range env {
 		if strings.ContainsAny(k, "=\x00") || k == "" {
 			p.add("%s.env: %q is not a valid variable name", key, k)
 		}
-	}
-	if _, err := json.Marshal(pl.Config); err != nil {
-		p.add("%s.config: cannot be passed to the plugin as JSON (use string keys only): %v", key, err)
 	}
 	return p
 }
@@ -378,52 +386,69 @@ var hostNameRe = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])
 // returns nil. An entry is "*" (any host), a name, or a name:port as a Host
 // header carries it; an IPv6 literal is written in brackets.
 func CheckAllowedHost(h string) error {
-	const want = `want a host name such as "tether.example.com", a name:port such as "tether.example.com:9090", or "*" alone for any host`
-	switch {
-	case h == "*":
+	if h == "*" {
 		return nil
-	case h == "":
-		return fmt.Errorf("empty; %s", want)
-	case strings.Contains(h, "://"):
-		return fmt.Errorf("%q has a scheme; %s", h, want)
-	case strings.ContainsAny(h, "/?#"):
-		return fmt.Errorf("%q has a path; %s", h, want)
-	case strings.ContainsFunc(h, unicode.IsSpace):
-		return fmt.Errorf("%q contains a space; %s (separate entries with commas in TETHER_HTTP_ALLOWED_HOSTS)", h, want)
-	case strings.Contains(h, "*"):
-		return fmt.Errorf("%q: * matches any host only alone, not as part of a name; %s", h, want)
-	case strings.Contains(h, "@"):
-		return fmt.Errorf("%q has user info; %s", h, want)
+	}
+	if err := allowedHostShape(h); err != nil {
+		return err
 	}
 	host := h
 	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
-		var port string
 		var err error
-		if host, port, err = net.SplitHostPort(h); err != nil {
-			if !strings.HasSuffix(h, "]") {
-				return fmt.Errorf("%q is not a name or name:port; %s", h, want)
-			}
-			host, port = strings.Trim(h, "[]"), ""
-		}
-		if port != "" {
-			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || !wholeNumberRe.MatchString(port) {
-				return fmt.Errorf("%q: the port must be a number from 1 to 65535", h)
-			}
-		}
-		if strings.HasPrefix(h, "[") {
-			if net.ParseIP(host) == nil {
-				return fmt.Errorf("%q: %q in brackets is not an IPv6 address", h, host)
-			}
-			return nil
+		if host, err = allowedHostPort(h); err != nil || strings.HasPrefix(h, "[") {
+			return err
 		}
 	}
 	if net.ParseIP(host) != nil {
 		return nil // a bare IPv6 literal
 	}
 	if !hostNameRe.MatchString(host) || len(host) > 253 {
-		return fmt.Errorf("%q is not a host name (letters, digits, - and dots); %s", h, want)
+		return fmt.Errorf("%q is not a host name (letters, digits, - and dots); %s", h, allowedHostWant)
 	}
 	return nil
+}
+
+const allowedHostWant = `want a host name such as "tether.example.com", a name:port such as "tether.example.com:9090", or "*" alone for any host`
+
+// allowedHostShape says why h cannot be a Host header value at all (a
+// URL, a pattern, user info), or returns nil.
+func allowedHostShape(h string) error {
+	switch {
+	case h == "":
+		return fmt.Errorf("empty; %s", allowedHostWant)
+	case strings.Contains(h, "://"):
+		return fmt.Errorf("%q has a scheme; %s", h, allowedHostWant)
+	case strings.ContainsAny(h, "/?#"):
+		return fmt.Errorf("%q has a path; %s", h, allowedHostWant)
+	case strings.ContainsFunc(h, unicode.IsSpace):
+		return fmt.Errorf("%q contains a space; %s (separate entries with commas in TETHER_HTTP_ALLOWED_HOSTS)", h, allowedHostWant)
+	case strings.Contains(h, "*"):
+		return fmt.Errorf("%q: * matches any host only alone, not as part of a name; %s", h, allowedHostWant)
+	case strings.Contains(h, "@"):
+		return fmt.Errorf("%q has user info; %s", h, allowedHostWant)
+	}
+	return nil
+}
+
+// allowedHostPort splits a name:port or a bracketed IPv6 literal (with or
+// without a port), checks the port and the literal, and returns the host.
+func allowedHostPort(h string) (string, error) {
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		if !strings.HasSuffix(h, "]") {
+			return "", fmt.Errorf("%q is not a name or name:port; %s", h, allowedHostWant)
+		}
+		host, port = strings.Trim(h, "[]"), ""
+	}
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || !wholeNumberRe.MatchString(port) {
+			return "", fmt.Errorf("%q: the port must be a number from 1 to 65535", h)
+		}
+	}
+	if strings.HasPrefix(h, "[") && net.ParseIP(host) == nil {
+		return "", fmt.Errorf("%q: %q in brackets is not an IPv6 address", h, host)
+	}
+	return host, nil
 }
 
 // validate checks a command's limits: no negative lever, no maximum inside
