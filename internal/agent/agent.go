@@ -55,7 +55,7 @@ type Options struct {
 
 // Run runs an agent until ctx is cancelled, then drains it (see
 // internal/drain) and shuts it down. It opens the database, starts the
-// plugins, registers the agent and starts its services, in that order; what
+// plugins, registers the agent and starts its services, in that order. What
 // a step opened is closed, in reverse order, when Run returns.
 func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Options) error {
 	a, err := newAgent(ctx, cfg, logger, opts)
