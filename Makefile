@@ -77,7 +77,7 @@ fuzz:
 ## metrics: function metrics of the product code (tools/funcmetrics): branch
 ## points per 100 function lines, functions above cyclomatic complexity 10,
 ## functions above 120 lines, and the worst offenders (docs/design.md)
-METRICS_SKIP := e2e,pgtest,pgcluster,kubetest,testbin,testplugins,bench,plugintest,tools
+METRICS_SKIP := e2e,pgtest,pgcluster,kubetest,bintest,fakeplugintest,bench,plugintest,tools
 metrics:
 	cd tools/funcmetrics && $(GO) run . -skip $(METRICS_SKIP) $(addprefix ../../,cmd internal pkg plugins localstack)
 

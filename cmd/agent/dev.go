@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -66,16 +68,94 @@ type devOptions struct {
 	noDemo, keepEmulator, verbose bool
 }
 
+// runDev loads the config with dev's defaults, starts the ECS emulator and
+// the private PostgreSQL where needed, then runs the agent with the demo
+// jobs. What it started is stopped, in reverse order, when it returns.
 func (a *app) runDev(ctx context.Context, o devOptions) error {
-	dataDir, listen, noDemo := o.dataDir, o.listen, o.noDemo
 	log := a.logger()
-	cfg, err := config.Load(a.configPath, a.getenv)
+	cfg, err := a.devConfig(o.listen)
 	if err != nil {
 		return err
 	}
+	stop, err := a.startDevServices(ctx, cfg, o, log)
+	defer stop()
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return a.serveDev(ctx, cfg, o, log)
+}
+
+// startDevServices starts the ECS emulator (when the ECS plugin is built)
+// and the private PostgreSQL (when DATABASE_URL is not set), and writes the
+// pid file `tether dev stop` reads when either outlives this process. The
+// func it returns, even on error, stops what it started, in reverse order.
+func (a *app) startDevServices(ctx context.Context, cfg *config.Config, o devOptions, log *slog.Logger) (func(), error) {
+	var stops stopList
+	runDir, err := filepath.Abs(filepath.Join(o.dataDir, "run"))
+	if err != nil {
+		return stops.run, fmt.Errorf("--data-dir: %w", err)
+	}
+	ecsRunning, err := a.startDevECS(ctx, cfg, runDir, o.keepEmulator, &stops)
+	if err != nil {
+		return stops.run, err
+	}
+	if ecsRunning || cfg.DatabaseURL == "" {
+		remove, err := writeDevPID(runDir)
+		if err != nil {
+			return stops.run, err
+		}
+		stops.add(remove)
+	}
+	if cfg.DatabaseURL == "" {
+		stopPG, err := a.devPostgres(ctx, cfg, o.dataDir, log)
+		if err != nil {
+			return stops.run, err
+		}
+		stops.add(stopPG)
+	}
+	return stops.run, nil
+}
+
+// startDevECS starts the ECS emulator when the ECS plugin is built, and
+// reports whether it runs. Unless keep is set, stopping it is added to
+// stops. That runs only on a clean exit (Ctrl-C, SIGTERM): after a kill -9
+// the emulator keeps the tasks a restarted agent reattaches to.
+func (a *app) startDevECS(ctx context.Context, cfg *config.Config, runDir string, keep bool, stops *stopList) (bool, error) {
+	stopECS, err := a.devECS(ctx, cfg, runDir)
+	if err != nil || stopECS == nil {
+		return false, err
+	}
+	if !keep {
+		stops.add(func() { stopECS(context.WithoutCancel(ctx)) })
+	}
+	return true, nil
+}
+
+// stopList holds what was started, to stop in reverse order.
+type stopList []func()
+
+func (s *stopList) add(f func()) { *s = append(*s, f) }
+
+func (s *stopList) run() {
+	for _, f := range slices.Backward(*s) {
+		f()
+	}
+}
+
+// devConfig loads the config and applies dev's settings: the listen
+// address (refused beyond this machine without tokens), the demo commands
+// when none are configured, and the agent name "dev" when none is set.
+func (a *app) devConfig(listen string) (*config.Config, error) {
+	cfg, err := config.Load(a.configPath, a.getenv)
+	if err != nil {
+		return nil, err
+	}
 	cfg.HTTP.Listen = listen
 	if err := checkDevListen(listen, len(cfg.HTTP.Tokens)); err != nil {
-		return err
+		return nil, err
 	}
 	if len(cfg.HTTP.Tokens) == 0 {
 		fmt.Fprintf(a.stderr, "API auth is OFF (no http.tokens): it listens on %s, reachable only from this machine, where any local user or program can run the configured commands\n", listen)
@@ -91,54 +171,37 @@ func (a *app) runDev(ctx context.Context, o devOptions) error {
 	if cfg.Agent.Name == "" {
 		cfg.Agent.Name = "dev"
 	}
-	runDir, err := filepath.Abs(filepath.Join(dataDir, "run"))
-	if err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
-	}
-	stopECS, err := a.devECS(ctx, cfg, runDir)
-	if err != nil {
-		return err
-	}
-	if stopECS != nil && !o.keepEmulator {
-		// Only on a clean exit (Ctrl-C, SIGTERM): after a kill -9 the
-		// emulator keeps the tasks a restarted agent reattaches to.
-		defer stopECS(context.WithoutCancel(ctx))
-	}
-	if stopECS != nil || cfg.DatabaseURL == "" {
-		// For `tether dev stop`, when something outlives this process.
-		remove, err := writeDevPID(runDir)
-		if err != nil {
-			return err
-		}
-		defer remove()
-	}
+	return cfg, nil
+}
 
-	if cfg.DatabaseURL == "" {
-		abs, err := filepath.Abs(filepath.Join(dataDir, "pgdata"))
-		if err != nil {
-			return fmt.Errorf("--data-dir: %w", err)
-		}
-		if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
-			return fmt.Errorf("--data-dir: %w", err)
-		}
-		fmt.Fprintf(a.stderr, "starting a private PostgreSQL in %s (set DATABASE_URL to use your own)\n", abs)
-		cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: abs, Persistent: true, Port: 0, Logger: log})
-		if err != nil {
-			return fmt.Errorf("starting the private PostgreSQL: %w", err)
-		}
-		defer func() {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := cluster.Stop(stopCtx); err != nil {
-				log.Warn("stopping the private PostgreSQL", "err", err)
-			}
-		}()
-		cfg.DatabaseURL = cluster.URL("postgres")
+// devPostgres starts the private PostgreSQL under dataDir/pgdata and points
+// cfg at it. It returns the func that stops it.
+func (a *app) devPostgres(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (func(), error) {
+	abs, err := filepath.Abs(filepath.Join(dataDir, "pgdata"))
+	if err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
+	fmt.Fprintf(a.stderr, "starting a private PostgreSQL in %s (set DATABASE_URL to use your own)\n", abs)
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: abs, Persistent: true, Port: 0, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("starting the private PostgreSQL: %w", err)
+	}
+	cfg.DatabaseURL = cluster.URL("postgres")
+	return func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(stopCtx); err != nil {
+			log.Warn("stopping the private PostgreSQL", "err", err)
+		}
+	}, nil
+}
 
+// serveDev runs the agent until a signal drains it, submitting the demo
+// jobs and printing what to try once it serves.
+func (a *app) serveDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.Logger) error {
 	started := make(chan string, 1)
 	agentErr := make(chan error, 1)
 	agentCtx, hurry, stopSignals := drainSignals(ctx, log)
@@ -156,6 +219,18 @@ func (a *app) runDev(ctx context.Context, o devOptions) error {
 		return err
 	}
 	base := "http://" + addr
+	if !o.noDemo {
+		if err := a.devDemos(ctx, cfg, base); err != nil {
+			return err
+		}
+	}
+	a.printDevHelp(base)
+	return <-agentErr
+}
+
+// devDemos submits the demo jobs of the commands configured and follows
+// them.
+func (a *app) devDemos(ctx context.Context, cfg *config.Config, base string) error {
 	var copts []client.Option
 	if len(cfg.HTTP.Tokens) > 0 { // the demo job needs a token too
 		copts = append(copts, client.WithToken(cfg.HTTP.Tokens[0].Token))
@@ -164,16 +239,18 @@ func (a *app) runDev(ctx context.Context, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	if !noDemo {
-		for _, command := range []string{"demo", "ecs-demo"} {
-			if _, ok := cfg.Commands[command]; !ok {
-				continue
-			}
-			if err := a.demo(ctx, c, command); err != nil && ctx.Err() == nil {
-				fmt.Fprintf(a.stderr, "%s job: %v\n", command, err)
-			}
+	for _, command := range []string{"demo", "ecs-demo"} {
+		if _, ok := cfg.Commands[command]; !ok {
+			continue
+		}
+		if err := a.demo(ctx, c, command); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(a.stderr, "%s job: %v\n", command, err)
 		}
 	}
+	return nil
+}
+
+func (a *app) printDevHelp(base string) {
 	exe, _ := os.Executable()
 	fmt.Fprintf(a.stdout, `
 tether is serving at %[1]s (Ctrl-C stops it).
@@ -192,7 +269,6 @@ running: started again, it reattaches to the running jobs (make demo-reattach
 shows it); "%[2]s dev stop" stops what is left.
 
 `, base, relPath(exe), os.Getpid())
-	return <-agentErr
 }
 
 // checkDevListen refuses to serve `tether dev`'s unauthenticated API beyond

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/pgtest"
-	"github.com/tetherjobs/tether/internal/testbin"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -33,7 +33,7 @@ func TestRunAndSubmitWaitEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pluginDir := t.TempDir()
-	require.NoError(t, testbin.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
+	require.NoError(t, bintest.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
 
 	addr := freeAddr(t)
 	cfgPath := filepath.Join(t.TempDir(), "tether.yaml")
@@ -125,7 +125,7 @@ func TestRunRefusesBadPluginSettings(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pluginDir := t.TempDir()
-	require.NoError(t, testbin.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
+	require.NoError(t, bintest.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
 	for _, tc := range []struct {
 		name, yaml string
 		want       []string

@@ -74,70 +74,80 @@ job's: 0 succeeded, 1 failed, 2 canceled, 3 unknown.
 they happen); -o yaml the same as json in YAML.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !follow && timeout != 0 {
-				return fmt.Errorf("--wait-timeout needs --follow")
-			}
-			if err := checkWaitTimeout(timeout); err != nil {
-				return err
-			}
-			if follow && (a.output == outJSON || a.output == outYAML) {
-				return fmt.Errorf("--output %s cannot be followed; use -o jsonl with --follow", a.output)
-			}
-			fo, err := a.failover()
-			if err != nil {
-				return err
-			}
-			id := args[0]
-			if !follow {
-				var evs []store.Event
-				err := fo.Do(cmd.Context(), func(ctx context.Context, c *client.Client) error {
-					var err error
-					evs, err = c.Events(ctx, id)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				if a.machine() {
-					return emitList(a, "events", evs, nil)
-				}
-				t := &timeline{w: a.stdout}
-				t.header()
-				for _, e := range evs {
-					if err := t.row(e); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			ctx, cancel := waitTimeout(cmd.Context(), timeout)
-			defer cancel()
-			t := &timeline{w: a.stdout}
-			if !a.machine() {
-				t.header()
-			}
-			emit := t.row
-			if a.machine() {
-				emit = func(e store.Event) error { return a.emit(e) }
-			}
-			if _, err := fo.FollowEvents(ctx, id, 0, emit); err != nil {
-				return gaveUp(ctx, id, err)
-			}
-			j, err := fo.Get(ctx, id)
-			if err != nil {
-				return gaveUp(ctx, id, err)
-			}
-			line, code := outcome(j)
-			fmt.Fprintln(a.stderr, line)
-			if code != exitSucceeded {
-				return &exitError{code: code}
-			}
-			return nil
+			return a.runEvents(cmd.Context(), args[0], follow, timeout)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events until the job ends; the exit code is its outcome")
 	cmd.Flags().DurationVar(&timeout, "wait-timeout", 0, "with -f: give up (exit 3) after this long; 0 follows as long as the job runs")
 	return cmd
+}
+
+// runEvents prints job id's timeline; with follow, until the job ends,
+// returning its outcome as the exit code.
+func (a *app) runEvents(ctx context.Context, id string, follow bool, timeout time.Duration) error {
+	if !follow && timeout != 0 {
+		return fmt.Errorf("--wait-timeout needs --follow")
+	}
+	if err := checkWaitTimeout(timeout); err != nil {
+		return err
+	}
+	if follow && (a.output == outJSON || a.output == outYAML) {
+		return fmt.Errorf("--output %s cannot be followed; use -o jsonl with --follow", a.output)
+	}
+	fo, err := a.failover()
+	if err != nil {
+		return err
+	}
+	if !follow {
+		return a.printEvents(ctx, fo, id)
+	}
+	ctx, cancel := waitTimeout(ctx, timeout)
+	defer cancel()
+	return a.followEvents(ctx, fo, id)
+}
+
+// printEvents prints the job's timeline as it is now.
+func (a *app) printEvents(ctx context.Context, fo *client.Failover, id string) error {
+	var evs []store.Event
+	err := fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
+		var err error
+		evs, err = c.Events(ctx, id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if a.machine() {
+		return emitList(a, "events", evs, nil)
+	}
+	t := &timeline{w: a.stdout}
+	t.header()
+	for _, e := range evs {
+		if err := t.row(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// followEvents prints the job's events as they happen until it ends, then
+// its outcome on stderr, and returns the outcome as the exit code.
+func (a *app) followEvents(ctx context.Context, fo *client.Failover, id string) error {
+	t := &timeline{w: a.stdout}
+	emit := t.row
+	if a.machine() {
+		emit = func(e store.Event) error { return a.emit(e) }
+	} else {
+		t.header()
+	}
+	if _, err := fo.FollowEvents(ctx, id, 0, emit); err != nil {
+		return gaveUp(ctx, id, err)
+	}
+	j, err := fo.Get(ctx, id)
+	if err != nil {
+		return gaveUp(ctx, id, err)
+	}
+	return a.exitOutcome(j)
 }
 
 func (a *app) cleanupsCmd() *cobra.Command {
@@ -155,41 +165,7 @@ tried next, the last error and which agent holds it now. A Cleanup that keeps
 failing stays here (and in tether_cleanup_backlog) until it succeeds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkLimit(limit); err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			var list []cleanups.Cleanup
-			next := after
-			for {
-				page, n, err := c.Cleanups(cmd.Context(), next, limit)
-				if err != nil {
-					return err
-				}
-				list, next = append(list, page...), n
-				if !all || next == "" {
-					break
-				}
-			}
-			if a.machine() {
-				return emitList(a, "cleanups", list, &next)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "JOB\tCOMMAND\tPLUGIN\tREASON\tATTEMPTS\tNEXT\tCLAIMED BY\tLAST ERROR")
-			for _, cl := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cl.JobID, cl.Command, cl.Plugin, cl.Reason, cl.Attempts,
-					fmtTime(&cl.NextAt), orDash(cl.ClaimedBy), orDash(cl.LastError))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if next != "" {
-				fmt.Fprintf(a.stderr, "more cleanups: --after %s (or --all)\n", next)
-			}
-			return nil
+			return a.runCleanups(cmd.Context(), limit, after, all)
 		},
 	}
 	f := cmd.Flags()
@@ -197,4 +173,37 @@ failing stays here (and in tether_cleanup_backlog) until it succeeds.`,
 	f.StringVar(&after, "after", "", "start after this cursor (a job ID, from a previous page)")
 	f.BoolVar(&all, "all", false, "fetch every page")
 	return cmd
+}
+
+// runCleanups lists the pending Cleanup calls from after, one page or all.
+func (a *app) runCleanups(ctx context.Context, limit int, after string, all bool) error {
+	if err := checkLimit(limit); err != nil {
+		return err
+	}
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	list, next, err := fetchPages(after, all, func(after string) ([]cleanups.Cleanup, string, error) {
+		return c.Cleanups(ctx, after, limit)
+	})
+	if err != nil {
+		return err
+	}
+	if a.machine() {
+		return emitList(a, "cleanups", list, &next)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "JOB\tCOMMAND\tPLUGIN\tREASON\tATTEMPTS\tNEXT\tCLAIMED BY\tLAST ERROR")
+	for _, cl := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cl.JobID, cl.Command, cl.Plugin, cl.Reason, cl.Attempts,
+			fmtTime(&cl.NextAt), orDash(cl.ClaimedBy), orDash(cl.LastError))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(a.stderr, "more cleanups: --after %s (or --all)\n", next)
+	}
+	return nil
 }

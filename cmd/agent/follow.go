@@ -62,6 +62,17 @@ func (a *app) finish(j store.Job) error {
 	return &exitError{code: code}
 }
 
+// exitOutcome prints the job's outcome on stderr and returns it as the exit
+// code, with nothing on stdout (the output was the stream itself).
+func (a *app) exitOutcome(j store.Job) error {
+	line, code := outcome(j)
+	fmt.Fprintln(a.stderr, line)
+	if code != exitSucceeded {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
 // gaveUp is the exit of a follow that ended before the job did.
 func gaveUp(ctx context.Context, id string, err error) error {
 	if ctx.Err() != nil {
@@ -122,30 +133,12 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	if err != nil {
 		return fail(true, err)
 	}
-	var wg sync.WaitGroup
-	statusCtx, stopStatus := context.WithCancel(ctx)
-	defer func() { stopStatus(); wg.Wait() }()
+	stopStatus := func() {}
 	if statuses {
-		wg.Go(func() {
-			_, _ = fo.Wait(statusCtx, id, func(j store.Job) {
-				if !store.Terminal(j.Status) {
-					fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
-				}
-			})
-		})
+		stopStatus = a.printStatuses(ctx, fo, id)
 	}
-	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
-	if split {
-		p.errOut = a.stderr
-	}
-	if a.machine() {
-		// stdout is for the machine output alone.
-		p.out, p.errOut = a.stderr, a.stderr
-	}
-	if a.machine() && !statuses {
-		// `logs -f -o jsonl`: the records themselves are the output.
-		p = nil
-	}
+	defer stopStatus()
+	p := a.followPrinter(split, stamps, statuses)
 	enc := json.NewEncoder(a.stdout)
 	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, func(r client.LogRecord) error {
 		if p == nil {
@@ -160,21 +153,48 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 		fmt.Fprintln(p.notices) // the job's last line had no newline
 	}
 	stopStatus()
-	wg.Wait()
 	j, err := fo.Get(ctx, id)
 	if err != nil {
 		// The end record says how it ended; details are lost, not the outcome.
 		j = store.Job{ID: id, Status: end.Status, Attempt: end.Attempt}
 	}
 	if p == nil {
-		line, code := outcome(j)
-		fmt.Fprintln(a.stderr, line)
-		if code != exitSucceeded {
-			return &exitError{code: code}
-		}
-		return nil
+		return a.exitOutcome(j)
 	}
 	return a.finish(j)
+}
+
+// printStatuses prints the job's status changes on stderr until the func
+// it returns is called (more than once is fine), which waits for it to stop.
+func (a *app) printStatuses(ctx context.Context, fo *client.Failover, id string) func() {
+	var wg sync.WaitGroup
+	statusCtx, cancel := context.WithCancel(ctx)
+	wg.Go(func() {
+		_, _ = fo.Wait(statusCtx, id, func(j store.Job) {
+			if !store.Terminal(j.Status) {
+				fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
+			}
+		})
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// followPrinter is where a followed job's output goes: split sends its
+// stderr to stderr. Under machine output stdout holds the machine output
+// alone, and for `logs -f -o jsonl` (no statuses) the records themselves are
+// the output: followPrinter then returns nil.
+func (a *app) followPrinter(split, stamps, statuses bool) *logPrinter {
+	if a.machine() && !statuses {
+		return nil
+	}
+	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
+	if split {
+		p.errOut = a.stderr
+	}
+	if a.machine() {
+		p.out, p.errOut = a.stderr, a.stderr
+	}
+	return p
 }
 
 func (a *app) waitCmd() *cobra.Command {
@@ -249,16 +269,7 @@ is 0 once the output was printed.
 {"seq","attempt","stream","time","line","partial"}.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if stream != "" && stream != "stdout" && stream != "stderr" {
-				return fmt.Errorf("--stream must be stdout or stderr, got %q", stream)
-			}
-			if a.output == outYAML {
-				return errors.New("--output yaml: logs are a stream of records; use -o jsonl")
-			}
-			if !follow && timeout != 0 {
-				return errors.New("--wait-timeout needs --follow")
-			}
-			if err := checkWaitTimeout(timeout); err != nil {
+			if err := a.checkLogsFlags(stream, follow, timeout); err != nil {
 				return err
 			}
 			if follow {
@@ -266,25 +277,7 @@ is 0 once the output was printed.
 				defer cancel()
 				return a.followJob(ctx, args[0], stream, false, stamps, false)
 			}
-			fo, err := a.failover()
-			if err != nil {
-				return err
-			}
-			p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
-			enc := json.NewEncoder(a.stdout)
-			err = fo.Do(cmd.Context(), func(ctx context.Context, c *client.Client) error {
-				_, err := c.LogRecords(ctx, args[0], client.LogQuery{Stream: stream}, func(r client.LogRecord) error {
-					if a.machine() {
-						return enc.Encode(r)
-					}
-					return p.print(r)
-				})
-				return err
-			})
-			if err == nil && p.midLine {
-				fmt.Fprintln(a.stdout)
-			}
-			return err
+			return a.printLogs(cmd.Context(), args[0], stream, stamps)
 		},
 	}
 	f := cmd.Flags()
@@ -293,4 +286,40 @@ is 0 once the output was printed.
 	f.BoolVar(&stamps, "stamps", false, "prefix each line with its time, stream and attempt")
 	f.DurationVar(&timeout, "wait-timeout", 0, "with -f: give up (exit 3) after this long; 0 follows as long as the job runs")
 	return cmd
+}
+
+func (a *app) checkLogsFlags(stream string, follow bool, timeout time.Duration) error {
+	if stream != "" && stream != "stdout" && stream != "stderr" {
+		return fmt.Errorf("--stream must be stdout or stderr, got %q", stream)
+	}
+	if a.output == outYAML {
+		return errors.New("--output yaml: logs are a stream of records; use -o jsonl")
+	}
+	if !follow && timeout != 0 {
+		return errors.New("--wait-timeout needs --follow")
+	}
+	return checkWaitTimeout(timeout)
+}
+
+// printLogs prints the job's output written so far.
+func (a *app) printLogs(ctx context.Context, id, stream string, stamps bool) error {
+	fo, err := a.failover()
+	if err != nil {
+		return err
+	}
+	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
+	enc := json.NewEncoder(a.stdout)
+	err = fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
+		_, err := c.LogRecords(ctx, id, client.LogQuery{Stream: stream}, func(r client.LogRecord) error {
+			if a.machine() {
+				return enc.Encode(r)
+			}
+			return p.print(r)
+		})
+		return err
+	})
+	if err == nil && p.midLine {
+		fmt.Fprintln(a.stdout)
+	}
+	return err
 }

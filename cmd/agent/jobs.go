@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -203,54 +204,7 @@ func (a *app) jobsCmd() *cobra.Command {
 		Short: "List jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkLimit(o.Limit); err != nil {
-				return err
-			}
-			if o.Status != "" && !validStatus(o.Status) {
-				// The API's words, with the flag and the field named.
-				return fmt.Errorf("--status must be one of %s, got %q (field status)", strings.Join(jobStatuses(), ", "), o.Status)
-			}
-			var err error
-			now := time.Now()
-			if o.Since, err = timeFlag("since", since, now); err != nil {
-				return err
-			}
-			if o.Until, err = timeFlag("until", until, now); err != nil {
-				return err
-			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			var jobs []store.Job
-			next := ""
-			for {
-				page, n, err := c.List(cmd.Context(), o)
-				if err != nil {
-					return err
-				}
-				jobs, next = append(jobs, page...), n
-				if !all || next == "" {
-					break
-				}
-				o.After = next
-			}
-			if a.machine() {
-				return emitList(a, "jobs", jobs, &next)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tCREATED")
-			for _, j := range jobs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Command, j.Status, j.Attempt,
-					orDash(j.Submitter), orDash(j.Agent), fmtTime(&j.CreatedAt))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if next != "" {
-				fmt.Fprintf(a.stderr, "more jobs: --after %s (or --all)\n", next)
-			}
-			return nil
+			return a.runJobs(cmd.Context(), o, all, since, until)
 		},
 	}
 	f := cmd.Flags()
@@ -264,6 +218,77 @@ func (a *app) jobsCmd() *cobra.Command {
 	f.StringVar(&o.After, "after", "", "start after this cursor (from a previous page)")
 	f.BoolVar(&all, "all", false, "fetch every page")
 	return cmd
+}
+
+// runJobs lists the jobs o selects, one page or all, newest first.
+func (a *app) runJobs(ctx context.Context, o client.ListOptions, all bool, since, until string) error {
+	if err := listFilters(&o, since, until); err != nil {
+		return err
+	}
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	jobs, next, err := fetchPages(o.After, all, func(after string) ([]store.Job, string, error) {
+		o.After = after
+		return c.List(ctx, o)
+	})
+	if err != nil {
+		return err
+	}
+	if a.machine() {
+		return emitList(a, "jobs", jobs, &next)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tCREATED")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Command, j.Status, j.Attempt,
+			orDash(j.Submitter), orDash(j.Agent), fmtTime(&j.CreatedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(a.stderr, "more jobs: --after %s (or --all)\n", next)
+	}
+	return nil
+}
+
+// fetchPages fetches the page after the cursor after and, with all, every
+// page that follows. It returns what it fetched and the cursor of the page
+// after the last ("" at the end).
+func fetchPages[T any](after string, all bool, page func(after string) ([]T, string, error)) ([]T, string, error) {
+	var list []T
+	next := after
+	for {
+		items, n, err := page(next)
+		if err != nil {
+			return nil, "", err
+		}
+		list, next = append(list, items...), n
+		if !all || next == "" {
+			return list, next, nil
+		}
+	}
+}
+
+// listFilters checks jobs' --limit and --status and reads --since and
+// --until into o.
+func listFilters(o *client.ListOptions, since, until string) error {
+	if err := checkLimit(o.Limit); err != nil {
+		return err
+	}
+	if o.Status != "" && !validStatus(o.Status) {
+		// The API's words, with the flag and the field named.
+		return fmt.Errorf("--status must be one of %s, got %q (field status)", strings.Join(jobStatuses(), ", "), o.Status)
+	}
+	var err error
+	now := time.Now()
+	if o.Since, err = timeFlag("since", since, now); err != nil {
+		return err
+	}
+	o.Until, err = timeFlag("until", until, now)
+	return err
 }
 
 func (a *app) agentsCmd() *cobra.Command {

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/pgtest"
-	"github.com/tetherjobs/tether/internal/testbin"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -84,7 +84,7 @@ func TestShellJobCannotReadAgentEnviron(t *testing.T) {
 	binDir := u.dir(t, false)
 	exe := buildTether(ctx, t, binDir)
 	pluginDir := u.dir(t, false)
-	require.NoError(t, testbin.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
+	require.NoError(t, bintest.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
 	home := u.dir(t, true) // TMPDIR, the shell plugin's state and work dirs
 
 	const dbSecret, tokenSecret, controlSecret = "pw-7d1f0c-dbsecret", "tok-93ab2e-apisecret", "ctl-5e8a41-controlsecret"

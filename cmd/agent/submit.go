@@ -27,18 +27,21 @@ const (
 	exitUnknown   = 3
 )
 
+// submitFlags are submit's flags.
+type submitFlags struct {
+	contextArg string
+	sets       []string
+	setJSON    []string
+	key        string
+	limitArgs  []string
+	submitter  string
+	wait       bool
+	stamps     bool
+	timeout    time.Duration
+}
+
 func (a *app) submitCmd() *cobra.Command {
-	var (
-		contextArg string
-		sets       []string
-		setJSON    []string
-		key        string
-		limitArgs  []string
-		submitter  string
-		wait       bool
-		stamps     bool
-		timeout    time.Duration
-	)
+	var sf submitFlags
 	cmd := &cobra.Command{
 		Use:   "submit <command>",
 		Short: "Submit a job",
@@ -60,66 +63,99 @@ finished job alone: the job's output goes to stderr.`,
   tether submit report --limit active_timeout=2h --limit max_retry=0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkWaitTimeout(timeout); err != nil {
-				return fail(wait, err)
-			}
-			if !wait && (stamps || timeout != 0) {
-				return errors.New("--stamps and --wait-timeout need --wait")
-			}
-			jobCtx, err := buildContext(contextArg, sets, setJSON)
-			if err != nil {
-				return fail(wait, err)
-			}
-			lim, err := parseLimitFlags(limitArgs)
-			if err != nil {
-				return fail(wait, err)
-			}
-			c, err := a.client()
-			if err != nil {
-				return fail(wait, err)
-			}
-			ctx := cmd.Context()
-			job, created, err := c.Submit(ctx, api.SubmitRequest{
-				Command: args[0], Context: jobCtx, IdempotencyKey: key, Submitter: submitter, Limits: lim,
-			})
-			if err != nil {
-				return fail(wait, fmt.Errorf("submitting: %w", err))
-			}
-			if job.Status == store.StatusQueued {
-				a.warnUnserved(ctx, c, job.Command)
-			}
-			if !wait {
-				if a.machine() {
-					return a.emit(job)
-				}
-				verb := "submitted"
-				if !created {
-					verb = "already submitted with this idempotency key:"
-				}
-				fmt.Fprintf(a.stdout, "%s job %s (%s, %s)\n", verb, job.ID, job.Command, job.Status)
-				return nil
-			}
-			if created {
-				fmt.Fprintf(a.stderr, "submitted job %s (%s)\n", job.ID, job.Command)
-			} else {
-				fmt.Fprintf(a.stderr, "job %s was already submitted with this idempotency key\n", job.ID)
-			}
-			ctx, cancel := waitTimeout(ctx, timeout)
-			defer cancel()
-			return a.waitForJob(ctx, job.ID, stamps)
+			return a.runSubmit(cmd.Context(), args[0], sf)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&contextArg, "context", "", "job context: a JSON object, or @file")
-	f.StringArrayVar(&sets, "set", nil, "set a context key to a string: key=value (repeatable; dotted keys nest)")
-	f.StringArrayVar(&setJSON, "set-json", nil, "set a context key to a JSON value: key=<json> (repeatable)")
-	f.StringVar(&key, "key", "", "idempotency key: resubmitting the same request returns the same job")
-	f.StringArrayVar(&limitArgs, "limit", nil, "override a lifecycle lever for this job: lever=value, e.g. max_retry=0 or active_timeout=2h (repeatable; bounded by the command's limits.max)")
-	f.StringVar(&submitter, "submitter", "", "who submits (ignored when the server uses tokens: the token's name is used)")
-	f.BoolVar(&wait, "wait", false, "wait for the job to end, streaming its output; the exit code reflects its outcome")
-	f.BoolVar(&stamps, "stamps", false, "with --wait: prefix each output line with its time, stream and attempt")
-	f.DurationVar(&timeout, "wait-timeout", 0, "with --wait: give up (exit 3) after this long; 0 waits as long as the job runs")
+	f.StringVar(&sf.contextArg, "context", "", "job context: a JSON object, or @file")
+	f.StringArrayVar(&sf.sets, "set", nil, "set a context key to a string: key=value (repeatable; dotted keys nest)")
+	f.StringArrayVar(&sf.setJSON, "set-json", nil, "set a context key to a JSON value: key=<json> (repeatable)")
+	f.StringVar(&sf.key, "key", "", "idempotency key: resubmitting the same request returns the same job")
+	f.StringArrayVar(&sf.limitArgs, "limit", nil, "override a lifecycle lever for this job: lever=value, e.g. max_retry=0 or active_timeout=2h (repeatable; bounded by the command's limits.max)")
+	f.StringVar(&sf.submitter, "submitter", "", "who submits (ignored when the server uses tokens: the token's name is used)")
+	f.BoolVar(&sf.wait, "wait", false, "wait for the job to end, streaming its output; the exit code reflects its outcome")
+	f.BoolVar(&sf.stamps, "stamps", false, "with --wait: prefix each output line with its time, stream and attempt")
+	f.DurationVar(&sf.timeout, "wait-timeout", 0, "with --wait: give up (exit 3) after this long; 0 waits as long as the job runs")
 	return cmd
+}
+
+// runSubmit submits a job of command and, with --wait, follows it to its
+// end.
+func (a *app) runSubmit(ctx context.Context, command string, sf submitFlags) error {
+	if err := sf.check(); err != nil {
+		return err
+	}
+	req, err := sf.request(command)
+	if err != nil {
+		return fail(sf.wait, err)
+	}
+	c, err := a.client()
+	if err != nil {
+		return fail(sf.wait, err)
+	}
+	job, created, err := c.Submit(ctx, req)
+	if err != nil {
+		return fail(sf.wait, fmt.Errorf("submitting: %w", err))
+	}
+	if job.Status == store.StatusQueued {
+		a.warnUnserved(ctx, c, job.Command)
+	}
+	if !sf.wait {
+		return a.reportSubmitted(job, created)
+	}
+	return a.waitSubmitted(ctx, job, created, sf)
+}
+
+// check refuses flags that need --wait without it.
+func (sf submitFlags) check() error {
+	if err := checkWaitTimeout(sf.timeout); err != nil {
+		return fail(sf.wait, err)
+	}
+	if !sf.wait && (sf.stamps || sf.timeout != 0) {
+		return errors.New("--stamps and --wait-timeout need --wait")
+	}
+	return nil
+}
+
+// waitSubmitted says on stderr which job it waits for, then follows it to
+// its end (--wait).
+func (a *app) waitSubmitted(ctx context.Context, job store.Job, created bool, sf submitFlags) error {
+	if created {
+		fmt.Fprintf(a.stderr, "submitted job %s (%s)\n", job.ID, job.Command)
+	} else {
+		fmt.Fprintf(a.stderr, "job %s was already submitted with this idempotency key\n", job.ID)
+	}
+	ctx, cancel := waitTimeout(ctx, sf.timeout)
+	defer cancel()
+	return a.waitForJob(ctx, job.ID, sf.stamps)
+}
+
+// request builds the submit request from the flags.
+func (sf submitFlags) request(command string) (api.SubmitRequest, error) {
+	jobCtx, err := buildContext(sf.contextArg, sf.sets, sf.setJSON)
+	if err != nil {
+		return api.SubmitRequest{}, err
+	}
+	lim, err := parseLimitFlags(sf.limitArgs)
+	if err != nil {
+		return api.SubmitRequest{}, err
+	}
+	return api.SubmitRequest{
+		Command: command, Context: jobCtx, IdempotencyKey: sf.key, Submitter: sf.submitter, Limits: lim,
+	}, nil
+}
+
+// reportSubmitted prints the job submit returned, without --wait.
+func (a *app) reportSubmitted(job store.Job, created bool) error {
+	if a.machine() {
+		return a.emit(job)
+	}
+	verb := "submitted"
+	if !created {
+		verb = "already submitted with this idempotency key:"
+	}
+	fmt.Fprintf(a.stdout, "%s job %s (%s, %s)\n", verb, job.ID, job.Command, job.Status)
+	return nil
 }
 
 // warnUnserved says on stderr when no live agent serves command, so a
@@ -168,41 +204,15 @@ func describeStatus(j store.Job) string {
 
 // buildContext assembles the job context from --context, --set and --set-json.
 func buildContext(base string, sets, setJSON []string) (json.RawMessage, error) {
-	obj := map[string]any{}
-	if base != "" {
-		raw := []byte(base)
-		if name, ok := strings.CutPrefix(base, "@"); ok {
-			b, err := os.ReadFile(name)
-			if err != nil {
-				return nil, fmt.Errorf("--context: %w", err)
-			}
-			raw = b
-		}
-		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-			return nil, fmt.Errorf("--context must be a JSON object: %v", errOr(err, "got null"))
-		}
+	obj, err := readContextFlag(base)
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range sets {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--set %q: want key=value", s)
-		}
-		if err := setPath(obj, k, v); err != nil {
-			return nil, fmt.Errorf("--set %q: %w", s, err)
-		}
+	if err := applySets(obj, sets); err != nil {
+		return nil, err
 	}
-	for _, s := range setJSON {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--set-json %q: want key=<json>", s)
-		}
-		var val any
-		if err := json.Unmarshal([]byte(v), &val); err != nil {
-			return nil, fmt.Errorf("--set-json %q: value is not JSON: %v", s, err)
-		}
-		if err := setPath(obj, k, val); err != nil {
-			return nil, fmt.Errorf("--set-json %q: %w", s, err)
-		}
+	if err := applySetJSON(obj, setJSON); err != nil {
+		return nil, err
 	}
 	if base == "" && len(sets) == 0 && len(setJSON) == 0 {
 		return nil, nil
@@ -212,6 +222,58 @@ func buildContext(base string, sets, setJSON []string) (json.RawMessage, error) 
 		return nil, fmt.Errorf("encoding context: %w", err)
 	}
 	return b, nil
+}
+
+// readContextFlag reads --context: a JSON object, or @file holding one.
+func readContextFlag(base string) (map[string]any, error) {
+	obj := map[string]any{}
+	if base == "" {
+		return obj, nil
+	}
+	raw := []byte(base)
+	if name, ok := strings.CutPrefix(base, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("--context: %w", err)
+		}
+		raw = b
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("--context must be a JSON object: %v", errOr(err, "got null"))
+	}
+	return obj, nil
+}
+
+// applySets applies --set key=value flags to obj.
+func applySets(obj map[string]any, sets []string) error {
+	for _, s := range sets {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--set %q: want key=value", s)
+		}
+		if err := setPath(obj, k, v); err != nil {
+			return fmt.Errorf("--set %q: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// applySetJSON applies --set-json key=<json> flags to obj.
+func applySetJSON(obj map[string]any, setJSON []string) error {
+	for _, s := range setJSON {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--set-json %q: want key=<json>", s)
+		}
+		var val any
+		if err := json.Unmarshal([]byte(v), &val); err != nil {
+			return fmt.Errorf("--set-json %q: value is not JSON: %v", s, err)
+		}
+		if err := setPath(obj, k, val); err != nil {
+			return fmt.Errorf("--set-json %q: %w", s, err)
+		}
+	}
+	return nil
 }
 
 func errOr(err error, msg string) string {

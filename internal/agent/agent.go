@@ -54,111 +54,203 @@ type Options struct {
 }
 
 // Run runs an agent until ctx is cancelled, then drains it (see
-// internal/drain) and shuts it down.
+// internal/drain) and shuts it down. It opens the database, starts the
+// plugins, registers the agent and starts its services, in that order. What
+// a step opened is closed, in reverse order, when Run returns.
 func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Options) error {
+	a, err := newAgent(ctx, cfg, logger, opts)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	for _, step := range []func(context.Context) error{
+		a.openDatabase,
+		a.startPlugins,
+		a.register,
+		a.buildServices,
+		a.serveAPI,
+		a.startLoops,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return a.shutdown(ctx, a.wait(ctx))
+}
+
+// agent is one Run: what its steps open and start.
+type agent struct {
+	cfg    *config.Config
+	opts   Options
+	name   string
+	holder store.Holder
+	log    *slog.Logger // with the agent's name
+	logger *slog.Logger // Run's, handed to the services
+
+	// closers run in reverse order when Run returns.
+	closers []func()
+
+	history  *dbhistory.Tracker
+	pool     *pgxpool.Pool // the work pool
+	st       *store.Store  // on the work pool
+	lockConn directConn
+	lock     *nameLock
+
+	metrics  *metrics.Metrics
+	plugins  *pluginhost.Manager
+	graces   config.KillGraces // what the plugins reported
+	commands map[string]claim.Command
+	reg      store.Registration
+
+	follow   *notify.Hub
+	svc      *claim.Service
+	jan      *janitor.Service
+	srv      *http.Server
+	draining atomic.Bool
+	stopping chan struct{} // closed at shutdown: followed log streams end
+
+	serveErr chan error
+	runErr   chan error
+	lockErr  chan error
+	stopRun  context.CancelFunc // ends the services' loops
+}
+
+// newAgent resolves the agent's name and generation.
+func newAgent(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Options) (*agent, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
 	if cfg.DatabaseURL == "" {
-		return errors.New("database_url is not set: set DATABASE_URL or database_url in the config file (or use `tether dev`, which starts a private PostgreSQL)")
+		return nil, errors.New("database_url is not set: set DATABASE_URL or database_url in the config file (or use `tether dev`, which starts a private PostgreSQL)")
 	}
 	name, err := resolveName(ctx, cfg.Agent.Name, opts.Getenv)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	gen, err := newGeneration()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	log := logger.With("agent", name)
 	logDumpable(log)
+	return &agent{
+		cfg: cfg, opts: opts, name: name, log: log, logger: logger,
+		holder:   store.Holder{Name: name, Generation: gen},
+		stopping: make(chan struct{}),
+	}, nil
+}
 
-	// The connection budget does not grow with capacity: the work pool
-	// (claiming, the janitor, the jobs' writes, batched), the API's pool,
-	// the heartbeat's, and one session each for the name lock and LISTEN
-	// (docs/operations.md, "Connection budget").
-	// Every new connection says where the database's history is: after a
-	// failover, the work pool's hold back until the claim service has
-	// checked what the database may have lost (docs/operations.md,
-	// "Failover"); the heartbeat's and the API's only report it.
-	history := dbhistory.NewTracker()
-	pool, err := openPool(ctx, cfg, int32(cfg.DatabaseMaxConns), "database pool", history.AfterConnect(true))
+// onClose adds f to what Run closes when it returns, before what was added
+// earlier.
+func (a *agent) onClose(f func()) { a.closers = append(a.closers, f) }
+
+func (a *agent) close() {
+	for _, f := range slices.Backward(a.closers) {
+		f()
+	}
+}
+
+// openDatabase opens the work pool, migrates the schema and takes the
+// agent's name lock.
+//
+// The connection budget does not grow with capacity. It is the work pool
+// (claiming, the janitor, the jobs' writes, batched), the API's pool, the
+// heartbeat's, and one session each for the name lock and LISTEN
+// (docs/operations.md, "Connection budget"). Every new connection says
+// where the database's history is. After a failover, the work pool's hold
+// back until the claim service has checked what the database may have lost
+// (docs/operations.md, "Failover"). The heartbeat's and the API's only
+// report it.
+func (a *agent) openDatabase(ctx context.Context) error {
+	a.history = dbhistory.NewTracker()
+	pool, err := openPool(ctx, a.cfg, int32(a.cfg.DatabaseMaxConns), "database pool", a.history.AfterConnect(true))
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	st := store.New(pool)
-	if !opts.NoMigrate {
-		applied, err := migrate.Migrate(ctx, pool, log)
+	a.onClose(pool.Close)
+	a.pool, a.st = pool, store.New(pool)
+	if !a.opts.NoMigrate {
+		applied, err := migrate.Migrate(ctx, pool, a.log)
 		if err != nil {
 			return fmt.Errorf("migrating the database: %w", err)
 		}
 		if len(applied) > 0 {
-			log.Info("applied migrations", "versions", applied)
+			a.log.Info("applied migrations", "versions", applied)
 		}
 	}
-
 	// The name lock and LISTEN need a session of their own: they bypass a
 	// transaction pooler through database_direct_url.
-	lockConn, err := directConfig(cfg)
+	if a.lockConn, err = directConfig(a.cfg); err != nil {
+		return err
+	}
+	lock, err := acquireNameLock(ctx, a.lockConn, a.name, a.cfg.Agent.StaleJob.Std(), a.log)
 	if err != nil {
 		return err
 	}
-	lock, err := acquireNameLock(ctx, lockConn, name, cfg.Agent.StaleJob.Std(), log)
-	if err != nil {
-		return err
-	}
-	defer lock.close()
-	if err := lock.verifySession(ctx); err != nil {
-		return err
-	}
+	a.onClose(lock.close)
+	a.lock = lock
+	return lock.verifySession(ctx)
+}
 
-	m := metrics.New()
-	plugins, err := startPlugins(ctx, cfg, log, m)
+// startPlugins starts the plugins, has them check their settings, checks
+// the self-fence arithmetic with the kill graces they report, and picks the
+// commands this agent runs.
+func (a *agent) startPlugins(ctx context.Context) error {
+	a.metrics = metrics.New()
+	plugins, graces, err := startPlugins(ctx, a.cfg, a.log, a.metrics)
 	if err != nil {
 		return err
 	}
-	defer plugins.Close()
+	a.onClose(plugins.Close)
+	a.plugins, a.graces = plugins, graces
+	if err := a.cfg.CheckKillGraces(graces); err != nil {
+		return fmt.Errorf("invalid timings with the kill graces the plugins report:\n%w", err)
+	}
+	a.commands, err = claimCommands(a.cfg, plugins, a.log)
+	return err
+}
 
-	commands, err := claimCommands(cfg, plugins, log)
-	if err != nil {
-		return err
-	}
-	holder := store.Holder{Name: name, Generation: gen}
-	// Whatever this name's previous process held is settled before we claim:
-	// restart detection takes start-up time, not stale_job.
-	if n, err := janitor.ReleasePreviousWith(ctx, pool, janitor.PreviousConfig{
-		Holder: holder, Caps: plugins.Info, Commands: sortedKeys(commands), StaleJob: cfg.Agent.StaleJob.Std(),
+// register settles whatever this name's previous process held, so restart
+// detection takes start-up time, not stale_job, then registers the agent.
+func (a *agent) register(ctx context.Context) error {
+	if n, err := janitor.ReleasePreviousWith(ctx, a.pool, janitor.PreviousConfig{
+		Holder: a.holder, Caps: a.plugins.Info, Commands: sortedKeys(a.commands), StaleJob: a.cfg.Agent.StaleJob.Std(),
 	}); err != nil {
 		return fmt.Errorf("releasing the previous generation's jobs: %w", err)
 	} else if n > 0 {
-		log.Info("settled jobs of this agent's previous process", "jobs", n)
+		a.log.Info("settled jobs of this agent's previous process", "jobs", n)
 	}
-	reg := store.Registration{
-		Holder: holder, Version: Version, Capacity: cfg.Agent.Capacity,
-		Commands: sortedKeys(commands), Plugins: pluginsJSON(plugins),
+	a.reg = store.Registration{
+		Holder: a.holder, Version: Version, Capacity: a.cfg.Agent.Capacity,
+		Commands: sortedKeys(a.commands), Plugins: pluginsJSON(a.plugins),
 	}
-	if _, err := st.RegisterAgent(ctx, reg); err != nil {
+	if _, err := a.st.RegisterAgent(ctx, a.reg); err != nil {
 		return err
 	}
-	log.Info("agent registered", "generation", gen, "capacity", cfg.Agent.Capacity, "commands", sortedKeys(commands))
+	a.log.Info("agent registered", "generation", a.holder.Generation, "capacity", a.cfg.Agent.Capacity, "commands", sortedKeys(a.commands))
+	return nil
+}
 
+// buildServices opens the heartbeat's pool and builds the claim service and
+// the janitor.
+func (a *agent) buildServices(ctx context.Context) error {
+	cfg := a.cfg
 	// Heartbeats get a pool of their own: a connection the jobs' writes
 	// hold can never delay a renewal.
-	livePool, err := openPool(ctx, cfg, defaults.HeartbeatConns, "the heartbeat's database pool", history.AfterConnect(false))
+	livePool, err := openPool(ctx, cfg, defaults.HeartbeatConns, "the heartbeat's database pool", a.history.AfterConnect(false))
 	if err != nil {
 		return err
 	}
-	defer livePool.Close()
+	a.onClose(livePool.Close)
 
 	// The API's followers are woken through the claim service's LISTEN
 	// connection: one per agent however many clients follow.
-	follow := notify.New()
-	svc := claim.New(st, plugins, claim.Config{
-		Holder:       holder,
-		Registration: reg, // written again if an operator deletes the row
+	a.follow = notify.New()
+	a.svc = claim.New(a.st, a.plugins, claim.Config{
+		Holder:       a.holder,
+		Registration: a.reg, // written again if an operator deletes the row
 		Capacity:     cfg.Agent.Capacity,
-		Commands:     commands,
+		Commands:     a.commands,
 		PollInterval: cfg.Agent.PollInterval.Std(),
 		Keepalive:    cfg.Agent.Keepalive.Std(),
 		LogFlush:     cfg.Logs.FlushInterval.Std(),
@@ -166,24 +258,24 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		// Stop before the janitor may act: it waits stale_job from the last
 		// renewal; we stop early enough for the slowest stop to end a
 		// keepalive before that (see config.SelfFenceAfter).
-		SelfFenceAfter: cfg.SelfFenceAfter(),
+		SelfFenceAfter: cfg.SelfFenceAfter(a.graces),
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
 		Liveness:       store.New(livePool),
-		ListenConnect:  lockConn.listenConnect, // LISTEN is session state: not through a pooler
-		History:        history,
-		Follow:         follow,
-		Logger:         logger,
-		Metrics:        m,
+		ListenConnect:  a.lockConn.listenConnect, // LISTEN is session state: not through a pooler
+		History:        a.history,
+		Follow:         a.follow,
+		Logger:         a.logger,
+		Metrics:        a.metrics,
 	})
 
-	defaults := map[string]json.RawMessage{}
+	contexts := map[string]json.RawMessage{}
 	for name, c := range cfg.Commands {
 		if raw, err := c.ContextJSON(); err == nil {
-			defaults[name] = raw
+			contexts[name] = raw
 		}
 	}
-	jan := janitor.New(pool, plugins, janitor.Config{
-		Holder:         holder,
+	a.jan = janitor.New(a.pool, a.plugins, janitor.Config{
+		Holder:         a.holder,
 		StaleJob:       cfg.Agent.StaleJob.Std(),
 		OfflineAfter:   cfg.Agent.OfflineAfter.Std(),
 		CleanInterval:  cfg.Agent.CleanInterval.Std(),
@@ -191,112 +283,134 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 		Keepalive:      cfg.Agent.Keepalive.Std(),
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
 		AgentRetention: cfg.Agent.AgentRetention.Std(),
-		Commands:       defaults,
-		Logger:         logger,
-		Metrics:        m,
+		Commands:       contexts,
+		Logger:         a.logger,
+		Metrics:        a.metrics,
 	})
+	return nil
+}
 
-	var draining atomic.Bool
+// serveAPI opens the API's pool and serves the API.
+func (a *agent) serveAPI(ctx context.Context) error {
 	ready := func(context.Context) error {
-		if draining.Load() {
-			return fmt.Errorf("agent %s is draining", name)
+		if a.draining.Load() {
+			return fmt.Errorf("agent %s is draining", a.name)
 		}
-		return plugins.Ready()
+		return a.plugins.Ready()
 	}
-	stopping := make(chan struct{})
-	apiPool, err := openPool(ctx, cfg, int32(cfg.HTTP.DatabaseMaxConns), "the API's database pool", history.AfterConnect(false))
+	apiPool, err := openPool(ctx, a.cfg, int32(a.cfg.HTTP.DatabaseMaxConns), "the API's database pool", a.history.AfterConnect(false))
 	if err != nil {
 		return err
 	}
-	defer apiPool.Close()
-	srv, ln, err := listen(cfg, store.New(apiPool), ready, stopping, m, logger, follow, opts.QuietRequests)
+	a.onClose(apiPool.Close)
+	srv, ln, err := listen(a.cfg, store.New(apiPool), ready, a.stopping, a.metrics, a.logger, a.follow, a.opts.QuietRequests)
 	if err != nil {
 		return err
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("API listening", "addr", ln.Addr().String())
-	if opts.Started != nil {
-		opts.Started(ln.Addr().String())
+	a.srv = srv
+	a.serveErr = make(chan error, 1)
+	go func() { a.serveErr <- srv.Serve(ln) }()
+	a.log.Info("API listening", "addr", ln.Addr().String())
+	if a.opts.Started != nil {
+		a.opts.Started(ln.Addr().String())
 	}
+	return nil
+}
 
-	runErr := make(chan error, 1)
-	// ctx ending starts the drain; the loops run on until it is done.
+// startLoops starts the claim service, the janitor, the liveness check and
+// the name lock's watch. ctx ending starts the drain; the loops run on
+// until it is done.
+func (a *agent) startLoops(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRun()
-	go func() { runErr <- svc.Run(runCtx) }()
+	a.stopRun = stopRun
+	a.onClose(stopRun)
+	a.runErr = make(chan error, 1)
+	go func() { a.runErr <- a.svc.Run(runCtx) }()
 	janDone := make(chan struct{})
 	go func() {
 		defer close(janDone)
-		if err := jan.Run(runCtx); err != nil {
-			log.Error("janitor stopped", "err", err)
+		if err := a.jan.Run(runCtx); err != nil {
+			a.log.Error("janitor stopped", "err", err)
 		}
 	}()
-	defer func() { stopRun(); <-janDone }()
+	a.onClose(func() { stopRun(); <-janDone })
 	// The second liveness signal: the jobs of an agent whose name lock is
 	// free and that stays silent are settled after dead_after, not stale_job.
-	if cfg.Agent.LockLiveness() {
-		liveness := janitor.NewLiveness(jan, janitor.LivenessConfig{
-			Keepalive: cfg.Agent.Keepalive.Std(), DeadAfter: cfg.Agent.DeadAfter.Std(),
+	if a.cfg.Agent.LockLiveness() {
+		liveness := janitor.NewLiveness(a.jan, janitor.LivenessConfig{
+			Keepalive: a.cfg.Agent.Keepalive.Std(), DeadAfter: a.cfg.Agent.DeadAfter.Std(),
 		})
 		if err := liveness.Start(runCtx); err != nil {
 			return fmt.Errorf("starting the liveness check: %w", err)
 		}
-		defer liveness.Stop()
+		a.onClose(liveness.Stop)
 	}
-	lockErr := make(chan error, 1)
+	a.lockErr = make(chan error, 1)
 	lockDone := make(chan struct{})
 	go func() {
 		defer close(lockDone)
-		lockErr <- lock.watch(runCtx, cfg.Agent.Keepalive.Std())
+		a.lockErr <- a.lock.watch(runCtx, a.cfg.Agent.Keepalive.Std())
 	}()
-	// The lock's connection is closed (deferred above) only after watch
-	// stopped using it.
-	defer func() { stopRun(); <-lockDone }()
+	// The lock's connection is closed (by openDatabase's closer) only after
+	// watch stopped using it.
+	a.onClose(func() { stopRun(); <-lockDone })
+	return nil
+}
 
-	var result error
+// wait runs until ctx ends (then drains) or a service fails, and returns
+// why the agent stops (nil after a drain).
+func (a *agent) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
-		draining.Store(true) // /readyz fails first, so load balancers move on
-		bg := context.WithoutCancel(ctx)
-		if err := st.SetAgentState(bg, holder, "draining"); err != nil {
-			log.Warn("marking agent draining", "err", err)
-		}
-		if _, err := drain.Run(bg, svc, opts.Hurry, drain.Config{
-			Handoff:         cfg.Drain.Handoff,
-			ShutdownTimeout: cfg.Agent.ShutdownTimeout.Std(),
-			StopTimeout:     cfg.DrainStopBound(),
-			AgentName:       name,
-			Logger:          log,
-		}); err != nil {
-			log.Error("draining", "err", err)
-		}
-		stopRun()
-		result = <-runErr
-	case err := <-runErr:
-		result = err
-	case err := <-lockErr:
-		stopRun()
-		<-runErr
-		result = err
-	case err := <-serveErr:
-		stopRun()
-		<-runErr
-		result = fmt.Errorf("serving the API on %s: %w", cfg.HTTP.Listen, err)
+		a.drain(ctx)
+		a.stopRun()
+		return <-a.runErr
+	case err := <-a.runErr:
+		return err
+	case err := <-a.lockErr:
+		a.stopRun()
+		<-a.runErr
+		return err
+	case err := <-a.serveErr:
+		a.stopRun()
+		<-a.runErr
+		return fmt.Errorf("serving the API on %s: %w", a.cfg.HTTP.Listen, err)
 	}
+}
 
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HTTP.ShutdownGrace.Std())
+// drain marks the agent draining and hands off or stops its jobs.
+func (a *agent) drain(ctx context.Context) {
+	a.draining.Store(true) // /readyz fails first, so load balancers move on
+	bg := context.WithoutCancel(ctx)
+	if err := a.st.SetAgentState(bg, a.holder, "draining"); err != nil {
+		a.log.Warn("marking agent draining", "err", err)
+	}
+	if _, err := drain.Run(bg, a.svc, a.opts.Hurry, drain.Config{
+		Handoff:         a.cfg.Drain.Handoff,
+		ShutdownTimeout: a.cfg.Agent.ShutdownTimeout.Std(),
+		StopTimeout:     a.cfg.DrainStopBound(a.graces),
+		AgentName:       a.name,
+		Logger:          a.log,
+	}); err != nil {
+		a.log.Error("draining", "err", err)
+	}
+}
+
+// shutdown stops the API and, after a clean stop, marks the agent stopped.
+// It returns result.
+func (a *agent) shutdown(ctx context.Context, result error) error {
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.HTTP.ShutdownGrace.Std())
 	defer cancel()
-	close(stopping) // end followed log streams; other requests finish
-	if err := srv.Shutdown(shutCtx); err != nil {
-		log.Warn("shutting down the API", "err", err)
+	close(a.stopping) // end followed log streams; other requests finish
+	if err := a.srv.Shutdown(shutCtx); err != nil {
+		a.log.Warn("shutting down the API", "err", err)
 	}
 	if result == nil {
-		if err := st.SetAgentState(shutCtx, holder, "stopped"); err != nil {
-			log.Warn("marking agent stopped", "err", err)
+		if err := a.st.SetAgentState(shutCtx, a.holder, "stopped"); err != nil {
+			a.log.Warn("marking agent stopped", "err", err)
 		}
 	}
-	log.Info("agent stopped", "err", result)
+	a.log.Info("agent stopped", "err", result)
 	return result
 }
 
@@ -383,12 +497,40 @@ func connectErrorFor(c *pgx.ConnConfig, setting, databaseURL string, err error) 
 	return fmt.Errorf("connecting to the database at %s (%s %s): %w", where, setting, config.RedactURL(databaseURL), err)
 }
 
-func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met *metrics.Metrics) (*pluginhost.Manager, error) {
+// startPlugins starts the plugins found in plugin_dir and has each check
+// its config and its commands' default contexts, so a bad setting fails the
+// start instead of every job. It returns the kill graces they report.
+func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met *metrics.Metrics) (*pluginhost.Manager, config.KillGraces, error) {
+	m, dir, err := newPluginManager(cfg, log, met)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.Start(ctx); err != nil {
+		m.Close()
+		return nil, nil, fmt.Errorf("starting plugins from %s: %w", dir, err)
+	}
+	contexts, err := pluginContexts(cfg, m)
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	graces, err := m.Validate(ctx, contexts)
+	if err != nil {
+		m.Close()
+		return nil, nil, fmt.Errorf("invalid plugin settings:\n%w", err)
+	}
+	return m, graces, nil
+}
+
+// newPluginManager returns the manager of the plugins in plugin_dir (the
+// executable's directory by default), with their settings, and that
+// directory.
+func newPluginManager(cfg *config.Config, log *slog.Logger, met *metrics.Metrics) (*pluginhost.Manager, string, error) {
 	dir := cfg.PluginDir
 	if dir == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("finding the plugin directory (set plugin_dir): %w", err)
+			return nil, "", fmt.Errorf("finding the plugin directory (set plugin_dir): %w", err)
 		}
 		dir = filepath.Dir(exe)
 	}
@@ -396,21 +538,21 @@ func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met
 	for name, p := range cfg.Plugins {
 		raw, err := p.ConfigJSON()
 		if err != nil {
-			return nil, fmt.Errorf("plugins.%s.config: %w", name, err)
+			return nil, "", fmt.Errorf("plugins.%s.config: %w", name, err)
 		}
 		pcs[name] = pluginhost.PluginConfig{SHA256: p.SHA256, Env: p.Env, PassEnv: p.PassEnv, Config: raw}
 	}
 	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log,
 		OnCrash: func(plugin string) { met.PluginRestarts.WithLabelValues(plugin).Inc() }})
 	if err != nil {
-		return nil, fmt.Errorf("plugins: %w", err)
+		return nil, "", fmt.Errorf("plugins: %w", err)
 	}
-	if err := m.Start(ctx); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("starting plugins from %s: %w", dir, err)
-	}
-	// Each plugin checks its config and its commands' contexts now, so a
-	// bad setting fails the start instead of every job.
+	return m, dir, nil
+}
+
+// pluginContexts returns the default context of every command whose plugin
+// is loaded, by plugin and command name, for Validate.
+func pluginContexts(cfg *config.Config, m *pluginhost.Manager) (map[string]map[string]json.RawMessage, error) {
 	contexts := map[string]map[string]json.RawMessage{}
 	for name, c := range cfg.Commands {
 		if _, ok := m.Info(c.Plugin); !ok {
@@ -418,7 +560,6 @@ func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met
 		}
 		raw, err := c.ContextJSON()
 		if err != nil {
-			m.Close()
 			return nil, fmt.Errorf("commands.%s.context: %w", name, err)
 		}
 		if contexts[c.Plugin] == nil {
@@ -426,11 +567,7 @@ func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met
 		}
 		contexts[c.Plugin][name] = raw
 	}
-	if err := m.Validate(ctx, contexts); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("invalid plugin settings:\n%w", err)
-	}
-	return m, nil
+	return contexts, nil
 }
 
 // claimCommands returns the configured commands whose plugin is loaded here.

@@ -14,18 +14,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/internal/testbin"
 )
 
 var pluginDir string
 
 func TestMain(m *testing.M) {
-	dir, cleanup, err := testbin.TempPlugins(context.Background(), map[string]string{"noop": testbin.Noop})
+	dir, cleanup, err := bintest.TempPlugins(context.Background(), map[string]string{"noop": bintest.Noop})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

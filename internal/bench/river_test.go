@@ -16,7 +16,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/pgtest"
 
-	"github.com/tetherjobs/tether/internal/testbin"
+	"github.com/tetherjobs/tether/internal/bintest"
 )
 
 // riverRounds is how many interleaved rounds (tether, River, tether, River…)
@@ -191,9 +191,9 @@ func riverVersionOf(bin string) string {
 	return ""
 }
 
-// repoRoot is testbin.RepoRoot, saying which variable to set instead.
+// repoRoot is bintest.RepoRoot, saying which variable to set instead.
 func repoRoot() (string, error) {
-	root, err := testbin.RepoRoot()
+	root, err := bintest.RepoRoot()
 	if err != nil {
 		return "", fmt.Errorf("%w; set %s", err, "TETHER_RIVERBENCH")
 	}

@@ -30,14 +30,6 @@ const ECSStopTimeout = 120 * time.Second
 // the final writes of the jobs it stopped.
 const drainWriteBound = 2 * time.Second
 
-// DrainStopBound is how long a drain may take, after shutdown_timeout, to
-// stop the jobs still running: the longest kill_grace a plugin may use
-// (LongestKillGrace; 10s with the shell plugin's defaults) plus the final
-// writes, and never less than 12s.
-func (c *Config) DrainStopBound() time.Duration {
-	return max(12*time.Second, c.LongestKillGrace()+drainWriteBound)
-}
-
 // Config is the whole configuration of an agent.
 type Config struct {
 	// DatabaseURL is a libpq URL or keyword/value string. Env: DATABASE_URL.

@@ -48,8 +48,8 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, time.Hour, cfg.Agent.AWOLTimeout.Std())
 	assert.Equal(t, 100*time.Second, cfg.Agent.ShutdownTimeout.Std())
 	assert.Equal(t, 60*time.Second, cfg.Agent.CleanupTimeout.Std(), "cleanup_timeout defaults to the smaller of 2m and stale_job/2")
-	assert.Equal(t, time.Duration(0), cfg.LongestKillGrace(), "no plugin is configured")
-	assert.Equal(t, 110*time.Second, cfg.SelfFenceAfter(), "120s − 2×5s − 0")
+	assert.Equal(t, time.Duration(0), cfg.LongestKillGrace(nil), "no plugin is configured")
+	assert.Equal(t, 110*time.Second, cfg.SelfFenceAfter(nil), "120s − 2×5s − 0")
 	assert.Equal(t, ":9090", cfg.HTTP.Listen)
 	assert.Equal(t, int64(1<<20), cfg.HTTP.MaxBodyBytes)
 	assert.Empty(t, cfg.HTTP.Tokens)
@@ -120,8 +120,8 @@ func TestParseYAML(t *testing.T) {
 	pc, err := sh.ConfigJSON()
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"grace":"5s","max_kill_grace":"5s","nested":{"a":[1,2]}}`, string(pc))
-	assert.Equal(t, 5*time.Second, cfg.LongestKillGrace())
-	assert.Equal(t, 60*time.Second-4*time.Second-5*time.Second, cfg.SelfFenceAfter())
+	assert.Equal(t, 5*time.Second, cfg.LongestKillGrace(nil))
+	assert.Equal(t, 60*time.Second-4*time.Second-5*time.Second, cfg.SelfFenceAfter(nil))
 	assert.Equal(t, []string{"hello", "nightly.report-2"}, cfg.CommandNames())
 	ctx, err := cfg.Commands["hello"].ContextJSON()
 	require.NoError(t, err)
@@ -494,13 +494,16 @@ func TestTimingRelations(t *testing.T) {
 		name string
 		yaml string
 		env  map[string]string
-		want string // "" = valid
+		// reported is what the plugins report at the agent's start
+		// (nil: the case holds for the config alone).
+		reported KillGraces
+		want     string // "" = valid
 	}{
 		{name: "defaults", yaml: ""},
-		{name: "defaults with a shell command", yaml: shellCommand},
+		{name: "defaults with a shell command", yaml: shellCommand, reported: shellDefault},
 		{name: "fast test timings", env: map[string]string{"TETHER_AGENT_KEEPALIVE": "1s", "TETHER_AGENT_STALE_JOB": "4s", "TETHER_AGENT_CLEAN_INTERVAL": "1s", "TETHER_AGENT_AWOL_TIMEOUT": "30s"}},
-		{name: "fast test timings with shell", yaml: "agent: {keepalive: 1s, stale_job: 5s, clean_interval: 1s, awol_timeout: 30s}\nplugins: {shell: {config: {kill_grace: 1s, max_kill_grace: 1s}}}\n"},
-		{name: "e2e harness timings with shell", yaml: "agent: {keepalive: 250ms, stale_job: 2s, offline_after: 1s, clean_interval: 500ms, awol_timeout: 60s}\nplugins: {shell: {config: {kill_grace: 1s, max_kill_grace: 1s}}}\n"},
+		{name: "fast test timings with shell", yaml: "agent: {keepalive: 1s, stale_job: 5s, clean_interval: 1s, awol_timeout: 30s}\nplugins: {shell: {config: {kill_grace: 1s, max_kill_grace: 1s}}}\n", reported: KillGraces{"shell": time.Second}},
+		{name: "e2e harness timings with shell", yaml: "agent: {keepalive: 250ms, stale_job: 2s, offline_after: 1s, clean_interval: 500ms, awol_timeout: 60s}\nplugins: {shell: {config: {kill_grace: 1s, max_kill_grace: 1s}}}\n", reported: KillGraces{"shell": time.Second}},
 
 		{name: "offline_after below 2×keepalive", yaml: "agent: {offline_after: 9s}",
 			want: "agent.offline_after (9s) must be at least 2×agent.keepalive (2×5s = 10s): one late heartbeat must not requeue an agent's accepted jobs"},
@@ -517,7 +520,7 @@ func TestTimingRelations(t *testing.T) {
 		{name: "shell max_kill_grace leaves too little", yaml: shellCommand + "plugins: {shell: {config: {max_kill_grace: 101s}}}\n",
 			want: "agent.stale_job (120s) − 2×agent.keepalive (10s) − longest kill_grace (plugins.shell.config.max_kill_grace 101s) = 9s must be at least 2×keepalive (10s): an agent without a successful heartbeat stops its own jobs at that point"},
 		{name: "shell max_kill_grace at the bound", yaml: "agent: {shutdown_timeout: 10s}\nplugins: {shell: {config: {max_kill_grace: 100s}}}\n"},
-		{name: "shell default grace with short stale_job", yaml: shellCommand + "agent: {keepalive: 1s, stale_job: 12s, clean_interval: 1s, awol_timeout: 30s}\n",
+		{name: "shell default grace with short stale_job", yaml: shellCommand + "agent: {keepalive: 1s, stale_job: 12s, clean_interval: 1s, awol_timeout: 30s}\n", reported: shellDefault,
 			want: "agent.stale_job (12s) − 2×agent.keepalive (2s) − longest kill_grace (plugins.shell.config.max_kill_grace 10s, the default) = 0s must be at least 2×keepalive (2s): an agent without a successful heartbeat stops its own jobs at that point, so that every plugin has its kill_grace and one more keepalive to stop local work before the janitor may act at stale_job, and one missed heartbeat must never fence it; raise agent.stale_job to at least 4×keepalive + kill_grace = 14s"},
 		{name: "other plugin's max_kill_grace", yaml: "plugins: {ecs: {config: {max_kill_grace: 2m}}}\n",
 			want: "longest kill_grace (plugins.ecs.config.max_kill_grace 120s) = -10s must be at least 2×keepalive (10s)"},
@@ -531,7 +534,10 @@ func TestTimingRelations(t *testing.T) {
 			want: "plugins.ecs.config.max_kill_grace: must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load(writeConfig(t, tc.yaml), envMap(tc.env))
+			cfg, err := Load(writeConfig(t, tc.yaml), envMap(tc.env))
+			if err == nil && tc.reported != nil {
+				err = cfg.CheckKillGraces(tc.reported)
+			}
 			if tc.want == "" {
 				require.NoError(t, err)
 				return
@@ -542,25 +548,61 @@ func TestTimingRelations(t *testing.T) {
 	}
 }
 
+// shellDefault is what the shell plugin reports with its default config.
+var shellDefault = KillGraces{"shell": 10 * time.Second}
+
 func TestSelfFenceArithmetic(t *testing.T) {
 	cfg, err := Parse([]byte("commands: {sh: {plugin: shell}}\n"))
 	require.NoError(t, err)
-	assert.Equal(t, 10*time.Second, cfg.LongestKillGrace(), "the shell plugin's default max_kill_grace")
-	assert.Equal(t, 100*time.Second, cfg.SelfFenceAfter(), "120s − 2×5s − 10s")
+	assert.Equal(t, 10*time.Second, cfg.LongestKillGrace(shellDefault), "the shell plugin's default max_kill_grace")
+	assert.Equal(t, 100*time.Second, cfg.SelfFenceAfter(shellDefault), "120s − 2×5s − 10s")
 	// What the janitor waits beyond the self-fence point covers the grace
 	// and one more keepalive.
-	assert.GreaterOrEqual(t, cfg.Agent.StaleJob.Std()-cfg.SelfFenceAfter(), cfg.LongestKillGrace()+cfg.Agent.Keepalive.Std())
+	assert.GreaterOrEqual(t, cfg.Agent.StaleJob.Std()-cfg.SelfFenceAfter(shellDefault), cfg.LongestKillGrace(shellDefault)+cfg.Agent.Keepalive.Std())
 
 	cfg, err = Parse([]byte("plugins: {shell: {config: {kill_grace: 2s, max_kill_grace: 5s}}, ecs: {config: {max_kill_grace: 7s}}, spark: {}}\n"))
 	require.NoError(t, err)
-	assert.Equal(t, 7*time.Second, cfg.LongestKillGrace())
-	assert.Equal(t, 103*time.Second, cfg.SelfFenceAfter())
+	reported := KillGraces{"shell": 5 * time.Second}
+	assert.Equal(t, 7*time.Second, cfg.LongestKillGrace(reported))
+	assert.Equal(t, 103*time.Second, cfg.SelfFenceAfter(reported))
 
 	// A plugin only found in plugin_dir, used by no command, runs no job.
 	cfg, err = Parse([]byte("commands: {report: {plugin: ecs}}\n"))
 	require.NoError(t, err)
-	assert.Equal(t, time.Duration(0), cfg.LongestKillGrace())
-	assert.Equal(t, 110*time.Second, cfg.SelfFenceAfter())
+	assert.Equal(t, time.Duration(0), cfg.LongestKillGrace(shellDefault))
+	assert.Equal(t, 110*time.Second, cfg.SelfFenceAfter(shellDefault))
+}
+
+// What the plugins report at start enters the self-fence point and the
+// drain's stop bound, and CheckKillGraces names the key and the fix.
+func TestKillGracesReported(t *testing.T) {
+	cfg, err := Parse([]byte("commands: {sh: {plugin: shell}}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, time.Duration(0), cfg.LongestKillGrace(nil), "before the plugins report, only the config's keys count")
+	assert.Equal(t, 12*time.Second, cfg.DrainStopBound(shellDefault), "10s + 2s, at least 12s")
+	require.NoError(t, cfg.CheckKillGraces(shellDefault))
+
+	err = cfg.CheckKillGraces(KillGraces{"shell": 101 * time.Second})
+	assert.ErrorContains(t, err, "agent.stale_job (120s) − 2×agent.keepalive (10s) − longest kill_grace (plugins.shell.config.max_kill_grace 101s, the default) = 9s must be at least 2×keepalive (10s)")
+	assert.ErrorContains(t, err, "raise agent.stale_job to at least 4×keepalive + kill_grace = 121s, or lower keepalive or the kill_grace")
+
+	// A plugin that reports more than its config's key counts what it reports.
+	cfg, err = Parse([]byte("plugins: {slow: {config: {max_kill_grace: 5s}}}\n"))
+	require.NoError(t, err)
+	reported := KillGraces{"slow": 40 * time.Second}
+	assert.Equal(t, 40*time.Second, cfg.LongestKillGrace(reported))
+	assert.Equal(t, 42*time.Second, cfg.DrainStopBound(reported))
+	assert.Equal(t, 5*time.Second, cfg.LongestKillGrace(KillGraces{"slow": time.Second}), "nor less than its config's key")
+
+	cfg, err = Parse([]byte("agent: {shutdown_timeout: 80s}\ncommands: {sh: {plugin: shell}}\n"))
+	require.NoError(t, err)
+	err = cfg.CheckKillGraces(KillGraces{"shell": 40 * time.Second})
+	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m20s) + 42s to stop the last jobs (the longest kill_grace, 40s, + 2s, at least 12s) + http.shutdown_grace (5s) = 2m7s must be less than")
+
+	cfg, err = Parse([]byte("plugins: {slow: {config: {max_kill_grace: 5s}}}\n"))
+	require.NoError(t, err)
+	err = cfg.CheckKillGraces(KillGraces{"slow": 105 * time.Second})
+	assert.ErrorContains(t, err, "longest kill_grace (plugins.slow.config.max_kill_grace 105s, as the plugin reports) = 5s must be at least 2×keepalive (10s)")
 }
 
 func TestCleanupTimeout(t *testing.T) {

@@ -1,33 +1,38 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/tetherjobs/tether/plugins/shell/shell"
 )
 
 // maxKillGraceKey is the plugin config key naming the longest a plugin may
-// take to stop its local work after a cancel. The shell plugin enforces it
-// on every job's kill_grace (default shell.DefaultMaxKillGrace); any other
-// plugin may declare it in its config too (default 0: it stops nothing
-// local, or at once).
+// take to stop its local work after a cancel. A plugin reports its own value
+// at the agent's start (plugin.KillGracer: the shell plugin reports its
+// config.max_kill_grace or its default). Any plugin may declare it in its
+// config too. A plugin that does neither counts 0: it stops nothing local,
+// or at once.
 const maxKillGraceKey = "max_kill_grace"
+
+// KillGraces are the longest stop times the plugins reported at the agent's
+// start, by plugin name. A plugin that reported none is absent. Before the
+// plugins start it is nil, and only the config's max_kill_grace keys count.
+type KillGraces = map[string]time.Duration
 
 // killGrace is one plugin's longest stop time and where it comes from.
 type killGrace struct {
 	d    time.Duration
 	key  string // e.g. "plugins.shell.config.max_kill_grace"
-	dflt bool   // d is the plugin's default, not set in the config
+	from string // "" (the config), "the default" or "as the plugin reports"
 }
 
 func (k killGrace) describe() string {
 	if k.key == "" {
 		return "none: no configured plugin stops local work"
 	}
-	if k.dflt {
-		return fmt.Sprintf("%s %s, the default", k.key, secs(k.d))
+	if k.from != "" {
+		return fmt.Sprintf("%s %s, %s", k.key, secs(k.d), k.from)
 	}
 	return fmt.Sprintf("%s %s", k.key, secs(k.d))
 }
@@ -50,31 +55,45 @@ func (c *Config) usedPlugins() []string {
 // run, and the problems found reading it (each naming its key). Only the
 // max_kill_grace key is read: the plugin validates the rest of its config
 // itself (a plugin binary may be newer than this agent).
-func (c *Config) killGraces() (killGrace, []error) {
+func (c *Config) killGraces(reported KillGraces) (killGrace, []error) {
 	var longest killGrace
 	var errs []error
 	for _, name := range c.usedPlugins() {
-		key := "plugins." + name + ".config." + maxKillGraceKey
-		k := killGrace{key: key}
-		v, set := c.Plugins[name].Config[maxKillGraceKey]
-		switch {
-		case set:
-			d, err := parseKillGrace(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", key, err))
-				continue
-			}
-			k.d = d
-		case name == "shell":
-			k.d, k.dflt = shell.DefaultMaxKillGrace, true
-		default:
-			continue // a plugin that stops nothing local, or at once
+		k, err := c.killGraceOf(name, reported)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		if longest.key == "" || k.d > longest.d {
+		if k.key != "" && (longest.key == "" || k.d > longest.d) {
 			longest = k
 		}
 	}
 	return longest, errs
+}
+
+// killGraceOf is one plugin's kill grace: the longer of what its config
+// sets and what it reported. The zero killGrace means it has none.
+func (c *Config) killGraceOf(name string, reported KillGraces) (killGrace, error) {
+	key := "plugins." + name + ".config." + maxKillGraceKey
+	k := killGrace{key: key}
+	v, set := c.Plugins[name].Config[maxKillGraceKey]
+	if set {
+		d, err := parseKillGrace(v)
+		if err != nil {
+			return killGrace{}, fmt.Errorf("%s: %w", key, err)
+		}
+		k.d = d
+	}
+	r, ok := reported[name]
+	switch {
+	case ok && !set:
+		k.d, k.from = r, "the default"
+	case ok && r > k.d:
+		k.d, k.from = r, "as the plugin reports"
+	case !set && !ok:
+		return killGrace{}, nil // a plugin that stops nothing local, or at once
+	}
+	return k, nil
 }
 
 // parseKillGrace reads a max_kill_grace value as the plugins do: a Go
@@ -96,24 +115,73 @@ func parseKillGrace(v any) (time.Duration, error) {
 
 // LongestKillGrace is the longest time any plugin this agent may run (one
 // configured under plugins or named by a command) may take to stop its
-// local work after a cancel: the shell plugin's config.max_kill_grace
-// (default 30s), and for any other plugin the max_kill_grace key of its
-// config (default 0). A value Validate refuses counts as 0.
-func (c *Config) LongestKillGrace() time.Duration {
-	k, _ := c.killGraces()
+// local work after a cancel. Each plugin counts the longer of what it
+// reported and its config's max_kill_grace key (default 0). The shell plugin
+// reports its config.max_kill_grace (default 10s). A value Validate refuses
+// counts as 0.
+func (c *Config) LongestKillGrace(reported KillGraces) time.Duration {
+	k, _ := c.killGraces(reported)
 	return k.d
 }
 
 // SelfFenceAfter is how long an agent goes on without a successful
 // heartbeat before it stops its own jobs: stale_job − 2×keepalive −
-// LongestKillGrace(). The janitor may hand a job to another agent stale_job
-// after its last renewal; stopping this early leaves every plugin its kill
+// LongestKillGrace. The janitor may hand a job to another agent stale_job
+// after its last renewal. Stopping this early leaves every plugin its kill
 // grace to stop local work, and one more keepalive, before that. Validate
-// requires it to be at least 2×keepalive, so one missed heartbeat never
-// fences an agent. With the defaults and the shell plugin: 120s − 10s −
-// 30s = 80s.
-func (c *Config) SelfFenceAfter() time.Duration {
-	return c.Agent.StaleJob.Std() - 2*c.Agent.Keepalive.Std() - c.LongestKillGrace()
+// and CheckKillGraces require it to be at least 2×keepalive, so one missed
+// heartbeat never fences an agent. With the defaults and the shell plugin,
+// it is 120s − 10s − 10s = 100s.
+func (c *Config) SelfFenceAfter(reported KillGraces) time.Duration {
+	return c.Agent.StaleJob.Std() - 2*c.Agent.Keepalive.Std() - c.LongestKillGrace(reported)
+}
+
+// DrainStopBound is how long a drain may take, after shutdown_timeout, to
+// stop the jobs still running. It is the longest kill_grace a plugin may use
+// (LongestKillGrace, 10s with the shell plugin's defaults) plus the final
+// writes, and never less than 12s.
+func (c *Config) DrainStopBound(reported KillGraces) time.Duration {
+	return max(12*time.Second, c.LongestKillGrace(reported)+drainWriteBound)
+}
+
+// CheckKillGraces checks the relations that the plugins' kill graces enter
+// (the self-fence point and the drain's stop bound) with what the plugins
+// reported at start. Validate checks them with the config's keys alone. The
+// agent calls this once its plugins have answered Validate. Each problem
+// names the key and the fix.
+func (c *Config) CheckKillGraces(reported KillGraces) error {
+	return errors.Join(append(c.checkSelfFence(reported), c.checkDrainFitsECS(reported)...)...)
+}
+
+// checkSelfFence requires the self-fence point to be at least 2×keepalive.
+func (c *Config) checkSelfFence(reported KillGraces) []error {
+	a := c.Agent
+	grace, errs := c.killGraces(reported)
+	if a.Keepalive <= 0 || a.StaleJob <= 0 || len(errs) > 0 {
+		return errs
+	}
+	k, st := a.Keepalive.Std(), a.StaleJob.Std()
+	if fence := c.SelfFenceAfter(reported); fence < 2*k {
+		errs = append(errs, fmt.Errorf("agent.stale_job (%s) − 2×agent.keepalive (%s) − longest kill_grace (%s) = %s must be at least 2×keepalive (%s): an agent without a successful heartbeat stops its own jobs at that point, so that every plugin has its kill_grace and one more keepalive to stop local work before the janitor may act at stale_job, and one missed heartbeat must never fence it; raise agent.stale_job to at least 4×keepalive + kill_grace = %s, or lower keepalive or the kill_grace",
+			secs(st), secs(2*k), grace.describe(), secs(fence), secs(2*k), secs(4*k+grace.d)))
+	}
+	return errs
+}
+
+// checkDrainFitsECS requires the whole drain to end inside ECS's
+// stopTimeout.
+func (c *Config) checkDrainFitsECS(reported KillGraces) []error {
+	a := c.Agent
+	if a.ShutdownTimeout >= Duration(ECSStopTimeout) {
+		return []error{fmt.Errorf("agent.shutdown_timeout (%s) must be less than %s: ECS stops the task %s after SIGTERM (stopTimeout); shutdown_timeout must leave time to hand off and exit (default 100s)",
+			a.ShutdownTimeout, ECSStopTimeout, ECSStopTimeout)}
+	}
+	bound := c.DrainStopBound(reported)
+	if total := a.ShutdownTimeout + Duration(bound) + c.HTTP.ShutdownGrace; total >= Duration(ECSStopTimeout) {
+		return []error{fmt.Errorf("agent.shutdown_timeout (%s) + %s to stop the last jobs (the longest kill_grace, %s, + 2s, at least 12s) + http.shutdown_grace (%s) = %s must be less than ECS's %s stopTimeout, or ECS kills the agent mid-drain; lower one of them",
+			a.ShutdownTimeout, bound, c.LongestKillGrace(reported), c.HTTP.ShutdownGrace, total, ECSStopTimeout)}
+	}
+	return nil
 }
 
 // secs writes a whole number of seconds as "120s" (easier to add up in an

@@ -63,23 +63,9 @@ func parseDSN(s string) (dsn, error) {
 }
 
 func parseURLForm(s string) (dsn, error) {
-	// libpq's (and pgx's) list of hosts, "h1:5432,h2:5433", is not RFC 3986
-	// syntax: parse the URL with one host, then put the list back.
-	scheme, rest, _ := strings.Cut(s, "://")
-	authority := rest
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		authority = rest[:i]
-	}
-	at := strings.LastIndexByte(authority, '@')
-	hosts := authority[at+1:]
-	multi := strings.Contains(hosts, ",")
-	if multi {
-		for h := range strings.SplitSeq(hosts, ",") {
-			if h != "" && !safeHostRe.MatchString(h) {
-				return dsn{}, errors.New("a host in its list of hosts is not a name, an IP address or [IPv6], with an optional :port")
-			}
-		}
-		s = scheme + "://" + authority[:at+1] + "hosts" + rest[len(authority):]
+	s, hosts, err := withOneHost(s)
+	if err != nil {
+		return dsn{}, err
 	}
 	u, err := url.Parse(s)
 	if err != nil {
@@ -90,6 +76,38 @@ func parseURLForm(s string) (dsn, error) {
 	if err != nil {
 		return dsn{}, errors.New("its query string (after ?) does not parse; percent-encode special characters")
 	}
+	redactURLSecrets(u, q)
+	if hosts != "" {
+		u.Host = hosts
+	}
+	return dsn{url: true, redacted: u.String(), ports: urlPorts(u.Host, q)}, nil
+}
+
+// withOneHost puts one placeholder host in place of libpq's (and pgx's)
+// list of hosts, "h1:5432,h2:5433", which is not RFC 3986 syntax, so the
+// URL parses. It returns the list ("" when there is one host) to put back.
+func withOneHost(s string) (string, string, error) {
+	scheme, rest, _ := strings.Cut(s, "://")
+	authority := rest
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	hosts := authority[at+1:]
+	if !strings.Contains(hosts, ",") {
+		return s, "", nil
+	}
+	for h := range strings.SplitSeq(hosts, ",") {
+		if h != "" && !safeHostRe.MatchString(h) {
+			return "", "", errors.New("a host in its list of hosts is not a name, an IP address or [IPv6], with an optional :port")
+		}
+	}
+	return scheme + "://" + authority[:at+1] + "hosts" + rest[len(authority):], hosts, nil
+}
+
+// redactURLSecrets replaces the password and every secret query parameter
+// of u (whose query is q) with the redaction marker.
+func redactURLSecrets(u *url.URL, q url.Values) {
 	if _, has := u.User.Password(); u.User != nil && has {
 		u.User = url.UserPassword(u.User.Username(), redacted)
 	}
@@ -103,20 +121,21 @@ func parseURLForm(s string) (dsn, error) {
 	if touched {
 		u.RawQuery = q.Encode()
 	}
-	if multi {
-		u.Host = hosts
-	}
-	d := dsn{url: true, redacted: u.String()}
-	// pgx reads a list of hosts, each with an optional port.
-	for h := range strings.SplitSeq(u.Host, ",") {
+}
+
+// urlPorts returns the ports a URL names: pgx reads a list of hosts, each
+// with an optional port, and a port parameter.
+func urlPorts(hosts string, q url.Values) []string {
+	var ports []string
+	for h := range strings.SplitSeq(hosts, ",") {
 		if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
-			d.ports = append(d.ports, h[i+1:])
+			ports = append(ports, h[i+1:])
 		}
 	}
 	if p := q.Get("port"); p != "" {
-		d.ports = append(d.ports, strings.Split(p, ",")...)
+		ports = append(ports, strings.Split(p, ",")...)
 	}
-	return d, nil
+	return ports
 }
 
 // parseKeywordValue reads "key=value key='quoted value'" as libpq does:
@@ -125,63 +144,23 @@ func parseURLForm(s string) (dsn, error) {
 func parseKeywordValue(s string) (dsn, error) {
 	var out []string
 	d := dsn{}
-	i := 0
-	skip := func() {
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-	}
-	for skip(); i < len(s); skip() {
-		start := i
-		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
-			i++
-		}
-		key := s[start:i]
-		skip()
-		if key == "" || i >= len(s) || s[i] != '=' {
+	sc := &kvScanner{s: s}
+	for sc.skipSpace(); !sc.done(); sc.skipSpace() {
+		key, ok := sc.keyword()
+		if !ok {
 			return dsn{}, fmt.Errorf("it is neither a postgres:// URL nor keyword=value pairs: keyword %d has no =", len(out)+1)
 		}
-		i++
-		skip()
-		vstart := i
-		var val strings.Builder
-		if i < len(s) && s[i] == '\'' {
-			i++
-			closed := false
-			for i < len(s) {
-				c := s[i]
-				i++
-				if c == '\\' && i < len(s) {
-					val.WriteByte(s[i])
-					i++
-					continue
-				}
-				if c == '\'' {
-					closed = true
-					break
-				}
-				val.WriteByte(c)
-			}
-			if !closed {
-				return dsn{}, fmt.Errorf("the quoted value of %s is not closed with '", safeKey(key))
-			}
-		} else {
-			for i < len(s) && !isSpace(s[i]) {
-				if s[i] == '\\' && i+1 < len(s) {
-					i++
-				}
-				val.WriteByte(s[i])
-				i++
-			}
+		raw, val, err := sc.value(key)
+		if err != nil {
+			return dsn{}, err
 		}
-		switch {
-		case secretParam(key):
+		if secretParam(key) {
 			out = append(out, key+"="+redacted)
-		default:
-			out = append(out, key+"="+s[vstart:i])
+		} else {
+			out = append(out, key+"="+raw)
 		}
 		if key == "port" {
-			d.ports = append(d.ports, strings.Split(val.String(), ",")...)
+			d.ports = append(d.ports, strings.Split(val, ",")...)
 		}
 	}
 	if len(out) == 0 {
@@ -189,6 +168,80 @@ func parseKeywordValue(s string) (dsn, error) {
 	}
 	d.redacted = strings.Join(out, " ")
 	return d, nil
+}
+
+// kvScanner reads a keyword/value string from left to right.
+type kvScanner struct {
+	s string
+	i int
+}
+
+func (sc *kvScanner) done() bool { return sc.i >= len(sc.s) }
+
+func (sc *kvScanner) skipSpace() {
+	for !sc.done() && isSpace(sc.s[sc.i]) {
+		sc.i++
+	}
+}
+
+// keyword reads a keyword and its =, with spaces allowed around the =. ok
+// is false when there is no keyword or no =.
+func (sc *kvScanner) keyword() (key string, ok bool) {
+	start := sc.i
+	for !sc.done() && sc.s[sc.i] != '=' && !isSpace(sc.s[sc.i]) {
+		sc.i++
+	}
+	key = sc.s[start:sc.i]
+	sc.skipSpace()
+	if key == "" || sc.done() || sc.s[sc.i] != '=' {
+		return key, false
+	}
+	sc.i++
+	sc.skipSpace()
+	return key, true
+}
+
+// value reads the value of key, quoted or not. It returns it as written
+// (raw) and as libpq reads it (val).
+func (sc *kvScanner) value(key string) (raw, val string, err error) {
+	start := sc.i
+	if !sc.done() && sc.s[sc.i] == '\'' {
+		val, err = sc.quoted(key)
+	} else {
+		val = sc.bare()
+	}
+	return sc.s[start:sc.i], val, err
+}
+
+func (sc *kvScanner) quoted(key string) (string, error) {
+	var val strings.Builder
+	sc.i++ // the opening quote
+	for !sc.done() {
+		c := sc.s[sc.i]
+		sc.i++
+		if c == '\\' && !sc.done() {
+			val.WriteByte(sc.s[sc.i])
+			sc.i++
+			continue
+		}
+		if c == '\'' {
+			return val.String(), nil
+		}
+		val.WriteByte(c)
+	}
+	return "", fmt.Errorf("the quoted value of %s is not closed with '", safeKey(key))
+}
+
+func (sc *kvScanner) bare() string {
+	var val strings.Builder
+	for !sc.done() && !isSpace(sc.s[sc.i]) {
+		if sc.s[sc.i] == '\\' && sc.i+1 < len(sc.s) {
+			sc.i++
+		}
+		val.WriteByte(sc.s[sc.i])
+		sc.i++
+	}
+	return val.String()
 }
 
 func isSpace(c byte) bool {

@@ -59,17 +59,9 @@ func (s spot) child(key string, f reflect.StructField) spot {
 // is expected, and the like. Values of secret keys are never quoted.
 // Free-form values (map[string]any) are not inspected.
 func checkNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
+	n, t = resolveNode(n, t)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
-	}
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem() // optional values (command limits) are checked like the value
-	}
-	fail := func(format string, args ...any) {
-		*errs = append(*errs, fmt.Errorf("%s: %s (line %d)", orTop(at.path), fmt.Sprintf(format, args...), n.Line))
 	}
 	switch {
 	case t == durationType:
@@ -77,70 +69,119 @@ func checkNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
 			*errs = append(*errs, fmt.Errorf("%s: %w", at.path, err))
 		}
 	case t.Kind() == reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			fail("expected a mapping of keys (%s), got %s", strings.Join(knownKeys(t), ", "), describe(n, at.secret))
-			return
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Value == "<<" {
-				continue // merge key: its keys are checked where they are defined
-			}
-			f, ok := fieldByKey(t, k.Value)
-			if !ok {
-				*errs = append(*errs, fmt.Errorf("%s: unknown key (line %d); known keys here: %s",
-					joinPath(at.path, k.Value), k.Line, strings.Join(knownKeys(t), ", ")))
-				continue
-			}
-			checkNode(n.Content[i+1], f.Type, at.child(k.Value, f), errs)
-		}
+		checkStructNode(n, t, at, errs)
 	case t.Kind() == reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			fail("expected a mapping, got %s", describe(n, at.secret))
-			return
-		}
-		if t.Elem().Kind() == reflect.Interface {
-			return // free-form: the plugin checks it
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Kind != yaml.ScalarNode {
-				*errs = append(*errs, fmt.Errorf("%s: keys must be strings, got %s (line %d)", at.path, describe(k, false), k.Line))
-				continue
-			}
-			child := spot{path: joinPath(at.path, k.Value), secret: at.secret}
-			checkNode(n.Content[i+1], t.Elem(), child, errs)
-		}
+		checkMapNode(n, t, at, errs)
 	case t.Kind() == reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			fail("expected a list, got %s", describe(n, at.secret))
-			return
-		}
-		for i, item := range n.Content {
-			checkNode(item, t.Elem(), spot{path: at.path + "[" + strconv.Itoa(i) + "]", secret: at.secret}, errs)
-		}
-	case t.Kind() == reflect.String:
-		switch {
-		case n.Kind != yaml.ScalarNode:
-			fail("expected a string, got %s", describe(n, at.secret))
-		case n.Tag == "!!binary":
-			fail("expected a plain string, got a !!binary value")
-		case strings.ContainsRune(n.Value, 0):
-			fail("must not contain a NUL character")
-		}
-	case t.Kind() == reflect.Bool:
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
-			fail("must be true or false, got %s", describe(n, at.secret))
-		}
-	case t.Kind() == reflect.Int, t.Kind() == reflect.Int64:
-		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
-			fail("must be a whole number such as 4, got %s", describe(n, at.secret))
-			return
-		}
-		if err := checkInt(n.Value, t.Bits(), at.max); err != nil {
-			fail("%v", err)
+		checkListNode(n, t, at, errs)
+	default:
+		if msg := scalarProblem(n, t, at); msg != "" {
+			nodeFail(n, at, errs, "%s", msg)
 		}
 	}
+}
+
+// resolveNode follows an alias to its node, and a pointer type to what it
+// points to: optional values (command limits) are checked like the value.
+func resolveNode(n *yaml.Node, t reflect.Type) (*yaml.Node, reflect.Type) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return n, t
+}
+
+// nodeFail reports that the node at at is wrong, with its path and line.
+func nodeFail(n *yaml.Node, at spot, errs *[]error, format string, args ...any) {
+	*errs = append(*errs, fmt.Errorf("%s: %s (line %d)", orTop(at.path), fmt.Sprintf(format, args...), n.Line))
+}
+
+// checkStructNode checks a mapping of a struct's keys: every key known,
+// every value checked against its field.
+func checkStructNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
+	if n.Kind != yaml.MappingNode {
+		nodeFail(n, at, errs, "expected a mapping of keys (%s), got %s", strings.Join(knownKeys(t), ", "), describe(n, at.secret))
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Value == "<<" {
+			continue // merge key: its keys are checked where they are defined
+		}
+		f, ok := fieldByKey(t, k.Value)
+		if !ok {
+			*errs = append(*errs, fmt.Errorf("%s: unknown key (line %d); known keys here: %s",
+				joinPath(at.path, k.Value), k.Line, strings.Join(knownKeys(t), ", ")))
+			continue
+		}
+		checkNode(n.Content[i+1], f.Type, at.child(k.Value, f), errs)
+	}
+}
+
+// checkMapNode checks a mapping by name (plugins, commands, env). A
+// free-form one (map[string]any) is the plugin's to check.
+func checkMapNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
+	if n.Kind != yaml.MappingNode {
+		nodeFail(n, at, errs, "expected a mapping, got %s", describe(n, at.secret))
+		return
+	}
+	if t.Elem().Kind() == reflect.Interface {
+		return // free-form: the plugin checks it
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode {
+			*errs = append(*errs, fmt.Errorf("%s: keys must be strings, got %s (line %d)", at.path, describe(k, false), k.Line))
+			continue
+		}
+		child := spot{path: joinPath(at.path, k.Value), secret: at.secret}
+		checkNode(n.Content[i+1], t.Elem(), child, errs)
+	}
+}
+
+func checkListNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
+	if n.Kind != yaml.SequenceNode {
+		nodeFail(n, at, errs, "expected a list, got %s", describe(n, at.secret))
+		return
+	}
+	for i, item := range n.Content {
+		checkNode(item, t.Elem(), spot{path: at.path + "[" + strconv.Itoa(i) + "]", secret: at.secret}, errs)
+	}
+}
+
+// scalarProblem says why a scalar node does not fit a string, bool or
+// integer key, or returns "".
+func scalarProblem(n *yaml.Node, t reflect.Type, at spot) string {
+	switch t.Kind() {
+	case reflect.String:
+		return stringProblem(n, at)
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+			return "must be true or false, got " + describe(n, at.secret)
+		}
+	case reflect.Int, reflect.Int64:
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
+			return "must be a whole number such as 4, got " + describe(n, at.secret)
+		}
+		if err := checkInt(n.Value, t.Bits(), at.max); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+func stringProblem(n *yaml.Node, at spot) string {
+	switch {
+	case n.Kind != yaml.ScalarNode:
+		return "expected a string, got " + describe(n, at.secret)
+	case n.Tag == "!!binary":
+		return "expected a plain string, got a !!binary value"
+	case strings.ContainsRune(n.Value, 0):
+		return "must not contain a NUL character"
+	}
+	return ""
 }
 
 // checkInt says why s is not a whole number of the given bit size within

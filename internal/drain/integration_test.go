@@ -12,19 +12,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/internal/testbin"
 )
 
 var pluginDir string
 
 func TestMain(m *testing.M) {
-	dir, cleanup, err := testbin.TempPlugins(context.Background(), map[string]string{
-		"noop":  testbin.Noop,
+	dir, cleanup, err := bintest.TempPlugins(context.Background(), map[string]string{
+		"noop":  bintest.Noop,
 		"shell": "github.com/tetherjobs/tether/plugins/shell",
 	})
 	if err != nil {

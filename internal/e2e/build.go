@@ -10,14 +10,14 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tetherjobs/tether/internal/testbin"
+	"github.com/tetherjobs/tether/internal/bintest"
 )
 
 // Package paths of what the tests run.
 const (
 	AgentPackage     = "github.com/tetherjobs/tether/cmd/agent"
 	ShellPackage     = "github.com/tetherjobs/tether/plugins/shell"
-	ResumablePackage = "github.com/tetherjobs/tether/internal/testplugins/resumable"
+	ResumablePackage = "github.com/tetherjobs/tether/internal/fakeplugintest/resumable"
 	ECSPackage       = "github.com/tetherjobs/tether/plugins/ecs"
 	SparkEKSPackage  = "github.com/tetherjobs/tether/plugins/sparkeks"
 )
@@ -36,7 +36,7 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	if err != nil {
 		return Binaries{}, fmt.Errorf("building tether from %s: %w\n%s", AgentPackage, err, strings.TrimSpace(string(out)))
 	}
-	if err := testbin.Build(ctx, dir, map[string]string{
+	if err := bintest.Build(ctx, dir, map[string]string{
 		"shell":     ShellPackage,
 		"resumable": ResumablePackage,
 		"ecs":       ECSPackage,

@@ -293,7 +293,7 @@ func TestFrozenAgentResumableJobStopsWatching(t *testing.T) {
 }
 
 // journalEntry is the part of a resumable job's journal line
-// (internal/testplugins/resumable) these tests read.
+// (internal/fakeplugintest/resumable) these tests read.
 type journalEntry struct {
 	Event    string `json:"event"`
 	TimeNS   int64  `json:"time_ns"`

@@ -36,7 +36,7 @@ import (
 // seconds late: a new claim, a new attempt.
 const clockSlack = 250 * time.Millisecond
 
-// invJournalLine mirrors internal/testplugins/resumable's journalLine.
+// invJournalLine mirrors internal/fakeplugintest/resumable's journalLine.
 type invJournalLine struct {
 	Event     string `json:"event"` // start | end | killed | checkpoint
 	Attempt   int    `json:"attempt"`

@@ -24,10 +24,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/internal/testbin"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -42,11 +42,11 @@ var lifecyclePlugins = sync.OnceValues(func() (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := testbin.Build(ctx, dir, map[string]string{"noop": testbin.Noop}); err != nil {
+	if err := bintest.Build(ctx, dir, map[string]string{"noop": bintest.Noop}); err != nil {
 		return "", err
 	}
 	for _, name := range []string{"shell", "resumable"} {
-		if err := os.Symlink(testbin.PluginPath(bins.PluginDir, name), testbin.PluginPath(dir, name)); err != nil {
+		if err := os.Symlink(bintest.PluginPath(bins.PluginDir, name), bintest.PluginPath(dir, name)); err != nil {
 			return "", err
 		}
 	}

@@ -34,7 +34,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
-	"github.com/tetherjobs/tether/internal/testbin"
+	"github.com/tetherjobs/tether/internal/bintest"
 )
 
 // SparkOperatorModule is the module whose CRDs Start installs and whose
@@ -310,9 +310,9 @@ func loadCRDs(ctx context.Context) ([]*apiextensionsv1.CustomResourceDefinition,
 	return crds, nil
 }
 
-// repoRoot is testbin.RepoRoot, saying which variable to set instead.
+// repoRoot is bintest.RepoRoot, saying which variable to set instead.
 func repoRoot() (string, error) {
-	root, err := testbin.RepoRoot()
+	root, err := bintest.RepoRoot()
 	if err != nil {
 		return "", fmt.Errorf("%w; set %s", err, "TETHER_KUBE_APISERVER")
 	}

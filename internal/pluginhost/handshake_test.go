@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/pluginhost"
-	"github.com/tetherjobs/tether/internal/testbin"
 )
 
 // scriptPlugin writes a shell script as plugin name in a fresh plugin dir.
@@ -26,7 +26,7 @@ func scriptPlugin(t *testing.T, name, script string) (dir, pidFile string) {
 	dir = t.TempDir()
 	pidFile = filepath.Join(t.TempDir(), "pids")
 	body := "#!/bin/sh\nexport PIDFILE=" + pidFile + "\n" + script + "\n"
-	require.NoError(t, os.WriteFile(testbin.PluginPath(dir, name), []byte(body), 0o755))
+	require.NoError(t, os.WriteFile(bintest.PluginPath(dir, name), []byte(body), 0o755))
 	// Whatever a test's script left behind dies with the test.
 	t.Cleanup(func() {
 		for _, pid := range readPids(t, pidFile) {
@@ -139,7 +139,7 @@ exit 1`)
 func TestHandshakeNotExecutable(t *testing.T) {
 	dir := t.TempDir()
 	// Executable bits, but no interpreter line and not a binary.
-	require.NoError(t, os.WriteFile(testbin.PluginPath(dir, "junk"), []byte{0x7f, 'E', 'L', 'F', 0, 0}, 0o755))
+	require.NoError(t, os.WriteFile(bintest.PluginPath(dir, "junk"), []byte{0x7f, 'E', 'L', 'F', 0, 0}, 0o755))
 	err, took := startErr(t, dir, longStartTimeout)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `starting plugin "junk": running `)

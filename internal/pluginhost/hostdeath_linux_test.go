@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/testbin"
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/pkg/plugin"
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
@@ -43,7 +43,7 @@ func gone(pid int) bool {
 func TestPluginExitsWhenHostDies(t *testing.T) {
 	hs := plugin.Handshake()
 	// sh stands in for the agent: it is the plugin's parent.
-	host := exec.Command("sh", "-c", `"$0" & echo $!; wait`, testbin.PluginPath(binDir, "noop"))
+	host := exec.Command("sh", "-c", `"$0" & echo $!; wait`, bintest.PluginPath(binDir, "noop"))
 	host.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		hs.MagicCookieKey + "=" + hs.MagicCookieValue,

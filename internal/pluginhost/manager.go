@@ -176,46 +176,61 @@ func (m *Manager) Start(ctx context.Context) error {
 	return err
 }
 
+// KillGraces are the longest stop times the plugins reported through
+// Validate (plugin.KillGracer), by plugin name. A plugin that reported none
+// is absent.
+type KillGraces map[string]time.Duration
+
 // Validate asks every started plugin to check its config and the default
 // contexts of the commands that use it (contexts: plugin name → command name
 // → context JSON), through the plugin's own Validate. Each problem becomes an
 // error naming its key, plugins.<name>.config.<field> or
 // commands.<command>.context.<field>, with the plugin's message. A plugin
-// built before Validate existed has nothing checked (logged at debug).
-func (m *Manager) Validate(ctx context.Context, contexts map[string]map[string]json.RawMessage) error {
+// built before Validate existed has nothing checked (logged at debug). It
+// returns the longest stop time each plugin reported.
+func (m *Manager) Validate(ctx context.Context, contexts map[string]map[string]json.RawMessage) (KillGraces, error) {
 	m.mu.Lock()
 	procs := m.procs
 	m.mu.Unlock()
 	for name := range contexts {
 		if _, ok := procs[name]; !ok {
-			return fmt.Errorf("validating plugin settings: plugin %q is not started", name)
+			return nil, fmt.Errorf("validating plugin settings: plugin %q is not started", name)
 		}
 	}
+	graces := KillGraces{}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(procs)) {
-		if err := procs[name].validate(ctx, contexts[name]); err != nil {
+		v, err := procs[name].validate(ctx, contexts[name])
+		if err != nil {
 			errs = append(errs, err)
 		}
+		if v.HasMaxKillGrace {
+			graces[name] = v.MaxKillGrace
+		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return graces, nil
 }
 
-func (p *proc) validate(ctx context.Context, contexts map[string]json.RawMessage) error {
+func (p *proc) validate(ctx context.Context, contexts map[string]json.RawMessage) (plugin.Validation, error) {
 	inst, err := p.acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("plugin %s: validating its settings: %w", p.name, err)
+		return plugin.Validation{}, fmt.Errorf("plugin %s: validating its settings: %w", p.name, err)
 	}
 	// Validation checks shape and values only; it has no reason to be slow.
 	vctx, cancel := context.WithTimeout(ctx, p.startTimeout)
 	defer cancel()
-	problems, checked, err := inst.rpc.Validate(vctx, p.cfg.Config, contexts)
+	v, err := inst.rpc.Validate(vctx, p.cfg.Config, contexts)
 	if err != nil {
-		return fmt.Errorf("plugin %s: validating its settings: %w", p.name, err)
+		return plugin.Validation{}, fmt.Errorf("plugin %s: validating its settings: %w", p.name, err)
 	}
-	if !checked {
+	if !v.Checked {
 		p.log.Debug("plugin does not implement Validate; its settings are checked only when a job runs")
-		return nil
+		return v, nil
 	}
+	problems := v.Problems
 	sort.Slice(problems, func(i, j int) bool {
 		return problems[i].Key(p.name) < problems[j].Key(p.name)
 	})
@@ -223,7 +238,7 @@ func (p *proc) validate(ctx context.Context, contexts map[string]json.RawMessage
 	for _, pr := range problems {
 		errs = append(errs, fmt.Errorf("%s: %s (refused by plugin %s)", pr.Key(p.name), pr.Message, p.name))
 	}
-	return errors.Join(errs...)
+	return v, errors.Join(errs...)
 }
 
 func (m *Manager) discover() (map[string]string, error) {

@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/pluginhost"
-	"github.com/tetherjobs/tether/internal/testbin"
 	"github.com/tetherjobs/tether/pkg/plugin"
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
@@ -30,8 +30,8 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	dir, cleanup, err := testbin.TempPlugins(ctx, map[string]string{
-		"noop": testbin.Noop, "bare": testbin.Bare, "legacy": legacyPkg,
+	dir, cleanup, err := bintest.TempPlugins(ctx, map[string]string{
+		"noop": bintest.Noop, "bare": bintest.Bare, "legacy": legacyPkg,
 		// The real plugins, for their validation at start.
 		"ecs": ecsPkg, "shell": shellPkg,
 	})
@@ -52,7 +52,7 @@ func pluginDir(t *testing.T, names map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for as, built := range names {
-		require.NoError(t, os.Symlink(testbin.PluginPath(binDir, built), testbin.PluginPath(dir, as)))
+		require.NoError(t, os.Symlink(bintest.PluginPath(binDir, built), bintest.PluginPath(dir, as)))
 	}
 	return dir
 }
@@ -252,7 +252,7 @@ func TestSHA256Pinning(t *testing.T) {
 	assert.Contains(t, err.Error(), "refusing to run it")
 	assert.Error(t, m.Ready())
 
-	f, err := os.ReadFile(testbin.PluginPath(binDir, "noop"))
+	f, err := os.ReadFile(bintest.PluginPath(binDir, "noop"))
 	require.NoError(t, err)
 	sum := sha256.Sum256(f)
 	m = start(t, pluginhost.Config{Dir: dir, Plugins: map[string]pluginhost.PluginConfig{"noop": {SHA256: hex.EncodeToString(sum[:])}}})
@@ -429,7 +429,7 @@ func TestCloseStopsInFlightJobs(t *testing.T) {
 // a line and checkpoint (so the plugin dials the host's Runtime).
 func BenchmarkExecuteNoop(b *testing.B) {
 	dir := b.TempDir()
-	require.NoError(b, os.Symlink(testbin.PluginPath(binDir, "noop"), testbin.PluginPath(dir, "noop")))
+	require.NoError(b, os.Symlink(bintest.PluginPath(binDir, "noop"), bintest.PluginPath(dir, "noop")))
 	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(b, err)
 	defer m.Close()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,7 +15,7 @@ import (
 )
 
 const (
-	legacyPkg = "github.com/tetherjobs/tether/internal/testplugins/legacy"
+	legacyPkg = "github.com/tetherjobs/tether/internal/fakeplugintest/legacy"
 	ecsPkg    = "github.com/tetherjobs/tether/plugins/ecs"
 	shellPkg  = "github.com/tetherjobs/tether/plugins/shell"
 )
@@ -38,7 +39,7 @@ func TestValidateThroughRealPlugins(t *testing.T) {
 		"ecs":   {Config: json.RawMessage(`{"cluster": "prod", "launch_type": "SPOT"}`)},
 		"shell": {Config: json.RawMessage(`{"kill_grace": "5s"}`)},
 	}})
-	err := m.Validate(context.Background(), contexts(map[string]map[string]string{
+	_, err := m.Validate(context.Background(), contexts(map[string]map[string]string{
 		"ecs":   {"report": `{"task_definition": "report:3"}`},
 		"shell": {"ok": `{"script": "true"}`, "etl": `{"command": []}`, "slow": `{"script": "x", "kill_grace": "1h"}`},
 	}))
@@ -57,10 +58,27 @@ func TestValidateAcceptsValidSettings(t *testing.T) {
 		"ecs": {Config: json.RawMessage(`{"cluster": "prod", "region": "eu-west-1", "launch_type": "FARGATE",
 			"network_configuration": {"subnets": ["subnet-1"]}}`)},
 	}})
-	require.NoError(t, m.Validate(context.Background(), contexts(map[string]map[string]string{
+	_, err := m.Validate(context.Background(), contexts(map[string]map[string]string{
 		"ecs":   {"report": `{"task_definition": "report:3"}`, "adhoc": `{}`},
 		"shell": {"etl": `{"command": ["/bin/true"]}`},
-	})))
+	}))
+	require.NoError(t, err)
+}
+
+// The shell plugin reports its max_kill_grace with Validate, its default or
+// what its config sets; the ecs plugin, whose work is remote, reports none.
+func TestValidateReportsKillGraces(t *testing.T) {
+	m := start(t, pluginhost.Config{Dir: pluginDir(t, map[string]string{"ecs": "ecs", "shell": "shell"})})
+	graces, err := m.Validate(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, pluginhost.KillGraces{"shell": 10 * time.Second}, graces, "the shell plugin's default")
+
+	m = start(t, pluginhost.Config{Dir: pluginDir(t, map[string]string{"shell": "shell"}), Plugins: map[string]pluginhost.PluginConfig{
+		"shell": {Config: json.RawMessage(`{"max_kill_grace": "90s"}`)},
+	}})
+	graces, err = m.Validate(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, pluginhost.KillGraces{"shell": 90 * time.Second}, graces, "what the shell plugin's config sets")
 }
 
 func TestValidateRefusesBadShellRunAs(t *testing.T) {
@@ -68,7 +86,7 @@ func TestValidateRefusesBadShellRunAs(t *testing.T) {
 	m := start(t, pluginhost.Config{Dir: dir, Plugins: map[string]pluginhost.PluginConfig{
 		"shell": {Config: json.RawMessage(`{"run_as": "no-such-user-here"}`)},
 	}})
-	err := m.Validate(context.Background(), nil)
+	_, err := m.Validate(context.Background(), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `plugins.shell.config.run_as: no user "no-such-user-here" on this machine`)
 }
@@ -83,13 +101,15 @@ func TestValidateLegacyPluginIsNotChecked(t *testing.T) {
 		Plugins: map[string]pluginhost.PluginConfig{"legacy": {Config: json.RawMessage(`{"anything": 1}`)}},
 		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	require.NoError(t, m.Validate(context.Background(), contexts(map[string]map[string]string{"legacy": {"c": `{"x": 1}`}})))
+	graces, err := m.Validate(context.Background(), contexts(map[string]map[string]string{"legacy": {"c": `{"x": 1}`}}))
+	require.NoError(t, err)
+	assert.Empty(t, graces, "a plugin that predates Validate reports no kill grace")
 	assert.Contains(t, logs.String(), "plugin does not implement Validate")
 }
 
 func TestValidateUnknownPlugin(t *testing.T) {
 	m := start(t, pluginhost.Config{Dir: pluginDir(t, map[string]string{"bare": "bare"})})
-	err := m.Validate(context.Background(), contexts(map[string]map[string]string{"nope": {"c": `{}`}}))
+	_, err := m.Validate(context.Background(), contexts(map[string]map[string]string{"nope": {"c": `{}`}}))
 	assert.ErrorContains(t, err, `plugin "nope" is not started`)
 }
 
@@ -100,5 +120,6 @@ func TestValidateWithoutValidator(t *testing.T) {
 		Dir:     pluginDir(t, map[string]string{"bare": "bare"}),
 		Plugins: map[string]pluginhost.PluginConfig{"bare": {Config: json.RawMessage(`{"whatever": [1]}`)}},
 	})
-	require.NoError(t, m.Validate(context.Background(), contexts(map[string]map[string]string{"bare": {"c": `{"x": 1}`}})))
+	_, err := m.Validate(context.Background(), contexts(map[string]map[string]string{"bare": {"c": `{"x": 1}`}}))
+	require.NoError(t, err)
 }

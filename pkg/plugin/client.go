@@ -84,28 +84,46 @@ func (c *GRPCClient) HealthCheck(ctx context.Context, config json.RawMessage) er
 	return errFromPB(resp.GetError())
 }
 
-// Validate asks the plugin to check config and the commands' contexts. A
-// plugin built before Validate existed answers Unimplemented: that is no
-// problem found, and ok is false so the caller can say nothing was checked.
-func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (problems []Problem, ok bool, err error) {
+// Validation is a plugin's answer to Validate.
+type Validation struct {
+	// Checked is false when the plugin predates Validate: nothing was
+	// checked and nothing else was said.
+	Checked  bool
+	Problems []Problem
+	// MaxKillGrace is what the plugin's KillGracer reported (see
+	// KillGracer). HasMaxKillGrace is false when it reported nothing.
+	MaxKillGrace    time.Duration
+	HasMaxKillGrace bool
+}
+
+// Validate asks the plugin to check config and the commands' contexts, and
+// how long its jobs may take to stop. A plugin built before Validate existed
+// answers Unimplemented: that is no problem found, and Checked is false so
+// the caller can say nothing was checked.
+func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (Validation, error) {
 	req := &pb.ValidateRequest{Config: config, Contexts: make(map[string][]byte, len(contexts))}
 	for name, raw := range contexts {
 		req.Contexts[name] = raw
 	}
 	resp, err := c.client.Validate(ctx, req)
 	if status.Code(err) == codes.Unimplemented {
-		return nil, false, nil
+		return Validation{}, nil
 	}
 	if err != nil {
-		return nil, false, callError(ctx, "validate", err)
+		return Validation{}, callError(ctx, "validate", err)
 	}
 	if err := errFromPB(resp.GetError()); err != nil {
-		return nil, true, err
+		return Validation{Checked: true}, err
 	}
+	v := Validation{Checked: true}
 	for _, p := range resp.GetProblems() {
-		problems = append(problems, Problem{Command: p.GetCommand(), Field: p.GetField(), Message: p.GetMessage()})
+		v.Problems = append(v.Problems, Problem{Command: p.GetCommand(), Field: p.GetField(), Message: p.GetMessage()})
 	}
-	return problems, true, nil
+	if resp.MaxKillGraceMs != nil {
+		v.MaxKillGrace = time.Duration(resp.GetMaxKillGraceMs()) * time.Millisecond
+		v.HasMaxKillGrace = true
+	}
+	return v, nil
 }
 
 // Renew tells the plugin process that the leases of its in-flight calls

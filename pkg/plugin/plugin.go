@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"time"
 )
 
 // ProtocolVersion is bumped on any incompatible change to the gRPC protocol.
@@ -120,6 +121,18 @@ type HealthChecker interface {
 // A plugin that does not implement Validator has nothing checked.
 type Validator interface {
 	Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) ([]Problem, error)
+}
+
+// KillGracer is implemented by plugins whose jobs do local work that takes
+// time to stop after a cancel (the shell plugin gives a job's processes its
+// kill_grace between SIGTERM and SIGKILL). MaxKillGrace returns the longest
+// such a stop may take under config, the plugin's section of the agent's
+// config. The agent asks once at start, along with Validate, and counts the
+// answer in its self-fence point and its drain. A plugin that does not
+// implement KillGracer counts as stopping at once, unless its config sets
+// max_kill_grace.
+type KillGracer interface {
+	MaxKillGrace(config json.RawMessage) (time.Duration, error)
 }
 
 // Problem is one thing Validate found wrong.

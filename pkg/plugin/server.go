@@ -196,21 +196,41 @@ func (s *grpcServer) HealthCheck(ctx context.Context, req *pb.HealthCheckRequest
 }
 
 func (s *grpcServer) Validate(ctx context.Context, req *pb.ValidateRequest) (*pb.ValidateResponse, error) {
-	v, ok := s.impl.(Validator)
-	if !ok {
-		return &pb.ValidateResponse{}, nil // nothing to check
-	}
 	ctx, done := s.life.begin(ctx)
 	defer done()
+	resp, err := s.validate(ctx, req)
+	if err != nil {
+		return &pb.ValidateResponse{Error: errToPB(err)}, nil
+	}
+	if len(resp.Problems) > 0 {
+		return resp, nil // the grace of a config with problems means nothing
+	}
+	if g, ok := s.impl.(KillGracer); ok {
+		d, err := g.MaxKillGrace(nilIfEmpty(req.GetConfig()))
+		if err != nil {
+			return &pb.ValidateResponse{Error: errToPB(err)}, nil
+		}
+		ms := leaseToMS(d)
+		resp.MaxKillGraceMs = &ms
+	}
+	return resp, nil
+}
+
+// validate runs the implementation's Validator, if it has one.
+func (s *grpcServer) validate(ctx context.Context, req *pb.ValidateRequest) (*pb.ValidateResponse, error) {
+	resp := &pb.ValidateResponse{}
+	v, ok := s.impl.(Validator)
+	if !ok {
+		return resp, nil // nothing to check
+	}
 	contexts := make(map[string]json.RawMessage, len(req.GetContexts()))
 	for name, raw := range req.GetContexts() {
 		contexts[name] = nilIfEmpty(raw)
 	}
 	problems, err := v.Validate(ctx, nilIfEmpty(req.GetConfig()), contexts)
 	if err != nil {
-		return &pb.ValidateResponse{Error: errToPB(err)}, nil
+		return nil, err
 	}
-	resp := &pb.ValidateResponse{}
 	for _, p := range problems {
 		resp.Problems = append(resp.Problems, &pb.Problem{Command: p.Command, Field: p.Field, Message: p.Message})
 	}

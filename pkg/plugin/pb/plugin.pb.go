@@ -1363,11 +1363,17 @@ func (x *Problem) GetMessage() string {
 }
 
 type ValidateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Problems      []*Problem             `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
-	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // validation itself failed
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Problems []*Problem             `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
+	Error    *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // validation itself failed
+	// The longest the plugin may take to stop a job's local work after a
+	// cancel, under this config, in milliseconds (rounded up). The agent
+	// counts it in its self-fence point and its drain. Unset: the plugin does
+	// not say (its work is remote, or it predates this field), and the agent
+	// reads max_kill_grace from the plugin's config, else counts 0.
+	MaxKillGraceMs *uint64 `protobuf:"varint,3,opt,name=max_kill_grace_ms,json=maxKillGraceMs,proto3,oneof" json:"max_kill_grace_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ValidateResponse) Reset() {
@@ -1412,6 +1418,13 @@ func (x *ValidateResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ValidateResponse) GetMaxKillGraceMs() uint64 {
+	if x != nil && x.MaxKillGraceMs != nil {
+		return *x.MaxKillGraceMs
+	}
+	return 0
 }
 
 var File_plugin_proto protoreflect.FileDescriptor
@@ -1494,10 +1507,12 @@ const file_plugin_proto_rawDesc = "" +
 	"\aProblem\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"x\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xbe\x01\n" +
 	"\x10ValidateResponse\x125\n" +
 	"\bproblems\x18\x01 \x03(\v2\x19.tether.plugin.v1.ProblemR\bproblems\x12-\n" +
-	"\x05error\x18\x02 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error*\x80\x01\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.tether.plugin.v1.ErrorR\x05error\x12.\n" +
+	"\x11max_kill_grace_ms\x18\x03 \x01(\x04H\x00R\x0emaxKillGraceMs\x88\x01\x01B\x14\n" +
+	"\x12_max_kill_grace_ms*\x80\x01\n" +
 	"\n" +
 	"ErrorClass\x12\x1b\n" +
 	"\x17ERROR_CLASS_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -1612,6 +1627,7 @@ func file_plugin_proto_init() {
 	if File_plugin_proto != nil {
 		return
 	}
+	file_plugin_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/testbin"
+	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/pkg/plugin"
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
@@ -24,12 +24,12 @@ func TestStartBinaryDoesNotLeakTheHostEnvironment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	require.NoError(t, testbin.Build(ctx, dir, map[string]string{"noop": testbin.Noop}))
+	require.NoError(t, bintest.Build(ctx, dir, map[string]string{"noop": bintest.Noop}))
 	t.Setenv("PLUGINTEST_HOST_ONLY", "leaked-from-the-test-process")
 	t.Setenv("DATABASE_URL", "postgres://u:leaked@db/x")
 	require.NotEmpty(t, os.Getenv("PATH"), "the test process has a PATH the plugin must not inherit")
 
-	c := plugintest.StartBinary(t, testbin.PluginPath(dir, "noop"), []string{"GIVEN=by-the-test"})
+	c := plugintest.StartBinary(t, bintest.PluginPath(dir, "noop"), []string{"GIVEN=by-the-test"})
 	rt := plugintest.NewRuntime(nil)
 	jobCtx, err := json.Marshal(map[string]any{"print_env": true})
 	require.NoError(t, err)

@@ -62,6 +62,7 @@ var (
 	_ plugin.Cleaner       = (*Plugin)(nil)
 	_ plugin.HealthChecker = (*Plugin)(nil)
 	_ plugin.Validator     = (*Plugin)(nil)
+	_ plugin.KillGracer    = (*Plugin)(nil)
 )
 
 // Plugin is the shell plugin. Create it with New; it is safe for concurrent
@@ -142,6 +143,17 @@ func (p *Plugin) Validate(_ context.Context, rawConfig json.RawMessage, contexts
 		}
 	}
 	return problems, nil
+}
+
+// MaxKillGrace reports the longest kill_grace a job may ask for under the
+// config: config.max_kill_grace, else DefaultMaxKillGrace. The agent counts
+// it in its self-fence point and its drain.
+func (p *Plugin) MaxKillGrace(rawConfig json.RawMessage) (time.Duration, error) {
+	cfg, err := parseConfig(rawConfig, p.tempDir)
+	if err != nil {
+		return 0, err
+	}
+	return cfg.MaxKillGrace, nil
 }
 
 // HealthCheck reports whether /bin/sh is executable and the configured

@@ -1,6 +1,6 @@
-// Package testbin builds plugin binaries for tests, once per test binary
+// Package bintest builds plugin binaries for tests, once per test binary
 // (call it from TestMain), so tests drive real plugin processes.
-package testbin
+package bintest
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 
 // Package paths of the test plugins.
 const (
-	Noop = "github.com/tetherjobs/tether/internal/testplugins/noop"
-	Bare = "github.com/tetherjobs/tether/internal/testplugins/bare"
+	Noop = "github.com/tetherjobs/tether/internal/fakeplugintest/noop"
+	Bare = "github.com/tetherjobs/tether/internal/fakeplugintest/bare"
 )
 
 // PluginPath is where Build puts the plugin called name in dir.
@@ -29,7 +29,7 @@ func PluginPath(dir, name string) string {
 // mapping name to package path. It must run inside the tether module (any
 // test's working directory is).
 func Build(ctx context.Context, dir string, pkgs map[string]string) error {
-	goBin, err := goTool()
+	goBin, err := GoTool()
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func Build(ctx context.Context, dir string, pkgs map[string]string) error {
 // TempPlugins builds pkgs into a fresh temporary directory and returns it
 // with a func that removes it. Typical use in TestMain:
 //
-//	dir, cleanup, err := testbin.TempPlugins(ctx, map[string]string{"noop": testbin.Noop})
+//	dir, cleanup, err := bintest.TempPlugins(ctx, map[string]string{"noop": bintest.Noop})
 func TempPlugins(ctx context.Context, pkgs map[string]string) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "tether-plugins-")
 	if err != nil {
@@ -65,7 +65,8 @@ func TempPlugins(ctx context.Context, pkgs map[string]string) (string, func(), e
 	return dir, cleanup, nil
 }
 
-func goTool() (string, error) {
+// GoTool returns the path of the go tool that builds the binaries.
+func GoTool() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}

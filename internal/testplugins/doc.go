@@ -1,5 +1,0 @@
-// Package testplugins holds plugin binaries used only by tests and
-// benchmarks: noop (every capability, scripted by the job's context) and bare
-// (Execute only), and legacy (a plugin built before Validate existed: only
-// Info, served without pkg/plugin's server). Build them with internal/testbin as tether-plugin-<name>.
-package testplugins
