@@ -453,6 +453,18 @@ func invalidParam(format string, args ...any) *apiError {
 	return errf("InvalidParameterException", format, args...)
 }
 
+// pageSize reads a request's page size, named name in errors: most when
+// unset, else 1 to most.
+func pageSize(n *int, most int, name string) (int, error) {
+	if n == nil {
+		return most, nil
+	}
+	if *n < 1 || *n > most {
+		return 0, invalidParam("%s must be between 1 and %d", name, most)
+	}
+	return *n, nil
+}
+
 func clientErr(format string, args ...any) *apiError {
 	return errf("ClientException", format, args...)
 }

@@ -935,12 +935,9 @@ func (req *listTasksReq) check() (int, uint64, error) {
 	if req.combinesStartedBy() {
 		return 0, 0, invalidParam("startedBy filter cannot be combined with family, serviceName, launchType or containerInstance")
 	}
-	limit := 100
-	if req.MaxResults != nil {
-		if *req.MaxResults < 1 || *req.MaxResults > 100 {
-			return 0, 0, invalidParam("maxResults must be between 1 and 100")
-		}
-		limit = *req.MaxResults
+	limit, err := pageSize(req.MaxResults, 100, "maxResults")
+	if err != nil {
+		return 0, 0, err
 	}
 	if req.DesiredStatus == "" {
 		req.DesiredStatus = "RUNNING"
