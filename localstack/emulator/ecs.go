@@ -3,6 +3,7 @@ package emulator
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -423,27 +424,9 @@ func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	var arns []string
-	families := make([]string, 0, len(e.families))
-	for f := range e.families {
-		if strings.HasPrefix(f, req.FamilyPrefix) {
-			families = append(families, f)
-		}
-	}
-	sort.Strings(families)
-	for _, f := range families {
-		for _, td := range e.families[f] {
-			if td.status == req.Status {
-				arns = append(arns, td.arn)
-			}
-		}
-	}
-	e.mu.Unlock()
+	arns := e.taskDefARNs(req.FamilyPrefix, req.Status)
 	if strings.EqualFold(req.Sort, "DESC") {
-		for i, j := 0, len(arns)-1; i < j; i, j = i+1, j-1 {
-			arns[i], arns[j] = arns[j], arns[i]
-		}
+		slices.Reverse(arns)
 	}
 	page, next, err := paginate(arns, req.NextToken, limit)
 	if err != nil {
@@ -454,6 +437,29 @@ func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
 		out["nextToken"] = next
 	}
 	return out, nil
+}
+
+// taskDefARNs lists the ARNs of the revisions in status of the families
+// with prefix, by family and revision.
+func (e *Emulator) taskDefARNs(prefix, status string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	families := make([]string, 0, len(e.families))
+	for f := range e.families {
+		if strings.HasPrefix(f, prefix) {
+			families = append(families, f)
+		}
+	}
+	sort.Strings(families)
+	var arns []string
+	for _, f := range families {
+		for _, td := range e.families[f] {
+			if td.status == status {
+				arns = append(arns, td.arn)
+			}
+		}
+	}
+	return arns
 }
 
 // paginate pages a stable list by offset.

@@ -747,18 +747,10 @@ func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- e
 	if c.synthetic {
 		return e.startSynthetic(t, idx, c, exits)
 	}
-	if len(c.argv) == 0 {
-		return errors.New("no command or entryPoint (the emulator runs the container's command as a local process)")
+	cmd, err := containerCommand(t, c)
+	if err != nil {
+		return err
 	}
-	cmd := exec.Command(c.argv[0], c.argv[1:]...)
-	cmd.Env = append(append([]string{}, c.env...),
-		"ECS_CONTAINER_NAME="+c.name, "ECS_TASK_ARN="+t.arn)
-	if c.dir != "" {
-		if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
-			cmd.Dir = c.dir
-		}
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("creating stdout pipe: %w", err)
@@ -783,24 +775,47 @@ func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- e
 	_ = errW.Close()
 	pid := cmd.Process.Pid
 	e.setStatus(t, func() { c.pid = pid })
+	go e.awaitContainer(cmd, idx, c, exits, outR, errR)
+	return nil
+}
 
-	done := make(chan struct{}, 2)
-	for _, r := range []*os.File{outR, errR} {
+// containerCommand is the local process a container runs: its argv, with
+// its environment and, when that directory exists here, its working
+// directory, in a process group of its own.
+func containerCommand(t *task, c *container) (*exec.Cmd, error) {
+	if len(c.argv) == 0 {
+		return nil, errors.New("no command or entryPoint (the emulator runs the container's command as a local process)")
+	}
+	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	cmd.Env = append(append([]string{}, c.env...),
+		"ECS_CONTAINER_NAME="+c.name, "ECS_TASK_ARN="+t.arn)
+	if c.dir != "" {
+		if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
+			cmd.Dir = c.dir
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd, nil
+}
+
+// awaitContainer copies a started container's output into its log stream
+// and reports its exit once the output is drained.
+func (e *Emulator) awaitContainer(cmd *exec.Cmd, idx int, c *container, exits chan<- exitEvent, outputs ...*os.File) {
+	done := make(chan struct{}, len(outputs))
+	for _, r := range outputs {
 		go func() {
 			e.pump(r, c.logGroup, c.logStream)
 			_ = r.Close()
 			done <- struct{}{}
 		}()
 	}
-	go func() {
-		_ = cmd.Wait()
-		// A container's leftover processes end with it.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	// A container's leftover processes end with it.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	for range outputs {
 		<-done
-		<-done
-		exits <- exitEvent{idx: idx, code: exitCode(cmd.ProcessState)}
-	}()
-	return nil
+	}
+	exits <- exitEvent{idx: idx, code: exitCode(cmd.ProcessState)}
 }
 
 func exitCode(ps *os.ProcessState) int {
