@@ -3,6 +3,7 @@ package emulator
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -259,6 +260,13 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+type registerTaskDefReq struct {
+	Family               string         `json:"family"`
+	ContainerDefinitions []containerDef `json:"containerDefinitions"`
+	NetworkMode          string         `json:"networkMode"`
+	Tags                 []tag          `json:"tags"`
+}
+
 func (e *Emulator) registerTaskDefinition(body []byte) (any, error) {
 	var raw map[string]any
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -266,58 +274,21 @@ func (e *Emulator) registerTaskDefinition(body []byte) (any, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, errf("SerializationException", "decoding request: %v", err)
 	}
-	var req struct {
-		Family               string         `json:"family"`
-		ContainerDefinitions []containerDef `json:"containerDefinitions"`
-		NetworkMode          string         `json:"networkMode"`
-		Tags                 []tag          `json:"tags"`
-	}
+	var req registerTaskDefReq
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if req.Family == "" || len(req.Family) > 255 {
-		return nil, clientErr("Family must be 1-255 characters")
+	if err := checkFamily(req.Family); err != nil {
+		return nil, err
 	}
-	for _, r := range req.Family {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return nil, clientErr("Family contains invalid characters; allowed are letters, numbers, hyphens and underscores")
-		}
-	}
-	if len(req.ContainerDefinitions) == 0 {
-		return nil, clientErr("Container list cannot be empty.")
-	}
-	essential := false
-	seen := map[string]bool{}
-	for _, c := range req.ContainerDefinitions {
-		if c.Name == "" {
-			return nil, clientErr("Container.name should not be null or empty.")
-		}
-		if c.Image == "" {
-			return nil, clientErr("Container.image should not be null or empty.")
-		}
-		if seen[c.Name] {
-			return nil, clientErr("Duplicate container name %q", c.Name)
-		}
-		seen[c.Name] = true
-		essential = essential || c.essential()
-	}
-	if !essential {
-		return nil, clientErr("Task definition must have at least one essential container.")
+	if err := checkContainerDefs(req.ContainerDefinitions); err != nil {
+		return nil, err
 	}
 	if err := validateTags(req.Tags); err != nil {
 		return nil, err
 	}
 	delete(raw, "tags")
-	// Echo container definitions with essential made explicit, as ECS does.
-	if defs, ok := raw["containerDefinitions"].([]any); ok {
-		for i, d := range defs {
-			if m, ok := d.(map[string]any); ok {
-				if _, has := m["essential"]; !has {
-					m["essential"] = req.ContainerDefinitions[i].essential()
-				}
-			}
-		}
-	}
+	echoEssential(raw, req.ContainerDefinitions)
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -335,6 +306,60 @@ func (e *Emulator) registerTaskDefinition(body []byte) (any, error) {
 	}
 	e.families[req.Family] = append(e.families[req.Family], td)
 	return map[string]any{"taskDefinition": td.render(), "tags": nonNilTags(td.tags)}, nil
+}
+
+// familyChars are the characters ECS allows in a task definition family.
+const familyChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+
+func checkFamily(family string) error {
+	if family == "" || len(family) > 255 {
+		return clientErr("Family must be 1-255 characters")
+	}
+	if strings.Trim(family, familyChars) != "" {
+		return clientErr("Family contains invalid characters; allowed are letters, numbers, hyphens and underscores")
+	}
+	return nil
+}
+
+// checkContainerDefs wants at least one container, each with a name of its
+// own and an image, and one of them essential.
+func checkContainerDefs(defs []containerDef) error {
+	if len(defs) == 0 {
+		return clientErr("Container list cannot be empty.")
+	}
+	essential := false
+	seen := map[string]bool{}
+	for _, c := range defs {
+		switch {
+		case c.Name == "":
+			return clientErr("Container.name should not be null or empty.")
+		case c.Image == "":
+			return clientErr("Container.image should not be null or empty.")
+		case seen[c.Name]:
+			return clientErr("Duplicate container name %q", c.Name)
+		}
+		seen[c.Name] = true
+		essential = essential || c.essential()
+	}
+	if !essential {
+		return clientErr("Task definition must have at least one essential container.")
+	}
+	return nil
+}
+
+// echoEssential makes essential explicit in the raw container definitions
+// the emulator echoes, as ECS does.
+func echoEssential(raw map[string]any, defs []containerDef) {
+	list, _ := raw["containerDefinitions"].([]any)
+	for i, d := range list {
+		m, ok := d.(map[string]any)
+		if !ok {
+			continue
+		}
+		if _, has := m["essential"]; !has {
+			m["essential"] = defs[i].essential()
+		}
+	}
 }
 
 // lookupTaskDef resolves family, family:revision or an ARN; e.mu must be held.
@@ -395,34 +420,13 @@ func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
 	if req.Status == "" {
 		req.Status = "ACTIVE"
 	}
-	limit := 100
-	if req.MaxResults != nil {
-		if *req.MaxResults < 1 || *req.MaxResults > 100 {
-			return nil, invalidParam("maxResults must be between 1 and 100")
-		}
-		limit = *req.MaxResults
+	limit, err := pageSize(req.MaxResults, 100, "maxResults")
+	if err != nil {
+		return nil, err
 	}
-	e.mu.Lock()
-	var arns []string
-	families := make([]string, 0, len(e.families))
-	for f := range e.families {
-		if strings.HasPrefix(f, req.FamilyPrefix) {
-			families = append(families, f)
-		}
-	}
-	sort.Strings(families)
-	for _, f := range families {
-		for _, td := range e.families[f] {
-			if td.status == req.Status {
-				arns = append(arns, td.arn)
-			}
-		}
-	}
-	e.mu.Unlock()
+	arns := e.taskDefARNs(req.FamilyPrefix, req.Status)
 	if strings.EqualFold(req.Sort, "DESC") {
-		for i, j := 0, len(arns)-1; i < j; i, j = i+1, j-1 {
-			arns[i], arns[j] = arns[j], arns[i]
-		}
+		slices.Reverse(arns)
 	}
 	page, next, err := paginate(arns, req.NextToken, limit)
 	if err != nil {
@@ -433,6 +437,29 @@ func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
 		out["nextToken"] = next
 	}
 	return out, nil
+}
+
+// taskDefARNs lists the ARNs of the revisions in status of the families
+// with prefix, by family and revision.
+func (e *Emulator) taskDefARNs(prefix, status string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	families := make([]string, 0, len(e.families))
+	for f := range e.families {
+		if strings.HasPrefix(f, prefix) {
+			families = append(families, f)
+		}
+	}
+	sort.Strings(families)
+	var arns []string
+	for _, f := range families {
+		for _, td := range e.families[f] {
+			if td.status == status {
+				arns = append(arns, td.arn)
+			}
+		}
+	}
+	return arns
 }
 
 // paginate pages a stable list by offset.

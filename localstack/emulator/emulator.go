@@ -453,6 +453,18 @@ func invalidParam(format string, args ...any) *apiError {
 	return errf("InvalidParameterException", format, args...)
 }
 
+// pageSize reads a request's page size, named name in errors: most when
+// unset, else 1 to most.
+func pageSize(n *int, most int, name string) (int, error) {
+	if n == nil {
+		return most, nil
+	}
+	if *n < 1 || *n > most {
+		return 0, invalidParam("%s must be between 1 and %d", name, most)
+	}
+	return *n, nil
+}
+
 func clientErr(format string, args ...any) *apiError {
 	return errf("ClientException", format, args...)
 }
@@ -472,19 +484,7 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, errf("SerializationException", "reading body: %v", err))
 		return
 	}
-	var (
-		handler func([]byte) (any, error)
-		service string
-		op      string
-	)
-	switch {
-	case strings.HasPrefix(target, ecsTargetPrefix):
-		service, op = "ecs", strings.TrimPrefix(target, ecsTargetPrefix)
-		handler = e.ecsOps()[op]
-	case strings.HasPrefix(target, logsTargetPrefix):
-		service, op = "logs", strings.TrimPrefix(target, logsTargetPrefix)
-		handler = e.logsOps()[op]
-	}
+	handler, service, op := e.route(target)
 	if handler == nil {
 		writeAPIError(w, errf("UnknownOperationException", "unknown operation %q", target))
 		return
@@ -511,17 +511,38 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 	}
 
 	out, err := handler(body)
-	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = &apiError{status: http.StatusInternalServerError, typ: "ServerException", msg: err.Error()}
-		}
-		e.log.Debug("aws request failed", "op", op, "type", ae.typ, "msg", ae.msg)
-		writeAPIError(w, ae)
+	e.writeResult(w, op, out, err)
+}
+
+// route finds the handler of an X-Amz-Target, and the service and
+// operation it names. The handler is nil for an operation the emulator does
+// not serve.
+func (e *Emulator) route(target string) (handler func([]byte) (any, error), service, op string) {
+	switch {
+	case strings.HasPrefix(target, ecsTargetPrefix):
+		op = strings.TrimPrefix(target, ecsTargetPrefix)
+		return e.ecsOps()[op], "ecs", op
+	case strings.HasPrefix(target, logsTargetPrefix):
+		op = strings.TrimPrefix(target, logsTargetPrefix)
+		return e.logsOps()[op], "logs", op
+	}
+	return nil, "", ""
+}
+
+// writeResult writes what an operation's handler answered. An error that
+// is not an apiError is a ServerException.
+func (e *Emulator) writeResult(w http.ResponseWriter, op string, out any, err error) {
+	if err == nil {
+		e.log.Debug("aws request", "op", op)
+		writeAWS(w, http.StatusOK, out)
 		return
 	}
-	e.log.Debug("aws request", "op", op)
-	writeAWS(w, http.StatusOK, out)
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{status: http.StatusInternalServerError, typ: "ServerException", msg: err.Error()}
+	}
+	e.log.Debug("aws request failed", "op", op, "type", ae.typ, "msg", ae.msg)
+	writeAPIError(w, ae)
 }
 
 // injectFault applies the fault-injection settings to an AWS request: it

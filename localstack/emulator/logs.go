@@ -232,12 +232,9 @@ func (e *Emulator) getLogEvents(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	limit := 10000
-	if req.Limit != nil {
-		if *req.Limit < 1 || *req.Limit > 10000 {
-			return nil, invalidParam("limit must be between 1 and 10000")
-		}
-		limit = *req.Limit
+	limit, err := pageSize(req.Limit, 10000, "limit")
+	if err != nil {
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -249,37 +246,10 @@ func (e *Emulator) getLogEvents(body []byte) (any, error) {
 	if !s.exists(now) {
 		return nil, errf("ResourceNotFoundException", "The specified log stream does not exist.")
 	}
-	// Readers see only the visible prefix; time filters narrow the index
-	// window the tokens move through.
-	lo, hi := 0, s.visibleEvents(now)
-	if req.StartTime != nil {
-		for lo < hi && s.events[lo].ts < *req.StartTime {
-			lo++
-		}
-	}
-	if req.EndTime != nil {
-		for hi > lo && s.events[hi-1].ts >= *req.EndTime {
-			hi--
-		}
-	}
-	var start, end int
-	switch {
-	case req.NextToken != "":
-		dir, nStr, ok := strings.Cut(req.NextToken, "/")
-		n, perr := strconv.Atoi(nStr)
-		if !ok || perr != nil || n < 0 || (dir != "f" && dir != "b") {
-			return nil, invalidParam("The specified nextToken is invalid.")
-		}
-		n = max(lo, min(n, hi))
-		if dir == "f" {
-			start, end = n, min(n+limit, hi)
-		} else {
-			start, end = max(lo, n-limit), n
-		}
-	case req.StartFromHead != nil && *req.StartFromHead:
-		start, end = lo, min(lo+limit, hi)
-	default:
-		start, end = max(lo, hi-limit), hi
+	lo, hi := s.window(now, req.StartTime, req.EndTime)
+	start, end, err := eventRange(req.NextToken, req.StartFromHead != nil && *req.StartFromHead, lo, hi, limit)
+	if err != nil {
+		return nil, err
 	}
 	events := make([]eventOut, 0, end-start)
 	for _, ev := range s.events[start:end] {
@@ -292,6 +262,45 @@ func (e *Emulator) getLogEvents(body []byte) (any, error) {
 	}, nil
 }
 
+// window is the index range of the events readers see at now: the visible
+// prefix, narrowed by the time filters the tokens move through.
+func (s *logStream) window(now time.Time, startTime, endTime *int64) (lo, hi int) {
+	lo, hi = 0, s.visibleEvents(now)
+	if startTime != nil {
+		for lo < hi && s.events[lo].ts < *startTime {
+			lo++
+		}
+	}
+	if endTime != nil {
+		for hi > lo && s.events[hi-1].ts >= *endTime {
+			hi--
+		}
+	}
+	return lo, hi
+}
+
+// eventRange is the page of events [start, end) of the window [lo, hi) a
+// GetLogEvents reads: from its token, else the first or the last limit
+// events.
+func eventRange(token string, fromHead bool, lo, hi, limit int) (start, end int, err error) {
+	switch {
+	case token != "":
+		dir, nStr, ok := strings.Cut(token, "/")
+		n, perr := strconv.Atoi(nStr)
+		if !ok || perr != nil || n < 0 || (dir != "f" && dir != "b") {
+			return 0, 0, invalidParam("The specified nextToken is invalid.")
+		}
+		n = max(lo, min(n, hi))
+		if dir == "f" {
+			return n, min(n+limit, hi), nil
+		}
+		return max(lo, n-limit), n, nil
+	case fromHead:
+		return lo, min(lo+limit, hi), nil
+	}
+	return max(lo, hi-limit), hi, nil
+}
+
 type streamOut struct {
 	LogStreamName       string `json:"logStreamName"`
 	Arn                 string `json:"arn"`
@@ -300,6 +309,53 @@ type streamOut struct {
 	LastEventTimestamp  *int64 `json:"lastEventTimestamp,omitempty"`
 	LastIngestionTime   *int64 `json:"lastIngestionTime,omitempty"`
 	StoredBytes         int64  `json:"storedBytes"`
+}
+
+// describe is the stream as DescribeLogStreams shows it at now.
+func (s *logStream) describe(group string, now time.Time) streamOut {
+	o := streamOut{LogStreamName: s.name, CreationTime: millis(s.created),
+		Arn: logGroupArn(group) + ":log-stream:" + s.name}
+	if n := s.visibleEvents(now); n > 0 {
+		first, last, ing := s.events[0].ts, s.events[n-1].ts, s.events[n-1].ingestion
+		o.FirstEventTimestamp, o.LastEventTimestamp, o.LastIngestionTime = &first, &last, &ing
+		o.StoredBytes = s.events[n-1].bytes
+	}
+	return o
+}
+
+// streamBefore orders streams by name, or by last event time (name for a
+// tie) when orderBy is LastEventTime; descending reverses it.
+func streamBefore(a, b streamOut, orderBy string, descending bool) bool {
+	less := a.LogStreamName < b.LogStreamName
+	if orderBy == "LastEventTime" {
+		if la, lb := lastEventTime(a), lastEventTime(b); la != lb {
+			less = la < lb
+		}
+	}
+	if descending {
+		return !less
+	}
+	return less
+}
+
+func lastEventTime(o streamOut) int64 {
+	if o.LastEventTimestamp == nil {
+		return 0
+	}
+	return *o.LastEventTimestamp
+}
+
+// streamOffset reads a DescribeLogStreams nextToken, "o/<offset>", as an
+// offset into a list of n streams.
+func streamOffset(token string, n int) (int, error) {
+	if token == "" {
+		return 0, nil
+	}
+	off, err := strconv.Atoi(strings.TrimPrefix(token, "o/"))
+	if err != nil || off < 0 {
+		return 0, invalidParam("The specified nextToken is invalid.")
+	}
+	return min(off, n), nil
 }
 
 func (e *Emulator) describeLogStreams(body []byte) (any, error) {
@@ -318,12 +374,9 @@ func (e *Emulator) describeLogStreams(body []byte) (any, error) {
 	if req.OrderBy == "LastEventTime" && req.LogStreamNamePrefix != "" {
 		return nil, invalidParam("Cannot order by LastEventTime with a logStreamNamePrefix.")
 	}
-	limit := 50
-	if req.Limit != nil {
-		if *req.Limit < 1 || *req.Limit > 50 {
-			return nil, invalidParam("limit must be between 1 and 50")
-		}
-		limit = *req.Limit
+	limit, err := pageSize(req.Limit, 50, "limit")
+	if err != nil {
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -335,45 +388,14 @@ func (e *Emulator) describeLogStreams(body []byte) (any, error) {
 	var list []streamOut
 	now := time.Now()
 	for _, s := range g.streams {
-		if !strings.HasPrefix(s.name, req.LogStreamNamePrefix) || !s.exists(now) {
-			continue
+		if strings.HasPrefix(s.name, req.LogStreamNamePrefix) && s.exists(now) {
+			list = append(list, s.describe(name, now))
 		}
-		o := streamOut{LogStreamName: s.name, CreationTime: millis(s.created),
-			Arn: logGroupArn(name) + ":log-stream:" + s.name}
-		if n := s.visibleEvents(now); n > 0 {
-			first, last, ing := s.events[0].ts, s.events[n-1].ts, s.events[n-1].ingestion
-			o.FirstEventTimestamp, o.LastEventTimestamp, o.LastIngestionTime = &first, &last, &ing
-			o.StoredBytes = s.events[n-1].bytes
-		}
-		list = append(list, o)
 	}
-	sort.Slice(list, func(i, j int) bool {
-		a, b := list[i], list[j]
-		less := a.LogStreamName < b.LogStreamName
-		if req.OrderBy == "LastEventTime" {
-			la, lb := int64(0), int64(0)
-			if a.LastEventTimestamp != nil {
-				la = *a.LastEventTimestamp
-			}
-			if b.LastEventTimestamp != nil {
-				lb = *b.LastEventTimestamp
-			}
-			if la != lb {
-				less = la < lb
-			}
-		}
-		if req.Descending {
-			return !less
-		}
-		return less
-	})
-	start := 0
-	if req.NextToken != "" {
-		n, err := strconv.Atoi(strings.TrimPrefix(req.NextToken, "o/"))
-		if err != nil || n < 0 {
-			return nil, invalidParam("The specified nextToken is invalid.")
-		}
-		start = min(n, len(list))
+	sort.Slice(list, func(i, j int) bool { return streamBefore(list[i], list[j], req.OrderBy, req.Descending) })
+	start, err := streamOffset(req.NextToken, len(list))
+	if err != nil {
+		return nil, err
 	}
 	end := min(start+limit, len(list))
 	out := map[string]any{"logStreams": append([]streamOut{}, list[start:end]...)}

@@ -114,21 +114,7 @@ func settings() []setting {
 			func(o *Options) *float64 { return &o.CapacityErrorRate }),
 		{flag: "capacity-reasons", env: "TETHER_EMULATOR_CAPACITY_REASONS",
 			usage: "comma-separated failure reasons capacity errors pick from: cpu, memory, agent, fargate, all, or literal reasons (default cpu)",
-			set: func(o *Options, v string) error {
-				o.CapacityReasons = nil
-				for r := range strings.SplitSeq(v, ",") {
-					r = strings.TrimSpace(r)
-					switch {
-					case r == "all":
-						o.CapacityReasons = append(o.CapacityReasons, AllCapacityReasons()...)
-					case capacityAliases[r] != "":
-						o.CapacityReasons = append(o.CapacityReasons, capacityAliases[r])
-					case r != "":
-						o.CapacityReasons = append(o.CapacityReasons, r)
-					}
-				}
-				return nil
-			}},
+			set:   setCapacityReasons},
 		durationSetting("consistency-window", "TETHER_EMULATOR_CONSISTENCY_WINDOW", "a new task is MISSING from DescribeTasks and ListTasks for a random time up to this",
 			func(o *Options) *time.Duration { return &o.ConsistencyWindow }),
 		durationSetting("log-lag", "TETHER_EMULATOR_LOG_LAG", "each log event reaches GetLogEvents after a random delay up to this",
@@ -144,23 +130,7 @@ func settings() []setting {
 			set:   boolSetter(func(o *Options) *bool { return &o.RateLimits })},
 		{flag: "rate-limit", env: "TETHER_EMULATOR_RATE_LIMIT",
 			usage: "Action=rate/burst (or Action=off; Action1+Action2 share a bucket), overriding a default figure; repeatable, comma-separated in the env",
-			set: func(o *Options, v string) error {
-				for entry := range strings.SplitSeq(v, ",") {
-					if strings.TrimSpace(entry) == "" {
-						continue
-					}
-					key, l, err := ParseRateLimit(entry)
-					if err != nil {
-						return err
-					}
-					o.RateLimitFigures = maps.Clone(o.RateLimitFigures)
-					if o.RateLimitFigures == nil {
-						o.RateLimitFigures = map[string]RateLimit{}
-					}
-					o.RateLimitFigures[key] = l
-				}
-				return nil
-			}},
+			set:   addRateLimits},
 		{flag: "token-replay-after-purge", env: "TETHER_EMULATOR_TOKEN_REPLAY_AFTER_PURGE",
 			usage: "what a clientToken replay returns once its tasks are purged: missing or relaunch (default missing)",
 			set: func(o *Options, v string) error {
@@ -180,6 +150,44 @@ func settings() []setting {
 				return nil
 			}},
 	}
+}
+
+// setCapacityReasons reads capacity-reasons: aliases, "all", or literal
+// reasons, comma-separated.
+func setCapacityReasons(o *Options, v string) error {
+	o.CapacityReasons = nil
+	for r := range strings.SplitSeq(v, ",") {
+		r = strings.TrimSpace(r)
+		switch {
+		case r == "all":
+			o.CapacityReasons = append(o.CapacityReasons, AllCapacityReasons()...)
+		case capacityAliases[r] != "":
+			o.CapacityReasons = append(o.CapacityReasons, capacityAliases[r])
+		case r != "":
+			o.CapacityReasons = append(o.CapacityReasons, r)
+		}
+	}
+	return nil
+}
+
+// addRateLimits reads rate-limit entries, comma-separated, over the figures
+// set so far.
+func addRateLimits(o *Options, v string) error {
+	for entry := range strings.SplitSeq(v, ",") {
+		if strings.TrimSpace(entry) == "" {
+			continue
+		}
+		key, l, err := ParseRateLimit(entry)
+		if err != nil {
+			return err
+		}
+		o.RateLimitFigures = maps.Clone(o.RateLimitFigures)
+		if o.RateLimitFigures == nil {
+			o.RateLimitFigures = map[string]RateLimit{}
+		}
+		o.RateLimitFigures[key] = l
+	}
+	return nil
 }
 
 // ParseFlags registers the emulator's flags on fs, parses args and returns
@@ -224,14 +232,7 @@ func ParseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (Op
 	if err != nil {
 		return Options{}, "", err
 	}
-	var errs []error
-	for _, s := range all {
-		if v := getenv(s.env); v != "" {
-			if err := s.set(&opts, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", s.env, err))
-			}
-		}
-	}
+	errs := applyEnv(all, &opts, getenv)
 	for _, apply := range given {
 		errs = append(errs, apply(&opts))
 	}
@@ -239,6 +240,19 @@ func ParseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (Op
 		return Options{}, "", err
 	}
 	return opts, profile, nil
+}
+
+// applyEnv applies the settings set in the environment to opts.
+func applyEnv(all []setting, opts *Options, getenv func(string) string) []error {
+	var errs []error
+	for _, s := range all {
+		if v := getenv(s.env); v != "" {
+			if err := s.set(opts, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", s.env, err))
+			}
+		}
+	}
+	return errs
 }
 
 // LogValue renders the effective settings on one log line.

@@ -198,16 +198,11 @@ type overridesReq struct {
 	Memory             string              `json:"memory"`
 }
 
+// startedByChars are the characters ECS allows in startedBy.
+const startedByChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_/"
+
 func validStartedBy(s string) bool {
-	if len(s) > 36 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '/') {
-			return false
-		}
-	}
-	return true
+	return len(s) <= 36 && strings.Trim(s, startedByChars) == ""
 }
 
 func validClientToken(s string) bool {
@@ -227,44 +222,11 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	count := 1
-	if req.Count != nil {
-		count = *req.Count
-	}
-	if count < 1 || count > 10 {
-		return nil, invalidParam("count must be between 1 and 10")
-	}
-	if req.TaskDefinition == "" {
-		return nil, invalidParam("taskDefinition can not be blank.")
-	}
-	if !validStartedBy(req.StartedBy) {
-		return nil, invalidParam("startedBy must be at most 36 characters of letters, numbers, hyphens, underscores and forward slashes")
-	}
-	if !validClientToken(req.ClientToken) {
-		return nil, invalidParam("clientToken must be at most 64 ASCII characters in the range 33-126")
-	}
-	if err := validateTags(req.Tags); err != nil {
+	count, ov, err := req.check()
+	if err != nil {
 		return nil, err
 	}
-	if req.LaunchType != "" && req.CapacityProviderStrategy != nil {
-		return nil, invalidParam("Specifying both a launchType and capacityProviderStrategy is not supported.")
-	}
-	switch req.LaunchType {
-	case "", "EC2", "FARGATE", "EXTERNAL":
-	default:
-		return nil, invalidParam("launchType %q is not valid", req.LaunchType)
-	}
-	var ov overridesReq
-	if len(req.Overrides) > 0 {
-		if err := json.Unmarshal(req.Overrides, &ov); err != nil {
-			return nil, invalidParam("overrides: %v", err)
-		}
-	}
-	hashReq := req
-	hashReq.ClientToken = ""
-	hb, _ := json.Marshal(hashReq)
-	sum := sha256.Sum256(hb)
-	hash := hex.EncodeToString(sum[:])
+	hash := req.hash()
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -280,105 +242,18 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 	}
 	now := time.Now()
 	tokenKey := c.name + "\x00" + req.ClientToken
-	if req.ClientToken != "" {
-		if te, ok := e.tokens[tokenKey]; ok && now.Sub(te.at) <= clientTokenTTL {
-			if te.hash != hash {
-				return nil, &apiError{status: 400, typ: "ConflictException",
-					msg:   "The clientToken is already in use with a different RunTask request.",
-					extra: map[string]any{"resourceIds": te.taskArns}}
-			}
-			tasks := []taskOut{}
-			failures := []failure{}
-			for _, arn := range te.taskArns {
-				t, ok := e.tasks[arn[strings.LastIndex(arn, "/")+1:]]
-				if !ok || e.expired(t, now) {
-					failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
-					continue
-				}
-				tasks = append(tasks, t.render(true))
-			}
-			// No AWS document says what a replay returns once the token's
-			// tasks are purged; "relaunch" assumes the token is forgotten.
-			if len(tasks) > 0 || e.faults.TokenReplayAfterPurge != TokenReplayRelaunch {
-				return map[string]any{"tasks": tasks, "failures": failures}, nil
-			}
-			delete(e.tokens, tokenKey)
-		}
+	if out, replayed, err := e.replayToken(req.ClientToken, tokenKey, hash, now); replayed {
+		return out, err
 	}
-	td, ok := e.lookupTaskDef(req.TaskDefinition)
-	if !ok {
-		return nil, clientErr("Unable to find task definition %q", req.TaskDefinition)
+	td, overrideByName, err := e.launchable(req, ov)
+	if err != nil {
+		return nil, err
 	}
-	if td.status != "ACTIVE" {
-		return nil, clientErr("TaskDefinition is inactive")
-	}
-	if td.networkMode == "awsvpc" && req.NetworkConfiguration == nil {
-		return nil, invalidParam("Network Configuration must be provided when networkMode 'awsvpc' is specified.")
-	}
-	overrideByName := map[string]containerOverride{}
-	for _, o := range ov.ContainerOverrides {
-		found := false
-		for _, cd := range td.containers {
-			found = found || cd.Name == o.Name
-		}
-		if !found {
-			return nil, invalidParam("Override for container named %s is not a container in the TaskDefinition.", o.Name)
-		}
-		overrideByName[o.Name] = o
-	}
-
 	if e.chance(e.faults.RunTaskTransientRate) {
 		return nil, e.transientRunTaskError(req.NetworkConfiguration)
 	}
 
-	launchType := req.LaunchType
-	if launchType == "" {
-		launchType = "EC2"
-	}
-	group := req.Group
-	if group == "" {
-		group = "family:" + td.family
-	}
-	tasks := []taskOut{}
-	failures := []failure{}
-	var arns []string
-	for range count {
-		if e.chance(e.faults.CapacityErrorRate) {
-			failures = append(failures, e.capacityFailure(c.name))
-			continue
-		}
-		e.seq++
-		id := newID()
-		t := &task{
-			id: id, arn: "arn:aws:ecs:" + region + ":" + account + ":task/" + c.name + "/" + id,
-			cluster: c.name, clusterArn: c.arn, seq: e.seq, td: td,
-			startedBy: req.StartedBy, group: group, launchType: launchType,
-			tags: append([]tag(nil), req.Tags...), overrides: req.Overrides,
-			cpu: ov.Cpu, memory: ov.Memory,
-			lastStatus: "PROVISIONING", desiredStatus: "RUNNING", createdAt: now, version: 1,
-			failStart: e.chance(e.faults.FailToStartRate),
-			stopReq:   make(chan struct{}, 1),
-			visibleAt: now.Add(e.upTo(e.faults.ConsistencyWindow)),
-		}
-		if e.chance(e.faults.InfraStopRate) {
-			t.infra = e.pickInfraStop()
-		}
-		if t.cpu == "" {
-			t.cpu, _ = td.raw["cpu"].(string)
-		}
-		if t.memory == "" {
-			t.memory, _ = td.raw["memory"].(string)
-		}
-		for _, cd := range td.containers {
-			t.containers = append(t.containers, buildContainer(cd, overrideByName[cd.Name], id))
-		}
-		e.tasks[id] = t
-		e.launches[req.StartedBy]++
-		arns = append(arns, t.arn)
-		tasks = append(tasks, t.render(true))
-		e.wg.Add(1)
-		go e.runTask(t)
-	}
+	tasks, failures, arns := e.launchTasks(c, td, req, ov, overrideByName, count, now)
 	// Only a request that launched something claims its token, so a retry
 	// after a capacity failure can still launch.
 	if req.ClientToken != "" && len(arns) > 0 {
@@ -387,42 +262,248 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 	return map[string]any{"tasks": tasks, "failures": failures}, nil
 }
 
+// launchTasks starts count tasks of the request, each unless the profile
+// draws a capacity failure for it. e.mu must be held.
+func (e *Emulator) launchTasks(c *cluster, td *taskDef, req runTaskReq, ov overridesReq, overrideByName map[string]containerOverride, count int, now time.Time) ([]taskOut, []failure, []string) {
+	tasks := []taskOut{}
+	failures := []failure{}
+	var arns []string
+	for range count {
+		if e.chance(e.faults.CapacityErrorRate) {
+			failures = append(failures, e.capacityFailure(c.name))
+			continue
+		}
+		t := e.newTask(c, td, req, ov, overrideByName, now)
+		e.tasks[t.id] = t
+		e.launches[req.StartedBy]++
+		arns = append(arns, t.arn)
+		tasks = append(tasks, t.render(true))
+		e.wg.Add(1)
+		go e.runTask(t)
+	}
+	return tasks, failures, arns
+}
+
+// check validates what RunTask refuses without looking at the cluster or
+// the task definition. It returns the task count and the decoded overrides.
+func (req *runTaskReq) check() (int, overridesReq, error) {
+	var ov overridesReq
+	count, err := taskCount(req.Count)
+	if err != nil {
+		return 0, ov, err
+	}
+	switch {
+	case req.TaskDefinition == "":
+		return 0, ov, invalidParam("taskDefinition can not be blank.")
+	case !validStartedBy(req.StartedBy):
+		return 0, ov, invalidParam("startedBy must be at most 36 characters of letters, numbers, hyphens, underscores and forward slashes")
+	case !validClientToken(req.ClientToken):
+		return 0, ov, invalidParam("clientToken must be at most 64 ASCII characters in the range 33-126")
+	}
+	if err := validateTags(req.Tags); err != nil {
+		return 0, ov, err
+	}
+	if err := checkLaunchType(req.LaunchType, req.CapacityProviderStrategy); err != nil {
+		return 0, ov, err
+	}
+	if len(req.Overrides) > 0 {
+		if err := json.Unmarshal(req.Overrides, &ov); err != nil {
+			return 0, ov, invalidParam("overrides: %v", err)
+		}
+	}
+	return count, ov, nil
+}
+
+// taskCount is RunTask's count: 1 when unset, at most 10.
+func taskCount(n *int) (int, error) {
+	if n == nil {
+		return 1, nil
+	}
+	if *n < 1 || *n > 10 {
+		return 0, invalidParam("count must be between 1 and 10")
+	}
+	return *n, nil
+}
+
+// checkLaunchType accepts a known launch type, or none, and not beside a
+// capacity provider strategy.
+func checkLaunchType(launchType string, capacityProviders json.RawMessage) error {
+	if launchType != "" && capacityProviders != nil {
+		return invalidParam("Specifying both a launchType and capacityProviderStrategy is not supported.")
+	}
+	switch launchType {
+	case "", "EC2", "FARGATE", "EXTERNAL":
+		return nil
+	}
+	return invalidParam("launchType %q is not valid", launchType)
+}
+
+// hash identifies the request's parameters, its client token aside, so a
+// token reused with other parameters is told apart.
+func (req *runTaskReq) hash() string {
+	hashReq := *req
+	hashReq.ClientToken = ""
+	hb, _ := json.Marshal(hashReq)
+	sum := sha256.Sum256(hb)
+	return hex.EncodeToString(sum[:])
+}
+
+// replayToken answers a RunTask whose client token is known and fresh with
+// the tasks that token launched. It reports false when the request is to
+// launch as new. e.mu must be held.
+func (e *Emulator) replayToken(token, tokenKey, hash string, now time.Time) (any, bool, error) {
+	if token == "" {
+		return nil, false, nil
+	}
+	te, ok := e.tokens[tokenKey]
+	if !ok || now.Sub(te.at) > clientTokenTTL {
+		return nil, false, nil
+	}
+	if te.hash != hash {
+		return nil, true, &apiError{status: 400, typ: "ConflictException",
+			msg:   "The clientToken is already in use with a different RunTask request.",
+			extra: map[string]any{"resourceIds": te.taskArns}}
+	}
+	tasks := []taskOut{}
+	failures := []failure{}
+	for _, arn := range te.taskArns {
+		t, ok := e.tasks[arn[strings.LastIndex(arn, "/")+1:]]
+		if !ok || e.expired(t, now) {
+			failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
+			continue
+		}
+		tasks = append(tasks, t.render(true))
+	}
+	// No AWS document says what a replay returns once the token's
+	// tasks are purged; "relaunch" assumes the token is forgotten.
+	if len(tasks) > 0 || e.faults.TokenReplayAfterPurge != TokenReplayRelaunch {
+		return map[string]any{"tasks": tasks, "failures": failures}, true, nil
+	}
+	delete(e.tokens, tokenKey)
+	return nil, false, nil
+}
+
+// launchable finds the request's task definition and checks that it can be
+// launched as asked. It returns the container overrides by container name.
+// e.mu must be held.
+func (e *Emulator) launchable(req runTaskReq, ov overridesReq) (*taskDef, map[string]containerOverride, error) {
+	td, ok := e.lookupTaskDef(req.TaskDefinition)
+	switch {
+	case !ok:
+		return nil, nil, clientErr("Unable to find task definition %q", req.TaskDefinition)
+	case td.status != "ACTIVE":
+		return nil, nil, clientErr("TaskDefinition is inactive")
+	case td.networkMode == "awsvpc" && req.NetworkConfiguration == nil:
+		return nil, nil, invalidParam("Network Configuration must be provided when networkMode 'awsvpc' is specified.")
+	}
+	overrideByName := map[string]containerOverride{}
+	for _, o := range ov.ContainerOverrides {
+		if !td.hasContainer(o.Name) {
+			return nil, nil, invalidParam("Override for container named %s is not a container in the TaskDefinition.", o.Name)
+		}
+		overrideByName[o.Name] = o
+	}
+	return td, overrideByName, nil
+}
+
+func (td *taskDef) hasContainer(name string) bool {
+	for _, cd := range td.containers {
+		if cd.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// newTask makes one PROVISIONING task of the request, with the faults the
+// emulator's profile draws for it. e.mu must be held.
+func (e *Emulator) newTask(c *cluster, td *taskDef, req runTaskReq, ov overridesReq, overrideByName map[string]containerOverride, now time.Time) *task {
+	launchType := req.LaunchType
+	if launchType == "" {
+		launchType = "EC2"
+	}
+	group := req.Group
+	if group == "" {
+		group = "family:" + td.family
+	}
+	e.seq++
+	id := newID()
+	t := &task{
+		id: id, arn: "arn:aws:ecs:" + region + ":" + account + ":task/" + c.name + "/" + id,
+		cluster: c.name, clusterArn: c.arn, seq: e.seq, td: td,
+		startedBy: req.StartedBy, group: group, launchType: launchType,
+		tags: append([]tag(nil), req.Tags...), overrides: req.Overrides,
+		cpu: ov.Cpu, memory: ov.Memory,
+		lastStatus: "PROVISIONING", desiredStatus: "RUNNING", createdAt: now, version: 1,
+		failStart: e.chance(e.faults.FailToStartRate),
+		stopReq:   make(chan struct{}, 1),
+		visibleAt: now.Add(e.upTo(e.faults.ConsistencyWindow)),
+	}
+	if e.chance(e.faults.InfraStopRate) {
+		t.infra = e.pickInfraStop()
+	}
+	if t.cpu == "" {
+		t.cpu, _ = td.raw["cpu"].(string)
+	}
+	if t.memory == "" {
+		t.memory, _ = td.raw["memory"].(string)
+	}
+	for _, cd := range td.containers {
+		t.containers = append(t.containers, buildContainer(cd, overrideByName[cd.Name], id))
+	}
+	return t
+}
+
 func buildContainer(cd containerDef, ov containerOverride, taskID string) *container {
 	cmd := cd.Command
 	if ov.Command != nil {
 		cmd = ov.Command
 	}
 	argv := append(append([]string{}, cd.EntryPoint...), cmd...)
-	envMap := map[string]string{}
+	env, vars := containerEnv(cd.Environment, ov.Environment)
+	c := &container{name: cd.Name, image: cd.Image, essential: cd.essential(), argv: argv, env: env,
+		dir: cd.WorkingDirectory, lastStatus: "PENDING"}
+	if cd.Image == SyntheticImage {
+		c.synthetic, c.vars, c.sig = true, vars, make(chan syscall.Signal, 2)
+	}
+	c.logGroup, c.logStream = awslogsStream(cd, taskID)
+	return c
+}
+
+// containerEnv is a container's environment, the definition's with the
+// override's on top, in the order the names first appear. It returns the
+// variables as a map too.
+func containerEnv(defined, overridden []kv) ([]string, map[string]string) {
+	vars := map[string]string{}
 	var order []string
-	for _, list := range [][]kv{cd.Environment, ov.Environment} {
+	for _, list := range [][]kv{defined, overridden} {
 		for _, v := range list {
-			if _, ok := envMap[v.Name]; !ok {
+			if _, ok := vars[v.Name]; !ok {
 				order = append(order, v.Name)
 			}
-			envMap[v.Name] = v.Value
+			vars[v.Name] = v.Value
 		}
 	}
 	// Containers do not inherit the host environment; PATH and HOME keep
 	// local commands runnable.
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for _, k := range order {
-		env = append(env, k+"="+envMap[k])
+		env = append(env, k+"="+vars[k])
 	}
-	c := &container{name: cd.Name, image: cd.Image, essential: cd.essential(), argv: argv, env: env,
-		dir: cd.WorkingDirectory, lastStatus: "PENDING"}
-	if cd.Image == SyntheticImage {
-		c.synthetic, c.vars, c.sig = true, envMap, make(chan syscall.Signal, 2)
+	return env, vars
+}
+
+// awslogsStream is the log group and stream of a container whose
+// definition uses the awslogs driver with a group; empty otherwise.
+func awslogsStream(cd containerDef, taskID string) (group, stream string) {
+	lc := cd.LogConfiguration
+	if lc == nil || lc.LogDriver != "awslogs" || lc.Options["awslogs-group"] == "" {
+		return "", ""
 	}
-	if lc := cd.LogConfiguration; lc != nil && lc.LogDriver == "awslogs" && lc.Options["awslogs-group"] != "" {
-		c.logGroup = lc.Options["awslogs-group"]
-		if p := lc.Options["awslogs-stream-prefix"]; p != "" {
-			c.logStream = p + "/" + cd.Name + "/" + taskID
-		} else {
-			c.logStream = taskID
-		}
+	if p := lc.Options["awslogs-stream-prefix"]; p != "" {
+		return lc.Options["awslogs-group"], p + "/" + cd.Name + "/" + taskID
 	}
-	return c
+	return lc.Options["awslogs-group"], taskID
 }
 
 type exitEvent struct {
@@ -471,43 +552,11 @@ func (e *Emulator) finish(t *task, code, reason string) {
 
 func (e *Emulator) runTask(t *task) {
 	defer e.wg.Done()
-	if !e.pause(t, stepDelay) {
-		e.finish(t, "UserInitiated", "Task stopped before it started")
+	if !e.provision(t) {
 		return
 	}
-	e.setStatus(t, func() { t.lastStatus, t.pullStartedAt = "PENDING", time.Now() })
-	if !e.pause(t, stepDelay) {
-		e.finish(t, "UserInitiated", "Task stopped before it started")
-		return
-	}
-	if t.failStart {
-		e.setStatus(t, func() {
-			for _, c := range t.containers {
-				c.reason = "CannotPullContainerError: injected failure to start"
-			}
-		})
-		e.finish(t, "TaskFailedToStart", "CannotPullContainerError: injected failure to start")
-		return
-	}
-
 	exits := make(chan exitEvent, len(t.containers))
-	started := 0
-	var startErr error
-	for i, c := range t.containers {
-		if err := e.startContainer(t, i, c, exits); err != nil {
-			startErr = fmt.Errorf("CannotStartContainerError: container %s: %w", c.name, err)
-			e.setStatus(t, func() { c.reason = startErr.Error() })
-			break
-		}
-		started++
-	}
-	if startErr != nil {
-		e.setStatus(t, func() {
-			t.stopCode, t.stoppedReason, t.stoppingAt = "TaskFailedToStart", startErr.Error(), time.Now()
-		})
-		e.signalAll(t, syscall.SIGKILL)
-		e.collect(t, exits, started)
-		e.finish(t, "TaskFailedToStart", startErr.Error())
+	if !e.startContainers(t, exits) {
 		return
 	}
 	e.log.Info("task running", "task", t.id, "startedBy", t.startedBy)
@@ -518,19 +567,76 @@ func (e *Emulator) runTask(t *task) {
 			c.lastStatus = "RUNNING"
 		}
 	})
+	s := &supervisor{e: e, t: t}
+	s.run(exits)
+	e.finish(t, "EssentialContainerExited", "Essential container in task exited")
+}
 
-	running := len(t.containers)
-	stopping := false
-	var killC <-chan time.Time
-	closing := e.closing
-	beginStop := func() {
-		if stopping {
-			return
-		}
-		stopping = true
-		e.signalAll(t, syscall.SIGTERM)
-		killC = time.NewTimer(e.opts.StopTimeout).C
+// provision takes a task through PROVISIONING and PENDING. It reports
+// false, with the task stopped, when a stop came first or the profile made
+// the task fail to start.
+func (e *Emulator) provision(t *task) bool {
+	if !e.pause(t, stepDelay) {
+		e.finish(t, "UserInitiated", "Task stopped before it started")
+		return false
 	}
+	e.setStatus(t, func() { t.lastStatus, t.pullStartedAt = "PENDING", time.Now() })
+	if !e.pause(t, stepDelay) {
+		e.finish(t, "UserInitiated", "Task stopped before it started")
+		return false
+	}
+	if t.failStart {
+		e.setStatus(t, func() {
+			for _, c := range t.containers {
+				c.reason = "CannotPullContainerError: injected failure to start"
+			}
+		})
+		e.finish(t, "TaskFailedToStart", "CannotPullContainerError: injected failure to start")
+		return false
+	}
+	return true
+}
+
+// startContainers starts the task's containers in order. When one cannot
+// start, those started are killed and the task is stopped as failed to
+// start, and it reports false.
+func (e *Emulator) startContainers(t *task, exits chan exitEvent) bool {
+	started := 0
+	var startErr error
+	for i, c := range t.containers {
+		if err := e.startContainer(t, i, c, exits); err != nil {
+			startErr = fmt.Errorf("CannotStartContainerError: container %s: %w", c.name, err)
+			e.setStatus(t, func() { c.reason = startErr.Error() })
+			break
+		}
+		started++
+	}
+	if startErr == nil {
+		return true
+	}
+	e.setStatus(t, func() {
+		t.stopCode, t.stoppedReason, t.stoppingAt = "TaskFailedToStart", startErr.Error(), time.Now()
+	})
+	e.signalAll(t, syscall.SIGKILL)
+	e.collect(t, exits, started)
+	e.finish(t, "TaskFailedToStart", startErr.Error())
+	return false
+}
+
+// supervisor follows a running task's containers until every one exited,
+// stopping them when an essential one exits, a stop is asked for, the
+// profile's infrastructure stop comes, or the emulator closes.
+type supervisor struct {
+	e        *Emulator
+	t        *task
+	stopping bool
+	killC    <-chan time.Time // fires StopTimeout after SIGTERM
+}
+
+func (s *supervisor) run(exits <-chan exitEvent) {
+	t := s.t
+	running := len(t.containers)
+	closing := s.e.closing
 	var infraC <-chan time.Time
 	if t.infra != nil {
 		timer := time.NewTimer(t.infra.after)
@@ -541,43 +647,64 @@ func (e *Emulator) runTask(t *task) {
 		select {
 		case ev := <-exits:
 			running--
-			c := t.containers[ev.idx]
-			e.setStatus(t, func() {
-				code := ev.code
-				c.lastStatus, c.pid = "STOPPED", 0
-				if !t.hostGone {
-					c.exitCode = &code
-				}
-				if c.essential && t.stopCode == "" {
-					t.stopCode, t.stoppedReason = "EssentialContainerExited", "Essential container in task exited"
-					t.desiredStatus, t.stoppingAt = "STOPPED", time.Now()
-				}
-			})
-			if c.essential && running > 0 {
-				beginStop()
+			if c := s.e.containerExited(t, ev); c.essential && running > 0 {
+				s.beginStop()
 			}
 		case <-t.stopReq:
-			beginStop()
+			s.beginStop()
 		case <-infraC:
 			infraC = nil
-			if e.beginInfraStop(t) {
-				if t.infra.exitCodes {
-					beginStop()
-				} else {
-					// The host vanished: nothing waits for a graceful exit.
-					stopping = true
-					e.signalAll(t, syscall.SIGKILL)
-				}
-			}
-		case <-killC:
-			killC = nil
-			e.signalAll(t, syscall.SIGKILL)
+			s.infraStop()
+		case <-s.killC:
+			s.killC = nil
+			s.e.signalAll(t, syscall.SIGKILL)
 		case <-closing:
 			closing = nil
-			e.signalAll(t, syscall.SIGKILL)
+			s.e.signalAll(t, syscall.SIGKILL)
 		}
 	}
-	e.finish(t, "EssentialContainerExited", "Essential container in task exited")
+}
+
+// beginStop sends SIGTERM once and starts the wait for SIGKILL.
+func (s *supervisor) beginStop() {
+	if s.stopping {
+		return
+	}
+	s.stopping = true
+	s.e.signalAll(s.t, syscall.SIGTERM)
+	s.killC = time.NewTimer(s.e.opts.StopTimeout).C
+}
+
+// infraStop stops the task the way the profile's infrastructure stop says.
+func (s *supervisor) infraStop() {
+	if !s.e.beginInfraStop(s.t) {
+		return
+	}
+	if s.t.infra.exitCodes {
+		s.beginStop()
+		return
+	}
+	// The host vanished: nothing waits for a graceful exit.
+	s.stopping = true
+	s.e.signalAll(s.t, syscall.SIGKILL)
+}
+
+// containerExited records a container's exit. The first essential
+// container to exit stops the task.
+func (e *Emulator) containerExited(t *task, ev exitEvent) *container {
+	c := t.containers[ev.idx]
+	e.setStatus(t, func() {
+		code := ev.code
+		c.lastStatus, c.pid = "STOPPED", 0
+		if !t.hostGone {
+			c.exitCode = &code
+		}
+		if c.essential && t.stopCode == "" {
+			t.stopCode, t.stoppedReason = "EssentialContainerExited", "Essential container in task exited"
+			t.desiredStatus, t.stoppingAt = "STOPPED", time.Now()
+		}
+	})
+	return c
 }
 
 // collect waits for n container exits, recording their codes.
@@ -620,18 +747,10 @@ func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- e
 	if c.synthetic {
 		return e.startSynthetic(t, idx, c, exits)
 	}
-	if len(c.argv) == 0 {
-		return errors.New("no command or entryPoint (the emulator runs the container's command as a local process)")
+	cmd, err := containerCommand(t, c)
+	if err != nil {
+		return err
 	}
-	cmd := exec.Command(c.argv[0], c.argv[1:]...)
-	cmd.Env = append(append([]string{}, c.env...),
-		"ECS_CONTAINER_NAME="+c.name, "ECS_TASK_ARN="+t.arn)
-	if c.dir != "" {
-		if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
-			cmd.Dir = c.dir
-		}
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("creating stdout pipe: %w", err)
@@ -656,24 +775,47 @@ func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- e
 	_ = errW.Close()
 	pid := cmd.Process.Pid
 	e.setStatus(t, func() { c.pid = pid })
+	go e.awaitContainer(cmd, idx, c, exits, outR, errR)
+	return nil
+}
 
-	done := make(chan struct{}, 2)
-	for _, r := range []*os.File{outR, errR} {
+// containerCommand is the local process a container runs: its argv, with
+// its environment and, when that directory exists here, its working
+// directory, in a process group of its own.
+func containerCommand(t *task, c *container) (*exec.Cmd, error) {
+	if len(c.argv) == 0 {
+		return nil, errors.New("no command or entryPoint (the emulator runs the container's command as a local process)")
+	}
+	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	cmd.Env = append(append([]string{}, c.env...),
+		"ECS_CONTAINER_NAME="+c.name, "ECS_TASK_ARN="+t.arn)
+	if c.dir != "" {
+		if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
+			cmd.Dir = c.dir
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd, nil
+}
+
+// awaitContainer copies a started container's output into its log stream
+// and reports its exit once the output is drained.
+func (e *Emulator) awaitContainer(cmd *exec.Cmd, idx int, c *container, exits chan<- exitEvent, outputs ...*os.File) {
+	done := make(chan struct{}, len(outputs))
+	for _, r := range outputs {
 		go func() {
 			e.pump(r, c.logGroup, c.logStream)
 			_ = r.Close()
 			done <- struct{}{}
 		}()
 	}
-	go func() {
-		_ = cmd.Wait()
-		// A container's leftover processes end with it.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	// A container's leftover processes end with it.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	for range outputs {
 		<-done
-		<-done
-		exits <- exitEvent{idx: idx, code: exitCode(cmd.ProcessState)}
-	}()
-	return nil
+	}
+	exits <- exitEvent{idx: idx, code: exitCode(cmd.ProcessState)}
 }
 
 func exitCode(ps *os.ProcessState) int {
@@ -750,50 +892,26 @@ func (e *Emulator) describeTasks(body []byte) (any, error) {
 	return map[string]any{"tasks": tasks, "failures": failures}, nil
 }
 
+type listTasksReq struct {
+	Cluster           string `json:"cluster"`
+	ContainerInstance string `json:"containerInstance"`
+	Family            string `json:"family"`
+	StartedBy         string `json:"startedBy"`
+	ServiceName       string `json:"serviceName"`
+	DesiredStatus     string `json:"desiredStatus"`
+	LaunchType        string `json:"launchType"`
+	MaxResults        *int   `json:"maxResults"`
+	NextToken         string `json:"nextToken"`
+}
+
 func (e *Emulator) listTasks(body []byte) (any, error) {
-	var req struct {
-		Cluster           string `json:"cluster"`
-		ContainerInstance string `json:"containerInstance"`
-		Family            string `json:"family"`
-		StartedBy         string `json:"startedBy"`
-		ServiceName       string `json:"serviceName"`
-		DesiredStatus     string `json:"desiredStatus"`
-		LaunchType        string `json:"launchType"`
-		MaxResults        *int   `json:"maxResults"`
-		NextToken         string `json:"nextToken"`
-	}
+	var req listTasksReq
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if req.StartedBy != "" && (req.Family != "" || req.ServiceName != "" || req.LaunchType != "" || req.ContainerInstance != "") {
-		return nil, invalidParam("startedBy filter cannot be combined with family, serviceName, launchType or containerInstance")
-	}
-	limit := 100
-	if req.MaxResults != nil {
-		if *req.MaxResults < 1 || *req.MaxResults > 100 {
-			return nil, invalidParam("maxResults must be between 1 and 100")
-		}
-		limit = *req.MaxResults
-	}
-	if req.DesiredStatus == "" {
-		req.DesiredStatus = "RUNNING"
-	}
-	switch req.DesiredStatus {
-	case "RUNNING", "PENDING", "STOPPED":
-	default:
-		return nil, invalidParam("desiredStatus %q is not valid", req.DesiredStatus)
-	}
-	// Pages are keyed by the last task's sequence number, so tasks started
-	// between pages do not shift or repeat entries.
-	var after uint64
-	if req.NextToken != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(req.NextToken)
-		if err == nil {
-			after, err = strconv.ParseUint(string(raw), 10, 64)
-		}
-		if err != nil {
-			return nil, invalidParam("Invalid nextToken")
-		}
+	limit, after, err := req.check()
+	if err != nil {
+		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -804,35 +922,109 @@ func (e *Emulator) listTasks(body []byte) (any, error) {
 	now := time.Now()
 	var matched []*task
 	for _, t := range e.tasks {
-		if t.cluster != c.name || e.expired(t, now) || now.Before(t.visibleAt) || (after != 0 && t.seq >= after) {
-			continue
+		if e.listable(t, c, after, now) && req.matches(t) {
+			matched = append(matched, t)
 		}
-		// Filtering on desiredStatus: ECS never sets a task's desired
-		// status to PENDING (ListTasks reference), so PENDING lists nothing.
-		if t.desiredStatus != req.DesiredStatus {
-			continue
-		}
-		if req.StartedBy != "" && t.startedBy != req.StartedBy ||
-			req.Family != "" && t.td.family != req.Family ||
-			req.ServiceName != "" && t.group != "service:"+req.ServiceName ||
-			req.LaunchType != "" && t.launchType != req.LaunchType ||
-			req.ContainerInstance != "" { // tasks here have no container instance
-			continue
-		}
-		matched = append(matched, t)
 	}
 	sort.Slice(matched, func(i, j int) bool { return matched[i].seq > matched[j].seq }) // newest first
+	return taskPage(matched, limit), nil
+}
+
+// listable reports whether a task of cluster c is listed at now on the page
+// that starts below sequence number after: a task inside its consistency
+// window or already purged is not.
+func (e *Emulator) listable(t *task, c *cluster, after uint64, now time.Time) bool {
+	return t.cluster == c.name && !e.expired(t, now) && !now.Before(t.visibleAt) && (after == 0 || t.seq < after)
+}
+
+// combinesStartedBy reports whether the request filters on startedBy and
+// on anything ListTasks cannot combine it with.
+func (req *listTasksReq) combinesStartedBy() bool {
+	return req.StartedBy != "" && (req.Family != "" || req.ServiceName != "" || req.LaunchType != "" || req.ContainerInstance != "")
+}
+
+// check validates the filters and paging of a ListTasks request, setting
+// the default desired status. It returns the page size and the sequence
+// number the page starts below (0: from the newest task).
+func (req *listTasksReq) check() (int, uint64, error) {
+	if req.combinesStartedBy() {
+		return 0, 0, invalidParam("startedBy filter cannot be combined with family, serviceName, launchType or containerInstance")
+	}
+	limit, err := pageSize(req.MaxResults, 100, "maxResults")
+	if err != nil {
+		return 0, 0, err
+	}
+	if req.DesiredStatus == "" {
+		req.DesiredStatus = "RUNNING"
+	}
+	switch req.DesiredStatus {
+	case "RUNNING", "PENDING", "STOPPED":
+	default:
+		return 0, 0, invalidParam("desiredStatus %q is not valid", req.DesiredStatus)
+	}
+	after, err := decodeTaskPageToken(req.NextToken)
+	if err != nil {
+		return 0, 0, err
+	}
+	return limit, after, nil
+}
+
+// decodeTaskPageToken reads a ListTasks nextToken. Pages are keyed by the
+// last task's sequence number, so tasks started between pages do not shift
+// or repeat entries.
+func decodeTaskPageToken(token string) (uint64, error) {
+	if token == "" {
+		return 0, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	var after uint64
+	if err == nil {
+		after, err = strconv.ParseUint(string(raw), 10, 64)
+	}
+	if err != nil {
+		return 0, invalidParam("Invalid nextToken")
+	}
+	return after, nil
+}
+
+func encodeTaskPageToken(seq uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(seq, 10)))
+}
+
+// matches reports whether a task passes the request's filters. Filtering
+// on desiredStatus: ECS never sets a task's desired status to PENDING
+// (ListTasks reference), so PENDING lists nothing. Tasks here have no
+// container instance, so that filter lists nothing either.
+func (req *listTasksReq) matches(t *task) bool {
+	switch {
+	case t.desiredStatus != req.DesiredStatus:
+		return false
+	case req.StartedBy != "" && t.startedBy != req.StartedBy:
+		return false
+	case req.Family != "" && t.td.family != req.Family:
+		return false
+	case req.ServiceName != "" && t.group != "service:"+req.ServiceName:
+		return false
+	case req.LaunchType != "" && t.launchType != req.LaunchType:
+		return false
+	}
+	return req.ContainerInstance == ""
+}
+
+// taskPage is the first limit of the tasks, newest first, with the token
+// of the next page when there are more.
+func taskPage(matched []*task, limit int) map[string]any {
 	out := map[string]any{}
 	arns := []string{}
 	for i, t := range matched {
 		if i == limit {
-			out["nextToken"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(matched[i-1].seq, 10)))
+			out["nextToken"] = encodeTaskPageToken(matched[i-1].seq)
 			break
 		}
 		arns = append(arns, t.arn)
 	}
 	out["taskArns"] = arns
-	return out, nil
+	return out
 }
 
 func (e *Emulator) stopTask(body []byte) (any, error) {

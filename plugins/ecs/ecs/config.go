@@ -137,26 +137,7 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 // set, which a command's default context may leave to its jobs: Validate
 // uses it on the plugin config alone and on each command's default context.
 func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
-	cfgFields, err := dec.Object("config", rawConfig, configKeys)
-	if err != nil {
-		return Config{}, err
-	}
-	ctxFields, err := dec.Object("context", rawContext, configKeys)
-	if err != nil {
-		return Config{}, err
-	}
-	for _, k := range processKeys {
-		if _, ok := ctxFields[k]; ok {
-			return Config{}, dec.Errorf("%s: a setting of the plugin process; set it in plugins.ecs.config, not in a job's context", k)
-		}
-	}
-	_, ctxTD := ctxFields["task_definition"]
-	_, ctxTpl := ctxFields["task_definition_template"]
-	if ctxTD || ctxTpl {
-		delete(cfgFields, "task_definition")
-		delete(cfgFields, "task_definition_template")
-	}
-	merged, err := dec.Merge(cfgFields, ctxFields, "tags")
+	merged, err := mergeSettings(rawConfig, rawContext)
 	if err != nil {
 		return Config{}, err
 	}
@@ -166,7 +147,6 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 			return Config{}, err
 		}
 	}
-
 	c := Config{
 		Cluster:      DefaultCluster,
 		TaskCount:    DefaultTaskCount,
@@ -182,83 +162,146 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		LogDrainTimeout:      DefaultLogDrainTimeout,
 		StoppedTaskRetention: DefaultStoppedTaskRetention,
 	}
+	fields := c.fields()
 	for _, key := range merged.Keys() {
-		v := merged[key]
-		switch key {
-		case "cluster":
-			c.Cluster, err = dec.String(key, v)
-		case "launch_type":
-			c.LaunchType, err = dec.OneOf(key, v, "EC2", "FARGATE", "EXTERNAL", "MANAGED_INSTANCES")
-		case "network_configuration":
-			c.Network, err = parseNetwork(v)
-		case "execution_role_arn":
-			c.ExecutionRoleARN, err = dec.String(key, v)
-		case "task_role_arn":
-			c.TaskRoleARN, err = dec.String(key, v)
-		case "task_definition":
-			c.TaskDefinition, err = dec.String(key, v)
-		case "task_definition_template":
-			c.Template, err = parseTemplate(v)
-		case "container_overrides":
-			c.ContainerOverrides, err = parseOverrides(v)
-		case "task_count":
-			c.TaskCount, err = dec.Int(key, v, 1, MaxTaskCount)
-		case "cpu":
-			c.CPU, err = numberOrString(key, v)
-		case "memory":
-			c.Memory, err = numberOrString(key, v)
-		case "poll_interval":
-			c.PollInterval, err = dec.Duration(key, v, false)
-		case "timeout":
-			c.Timeout, err = dec.Duration(key, v, true)
-		case "max_fail_count":
-			c.MaxFailCount, err = dec.Int(key, v, 1, 100)
-		case "max_infra_relaunches":
-			c.MaxInfraRelaunches, err = dec.Int(key, v, 0, 100)
-		case "consistency_window":
-			c.ConsistencyWindow, err = dec.Duration(key, v, false)
-		case "launch_retry_timeout":
-			c.LaunchRetryTimeout, err = dec.Duration(key, v, true)
-		case "log_settle":
-			c.LogSettle, err = dec.Duration(key, v, true)
-		case "log_drain_timeout":
-			c.LogDrainTimeout, err = dec.Duration(key, v, false)
-		case "stopped_task_retention":
-			c.StoppedTaskRetention, err = dec.Duration(key, v, false)
-		case "api_rates":
-			c.APIRates, err = parseRates(v)
-		case "region":
-			c.Region, err = dec.String(key, v)
-		case "endpoint":
-			c.Endpoint, err = dec.String(key, v)
-			if err == nil && !strings.HasPrefix(c.Endpoint, "http://") && !strings.HasPrefix(c.Endpoint, "https://") {
-				err = dec.Errorf("endpoint: must be an http:// or https:// URL, got %q", c.Endpoint)
-			}
+		decode, ok := fields[key]
+		if !ok {
+			continue // tags, decoded above
 		}
-		if err != nil {
+		if err := decode(key, merged[key]); err != nil {
 			return Config{}, err
 		}
 	}
+	if err := c.check(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// mergeSettings decodes the plugin config and the job's context and merges
+// them: a context that names a task definition in either form replaces the
+// config's in both forms, and tags are merged tag by tag.
+func mergeSettings(rawConfig, rawContext json.RawMessage) (settings.Fields, error) {
+	cfgFields, err := dec.Object("config", rawConfig, configKeys)
+	if err != nil {
+		return nil, err
+	}
+	ctxFields, err := dec.Object("context", rawContext, configKeys)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range processKeys {
+		if _, ok := ctxFields[k]; ok {
+			return nil, dec.Errorf("%s: a setting of the plugin process; set it in plugins.ecs.config, not in a job's context", k)
+		}
+	}
+	_, ctxTD := ctxFields["task_definition"]
+	_, ctxTpl := ctxFields["task_definition_template"]
+	if ctxTD || ctxTpl {
+		delete(cfgFields, "task_definition")
+		delete(cfgFields, "task_definition_template")
+	}
+	return dec.Merge(cfgFields, ctxFields, "tags")
+}
+
+// fieldDecoder decodes the value of one key into its field of a Config.
+type fieldDecoder func(key string, v json.RawMessage) error
+
+// fields maps each key but tags to the parser that sets its field of c.
+func (c *Config) fields() map[string]fieldDecoder {
+	return map[string]fieldDecoder{
+		"cluster":                  set(&c.Cluster, dec.String),
+		"launch_type":              set(&c.LaunchType, oneOf("EC2", "FARGATE", "EXTERNAL", "MANAGED_INSTANCES")),
+		"network_configuration":    set(&c.Network, unkeyed(parseNetwork)),
+		"execution_role_arn":       set(&c.ExecutionRoleARN, dec.String),
+		"task_role_arn":            set(&c.TaskRoleARN, dec.String),
+		"task_definition":          set(&c.TaskDefinition, dec.String),
+		"task_definition_template": set(&c.Template, unkeyed(parseTemplate)),
+		"container_overrides":      set(&c.ContainerOverrides, unkeyed(parseOverrides)),
+		"task_count":               set(&c.TaskCount, intIn(1, MaxTaskCount)),
+		"cpu":                      set(&c.CPU, numberOrString),
+		"memory":                   set(&c.Memory, numberOrString),
+		"poll_interval":            set(&c.PollInterval, duration(false)),
+		"timeout":                  set(&c.Timeout, duration(true)),
+		"max_fail_count":           set(&c.MaxFailCount, intIn(1, 100)),
+		"max_infra_relaunches":     set(&c.MaxInfraRelaunches, intIn(0, 100)),
+		"consistency_window":       set(&c.ConsistencyWindow, duration(false)),
+		"launch_retry_timeout":     set(&c.LaunchRetryTimeout, duration(true)),
+		"log_settle":               set(&c.LogSettle, duration(true)),
+		"log_drain_timeout":        set(&c.LogDrainTimeout, duration(false)),
+		"stopped_task_retention":   set(&c.StoppedTaskRetention, duration(false)),
+		"api_rates":                set(&c.APIRates, unkeyed(parseRates)),
+		"region":                   set(&c.Region, dec.String),
+		"endpoint":                 set(&c.Endpoint, parseEndpoint),
+	}
+}
+
+// set returns a decoder that stores what parse makes of a value in *dst.
+func set[T any](dst *T, parse func(key string, v json.RawMessage) (T, error)) fieldDecoder {
+	return func(key string, v json.RawMessage) (err error) {
+		*dst, err = parse(key, v)
+		return err
+	}
+}
+
+// unkeyed adapts a parser that names its key in its errors itself.
+func unkeyed[T any](parse func(v json.RawMessage) (T, error)) func(string, json.RawMessage) (T, error) {
+	return func(_ string, v json.RawMessage) (T, error) { return parse(v) }
+}
+
+func oneOf(allowed ...string) func(string, json.RawMessage) (string, error) {
+	return func(key string, v json.RawMessage) (string, error) { return dec.OneOf(key, v, allowed...) }
+}
+
+func intIn(lo, hi int) func(string, json.RawMessage) (int, error) {
+	return func(key string, v json.RawMessage) (int, error) { return dec.Int(key, v, lo, hi) }
+}
+
+func duration(zeroOK bool) func(string, json.RawMessage) (time.Duration, error) {
+	return func(key string, v json.RawMessage) (time.Duration, error) { return dec.Duration(key, v, zeroOK) }
+}
+
+// parseEndpoint reads endpoint, an http:// or https:// URL.
+func parseEndpoint(key string, v json.RawMessage) (string, error) {
+	s, err := dec.String(key, v)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
+		return "", dec.Errorf("endpoint: must be an http:// or https:// URL, got %q", s)
+	}
+	return s, nil
+}
+
+// check validates what no single key decides: the task definition's two
+// forms, the log timings and the tags.
+func (c *Config) check() error {
 	if c.TaskDefinition != "" && c.Template != nil {
-		return Config{}, dec.Errorf("both task_definition and task_definition_template are set; set exactly one")
+		return dec.Errorf("both task_definition and task_definition_template are set; set exactly one")
 	}
 	if c.Template != nil {
 		if _, err := decodeTemplate(c.Template); err != nil {
-			return Config{}, err
+			return err
 		}
 	}
 	if c.LogDrainTimeout <= c.LogSettle {
-		return Config{}, dec.Errorf("log_drain_timeout (%s) must be longer than log_settle (%s)", c.LogDrainTimeout, c.LogSettle)
+		return dec.Errorf("log_drain_timeout (%s) must be longer than log_settle (%s)", c.LogDrainTimeout, c.LogSettle)
 	}
-	if len(c.Tags)+len(tetherTagKeys) > 50 {
-		return Config{}, dec.Errorf("tags: %d tags plus tether's %d exceed ECS's limit of 50", len(c.Tags), len(tetherTagKeys))
+	return checkTags(c.Tags)
+}
+
+// checkTags keeps the job's tags within ECS's limit beside tether's own and
+// out of the reserved prefixes.
+func checkTags(tags map[string]string) error {
+	if len(tags)+len(tetherTagKeys) > 50 {
+		return dec.Errorf("tags: %d tags plus tether's %d exceed ECS's limit of 50", len(tags), len(tetherTagKeys))
 	}
-	for k := range c.Tags {
+	for k := range tags {
 		if strings.HasPrefix(strings.ToLower(k), "aws:") || strings.HasPrefix(k, "tether:") {
-			return Config{}, dec.Errorf("tags: key %q uses a reserved prefix (aws: or tether:)", k)
+			return dec.Errorf("tags: key %q uses a reserved prefix (aws: or tether:)", k)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // parseClusterConfig reads only what HealthCheck and Cleanup need from the
@@ -345,46 +388,75 @@ func parseOverrides(v json.RawMessage) ([]ContainerOverride, error) {
 	out := make([]ContainerOverride, 0, len(items))
 	seen := map[string]bool{}
 	for i, item := range items {
-		what := fmt.Sprintf("container_overrides[%d]", i)
-		fields, err := dec.Object(what, item, overrideKeys)
+		o, err := parseOverride(fmt.Sprintf("container_overrides[%d]", i), item, seen)
 		if err != nil {
 			return nil, err
-		}
-		var o ContainerOverride
-		f, ok := fields.Get("name")
-		if !ok {
-			return nil, dec.Errorf("%s.name: required", what)
-		}
-		if o.Name, err = dec.String(what+".name", f); err != nil {
-			return nil, err
-		}
-		if seen[o.Name] {
-			return nil, dec.Errorf("%s.name: container %q is overridden twice", what, o.Name)
-		}
-		seen[o.Name] = true
-		if f, ok := fields.Get("command"); ok {
-			if o.Command, err = dec.Strings(what+".command", f, false); err != nil {
-				return nil, err
-			}
-		}
-		if f, ok := fields.Get("environment"); ok {
-			if o.Environment, err = dec.StringMap(what+".environment", f); err != nil {
-				return nil, err
-			}
-		}
-		for key, dst := range map[string]**int32{"cpu": &o.CPU, "memory": &o.Memory} {
-			if f, ok := fields.Get(key); ok {
-				n, err := dec.Int(what+"."+key, f, 0, 1<<30)
-				if err != nil {
-					return nil, err
-				}
-				x := int32(n)
-				*dst = &x
-			}
 		}
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// parseOverride reads one entry of container_overrides. seen holds the
+// container names of the entries before it.
+func parseOverride(what string, item json.RawMessage, seen map[string]bool) (ContainerOverride, error) {
+	fields, err := dec.Object(what, item, overrideKeys)
+	if err != nil {
+		return ContainerOverride{}, err
+	}
+	var o ContainerOverride
+	if o.Name, err = overrideName(what, fields, seen); err != nil {
+		return ContainerOverride{}, err
+	}
+	if f, ok := fields.Get("command"); ok {
+		if o.Command, err = dec.Strings(what+".command", f, false); err != nil {
+			return ContainerOverride{}, err
+		}
+	}
+	if f, ok := fields.Get("environment"); ok {
+		if o.Environment, err = dec.StringMap(what+".environment", f); err != nil {
+			return ContainerOverride{}, err
+		}
+	}
+	if o.CPU, err = optionalInt32(what+".cpu", fields, "cpu"); err != nil {
+		return ContainerOverride{}, err
+	}
+	if o.Memory, err = optionalInt32(what+".memory", fields, "memory"); err != nil {
+		return ContainerOverride{}, err
+	}
+	return o, nil
+}
+
+// overrideName reads an override's required name, which no other override
+// may have.
+func overrideName(what string, fields settings.Fields, seen map[string]bool) (string, error) {
+	f, ok := fields.Get("name")
+	if !ok {
+		return "", dec.Errorf("%s.name: required", what)
+	}
+	name, err := dec.String(what+".name", f)
+	if err != nil {
+		return "", err
+	}
+	if seen[name] {
+		return "", dec.Errorf("%s.name: container %q is overridden twice", what, name)
+	}
+	seen[name] = true
+	return name, nil
+}
+
+// optionalInt32 reads a container's cpu or memory; nil when unset.
+func optionalInt32(what string, fields settings.Fields, key string) (*int32, error) {
+	f, ok := fields.Get(key)
+	if !ok {
+		return nil, nil
+	}
+	n, err := dec.Int(what, f, 0, 1<<30)
+	if err != nil {
+		return nil, err
+	}
+	x := int32(n)
+	return &x, nil
 }
 
 // numberOrString accepts 256 or "256" or "0.25 vCPU", as ECS's cpu and memory do.

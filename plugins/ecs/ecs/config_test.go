@@ -164,3 +164,16 @@ func TestParseClusterConfig(t *testing.T) {
 	_, _, _, err = parseClusterConfig(json.RawMessage(`{"nope": 1}`))
 	require.ErrorContains(t, err, `unknown key "nope"`)
 }
+
+// The decoding table and the list of accepted keys are kept apart; every
+// key but tags (merged, and decoded before the table) must have a decoder.
+func TestEveryConfigKeyHasADecoder(t *testing.T) {
+	var c Config
+	fields := c.fields()
+	for _, k := range configKeys {
+		if k != "tags" {
+			require.Contains(t, fields, k)
+		}
+	}
+	require.Len(t, fields, len(configKeys)-1)
+}

@@ -121,19 +121,43 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 		return err
 	}
 	cl.setRates(cfg.APIRates)
-	var h *Handle
-	if len(job.Handle) > 0 {
-		if h, err = decodeHandle(job.Handle); err != nil {
-			p.log.Warn("cleanup: the handle does not decode; listing the job's tasks by startedBy", "job", job.ID, "err", err)
-			h = nil
-		}
-	}
+	h := p.cleanupHandle(job)
 	cluster, count := cfg.Cluster, cfg.TaskCount
 	if h != nil {
 		cluster, count = h.Cluster, len(h.Tasks)
 	}
 	reason := "tether cleanup of job " + job.ID
-	var list []int // task indexes to find by startedBy
+	list, err := stopHandled(ctx, cl, cluster, h, count, reason)
+	if err != nil {
+		return err
+	}
+	for _, i := range list {
+		if err := stopStartedBy(ctx, cl, cluster, job, i, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cleanupHandle decodes the job's handle for Cleanup; nil when there is
+// none or it does not decode.
+func (p *Plugin) cleanupHandle(job *plugin.Job) *Handle {
+	if len(job.Handle) == 0 {
+		return nil
+	}
+	h, err := decodeHandle(job.Handle)
+	if err != nil {
+		p.log.Warn("cleanup: the handle does not decode; listing the job's tasks by startedBy", "job", job.ID, "err", err)
+		return nil
+	}
+	return h
+}
+
+// stopHandled stops the unsettled tasks the handle names and returns the
+// task indexes to find by startedBy: those whose launch was in flight, or
+// all count of them when there is no handle.
+func stopHandled(ctx context.Context, cl *clients, cluster string, h *Handle, count int, reason string) ([]int, error) {
+	var list []int
 	for i := range count {
 		if h == nil {
 			list = append(list, i)
@@ -142,32 +166,33 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 		t := &h.Tasks[i]
 		if t.Outcome == "" && t.ID != "" {
 			if err := stopTask(ctx, cl, cluster, h.taskARN(t), reason); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if t.ID == "" && (t.Attempts > 0 || t.Infra > 0) {
 			list = append(list, i)
 		}
 	}
-	for _, i := range list {
-		arns, err := listTasks(ctx, cl, cluster, StartedBy(job.ID, i), types.DesiredStatusRunning)
-		if err != nil || len(arns) == 0 {
-			if err != nil {
-				return err
-			}
-			continue
+	return list, nil
+}
+
+// stopStartedBy stops the running tasks of task index i listed by their
+// startedBy, except those of a later attempt of the job.
+func stopStartedBy(ctx context.Context, cl *clients, cluster string, job *plugin.Job, i int, reason string) error {
+	arns, err := listTasks(ctx, cl, cluster, StartedBy(job.ID, i), types.DesiredStatusRunning)
+	if err != nil || len(arns) == 0 {
+		return err
+	}
+	tasks, err := describeTagged(ctx, cl, cluster, arns)
+	if err != nil {
+		return classify("describing the tasks of job "+job.ID, err)
+	}
+	for _, task := range tasks {
+		if a := attemptTag(task); a > job.Attempt {
+			continue // a later attempt's: not this Cleanup's to stop
 		}
-		tasks, err := describeTagged(ctx, cl, cluster, arns)
-		if err != nil {
-			return classify("describing the tasks of job "+job.ID, err)
-		}
-		for _, task := range tasks {
-			if a := attemptTag(task); a > job.Attempt {
-				continue // a later attempt's: not this Cleanup's to stop
-			}
-			if err := stopTask(ctx, cl, cluster, aws.ToString(task.TaskArn), reason); err != nil {
-				return err
-			}
+		if err := stopTask(ctx, cl, cluster, aws.ToString(task.TaskArn), reason); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -49,29 +50,13 @@ const (
 // answer may have launched the task, so it is tried again with the same
 // token.
 func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
-	t := &r.h.Tasks[i]
-	if kind != reissue && kind != recordedLaunch {
-		if t.ID != "" {
-			t.Prev = append(t.Prev, t.ID)
-		}
-		attempts, infra := t.Attempts, t.Infra
-		switch kind {
-		case relaunchInfra:
-			infra++
-		default:
-			attempts++
-		}
-		*t = TaskState{Attempts: attempts, Infra: infra, Prev: t.Prev}
-	}
-	if r.h.StartedAt == 0 {
-		r.h.StartedAt = time.Now().Unix()
-	}
+	l := r.beginLaunch(i, kind)
+	t := l.t
 	giveUp := time.Now().Add(r.cfg.LaunchRetryTimeout)
 	backoff := launchBackoffMin
-	sameToken := kind == reissue && t.LaunchedAt > 0
 	recorded := kind == recordedLaunch
 	for {
-		if !sameToken && !recorded {
+		if !l.sameToken && !recorded {
 			t.LaunchedAt = time.Now().UnixMilli()
 		}
 		// The launch's counts and time are durable before its RunTask, so a
@@ -85,96 +70,175 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 			}
 		}
 		recorded = false
-		token := r.clientToken(i, t)
-		r.stderrf("task %d launch %d of %d (relaunches %d): startedBy %s, clientToken %s", i, t.Attempts, r.cfg.MaxFailCount, t.Infra, StartedBy(r.job.ID, i), token)
-		if err := r.cl.wait(ctx, apiRunTask); err != nil {
+		if done, err := r.tryLaunch(ctx, l); done {
 			return err
 		}
-		out, err := r.cl.ecs.RunTask(ctx, r.runTaskInput(i))
-		var again string // why to try again, or "" when done
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
-		case err != nil && errorCode(err) == "ConflictException":
-			// The client token already started a task, with other parameters
-			// (the config changed between agents): not ours to judge, nor to
-			// start again.
-			return plugin.Errorf(plugin.OutcomeUnknown, "ecs: launching task %d of job %s again with client token %s: %v", i, r.job.ID, token, err)
-		case err != nil && transientRunTask(err):
-			again = "RunTask refused: " + err.Error()
-			t.Try++
-			sameToken = false
-		case err != nil && clientFault(err):
-			t.Outcome, t.Reason = outcomeFailed, "RunTask refused: "+err.Error()
-			if cerr := r.checkpoint(ctx); cerr != nil {
-				return cerr
-			}
-			return plugin.Errorf(plugin.Permanent, "ecs: launching task %d of job %s: %v", i, r.job.ID, err)
-		case err != nil:
-			// A 5xx or a lost answer: the task may exist. The same token
-			// returns it if so.
-			again = "RunTask failed (it may have launched; trying again with the same client token): " + err.Error()
-			sameToken = true
-		case len(out.Tasks) == 0:
-			var reasons []string
-			capacity := len(out.Failures) > 0
-			for _, f := range out.Failures {
-				reason := aws.ToString(f.Reason)
-				if reason == "MISSING" {
-					// ECS remembers the token but has forgotten its task: it ran
-					// and stopped while nobody watched, with an unknown outcome.
-					return plugin.Errorf(plugin.OutcomeUnknown,
-						"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
-						i, r.job.ID, t.Attempts, aws.ToString(f.Arn))
-				}
-				capacity = capacity && capacityFailure(reason)
-				reasons = append(reasons, strings.TrimSpace(reason+" "+aws.ToString(f.Detail)))
-			}
-			if len(reasons) == 0 {
-				reasons = append(reasons, "no task and no failure returned")
-			}
-			if capacity {
-				again = "no capacity: " + strings.Join(reasons, "; ")
-				t.Try++
-				sameToken = false
-				break
-			}
-			t.Outcome, t.Reason = outcomeFailed, "RunTask failed: "+strings.Join(reasons, "; ")
-			r.stderrf("task %d: %s", i, t.Reason)
-			r.dirty = true
-			return r.flush(ctx, false)
-		default:
-			task := out.Tasks[0]
-			r.h.setARN(t, aws.ToString(task.TaskArn))
-			if !sameToken {
-				t.LaunchedAt = time.Now().UnixMilli()
-			}
-			r.dirty = true
-			if err := r.flush(ctx, len(r.h.Tasks) <= eagerARNTasks); err != nil {
-				return err
-			}
-			r.track(i)
-			r.stderrf("task %d is %s", i, aws.ToString(task.TaskArn))
-			return nil
-		}
 		if time.Now().Add(backoff).After(giveUp) {
-			msg := fmt.Sprintf("ecs: launching task %d of job %s: gave up after %s: %s", i, r.job.ID, r.cfg.LaunchRetryTimeout, again)
-			if sameToken {
-				// The last try may have launched it: a retry of the job would
-				// run beside it. stopOnError stops what is known; a task
-				// behind a lost answer is stopped by the job's Cleanup, which
-				// lists by startedBy.
-				return plugin.Errorf(plugin.OutcomeUnknown, "%s", msg)
-			}
-			return plugin.Errorf(plugin.Retriable, "%s", msg)
+			return r.gaveUp(l)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		r.stderrf("task %d: %s; trying again in %s", i, again, wait.Round(100*time.Millisecond))
+		r.stderrf("task %d: %s; trying again in %s", i, l.again, wait.Round(100*time.Millisecond))
 		if !sleepCtx(ctx, wait) {
 			return plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
 		}
 		backoff = min(backoff*2, launchBackoffMax)
 	}
+}
+
+// launchTries is one launch of a task index across its RunTask tries.
+type launchTries struct {
+	i         int
+	t         *TaskState
+	token     string // the client token of the current try
+	sameToken bool   // the next try repeats the current client token
+	again     string // why the current try is made again
+}
+
+// retryNew makes the try again with a new client token: RunTask refused it
+// and nothing was launched.
+func (l *launchTries) retryNew(why string) {
+	l.again = why
+	l.t.Try++
+	l.sameToken = false
+}
+
+// retrySame makes the try again with the same client token: it may have
+// launched the task, which the same token returns if so.
+func (l *launchTries) retrySame(why string) {
+	l.again = why
+	l.sameToken = true
+}
+
+// beginLaunch counts a new launch of task index i (any kind but reissue and
+// recordedLaunch) and notes when the job started.
+func (r *run) beginLaunch(i int, kind launchKind) *launchTries {
+	t := &r.h.Tasks[i]
+	if kind != reissue && kind != recordedLaunch {
+		t.startLaunch(kind)
+	}
+	if r.h.StartedAt == 0 {
+		r.h.StartedAt = time.Now().Unix()
+	}
+	return &launchTries{i: i, t: t, sameToken: kind == reissue && t.LaunchedAt > 0}
+}
+
+// startLaunch counts a launch of the task and clears what the last launch
+// left, keeping the IDs of earlier launches.
+func (t *TaskState) startLaunch(kind launchKind) {
+	if t.ID != "" {
+		t.Prev = append(t.Prev, t.ID)
+	}
+	attempts, infra := t.Attempts, t.Infra
+	if kind == relaunchInfra {
+		infra++
+	} else {
+		attempts++
+	}
+	*t = TaskState{Attempts: attempts, Infra: infra, Prev: t.Prev}
+}
+
+// tryLaunch makes one RunTask call for the launch. It reports done with the
+// launch's error (nil when the task started), or not done with l.again set.
+func (r *run) tryLaunch(ctx context.Context, l *launchTries) (bool, error) {
+	i, t := l.i, l.t
+	l.token = r.clientToken(i, t)
+	r.stderrf("task %d launch %d of %d (relaunches %d): startedBy %s, clientToken %s", i, t.Attempts, r.cfg.MaxFailCount, t.Infra, StartedBy(r.job.ID, i), l.token)
+	if err := r.cl.wait(ctx, apiRunTask); err != nil {
+		return true, err
+	}
+	out, err := r.cl.ecs.RunTask(ctx, r.runTaskInput(i))
+	switch {
+	case err != nil:
+		return r.launchRefused(ctx, l, err)
+	case len(out.Tasks) == 0:
+		return r.launchFailed(ctx, l, out.Failures)
+	}
+	return true, r.launched(ctx, l, out.Tasks[0])
+}
+
+// launchRefused handles a RunTask call that returned an error.
+func (r *run) launchRefused(ctx context.Context, l *launchTries, err error) (bool, error) {
+	i := l.i
+	switch {
+	case ctx.Err() != nil:
+		return true, plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
+	case errorCode(err) == "ConflictException":
+		// The client token already started a task, with other parameters
+		// (the config changed between agents): not ours to judge, nor to
+		// start again.
+		return true, plugin.Errorf(plugin.OutcomeUnknown, "ecs: launching task %d of job %s again with client token %s: %v", i, r.job.ID, l.token, err)
+	case transientRunTask(err):
+		l.retryNew("RunTask refused: " + err.Error())
+		return false, nil
+	case clientFault(err):
+		l.t.Outcome, l.t.Reason = outcomeFailed, "RunTask refused: "+err.Error()
+		if cerr := r.checkpoint(ctx); cerr != nil {
+			return true, cerr
+		}
+		return true, plugin.Errorf(plugin.Permanent, "ecs: launching task %d of job %s: %v", i, r.job.ID, err)
+	}
+	// A 5xx or a lost answer: the task may exist. The same token returns it
+	// if so.
+	l.retrySame("RunTask failed (it may have launched; trying again with the same client token): " + err.Error())
+	return false, nil
+}
+
+// launchFailed handles a RunTask answer without a task. Failures that are
+// all for lack of capacity are tried again.
+func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types.Failure) (bool, error) {
+	i, t := l.i, l.t
+	var reasons []string
+	capacity := len(failures) > 0
+	for _, f := range failures {
+		reason := aws.ToString(f.Reason)
+		if reason == "MISSING" {
+			// ECS remembers the token but has forgotten its task: it ran
+			// and stopped while nobody watched, with an unknown outcome.
+			return true, plugin.Errorf(plugin.OutcomeUnknown,
+				"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
+				i, r.job.ID, t.Attempts, aws.ToString(f.Arn))
+		}
+		capacity = capacity && capacityFailure(reason)
+		reasons = append(reasons, strings.TrimSpace(reason+" "+aws.ToString(f.Detail)))
+	}
+	if len(reasons) == 0 {
+		reasons = append(reasons, "no task and no failure returned")
+	}
+	if capacity {
+		l.retryNew("no capacity: " + strings.Join(reasons, "; "))
+		return false, nil
+	}
+	t.Outcome, t.Reason = outcomeFailed, "RunTask failed: "+strings.Join(reasons, "; ")
+	r.stderrf("task %d: %s", i, t.Reason)
+	r.dirty = true
+	return true, r.flush(ctx, false)
+}
+
+// launched records the task RunTask started and starts following it.
+func (r *run) launched(ctx context.Context, l *launchTries, task types.Task) error {
+	r.h.setARN(l.t, aws.ToString(task.TaskArn))
+	if !l.sameToken {
+		l.t.LaunchedAt = time.Now().UnixMilli()
+	}
+	r.dirty = true
+	if err := r.flush(ctx, len(r.h.Tasks) <= eagerARNTasks); err != nil {
+		return err
+	}
+	r.track(l.i)
+	r.stderrf("task %d is %s", l.i, aws.ToString(task.TaskArn))
+	return nil
+}
+
+// gaveUp is the error of a launch that ran out of launch_retry_timeout.
+func (r *run) gaveUp(l *launchTries) error {
+	msg := fmt.Sprintf("ecs: launching task %d of job %s: gave up after %s: %s", l.i, r.job.ID, r.cfg.LaunchRetryTimeout, l.again)
+	if l.sameToken {
+		// The last try may have launched it: a retry of the job would run
+		// beside it. stopOnError stops what is known; a task behind a lost
+		// answer is stopped by the job's Cleanup, which lists by startedBy.
+		return plugin.Errorf(plugin.OutcomeUnknown, "%s", msg)
+	}
+	return plugin.Errorf(plugin.Retriable, "%s", msg)
 }
 
 // sleepCtx waits d or until ctx ends; it reports whether d passed.

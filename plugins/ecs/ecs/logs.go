@@ -99,25 +99,35 @@ func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
 			if s.done {
 				continue
 			}
-			var prio int
-			var due time.Time
-			switch {
-			case !tr.stoppedAt.IsZero() && s.drains > 0:
-				prio, due = prioFinish, tr.stoppedAt.Add(r.cfg.LogSettle)
-			case !tr.stoppedAt.IsZero():
-				prio, due = prioDrain, tr.stoppedAt.Add(r.cfg.LogSettle)
-			case t.Seen:
-				prio, due = prioTail, s.nextTail
-			default:
+			prio, due, ok := r.streamDue(tr, t, s)
+			if !ok {
 				continue // not visible yet; its stream will not be either
 			}
-			due = later(due, s.retryAt)
 			if best == nil || prio < bestPrio || (prio == bestPrio && due.Before(bestDue)) {
 				best, bestPrio, bestDue = s, prio, due
 			}
 		}
 	}
 	return best, bestPrio, bestDue
+}
+
+// streamDue says how urgent a read of a task's stream is and when it is
+// due. A stopped task's streams are drained log_settle after the stop; a
+// running task's are tailed. It reports false for a task not seen yet.
+func (r *run) streamDue(tr *taskRun, t *TaskState, s *stream) (int, time.Time, bool) {
+	var prio int
+	var due time.Time
+	switch {
+	case !tr.stoppedAt.IsZero() && s.drains > 0:
+		prio, due = prioFinish, tr.stoppedAt.Add(r.cfg.LogSettle)
+	case !tr.stoppedAt.IsZero():
+		prio, due = prioDrain, tr.stoppedAt.Add(r.cfg.LogSettle)
+	case t.Seen:
+		prio, due = prioTail, s.nextTail
+	default:
+		return 0, time.Time{}, false
+	}
+	return prio, later(due, s.retryAt), true
 }
 
 func later(a, b time.Time) time.Time {
@@ -130,34 +140,41 @@ func later(a, b time.Time) time.Time {
 // drained reports whether task i's logs are in (or given up on).
 func (r *run) drained(i int, now time.Time) bool {
 	tr := &r.tasks[i]
-	all := true
-	for _, s := range tr.streams {
-		if !s.done {
-			all = false
-		}
-	}
-	if all {
+	if allDone(tr.streams) {
 		return true
 	}
 	// The timeout counts from a stream's first drain read, not from the
 	// stop: waiting for a turn in the process's budget is queueing, not a
 	// failing stream, and giving up then would cut logs for no reason.
-	expired := false
+	var expired []*stream
 	for _, s := range tr.streams {
-		if !s.done && !s.drainAt.IsZero() && now.Sub(s.drainAt) >= r.cfg.LogDrainTimeout {
-			expired = true
+		if r.drainExpired(s, now) {
+			expired = append(expired, s)
 		}
 	}
-	if !expired {
+	if len(expired) == 0 {
 		return false
 	}
-	for _, s := range tr.streams {
-		if !s.done && !s.drainAt.IsZero() && now.Sub(s.drainAt) >= r.cfg.LogDrainTimeout {
-			s.done = true
-			r.stderrf("task %d: stopped reading log stream %s after %s; its last lines may be missing%s", i, s.name, r.cfg.LogDrainTimeout, noteSuffix(s.noted))
+	for _, s := range expired {
+		s.done = true
+		r.stderrf("task %d: stopped reading log stream %s after %s; its last lines may be missing%s", i, s.name, r.cfg.LogDrainTimeout, noteSuffix(s.noted))
+	}
+	return true
+}
+
+func allDone(streams []*stream) bool {
+	for _, s := range streams {
+		if !s.done {
+			return false
 		}
 	}
 	return true
+}
+
+// drainExpired reports whether a stream has been drained for
+// log_drain_timeout without reaching its end.
+func (r *run) drainExpired(s *stream, now time.Time) bool {
+	return !s.done && !s.drainAt.IsZero() && now.Sub(s.drainAt) >= r.cfg.LogDrainTimeout
 }
 
 func noteSuffix(n string) string {
@@ -174,14 +191,8 @@ func (r *run) readLog(ctx context.Context) {
 	if s == nil || due.After(now) {
 		return // nothing due any more: the call is not made
 	}
-	if s.cl == nil {
-		cl, err := r.p.clients.get(ctx, s.region, r.cfg.Endpoint)
-		if err != nil {
-			r.noteLog(s, err.Error(), now.Add(logErrorRetry))
-			return
-		}
-		cl.setRates(r.cfg.APIRates)
-		s.cl = cl
+	if !r.streamClient(ctx, s, now) {
+		return
 	}
 	t := &r.h.Tasks[s.task]
 	cur := &t.Logs[s.cursor]
@@ -191,6 +202,35 @@ func (r *run) readLog(ctx context.Context) {
 		}
 		s.drains++
 	}
+	cctx, cancel := context.WithTimeout(ctx, logCallTimeout)
+	out, err := s.cl.logs.GetLogEvents(cctx, logEventsInput(s, cur))
+	cancel()
+	if err != nil {
+		r.logReadFailed(ctx, s, cur, prio, now, err)
+		return
+	}
+	r.logRead(t, s, cur, prio, now, out)
+}
+
+// streamClient makes sure the stream has a client for its region, and
+// notes the error when none can be made.
+func (r *run) streamClient(ctx context.Context, s *stream, now time.Time) bool {
+	if s.cl != nil {
+		return true
+	}
+	cl, err := r.p.clients.get(ctx, s.region, r.cfg.Endpoint)
+	if err != nil {
+		r.noteLog(s, err.Error(), now.Add(logErrorRetry))
+		return false
+	}
+	cl.setRates(r.cfg.APIRates)
+	s.cl = cl
+	return true
+}
+
+// logEventsInput reads the stream on from its cursor: by token, or by time
+// once the token expired.
+func logEventsInput(s *stream, cur *LogCursor) *cloudwatchlogs.GetLogEventsInput {
 	in := &cloudwatchlogs.GetLogEventsInput{
 		LogGroupName:  aws.String(s.group),
 		LogStreamName: aws.String(s.name),
@@ -202,53 +242,46 @@ func (r *run) readLog(ctx context.Context) {
 	case cur.Token != "":
 		in.NextToken = aws.String(cur.Token)
 	}
-	cctx, cancel := context.WithTimeout(ctx, logCallTimeout)
-	out, err := s.cl.logs.GetLogEvents(cctx, in)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		code := errorCode(err)
-		switch {
-		case code == "ResourceNotFoundException":
-			if prio <= prioDrain {
-				// The container never wrote a line (awslogs creates the stream
-				// with the first event), or the group is not where the task
-				// definition says.
-				s.done = true
-				r.stderrf("task %d: no log stream %s in group %s", s.task, s.name, s.group)
-				return
-			}
-			s.nextTail = now.Add(r.cfg.PollInterval)
-		case code == "InvalidParameterException" && cur.Token != "" && strings.Contains(strings.ToLower(errorMessage(err)), "token"):
-			// Tokens expire (24 h): read on by time from the last line copied.
-			s.byTime = true
-			r.stderrf("task %d: the log position in %s expired; reading on from the last line's time (lines logged in that same millisecond may be missing)", s.task, s.name)
-		case throttlingCodes[code]:
-			s.retryAt = now.Add(logThrottleRetry)
-		default:
-			r.noteLog(s, err.Error(), now.Add(logErrorRetry))
-		}
+	return in
+}
+
+// logReadFailed decides when a stream whose read failed is read again.
+func (r *run) logReadFailed(ctx context.Context, s *stream, cur *LogCursor, prio int, now time.Time, err error) {
+	if ctx.Err() != nil {
 		return
 	}
+	code := errorCode(err)
+	switch {
+	case code == "ResourceNotFoundException":
+		if prio <= prioDrain {
+			// The container never wrote a line (awslogs creates the stream
+			// with the first event), or the group is not where the task
+			// definition says.
+			s.done = true
+			r.stderrf("task %d: no log stream %s in group %s", s.task, s.name, s.group)
+			return
+		}
+		s.nextTail = now.Add(r.cfg.PollInterval)
+	case code == "InvalidParameterException" && cur.Token != "" && strings.Contains(strings.ToLower(errorMessage(err)), "token"):
+		// Tokens expire (24 h): read on by time from the last line copied.
+		s.byTime = true
+		r.stderrf("task %d: the log position in %s expired; reading on from the last line's time (lines logged in that same millisecond may be missing)", s.task, s.name)
+	case throttlingCodes[code]:
+		s.retryAt = now.Add(logThrottleRetry)
+	default:
+		r.noteLog(s, err.Error(), now.Add(logErrorRetry))
+	}
+}
+
+// logRead copies what a read returned to the job's output and moves the
+// stream's cursor on.
+func (r *run) logRead(t *TaskState, s *stream, cur *LogCursor, prio int, now time.Time, out *cloudwatchlogs.GetLogEventsOutput) {
 	s.retryAt = time.Time{}
 	if err := r.writeEvents(t, s, out.Events); err != nil {
 		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: writing the log of task %d: %w", s.task, err))
 		return
 	}
-	next := aws.ToString(out.NextForwardToken)
-	moved := len(out.Events) > 0 || (next != "" && next != cur.Token)
-	if n := len(out.Events); n > 0 {
-		cur.Last = aws.ToInt64(out.Events[n-1].Timestamp)
-	}
-	if next != "" {
-		s.byTime = false
-	}
-	atEnd := next == "" || next == cur.Token
-	if !atEnd {
-		cur.Token = next
-	}
+	atEnd, moved := advance(s, cur, out)
 	if moved {
 		r.dirty = true
 	}
@@ -263,6 +296,24 @@ func (r *run) readLog(ctx context.Context) {
 	default:
 		s.nextTail = now.Add(r.cfg.PollInterval)
 	}
+}
+
+// advance moves the cursor past what a read returned. It reports whether
+// the read was at the stream's end and whether the cursor moved.
+func advance(s *stream, cur *LogCursor, out *cloudwatchlogs.GetLogEventsOutput) (atEnd, moved bool) {
+	next := aws.ToString(out.NextForwardToken)
+	moved = len(out.Events) > 0 || (next != "" && next != cur.Token)
+	if n := len(out.Events); n > 0 {
+		cur.Last = aws.ToInt64(out.Events[n-1].Timestamp)
+	}
+	if next != "" {
+		s.byTime = false
+	}
+	atEnd = next == "" || next == cur.Token
+	if !atEnd {
+		cur.Token = next
+	}
+	return atEnd, moved
 }
 
 // noteLog writes a read error to the job's stderr once (until it changes)

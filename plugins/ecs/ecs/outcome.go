@@ -58,40 +58,54 @@ func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string)
 		}
 		return outcomeInfra, t.StopCode + ": " + orUnknown(t.StoppedReason)
 	}
+	problems := essentialProblems(t.Containers, essential)
+	if len(problems) == 0 {
+		return outcomeSucceeded, ""
+	}
+	sort.Strings(problems)
+	r := strings.Join(problems, "; ")
+	if t.StoppedReason != "" {
+		r += "; stopped: " + t.StoppedReason
+	}
+	return outcomeFailed, r
+}
+
+// essentialProblems says what is wrong with the essential containers'
+// exits; nothing when every one exited 0.
+func essentialProblems(containers []containerResult, essential map[string]bool) []string {
 	var problems []string
 	checked := 0
-	for _, c := range t.Containers {
+	for _, c := range containers {
 		if ess, ok := essential[c.Name]; ok && !ess {
 			continue
 		}
 		checked++
-		switch {
-		case c.ExitCode == nil:
-			msg := fmt.Sprintf("container %s has no exit code", c.Name)
-			if c.Reason != "" {
-				msg += " (" + c.Reason + ")"
-			}
-			problems = append(problems, msg)
-		case *c.ExitCode != 0:
-			msg := fmt.Sprintf("container %s exited with code %d", c.Name, *c.ExitCode)
-			if c.Reason != "" {
-				msg += " (" + c.Reason + ")"
-			}
-			problems = append(problems, msg)
+		if p := exitProblem(c); p != "" {
+			problems = append(problems, p)
 		}
 	}
 	if checked == 0 {
 		problems = append(problems, "no essential container reported an exit code")
 	}
-	if len(problems) > 0 {
-		sort.Strings(problems)
-		r := strings.Join(problems, "; ")
-		if t.StoppedReason != "" {
-			r += "; stopped: " + t.StoppedReason
-		}
-		return outcomeFailed, r
+	return problems
+}
+
+// exitProblem says what is wrong with a container's exit: no exit code, or
+// one other than 0. It is "" for an exit with code 0.
+func exitProblem(c containerResult) string {
+	var msg string
+	switch {
+	case c.ExitCode == nil:
+		msg = fmt.Sprintf("container %s has no exit code", c.Name)
+	case *c.ExitCode != 0:
+		msg = fmt.Sprintf("container %s exited with code %d", c.Name, *c.ExitCode)
+	default:
+		return ""
 	}
-	return outcomeSucceeded, ""
+	if c.Reason != "" {
+		msg += " (" + c.Reason + ")"
+	}
+	return msg
 }
 
 func orUnknown(s string) string {

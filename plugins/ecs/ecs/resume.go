@@ -18,41 +18,10 @@ import (
 // launched. Tasks with an ARN are left to watch: the poller reads their
 // state, and one seen before and now MISSING ends the job outcome_unknown.
 func (r *run) reattach(ctx context.Context) error {
-	if raw := r.rt.Handle(); len(raw) > 0 {
-		h, err := decodeHandle(raw)
-		if err != nil {
-			return plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: %v", r.job.ID, err)
-		}
-		if h.Job != "" && h.Job != jobStem(r.job.ID) {
-			return plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: the stored handle's tasks were started by %s-*, not by this job", r.job.ID, h.Job)
-		}
-		r.h = h
+	if err := r.loadHandle(); err != nil {
+		return err
 	}
-	if r.h != nil && r.h.JobAttempt != r.job.Attempt {
-		// A handle of an earlier run of the job: its tasks are not this run's.
-		r.stderrf("ignoring the handle of run %d of job %s; this is run %d", r.h.JobAttempt, r.job.ID, r.job.Attempt)
-		r.h = nil
-	}
-	if r.h == nil {
-		r.h = newHandle(r.job.ID, r.job.Attempt, r.cfg.Cluster, r.cfg.TaskCount)
-	}
-	// The tasks are where they were launched, whatever the config says now.
-	if r.h.Cluster == "" {
-		r.h.Cluster = r.cfg.Cluster
-	}
-	// The task count is what was launched; only a job none of whose tasks
-	// was launched yet takes today's task_count.
-	for len(r.h.Tasks) < r.cfg.TaskCount && !r.launchedAny() {
-		r.h.Tasks = append(r.h.Tasks, TaskState{})
-	}
-	var err error
-	if r.h.TaskDefinitionARN == "" {
-		r.td, err = resolveTaskDef(ctx, r.cl, r.cfg)
-		r.h.TaskDefinitionARN = r.td.ARN
-	} else {
-		r.td, err = describeTaskDef(ctx, r.cl, r.h.TaskDefinitionARN)
-	}
-	if err != nil {
+	if err := r.loadTaskDef(ctx); err != nil {
 		return err
 	}
 	r.stderrf("resuming job %s: cluster %s, task definition %s, %d task(s)", r.job.ID, r.h.Cluster, r.h.TaskDefinitionARN, len(r.h.Tasks))
@@ -63,41 +32,105 @@ func (r *run) reattach(ctx context.Context) error {
 		if t.ID != "" || t.Outcome != "" {
 			continue
 		}
-		found, err := r.discover(ctx, i)
-		if err != nil {
+		if err := r.resumeTask(ctx, i); err != nil {
 			return err
-		}
-		launchAge := time.Since(time.UnixMilli(t.LaunchedAt))
-		switch {
-		case found:
-			r.track(i)
-		case t.Attempts == 0 && t.Infra == 0:
-			// Never submitted.
-			if err := r.launch(ctx, i, firstLaunch); err != nil {
-				return err
-			}
-		case t.LaunchedAt == 0 || launchAge > r.cfg.StoppedTaskRetention:
-			// Its task may have run and been purged: ECS keeps a stopped
-			// task for about an hour, and what reissuing a client token
-			// whose task was purged does is not documented (it might start
-			// the work again). So it is not reissued.
-			return plugin.Errorf(plugin.OutcomeUnknown,
-				"ecs: task %d of job %s: launch %d was begun %s ago, longer than stopped_task_retention (%s), and no task started by %s is listed; its outcome is unknown",
-				i, r.job.ID, t.Attempts, launchAge.Round(time.Second), r.cfg.StoppedTaskRetention, StartedBy(r.job.ID, i))
-		default:
-			// A launch was begun but its task is not listed (ListTasks is
-			// eventually consistent too): reissue it with the same client
-			// token, so a RunTask that did get through is not repeated.
-			r.stderrf("task %d: reissuing launch %d", i, t.Attempts)
-			if err := r.launch(ctx, i, reissue); err != nil {
-				return err
-			}
 		}
 	}
 	if r.h.StartedAt == 0 {
 		r.h.StartedAt = time.Now().Unix()
 	}
 	return r.checkpoint(ctx)
+}
+
+// loadHandle sets r.h from the stored handle of this run of the job, or to
+// a new handle when there is none.
+func (r *run) loadHandle() error {
+	h, err := r.storedHandle()
+	if err != nil {
+		return err
+	}
+	if h == nil {
+		h = newHandle(r.job.ID, r.job.Attempt, r.cfg.Cluster, r.cfg.TaskCount)
+	}
+	r.h = h
+	// The tasks are where they were launched, whatever the config says now.
+	if r.h.Cluster == "" {
+		r.h.Cluster = r.cfg.Cluster
+	}
+	// The task count is what was launched; only a job none of whose tasks
+	// was launched yet takes today's task_count.
+	for len(r.h.Tasks) < r.cfg.TaskCount && !r.launchedAny() {
+		r.h.Tasks = append(r.h.Tasks, TaskState{})
+	}
+	return nil
+}
+
+// storedHandle decodes the handle the host stored for the job. It returns
+// nil when there is none or it is of an earlier run of the job.
+func (r *run) storedHandle() (*Handle, error) {
+	raw := r.rt.Handle()
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	h, err := decodeHandle(raw)
+	if err != nil {
+		return nil, plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: %v", r.job.ID, err)
+	}
+	if h.Job != "" && h.Job != jobStem(r.job.ID) {
+		return nil, plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: the stored handle's tasks were started by %s-*, not by this job", r.job.ID, h.Job)
+	}
+	if h.JobAttempt != r.job.Attempt {
+		// A handle of an earlier run of the job: its tasks are not this run's.
+		r.stderrf("ignoring the handle of run %d of job %s; this is run %d", h.JobAttempt, r.job.ID, r.job.Attempt)
+		return nil, nil
+	}
+	return h, nil
+}
+
+// loadTaskDef sets r.td: the revision the handle names, or the config's
+// task definition resolved (and registered) when the handle names none.
+func (r *run) loadTaskDef(ctx context.Context) error {
+	var err error
+	if r.h.TaskDefinitionARN == "" {
+		r.td, err = resolveTaskDef(ctx, r.cl, r.cfg)
+		r.h.TaskDefinitionARN = r.td.ARN
+	} else {
+		r.td, err = describeTaskDef(ctx, r.cl, r.h.TaskDefinitionARN)
+	}
+	return err
+}
+
+// resumeTask finds task index i's task, which the handle has no ARN of,
+// and launches it if it was never launched or reissues a launch that was
+// begun and never listed.
+func (r *run) resumeTask(ctx context.Context, i int) error {
+	t := &r.h.Tasks[i]
+	found, err := r.discover(ctx, i)
+	if err != nil {
+		return err
+	}
+	launchAge := time.Since(time.UnixMilli(t.LaunchedAt))
+	switch {
+	case found:
+		r.track(i)
+		return nil
+	case t.Attempts == 0 && t.Infra == 0:
+		// Never submitted.
+		return r.launch(ctx, i, firstLaunch)
+	case t.LaunchedAt == 0 || launchAge > r.cfg.StoppedTaskRetention:
+		// Its task may have run and been purged: ECS keeps a stopped
+		// task for about an hour, and what reissuing a client token
+		// whose task was purged does is not documented (it might start
+		// the work again). So it is not reissued.
+		return plugin.Errorf(plugin.OutcomeUnknown,
+			"ecs: task %d of job %s: launch %d was begun %s ago, longer than stopped_task_retention (%s), and no task started by %s is listed; its outcome is unknown",
+			i, r.job.ID, t.Attempts, launchAge.Round(time.Second), r.cfg.StoppedTaskRetention, StartedBy(r.job.ID, i))
+	}
+	// A launch was begun but its task is not listed (ListTasks is
+	// eventually consistent too): reissue it with the same client
+	// token, so a RunTask that did get through is not repeated.
+	r.stderrf("task %d: reissuing launch %d", i, t.Attempts)
+	return r.launch(ctx, i, reissue)
 }
 
 func (r *run) launchedAny() bool {
@@ -111,26 +144,13 @@ func (r *run) launchedAny() bool {
 
 // discover looks for task i's task by its startedBy (running, then stopped
 // ones ECS still remembers), ignoring tasks of earlier launches and of other
-// runs of the job, and adopts the newest. The launch count is raised to
-// what was found, so max_fail_count holds across agents.
+// runs of the job, and adopts the newest.
 func (r *run) discover(ctx context.Context, i int) (bool, error) {
 	t := &r.h.Tasks[i]
 	startedBy := StartedBy(r.job.ID, i)
-	prev := r.h.prevARNs(t)
-	var arns []string
-	for _, st := range []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped} {
-		got, err := listTasks(ctx, r.cl, r.h.Cluster, startedBy, st)
-		if err != nil {
-			return false, err
-		}
-		for _, a := range got {
-			if !slices.Contains(arns, a) && !slices.Contains(prev, a) {
-				arns = append(arns, a)
-			}
-		}
-	}
-	if len(arns) == 0 {
-		return false, nil
+	arns, err := r.listStartedBy(ctx, startedBy, r.h.prevARNs(t))
+	if err != nil || len(arns) == 0 {
+		return false, err
 	}
 	tasks, err := describeTagged(ctx, r.cl, r.h.Cluster, arns)
 	if err != nil {
@@ -140,6 +160,33 @@ func (r *run) discover(ctx context.Context, i int) (bool, error) {
 	if len(tasks) == 0 {
 		return false, nil
 	}
+	r.adopt(i, tasks)
+	return true, nil
+}
+
+// listStartedBy lists the ARNs of a startedBy's running, then stopped,
+// tasks, leaving out those in prev.
+func (r *run) listStartedBy(ctx context.Context, startedBy string, prev []string) ([]string, error) {
+	var arns []string
+	for _, st := range []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped} {
+		got, err := listTasks(ctx, r.cl, r.h.Cluster, startedBy, st)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range got {
+			if !slices.Contains(arns, a) && !slices.Contains(prev, a) {
+				arns = append(arns, a)
+			}
+		}
+	}
+	return arns, nil
+}
+
+// adopt makes the newest of tasks task index i's current task and the
+// others its earlier launches. The launch count is raised to what was
+// found, so max_fail_count holds across agents.
+func (r *run) adopt(i int, tasks []types.Task) {
+	t := &r.h.Tasks[i]
 	slices.SortFunc(tasks, func(a, b types.Task) int {
 		return aws.ToTime(b.CreatedAt).Compare(aws.ToTime(a.CreatedAt)) // newest first
 	})
@@ -158,7 +205,6 @@ func (r *run) discover(ctx context.Context, i int) (bool, error) {
 		t.LaunchedAt = created.UnixMilli()
 	}
 	r.stderrf("task %d: adopted %s (%s), launch %d", i, aws.ToString(newest.TaskArn), aws.ToString(newest.LastStatus), t.Attempts)
-	return true, nil
 }
 
 // attemptTag is the job attempt a task was launched for (0 when the task

@@ -181,18 +181,9 @@ func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if err := ctx.Err(); err != nil {
-			return nil, r.ctxErr(err)
-		}
-		if r.fatal != nil {
-			return nil, r.fatal
-		}
-		if r.end != nil {
-			return nil, r.end
-		}
 		now := time.Now()
-		if !deadline.IsZero() && !now.Before(deadline) {
-			return nil, r.timedOut(ctx)
+		if err := r.ended(ctx, deadline, now); err != nil {
+			return nil, err
 		}
 		if done, res, err := r.decide(ctx); done {
 			return res, err
@@ -200,36 +191,69 @@ func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
 		if err := r.flush(ctx, false); err != nil {
 			return nil, err
 		}
-		wake := r.planLogs(now)
-		if r.dirty {
-			wake = earliest(wake, r.lastCkpt.Add(checkpointEvery))
-		}
-		wake = earliest(wake, deadline)
-		var ready <-chan struct{}
-		if r.ticket != nil {
-			ready = r.ticket.ready
-		}
-		wait := time.Hour
-		if !wake.IsZero() {
-			wait = max(time.Until(wake), time.Millisecond)
-		}
-		timer.Reset(wait)
+		timer.Reset(r.nextWait(now, deadline))
 		select {
 		case <-ctx.Done():
 			return nil, r.ctxErr(ctx.Err())
 		case <-r.sub.ready:
 			r.onRound()
-		case <-ready:
+		case <-r.ticketReady():
 			r.ticket = nil
 			r.readLog(ctx)
 		case <-timer.C:
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		stopTimer(timer)
+	}
+}
+
+// ended returns why watching is over before anything is decided: ctx's
+// end, a refused write, a task gone, or the timeout. It returns nil while
+// watching goes on.
+func (r *run) ended(ctx context.Context, deadline, now time.Time) error {
+	switch {
+	case ctx.Err() != nil:
+		return r.ctxErr(ctx.Err())
+	case r.fatal != nil:
+		return r.fatal
+	case r.end != nil:
+		return r.end
+	case !deadline.IsZero() && !now.Before(deadline):
+		return r.timedOut(ctx)
+	}
+	return nil
+}
+
+// nextWait is how long watch may sleep when nothing arrives: until the
+// next log read is due, a coalesced checkpoint is due, or the deadline.
+func (r *run) nextWait(now, deadline time.Time) time.Duration {
+	wake := r.planLogs(now)
+	if r.dirty {
+		wake = earliest(wake, r.lastCkpt.Add(checkpointEvery))
+	}
+	wake = earliest(wake, deadline)
+	if wake.IsZero() {
+		return time.Hour
+	}
+	return max(time.Until(wake), time.Millisecond)
+}
+
+// ticketReady is the channel closed when the run's log read may be made;
+// nil, which never fires, when it has no ticket.
+func (r *run) ticketReady() <-chan struct{} {
+	if r.ticket == nil {
+		return nil
+	}
+	return r.ticket.ready
+}
+
+// stopTimer stops t and empties its channel, so it can be Reset.
+func stopTimer(t *time.Timer) {
+	if t.Stop() {
+		return
+	}
+	select {
+	case <-t.C:
+	default:
 	}
 }
 
@@ -251,12 +275,7 @@ func (r *run) ctxErr(err error) error {
 func (r *run) onRound() {
 	got, err := r.sub.take()
 	if err != nil && len(got) == 0 {
-		if plugin.ClassOf(err) == plugin.Permanent {
-			r.pollFails++
-			if r.pollFails >= maxPollFailures {
-				r.end = plugin.Errorf(plugin.OutcomeUnknown, "ecs: lost track of the tasks of job %s after %d refused polls: %v", r.job.ID, r.pollFails, err)
-			}
-		}
+		r.pollFailed(err)
 		return
 	}
 	r.pollFails = 0
@@ -266,22 +285,39 @@ func (r *run) onRound() {
 		if t.ID == "" || t.Outcome != "" || !r.tasks[i].stoppedAt.IsZero() {
 			continue
 		}
-		v, ok := got[r.h.taskARN(t)]
-		if !ok {
-			continue
+		if v, ok := got[r.h.taskARN(t)]; ok {
+			r.onSeen(i, v, now)
 		}
-		if v.missing {
-			r.onMissing(i, now)
-			continue
-		}
-		if !t.Seen {
-			t.Seen, r.dirty = true, true
-		}
-		if aws.ToString(v.task.LastStatus) == statusStopped {
-			task := v.task
-			r.tasks[i].stoppedAt, r.tasks[i].final = now, &task
-			r.sub.unwatch(r.h.taskARN(t))
-		}
+	}
+}
+
+// pollFailed counts a round that described none of the job's tasks. Only
+// refusals count, and maxPollFailures of them in a row end the job.
+func (r *run) pollFailed(err error) {
+	if plugin.ClassOf(err) != plugin.Permanent {
+		return
+	}
+	r.pollFails++
+	if r.pollFails >= maxPollFailures {
+		r.end = plugin.Errorf(plugin.OutcomeUnknown, "ecs: lost track of the tasks of job %s after %d refused polls: %v", r.job.ID, r.pollFails, err)
+	}
+}
+
+// onSeen takes what a round said about task i: missing, running, or
+// stopped (then it is no longer watched).
+func (r *run) onSeen(i int, v seen, now time.Time) {
+	t := &r.h.Tasks[i]
+	if v.missing {
+		r.onMissing(i, now)
+		return
+	}
+	if !t.Seen {
+		t.Seen, r.dirty = true, true
+	}
+	if aws.ToString(v.task.LastStatus) == statusStopped {
+		task := v.task
+		r.tasks[i].stoppedAt, r.tasks[i].final = now, &task
+		r.sub.unwatch(r.h.taskARN(t))
 	}
 }
 
@@ -310,47 +346,14 @@ func (r *run) onMissing(i int, now time.Time) {
 // that have budget left, and ends the job when every task succeeded or one
 // failed for good.
 func (r *run) decide(ctx context.Context) (bool, *plugin.Result, error) {
-	now := time.Now()
-	for i := range r.h.Tasks {
-		t, tr := &r.h.Tasks[i], &r.tasks[i]
-		if t.Outcome != "" || tr.final == nil || !r.drained(i, now) {
-			continue
-		}
-		// Recorded with the next checkpoint: a resume before it describes
-		// the stopped task again and settles it the same way; a relaunch
-		// checkpoints first.
-		r.settle(t, *tr.final)
-		tr.final = nil
-	}
+	r.settleDrained(time.Now())
 	all := true
 	for i := range r.h.Tasks {
-		t := &r.h.Tasks[i]
-		switch t.Outcome {
-		case outcomeSucceeded:
-			continue
-		case outcomeFailed:
-			if t.Attempts < r.cfg.MaxFailCount {
-				r.stderrf("task %d failed on launch %d of %d; launching it again", i, t.Attempts, r.cfg.MaxFailCount)
-				if err := r.launch(ctx, i, relaunchFailed); err != nil {
-					return true, nil, err
-				}
-				all = false
-				continue
-			}
-			return true, nil, r.fail(ctx, fmt.Sprintf("task %d failed after %d launch attempt(s): %s", i, t.Attempts, t.Reason))
-		case outcomeInfra:
-			if t.Infra < r.cfg.MaxInfraRelaunches {
-				r.stderrf("task %d was stopped by the infrastructure (%s); relaunch %d of %d", i, t.Reason, t.Infra+1, r.cfg.MaxInfraRelaunches)
-				if err := r.launch(ctx, i, relaunchInfra); err != nil {
-					return true, nil, err
-				}
-				all = false
-				continue
-			}
-			return true, nil, r.fail(ctx, fmt.Sprintf("task %d was stopped by the infrastructure %d time(s), the last: %s", i, t.Infra+1, t.Reason))
-		default:
-			all = false
+		succeeded, err := r.relaunchOrFail(ctx, i)
+		if err != nil {
+			return true, nil, err
 		}
+		all = all && succeeded
 	}
 	if !all {
 		return false, nil, nil
@@ -359,6 +362,44 @@ func (r *run) decide(ctx context.Context) (bool, *plugin.Result, error) {
 		return true, nil, err
 	}
 	return true, r.result(), nil
+}
+
+// settleDrained settles the stopped tasks whose logs are in. It is recorded
+// with the next checkpoint: a resume before it describes the stopped task
+// again and settles it the same way, and a relaunch checkpoints first.
+func (r *run) settleDrained(now time.Time) {
+	for i := range r.h.Tasks {
+		t, tr := &r.h.Tasks[i], &r.tasks[i]
+		if t.Outcome != "" || tr.final == nil || !r.drained(i, now) {
+			continue
+		}
+		r.settle(t, *tr.final)
+		tr.final = nil
+	}
+}
+
+// relaunchOrFail launches task i again when it failed or the infrastructure
+// stopped it and its budget allows, and fails the job when the budget is
+// spent. It reports whether the task succeeded.
+func (r *run) relaunchOrFail(ctx context.Context, i int) (bool, error) {
+	t := &r.h.Tasks[i]
+	switch t.Outcome {
+	case outcomeSucceeded:
+		return true, nil
+	case outcomeFailed:
+		if t.Attempts >= r.cfg.MaxFailCount {
+			return false, r.fail(ctx, fmt.Sprintf("task %d failed after %d launch attempt(s): %s", i, t.Attempts, t.Reason))
+		}
+		r.stderrf("task %d failed on launch %d of %d; launching it again", i, t.Attempts, r.cfg.MaxFailCount)
+		return false, r.launch(ctx, i, relaunchFailed)
+	case outcomeInfra:
+		if t.Infra >= r.cfg.MaxInfraRelaunches {
+			return false, r.fail(ctx, fmt.Sprintf("task %d was stopped by the infrastructure %d time(s), the last: %s", i, t.Infra+1, t.Reason))
+		}
+		r.stderrf("task %d was stopped by the infrastructure (%s); relaunch %d of %d", i, t.Reason, t.Infra+1, r.cfg.MaxInfraRelaunches)
+		return false, r.launch(ctx, i, relaunchInfra)
+	}
+	return false, nil
 }
 
 // fail ends the job for good: the other tasks are stopped.

@@ -223,24 +223,14 @@ func resolveName(ctx context.Context, cl *clients, name string) (taskDef, error)
 	return v.(taskDef), nil
 }
 
+// registerTemplate returns the family's latest revision when it was
+// registered from the same template (its content hash tag), else registers
+// a new revision.
 func registerTemplate(ctx context.Context, cl *clients, in *ecs.RegisterTaskDefinitionInput, hash string) (taskDef, error) {
 	family := aws.ToString(in.Family)
-	if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
-		return taskDef{}, err
-	}
-	latest, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{
-		TaskDefinition: aws.String(family),
-		Include:        []types.TaskDefinitionField{types.TaskDefinitionFieldTags},
-	})
-	switch {
-	case err == nil && latest.TaskDefinition != nil && latest.TaskDefinition.Status == types.TaskDefinitionStatusActive:
-		for _, t := range latest.Tags {
-			if aws.ToString(t.Key) == contentHashTag && aws.ToString(t.Value) == hash {
-				return newTaskDef(latest.TaskDefinition), nil
-			}
-		}
-	case err != nil && !clientFault(err):
-		return taskDef{}, classify(fmt.Sprintf("describing task definition family %q", family), err)
+	td, ok, err := registeredTemplate(ctx, cl, family, hash)
+	if err != nil || ok {
+		return td, err
 	}
 	// No revision yet (a client error: the family does not exist), or the
 	// template changed: register a new revision.
@@ -252,6 +242,31 @@ func registerTemplate(ctx context.Context, cl *clients, in *ecs.RegisterTaskDefi
 		return taskDef{}, classify(fmt.Sprintf("registering task definition family %q", family), err)
 	}
 	return newTaskDef(out.TaskDefinition), nil
+}
+
+// registeredTemplate describes the family's latest revision and reports
+// whether it is ACTIVE and tagged with hash. A family ECS does not know
+// (a client error) is not an error.
+func registeredTemplate(ctx context.Context, cl *clients, family, hash string) (taskDef, bool, error) {
+	if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
+		return taskDef{}, false, err
+	}
+	latest, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{
+		TaskDefinition: aws.String(family),
+		Include:        []types.TaskDefinitionField{types.TaskDefinitionFieldTags},
+	})
+	switch {
+	case err != nil && !clientFault(err):
+		return taskDef{}, false, classify(fmt.Sprintf("describing task definition family %q", family), err)
+	case err != nil || latest.TaskDefinition == nil || latest.TaskDefinition.Status != types.TaskDefinitionStatusActive:
+		return taskDef{}, false, nil
+	}
+	for _, t := range latest.Tags {
+		if aws.ToString(t.Key) == contentHashTag && aws.ToString(t.Value) == hash {
+			return newTaskDef(latest.TaskDefinition), true, nil
+		}
+	}
+	return taskDef{}, false, nil
 }
 
 // describeTaskDef loads a revision by ARN, once per process.

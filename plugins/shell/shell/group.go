@@ -37,62 +37,86 @@ func signalGroup(pgid int, sig unix.Signal) error {
 // with an error if processes survive SIGKILL for killWait (e.g. stuck in
 // uninterruptible sleep).
 func stopGroup(pgid int, grace time.Duration, hurry <-chan struct{}, killWait time.Duration) (stopOutcome, error) {
-	var out stopOutcome
 	if pgid <= 1 {
-		return out, fmt.Errorf("refusing to stop process group %d", pgid)
+		return stopOutcome{}, fmt.Errorf("refusing to stop process group %d", pgid)
 	}
 	members, err := groupMembers(pgid)
 	if err != nil || len(members) == 0 {
-		return out, err
+		return stopOutcome{}, err
 	}
-	out.Termed = true
+	g := &groupStop{pgid: pgid, killWait: killWait, members: members}
+	g.out.Termed = true
 	if err := signalGroup(pgid, unix.SIGTERM); err != nil {
-		return out, err
+		return g.out, err
 	}
 	_ = signalGroup(pgid, unix.SIGCONT) // best effort; TERM already went out
+	if grace <= 0 {
+		if err := g.kill(); err != nil {
+			return g.out, err
+		}
+	}
+	err = g.wait(grace, hurry)
+	return g.out, err
+}
 
+// groupStop is a process group on its way out after SIGTERM.
+type groupStop struct {
+	pgid     int
+	killWait time.Duration
+	members  []int // the live members last seen
+	out      stopOutcome
+	giveUp   <-chan time.Time // fires killWait after the first SIGKILL
+}
+
+// kill sends SIGKILL to the group, and starts the killWait clock the first
+// time.
+func (g *groupStop) kill() error {
+	if !g.out.Killed {
+		g.out.Killed = true
+		g.giveUp = time.After(g.killWait)
+	}
+	return signalGroup(g.pgid, unix.SIGKILL)
+}
+
+// wait polls the group until it is empty, killing it when grace runs out or
+// hurry is closed.
+func (g *groupStop) wait(grace time.Duration, hurry <-chan struct{}) error {
 	graceTimer := time.NewTimer(grace)
 	defer graceTimer.Stop()
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
-	var giveUp <-chan time.Time
-	kill := func() error {
-		if !out.Killed {
-			out.Killed = true
-			giveUp = time.After(killWait)
-		}
-		return signalGroup(pgid, unix.SIGKILL)
-	}
-	if grace <= 0 {
-		if err := kill(); err != nil {
-			return out, err
-		}
-	}
 	for {
+		var err error
 		select {
 		case <-ticker.C:
 		case <-graceTimer.C:
-			if err := kill(); err != nil {
-				return out, err
-			}
+			err = g.kill()
 		case <-hurry:
 			hurry = nil
-			if err := kill(); err != nil {
-				return out, err
-			}
-		case <-giveUp:
-			return out, fmt.Errorf("process group %d still has processes %v %s after SIGKILL", pgid, members, killWait)
+			err = g.kill()
+		case <-g.giveUp:
+			return fmt.Errorf("process group %d still has processes %v %s after SIGKILL", g.pgid, g.members, g.killWait)
 		}
-		if members, err = groupMembers(pgid); err != nil || len(members) == 0 {
-			return out, err
+		if err != nil {
+			return err
 		}
-		if out.Killed {
-			// Again, for anything forked while the first SIGKILL went out.
-			if err := signalGroup(pgid, unix.SIGKILL); err != nil {
-				return out, err
-			}
+		if done, err := g.poll(); done || err != nil {
+			return err
 		}
 	}
+}
+
+// poll reads the group's live members and reports done when none is left.
+// A group already killed gets SIGKILL again, for anything forked while the
+// first SIGKILL went out.
+func (g *groupStop) poll() (done bool, err error) {
+	if g.members, err = groupMembers(g.pgid); err != nil || len(g.members) == 0 {
+		return true, err
+	}
+	if !g.out.Killed {
+		return false, nil
+	}
+	return false, signalGroup(g.pgid, unix.SIGKILL)
 }
 
 // describe renders how the group was stopped, e.g. "SIGTERM, then SIGKILL

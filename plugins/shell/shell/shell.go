@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -210,210 +209,42 @@ func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 	defer cancel(nil)
 	r := &run{cancel: cancel, force: make(chan struct{}), done: make(chan struct{})}
 	key := runKey{job.ID, job.Attempt}
-	p.mu.Lock()
-	switch {
-	case p.closing:
-		p.mu.Unlock()
-		return nil, plugin.Errorf(plugin.Retriable, "not started: %v", errShutdown)
-	case p.runs[key] != nil:
-		p.mu.Unlock()
-		return nil, plugin.Errorf(plugin.Permanent, "job %s attempt %d is already running in this plugin", job.ID, job.Attempt)
+	if err := p.register(key, r); err != nil {
+		return nil, err
 	}
-	p.runs[key] = r
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.runs, key)
-		p.mu.Unlock()
-		close(r.done)
-	}()
+	defer p.unregister(key, r)
 
 	return p.execute(runCtx, r, job, s, cfg, rt)
 }
 
-func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, cfg config, rt plugin.Runtime) (*plugin.Result, error) {
-	log := p.log.With("job", job.ID, "attempt", job.Attempt)
-	what := describeArgv(s)
-
-	dir, createdDir := s.WorkingDir, false
-	if dir == "" {
-		d, err := os.MkdirTemp(cfg.WorkRoot, "tether-shell-"+safeName(job.ID)+"-"+strconv.Itoa(job.Attempt)+"-")
-		if err != nil {
-			return nil, plugin.Errorf(plugin.Retriable, "creating working directory under %s: %v", cfg.WorkRoot, err)
-		}
-		dir, createdDir = d, true
-		if a := cfg.RunAs; a != nil {
-			// The directory is private (0700): it must be the job's user's.
-			if err := os.Chown(dir, int(a.UID), int(a.GID)); err != nil {
-				_ = os.RemoveAll(dir)
-				return nil, plugin.Errorf(plugin.Retriable, "handing working directory %s to user %s: %v", dir, a.Name, err)
-			}
-		}
-	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, dec.Errorf("context.working_dir: %s is not an existing directory; create it first or leave working_dir unset for a fresh per-job directory", dir)
-	}
-	removeDir := createdDir && !s.KeepWorkingDir
-	groupGone := false
-	defer func() {
-		// A directory still in use by surviving processes is left to Cleanup.
-		if removeDir && groupGone {
-			if err := os.RemoveAll(dir); err != nil {
-				log.Warn("removing working directory", "dir", dir, "err", err)
-			}
-		}
-	}()
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, plugin.Errorf(plugin.Retriable, "creating state directory: %v", err)
-	}
-
-	runID := randomHex()
-	env := buildEnv(s, dir, job, runID, cfg.RunAs)
-	path, args := "/bin/sh", []string{"/bin/sh", "-c", s.Script}
-	if s.Script == "" {
-		var err error
-		if path, err = lookPath(s.Command[0], envValue(env, "PATH"), dir); err != nil {
-			return nil, dec.Errorf("context.command[0]: %v", err)
-		}
-		args = s.Command
-	}
-
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, plugin.Errorf(plugin.Retriable, "creating stdout pipe: %v", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, plugin.Errorf(plugin.Retriable, "creating stderr pipe: %v", err)
-	}
-	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        args,
-		Env:         env,
-		Dir:         dir,
-		Stdout:      outW,
-		Stderr:      errW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.RunAs)},
-	}
-	startErr := cmd.Start()
-	// The child has its own copies; ours must go so readers see EOF.
-	outW.Close()
-	errW.Close()
-	if startErr != nil {
-		outR.Close()
-		errR.Close()
-		groupGone = true
-		class := plugin.Permanent
-		if errors.Is(startErr, syscall.EAGAIN) || errors.Is(startErr, syscall.ENOMEM) {
-			class = plugin.Retriable
-		}
-		return nil, plugin.Errorf(class, "starting %s: %v", what, startErr)
-	}
-	pid := cmd.Process.Pid
-	log = log.With("pid", pid)
-
-	tail := &tailBuffer{}
-	var copiers sync.WaitGroup
-	copiers.Go(func() { p.pump(log, "stdout", outR, rt.Stdout(), nil) })
-	copiers.Go(func() { p.pump(log, "stderr", errR, rt.Stderr(), tail) })
-	exited := make(chan error, 1)
-	go func() { exited <- waitExit(pid) }()
-
-	// Record the group before anything else can go wrong, so a crash of this
-	// plugin process leaves Cleanup something to find.
-	recErr := p.record(cfg, job, s, pid, runID, dir, removeDir)
-	if recErr != nil {
-		log.Error("recording process group; stopping the job", "err", recErr)
-		r.kill(recErr)
-	}
-
-	var cancelCause, waitErr error
-	exitedSeen := false
-	select {
-	case waitErr = <-exited:
-		exitedSeen = true
-	case <-ctx.Done():
-		cancelCause = context.Cause(ctx)
-		log.Info("job canceled; stopping its process group", "cause", cancelCause, "kill_grace", s.KillGrace)
-	}
-
-	// Whether the leader exited or was canceled, nothing of the group may
-	// outlive the job. After a normal exit, leftovers get the same TERM/grace/
-	// KILL treatment, hurried by cancellation.
-	var hurry <-chan struct{} = r.force
-	if cancelCause == nil {
-		hurry = ctx.Done()
-	}
-	outcome, stopErr := stopGroup(pid, s.KillGrace, hurry, killWait)
-	if stopErr != nil {
-		log.Error("stopping process group", "err", stopErr)
-	}
-	if !exitedSeen {
-		select {
-		case waitErr = <-exited:
-		case <-time.After(pollInterval):
-			// The leader is normally dead by now (it was in the group). If it
-			// moved to another group it is not: kill it directly. Signalling
-			// a zombie does nothing, so this is safe either way.
-			_ = cmd.Process.Kill()
-			select {
-			case waitErr = <-exited:
-			case <-time.After(killWait):
-				go func() { _ = cmd.Wait() }() // reap whenever it dies
-				waitErr = fmt.Errorf("process %d did not exit %s after SIGKILL", pid, killWait)
-			}
-		}
-	}
-	var state *os.ProcessState
-	if waitErr == nil {
-		_ = cmd.Wait() // reaps the leader; its status is in ProcessState
-		if state = cmd.ProcessState; state == nil {
-			waitErr = fmt.Errorf("no exit status for process %d", pid)
-		}
-	}
-	groupGone = stopErr == nil && waitErr == nil
-
-	p.drain(&copiers, outR, errR)
-	outR.Close()
-	errR.Close()
-
-	if groupGone && recErr == nil {
-		if err := os.Remove(recordPath(cfg.StateDir, job.ID, job.Attempt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("removing process record", "err", err)
-		}
-	}
-
+// register enters a run in the plugin's table, refusing it while the plugin
+// shuts down or while the same attempt already runs here.
+func (p *Plugin) register(key runKey, r *run) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch {
-	case recErr != nil:
-		return nil, plugin.Errorf(plugin.Retriable, "stopped: %v", recErr)
-	case cancelCause != nil:
-		msg := fmt.Sprintf("canceled: %v (process group %d %s)", cancelCause, pid, outcome.describe(s.KillGrace))
-		if stopErr != nil || waitErr != nil {
-			msg += fmt.Sprintf("; %v", errors.Join(stopErr, waitErr))
-		}
-		return nil, plugin.Errorf(plugin.Retriable, "%s", msg)
-	case waitErr != nil:
-		return nil, plugin.Errorf(plugin.OutcomeUnknown, "waiting for %s: %v", what, waitErr)
+	case p.closing:
+		return plugin.Errorf(plugin.Retriable, "not started: %v", errShutdown)
+	case p.runs[key] != nil:
+		return plugin.Errorf(plugin.Permanent, "job %s attempt %d is already running in this plugin", key.id, key.attempt)
 	}
-	if state.Success() {
-		out := map[string]any{"exit_code": 0}
-		if createdDir && s.KeepWorkingDir {
-			out["working_dir"] = dir
-		}
-		b, _ := json.Marshal(out)
-		return &plugin.Result{Output: b, Message: fmt.Sprintf("%s exited with code 0", what)}, nil
-	}
-	msg := what + " " + exitDescription(state)
-	if lines := tail.lines(tailLines); len(lines) > 0 {
-		msg += "; last stderr lines:\n" + strings.Join(lines, "\n")
-	}
-	class := plugin.Permanent
-	if slices.Contains(s.RetryExitCodes, state.ExitCode()) {
-		// The job said this exit means "try again" (e.g. EX_TEMPFAIL, 75).
-		class = plugin.Retriable
-	}
-	return nil, plugin.Errorf(class, "%s", msg)
+	p.runs[key] = r
+	return nil
+}
+
+// unregister removes a run from the plugin's table once its Execute returns.
+func (p *Plugin) unregister(key runKey, r *run) {
+	p.mu.Lock()
+	delete(p.runs, key)
+	p.mu.Unlock()
+	close(r.done)
+}
+
+// running reports whether an Execute of rec's attempt runs in this plugin.
+func (p *Plugin) running(rec record) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runs[runKey{rec.JobID, rec.Attempt}] != nil
 }
 
 // record writes the run's process record to the state directory.
@@ -501,39 +332,9 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	if job.ID == "" {
 		return nil // nothing can have run under an empty ID
 	}
-	covers := func(attempt int) bool { return job.Attempt <= 0 || attempt <= job.Attempt }
-
-	p.mu.Lock()
-	var live []*run
-	for k, r := range p.runs {
-		if k.id == job.ID && covers(k.attempt) {
-			live = append(live, r)
-		}
+	if err := p.stopLive(ctx, job.ID, job.Attempt); err != nil {
+		return err
 	}
-	p.mu.Unlock()
-	// A job still running here is stopped the graceful way (SIGTERM, then
-	// SIGKILL after kill_grace): Cleanup often follows a cancel whose stop is
-	// already under way, and must not cut its grace short. Only when
-	// Cleanup's own deadline comes is the group killed at once.
-	for _, r := range live {
-		r.cancel(errCleanup)
-	}
-	for _, r := range live {
-		select {
-		case <-r.done:
-			continue
-		case <-ctx.Done():
-		}
-		r.kill(errCleanup)
-		t := time.NewTimer(forcedStopWait)
-		select {
-		case <-r.done:
-			t.Stop()
-		case <-t.C:
-			return plugin.Errorf(plugin.Retriable, "cleanup of job %s: its process group is still stopping: %v", job.ID, context.Cause(ctx))
-		}
-	}
-
 	if !procSupported {
 		return nil
 	}
@@ -541,41 +342,101 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	if err != nil {
 		return err
 	}
-	paths, err := jobRecords(cfg.StateDir, job.ID)
+	return p.cleanupRecords(ctx, cfg.StateDir, job.ID, job.Attempt)
+}
+
+// covered reports whether Cleanup of attempts up to last covers attempt. A
+// last of 0 or less covers every attempt.
+func covered(attempt, last int) bool { return last <= 0 || attempt <= last }
+
+// stopLive stops the job's runs in this plugin process whose attempts are
+// covered. They are stopped the graceful way (SIGTERM, then SIGKILL after
+// kill_grace). Cleanup often follows a cancel whose stop is already under
+// way, and must not cut its grace short. Only when Cleanup's own deadline
+// comes is a group killed at once.
+func (p *Plugin) stopLive(ctx context.Context, jobID string, last int) error {
+	p.mu.Lock()
+	var live []*run
+	for k, r := range p.runs {
+		if k.id == jobID && covered(k.attempt, last) {
+			live = append(live, r)
+		}
+	}
+	p.mu.Unlock()
+	for _, r := range live {
+		r.cancel(errCleanup)
+	}
+	for _, r := range live {
+		if err := r.awaitOrKill(ctx); err != nil {
+			return plugin.Errorf(plugin.Retriable, "cleanup of job %s: its process group is still stopping: %v", jobID, err)
+		}
+	}
+	return nil
+}
+
+// awaitOrKill waits for the run's Execute to return. When ctx ends first it
+// kills the run and waits forcedStopWait more, and returns ctx's cause if the
+// run is still not done.
+func (r *run) awaitOrKill(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+	}
+	r.kill(errCleanup)
+	t := time.NewTimer(forcedStopWait)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return nil
+	case <-t.C:
+		return context.Cause(ctx)
+	}
+}
+
+// cleanupRecords acts on the process records earlier plugin processes left
+// for the job's covered attempts.
+func (p *Plugin) cleanupRecords(ctx context.Context, stateDir, jobID string, last int) error {
+	paths, err := jobRecords(stateDir, jobID)
 	if err != nil {
 		return plugin.WithClass(plugin.Retriable, err)
 	}
 	var errs []error
 	for _, path := range paths {
-		rec, err := readRecord(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed by its Execute meanwhile
-		}
-		if err != nil {
-			// Unreadable records cannot be acted on; keeping them helps nobody.
-			p.log.Warn("removing unreadable process record", "path", path, "err", err)
-			_ = os.Remove(path)
-			continue
-		}
-		if rec.JobID != job.ID || !covers(rec.Attempt) {
-			continue
-		}
-		p.mu.Lock()
-		running := p.runs[runKey{rec.JobID, rec.Attempt}] != nil
-		p.mu.Unlock()
-		if running {
-			continue // a newer Execute of this attempt owns it
-		}
-		if err := p.cleanupRecord(ctx, rec); err != nil {
+		if err := p.cleanupPath(ctx, path, jobID, last); err != nil {
 			errs = append(errs, err)
-			continue
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing process record: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return plugin.Errorf(plugin.Retriable, "cleanup of job %s: %v", job.ID, err)
+		return plugin.Errorf(plugin.Retriable, "cleanup of job %s: %v", jobID, err)
+	}
+	return nil
+}
+
+// cleanupPath stops the group the record at path describes and removes the
+// record, unless the record is of another attempt or a run here owns it.
+func (p *Plugin) cleanupPath(ctx context.Context, path, jobID string, last int) error {
+	rec, err := readRecord(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed by its Execute meanwhile
+	}
+	if err != nil {
+		// Unreadable records cannot be acted on; keeping them helps nobody.
+		p.log.Warn("removing unreadable process record", "path", path, "err", err)
+		_ = os.Remove(path)
+		return nil
+	}
+	if rec.JobID != jobID || !covered(rec.Attempt, last) {
+		return nil
+	}
+	if p.running(rec) {
+		return nil // a newer Execute of this attempt owns it
+	}
+	if err := p.cleanupRecord(ctx, rec); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing process record: %w", err)
 	}
 	return nil
 }
@@ -583,22 +444,9 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 // cleanupRecord stops the process group a record describes, if it is still
 // the run's group, and removes the run's working directory.
 func (p *Plugin) cleanupRecord(ctx context.Context, rec record) error {
-	log := p.log.With("job", rec.JobID, "attempt", rec.Attempt, "pgid", rec.PGID)
 	if rec.BootID == "" || rec.BootID == bootID() {
-		ours, err := ownsGroup(rec)
-		if err != nil {
-			return fmt.Errorf("checking process group %d: %w", rec.PGID, err)
-		}
-		if ours {
-			grace, err := time.ParseDuration(rec.KillGrace)
-			if err != nil || grace < 0 {
-				grace = DefaultKillGrace
-			}
-			outcome, err := stopGroup(rec.PGID, grace, ctx.Done(), cleanupKillWait)
-			if err != nil {
-				return err
-			}
-			log.Info("cleanup stopped a leftover process group", "how", outcome.describe(grace))
+		if err := p.stopRecordedGroup(ctx, rec); err != nil {
+			return err
 		}
 	}
 	// Only ever remove a directory this plugin created.
@@ -607,6 +455,28 @@ func (p *Plugin) cleanupRecord(ctx context.Context, rec record) error {
 			return fmt.Errorf("removing working directory: %w", err)
 		}
 	}
+	return nil
+}
+
+// stopRecordedGroup stops the group in rec if it still belongs to the run,
+// with the run's own kill grace.
+func (p *Plugin) stopRecordedGroup(ctx context.Context, rec record) error {
+	ours, err := ownsGroup(rec)
+	if err != nil {
+		return fmt.Errorf("checking process group %d: %w", rec.PGID, err)
+	}
+	if !ours {
+		return nil
+	}
+	grace, err := time.ParseDuration(rec.KillGrace)
+	if err != nil || grace < 0 {
+		grace = DefaultKillGrace
+	}
+	outcome, err := stopGroup(rec.PGID, grace, ctx.Done(), cleanupKillWait)
+	if err != nil {
+		return err
+	}
+	p.log.Info("cleanup stopped a leftover process group", "job", rec.JobID, "attempt", rec.Attempt, "pgid", rec.PGID, "how", outcome.describe(grace))
 	return nil
 }
 

@@ -75,6 +75,34 @@ var configKeys = []string{"kill_grace", "max_kill_grace", "run_as", "state_dir",
 // start with the setting's name.
 var dec = settings.Decoder{}
 
+// configFields are the plugin config's keys, in the sorted order they are
+// decoded in, each with the parser that sets it.
+var configFields = []struct {
+	key    string
+	decode func(c *config, raw json.RawMessage) error
+}{
+	{"kill_grace", func(c *config, v json.RawMessage) (err error) {
+		c.KillGrace, err = parseGrace("config.kill_grace", v)
+		return err
+	}},
+	{"max_kill_grace", func(c *config, v json.RawMessage) (err error) {
+		c.MaxKillGrace, err = parseGrace("config.max_kill_grace", v)
+		return err
+	}},
+	{"run_as", func(c *config, v json.RawMessage) (err error) {
+		c.RunAs, err = parseRunAs("config.run_as", v, os.Geteuid(), lookupUser, (*user.User).GroupIds)
+		return err
+	}},
+	{"state_dir", func(c *config, v json.RawMessage) (err error) {
+		c.StateDir, err = parseAbsDir("config.state_dir", v)
+		return err
+	}},
+	{"work_root", func(c *config, v json.RawMessage) (err error) {
+		c.WorkRoot, err = parseAbsDir("config.work_root", v)
+		return err
+	}},
+}
+
 // parseConfig validates the plugin config. tempDir is os.TempDir(), passed in
 // so defaults are decided in one place.
 func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
@@ -88,29 +116,13 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	for _, key := range fields.Keys() {
-		val := fields[key]
-		switch key {
-		case "kill_grace":
-			if cfg.KillGrace, err = parseGrace("config.kill_grace", val); err != nil {
-				return config{}, err
-			}
-		case "max_kill_grace":
-			if cfg.MaxKillGrace, err = parseGrace("config.max_kill_grace", val); err != nil {
-				return config{}, err
-			}
-		case "work_root":
-			if cfg.WorkRoot, err = parseAbsDir("config.work_root", val); err != nil {
-				return config{}, err
-			}
-		case "state_dir":
-			if cfg.StateDir, err = parseAbsDir("config.state_dir", val); err != nil {
-				return config{}, err
-			}
-		case "run_as":
-			if cfg.RunAs, err = parseRunAs("config.run_as", val, os.Geteuid(), lookupUser, (*user.User).GroupIds); err != nil {
-				return config{}, err
-			}
+	for _, f := range configFields {
+		v, ok := fields.Get(f.key)
+		if !ok {
+			continue
+		}
+		if err := f.decode(&cfg, v); err != nil {
+			return config{}, err
 		}
 	}
 	if cfg.KillGrace > cfg.MaxKillGrace {
@@ -125,6 +137,44 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	return decodeSpec(raw, cfg, true)
 }
 
+// specFields are the job context's keys, in the order they are decoded in,
+// each with the parser that sets it. A key set to null counts as unset, so a
+// job can clear a command's default key (e.g. "command": null to run its own
+// script instead).
+var specFields = []struct {
+	key    string
+	decode func(s *spec, raw json.RawMessage, cfg config) error
+}{
+	{"command", func(s *spec, v json.RawMessage, _ config) (err error) {
+		s.Command, err = parseCommand(v)
+		return err
+	}},
+	{"script", func(s *spec, v json.RawMessage, _ config) (err error) {
+		s.Script, err = parseScript(v)
+		return err
+	}},
+	{"env", func(s *spec, v json.RawMessage, _ config) (err error) {
+		s.Env, err = parseEnv(v)
+		return err
+	}},
+	{"working_dir", func(s *spec, v json.RawMessage, _ config) (err error) {
+		s.WorkingDir, err = parseAbsDir("context.working_dir", v)
+		return err
+	}},
+	{"keep_working_dir", func(s *spec, v json.RawMessage, _ config) (err error) {
+		s.KeepWorkingDir, err = dec.Bool("context.keep_working_dir", v)
+		return err
+	}},
+	{"kill_grace", func(s *spec, v json.RawMessage, cfg config) (err error) {
+		s.KillGrace, err = parseJobGrace(v, cfg.MaxKillGrace)
+		return err
+	}},
+	{"retry_exit_codes", func(s *spec, v json.RawMessage, _ config) (err error) {
+		s.RetryExitCodes, err = parseExitCodes("context.retry_exit_codes", v)
+		return err
+	}},
+}
+
 // decodeSpec is parseSpec; with complete false it accepts a context that
 // sets neither command nor script, as a command's default context may (its
 // jobs bring their own), for Validate.
@@ -134,56 +184,46 @@ func decodeSpec(raw json.RawMessage, cfg config, complete bool) (spec, error) {
 	if err != nil {
 		return spec{}, err
 	}
-	// Get treats null as unset, so a job can clear a command's default key
-	// (e.g. "command": null to run its own script instead).
-	rawCmd, hasCmd := fields.Get("command")
-	rawScript, hasScript := fields.Get("script")
-	switch {
-	case hasCmd && hasScript:
-		return spec{}, dec.Errorf(`context: both command and script are set; set exactly one (a job can clear a default with "command": null or "script": null)`)
-	case !hasCmd && !hasScript && complete:
-		return spec{}, dec.Errorf(`context: neither command nor script is set; set command: ["prog", "arg"] or script: "..."`)
+	if err := checkProgram(fields, complete); err != nil {
+		return spec{}, err
 	}
-	if hasCmd {
-		if s.Command, err = parseCommand(rawCmd); err != nil {
-			return spec{}, err
+	for _, f := range specFields {
+		v, ok := fields.Get(f.key)
+		if !ok {
+			continue
 		}
-	}
-	if hasScript {
-		if s.Script, err = parseScript(rawScript); err != nil {
-			return spec{}, err
-		}
-	}
-	if v, ok := fields.Get("env"); ok {
-		if s.Env, err = parseEnv(v); err != nil {
-			return spec{}, err
-		}
-	}
-	if v, ok := fields.Get("working_dir"); ok {
-		if s.WorkingDir, err = parseAbsDir("context.working_dir", v); err != nil {
-			return spec{}, err
-		}
-	}
-	if v, ok := fields.Get("keep_working_dir"); ok {
-		if s.KeepWorkingDir, err = dec.Bool("context.keep_working_dir", v); err != nil {
-			return spec{}, err
-		}
-	}
-	if v, ok := fields.Get("kill_grace"); ok {
-		if s.KillGrace, err = parseGrace("context.kill_grace", v); err != nil {
-			return spec{}, err
-		}
-		if s.KillGrace > cfg.MaxKillGrace {
-			return spec{}, dec.Errorf("context.kill_grace: %s is above the maximum %s (plugins.shell.config.max_kill_grace); ask for at most %s, or raise max_kill_grace in the agent's config",
-				s.KillGrace, cfg.MaxKillGrace, cfg.MaxKillGrace)
-		}
-	}
-	if v, ok := fields.Get("retry_exit_codes"); ok {
-		if s.RetryExitCodes, err = parseExitCodes("context.retry_exit_codes", v); err != nil {
+		if err := f.decode(&s, v, cfg); err != nil {
 			return spec{}, err
 		}
 	}
 	return s, nil
+}
+
+// checkProgram refuses a context that sets both command and script, and,
+// when complete, one that sets neither.
+func checkProgram(fields settings.Fields, complete bool) error {
+	_, hasCmd := fields.Get("command")
+	_, hasScript := fields.Get("script")
+	switch {
+	case hasCmd && hasScript:
+		return dec.Errorf(`context: both command and script are set; set exactly one (a job can clear a default with "command": null or "script": null)`)
+	case !hasCmd && !hasScript && complete:
+		return dec.Errorf(`context: neither command nor script is set; set command: ["prog", "arg"] or script: "..."`)
+	}
+	return nil
+}
+
+// parseJobGrace reads context.kill_grace, which may be at most max.
+func parseJobGrace(raw json.RawMessage, max time.Duration) (time.Duration, error) {
+	grace, err := parseGrace("context.kill_grace", raw)
+	if err != nil {
+		return 0, err
+	}
+	if grace > max {
+		return 0, dec.Errorf("context.kill_grace: %s is above the maximum %s (plugins.shell.config.max_kill_grace); ask for at most %s, or raise max_kill_grace in the agent's config",
+			grace, max, max)
+	}
+	return grace, nil
 }
 
 // objectFields is settings' Object, with the shell plugin's own words for

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,25 @@ func TestHealthCheck(t *testing.T) {
 	}
 	if err := p.HealthCheck(context.Background(), json.RawMessage(`{"kill_grace": 5}`)); err == nil {
 		t.Fatal("HealthCheck accepted an invalid config")
+	}
+}
+
+// The decoding tables and the lists of accepted keys are kept apart; every
+// key must have a decoder.
+func TestEveryKeyHasADecoder(t *testing.T) {
+	var config, context []string
+	for _, f := range configFields {
+		config = append(config, f.key)
+	}
+	for _, f := range specFields {
+		context = append(context, f.key)
+	}
+	slices.Sort(config)
+	slices.Sort(context)
+	if !slices.Equal(config, configKeys) {
+		t.Errorf("config decoders %v, want one for each of %v", config, configKeys)
+	}
+	if !slices.Equal(context, contextKeys) {
+		t.Errorf("context decoders %v, want one for each of %v", context, contextKeys)
 	}
 }

@@ -192,78 +192,114 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	if c.Access, err = parseAccess(merged); err != nil {
 		return Config{}, err
 	}
+	fields := c.fields()
 	for _, key := range merged.Keys() {
-		v := merged[key]
-		switch key {
-		case "namespace":
-			if c.Namespace, err = dec.String(key, v); err == nil {
-				err = dnsLabel(key, c.Namespace)
-			}
-		case "image":
-			c.Image, err = dec.String(key, v)
-		case "image_pull_policy":
-			c.ImagePullPolicy, err = dec.OneOf(key, v, "Always", "IfNotPresent", "Never")
-		case "service_account":
-			if c.ServiceAccount, err = dec.String(key, v); err == nil {
-				if errs := validation.IsDNS1123Subdomain(c.ServiceAccount); len(errs) > 0 {
-					err = dec.Errorf("service_account: %q is not a valid service account name: %s", c.ServiceAccount, strings.Join(errs, "; "))
-				}
-			}
-		case "spark_version":
-			c.SparkVersion, err = dec.String(key, v)
-		case "type":
-			c.Type, err = dec.OneOf(key, v, "Scala", "Java", "Python", "R")
-		case "mode":
-			if c.Mode, err = dec.String(key, v); err == nil {
-				err = checkMode(key, c.Mode)
-			}
-		case "main_application_file":
-			c.MainApplicationFile, err = dec.String(key, v)
-		case "main_class":
-			c.MainClass, err = dec.String(key, v)
-		case "arguments":
-			// Blank arguments are passed on: a program may want one.
-			c.Arguments, err = dec.Strings(key, v, true)
-		case "template":
-			c.Template, err = parseTemplate(v)
-		case "spark_conf":
-			c.SparkConf, err = dec.StringMap(key, v)
-		case "hadoop_conf":
-			c.HadoopConf, err = dec.StringMap(key, v)
-		case "driver":
-			c.Driver, err = parseResources(key, v, driverKeys)
-		case "executor":
-			c.Executor, err = parseResources(key, v, executorKeys)
-		case "labels":
-			if c.Labels, err = dec.StringMap(key, v); err == nil {
-				err = validLabels(key, c.Labels)
-			}
-		case "timeout":
-			c.Timeout, err = dec.Duration(key, v, true)
-		case "poll_interval":
-			c.PollInterval, err = dec.Duration(key, v, false)
-		case "unknown_grace":
-			c.UnknownGrace, err = dec.Duration(key, v, true)
-		case "auth_grace":
-			c.AuthGrace, err = dec.Duration(key, v, true)
-		case "startup_timeout":
-			c.StartupTimeout, err = dec.Duration(key, v, true)
-		case "time_to_live":
-			if c.TimeToLive, err = dec.Duration(key, v, false); err == nil && c.TimeToLive < MinTimeToLive {
-				err = dec.Errorf("time_to_live: must be at least %s (it must outlast the wait before a lost agent's job is resumed, stale_job, plus the resume; an application deleted by its TTL before its outcome was checkpointed ends the job outcome_unknown), got %s", MinTimeToLive, c.TimeToLive)
-			}
-		case "query_mount_path":
-			if c.QueryMountPath, err = dec.String(key, v); err == nil && (!path.IsAbs(c.QueryMountPath) || path.Clean(c.QueryMountPath) != c.QueryMountPath) {
-				err = dec.Errorf("query_mount_path: must be a clean absolute path like %q, got %q", DefaultQueryMountPath, c.QueryMountPath)
-			}
-		case "query":
-			c.Query, err = dec.String(key, v)
+		decode, ok := fields[key]
+		if !ok {
+			continue // a key of the cluster access, decoded above
 		}
-		if err != nil {
+		if err := decode(key, merged[key]); err != nil {
 			return Config{}, err
 		}
 	}
 	return c, nil
+}
+
+// fieldDecoder decodes the value of one key into its field.
+type fieldDecoder func(key string, v json.RawMessage) error
+
+// fields maps each key but the cluster access's to the parser, and the
+// check, that set its field of c.
+func (c *Config) fields() map[string]fieldDecoder {
+	return map[string]fieldDecoder{
+		"namespace":             set(&c.Namespace, checked(dec.String, dnsLabel)),
+		"image":                 set(&c.Image, dec.String),
+		"image_pull_policy":     set(&c.ImagePullPolicy, oneOf("Always", "IfNotPresent", "Never")),
+		"service_account":       set(&c.ServiceAccount, checked(dec.String, checkServiceAccount)),
+		"spark_version":         set(&c.SparkVersion, dec.String),
+		"type":                  set(&c.Type, oneOf("Scala", "Java", "Python", "R")),
+		"mode":                  set(&c.Mode, checked(dec.String, checkMode)),
+		"main_application_file": set(&c.MainApplicationFile, dec.String),
+		"main_class":            set(&c.MainClass, dec.String),
+		"arguments":             set(&c.Arguments, stringsBlankOK),
+		"template":              set(&c.Template, unkeyed(parseTemplate)),
+		"spark_conf":            set(&c.SparkConf, dec.StringMap),
+		"hadoop_conf":           set(&c.HadoopConf, dec.StringMap),
+		"driver":                set(&c.Driver, resources(driverKeys)),
+		"executor":              set(&c.Executor, resources(executorKeys)),
+		"labels":                set(&c.Labels, checked(dec.StringMap, validLabels)),
+		"timeout":               set(&c.Timeout, duration(true)),
+		"poll_interval":         set(&c.PollInterval, duration(false)),
+		"unknown_grace":         set(&c.UnknownGrace, duration(true)),
+		"auth_grace":            set(&c.AuthGrace, duration(true)),
+		"startup_timeout":       set(&c.StartupTimeout, duration(true)),
+		"time_to_live":          set(&c.TimeToLive, checked(duration(false), checkTimeToLive)),
+		"query_mount_path":      set(&c.QueryMountPath, checked(dec.String, checkMountPath)),
+		"query":                 set(&c.Query, dec.String),
+	}
+}
+
+// set returns a decoder that stores what parse makes of a value in *dst.
+func set[T any](dst *T, parse func(key string, v json.RawMessage) (T, error)) fieldDecoder {
+	return func(key string, v json.RawMessage) (err error) {
+		*dst, err = parse(key, v)
+		return err
+	}
+}
+
+// checked is parse followed by check of what it parsed.
+func checked[T any](parse func(string, json.RawMessage) (T, error), check func(key string, val T) error) func(string, json.RawMessage) (T, error) {
+	return func(key string, v json.RawMessage) (T, error) {
+		val, err := parse(key, v)
+		if err != nil {
+			return val, err
+		}
+		return val, check(key, val)
+	}
+}
+
+// unkeyed adapts a parser that names its key in its errors itself.
+func unkeyed[T any](parse func(v json.RawMessage) (T, error)) func(string, json.RawMessage) (T, error) {
+	return func(_ string, v json.RawMessage) (T, error) { return parse(v) }
+}
+
+func oneOf(allowed ...string) func(string, json.RawMessage) (string, error) {
+	return func(key string, v json.RawMessage) (string, error) { return dec.OneOf(key, v, allowed...) }
+}
+
+func duration(zeroOK bool) func(string, json.RawMessage) (time.Duration, error) {
+	return func(key string, v json.RawMessage) (time.Duration, error) { return dec.Duration(key, v, zeroOK) }
+}
+
+// stringsBlankOK reads arguments. Blank arguments are passed on: a program
+// may want one.
+func stringsBlankOK(key string, v json.RawMessage) ([]string, error) {
+	return dec.Strings(key, v, true)
+}
+
+func resources(known []string) func(string, json.RawMessage) (Resources, error) {
+	return func(key string, v json.RawMessage) (Resources, error) { return parseResources(key, v, known) }
+}
+
+func checkServiceAccount(_, name string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return dec.Errorf("service_account: %q is not a valid service account name: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func checkTimeToLive(_ string, ttl time.Duration) error {
+	if ttl < MinTimeToLive {
+		return dec.Errorf("time_to_live: must be at least %s (it must outlast the wait before a lost agent's job is resumed, stale_job, plus the resume; an application deleted by its TTL before its outcome was checkpointed ends the job outcome_unknown), got %s", MinTimeToLive, ttl)
+	}
+	return nil
+}
+
+func checkMountPath(_, p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return dec.Errorf("query_mount_path: must be a clean absolute path like %q, got %q", DefaultQueryMountPath, p)
+	}
+	return nil
 }
 
 // parseClusterConfig reads the plugin config alone, for HealthCheck: only
@@ -278,42 +314,51 @@ func parseClusterConfig(raw json.RawMessage) (Access, error) {
 
 func parseAccess(fields settings.Fields) (Access, error) {
 	var a Access
-	var err error
+	decoders := a.fields()
 	for _, key := range accessKeys {
-		v, ok := fields.Get(key)
-		if !ok {
-			continue
-		}
-		switch key {
-		case "kubeconfig":
-			a.Kubeconfig, err = dec.String(key, v)
-		case "context":
-			a.Context, err = dec.String(key, v)
-		case "in_cluster":
-			a.InCluster, err = dec.Bool(key, v)
-		case "eks_cluster":
-			a.EKSCluster, err = dec.String(key, v)
-		case "region":
-			a.Region, err = dec.String(key, v)
-		case "eks_endpoint":
-			if a.EKSEndpoint, err = dec.String(key, v); err == nil && !strings.HasPrefix(a.EKSEndpoint, "https://") {
-				err = dec.Errorf("eks_endpoint: must be the cluster's https:// API server endpoint, got %q", a.EKSEndpoint)
+		if v, ok := fields.Get(key); ok {
+			if err := decoders[key](key, v); err != nil {
+				return Access{}, err
 			}
-		case "aws_endpoint":
-			if a.AWSEndpoint, err = dec.String(key, v); err == nil {
-				err = checkAWSEndpoint(a.AWSEndpoint)
-			}
-		case "eks_ca_data":
-			if a.EKSCAData, err = dec.String(key, v); err == nil {
-				if _, derr := base64.StdEncoding.DecodeString(a.EKSCAData); derr != nil {
-					err = dec.Errorf("eks_ca_data: must be the cluster's certificate authority data, base64-encoded: %v", derr)
-				}
-			}
-		}
-		if err != nil {
-			return Access{}, err
 		}
 	}
+	if err := a.check(); err != nil {
+		return Access{}, err
+	}
+	return a, nil
+}
+
+// fields maps each key of the cluster access to the parser, and the check,
+// that set its field of a.
+func (a *Access) fields() map[string]fieldDecoder {
+	return map[string]fieldDecoder{
+		"kubeconfig":   set(&a.Kubeconfig, dec.String),
+		"context":      set(&a.Context, dec.String),
+		"in_cluster":   set(&a.InCluster, dec.Bool),
+		"eks_cluster":  set(&a.EKSCluster, dec.String),
+		"region":       set(&a.Region, dec.String),
+		"eks_endpoint": set(&a.EKSEndpoint, checked(dec.String, checkEKSEndpoint)),
+		"aws_endpoint": set(&a.AWSEndpoint, checked(dec.String, checkAWSEndpoint)),
+		"eks_ca_data":  set(&a.EKSCAData, checked(dec.String, checkCAData)),
+	}
+}
+
+func checkEKSEndpoint(_, endpoint string) error {
+	if !strings.HasPrefix(endpoint, "https://") {
+		return dec.Errorf("eks_endpoint: must be the cluster's https:// API server endpoint, got %q", endpoint)
+	}
+	return nil
+}
+
+func checkCAData(_, data string) error {
+	if _, err := base64.StdEncoding.DecodeString(data); err != nil {
+		return dec.Errorf("eks_ca_data: must be the cluster's certificate authority data, base64-encoded: %v", err)
+	}
+	return nil
+}
+
+// modes are the ways of reaching the cluster the access sets.
+func (a *Access) modes() []string {
 	var modes []string
 	if a.Kubeconfig != "" {
 		modes = append(modes, "kubeconfig")
@@ -324,42 +369,59 @@ func parseAccess(fields settings.Fields) (Access, error) {
 	if a.EKSCluster != "" {
 		modes = append(modes, "eks_cluster")
 	}
+	return modes
+}
+
+// check validates the access as a whole: exactly one mode, and the
+// settings each mode needs and no others.
+func (a *Access) check() error {
 	const how = "set exactly one of kubeconfig (a kubeconfig file's path, optionally with context), in_cluster: true, or eks_cluster (with region)"
+	modes := a.modes()
 	switch {
 	case len(modes) == 0:
-		return Access{}, dec.Errorf("cluster access: none configured; %s", how)
+		return dec.Errorf("cluster access: none configured; %s", how)
 	case len(modes) > 1:
-		return Access{}, dec.Errorf("cluster access: %s are all set; %s", strings.Join(modes, " and "), how)
+		return dec.Errorf("cluster access: %s are all set; %s", strings.Join(modes, " and "), how)
 	}
 	if a.Context != "" && a.Kubeconfig == "" {
-		return Access{}, dec.Errorf("context: only applies with kubeconfig")
+		return dec.Errorf("context: only applies with kubeconfig")
 	}
 	if a.EKSCluster == "" {
-		for _, kv := range [][2]string{{"region", a.Region}, {"eks_endpoint", a.EKSEndpoint}, {"eks_ca_data", a.EKSCAData}, {"aws_endpoint", a.AWSEndpoint}} {
-			if kv[1] != "" {
-				return Access{}, dec.Errorf("%s: only applies with eks_cluster", kv[0])
-			}
-		}
-		return a, nil
+		return a.checkNoEKS()
 	}
+	return a.checkEKS()
+}
+
+// checkNoEKS refuses the EKS settings without eks_cluster.
+func (a *Access) checkNoEKS() error {
+	for _, kv := range [][2]string{{"region", a.Region}, {"eks_endpoint", a.EKSEndpoint}, {"eks_ca_data", a.EKSCAData}, {"aws_endpoint", a.AWSEndpoint}} {
+		if kv[1] != "" {
+			return dec.Errorf("%s: only applies with eks_cluster", kv[0])
+		}
+	}
+	return nil
+}
+
+// checkEKS checks the settings that go with eks_cluster.
+func (a *Access) checkEKS() error {
 	if a.Region == "" {
-		return Access{}, dec.Errorf("region: required with eks_cluster (the cluster's AWS region, e.g. \"eu-west-1\")")
+		return dec.Errorf("region: required with eks_cluster (the cluster's AWS region, e.g. \"eu-west-1\")")
 	}
 	// The endpoint without its CA (or the reverse) is a half-copied
 	// describe-cluster output; looking the other half up would hide that.
-	if (a.EKSEndpoint == "") != (a.EKSCAData == "") {
-		set, unset := "eks_endpoint", "eks_ca_data"
-		if a.EKSEndpoint == "" {
-			set, unset = unset, set
-		}
-		return Access{}, dec.Errorf("eks_endpoint, eks_ca_data: set both (cluster.endpoint and cluster.certificateAuthority.data, as `aws eks describe-cluster` shows them) or neither (the plugin then looks them up with DescribeCluster); %s is set without %s", set, unset)
+	if (a.EKSEndpoint == "") == (a.EKSCAData == "") {
+		return nil
 	}
-	return a, nil
+	have, lack := "eks_endpoint", "eks_ca_data"
+	if a.EKSEndpoint == "" {
+		have, lack = lack, have
+	}
+	return dec.Errorf("eks_endpoint, eks_ca_data: set both (cluster.endpoint and cluster.certificateAuthority.data, as `aws eks describe-cluster` shows them) or neither (the plugin then looks them up with DescribeCluster); %s is set without %s", have, lack)
 }
 
 // checkAWSEndpoint accepts an http(s) URL with a host, as the SDK's
 // BaseEndpoint needs it.
-func checkAWSEndpoint(s string) error {
+func checkAWSEndpoint(_, s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return dec.Errorf("aws_endpoint: must be an http:// or https:// URL (the endpoint of STS and EKS, e.g. a VPC endpoint or an emulator), got %q", s)
@@ -400,10 +462,31 @@ func parseResources(what string, v json.RawMessage, known []string) (Resources, 
 // parseTemplate accepts a mapping, or a string holding a YAML or JSON
 // document: a SparkApplication whose spec is the base of the job's.
 func parseTemplate(v json.RawMessage) (map[string]any, error) {
-	var doc []byte
+	doc, err := templateJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	var t map[string]any
+	// utiljson keeps whole numbers as int64, as unstructured objects need.
+	if err := utiljson.Unmarshal(doc, &t); err != nil || t == nil {
+		return nil, dec.Errorf("template: must be a mapping (a SparkApplication object)")
+	}
+	if err := checkTemplateHead(t); err != nil {
+		return nil, err
+	}
+	if spec, ok := t["spec"].(map[string]any); ok {
+		if err := checkTemplateSpec(spec); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// templateJSON is the template as a JSON document.
+func templateJSON(v json.RawMessage) ([]byte, error) {
 	switch settings.Kind(v) {
 	case "object":
-		doc = v
+		return v, nil
 	case "string":
 		var s string
 		if err := json.Unmarshal(v, &s); err != nil {
@@ -413,76 +496,98 @@ func parseTemplate(v json.RawMessage) (map[string]any, error) {
 		if err != nil {
 			return nil, dec.Errorf("template: not valid YAML or JSON: %v", err)
 		}
-		doc = b
-	default:
-		return nil, dec.Errorf("template: must be a SparkApplication (a mapping or a YAML string), got %s", settings.Kind(v))
+		return b, nil
 	}
-	var t map[string]any
-	// utiljson keeps whole numbers as int64, as unstructured objects need.
-	if err := utiljson.Unmarshal(doc, &t); err != nil || t == nil {
-		return nil, dec.Errorf("template: must be a mapping (a SparkApplication object)")
+	return nil, dec.Errorf("template: must be a SparkApplication (a mapping or a YAML string), got %s", settings.Kind(v))
+}
+
+// unsetOr reports whether m has no key, or has it with a value of type T.
+func unsetOr[T any](m map[string]any, key string) bool {
+	x, ok := m[key]
+	if !ok {
+		return true
 	}
+	_, is := x.(T)
+	return is
+}
+
+// checkTemplateHead checks the template's apiVersion and kind, if set, and
+// that its metadata and spec are mappings.
+func checkTemplateHead(t map[string]any) error {
 	for _, kv := range [][2]string{{"apiVersion", APIVersion}, {"kind", Kind}} {
 		if got, ok := t[kv[0]]; ok && got != kv[1] {
-			return nil, dec.Errorf("template: %s must be %q (or left out), got %v", kv[0], kv[1], got)
+			return dec.Errorf("template: %s must be %q (or left out), got %v", kv[0], kv[1], got)
 		}
 	}
 	for _, key := range []string{"metadata", "spec"} {
-		if x, ok := t[key]; ok {
-			if _, isMap := x.(map[string]any); !isMap {
-				return nil, dec.Errorf("template: %s must be a mapping", key)
-			}
+		if !unsetOr[map[string]any](t, key) {
+			return dec.Errorf("template: %s must be a mapping", key)
 		}
 	}
-	if spec, ok := t["spec"].(map[string]any); ok {
-		for _, key := range []string{"driver", "executor", "sparkConf", "hadoopConf"} {
-			if x, ok := spec[key]; ok {
-				if _, isMap := x.(map[string]any); !isMap {
-					return nil, dec.Errorf("template: spec.%s must be a mapping", key)
-				}
-			}
-		}
-		for _, key := range []string{"volumes", "arguments"} {
-			if x, ok := spec[key]; ok {
-				if _, isList := x.([]any); !isList {
-					return nil, dec.Errorf("template: spec.%s must be a list", key)
-				}
-			}
-		}
-		if d, ok := spec["driver"].(map[string]any); ok {
-			if x, ok := d["volumeMounts"]; ok {
-				if _, isList := x.([]any); !isList {
-					return nil, dec.Errorf("template: spec.driver.volumeMounts must be a list")
-				}
-			}
-			if err := checkPodTemplate(d); err != nil {
-				return nil, err
-			}
-		}
-		if m, ok := spec["mode"]; ok {
-			ms, _ := m.(string)
-			if err := checkMode("template.spec.mode", ms); err != nil {
-				return nil, err
-			}
-		}
-		if rp, ok := spec["restartPolicy"]; ok {
-			rpm, isMap := rp.(map[string]any)
-			if !isMap {
-				return nil, dec.Errorf("template: spec.restartPolicy must be a mapping")
-			}
-			if typ, ok := rpm["type"]; ok && typ != RestartPolicyNever {
-				return nil, dec.Errorf("template.spec.restartPolicy.type: must be %q (or left out), got %v: tether sets it to Never, because spark-operator's rerun of a failed (OnFailure) or finished (Always) application would run the query's partial writes again; retries belong to the job (its max_retry)", RestartPolicyNever, typ)
-			}
-		}
-		if args, ok := spec["arguments"].([]any); ok {
-			for i, a := range args {
-				if _, isString := a.(string); !isString {
-					return nil, dec.Errorf("template: spec.arguments[%d] must be a string", i)
-				}
-			}
+	return nil
+}
+
+// checkTemplateSpec checks the shape of the template's spec where the job's
+// settings are merged in, and refuses what tether cannot run.
+func checkTemplateSpec(spec map[string]any) error {
+	for _, key := range []string{"driver", "executor", "sparkConf", "hadoopConf"} {
+		if !unsetOr[map[string]any](spec, key) {
+			return dec.Errorf("template: spec.%s must be a mapping", key)
 		}
 	}
-	return t, nil
+	for _, key := range []string{"volumes", "arguments"} {
+		if !unsetOr[[]any](spec, key) {
+			return dec.Errorf("template: spec.%s must be a list", key)
+		}
+	}
+	if err := checkDriverTemplate(spec); err != nil {
+		return err
+	}
+	if m, ok := spec["mode"]; ok {
+		ms, _ := m.(string)
+		if err := checkMode("template.spec.mode", ms); err != nil {
+			return err
+		}
+	}
+	if err := checkRestartPolicy(spec); err != nil {
+		return err
+	}
+	args, _ := spec["arguments"].([]any)
+	for i, a := range args {
+		if _, isString := a.(string); !isString {
+			return dec.Errorf("template: spec.arguments[%d] must be a string", i)
+		}
+	}
+	return nil
+}
+
+// checkDriverTemplate checks the spec's driver, if set, where the query's
+// mount is merged in.
+func checkDriverTemplate(spec map[string]any) error {
+	d, ok := spec["driver"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	if !unsetOr[[]any](d, "volumeMounts") {
+		return dec.Errorf("template: spec.driver.volumeMounts must be a list")
+	}
+	return checkPodTemplate(d)
+}
+
+// checkRestartPolicy accepts a spec.restartPolicy of type Never, or none.
+func checkRestartPolicy(spec map[string]any) error {
+	rp, ok := spec["restartPolicy"]
+	if !ok {
+		return nil
+	}
+	rpm, isMap := rp.(map[string]any)
+	if !isMap {
+		return dec.Errorf("template: spec.restartPolicy must be a mapping")
+	}
+	if typ, ok := rpm["type"]; ok && typ != RestartPolicyNever {
+		return dec.Errorf("template.spec.restartPolicy.type: must be %q (or left out), got %v: tether sets it to Never, because spark-operator's rerun of a failed (OnFailure) or finished (Always) application would run the query's partial writes again; retries belong to the job (its max_retry)", RestartPolicyNever, typ)
+	}
+	return nil
 }
 
 // RestartPolicyNever is the only spec.restartPolicy.type tether submits.
@@ -533,44 +638,42 @@ func dnsLabel(what, s string) error {
 // checkPodTemplate checks the shape of spec.driver.template, which the
 // query's volume and mount are merged into (addQueryVolume).
 func checkPodTemplate(driver map[string]any) error {
-	x, ok := driver["template"]
-	if !ok {
-		return nil
-	}
-	pt, isMap := x.(map[string]any)
-	if !isMap {
+	if !unsetOr[map[string]any](driver, "template") {
 		return dec.Errorf("template: spec.driver.template must be a mapping (a pod template)")
 	}
-	x, ok = pt["spec"]
+	pt, _ := driver["template"].(map[string]any)
+	if !unsetOr[map[string]any](pt, "spec") {
+		return dec.Errorf("template: spec.driver.template.spec must be a mapping")
+	}
+	ps, _ := pt["spec"].(map[string]any)
+	for _, key := range []string{"volumes", "containers"} {
+		if err := checkListOfMappings(ps, key); err != nil {
+			return err
+		}
+	}
+	containers, _ := ps["containers"].([]any)
+	for i, c := range containers {
+		if !unsetOr[[]any](c.(map[string]any), "volumeMounts") {
+			return dec.Errorf("template: spec.driver.template.spec.containers[%d].volumeMounts must be a list", i)
+		}
+	}
+	return nil
+}
+
+// checkListOfMappings checks that the pod spec's key, if set, is a list of
+// mappings.
+func checkListOfMappings(podSpec map[string]any, key string) error {
+	x, ok := podSpec[key]
 	if !ok {
 		return nil
 	}
-	ps, isMap := x.(map[string]any)
-	if !isMap {
-		return dec.Errorf("template: spec.driver.template.spec must be a mapping")
+	list, isList := x.([]any)
+	if !isList {
+		return dec.Errorf("template: spec.driver.template.spec.%s must be a list", key)
 	}
-	for _, key := range []string{"volumes", "containers"} {
-		x, ok := ps[key]
-		if !ok {
-			continue
-		}
-		list, isList := x.([]any)
-		if !isList {
-			return dec.Errorf("template: spec.driver.template.spec.%s must be a list", key)
-		}
-		for i, e := range list {
-			if _, isMap := e.(map[string]any); !isMap {
-				return dec.Errorf("template: spec.driver.template.spec.%s[%d] must be a mapping", key, i)
-			}
-		}
-	}
-	if cs, ok := ps["containers"].([]any); ok {
-		for i, c := range cs {
-			if x, ok := c.(map[string]any)["volumeMounts"]; ok {
-				if _, isList := x.([]any); !isList {
-					return dec.Errorf("template: spec.driver.template.spec.containers[%d].volumeMounts must be a list", i)
-				}
-			}
+	for i, e := range list {
+		if _, isMap := e.(map[string]any); !isMap {
+			return dec.Errorf("template: spec.driver.template.spec.%s[%d] must be a mapping", key, i)
 		}
 	}
 	return nil

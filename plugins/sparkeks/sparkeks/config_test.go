@@ -2,6 +2,7 @@ package sparkeks
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -128,4 +129,21 @@ func TestParseClusterConfig(t *testing.T) {
 
 	_, err = parseClusterConfig(json.RawMessage(`{"kubeconfig":"k","oops":1}`))
 	assert.ErrorContains(t, err, `unknown key "oops"`)
+}
+
+// The decoding tables and the lists of accepted keys are kept apart; every
+// key must have a decoder in the table of its kind.
+func TestEveryKeyHasADecoder(t *testing.T) {
+	var a Access
+	access := a.fields()
+	for _, k := range accessKeys {
+		require.Contains(t, access, k)
+	}
+	require.Len(t, access, len(accessKeys))
+	var c Config
+	fields := c.fields()
+	for _, k := range append(slices.Clone(appKeys), "query") {
+		require.Contains(t, fields, k)
+	}
+	require.Len(t, fields, len(appKeys)+1)
 }

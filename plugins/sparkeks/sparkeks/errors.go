@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,19 +27,31 @@ func transient(err error) bool {
 	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
-		return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-			apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
+		return slices.ContainsFunc(retriedStatuses, func(is func(error) bool) bool { return is(err) }) ||
 			status.Status().Code >= 500 // any other 5xx, e.g. a proxy's 502
 	}
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var certInvalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
-	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &certInvalid) || errors.As(err, &verify) {
+	if tlsVerificationFailed(err) {
 		return false
 	}
 	// Not an answer from the API server: the connection's trouble.
 	return true
+}
+
+// retriedStatuses are the API server's answers worth repeating a request
+// for, besides any other 5xx.
+var retriedStatuses = []func(error) bool{
+	apierrors.IsServerTimeout, apierrors.IsTimeout, apierrors.IsTooManyRequests,
+	apierrors.IsInternalError, apierrors.IsServiceUnavailable, apierrors.IsUnexpectedServerError,
+}
+
+// tlsVerificationFailed reports whether the API server's certificate was
+// not accepted.
+func tlsVerificationFailed(err error) bool {
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var certInvalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &certInvalid) || errors.As(err, &verify)
 }
 
 // apiRefused reports whether the API server refused the request's

@@ -452,20 +452,42 @@ func (s *appSubscription) app() (app *unstructured.Unstructured, synced bool) {
 // failing (see health) or not have caught up.
 func (s *appSubscription) driverPod() (pod *corev1.Pod, synced bool) {
 	synced = s.w.pods.HasSynced()
-	idx := s.w.pods.GetIndexer()
 	app, _ := s.app()
-	if app != nil {
-		if name, _, _ := unstructured.NestedString(app.Object, "status", "driverInfo", "podName"); name != "" {
-			if obj, ok, err := idx.GetByKey(s.w.namespace + "/" + name); err == nil && ok {
-				if p, ok := obj.(*corev1.Pod); ok {
-					return p.DeepCopy(), synced
-				}
-			}
-		}
+	if p := s.namedDriverPod(app); p != nil {
+		return p.DeepCopy(), synced
 	}
-	objs, err := idx.ByIndex(indexByApp, s.name)
+	if p := s.newestDriverPod(app); p != nil {
+		return p.DeepCopy(), synced
+	}
+	return nil, synced
+}
+
+// namedDriverPod is the cached pod the application's
+// status.driverInfo.podName names; nil when the application has none or
+// the pod is not cached.
+func (s *appSubscription) namedDriverPod(app *unstructured.Unstructured) *corev1.Pod {
+	if app == nil {
+		return nil
+	}
+	name, _, _ := unstructured.NestedString(app.Object, "status", "driverInfo", "podName")
+	if name == "" {
+		return nil
+	}
+	obj, ok, err := s.w.pods.GetIndexer().GetByKey(s.w.namespace + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	p, _ := obj.(*corev1.Pod)
+	return p
+}
+
+// newestDriverPod is the newest cached driver pod labelled with the
+// application's name, and owned by its UID when the application is cached
+// (app not nil).
+func (s *appSubscription) newestDriverPod(app *unstructured.Unstructured) *corev1.Pod {
+	objs, err := s.w.pods.GetIndexer().ByIndex(indexByApp, s.name)
 	if err != nil {
-		return nil, synced
+		return nil
 	}
 	var pods []*corev1.Pod
 	for _, obj := range objs {
@@ -476,12 +498,12 @@ func (s *appSubscription) driverPod() (pod *corev1.Pod, synced bool) {
 		pods = append(pods, p)
 	}
 	if len(pods) == 0 {
-		return nil, synced
+		return nil
 	}
 	sort.Slice(pods, func(i, j int) bool {
 		return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp)
 	})
-	return pods[0].DeepCopy(), synced
+	return pods[0]
 }
 
 // confirmGone asks the API server, with one GET through the watcher's

@@ -243,73 +243,109 @@ func (e *writeError) Error() string { return e.err.Error() }
 // streamOnce opens the driver's log from the copied position and copies it
 // until the stream ends.
 func (f *logFollower) streamOnce(ctx context.Context) error {
-	var pod *corev1.Pod
-	if f.cached != nil {
-		if p := f.cached(); p != nil && p.Name == f.pod {
-			pod = p
-		}
-	}
-	fromCache := pod != nil
-	if pod == nil {
-		var err error
-		pod, err = f.kube.CoreV1().Pods(f.namespace).Get(ctx, f.pod, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("getting driver pod %s/%s: %w", f.namespace, f.pod, err)
-		}
-	}
-	if pod.Spec.NodeName == "" {
-		return &notStartedError{msg: fmt.Sprintf("driver pod %s/%s is not on a node (not scheduled yet, or no kubelet serves it)", f.namespace, f.pod), cached: fromCache}
+	pod, fromCache, err := f.driverPod(ctx)
+	if err != nil {
+		return err
 	}
 	container := containerOf(pod)
-	if fromCache {
-		// What the kubelet would answer (400), without asking it.
-		for _, cs := range pod.Status.ContainerStatuses {
-			if cs.Name == container && cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
-				return &notStartedError{msg: fmt.Sprintf("container %q in pod %q is waiting to start: %s", container, f.pod, cs.State.Waiting.Reason), cached: true}
-			}
-		}
+	if err := f.notStarted(pod, container, fromCache); err != nil {
+		return err
 	}
-	opts := &corev1.PodLogOptions{Follow: true, Timestamps: true, Container: container}
-	if pos := f.cursor.pos; !pos.Time.IsZero() {
-		since := metav1.NewTime(pos.Time.Truncate(time.Second))
-		opts.SinceTime = &since
-	}
-	stream, err := f.kube.CoreV1().Pods(f.namespace).GetLogs(f.pod, opts).Stream(ctx)
+	stream, err := f.openLog(ctx, container, fromCache)
 	if err != nil {
-		if apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "is waiting to start") {
-			// The kubelet's answer for a container not started yet
-			// (k8s.io/kubernetes v1.37 pkg/kubelet/kubelet_pods.go,
-			// validateContainerLogStatus), when the cache was behind.
-			return &notStartedError{msg: err.Error(), cached: fromCache}
-		}
-		return fmt.Errorf("opening the log of driver pod %s/%s: %w", f.namespace, f.pod, err)
+		return err
 	}
 	defer stream.Close()
 	if !f.opened {
 		f.opened = true
 		f.notef("streaming the log of driver pod %s/%s", f.namespace, f.pod)
 	}
-	err = copyLog(stream, writerFunc(func(p []byte) (int, error) {
-		n, err := f.stdout.Write(p)
-		if err != nil {
-			return n, &writeError{err}
+	return f.copy(stream)
+}
+
+// driverPod is the driver pod from the informer's cache when it has it
+// (fromCache), else read with a GET.
+func (f *logFollower) driverPod(ctx context.Context) (pod *corev1.Pod, fromCache bool, err error) {
+	if f.cached != nil {
+		if p := f.cached(); p != nil && p.Name == f.pod {
+			return p, true, nil
 		}
-		return n, nil
-	}), &f.cursor, func(p LogPosition) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if p != f.pos {
-			f.pos, f.moved = p, true
-		}
-	})
+	}
+	pod, err = f.kube.CoreV1().Pods(f.namespace).Get(ctx, f.pod, metav1.GetOptions{})
 	if err != nil {
-		var werr *writeError
-		if errors.As(err, &werr) {
-			return werr
+		return nil, false, fmt.Errorf("getting driver pod %s/%s: %w", f.namespace, f.pod, err)
+	}
+	return pod, false, nil
+}
+
+// notStarted returns a notStartedError when the pod is not on a node yet
+// or, as the cache shows it, its container waits to start. That is what the
+// kubelet would answer (400), without asking it.
+func (f *logFollower) notStarted(pod *corev1.Pod, container string, fromCache bool) error {
+	if pod.Spec.NodeName == "" {
+		return &notStartedError{msg: fmt.Sprintf("driver pod %s/%s is not on a node (not scheduled yet, or no kubelet serves it)", f.namespace, f.pod), cached: fromCache}
+	}
+	if !fromCache {
+		return nil
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container && cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
+			return &notStartedError{msg: fmt.Sprintf("container %q in pod %q is waiting to start: %s", container, f.pod, cs.State.Waiting.Reason), cached: true}
 		}
-		return fmt.Errorf("reading the log of driver pod %s/%s: %w", f.namespace, f.pod, err)
 	}
 	return nil
+}
+
+// openLog opens the container's log, timestamped, from the second of the
+// copied position.
+func (f *logFollower) openLog(ctx context.Context, container string, fromCache bool) (io.ReadCloser, error) {
+	opts := &corev1.PodLogOptions{Follow: true, Timestamps: true, Container: container}
+	if pos := f.cursor.pos; !pos.Time.IsZero() {
+		since := metav1.NewTime(pos.Time.Truncate(time.Second))
+		opts.SinceTime = &since
+	}
+	stream, err := f.kube.CoreV1().Pods(f.namespace).GetLogs(f.pod, opts).Stream(ctx)
+	if err == nil {
+		return stream, nil
+	}
+	if apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "is waiting to start") {
+		// The kubelet's answer for a container not started yet
+		// (k8s.io/kubernetes v1.37 pkg/kubelet/kubelet_pods.go,
+		// validateContainerLogStatus), when the cache was behind.
+		return nil, &notStartedError{msg: err.Error(), cached: fromCache}
+	}
+	return nil, fmt.Errorf("opening the log of driver pod %s/%s: %w", f.namespace, f.pod, err)
+}
+
+// copy copies the stream to the job's stdout, moving the copied position
+// after each write. A refused write is a writeError.
+func (f *logFollower) copy(stream io.Reader) error {
+	err := copyLog(stream, writerFunc(f.writeStdout), &f.cursor, f.advance)
+	if err == nil {
+		return nil
+	}
+	var werr *writeError
+	if errors.As(err, &werr) {
+		return werr
+	}
+	return fmt.Errorf("reading the log of driver pod %s/%s: %w", f.namespace, f.pod, err)
+}
+
+func (f *logFollower) writeStdout(p []byte) (int, error) {
+	n, err := f.stdout.Write(p)
+	if err != nil {
+		return n, &writeError{err}
+	}
+	return n, nil
+}
+
+// advance records the position of what has been written.
+func (f *logFollower) advance(p LogPosition) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p != f.pos {
+		f.pos, f.moved = p, true
+	}
 }
 
 // containerOf picks the driver's container of a pod that may have sidecars.

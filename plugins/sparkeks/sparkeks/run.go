@@ -130,36 +130,56 @@ func (r *run) call(ctx context.Context, what string, f func(context.Context) err
 		if ctx.Err() != nil {
 			return r.ctxErr(ctx.Err())
 		}
-		if apiRefused(err) {
-			// An EKS token that expired or is not accepted yet (the
-			// transport dropped it on the 401; the next request carries a
-			// new one), an access entry being replaced: retried for
-			// auth_grace before anything is decided.
-			if refusedSince.IsZero() {
-				refusedSince = time.Now()
-			}
-			if time.Since(refusedSince) >= r.cfg.AuthGrace {
-				return &refusedError{err: err, grace: r.cfg.AuthGrace}
-			}
-		} else if !transient(err) {
+		if err := r.keepTrying(err, &refusedSince); err != nil {
 			return err
 		}
 		if failures == 1 || failures%10 == 0 {
 			r.notef("%s: %v (retrying)", what, err)
 		}
 		r.p.log.Warn("sparkeks: transient API error", "job", r.job.ID, "what", what, "err", err, "failures", failures)
-		d := b.next()
-		if dl := r.deadline(); !dl.IsZero() {
-			left := time.Until(dl)
-			if left <= 0 {
-				return errTimedOut
-			}
-			d = min(d, left)
+		d, err := r.capToDeadline(b.next())
+		if err != nil {
+			return err
 		}
 		if err := sleep(ctx, d); err != nil {
 			return r.ctxErr(err)
 		}
 	}
+}
+
+// keepTrying returns nil when a failed request is to be repeated, else the
+// error call returns. A refusal is repeated for auth_grace from the first
+// one (refusedSince). It may be an EKS token that expired or is not
+// accepted yet (the transport dropped it on the 401, so the next request
+// carries a new one), or an access entry being replaced.
+func (r *run) keepTrying(err error, refusedSince *time.Time) error {
+	if !apiRefused(err) {
+		if transient(err) {
+			return nil
+		}
+		return err
+	}
+	if refusedSince.IsZero() {
+		*refusedSince = time.Now()
+	}
+	if time.Since(*refusedSince) >= r.cfg.AuthGrace {
+		return &refusedError{err: err, grace: r.cfg.AuthGrace}
+	}
+	return nil
+}
+
+// capToDeadline shortens a wait to the job's deadline, if it has one. It
+// returns errTimedOut once the deadline has passed.
+func (r *run) capToDeadline(d time.Duration) (time.Duration, error) {
+	dl := r.deadline()
+	if dl.IsZero() {
+		return d, nil
+	}
+	left := time.Until(dl)
+	if left <= 0 {
+		return 0, errTimedOut
+	}
+	return min(d, left), nil
 }
 
 // getApp gets the job's application, retrying transient errors.
@@ -436,19 +456,8 @@ func (r *run) configMapFailed(ctx context.Context, err error) error {
 // reattach loads the handle and finds the application by name. done is
 // true when the job's end is already known (res, err are its outcome).
 func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err error) {
-	if raw := r.rt.Handle(); len(raw) > 0 {
-		h, err := decodeHandle(raw)
-		if err != nil {
-			return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: resuming job %s: %v", r.job.ID, err)
-		}
-		if h.Name != r.name() {
-			return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: resuming job %s: the stored handle names SparkApplication %q, not %q", r.job.ID, h.Name, r.name())
-		}
-		if h.JobAttempt == r.job.Attempt {
-			r.h = h
-		} else {
-			r.notef("ignoring the handle of attempt %d of job %s; this is attempt %d", h.JobAttempt, r.job.ID, r.job.Attempt)
-		}
+	if err := r.loadHandle(); err != nil {
+		return true, nil, err
 	}
 	if r.h != nil {
 		// The application is where it was created, whatever the settings say now.
@@ -462,29 +471,7 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 	app, err := r.getApp(ctx)
 	switch {
 	case err == nil:
-		attempt, ok := attemptOf(app)
-		switch {
-		case ok && attempt == r.job.Attempt:
-			return false, nil, r.attach(ctx, app, 0)
-		case ok && attempt < r.job.Attempt && r.h != nil && r.h.UID == string(app.GetUID()):
-			// The earlier attempt's application this attempt adopted.
-			return false, nil, r.attach(ctx, app, attempt)
-		case ok && attempt < r.job.Attempt && r.h != nil && r.h.Submitted:
-			// This attempt's own application is gone.
-			return true, nil, r.gone(ctx)
-		case ok && attempt < r.job.Attempt:
-			// An earlier attempt's, and this attempt never submitted: adopt
-			// it or, if it failed, replace it (the same rule as Execute).
-			again, err := r.earlier(ctx, app, attempt)
-			if !again {
-				return err != nil, nil, err
-			}
-			return false, nil, r.submit(ctx)
-		default:
-			return true, nil, plugin.Errorf(plugin.Permanent,
-				"sparkeks: SparkApplication %s exists but is not attempt %d of job %s (its %s label is %q); not touching it",
-				r.ref(), r.job.Attempt, r.job.ID, labelJobAttempt, app.GetLabels()[labelJobAttempt])
-		}
+		return r.reattachTo(ctx, app)
 	case apierrors.IsNotFound(err):
 		if r.h != nil && r.h.Submitted {
 			return true, nil, r.gone(ctx)
@@ -494,6 +481,54 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 		// Never permanent: the application may exist and run on.
 		return true, nil, r.failRead(ctx, "getting SparkApplication "+r.ref(), err)
 	}
+}
+
+// loadHandle sets r.h to the stored handle when it is of this attempt.
+func (r *run) loadHandle() error {
+	raw := r.rt.Handle()
+	if len(raw) == 0 {
+		return nil
+	}
+	h, err := decodeHandle(raw)
+	if err != nil {
+		return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: resuming job %s: %v", r.job.ID, err)
+	}
+	if h.Name != r.name() {
+		return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: resuming job %s: the stored handle names SparkApplication %q, not %q", r.job.ID, h.Name, r.name())
+	}
+	if h.JobAttempt != r.job.Attempt {
+		r.notef("ignoring the handle of attempt %d of job %s; this is attempt %d", h.JobAttempt, r.job.ID, r.job.Attempt)
+		return nil
+	}
+	r.h = h
+	return nil
+}
+
+// reattachTo decides what to do with the application found under the
+// job's name, by the attempt it was created for.
+func (r *run) reattachTo(ctx context.Context, app *unstructured.Unstructured) (bool, *plugin.Result, error) {
+	attempt, ok := attemptOf(app)
+	switch {
+	case !ok || attempt > r.job.Attempt:
+		return true, nil, plugin.Errorf(plugin.Permanent,
+			"sparkeks: SparkApplication %s exists but is not attempt %d of job %s (its %s label is %q); not touching it",
+			r.ref(), r.job.Attempt, r.job.ID, labelJobAttempt, app.GetLabels()[labelJobAttempt])
+	case attempt == r.job.Attempt:
+		return false, nil, r.attach(ctx, app, 0)
+	case r.h != nil && r.h.UID == string(app.GetUID()):
+		// The earlier attempt's application this attempt adopted.
+		return false, nil, r.attach(ctx, app, attempt)
+	case r.h != nil && r.h.Submitted:
+		// This attempt's own application is gone.
+		return true, nil, r.gone(ctx)
+	}
+	// An earlier attempt's, and this attempt never submitted: adopt it or,
+	// if it failed, replace it (the same rule as Execute).
+	again, err := r.earlier(ctx, app, attempt)
+	if !again {
+		return err != nil, nil, err
+	}
+	return false, nil, r.submit(ctx)
 }
 
 // failRead ends a run whose read of the application failed for good (not
@@ -557,131 +592,184 @@ func (r *run) follow(ctx context.Context) (*plugin.Result, error) {
 	defer r.stopLogs()
 	s := r.p.watchers.subscribe(r.cl, r.cfg.Namespace, r.name(), r.cfg.PollInterval)
 	defer s.close()
-	subscribed := time.Now()
+	f := r.newFollower(s)
+	defer f.getT.Stop()
 	var deadlineC <-chan time.Time
 	if dl := r.deadline(); !dl.IsZero() {
 		t := time.NewTimer(time.Until(dl))
 		defer t.Stop()
 		deadlineC = t.C
 	}
-	// A GET, when one is due, is retried on a timer of its own (backoff)
-	// besides the wake-ups.
-	getT := time.NewTimer(time.Hour)
-	getT.Stop()
-	defer getT.Stop()
-	getB := newBackoff(r.cfg.PollInterval)
-	var nextGet time.Time // no GET before (backoff after a failure)
-	var missingSince, lastLog time.Time
-	// withLog says whether this wake-up records the log's position: about
-	// once per poll interval, however many events wake the run.
-	withLog := func(now time.Time) bool {
-		if now.Sub(lastLog) < r.cfg.PollInterval/2 {
-			return false
-		}
-		lastLog = now
-		return true
-	}
-	transientGets := 0
-	var refusedSince time.Time
-	// fallback is how long an informer that has not synced is waited for
-	// before the application is read with GETs.
-	fallback := min(max(r.cfg.AuthGrace, 3*r.cfg.PollInterval), followFallback)
-
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, r.ctxErr(ctx.Err())
 		case <-deadlineC:
-			// It may have ended just now.
-			app, _ := s.app()
-			if app == nil {
-				cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-				_, app, _ = s.confirmGone(cctx)
-				cancel()
-			}
-			if app != nil {
-				if done, res, err := r.observe(ctx, app, true, s); done {
-					return res, err
-				}
-			}
-			return nil, r.timedOut(ctx)
+			return r.atDeadline(ctx, s)
 		case <-s.wake():
-		case <-getT.C:
+		case <-f.getT.C:
 		}
-
-		now := time.Now()
-		appsHealth, _ := s.health()
-		if appsHealth.refused() && appsHealth.failingFor(now) >= r.cfg.AuthGrace {
-			return nil, r.lostTrack(ctx, "listing and watching it", appsHealth.Err, appsHealth.failingFor(now))
-		}
-		app, synced := s.app()
-		degraded := appsHealth.Err != nil || (!synced && now.Sub(subscribed) >= fallback)
-		if app != nil && !degraded {
-			// A refusal or failure of earlier GETs is over.
-			missingSince, refusedSince, nextGet, transientGets = time.Time{}, time.Time{}, time.Time{}, 0
-			getB.reset()
-			if done, res, err := r.observe(ctx, app, withLog(now), s); done {
-				return res, err
-			}
-			continue
-		}
-		if app == nil && !synced && !degraded {
-			continue // the first LIST has not completed: nothing is known yet
-		}
-		if app == nil && !degraded {
-			// Synced and missing: just created and not delivered yet, or
-			// deleted. Give the watch a poll interval to deliver it before
-			// asking.
-			if missingSince.IsZero() {
-				missingSince = now
-			}
-			if wait := missingSince.Add(goneConfirmDelay(r.cfg.PollInterval)).Sub(now); wait > 0 {
-				getT.Reset(wait)
-				continue
-			}
-		}
-		if now.Before(nextGet) {
-			getT.Reset(nextGet.Sub(now))
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-		gone, got, err := s.confirmGone(cctx)
-		cancel()
-		switch {
-		case err == nil && gone:
-			return nil, r.gone(ctx)
-		case err == nil:
-			getB.reset()
-			nextGet, transientGets, refusedSince = time.Time{}, 0, time.Time{}
-			if done, res, err := r.observe(ctx, got, withLog(now), s); done {
-				return res, err
-			}
-		case ctx.Err() != nil:
-		case transient(err):
-			// Never fails the job by itself: the timeout or ctx ends it.
-			transientGets++
-			if transientGets == 1 || transientGets%10 == 0 {
-				r.notef("getting SparkApplication %s: %v (retrying)", r.ref(), err)
-			}
-			d := getB.next()
-			nextGet = now.Add(d)
-			getT.Reset(d)
-		default:
-			// Refused (401, 403, ...): retried for auth_grace (the EKS
-			// transport drops a token the server refused, so the next
-			// request carries a new one) before anything is decided.
-			if refusedSince.IsZero() {
-				refusedSince = now
-				r.notef("getting SparkApplication %s: %v (retrying for up to auth_grace %s)", r.ref(), err, r.cfg.AuthGrace)
-			}
-			if now.Sub(refusedSince) >= r.cfg.AuthGrace {
-				return nil, r.lostTrack(ctx, "every get", err, now.Sub(refusedSince))
-			}
-			d := min(getB.next(), max(time.Until(refusedSince.Add(r.cfg.AuthGrace)), time.Millisecond))
-			nextGet = now.Add(d)
-			getT.Reset(d)
+		if done, res, err := f.step(ctx, time.Now()); done {
+			return res, err
 		}
 	}
+}
+
+// atDeadline ends a job whose timeout passed, unless its application ended
+// just now.
+func (r *run) atDeadline(ctx context.Context, s *appSubscription) (*plugin.Result, error) {
+	app, _ := s.app()
+	if app == nil {
+		cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+		_, app, _ = s.confirmGone(cctx)
+		cancel()
+	}
+	if app != nil {
+		if done, res, err := r.observe(ctx, app, true, s); done {
+			return res, err
+		}
+	}
+	return nil, r.timedOut(ctx)
+}
+
+// follower is what follow keeps between wake-ups.
+type follower struct {
+	r          *run
+	s          *appSubscription
+	subscribed time.Time
+	// fallback is how long an informer that has not synced is waited for
+	// before the application is read with GETs.
+	fallback time.Duration
+	// A GET, when one is due, is retried on a timer of its own (backoff)
+	// besides the wake-ups.
+	getT          *time.Timer
+	getB          backoff
+	nextGet       time.Time // no GET before (backoff after a failure)
+	missingSince  time.Time // when a synced cache first lacked the application
+	lastLog       time.Time
+	transientGets int
+	refusedSince  time.Time
+}
+
+func (r *run) newFollower(s *appSubscription) *follower {
+	f := &follower{
+		r:          r,
+		s:          s,
+		subscribed: time.Now(),
+		fallback:   min(max(r.cfg.AuthGrace, 3*r.cfg.PollInterval), followFallback),
+		getT:       time.NewTimer(time.Hour),
+		getB:       newBackoff(r.cfg.PollInterval),
+	}
+	f.getT.Stop()
+	return f
+}
+
+// withLog says whether this wake-up records the log's position: about once
+// per poll interval, however many events wake the run.
+func (f *follower) withLog(now time.Time) bool {
+	if now.Sub(f.lastLog) < f.r.cfg.PollInterval/2 {
+		return false
+	}
+	f.lastLog = now
+	return true
+}
+
+// step reads the application after a wake-up: from the informer's cache
+// while it serves, else with a GET when one is due. done is true when the
+// job has ended (res, err are its outcome).
+func (f *follower) step(ctx context.Context, now time.Time) (done bool, res *plugin.Result, err error) {
+	r, s := f.r, f.s
+	appsHealth, _ := s.health()
+	if appsHealth.refused() && appsHealth.failingFor(now) >= r.cfg.AuthGrace {
+		return true, nil, r.lostTrack(ctx, "listing and watching it", appsHealth.Err, appsHealth.failingFor(now))
+	}
+	app, synced := s.app()
+	degraded := appsHealth.Err != nil || (!synced && now.Sub(f.subscribed) >= f.fallback)
+	switch {
+	case degraded:
+	case app != nil:
+		// A refusal or failure of earlier GETs is over.
+		f.missingSince, f.refusedSince, f.nextGet, f.transientGets = time.Time{}, time.Time{}, time.Time{}, 0
+		f.getB.reset()
+		return r.observe(ctx, app, f.withLog(now), s)
+	case !synced:
+		return false, nil, nil // the first LIST has not completed: nothing is known yet
+	case f.awaitDelivery(now):
+		return false, nil, nil
+	}
+	if now.Before(f.nextGet) {
+		f.getT.Reset(f.nextGet.Sub(now))
+		return false, nil, nil
+	}
+	return f.get(ctx, now)
+}
+
+// awaitDelivery handles an application missing from a synced cache: just
+// created and not delivered yet, or deleted. The watch gets a poll interval
+// to deliver it before a GET asks. It reports whether to wait on.
+func (f *follower) awaitDelivery(now time.Time) bool {
+	if f.missingSince.IsZero() {
+		f.missingSince = now
+	}
+	wait := f.missingSince.Add(goneConfirmDelay(f.r.cfg.PollInterval)).Sub(now)
+	if wait <= 0 {
+		return false
+	}
+	f.getT.Reset(wait)
+	return true
+}
+
+// get reads the application with a GET, which also says whether it is gone.
+func (f *follower) get(ctx context.Context, now time.Time) (bool, *plugin.Result, error) {
+	r := f.r
+	cctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	gone, got, err := f.s.confirmGone(cctx)
+	cancel()
+	switch {
+	case err == nil && gone:
+		return true, nil, r.gone(ctx)
+	case err == nil:
+		f.getB.reset()
+		f.nextGet, f.transientGets, f.refusedSince = time.Time{}, 0, time.Time{}
+		return r.observe(ctx, got, f.withLog(now), f.s)
+	case ctx.Err() != nil:
+		return false, nil, nil
+	case transient(err):
+		f.transientGetFailed(now, err)
+		return false, nil, nil
+	}
+	return f.getRefused(ctx, now, err)
+}
+
+// transientGetFailed retries a GET that failed for a passing reason. It
+// never fails the job by itself: the timeout or ctx ends it.
+func (f *follower) transientGetFailed(now time.Time, err error) {
+	f.transientGets++
+	if f.transientGets == 1 || f.transientGets%10 == 0 {
+		f.r.notef("getting SparkApplication %s: %v (retrying)", f.r.ref(), err)
+	}
+	f.getAgainIn(now, f.getB.next())
+}
+
+// getRefused retries a refused GET (401, 403, ...) for auth_grace before
+// anything is decided. The EKS transport drops a token the server refused,
+// so the next request carries a new one.
+func (f *follower) getRefused(ctx context.Context, now time.Time, err error) (bool, *plugin.Result, error) {
+	r := f.r
+	if f.refusedSince.IsZero() {
+		f.refusedSince = now
+		r.notef("getting SparkApplication %s: %v (retrying for up to auth_grace %s)", r.ref(), err, r.cfg.AuthGrace)
+	}
+	if now.Sub(f.refusedSince) >= r.cfg.AuthGrace {
+		return true, nil, r.lostTrack(ctx, "every get", err, now.Sub(f.refusedSince))
+	}
+	f.getAgainIn(now, min(f.getB.next(), max(time.Until(f.refusedSince.Add(r.cfg.AuthGrace)), time.Millisecond)))
+	return false, nil, nil
+}
+
+func (f *follower) getAgainIn(now time.Time, d time.Duration) {
+	f.nextGet = now.Add(d)
+	f.getT.Reset(d)
 }
 
 // followFallback bounds how long follow waits for the informer's first
@@ -717,23 +805,59 @@ func (r *run) lostTrack(ctx context.Context, what string, err error, refused tim
 // cannot go on. withLog records the driver log's position in the handle
 // (once per poll).
 func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withLog bool, s *appSubscription) (done bool, res *plugin.Result, err error) {
-	changed := false
-	if uid := string(app.GetUID()); uid != r.h.UID {
-		// The name belongs to another application now.
-		if attempt, ok := attemptOf(app); !ok || attempt != r.job.Attempt {
-			return true, nil, r.gone(ctx)
-		}
-		r.h.UIDMismatch = fmt.Sprintf("followed uid %s; the name now has uid %s", r.h.UID, uid)
-		r.notef("SparkApplication %s now has uid %s, not %s; following the one that exists", r.ref(), uid, r.h.UID)
-		r.h.UID, changed = uid, true
+	uidChanged, ok := r.followUID(app)
+	if !ok {
+		return true, nil, r.gone(ctx)
 	}
 	st := statusOf(app)
+	idsChanged := r.recordIDs(st)
+	driverChanged := r.recordDriver(ctx, st, s)
+	stateChanged := r.recordState(st)
+	logMoved := withLog && r.recordLog()
+	if done, res, err := r.outcome(ctx, st, s); done {
+		return true, res, err
+	}
+	if uidChanged || idsChanged || driverChanged || stateChanged || logMoved {
+		if err := r.checkpoint(ctx); err != nil {
+			return true, nil, err
+		}
+	}
+	return false, nil, nil
+}
+
+// followUID follows the application by its name when the name belongs to
+// another application now, as long as that one is of this attempt. It
+// reports whether the UID changed, and false when the application is not
+// this attempt's.
+func (r *run) followUID(app *unstructured.Unstructured) (changed, ok bool) {
+	uid := string(app.GetUID())
+	if uid == r.h.UID {
+		return false, true
+	}
+	if attempt, ok := attemptOf(app); !ok || attempt != r.job.Attempt {
+		return false, false
+	}
+	r.h.UIDMismatch = fmt.Sprintf("followed uid %s; the name now has uid %s", r.h.UID, uid)
+	r.notef("SparkApplication %s now has uid %s, not %s; following the one that exists", r.ref(), uid, r.h.UID)
+	r.h.UID = uid
+	return true, true
+}
+
+// recordIDs records the application's Spark ID and error message.
+func (r *run) recordIDs(st appStatus) bool {
+	changed := false
 	if st.SparkApplicationID != "" && st.SparkApplicationID != r.h.SparkApplicationID {
 		r.h.SparkApplicationID, changed = st.SparkApplicationID, true
 	}
 	if st.ErrorMessage != r.h.ErrorMessage {
 		r.h.ErrorMessage, changed = st.ErrorMessage, true
 	}
+	return changed
+}
+
+// recordDriver records the application's driver pod and follows its log.
+func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription) bool {
+	changed := false
 	if st.DriverPod != "" && st.DriverPod != r.h.DriverPod {
 		if r.h.DriverPod != "" {
 			// A new driver (the operator retried the submission): its log
@@ -747,16 +871,16 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log,
 			func() *corev1.Pod { p, _ := s.driverPod(); return p })
 	}
+	return changed
+}
+
+// recordState records the application's state, whether it ever ran, and
+// since when it is UNKNOWN.
+func (r *run) recordState(st appStatus) bool {
+	changed := false
 	if st.State != r.h.State {
 		r.h.State, changed = st.State, true
-		msg := fmt.Sprintf("SparkApplication %s is %s", r.ref(), orDash(st.State))
-		if st.SparkApplicationID != "" {
-			msg += " (" + st.SparkApplicationID + ")"
-		}
-		if st.ErrorMessage != "" {
-			msg += ": " + st.ErrorMessage
-		}
-		r.notef("%s", msg)
+		r.notef("%s", stateNote(r.ref(), st))
 	}
 	if !r.h.EverRunning && !isStartupState(st.State) && st.State != stateSubmissionFailed {
 		r.h.EverRunning, changed = true, true
@@ -769,12 +893,37 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 	case ph != phaseUnknown && r.h.UnknownSince != nil:
 		r.h.UnknownSince, changed = nil, true
 	}
-	if withLog && r.logs != nil {
-		if pos, moved := r.logs.position(); moved {
-			r.h.Log, changed = &pos, true
-		}
-	}
+	return changed
+}
 
+// stateNote says which state the application is in now.
+func stateNote(ref string, st appStatus) string {
+	msg := fmt.Sprintf("SparkApplication %s is %s", ref, orDash(st.State))
+	if st.SparkApplicationID != "" {
+		msg += " (" + st.SparkApplicationID + ")"
+	}
+	if st.ErrorMessage != "" {
+		msg += ": " + st.ErrorMessage
+	}
+	return msg
+}
+
+// recordLog records how far the driver's log was copied.
+func (r *run) recordLog() bool {
+	if r.logs == nil {
+		return false
+	}
+	pos, moved := r.logs.position()
+	if moved {
+		r.h.Log = &pos
+	}
+	return moved
+}
+
+// outcome ends the job when the application's state decides it: succeeded,
+// failed, stuck before RUNNING, or UNKNOWN for unknown_grace.
+func (r *run) outcome(ctx context.Context, st appStatus, s *appSubscription) (bool, *plugin.Result, error) {
+	ph := phaseOf(st.State)
 	switch {
 	case ph == phaseSucceeded:
 		r.end(ctx, outcomeSucceeded, "")
@@ -795,11 +944,6 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 			r.ref(), time.Since(*r.h.UnknownSince).Round(time.Second), r.cfg.UnknownGrace)
 		r.end(ctx, outcomeUnknown, msg)
 		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
-	}
-	if changed {
-		if err := r.checkpoint(ctx); err != nil {
-			return true, nil, err
-		}
 	}
 	return false, nil, nil
 }

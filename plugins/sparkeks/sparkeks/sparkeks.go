@@ -137,67 +137,111 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 // failed precondition: the name belongs to another application now) is
 // success. A transient failure is Retriable.
 func deleteJobObjects(ctx context.Context, cl *clients, namespace, jobID, uid string, attempt int, timeout time.Duration) error {
-	name := AppName(jobID)
-	apps := cl.dyn.Resource(GVR).Namespace(namespace)
-	var errs []string
-	var retriable bool
-	note := func(what string, err error) {
-		errs = append(errs, fmt.Sprintf("%s: %v", what, err))
-		retriable = retriable || transient(err) || apiRefused(err)
-	}
+	d := &jobDeletion{cl: cl, namespace: namespace, jobID: jobID, attempt: attempt, timeout: timeout}
 	if uid == "" {
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		app, err := apps.Get(cctx, name, metav1.GetOptions{})
-		cancel()
-		switch {
-		case err == nil:
-			if a, ok := attemptOf(app); ok && a == attempt {
-				uid = string(app.GetUID())
-			}
-		case !apierrors.IsNotFound(err):
-			note(fmt.Sprintf("getting SparkApplication %s/%s", namespace, name), err)
-		}
+		uid = d.appUID(ctx)
 	}
 	if uid != "" {
-		fg := metav1.DeletePropagationForeground
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		err := apps.Delete(cctx, name, metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: metav1.NewUIDPreconditions(uid)})
-		cancel()
-		// A Conflict is a failed UID precondition: the name now belongs to
-		// another application, which is not ours to delete.
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			note(fmt.Sprintf("deleting SparkApplication %s/%s (uid %s)", namespace, name, uid), err)
-		}
+		d.deleteApp(ctx, uid)
 	}
-	cms := cl.kube.CoreV1().ConfigMaps(namespace)
-	cmName := ConfigMapName(jobID)
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	d.deleteConfigMap(ctx, uid)
+	return d.err(ctx)
+}
+
+// jobDeletion is deleteJobObjects under way: what it deletes and what
+// failed so far.
+type jobDeletion struct {
+	cl        *clients
+	namespace string
+	jobID     string
+	attempt   int
+	timeout   time.Duration
+
+	errs      []string
+	retriable bool // a failure may pass with time
+}
+
+func (d *jobDeletion) note(what string, err error) {
+	d.errs = append(d.errs, fmt.Sprintf("%s: %v", what, err))
+	d.retriable = d.retriable || transient(err) || apiRefused(err)
+}
+
+// appUID reads the UID of the job's application when it is of the
+// attempt; "" when there is none.
+func (d *jobDeletion) appUID(ctx context.Context) string {
+	name := AppName(d.jobID)
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
+	app, err := d.cl.dyn.Resource(GVR).Namespace(d.namespace).Get(cctx, name, metav1.GetOptions{})
+	cancel()
+	switch {
+	case err == nil:
+		if a, ok := attemptOf(app); ok && a == d.attempt {
+			return string(app.GetUID())
+		}
+	case !apierrors.IsNotFound(err):
+		d.note(fmt.Sprintf("getting SparkApplication %s/%s", d.namespace, name), err)
+	}
+	return ""
+}
+
+// deleteApp deletes the application with uid, in the foreground.
+func (d *jobDeletion) deleteApp(ctx context.Context, uid string) {
+	name := AppName(d.jobID)
+	fg := metav1.DeletePropagationForeground
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
+	err := d.cl.dyn.Resource(GVR).Namespace(d.namespace).Delete(cctx, name, metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: metav1.NewUIDPreconditions(uid)})
+	cancel()
+	if !deleted(err) {
+		d.note(fmt.Sprintf("deleting SparkApplication %s/%s (uid %s)", d.namespace, name, uid), err)
+	}
+}
+
+// deleteConfigMap deletes the job's ConfigMap when it is owned by the
+// application with uid or labelled with the attempt.
+func (d *jobDeletion) deleteConfigMap(ctx context.Context, uid string) {
+	cms := d.cl.kube.CoreV1().ConfigMaps(d.namespace)
+	cmName := ConfigMapName(d.jobID)
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
 	cm, err := cms.Get(cctx, cmName, metav1.GetOptions{})
 	cancel()
 	switch {
 	case apierrors.IsNotFound(err):
+		return
 	case err != nil:
-		note(fmt.Sprintf("getting ConfigMap %s/%s", namespace, cmName), err)
-	case (uid != "" && ownedBy(cm.OwnerReferences, uid)) || cm.Labels[labelJobAttempt] == strconv.Itoa(attempt):
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		var opts metav1.DeleteOptions
-		if cm.UID != "" {
-			opts.Preconditions = metav1.NewUIDPreconditions(string(cm.UID))
-		}
-		err := cms.Delete(cctx, cmName, opts)
-		cancel()
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			note(fmt.Sprintf("deleting ConfigMap %s/%s", namespace, cmName), err)
-		}
+		d.note(fmt.Sprintf("getting ConfigMap %s/%s", d.namespace, cmName), err)
+		return
+	case !(uid != "" && ownedBy(cm.OwnerReferences, uid)) && cm.Labels[labelJobAttempt] != strconv.Itoa(d.attempt):
+		return
 	}
-	if len(errs) == 0 {
+	var opts metav1.DeleteOptions
+	if cm.UID != "" {
+		opts.Preconditions = metav1.NewUIDPreconditions(string(cm.UID))
+	}
+	cctx, cancel = context.WithTimeout(ctx, d.timeout)
+	err = cms.Delete(cctx, cmName, opts)
+	cancel()
+	if !deleted(err) {
+		d.note(fmt.Sprintf("deleting ConfigMap %s/%s", d.namespace, cmName), err)
+	}
+}
+
+// deleted reports whether a delete left nothing of ours behind: it worked,
+// the object was gone already, or its UID precondition failed (a Conflict:
+// the name now belongs to another object, which is not ours to delete).
+func deleted(err error) bool {
+	return err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err)
+}
+
+// err is what the deletion failed at, Retriable when that may pass.
+func (d *jobDeletion) err(ctx context.Context) error {
+	if len(d.errs) == 0 {
 		return nil
 	}
 	class := plugin.Permanent
-	if retriable || ctx.Err() != nil {
+	if d.retriable || ctx.Err() != nil {
 		class = plugin.Retriable
 	}
-	return plugin.Errorf(class, "sparkeks: %s", strings.Join(errs, "; "))
+	return plugin.Errorf(class, "sparkeks: %s", strings.Join(d.errs, "; "))
 }
 
 // HealthCheck checks that the API server answers and serves the
