@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 )
 
@@ -73,7 +74,7 @@ type Rules struct {
 // Input is everything Decide looks at for one job. Ages come from the
 // database clock.
 type Input struct {
-	Status  string
+	Status  jobstate.JobStatus
 	Command string
 	Plugin  string
 	Started bool // jobs.started_at is set: the plugin was called at least once
@@ -147,17 +148,17 @@ func (in Input) owner() ownerCondition {
 // unless its own pending_timeout governs.
 func Decide(in Input) Action {
 	switch in.Status {
-	case "queued", "accepted":
-		if in.Status == "queued" && in.AgentName == "" {
+	case jobstate.StatusQueued, jobstate.StatusAccepted:
+		if in.Status == jobstate.StatusQueued && in.AgentName == "" {
 			return decideQueued(in)
 		}
 		return decideAccepted(in)
-	case "running":
+	case jobstate.StatusRunning:
 		if in.AgentName == "" {
 			return decideReleased(in)
 		}
 		return decideRunning(in)
-	case "canceling":
+	case jobstate.StatusCanceling:
 		return decideCanceling(in)
 	}
 	return Action{Kind: None} // terminal, or a status this version does not know
