@@ -54,28 +54,33 @@ func secondsDuration(s float64) time.Duration {
 func secs(d time.Duration) float64 { return d.Seconds() }
 
 // apply writes one decided action inside tx, fenced by (job_id, lease,
-// status). It reports whether the fence held. Every action that ends an
-// attempt goes through the one transition (store.EndAttempt), with the retry
-// and Cleanup decided by internal/lifecycle.
+// status). It reports whether the fence held. What the action writes, and
+// with which status and class, is the outcome table's (lifecycle.Stopped).
+// Every action that ends an attempt goes through the one transition
+// (store.EndAttempt), with the retry and Cleanup decided by
+// lifecycle.Decide.
 func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Action) (bool, error) {
+	if a.Kind == None {
+		return false, nil
+	}
+	cause, resumable, ok := a.stop()
+	if !ok {
+		return false, fmt.Errorf("unknown janitor action %q", a.Kind)
+	}
 	var n int
 	var err error
-	switch a.Kind {
-	case None:
-		return false, nil
-	case Requeue:
+	switch e := lifecycle.Stopped(cause, resumable); e.Write {
+	case lifecycle.WriteRequeue:
 		err = tx.QueryRow(ctx, queries.Get("janitor_requeue"), c.JobID, c.Lease, c.Input.Status,
 			actor.Name, actor.Generation, a.Reason).Scan(&n)
-	case Release:
+	case lifecycle.WriteRelease:
 		msg := fmt.Sprintf("released: %s (was held by %s)", a.Reason, c.Input.AgentName)
 		err = tx.QueryRow(ctx, queries.Get("janitor_release"), c.JobID, c.Lease, c.Input.Status,
 			actor.Name, actor.Generation, a.Reason, msg).Scan(&n)
+	case lifecycle.WriteEnd:
+		return end(ctx, tx, actor, c, a, e)
 	default:
-		o, noRetry, ok := a.outcome()
-		if !ok {
-			return false, fmt.Errorf("unknown janitor action %q", a.Kind)
-		}
-		return end(ctx, tx, actor, c, a, o, noRetry)
+		err = fmt.Errorf("the outcome of %s writes nothing", cause)
 	}
 	if err != nil {
 		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
@@ -83,32 +88,42 @@ func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Ac
 	return n > 0, nil
 }
 
-// outcome is the attempt's end an action records: the status, error class
-// and whether a retry is ruled out whatever the levers say.
-func (a Action) outcome() (o store.Outcome, noRetry, ok bool) {
+// stop is the outcome table's cause of an action that changes the job, and
+// whether the job can be resumed (Decide released it rather than failed it).
+func (a Action) stop() (cause lifecycle.Cause, resumable, ok bool) {
 	switch a.Kind {
-	case Fail, FailAWOL, FailActiveTimeout:
-		// Retriable: retried when the job has retries left.
-		return store.Outcome{Status: store.StatusFailed, Error: a.Reason, ErrorClass: "retriable", EventKind: "failed"}, false, true
-	case FailPending, FailUnclaimed:
-		// Waiting longer would not help: never retried.
-		return store.Outcome{Status: store.StatusFailed, Error: a.Reason, ErrorClass: "permanent", EventKind: "failed"}, true, true
+	case Requeue:
+		return lifecycle.CauseOwnerLostUnstarted, false, true
+	case Release:
+		return lifecycle.CauseOwnerLost, true, true
+	case Fail:
+		return lifecycle.CauseOwnerLost, false, true
+	case FailAWOL:
+		return lifecycle.CauseNotResumed, false, true
+	case FailActiveTimeout:
+		return lifecycle.CauseActiveTimeout, false, true
+	case FailPending:
+		return lifecycle.CausePendingTimeout, false, true
+	case FailUnclaimed:
+		return lifecycle.CauseUnclaimed, false, true
 	case Cancel:
-		return store.Outcome{Status: store.StatusCanceled, Error: a.Reason, EventKind: "canceled"}, true, true
+		return lifecycle.CauseCancelRequested, false, true
 	}
-	return store.Outcome{}, false, false
+	return lifecycle.CauseUnknown, false, false
 }
 
-// end applies an action that ends the attempt: the levers are read under
-// the row lock the candidate query took, the plan decided in Go, and the
-// transition stores it. The Cleanup, when due, is queued for any worker.
-func end(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Action, o store.Outcome, noRetry bool) (bool, error) {
+// end applies an action that ends the attempt as e says: the levers are
+// read under the row lock the candidate query took, the plan decided in Go,
+// and the transition stores it. The Cleanup, when due, is queued for any
+// worker.
+func end(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Action, e lifecycle.Ending) (bool, error) {
 	attempt, levers, err := store.Levers(ctx, tx, c.JobID)
 	if err != nil {
 		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
 	}
+	o := store.Outcome{Status: e.Status, Error: a.Reason, ErrorClass: e.ErrorClass, EventKind: string(e.Status)}
 	plan := lifecycle.Decide(lifecycle.Input{
-		Status: o.Status, ErrorClass: o.ErrorClass, Attempt: attempt, Levers: levers, NoRetry: noRetry,
+		Status: o.Status, ErrorClass: o.ErrorClass, Attempt: attempt, Levers: levers, NoRetry: e.NoRetry,
 		// The janitor's own rules say when remote work may exist.
 		PluginCalled: a.Cleanup, HasCleanup: a.Cleanup, Jitter: rand.Float64(),
 	})
