@@ -6,6 +6,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 // Kind is what the janitor does to one job.
@@ -44,19 +45,7 @@ type Action struct {
 }
 
 // Owner is the agents row of a job's holder, as the database saw it.
-type Owner struct {
-	Exists     bool // false: no agents row under that name
-	Generation string
-	State      string // running, draining, stopped
-	// LastSeenAge is now() - last_seen (database clock). The silence rules
-	// look at the job's own lease, which the owner's heartbeat renews
-	// together with last_seen; a dead owner's reasons quote this silence.
-	LastSeenAge time.Duration
-	// Dead: the liveness check found this generation's name lock free and
-	// its agents row silent for dead_after since (see Watch). Its accepted
-	// jobs are requeued and its resumable running jobs released at once.
-	Dead bool
-}
+type Owner = store.JobOwner
 
 // Rules are the timeouts the decision depends on.
 type Rules struct {

@@ -5,53 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/queries"
 )
 
 // candidate is one locked active row with what Decide needs.
 type candidate struct {
-	JobID   string
-	Command string
-	Lease   int64
-	Input   Input
+	JobID string
+	Lease int64
+	Input Input
 	// SelfRegistered: this process has its agents row, which the query
 	// already counted among the live agents (or not, when it is draining).
 	SelfRegistered bool
 }
 
-func scanCandidates(rows pgx.Rows) ([]candidate, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
-		var c candidate
-		var hbAge, relAge, seenAge, pending, queuedAge, active, attemptAge float64
-		in := &c.Input
-		err := r.Scan(&c.JobID, &in.Status, &in.Plugin, &c.Command, &in.Started,
-			&in.AgentName, &in.AgentGeneration, &c.Lease,
-			&hbAge, &in.Released, &relAge,
-			&in.Owner.Exists, &in.Owner.Generation, &in.Owner.State, &seenAge,
-			&in.Served, &in.PluginLoaded, &in.Resumable,
-			&pending, &queuedAge, &active, &attemptAge,
-			&c.SelfRegistered, &in.Owner.Dead)
-		in.Command = c.Command
-		in.PendingTimeout, in.QueuedAge = secondsDuration(pending), secondsDuration(queuedAge)
-		in.ActiveTimeout, in.AttemptAge = secondsDuration(active), secondsDuration(attemptAge)
-		in.HeartbeatAge = secondsDuration(hbAge)
-		in.ReleasedAge = secondsDuration(relAge)
-		in.Owner.LastSeenAge = secondsDuration(seenAge)
-		return c, err
-	})
+// candidateOf is the janitor's view of a locked row.
+func candidateOf(r store.JanitorCandidate) candidate {
+	return candidate{JobID: r.JobID, Lease: r.Lease, SelfRegistered: r.SelfRegistered, Input: Input{
+		Status: r.Status, Command: r.Command, Plugin: r.Plugin, Started: r.Started,
+		AgentName: r.AgentName, AgentGeneration: r.AgentGeneration,
+		HeartbeatAge: r.HeartbeatAge, Released: r.Released, ReleasedAge: r.ReleasedAge, Owner: r.Owner,
+		Served: r.Served, PluginLoaded: r.PluginLoaded, Resumable: r.Resumable,
+		PendingTimeout: r.PendingTimeout, QueuedAge: r.QueuedAge,
+		ActiveTimeout: r.ActiveTimeout, AttemptAge: r.AttemptAge,
+	}}
 }
 
-func secondsDuration(s float64) time.Duration {
-	return time.Duration(s * float64(time.Second))
+// fence is what the candidate's write is fenced by: the lease and status
+// read under lock.
+func (c candidate) fence() store.JanitorFence {
+	return store.JanitorFence{JobID: c.JobID, Lease: c.Lease, Status: c.Input.Status}
 }
-
-func secs(d time.Duration) float64 { return d.Seconds() }
 
 // apply writes one decided action inside tx, fenced by (job_id, lease,
 // status). It reports whether the fence held. What the action writes, and
@@ -59,7 +44,7 @@ func secs(d time.Duration) float64 { return d.Seconds() }
 // Every action that ends an attempt goes through the one transition
 // (store.EndAttempt), with the retry and Cleanup decided by
 // lifecycle.Decide.
-func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Action) (bool, error) {
+func apply(ctx context.Context, tx store.JanitorTx, actor store.Holder, c candidate, a Action) (bool, error) {
 	if a.Kind == None {
 		return false, nil
 	}
@@ -67,25 +52,23 @@ func apply(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Ac
 	if !ok {
 		return false, fmt.Errorf("unknown janitor action %q", a.Kind)
 	}
-	var n int
+	var held bool
 	var err error
 	switch e := lifecycle.Stopped(cause, resumable); e.Write {
 	case lifecycle.WriteRequeue:
-		err = tx.QueryRow(ctx, queries.Get("janitor_requeue"), c.JobID, c.Lease, c.Input.Status,
-			actor.Name, actor.Generation, a.Reason).Scan(&n)
+		held, err = tx.Requeue(ctx, c.fence(), actor, a.Reason)
 	case lifecycle.WriteRelease:
 		msg := fmt.Sprintf("released: %s (was held by %s)", a.Reason, c.Input.AgentName)
-		err = tx.QueryRow(ctx, queries.Get("janitor_release"), c.JobID, c.Lease, c.Input.Status,
-			actor.Name, actor.Generation, a.Reason, msg).Scan(&n)
+		held, err = tx.Release(ctx, c.fence(), actor, a.Reason, msg)
 	case lifecycle.WriteEnd:
-		return end(ctx, tx, actor, c, a, e)
+		held, err = end(ctx, tx, actor, c, a, e)
 	default:
 		err = fmt.Errorf("the outcome of %s writes nothing", cause)
 	}
 	if err != nil {
 		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
 	}
-	return n > 0, nil
+	return held, nil
 }
 
 // stop is the outcome table's cause of an action that changes the job, and
@@ -116,10 +99,10 @@ func (a Action) stop() (cause lifecycle.Cause, resumable, ok bool) {
 // read under the row lock the candidate query took, the plan decided in Go,
 // and the transition stores it. The Cleanup, when due, is queued for any
 // worker.
-func end(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Action, e lifecycle.Ending) (bool, error) {
-	attempt, levers, err := store.Levers(ctx, tx, c.JobID)
+func end(ctx context.Context, tx store.JanitorTx, actor store.Holder, c candidate, a Action, e lifecycle.Ending) (bool, error) {
+	attempt, levers, err := tx.Levers(ctx, c.JobID)
 	if err != nil {
-		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
+		return false, err
 	}
 	o := store.Outcome{Status: e.Status, Error: a.Reason, ErrorClass: e.ErrorClass, EventKind: string(e.Status)}
 	plan := lifecycle.Decide(lifecycle.Input{
@@ -127,15 +110,12 @@ func end(ctx context.Context, tx pgx.Tx, actor store.Holder, c candidate, a Acti
 		// The janitor's own rules say when remote work may exist.
 		PluginCalled: a.Cleanup, HasCleanup: a.Cleanup, Jitter: rand.Float64(),
 	})
-	_, err = store.EndAttempt(ctx, tx, store.End{
+	_, err = tx.EndAttempt(ctx, store.End{
 		JobID: c.JobID, Lease: c.Lease, ExpectStatus: c.Input.Status, Actor: actor,
 		EventLease: c.Lease + 1, Outcome: o, Plan: plan,
 	})
-	switch {
-	case errors.Is(err, store.ErrLeaseLost):
+	if errors.Is(err, store.ErrLeaseLost) {
 		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
 	}
-	return true, nil
+	return err == nil, err
 }
