@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/client"
 )
@@ -32,7 +33,7 @@ func outcome(j store.Job) (string, int) {
 	case store.StatusFailed:
 		line := head + ": " + orDash(j.Error)
 		if j.ErrorClass != "" {
-			line += " [" + j.ErrorClass + "]"
+			line += " [" + string(j.ErrorClass) + "]"
 		}
 		return line + tail, exitFailed
 	case store.StatusCanceled:
@@ -156,7 +157,7 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	j, err := fo.Get(ctx, id)
 	if err != nil {
 		// The end record says how it ended; details are lost, not the outcome.
-		j = store.Job{ID: id, Status: end.Status, Attempt: end.Attempt}
+		j = store.Job{ID: id, Status: jobstate.JobStatus(end.Status), Attempt: end.Attempt}
 	}
 	if p == nil {
 		return a.exitOutcome(j)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/client"
@@ -56,7 +57,7 @@ func (a *app) getCmd() *cobra.Command {
 			row("ID", j.ID)
 			row("Command", j.Command)
 			row("Plugin", j.Plugin)
-			row("Status", j.Status)
+			row("Status", string(j.Status))
 			row("Attempt", fmt.Sprint(j.Attempt))
 			row("Submitter", orDash(j.Submitter))
 			row("Agent", orDash(j.Agent))
@@ -64,7 +65,7 @@ func (a *app) getCmd() *cobra.Command {
 			row("Started", fmtTime(j.StartedAt))
 			row("Finished", fmtTime(j.FinishedAt))
 			if j.Error != "" {
-				row("Error", j.Error+orEmpty(j.ErrorClass, " ("+j.ErrorClass+")"))
+				row("Error", j.Error+orEmpty(string(j.ErrorClass), " ("+string(j.ErrorClass)+")"))
 			}
 			l := j.Limits
 			row("Limits", fmt.Sprintf("max_retry=%d retry_backoff=%s retry_backoff_max=%s pending_timeout=%s active_timeout=%s ttl_succeeded=%s ttl_failed=%s",
@@ -90,8 +91,11 @@ func (a *app) getCmd() *cobra.Command {
 
 // jobStatuses are the job statuses --status accepts, as the API does.
 func jobStatuses() []string {
-	return []string{store.StatusQueued, store.StatusAccepted, store.StatusRunning, store.StatusCanceling,
-		store.StatusSucceeded, store.StatusFailed, store.StatusCanceled}
+	var out []string
+	for _, s := range jobstate.Statuses() {
+		out = append(out, string(s))
+	}
+	return out
 }
 
 // timeFlag reads --since/--until: an RFC 3339 time, or a positive duration

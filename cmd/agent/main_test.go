@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -60,7 +61,7 @@ func (c *cli) run(t *testing.T, args ...string) result {
 
 // agent plays the part of a tether agent for the one job it finds: it
 // claims it, writes output and finishes it with status.
-func (c *cli) agent(t *testing.T, status string) <-chan error {
+func (c *cli) agent(t *testing.T, status jobstate.JobStatus) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {
@@ -105,14 +106,14 @@ func (c *cli) agent(t *testing.T, status string) <-chan error {
 
 func TestSubmitWaitExitCodes(t *testing.T) {
 	for _, tc := range []struct {
-		status string
+		status jobstate.JobStatus
 		code   int
 	}{
 		{store.StatusSucceeded, 0},
 		{store.StatusFailed, 1},
 		{store.StatusCanceled, 2},
 	} {
-		t.Run(tc.status, func(t *testing.T) {
+		t.Run(string(tc.status), func(t *testing.T) {
 			c := newCLI(t)
 			done := c.agent(t, tc.status)
 			r := c.run(t, "submit", "hello", "--set", "script=echo hi", "--wait")
@@ -123,7 +124,7 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 			// running on …") may come between its lines, as they happen.
 			assert.Contains(t, withoutNotices(r.stderr), "err 0\nerr 1\nerr 2\n")
 			assert.Contains(t, r.stderr, "submitted job ")
-			assert.Contains(t, r.stderr, ": "+tc.status)
+			assert.Contains(t, r.stderr, ": "+string(tc.status))
 			if tc.status == store.StatusFailed {
 				assert.Contains(t, r.stderr, "failed: exit status 7")
 			}

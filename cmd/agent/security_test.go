@@ -21,6 +21,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/bintest"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/pkg/client"
 )
@@ -174,7 +175,7 @@ tr '\0' '\n' < /proc/%[2]d/environ`, agentCmd.Process.Pid, control.Process.Pid)
 	require.NoError(t, c.Logs(ctx, job.ID, "", false, &out))
 	output := out.String()
 	t.Logf("job output:\n%s", output)
-	assert.Equal(t, "succeeded", final.Status, "output: %s", output)
+	assert.Equal(t, jobstate.StatusSucceeded, final.Status, "output: %s", output)
 
 	assert.Contains(t, output, fmt.Sprintf("uid=%d\n", u.uid), "the job runs as the agent's user")
 	assert.Contains(t, output, "agent-unreadable")

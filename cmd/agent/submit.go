@@ -189,7 +189,7 @@ func (a *app) waitForJob(ctx context.Context, id string, stamps bool) error {
 }
 
 func describeStatus(j store.Job) string {
-	s := j.Status
+	s := string(j.Status)
 	if j.Attempt > 1 {
 		s += fmt.Sprintf(" (attempt %d)", j.Attempt)
 	}

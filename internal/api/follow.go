@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -94,13 +95,13 @@ func (w *waiter) wait(ctx context.Context) bool {
 type logSink interface {
 	chunk(c store.LogChunk) error
 	// end closes a followed stream of a finished job.
-	end(status string, attempt int) error
+	end(status jobstate.JobStatus, attempt int) error
 }
 
 type rawSink struct{ w io.Writer }
 
-func (r rawSink) chunk(c store.LogChunk) error { _, err := r.w.Write(c.Data); return err }
-func (rawSink) end(string, int) error          { return nil }
+func (r rawSink) chunk(c store.LogChunk) error    { _, err := r.w.Write(c.Data); return err }
+func (rawSink) end(jobstate.JobStatus, int) error { return nil }
 
 // LogLine is one line of a format=jsonl log. Lines of one chunk share its
 // seq.
@@ -116,9 +117,9 @@ type LogLine struct {
 // StreamEnd is the last record of a followed jsonl log or event stream: the
 // job is finished and everything was sent.
 type StreamEnd struct {
-	End     bool   `json:"end"`
-	Status  string `json:"status"`
-	Attempt int    `json:"attempt"`
+	End     bool               `json:"end"`
+	Status  jobstate.JobStatus `json:"status"`
+	Attempt int                `json:"attempt"`
 }
 
 type jsonlSink struct{ enc *json.Encoder }
@@ -139,7 +140,7 @@ func (j jsonlSink) chunk(c store.LogChunk) error {
 	return nil
 }
 
-func (j jsonlSink) end(status string, attempt int) error {
+func (j jsonlSink) end(status jobstate.JobStatus, attempt int) error {
 	return j.enc.Encode(StreamEnd{End: true, Status: status, Attempt: attempt})
 }
 
@@ -182,7 +183,7 @@ func streamHeaders(w http.ResponseWriter, contentType string, follow bool) *http
 // keeps going until the job is finished and every chunk is sent (then
 // sink.end), the client goes away, or the agent stops (no end: the client
 // resumes elsewhere with after=<last seq>).
-func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, sink logSink, id, stream, status string, after int64, follow bool) {
+func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, sink logSink, id, stream string, status jobstate.JobStatus, after int64, follow bool) {
 	var wt *waiter
 	if follow {
 		wt = s.newWaiter(ctx, id, s.opts.FollowPollInterval)
@@ -268,7 +269,7 @@ func (s *server) followEvents(ctx context.Context, rc *http.ResponseController, 
 			}
 		}
 		if finished {
-			s.endStream(ctx, id, status, func(status string, attempt int) error {
+			s.endStream(ctx, id, status, func(status jobstate.JobStatus, attempt int) error {
 				return enc.Encode(StreamEnd{End: true, Status: status, Attempt: attempt})
 			})
 			return
@@ -283,7 +284,7 @@ func (s *server) followEvents(ctx context.Context, rc *http.ResponseController, 
 }
 
 // endStream writes the end record with the job's last attempt.
-func (s *server) endStream(ctx context.Context, id, status string, end func(string, int) error) {
+func (s *server) endStream(ctx context.Context, id string, status jobstate.JobStatus, end func(jobstate.JobStatus, int) error) {
 	j, err := s.opts.Store.GetJob(ctx, id)
 	if err != nil {
 		s.stopFollowing(ctx, "ending a followed stream", id, err)

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -23,11 +25,6 @@ const (
 	logPageSize     = 1000
 	readyTimeout    = 2 * time.Second
 )
-
-var statuses = []string{
-	store.StatusQueued, store.StatusAccepted, store.StatusRunning, store.StatusCanceling,
-	store.StatusSucceeded, store.StatusFailed, store.StatusCanceled,
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -261,9 +258,9 @@ func intParam(r *http.Request, name string, def, lo, hi int64) (int64, error) {
 
 func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	status := q.Get("status")
+	status := jobstate.JobStatus(q.Get("status"))
 	if status != "" && !validStatus(status) {
-		badRequest(w, "status", "unknown status %q; use one of %s", status, strings.Join(statuses, ", "))
+		badRequest(w, "status", "unknown status %q; use one of %s", status, statusList())
 		return
 	}
 	limit, err := intParam(r, "limit", DefaultListLimit, 1, MaxListLimit)
@@ -332,13 +329,15 @@ func timeParam(r *http.Request, name string) (time.Time, error) {
 	return t, nil
 }
 
-func validStatus(s string) bool {
-	for _, v := range statuses {
-		if s == v {
-			return true
-		}
+func validStatus(s jobstate.JobStatus) bool { return slices.Contains(jobstate.Statuses(), s) }
+
+// statusList names the statuses a list may filter on, for an error message.
+func statusList() string {
+	names := make([]string, 0, len(jobstate.Statuses()))
+	for _, v := range jobstate.Statuses() {
+		names = append(names, string(v))
 	}
-	return false
+	return strings.Join(names, ", ")
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -44,7 +45,7 @@ func TestSubmitStampsLimitsAndRequeueRecordsWho(t *testing.T) {
 	res := decode[api.RequeueResponse](t, r)
 	assert.False(t, res.Replayed)
 	assert.Equal(t, 2, res.Job.Attempt)
-	assert.Equal(t, "outcome_unknown", res.Job.ErrorClass, "kept for the record")
+	assert.Equal(t, jobstate.OutcomeUnknown, res.Job.ErrorClass, "kept for the record")
 	evs, err := e.st.Events(context.Background(), j.ID, 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, "requeued", evs[len(evs)-1].Kind)

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -91,7 +92,7 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 	Code  string `json:"code,omitempty"`
 	// Status is the job's current status, for invalid_transition.
-	Status string `json:"status,omitempty"`
+	Status jobstate.JobStatus `json:"status,omitempty"`
 }
 
 // Error codes.

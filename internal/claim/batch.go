@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -122,7 +123,7 @@ func (b *batcher[Req, Res]) send(ctx context.Context, items []batchItem[Req, Res
 
 // markedRunning is one job's answer in a running batch.
 type markedRunning struct {
-	status string
+	status jobstate.JobStatus
 	err    error
 }
 

@@ -35,7 +35,7 @@ func (p *statusAtCleanup) Cleanup(ctx context.Context, name string, job *plugin.
 	if err != nil {
 		p.seen = append(p.seen, "error: "+err.Error())
 	} else {
-		p.seen = append(p.seen, j.Status)
+		p.seen = append(p.seen, string(j.Status))
 	}
 	p.mu.Unlock()
 	return p.Plugins.Cleanup(ctx, name, job)
@@ -74,5 +74,5 @@ func TestCleanupRunsOnlyAfterTheTerminalStatusIsCommitted(t *testing.T) {
 	require.NoError(t, err)
 	waitStatus(t, st, j.ID, 10*time.Second, store.StatusCanceled)
 	require.Eventually(t, func() bool { return len(rec.statuses()) > 0 }, 10*time.Second, 20*time.Millisecond)
-	assert.Equal(t, []string{store.StatusCanceled}, rec.statuses(), "Cleanup saw the job before its final status was written")
+	assert.Equal(t, []string{string(store.StatusCanceled)}, rec.statuses(), "Cleanup saw the job before its final status was written")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -79,7 +80,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 		return
 	}
 	s.reportOrphans(res.Orphans)
-	held := make(map[jobKey]string, len(res.Held))
+	held := make(map[jobKey]jobstate.JobStatus, len(res.Held))
 	for _, h := range res.Held {
 		held[jobKey{h.JobID, h.Lease}] = h.Status
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/dbhistory"
 	"github.com/tetherjobs/tether/internal/jobctx"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/metrics"
@@ -73,7 +74,7 @@ func (s *Service) run(j *runningJob) {
 
 	cmd, ok := s.cfg.Commands[c.Job.Command]
 	if !ok { // claim filters by command, so only a config change mid-flight gets here
-		s.end(a, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("command %q is not configured on agent %s", c.Job.Command, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("command %q is not configured on agent %s", c.Job.Command, s.cfg.Holder.Name), ErrorClass: plugin.Retriable})
 		return
 	}
 	if a.plugin == "" {
@@ -85,7 +86,7 @@ func (s *Service) run(j *runningJob) {
 	}
 	jobCtx, err := jobctx.Merge(cmd.Context, c.Job.Context)
 	if err != nil {
-		s.end(a, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.Permanent)})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: plugin.Permanent})
 		return
 	}
 	a.job = &plugin.Job{ID: c.Job.ID, Command: c.Job.Command, Attempt: c.Job.Attempt, Context: jobCtx}
@@ -94,13 +95,13 @@ func (s *Service) run(j *runningJob) {
 	call := s.plugins.Execute
 	switch {
 	case !loaded:
-		s.end(a, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("plugin %q is not loaded on agent %s", a.plugin, s.cfg.Holder.Name), ErrorClass: string(plugin.Retriable)})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: fmt.Sprintf("plugin %q is not loaded on agent %s", a.plugin, s.cfg.Holder.Name), ErrorClass: plugin.Retriable})
 		return
 	case c.Resume && !info.Has(plugin.CapResume):
 		// The claim takes such a job only where the plugin can Resume; a
 		// plugin replaced since is the only way here. Fail it truthfully,
 		// with Cleanup, and never Execute it beside its remote work.
-		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: plugin.Retriable,
 			Error: fmt.Sprintf("cannot resume: plugin %q on agent %s lacks the resume capability", a.plugin, s.cfg.Holder.Name)})
 		return
 	case c.Resume:
@@ -109,7 +110,7 @@ func (s *Service) run(j *runningJob) {
 		}
 		call = s.plugins.Resume
 	default:
-		var status string
+		var status jobstate.JobStatus
 		err := s.retryWrite(j, log, "marking job running", func(ctx context.Context) error {
 			r, err := s.running.do(ctx, store.Running{JobID: c.Job.ID, Lease: c.Lease, Generation: s.cfg.Holder.Generation,
 				Message: "attempt " + fmt.Sprint(c.Job.Attempt) + " on " + s.cfg.Holder.Name})
@@ -189,7 +190,7 @@ func (s *Service) run(j *runningJob) {
 		return
 	}
 	if err != nil {
-		s.end(a, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: string(plugin.ClassOf(err))})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: err.Error(), ErrorClass: plugin.ClassOf(err)})
 		return
 	}
 	out := store.Outcome{Status: store.StatusSucceeded}
@@ -215,7 +216,7 @@ func (s *Service) afterCancel(a *attempt) {
 		// if the job has retries left) once Cleanup has stopped what the
 		// attempt left behind.
 		log.Info("active_timeout exceeded; stopped the plugin call", "active_timeout", j.claimed.ActiveTimeout)
-		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: plugin.Retriable,
 			Error: "active_timeout of " + limits.Format(j.claimed.ActiveTimeout) + " exceeded"})
 	case errors.Is(cause, errCancelRequested):
 		s.end(a, store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"})
@@ -230,12 +231,12 @@ func (s *Service) afterCancel(a *attempt) {
 		s.release(a, metrics.ReleaseSelfFenced, s.selfFencedReason(a.fenceCause(cause)))
 	case errors.Is(cause, errSelfFenced):
 		log.Warn("self-fenced: stopped the job; recording it failed when the database returns", "why", cause)
-		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable), Error: s.selfFencedError(a.fenceCause(cause))})
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: plugin.Retriable, Error: s.selfFencedError(a.fenceCause(cause))})
 	case errors.Is(cause, errShutdown) && j.resumable:
 		// The remote work goes on; hand it to another agent at once.
 		s.release(a, metrics.ReleaseHandoff, "handoff: agent "+s.cfg.Holder.Name+" shutting down")
 	case errors.Is(cause, errShutdown):
-		s.end(a, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: string(plugin.Retriable)})
+		s.end(a, store.Outcome{Status: store.StatusFailed, Error: errShutdown.Error(), ErrorClass: plugin.Retriable})
 	default:
 		log.Error("job context ended for an unknown reason", "cause", cause)
 	}
@@ -250,7 +251,7 @@ func (s *Service) beforeCall(a *attempt, cause error) {
 	case errors.Is(cause, errCancelRequested):
 		s.end(a, store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
 	default:
-		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Retriable),
+		s.end(a, store.Outcome{Status: store.StatusFailed, ErrorClass: plugin.Retriable,
 			Error: "stopped before its plugin was called: " + cause.Error()})
 	}
 }
@@ -311,8 +312,8 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 			// instead of retrying something that can never land.
 			refused = true
 			a.log.Error("the database refused the job's outcome; recording a permanent failure instead", "status", o.Status, "err", err)
-			in.Status, in.ErrorClass = store.StatusFailed, string(plugin.Permanent)
-			e.Outcome = sanitize(store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Permanent),
+			in.Status, in.ErrorClass = store.StatusFailed, plugin.Permanent
+			e.Outcome = sanitize(store.Outcome{Status: store.StatusFailed, ErrorClass: plugin.Permanent,
 				Error: fmt.Sprintf("tether could not store the job's outcome (%s: %s): %v", o.Status, firstLine(o.Error), de.Err)})
 			e.Plan = lifecycle.Decide(in)
 			continue
@@ -333,13 +334,13 @@ func (s *Service) end(a *attempt, o store.Outcome) {
 		s.cfg.Metrics.JobsFinished.WithLabelValues("retried").Inc()
 		a.log.Info("attempt failed; retry scheduled", "error", o.Error, "next_attempt", ended.Attempt, "run_after", ended.RunAfter, "after_cleanup", e.Plan.Cleanup)
 	} else {
-		s.cfg.Metrics.JobsFinished.WithLabelValues(ended.Status).Inc()
+		s.cfg.Metrics.JobsFinished.WithLabelValues(string(ended.Status)).Inc()
 		a.log.Info("job finished", "status", ended.Status, "error", e.Outcome.Error)
 	}
 	if ended.Cleanup.Held() {
 		s.cleanup(a, ended.Cleanup)
 	}
-	signal(s.cfg.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: ended.Status, Error: e.Outcome.Error})
+	signal(s.cfg.TestSignals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: string(ended.Status), Error: e.Outcome.Error})
 }
 
 // observeEnd records the durations of an attempt whose end is stored:
@@ -350,9 +351,9 @@ func (s *Service) observeEnd(j *runningJob, ended store.Ended) {
 	if ended.Retried {
 		outcome = "retried"
 	}
-	s.cfg.Metrics.AttemptDuration.WithLabelValues(c.Job.Command, outcome).Observe((c.AttemptAge + held).Seconds())
+	s.cfg.Metrics.AttemptDuration.WithLabelValues(c.Job.Command, string(outcome)).Observe((c.AttemptAge + held).Seconds())
 	if store.Terminal(ended.Status) {
-		s.cfg.Metrics.JobDuration.WithLabelValues(c.Job.Command, ended.Status).Observe((c.JobAge + held).Seconds())
+		s.cfg.Metrics.JobDuration.WithLabelValues(c.Job.Command, string(ended.Status)).Observe((c.JobAge + held).Seconds())
 	}
 }
 
@@ -517,9 +518,9 @@ func (s *Service) recordLeaseLost(j *runningJob, log *slog.Logger, how, account 
 // describe is an outcome in a few words, for the record.
 func describe(o store.Outcome) string {
 	if o.Error == "" {
-		return o.Status
+		return string(o.Status)
 	}
-	return o.Status + ": " + firstLine(o.Error)
+	return string(o.Status) + ": " + firstLine(o.Error)
 }
 
 // runtime is the host side of plugin.Runtime for one runner. It records

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/claim"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
@@ -117,7 +118,7 @@ func TestUnstorableOutcomesEndTheJob(t *testing.T) {
 
 	j = waitStatus(t, st, nulOut.ID, 20*time.Second, store.StatusFailed, store.StatusSucceeded)
 	assert.Equal(t, store.StatusFailed, j.Status)
-	assert.Equal(t, "permanent", j.ErrorClass)
+	assert.Equal(t, jobstate.Permanent, j.ErrorClass)
 	assert.Contains(t, j.Error, `NUL character`)
 	assert.Contains(t, j.Error, "the job had succeeded")
 }

@@ -107,7 +107,7 @@ func decideRepair(gen string, k known, db *store.HeldState) repair {
 func describeHeld(h store.HeldState) string {
 	switch {
 	case !h.Active:
-		return "it " + h.Status + " with no holder"
+		return "it " + string(h.Status) + " with no holder"
 	case h.Agent == "":
 		return fmt.Sprintf("it %s in attempt %d, unowned under lease %d", h.Status, h.Attempt, h.Lease)
 	}

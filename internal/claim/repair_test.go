@@ -5,16 +5,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
 func TestDecideRepair(t *testing.T) {
 	const gen = "g1"
 	end := &store.End{Outcome: store.Outcome{Status: store.StatusSucceeded}}
-	mineRow := func(status string, seq int64, handle string) *store.HeldState {
+	mineRow := func(status jobstate.JobStatus, seq int64, handle string) *store.HeldState {
 		return &store.HeldState{Status: status, Attempt: 1, Active: true, Agent: "a", Generation: gen, Lease: 5, LogSeq: seq, Handle: []byte(handle)}
 	}
-	unowned := func(status string, lease int64) *store.HeldState {
+	unowned := func(status jobstate.JobStatus, lease int64) *store.HeldState {
 		return &store.HeldState{Status: status, Attempt: 1, Active: true, Lease: lease}
 	}
 	shell := known{Lease: 5, Attempt: 1, Called: true, StoredSeq: 7}

@@ -48,7 +48,7 @@ func sanitize(o store.Outcome) store.Outcome {
 	if o.Error != "" {
 		msg += ": " + o.Error
 	}
-	return store.Outcome{Status: store.StatusFailed, ErrorClass: string(plugin.Permanent), Error: cleanText(msg)}
+	return store.Outcome{Status: store.StatusFailed, ErrorClass: plugin.Permanent, Error: cleanText(msg)}
 }
 
 // cleanText is s as valid UTF-8 without NUL bytes, cut to MaxErrorBytes.

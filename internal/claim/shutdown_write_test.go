@@ -64,7 +64,7 @@ func TestShutdownStoresTheStoppedJobsEnd(t *testing.T) {
 	select {
 	case e := <-ended:
 		assert.Equal(t, j.ID, e.JobID)
-		assert.Equal(t, store.StatusFailed, e.Status, "stored, not unrecorded: %+v", e)
+		assert.Equal(t, string(store.StatusFailed), e.Status, "stored, not unrecorded: %+v", e)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stopped job's end was not stored")
 	}

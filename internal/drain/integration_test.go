@@ -15,6 +15,7 @@ import (
 	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
@@ -118,7 +119,7 @@ func TestDrainHandsOffAndStops(t *testing.T) {
 	failed := status(t, st, slow)
 	assert.Equal(t, store.StatusFailed, failed.Status)
 	assert.Equal(t, "agent shut down before the job finished", failed.Error)
-	assert.Equal(t, "retriable", failed.ErrorClass)
+	assert.Equal(t, jobstate.Retriable, failed.ErrorClass)
 
 	require.Eventually(t, func() bool { return status(t, st, resumable).Agent == "b" }, 10*time.Second, 20*time.Millisecond)
 	evs, err := st.Events(context.Background(), resumable, 0, 0)

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/store"
@@ -158,7 +159,7 @@ func (r *benchRun) waitAll(timeout time.Duration, sample func(ended int), progre
 		counts := r.statusCounts()
 		open, ended := 0, 0
 		for k, n := range counts {
-			if store.Terminal(k) {
+			if store.Terminal(jobstate.JobStatus(k)) {
 				ended += n
 			} else {
 				open += n

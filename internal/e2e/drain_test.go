@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -174,7 +175,7 @@ func TestDrainCancelsShellAtDeadline(t *testing.T) {
 		j := h.job(ctx, id)
 		assert.Equal(t, store.StatusFailed, j.Status, "shell job %s; events: %s", id, h.eventSummary(ctx, id))
 		assert.Equal(t, shutdownError, j.Error, "shell job %s", id)
-		assert.Equal(t, "retriable", j.ErrorClass, "shell job %s", id)
+		assert.Equal(t, jobstate.Retriable, j.ErrorClass, "shell job %s", id)
 		final := h.checkTimeline(ctx, id)
 		assert.Equal(t, a.gen, final.Generation)
 		if id == stubborn {
@@ -227,7 +228,7 @@ func TestDrainSecondSignalSkipsWait(t *testing.T) {
 	j := h.job(ctx, sh[0])
 	assert.Equal(t, store.StatusFailed, j.Status, "events: %s", h.eventSummary(ctx, sh[0]))
 	assert.Equal(t, shutdownError, j.Error)
-	assert.Equal(t, "retriable", j.ErrorClass)
+	assert.Equal(t, jobstate.Retriable, j.ErrorClass)
 	h.checkTimeline(ctx, sh[0])
 	if pgid := h.shellPGID(sh[0]); assert.Positive(t, pgid) {
 		assert.Empty(t, groupMembers(pgid), "shell process group %d must be gone", pgid)

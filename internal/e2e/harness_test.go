@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -404,7 +405,7 @@ func (h *harness) eventSummary(ctx context.Context, jobID string) string {
 	return strings.Join(parts, " ")
 }
 
-func isFinal(kind string) bool { return store.Terminal(kind) }
+func isFinal(kind string) bool { return store.Terminal(jobstate.JobStatus(kind)) }
 
 // checkTimeline asserts the lease invariants of one finished job: exactly one
 // final event, and no event after it carrying an older lease (a write from a

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -101,7 +102,7 @@ func TestHungDatabaseStoresEveryLineOnce(t *testing.T) {
 }
 
 // jobsIn returns which of ids are in status now.
-func (h *harness) jobsIn(ctx context.Context, ids []string, status string) []string {
+func (h *harness) jobsIn(ctx context.Context, ids []string, status jobstate.JobStatus) []string {
 	h.t.Helper()
 	rows, err := h.pool.Query(ctx, `SELECT id FROM jobs WHERE id = ANY($1) AND status = $2`, ids, status)
 	require.NoError(h.t, err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/bintest"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
@@ -216,7 +217,7 @@ func TestLifecycleMaxRetryZero(t *testing.T) {
 	h.waitTerminal(ctx, []string{job.ID}, 20*time.Second)
 	got := h.job(ctx, job.ID)
 	assert.Equal(t, store.StatusFailed, got.Status)
-	assert.Equal(t, "retriable", got.ErrorClass)
+	assert.Equal(t, jobstate.Retriable, got.ErrorClass)
 	assert.Equal(t, "active_timeout of 500ms exceeded", got.Error)
 	assert.Equal(t, 1, got.Attempt)
 	assert.Empty(t, kindsOf(h.events(ctx, job.ID), "retry_scheduled"))
@@ -248,7 +249,7 @@ func TestLifecycleNeverRetriesPermanentOrOutcomeUnknown(t *testing.T) {
 	require.NoError(t, err)
 	ids = append(ids, j.ID)
 	h.waitTerminal(ctx, ids, 20*time.Second)
-	for i, want := range []string{"permanent", "outcome_unknown", "permanent"} {
+	for i, want := range []jobstate.ErrorClass{jobstate.Permanent, jobstate.OutcomeUnknown, jobstate.Permanent} {
 		got := h.job(ctx, ids[i])
 		assert.Equal(t, store.StatusFailed, got.Status, ids[i])
 		assert.Equal(t, want, got.ErrorClass, ids[i])
@@ -281,7 +282,7 @@ func TestLifecyclePendingTimeoutWithNoAgentForTheCommand(t *testing.T) {
 	got := h.job(ctx, j.ID)
 	assert.Equal(t, store.StatusFailed, got.Status)
 	assert.Equal(t, "pending timeout: not started within pending_timeout (1s)", got.Error)
-	assert.Equal(t, "permanent", got.ErrorClass)
+	assert.Equal(t, jobstate.Permanent, got.ErrorClass)
 	assert.Equal(t, 1, got.Attempt, "never retried")
 	evs := h.events(ctx, j.ID)
 	assert.Empty(t, kindsOf(evs, "claimed"))

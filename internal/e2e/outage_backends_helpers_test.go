@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/kubetest"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgcluster"
@@ -399,5 +400,5 @@ func (h *harness) followedAgain(ctx context.Context, id string) bool {
 	err := h.pool.QueryRow(ctx, `SELECT j.attempt, j.status,
 			EXISTS (SELECT 1 FROM job_timeline e WHERE e.job_id = j.id AND e.kind = 'resumed')
 		FROM jobs j WHERE j.id = $1`, id).Scan(&attempt, &status, &resumed)
-	return err == nil && (attempt > 1 || store.Terminal(status) || resumed)
+	return err == nil && (attempt > 1 || store.Terminal(jobstate.JobStatus(status)) || resumed)
 }

@@ -299,7 +299,7 @@ func TestSparkApplicationDeletedWhileNoAgentWatches(t *testing.T) {
 	h.waitTerminal(ctx, []string{id}, 40*time.Second)
 	j := h.job(ctx, id)
 	require.Equal(t, store.StatusFailed, j.Status, "events: %s", h.eventSummary(ctx, id))
-	assert.Equal(t, string(plugin.OutcomeUnknown), j.ErrorClass)
+	assert.Equal(t, plugin.OutcomeUnknown, j.ErrorClass)
 	assert.Contains(t, j.Error, "not resubmitting")
 	assert.Contains(t, h.eventSummary(ctx, id), "resumed")
 	_, err := res.Get(ctx, name, metav1.GetOptions{})

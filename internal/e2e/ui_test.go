@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -213,7 +214,7 @@ func TestConsoleCancelAndRequeue(t *testing.T) {
 	br.waitJS("the field error gone", `(e => !e || e.textContent.trim() === '')(document.querySelector('[data-error-for=requeue-reason]'))`)
 	j = h.job(ctx, long)
 	assert.Equal(t, 2, j.Attempt)
-	assert.Contains(t, []string{store.StatusQueued, store.StatusAccepted, store.StatusRunning}, j.Status)
+	assert.Contains(t, []jobstate.JobStatus{store.StatusQueued, store.StatusAccepted, store.StatusRunning}, j.Status)
 	assert.True(t, slices.ContainsFunc(h.events(ctx, long), func(e event) bool {
 		return e.Kind == "requeued" && strings.Contains(e.Message, "retry after the fix")
 	}), h.eventSummary(ctx, long))

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 // Kind is what the janitor does to one job.
@@ -43,19 +45,7 @@ type Action struct {
 }
 
 // Owner is the agents row of a job's holder, as the database saw it.
-type Owner struct {
-	Exists     bool // false: no agents row under that name
-	Generation string
-	State      string // running, draining, stopped
-	// LastSeenAge is now() - last_seen (database clock). The silence rules
-	// look at the job's own lease, which the owner's heartbeat renews
-	// together with last_seen; a dead owner's reasons quote this silence.
-	LastSeenAge time.Duration
-	// Dead: the liveness check found this generation's name lock free and
-	// its agents row silent for dead_after since (see Watch). Its accepted
-	// jobs are requeued and its resumable running jobs released at once.
-	Dead bool
-}
+type Owner = store.JobOwner
 
 // Rules are the timeouts the decision depends on.
 type Rules struct {
@@ -73,7 +63,7 @@ type Rules struct {
 // Input is everything Decide looks at for one job. Ages come from the
 // database clock.
 type Input struct {
-	Status  string
+	Status  jobstate.JobStatus
 	Command string
 	Plugin  string
 	Started bool // jobs.started_at is set: the plugin was called at least once
@@ -147,17 +137,17 @@ func (in Input) owner() ownerCondition {
 // unless its own pending_timeout governs.
 func Decide(in Input) Action {
 	switch in.Status {
-	case "queued", "accepted":
-		if in.Status == "queued" && in.AgentName == "" {
+	case jobstate.StatusQueued, jobstate.StatusAccepted:
+		if in.Status == jobstate.StatusQueued && in.AgentName == "" {
 			return decideQueued(in)
 		}
 		return decideAccepted(in)
-	case "running":
+	case jobstate.StatusRunning:
 		if in.AgentName == "" {
 			return decideReleased(in)
 		}
 		return decideRunning(in)
-	case "canceling":
+	case jobstate.StatusCanceling:
 		return decideCanceling(in)
 	}
 	return Action{Kind: None} // terminal, or a status this version does not know

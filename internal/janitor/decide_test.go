@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobctx"
+	"github.com/tetherjobs/tether/internal/jobstate"
 )
 
 var testRules = Rules{StaleJob: 120 * time.Second, OfflineAfter: 15 * time.Second, AWOLTimeout: time.Hour, ActiveTimeoutGrace: 20 * time.Second}
@@ -25,7 +26,7 @@ func activeFor(timeout, age time.Duration) func(*Input) {
 // owned is a job of command c held by agent a1 (generation g1), whose
 // agents row is live, silent for hb; a live agent serves c, and its plugin p
 // is loaded and resumable, unless a case says not.
-func owned(status string, hb time.Duration) Input {
+func owned(status jobstate.JobStatus, hb time.Duration) Input {
 	return Input{
 		Status: status, Command: "c", Plugin: "p", Started: status == "running" || status == "canceling",
 		AgentName: "a1", AgentGeneration: "g1", HeartbeatAge: hb,
@@ -35,7 +36,7 @@ func owned(status string, hb time.Duration) Input {
 	}
 }
 
-func unowned(status string) Input {
+func unowned(status jobstate.JobStatus) Input {
 	return Input{Status: status, Command: "c", Plugin: "p", Served: true, PluginLoaded: true, Resumable: true, Rules: testRules}
 }
 

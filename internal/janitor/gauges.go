@@ -2,16 +2,12 @@ package janitor
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/queries"
 )
 
 // refreshGauges sets the cluster-wide backlog gauges (queue per configured
@@ -55,21 +51,13 @@ func QueueStats(ctx context.Context, db store.Batcher, commands []string, liveWi
 	if len(commands) == 0 {
 		return nil, nil
 	}
-	st := queries.Named("queue_stats")
-	rows, err := store.QueryHot(ctx, db, st.SQL, st.Args(map[string]any{
-		"commands": commands, "live_s": liveWithin.Seconds(), "cap": QueueCountCap})...)
+	stats, err := store.QueueStats(ctx, db, commands, liveWithin, QueueCountCap)
 	if err != nil {
-		return nil, fmt.Errorf("measuring the queue: %w", err)
+		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (metrics.QueueStat, error) {
-		var q metrics.QueueStat
-		var oldest float64
-		err := r.Scan(&q.Command, &q.Jobs, &oldest, &q.Agents)
-		q.Oldest = time.Duration(oldest * float64(time.Second))
-		return q, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("measuring the queue: %w", err)
+	out := make([]metrics.QueueStat, len(stats))
+	for i, q := range stats {
+		out[i] = metrics.QueueStat{Command: q.Command, Jobs: q.Jobs, Oldest: q.Oldest, Agents: q.Agents}
 	}
 	return out, nil
 }

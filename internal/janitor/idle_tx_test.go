@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/internal/jobstate"
 )
 
 // TestFrozenPassDoesNotHoldRows: a janitor pass that stops inside its
@@ -61,5 +63,5 @@ func TestFrozenPassDoesNotHoldRows(t *testing.T) {
 	if assert.ErrorAs(t, err, &pe) {
 		assert.Equal(t, "25P03", pe.Code, "idle_in_transaction_session_timeout") // SQLSTATE idle_in_transaction_session_timeout
 	}
-	assert.Equal(t, "accepted", f.job(id).Status, "nothing of the frozen pass was applied")
+	assert.Equal(t, jobstate.StatusAccepted, f.job(id).Status, "nothing of the frozen pass was applied")
 }

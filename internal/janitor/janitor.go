@@ -22,7 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,7 +31,6 @@ import (
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
-	"github.com/tetherjobs/tether/queries"
 )
 
 // Plugins is the part of the plugin manager the janitor uses.
@@ -137,18 +135,13 @@ func (c *Config) activeTimeoutGrace() time.Duration {
 // batch takes milliseconds), so only a frozen or stalled agent comes near.
 const DefaultIdleInTransaction = 10 * time.Second
 
-// beginTx is the first statement of a janitor transaction: no JIT, and
-// IdleInTransaction as the session's bound on idling inside it.
-func (c *Config) beginTx(ctx context.Context, tx pgx.Tx) error {
-	idle := c.IdleInTransaction
-	if idle <= 0 {
-		idle = DefaultIdleInTransaction
+// idleInTransaction is the bound on idling inside a janitor transaction
+// (queries/janitor_tx.sql sets it for each one).
+func (c *Config) idleInTransaction() time.Duration {
+	if c.IdleInTransaction <= 0 {
+		return DefaultIdleInTransaction
 	}
-	st := queries.Named("janitor_tx")
-	if _, err := tx.Exec(ctx, st.SQL, st.Args(map[string]any{"idle_ms": idle.Milliseconds()})...); err != nil {
-		return fmt.Errorf("setting up the janitor's transaction: %w", err)
-	}
-	return nil
+	return c.IdleInTransaction
 }
 
 // defaultStaleJob is agent.stale_job's default.
@@ -160,7 +153,8 @@ const resultTimeout = 10 * time.Second
 
 // Service is one agent's janitor and Cleanup worker.
 type Service struct {
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // for internal/cleanups
+	store   *store.Store
 	plugins Plugins
 	cfg     Config
 	log     *slog.Logger
@@ -182,6 +176,7 @@ func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 	reg := cfg.Metrics.Registerer()
 	return &Service{
 		pool:    pool,
+		store:   store.New(pool),
 		plugins: plugins,
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "janitor", "agent", cfg.Holder.Name),
@@ -335,6 +330,21 @@ func countSelf(in *Input, commands map[string]bool, caps func(string) (plugin.In
 	in.Resumable = in.Resumable || info.Has(plugin.CapResume)
 }
 
+// candidateQuery is the batch query of one pass (of the dead agents only,
+// when dead is set), after the rows in skip.
+func (s *Service) candidateQuery(skip []string, dead []DeadAgent) store.CandidateQuery {
+	q := store.CandidateQuery{
+		OfflineAfter: s.cfg.OfflineAfter, AWOLTimeout: s.cfg.AWOLTimeout,
+		StaleJob: s.cfg.StaleJob, ActiveGrace: s.cfg.activeTimeoutGrace(),
+		Batch: s.cfg.BatchSize, Skip: skip,
+		Self: s.cfg.Holder, SelfCommands: s.selfCommands(),
+	}
+	for _, d := range dead {
+		q.Dead = append(q.Dead, store.DeadGeneration{Name: d.Name, Generation: d.Generation, FreeSince: d.FreeSince})
+	}
+	return q
+}
+
 // batch locks, decides and applies one batch of rows not in skip (of the
 // dead agents only, when dead is set). It returns the actions applied, the
 // IDs of the rows it left alone and whether the batch was full (more may
@@ -342,43 +352,21 @@ func countSelf(in *Input, commands map[string]bool, caps func(string) (plugin.In
 func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([]settled, []string, bool, error) {
 	var applied []settled
 	var left []string
-	// Empty, never nil: a NULL array would turn the regular parts off.
-	deadNames, deadGens, deadSince := []string{}, []string{}, []time.Time{}
-	for _, d := range dead {
-		deadNames = append(deadNames, d.Name)
-		deadGens = append(deadGens, d.Generation)
-		deadSince = append(deadSince, d.FreeSince)
-	}
 	var full bool
-	self := s.selfCommands()
-	served := make(map[string]bool, len(self))
-	for _, name := range self {
-		served[name] = true
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	q := s.candidateQuery(skip, dead)
+	served := setOf(q.SelfCommands)
+	err := s.store.InJanitorTx(ctx, s.cfg.idleInTransaction(), func(tx store.JanitorTx) error {
 		applied, left = applied[:0], left[:0]
-		if err := s.cfg.beginTx(ctx, tx); err != nil {
-			return fmt.Errorf("selecting janitor candidates: %w", err)
-		}
-		rows, err := tx.Query(ctx, queries.Get("janitor_candidates"), pgx.NamedArgs{
-			"offline_after": secs(s.cfg.OfflineAfter), "awol_timeout": secs(s.cfg.AWOLTimeout),
-			"stale_job": secs(s.cfg.StaleJob), "active_grace": secs(s.cfg.activeTimeoutGrace()),
-			"batch": s.cfg.BatchSize, "skip": skip,
-			"self_name": s.cfg.Holder.Name, "self_generation": s.cfg.Holder.Generation, "self_commands": self,
-			"dead_names": deadNames, "dead_generations": deadGens, "dead_since": deadSince,
-		})
+		rows, err := tx.Candidates(ctx, q)
 		if err != nil {
-			return fmt.Errorf("selecting janitor candidates: %w", err)
+			return err
 		}
-		cands, err := scanCandidates(rows)
-		if err != nil {
-			return fmt.Errorf("selecting janitor candidates: %w", err)
-		}
-		full = len(cands) == s.cfg.BatchSize
+		full = len(rows) == s.cfg.BatchSize
 		if s.afterCandidates != nil {
 			s.afterCandidates(ctx)
 		}
-		for _, c := range cands {
+		for _, r := range rows {
+			c := candidateOf(r)
 			if !c.SelfRegistered {
 				countSelf(&c.Input, served, s.plugins.Info)
 			}
@@ -405,6 +393,15 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 		s.actions.WithLabelValues(string(a.kind), string(a.cause)).Inc()
 	}
 	return applied, left, full, nil
+}
+
+// setOf is names as a set.
+func setOf(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
 }
 
 // Retention deletes terminal jobs past their stamped ttl (expires_at), with
@@ -468,68 +465,66 @@ func ReleasePreviousWith(ctx context.Context, pool *pgxpool.Pool, p PreviousConf
 	if p.StaleJob <= 0 {
 		p.StaleJob = defaultStaleJob
 	}
-	caps := p.Caps
-	if caps == nil {
-		caps = func(string) (plugin.Info, bool) { return plugin.Info{}, false }
+	if p.Caps == nil {
+		p.Caps = func(string) (plugin.Info, bool) { return plugin.Info{}, false }
 	}
 	var served map[string]bool
 	if p.Commands != nil {
-		served = make(map[string]bool, len(p.Commands))
-		for _, c := range p.Commands {
-			served[c] = true
-		}
+		served = setOf(p.Commands)
 	}
-	holder := p.Holder
+	st := store.New(pool)
 	total := 0
-	cursor := ""
-	const batchSize = 100
+	q := store.PreviousQuery{Self: p.Holder, Batch: previousBatch, StaleJob: p.StaleJob}
 	for {
-		var n int
-		var last string
-		var full bool
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			n = 0
-			if err := (&Config{}).beginTx(ctx, tx); err != nil {
-				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
-			}
-			rows, err := tx.Query(ctx, queries.Get("janitor_previous"), pgx.NamedArgs{
-				"self_name": holder.Name, "self_generation": holder.Generation,
-				"after": cursor, "batch": batchSize, "stale_job": secs(p.StaleJob),
-			})
-			if err != nil {
-				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
-			}
-			cands, err := scanCandidates(rows)
-			if err != nil {
-				return fmt.Errorf("selecting jobs of earlier generations: %w", err)
-			}
-			full = len(cands) == batchSize
-			if len(cands) > 0 {
-				last = cands[len(cands)-1].JobID
-			}
-			for _, c := range cands {
-				// The name now belongs to this generation, registered or not yet.
-				c.Input.Owner = Owner{Exists: true, Generation: holder.Generation, State: "running"}
-				countSelf(&c.Input, served, caps)
-				ok, err := apply(ctx, tx, holder, c, Decide(c.Input))
-				if err != nil {
-					return err
-				}
-				if ok {
-					n++
-				}
-			}
-			return nil
-		})
+		n, last, full, err := releasePreviousPage(ctx, st, q, p.Caps, served)
 		if err != nil {
-			return total, fmt.Errorf("releasing jobs of earlier generations of %s: %w", holder.Name, err)
+			return total, fmt.Errorf("releasing jobs of earlier generations of %s: %w", p.Holder.Name, err)
 		}
 		total += n
 		if !full {
 			return total, nil
 		}
-		cursor = last
+		q.After = last
 	}
+}
+
+// previousBatch is how many jobs of earlier generations one transaction
+// settles.
+const previousBatch = 100
+
+// releasePreviousPage settles one page of the jobs earlier generations of
+// q.Self.Name hold. It returns how many it settled, the last job ID of the
+// page and whether the page was full.
+func releasePreviousPage(ctx context.Context, st *store.Store, q store.PreviousQuery, caps func(string) (plugin.Info, bool), served map[string]bool) (int, string, bool, error) {
+	var n int
+	var last string
+	var full bool
+	err := st.InJanitorTx(ctx, DefaultIdleInTransaction, func(tx store.JanitorTx) error {
+		n = 0
+		rows, err := tx.PreviousCandidates(ctx, q)
+		if err != nil {
+			return err
+		}
+		full = len(rows) == q.Batch
+		if len(rows) > 0 {
+			last = rows[len(rows)-1].JobID
+		}
+		for _, r := range rows {
+			c := candidateOf(r)
+			// The name now belongs to this generation, registered or not yet.
+			c.Input.Owner = Owner{Exists: true, Generation: q.Self.Generation, State: "running"}
+			countSelf(&c.Input, served, caps)
+			ok, err := apply(ctx, tx, q.Self, c, Decide(c.Input))
+			if err != nil {
+				return err
+			}
+			if ok {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, last, full, err
 }
 
 // CleanupPass runs the due Cleanups of the plugins this agent has loaded,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/jobstate"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
@@ -250,7 +251,7 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	j := f.job(staleSh)
 	assert.Equal(t, store.StatusFailed, j.Status)
 	assert.Regexp(t, `^awol: agent dead silent for 2\d\ds \(plugin "sh" does not declare resume on any live agent serving command "c", so the job cannot be resumed\)$`, j.Error)
-	assert.Equal(t, "retriable", j.ErrorClass)
+	assert.Equal(t, jobstate.Retriable, j.ErrorClass)
 	assert.NotNil(t, j.FinishedAt)
 	_, ok = f.active(staleSh)
 	assert.False(t, ok)

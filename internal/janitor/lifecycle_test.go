@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/jobstate"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,7 +56,7 @@ func TestAWOLFailureIsRetriedAfterItsCleanup(t *testing.T) {
 	j := f.job(id)
 	assert.Equal(t, store.StatusQueued, j.Status)
 	assert.Equal(t, 2, j.Attempt)
-	assert.Equal(t, "retriable", j.ErrorClass)
+	assert.Equal(t, jobstate.Retriable, j.ErrorClass)
 	assert.Contains(t, j.Error, "awol: agent dead silent for")
 	assert.True(t, j.WaitingForCleanup)
 	retry := f.events(id, "retry_scheduled")
@@ -134,7 +135,7 @@ func TestPendingTimeoutAndActiveTimeoutBackup(t *testing.T) {
 
 	j := f.job(pending)
 	assert.Equal(t, store.StatusFailed, j.Status)
-	assert.Equal(t, "permanent", j.ErrorClass, "never retried")
+	assert.Equal(t, jobstate.Permanent, j.ErrorClass, "never retried")
 	assert.Equal(t, "pending timeout: not started within pending_timeout (1m0s)", j.Error)
 	assert.False(t, f.cleanupQueued(pending), "nothing ran")
 	assert.Equal(t, store.StatusQueued, f.job(young).Status)

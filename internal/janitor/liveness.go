@@ -8,12 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherjobs/tether/internal/defaults"
-	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/queries"
 )
 
 // deadAfterKeepalives is dead_after's default in keepalives: an agent that
@@ -184,51 +181,18 @@ func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 	return out, err
 }
 
+// freeLocks lists the agents holding work whose name lock is free. With
+// none, now is zero: no row carried the clock, and nothing is remembered
+// against it.
 func (l *Liveness) freeLocks(ctx context.Context) (time.Time, []FreeLock, error) {
-	// JIT off: every agent runs it every keepalive (store.QueryHot).
-	st := queries.Named("agents_lock_free")
-	rows, err := store.QueryHot(ctx, l.jan.pool, st.SQL, st.Args(map[string]any{"self_name": l.jan.cfg.Holder.Name})...)
-	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("listing agents whose name lock is free: %w", err)
-	}
-	var now time.Time
-	free, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FreeLock, error) {
-		var f FreeLock
-		err := r.Scan(&f.Name, &f.Generation, &f.LastSeen, &now)
-		return f, err
-	})
-	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("listing agents whose name lock is free: %w", err)
-	}
-	if len(free) == 0 {
-		// No row carried the clock; nothing is remembered against it.
-		now = time.Time{}
-	}
-	return now, free, nil
+	return l.jan.store.FreeNameLocks(ctx, l.jan.cfg.Holder.Name)
 }
 
 // settle runs the janitor's pass over the dead agents' jobs and logs, once
 // per dead generation, what it did.
 func (l *Liveness) settle(ctx context.Context, dead []DeadAgent) ([]Acted, error) {
 	done, err := l.jan.batches(ctx, dead)
-	byAgent := map[string]*Acted{}
-	for _, d := range dead {
-		byAgent[d.Name] = &Acted{Agent: d.Name, Generation: d.Generation}
-	}
-	for _, s := range done {
-		a, ok := byAgent[s.agent]
-		if !ok {
-			continue
-		}
-		switch s.kind {
-		case Release:
-			a.Released++
-		case Requeue:
-			a.Requeued++
-		default:
-			a.Other++
-		}
-	}
+	byAgent := tally(dead, done)
 	out := make([]Acted, 0, len(dead))
 	for _, d := range dead {
 		a := *byAgent[d.Name]
@@ -246,6 +210,29 @@ func (l *Liveness) settle(ctx context.Context, dead []DeadAgent) ([]Acted, error
 		return out, fmt.Errorf("settling the jobs of agents whose name lock is free: %w", err)
 	}
 	return out, nil
+}
+
+// tally counts, per dead agent, the actions a pass applied to its jobs.
+func tally(dead []DeadAgent, done []settled) map[string]*Acted {
+	byAgent := make(map[string]*Acted, len(dead))
+	for _, d := range dead {
+		byAgent[d.Name] = &Acted{Agent: d.Name, Generation: d.Generation}
+	}
+	for _, s := range done {
+		a, ok := byAgent[s.agent]
+		if !ok {
+			continue
+		}
+		switch s.kind {
+		case Release:
+			a.Released++
+		case Requeue:
+			a.Requeued++
+		default:
+			a.Other++
+		}
+	}
+	return byAgent
 }
 
 // signal sends v on ch, if set, unless ctx ends first.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
@@ -83,7 +84,7 @@ func TestReleaseNeedsALiveAgentServingTheCommand(t *testing.T) {
 		j := f.job(ids[c])
 		assert.Equal(t, store.StatusFailed, j.Status, c)
 		assert.Equal(t, "awol: agent dead silent for 600s ("+why+", so the job cannot be resumed)", j.Error, c)
-		assert.Equal(t, "retriable", j.ErrorClass, c)
+		assert.Equal(t, jobstate.Retriable, j.ErrorClass, c)
 		assert.True(t, f.cleanupQueued(ids[c]), c)
 	}
 }
@@ -172,7 +173,7 @@ func TestQueuedJobsOfUnservedCommandsFailAfterAWOLTimeout(t *testing.T) {
 		j := f.job(id)
 		assert.Equal(t, store.StatusFailed, j.Status, c)
 		assert.Equal(t, fmt.Sprintf("awol: no agent claimed it within awol_timeout (1h0m0s); no live agent serves command %q", c), j.Error)
-		assert.Equal(t, "permanent", j.ErrorClass, c)
+		assert.Equal(t, jobstate.Permanent, j.ErrorClass, c)
 		assert.False(t, f.cleanupQueued(id), "nothing ran: no Cleanup")
 		assert.Len(t, f.events(id, "failed"), 1)
 	}

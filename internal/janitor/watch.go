@@ -1,14 +1,14 @@
 package janitor
 
-import "time"
+import (
+	"time"
+
+	"github.com/tetherjobs/tether/internal/store"
+)
 
 // FreeLock is one agent holding work whose name lock the liveness check saw
 // free, as of that check.
-type FreeLock struct {
-	Name       string
-	Generation string
-	LastSeen   time.Time // its agents row's last_seen (database clock)
-}
+type FreeLock = store.FreeLock
 
 // DeadAgent is one agent generation the watch found dead.
 type DeadAgent struct {

@@ -8,24 +8,15 @@ package lifecycle
 import (
 	"time"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
-)
-
-// Outcome statuses and error classes, as stored.
-const (
-	Succeeded = "succeeded"
-	Failed    = "failed"
-	Canceled  = "canceled"
-
-	Retriable = "retriable"
-	Permanent = "permanent"
 )
 
 // Input is what happened to one attempt.
 type Input struct {
-	Status     string // succeeded, failed or canceled
-	ErrorClass string // for failed: retriable or permanent
-	Attempt    int    // the attempt that ended (1 = the first)
+	Status     jobstate.JobStatus  // succeeded, failed or canceled
+	ErrorClass jobstate.ErrorClass // for failed: retriable, permanent or outcome_unknown
+	Attempt    int                 // the attempt that ended (1 = the first)
 	Levers     limits.Set
 	// NoRetry forbids a retry whatever the levers say (a job failed for
 	// waiting too long in the queue would only wait again).
@@ -61,10 +52,10 @@ type Plan struct {
 // succeeded one ended its work itself.
 func Decide(in Input) Plan {
 	var p Plan
-	if in.Status == Failed && in.ErrorClass == Retriable && !in.NoRetry && in.Attempt <= in.Levers.MaxRetry {
+	if in.Status == jobstate.StatusFailed && in.ErrorClass == jobstate.Retriable && !in.NoRetry && in.Attempt <= in.Levers.MaxRetry {
 		p.Retry = true
 		p.Wait = in.Levers.Backoff(in.Attempt, in.Jitter)
 	}
-	p.Cleanup = in.HasCleanup && in.PluginCalled && in.Status != Succeeded
+	p.Cleanup = in.HasCleanup && in.PluginCalled && in.Status != jobstate.StatusSucceeded
 	return p
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -22,7 +23,7 @@ type Running struct {
 // the holder its claim recorded). It returns each job's status
 // afterwards, in the order given: running, "" when the lease no longer holds
 // (ErrLeaseLost for MarkRunning), or the status that stopped the change.
-func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]string, error) {
+func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]jobstate.JobStatus, error) {
 	ids, leases, msgs := make([]string, len(rs)), make([]int64, len(rs)), make([]string, len(rs))
 	gens := make([]string, len(rs))
 	for i, r := range rs {
@@ -35,9 +36,10 @@ func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]string, e
 		return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), err)
 	}
 	defer rows.Close()
-	got := make(map[string]string, len(rs))
+	got := make(map[string]jobstate.JobStatus, len(rs))
 	for rows.Next() {
-		var id, status string
+		var id string
+		var status jobstate.JobStatus
 		if err := rows.Scan(&id, &status); err != nil {
 			return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), err)
 		}
@@ -46,7 +48,7 @@ func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]string, e
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), dataError(err))
 	}
-	out := make([]string, len(rs))
+	out := make([]jobstate.JobStatus, len(rs))
 	for i, r := range rs {
 		out[i] = got[r.JobID]
 	}
@@ -106,9 +108,9 @@ func finalEnds(h Holder, es []End) (queries.Statement, map[string]any, error) {
 			return queries.Statement{}, nil, fmt.Errorf("ending job %s in a batch of %s: not a holder's final end", e.JobID, h.Name)
 		}
 		kind, msg, evLease := e.event()
-		ids[i], leases[i], evLeases[i], expects[i], holders[i] = e.JobID, e.Lease, evLease, e.ExpectStatus, e.HolderGeneration
-		statuses[i], kinds[i], msgs[i] = e.Outcome.Status, kind, msg
-		results[i], errs[i], classes[i] = textOrNil(string(e.Outcome.Result)), textOrNil(e.Outcome.Error), textOrNil(e.Outcome.ErrorClass)
+		ids[i], leases[i], evLeases[i], expects[i], holders[i] = e.JobID, e.Lease, evLease, string(e.ExpectStatus), e.HolderGeneration
+		statuses[i], kinds[i], msgs[i] = string(e.Outcome.Status), kind, msg
+		results[i], errs[i], classes[i] = textOrNil(string(e.Outcome.Result)), textOrNil(e.Outcome.Error), textOrNil(string(e.Outcome.ErrorClass))
 	}
 	return queries.Named("attempt_end_final_batch"), map[string]any{
 		"jobs": ids, "leases": leases, "holders": holders, "expects": expects, "statuses": statuses, "results": results, "errors": errs,

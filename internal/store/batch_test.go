@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -37,7 +38,7 @@ func TestMarkRunningBatchFencesEachJob(t *testing.T) {
 		{JobID: canceling.Job.ID, Lease: canceling.Lease, Message: "m2"},
 	})
 	require.NoError(t, err)
-	assert.Equal(t, []string{store.StatusRunning, "", store.StatusCanceling}, statuses)
+	assert.Equal(t, []jobstate.JobStatus{store.StatusRunning, "", store.StatusCanceling}, statuses)
 	assert.Equal(t, []string{"submitted", "claimed", "running"}, kinds(t, st, ok.Job.ID))
 	assert.Equal(t, []string{"submitted", "claimed"}, kinds(t, st, lost.Job.ID), "a refused row writes nothing")
 	j, err := st.GetJob(ctx, ok.Job.ID)
@@ -96,7 +97,7 @@ func TestEndFinalBatchFencesEachJob(t *testing.T) {
 	assert.Empty(t, j.Agent, "the active row is gone")
 	j, err = st.GetJob(ctx, got[2].Job.ID)
 	require.NoError(t, err)
-	assert.Equal(t, []any{store.StatusFailed, "boom", "permanent"}, []any{j.Status, j.Error, j.ErrorClass})
+	assert.Equal(t, []any{store.StatusFailed, "boom", jobstate.Permanent}, []any{j.Status, j.Error, j.ErrorClass})
 	j, err = st.GetJob(ctx, got[1].Job.ID)
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusRunning, j.Status, "the superseded lease wrote nothing")

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/queries"
@@ -17,10 +18,10 @@ import (
 
 // Outcome is what one attempt came to.
 type Outcome struct {
-	Status     string // succeeded, failed or canceled
+	Status     jobstate.JobStatus // succeeded, failed or canceled
 	Result     json.RawMessage
 	Error      string
-	ErrorClass string
+	ErrorClass jobstate.ErrorClass
 	Message    string // for the final event; "" = Error
 	EventKind  string // the final event's kind; "" = Status
 }
@@ -32,7 +33,7 @@ type End struct {
 	Lease int64
 	// ExpectStatus, when set, is part of the fence: the janitor decided on
 	// the status it read under lock.
-	ExpectStatus string
+	ExpectStatus jobstate.JobStatus
 	// HolderGeneration, when set, is part of the fence: the holder ends its
 	// own attempt (see LogBatch.Generation). The janitor leaves it empty.
 	HolderGeneration string
@@ -53,7 +54,7 @@ type End struct {
 type Ended struct {
 	// Status is the status stored: the outcome's, "queued" for a retry, or
 	// "canceled" when a cancel request won over a retry.
-	Status  string
+	Status  jobstate.JobStatus
 	Retried bool
 	Attempt int // the job's attempt now
 	// RunAfter is when a retry becomes due; nil while it waits for Cleanup.
@@ -112,7 +113,7 @@ func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 	kind, msg, evLease := e.event()
 	args := pgx.NamedArgs{
 		"job": e.JobID, "lease": e.Lease, "expect": e.ExpectStatus, "holder": e.HolderGeneration,
-		"status": o.Status, "result": nullJSON(o.Result), "error": nullText(o.Error), "error_class": nullText(o.ErrorClass),
+		"status": o.Status, "result": nullJSON(o.Result), "error": nullText(o.Error), "error_class": nullText(string(o.ErrorClass)),
 		"agent": e.Actor.Name, "generation": e.Actor.Generation, "event_lease": evLease,
 		"event_kind": kind, "message": msg,
 		"retry": e.Plan.Retry, "wait_s": secs(e.Plan.Wait),
@@ -158,7 +159,7 @@ func endFinal(ctx context.Context, q Querier, e End) (Ended, error) {
 func (e End) event() (kind, msg string, lease int64) {
 	kind, msg, lease = e.Outcome.EventKind, e.Outcome.Message, e.EventLease
 	if kind == "" {
-		kind = e.Outcome.Status
+		kind = string(e.Outcome.Status)
 	}
 	if msg == "" {
 		msg = e.Outcome.Error
@@ -230,7 +231,7 @@ func (s *Store) PriorEnd(ctx context.Context, h Holder, jobID string, lease int6
 	case "released":
 		ended.Status = StatusRunning
 	default:
-		ended.Status = kind
+		ended.Status = jobstate.JobStatus(kind)
 	}
 	return kind, ended, true, nil
 }

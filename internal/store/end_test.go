@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
@@ -199,7 +200,7 @@ func TestFinalEndFencedByExpectedStatus(t *testing.T) {
 	a := register(t, st, "a")
 	j1, j2 := submitWith(t, st, limits.Set{}), submitWith(t, st, limits.Set{})
 	c1, c2 := claimOne(t, st, a, j1.ID), claimOne(t, st, a, j2.ID) // both accepted
-	end := func(c store.Claimed, expect string) store.End {
+	end := func(c store.Claimed, expect jobstate.JobStatus) store.End {
 		return store.End{JobID: c.Job.ID, Lease: c.Lease, ExpectStatus: expect, Actor: a,
 			Outcome: store.Outcome{Status: store.StatusFailed, Error: "x"}}
 	}
@@ -213,7 +214,7 @@ func TestFinalEndFencedByExpectedStatus(t *testing.T) {
 	stored, err := st.EndFinalBatch(ctx, a, []store.End{end(c1, store.StatusRunning), end(c2, store.StatusAccepted)})
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false, true}, stored)
-	for id, want := range map[string]string{j1.ID: store.StatusAccepted, j2.ID: store.StatusFailed} {
+	for id, want := range map[string]jobstate.JobStatus{j1.ID: store.StatusAccepted, j2.ID: store.StatusFailed} {
 		got, err := st.GetJob(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, want, got.Status, id)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -110,7 +111,7 @@ func TestListJobsByEveryStatus(t *testing.T) {
 	_, err = st.Cancel(ctx, ids[5], "stop")
 	require.NoError(t, err)
 
-	want := map[string][]string{
+	want := map[jobstate.JobStatus][]string{
 		store.StatusSucceeded: {ids[1], ids[0]},
 		store.StatusFailed:    {ids[2]},
 		store.StatusRunning:   {ids[3]},

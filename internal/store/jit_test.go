@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/janitor"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -181,7 +182,7 @@ func TestHotStatementsRunWithoutJIT(t *testing.T) {
 			}
 			statuses, err := st.MarkRunningBatch(ctx, rs)
 			require.NoError(t, err)
-			assert.Equal(t, []string{store.StatusRunning, store.StatusRunning, store.StatusRunning}, statuses)
+			assert.Equal(t, []jobstate.JobStatus{store.StatusRunning, store.StatusRunning, store.StatusRunning}, statuses)
 		}},
 		{"heartbeat", func(t *testing.T) {
 			res, err := st.Heartbeat(ctx, h, []store.Lease{{JobID: claimed[0].Job.ID, Lease: claimed[0].Lease}})

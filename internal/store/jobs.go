@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/queries"
 )
@@ -144,8 +145,9 @@ func (s *Store) GetJob(ctx context.Context, id string) (Job, error) {
 
 // ListParams filters and pages ListJobs. Empty strings match everything.
 type ListParams struct {
-	Status, Command, Submitter string
-	IdempotencyKey             string // exact; '' = any
+	Status             jobstate.JobStatus
+	Command, Submitter string
+	IdempotencyKey     string // exact; '' = any
 	// Since and Until bound created_at: since ≤ created_at < until; zero
 	// means unbounded.
 	Since, Until time.Time
@@ -176,7 +178,7 @@ func uuidV7Floor(t time.Time) string {
 // which no index of jobs names (so that a job's claim and running write are
 // HOT updates), are listed through active_jobs; every other filter through
 // jobs' own indexes.
-func listStatement(status string) string {
+func listStatement(status jobstate.JobStatus) string {
 	switch status {
 	case StatusQueued, StatusAccepted, StatusRunning:
 		return "job_list_live"
@@ -228,7 +230,7 @@ func (s *Store) Cancel(ctx context.Context, id, reason string) (Job, error) {
 		if _, err := tx.Exec(ctx, queries.Get("job_cancel_lock_active"), id); err != nil {
 			return fmt.Errorf("locking active job: %w", err)
 		}
-		var status string
+		var status jobstate.JobStatus
 		var owned bool
 		err := tx.QueryRow(ctx, queries.Get("job_cancel_lock"), id).Scan(&status, &owned)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -321,8 +323,8 @@ func (s *Store) RemoveFollower(ctx context.Context, fid int64) error {
 	return nil
 }
 
-func (s *Store) JobStatus(ctx context.Context, id string) (string, error) {
-	var status string
+func (s *Store) JobStatus(ctx context.Context, id string) (jobstate.JobStatus, error) {
+	var status jobstate.JobStatus
 	err := s.pool.QueryRow(ctx, queries.Get("job_exists"), id).Scan(&status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotFound

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetherjobs/tether/internal/dbhistory"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -183,7 +184,7 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 type Held struct {
 	JobID  string
 	Lease  int64
-	Status string
+	Status jobstate.JobStatus
 }
 
 // HeartbeatResult is the answer to one heartbeat.
@@ -244,7 +245,7 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 		case *orphan:
 			res.Orphans = append(res.Orphans, Lease{JobID: *id, Lease: *lease})
 		default:
-			res.Held = append(res.Held, Held{JobID: *id, Lease: *lease, Status: *status})
+			res.Held = append(res.Held, Held{JobID: *id, Lease: *lease, Status: jobstate.JobStatus(*status)})
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -274,7 +275,7 @@ func (s *Store) Detach(ctx context.Context, h Holder, l Lease) (bool, error) {
 // MarkRunning moves a job from accepted to running under lease and returns the
 // job's status afterwards: running, or the status that stopped the change (a
 // cancel arrived: canceling). ErrLeaseLost means the lease no longer holds.
-func (s *Store) MarkRunning(ctx context.Context, jobID string, lease int64, message string) (string, error) {
+func (s *Store) MarkRunning(ctx context.Context, jobID string, lease int64, message string) (jobstate.JobStatus, error) {
 	// The batch statement with one row: one statement, one fence, and the
 	// status that stopped the change read in the same snapshot.
 	statuses, err := s.MarkRunningBatch(ctx, []Running{{JobID: jobID, Lease: lease, Message: message}})

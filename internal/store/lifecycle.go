@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -38,7 +39,7 @@ func (s *Store) Requeue(ctx context.Context, p RequeueParams) (job Job, replayed
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The job's row lock first: a concurrent duplicate waits here and
 		// then finds the key taken.
-		var status string
+		var status jobstate.JobStatus
 		err := tx.QueryRow(ctx, queries.Get("requeue_lock"), p.JobID).Scan(&status)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound

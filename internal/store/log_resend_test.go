@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -138,7 +139,7 @@ func TestWritesFencedByHolderGeneration(t *testing.T) {
 	assert.ErrorIs(t, st.CheckpointWithOutput(ctx, store.LogBatch{JobID: j.ID, Lease: lease, Generation: a.Generation}, 1<<20, []byte("a's")), store.ErrLeaseLost, "checkpoint")
 	statuses, err := st.MarkRunningBatch(ctx, []store.Running{{JobID: j.ID, Lease: lease, Generation: a.Generation}})
 	require.NoError(t, err)
-	assert.Equal(t, []string{""}, statuses, "running")
+	assert.Equal(t, []jobstate.JobStatus{""}, statuses, "running")
 	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, Outcome: store.Outcome{Status: store.StatusSucceeded}})
 	assert.ErrorIs(t, err, store.ErrLeaseLost, "final end")
 	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -14,7 +15,7 @@ import (
 // recently ended (ReadHeld), for the reconcile after its history changed.
 type HeldState struct {
 	JobID   string
-	Status  string
+	Status  jobstate.JobStatus
 	Attempt int
 	// Active is false when the job has no active row (it ended).
 	Active            bool

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/queries"
 )
@@ -32,7 +33,7 @@ var (
 // TransitionError says which state a job was in when an operation did not apply.
 type TransitionError struct {
 	Op     string
-	Status string
+	Status jobstate.JobStatus
 }
 
 func (e *TransitionError) Error() string {
@@ -41,21 +42,19 @@ func (e *TransitionError) Error() string {
 
 func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }
 
-// Job statuses.
+// Job statuses, under the names the store's callers know them by.
 const (
-	StatusQueued    = "queued"
-	StatusAccepted  = "accepted"
-	StatusRunning   = "running"
-	StatusCanceling = "canceling"
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
-	StatusCanceled  = "canceled"
+	StatusQueued    = jobstate.StatusQueued
+	StatusAccepted  = jobstate.StatusAccepted
+	StatusRunning   = jobstate.StatusRunning
+	StatusCanceling = jobstate.StatusCanceling
+	StatusSucceeded = jobstate.StatusSucceeded
+	StatusFailed    = jobstate.StatusFailed
+	StatusCanceled  = jobstate.StatusCanceled
 )
 
 // Terminal reports whether status is final.
-func Terminal(status string) bool {
-	return status == StatusSucceeded || status == StatusFailed || status == StatusCanceled
-}
+func Terminal(status jobstate.JobStatus) bool { return status.Terminal() }
 
 // NotifyChannel carries the command name of each submitted job, so idle agents
 // wake without waiting for their poll interval.
@@ -67,23 +66,23 @@ const CancelChannel = "tether_cancel"
 
 // Job is a job as submitters see it.
 type Job struct {
-	ID             string          `json:"id"`
-	Command        string          `json:"command"`
-	Plugin         string          `json:"plugin"`
-	Status         string          `json:"status"`
-	Context        json.RawMessage `json:"context"`
-	Attempt        int             `json:"attempt"`
-	Error          string          `json:"error,omitempty"`
-	ErrorClass     string          `json:"error_class,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	Submitter      string          `json:"submitter,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	StartedAt      *time.Time      `json:"started_at,omitempty"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
-	Agent          string          `json:"agent,omitempty"` // current holder, if any
-	Lease          int64           `json:"lease,omitempty"`
+	ID             string              `json:"id"`
+	Command        string              `json:"command"`
+	Plugin         string              `json:"plugin"`
+	Status         jobstate.JobStatus  `json:"status"`
+	Context        json.RawMessage     `json:"context"`
+	Attempt        int                 `json:"attempt"`
+	Error          string              `json:"error,omitempty"`
+	ErrorClass     jobstate.ErrorClass `json:"error_class,omitempty"`
+	Result         json.RawMessage     `json:"result,omitempty"`
+	Submitter      string              `json:"submitter,omitempty"`
+	IdempotencyKey string              `json:"idempotency_key,omitempty"`
+	CreatedAt      time.Time           `json:"created_at"`
+	UpdatedAt      time.Time           `json:"updated_at"`
+	StartedAt      *time.Time          `json:"started_at,omitempty"`
+	FinishedAt     *time.Time          `json:"finished_at,omitempty"`
+	Agent          string              `json:"agent,omitempty"` // current holder, if any
+	Lease          int64               `json:"lease,omitempty"`
 	// Limits are the levers stamped on the job at submit.
 	Limits limits.Set `json:"limits"`
 	// AttemptStartedAt is when the plugin was first called for this attempt

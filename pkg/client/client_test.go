@@ -18,6 +18,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/client"
@@ -173,7 +174,7 @@ func TestLogsWaitAndAgents(t *testing.T) {
 	j, _, err := c.Submit(ctx, api.SubmitRequest{Command: "echo"})
 	require.NoError(t, err)
 
-	var statuses []string
+	var statuses []jobstate.JobStatus
 	var mu sync.Mutex
 	waited := make(chan store.Job, 1)
 	go func() {

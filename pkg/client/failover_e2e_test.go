@@ -83,7 +83,7 @@ func TestFailoverFollowLogsAcrossServers(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.True(t, end.End)
-	assert.Equal(t, store.StatusSucceeded, end.Status)
+	assert.Equal(t, string(store.StatusSucceeded), end.Status)
 	assert.Equal(t, []string{"line 0", "line 1", "line 2", "line 3", "line 4"}, got, "every line once, in order")
 	mu.Lock()
 	defer mu.Unlock()

@@ -3,25 +3,24 @@ package plugin
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tetherjobs/tether/internal/jobstate"
 )
 
-// ErrorClass tells the host what a failure means for retries.
-type ErrorClass string
+// ErrorClass tells the host what a failure means for retries. It is the
+// class the job's error_class stores and the API shows.
+type ErrorClass = jobstate.ErrorClass
 
+// The classes a plugin's error carries.
 const (
 	// Retriable failures may be retried automatically (the job's max_retry).
-	Retriable ErrorClass = "retriable"
+	Retriable = jobstate.Retriable
 	// Permanent failures are never retried automatically.
-	Permanent ErrorClass = "permanent"
+	Permanent = jobstate.Permanent
 	// OutcomeUnknown means the work may or may not have happened; never retried
 	// automatically, since a retry could run it twice.
-	OutcomeUnknown ErrorClass = "outcome_unknown"
+	OutcomeUnknown = jobstate.OutcomeUnknown
 )
-
-// Valid reports whether c is one of the known classes.
-func (c ErrorClass) Valid() bool {
-	return c == Retriable || c == Permanent || c == OutcomeUnknown
-}
 
 // Error is a classified failure. It crosses the plugin boundary with its class
 // and message intact.
