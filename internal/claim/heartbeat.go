@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/store"
@@ -58,11 +59,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 			return // deleted again: the next tick tries again
 		}
 	}
-	s.mu.Lock()
-	s.lastBeat = began
-	close(s.beatOK) // wakes writes waiting for the database and the fence timer
-	s.beatOK = make(chan struct{})
-	s.mu.Unlock()
+	s.beats.beat(began)
 	s.signalBeat(ctx, res)
 	if !res.Registered {
 		s.log.Error("another process registered under this agent's name; stopping", "name", s.cfg.Holder.Name)
@@ -156,11 +153,46 @@ func (s *Service) registerAgain(ctx context.Context) bool {
 	return true
 }
 
-// dbBack returns a channel closed by the next successful heartbeat.
-func (s *Service) dbBack() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.beatOK
+// beatClock is when the last successful heartbeat was sent (monotonic),
+// and a channel the next one closes. The database stamped that beat no
+// earlier, so fencing on it is safe. Writes waiting for the database, the
+// self-fence timer and the renewals watch the channel.
+type beatClock struct {
+	mu   sync.Mutex
+	last time.Time
+	ok   chan struct{}
+}
+
+func newBeatClock(now time.Time) *beatClock {
+	return &beatClock{last: now, ok: make(chan struct{})}
+}
+
+// beat records a successful heartbeat sent at began and wakes its waiters.
+func (b *beatClock) beat(began time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.last = began
+	close(b.ok)
+	b.ok = make(chan struct{})
+}
+
+// state is the last beat and the channel the next one closes, read together.
+func (b *beatClock) state() (time.Time, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last, b.ok
+}
+
+// lastAt is when the last successful heartbeat was sent.
+func (b *beatClock) lastAt() time.Time {
+	last, _ := b.state()
+	return last
+}
+
+// next returns a channel closed by the next successful heartbeat.
+func (b *beatClock) next() <-chan struct{} {
+	_, ok := b.state()
+	return ok
 }
 
 // fenceLoop stops every job once no heartbeat has succeeded for
@@ -174,10 +206,8 @@ func (s *Service) fenceLoop(ctx context.Context) {
 	t := time.NewTimer(s.cfg.SelfFenceAfter)
 	defer t.Stop()
 	for {
-		s.mu.Lock()
-		deadline := s.lastBeat.Add(s.cfg.SelfFenceAfter)
-		back := s.beatOK
-		s.mu.Unlock()
+		last, back := s.beats.state()
+		deadline := last.Add(s.cfg.SelfFenceAfter)
 		t.Reset(time.Until(deadline))
 		select {
 		case <-ctx.Done():
@@ -199,7 +229,7 @@ func (s *Service) fenceLoop(ctx context.Context) {
 func (s *Service) selfFence() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	silent := time.Since(s.lastBeat)
+	silent := time.Since(s.beats.lastAt())
 	n := 0
 	for _, j := range s.jobs {
 		if !j.ended.Load() && context.Cause(j.ctx) == nil {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/dbhistory"
-	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -71,11 +70,8 @@ func (s *Service) rememberEnd(j *runningJob, e *store.End) {
 
 // knownOf is what this process knows it stored about j's attempt.
 func (s *Service) knownOf(j *runningJob) known {
-	j.mu.Lock()
-	handle := append([]byte(nil), j.handle...)
-	j.mu.Unlock()
 	return known{Lease: j.key.Lease, Attempt: j.claimed.Job.Attempt, Called: j.called.Load(), Resumable: j.resumable,
-		StoredSeq: s.logs.storedSeq(j.key), Handle: handle}
+		StoredSeq: s.logs.storedSeq(j.key), Handle: j.lastHandle()}
 }
 
 // onHistoryChange is the tracker's OnChange: it hands the change to the
@@ -233,7 +229,7 @@ func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k 
 		j.cancel(errHistoryResume) // the runner releases it once the reconcile is over
 	case r.Release || r.Rerelease:
 		write("releasing again", func(ctx context.Context) error {
-			return db.Release(ctx, h, key.ID, key.Lease, "database history lost: resuming from the checkpoint it kept")
+			return db.Release(ctx, h, key.ID, key.Lease, historyResumeReason)
 		})
 	case r.RestoreEnd:
 		e := *k.Ended
@@ -270,22 +266,4 @@ func retryFor(ctx context.Context, fn func(context.Context) error) error {
 		}
 		wait = min(2*wait, writeRetryMax)
 	}
-}
-
-// historyAfterCancel ends an attempt the reconcile stopped; it reports
-// whether cause was the reconcile's.
-func (s *Service) historyAfterCancel(a *attempt, cause error) bool {
-	j := a.j
-	switch {
-	case errors.Is(cause, errHistoryResume) && j.resumable:
-		s.release(a, metrics.ReleaseHistoryLost, "database history lost: resuming from the checkpoint it kept")
-	case errors.Is(cause, errHistoryLost), errors.Is(cause, errHistoryResume):
-		// Not ours any more: write nothing (the reconcile recorded why).
-		s.logs.drop(j.key)
-		a.log.Warn("stopped the job: the database lost this agent's lease with its history")
-		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "history_lost", Error: cause.Error()})
-	default:
-		return false
-	}
-	return true
 }
