@@ -29,35 +29,10 @@ func (s *Service) heartbeatLoop(ctx context.Context) {
 }
 
 func (s *Service) heartbeat(ctx context.Context) {
-	s.mu.Lock()
-	leases := make([]store.Lease, 0, len(s.jobs))
-	for k, j := range s.jobs {
-		if !j.ended.Load() {
-			leases = append(leases, store.Lease{JobID: k.ID, Lease: k.Lease})
-		}
-	}
-	s.mu.Unlock()
-
-	res, began, ok := s.beatOnce(ctx, leases)
+	leases := s.heldLeases()
+	res, began, ok := s.beatRegistered(ctx, leases)
 	if !ok {
 		return
-	}
-	if res.Missing {
-		s.signalBeat(ctx, res)
-		// That answer renewed nothing and listed no lease: it says nothing
-		// about them. Register again, then renew at once; leases a janitor
-		// released meanwhile (an owner without a row is gone) come back
-		// lost as usual.
-		if !s.registerAgain(ctx) {
-			return
-		}
-		if res, began, ok = s.beatOnce(ctx, leases); !ok {
-			return
-		}
-		if res.Missing {
-			s.signalBeat(ctx, res)
-			return // deleted again: the next tick tries again
-		}
 	}
 	s.beats.beat(began)
 	s.signalBeat(ctx, res)
@@ -66,7 +41,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 		s.supersededOnce.Do(func() { close(s.superseded) })
 		return
 	}
-	// A database that lost its history answers for what it remembers: the
+	// A database that lost its history answers for what it remembers. The
 	// reconcile, not this answer, decides about the leases (it may give a
 	// lost one back).
 	s.cfg.History.Observe(res.Position)
@@ -76,8 +51,53 @@ func (s *Service) heartbeat(ctx context.Context) {
 		return
 	}
 	s.reportOrphans(res.Orphans)
-	held := make(map[jobKey]string, len(res.Held))
-	for _, h := range res.Held {
+	s.stopUnheld(leases, res.Held)
+}
+
+// heldLeases are the leases of the jobs whose end is not stored yet.
+func (s *Service) heldLeases() []store.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	leases := make([]store.Lease, 0, len(s.jobs))
+	for k, j := range s.jobs {
+		if !j.ended.Load() {
+			leases = append(leases, store.Lease{JobID: k.ID, Lease: k.Lease})
+		}
+	}
+	return leases
+}
+
+// beatRegistered sends one heartbeat for leases. When the agents row is
+// missing, it registers again and renews at once. ok is false when no
+// heartbeat renewed anything (logged, or signalled).
+func (s *Service) beatRegistered(ctx context.Context, leases []store.Lease) (res store.HeartbeatResult, began time.Time, ok bool) {
+	res, began, ok = s.beatOnce(ctx, leases)
+	if !ok || !res.Missing {
+		return res, began, ok
+	}
+	s.signalBeat(ctx, res)
+	// That answer renewed nothing and listed no lease: it says nothing
+	// about them. Register again, then renew at once. Leases a janitor
+	// released meanwhile (an owner without a row is gone) come back lost
+	// as usual.
+	if !s.registerAgain(ctx) {
+		return res, began, false
+	}
+	if res, began, ok = s.beatOnce(ctx, leases); !ok {
+		return res, began, false
+	}
+	if res.Missing {
+		s.signalBeat(ctx, res)
+		return res, began, false // deleted again: the next tick tries again
+	}
+	return res, began, true
+}
+
+// stopUnheld stops the jobs whose lease the heartbeat did not renew, and
+// those whose cancel it found requested.
+func (s *Service) stopUnheld(leases []store.Lease, renewed []store.Held) {
+	held := make(map[jobKey]string, len(renewed))
+	for _, h := range renewed {
 		held[jobKey{h.JobID, h.Lease}] = h.Status
 	}
 	s.mu.Lock()

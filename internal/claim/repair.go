@@ -47,8 +47,7 @@ type repair struct {
 // test.
 func decideRepair(gen string, k known, db *store.HeldState) repair {
 	if db == nil {
-		return repair{Stop: k.Ended == nil && !k.Released, Lost: true,
-			Why: "the database no longer has the job at all: its submit was lost with the database's history"}
+		return missing(k)
 	}
 	held := db.Active && db.Generation == gen && db.Lease == k.Lease
 	lostClaim := claimLost(k, *db)
@@ -65,9 +64,21 @@ func decideRepair(gen string, k known, db *store.HeldState) repair {
 		r.MarkRunning = true
 		r.note("the database had lost that the plugin was called; stored again")
 	}
-	progressLost := dbSeq < k.StoredSeq || (k.Resumable && k.Called && !bytes.Equal(db.Handle, k.Handle))
-	r.repairProgress(k, dbSeq, progressLost)
+	r.repairProgress(k, dbSeq, progressLost(k, dbSeq, db.Handle))
 	return r
+}
+
+// missing is the repair of an attempt whose job the database does not have.
+func missing(k known) repair {
+	return repair{Stop: k.Ended == nil && !k.Released, Lost: true,
+		Why: "the database no longer has the job at all: its submit was lost with the database's history"}
+}
+
+// progressLost reports whether the database, which keeps records up to
+// dbSeq and the checkpoint dbHandle, lost output or a resumable attempt's
+// latest checkpoint.
+func progressLost(k known, dbSeq int64, dbHandle []byte) bool {
+	return dbSeq < k.StoredSeq || (k.Resumable && k.Called && !bytes.Equal(dbHandle, k.Handle))
 }
 
 // claimLost reports whether the database shows the attempt's claim undone:

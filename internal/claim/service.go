@@ -115,41 +115,30 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.Capacity <= 0 {
-		c.Capacity = defaults.Capacity
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = defaults.PollInterval
-	}
-	if c.Keepalive <= 0 {
-		c.Keepalive = defaults.Keepalive
-	}
-	if c.LogFlush <= 0 {
-		c.LogFlush = defaults.LogFlush
-	}
-	if c.LogMaxBytes <= 0 {
-		c.LogMaxBytes = defaults.LogMaxBytesStream
-	}
-	if c.FinalTimeout <= 0 {
-		c.FinalTimeout = defaults.FinalTimeout
-	}
-	if c.CleanupTimeout <= 0 {
-		c.CleanupTimeout = defaults.CleanupTimeout
-	}
-	if c.FinalWindow == 0 {
+	orDefault(&c.Capacity, defaults.Capacity)
+	orDefault(&c.PollInterval, defaults.PollInterval)
+	orDefault(&c.Keepalive, defaults.Keepalive)
+	orDefault(&c.LogFlush, defaults.LogFlush)
+	orDefault(&c.LogMaxBytes, defaults.LogMaxBytesStream)
+	orDefault(&c.FinalTimeout, defaults.FinalTimeout)
+	orDefault(&c.CleanupTimeout, defaults.CleanupTimeout)
+	orDefault(&c.BatchMax, DefaultBatchMax)
+	orDefault(&c.CleanupRetryIn, cleanupRetryIn)
+	if c.FinalWindow == 0 { // negative: the batch does not wait
 		c.FinalWindow = DefaultFinalWindow
-	}
-	if c.BatchMax <= 0 {
-		c.BatchMax = DefaultBatchMax
-	}
-	if c.CleanupRetryIn <= 0 {
-		c.CleanupRetryIn = cleanupRetryIn
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()
+	}
+}
+
+// orDefault sets *v to d unless it is positive.
+func orDefault[T ~int | ~int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }
 
@@ -439,18 +428,7 @@ func (s *Service) claimLoop(ctx context.Context) error {
 		case <-timer.C:
 		case <-s.wake:
 		}
-		for ctx.Err() == nil {
-			n, err := s.claimOnce(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("claiming jobs", "err", err)
-				}
-				break
-			}
-			if n == 0 || s.free() == 0 {
-				break // nothing more now, or full: a finishing job wakes us
-			}
-		}
+		s.claimWhileFree(ctx)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -458,6 +436,23 @@ func (s *Service) claimLoop(ctx context.Context) error {
 			}
 		}
 		timer.Reset(s.cfg.PollInterval)
+	}
+}
+
+// claimWhileFree claims until nothing more is due or no slot is free (a
+// finishing job wakes the loop again).
+func (s *Service) claimWhileFree(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := s.claimOnce(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("claiming jobs", "err", err)
+			}
+			return
+		}
+		if n == 0 || s.free() == 0 {
+			return
+		}
 	}
 }
 
