@@ -60,7 +60,7 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	tr := dbhistory.NewTracker()
 	done := make(chan dbhistory.Event, 4)
 	beats := make(chan store.HeartbeatResult, 64)
-	startAgent(t, st, "reassert", 2, func(c *claim.Config) {
+	a := startAgent(t, st, "reassert", 2, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.History, c.TestSignals.Reconciled, c.TestSignals.Heartbeat = tr, done, beats
 	})
@@ -69,7 +69,7 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 		}
 	}()
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
-	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
+	a.waitCalled(t, st, j.ID)
 	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
 	waitFor(t, 10*time.Second, "a heartbeat", func() bool { _, ok := tr.Known(); return ok })
 	var lease int64
@@ -90,7 +90,7 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	assert.Contains(t, lost[0].Message, "re-asserted")
 	assert.Contains(t, lost[0].Message, "cannot be written again", "the lost line is named")
 
-	end := waitStatus(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
+	end := a.waitEnd(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
 	require.Equal(t, store.StatusSucceeded, end.Status, end.Error)
 	out := logText(t, st, j.ID)
 	assert.NotContains(t, out, "one", "lost with the history")
@@ -109,9 +109,9 @@ func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
 	done := make(chan dbhistory.Event, 4)
 	// No heartbeat in the test's time: a real loss of history also moves
 	// the WAL position, which the heartbeat sees before the leases.
-	startAgent(t, st, "reclaim", 2, func(c *claim.Config) { c.Keepalive, c.TestSignals.Reconciled = time.Minute, done })
+	a := startAgent(t, st, "reclaim", 2, func(c *claim.Config) { c.Keepalive, c.TestSignals.Reconciled = time.Minute, done })
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
-	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
+	a.waitCalled(t, st, j.ID)
 	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
 
 	forget(t, st, j.ID, false)
@@ -123,7 +123,7 @@ func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
 	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
 	require.Len(t, lost, 1)
 	assert.Contains(t, lost[0].Message, "the database had lost that the plugin was called; stored again")
-	end := waitStatus(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
+	end := a.waitEnd(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
 	require.Equal(t, store.StatusSucceeded, end.Status, end.Error)
 	assert.Equal(t, 1, strings.Count(logText(t, st, j.ID), "three"), "one runner: its line once")
 }
@@ -136,12 +136,12 @@ func TestReconcileStopsAJobAnotherProcessHolds(t *testing.T) {
 	tr := dbhistory.NewTracker()
 	done := make(chan dbhistory.Event, 4)
 	ended := make(chan claim.Ended, 4)
-	startAgent(t, st, "stopped", 2, func(c *claim.Config) {
+	a := startAgent(t, st, "stopped", 2, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.History, c.TestSignals.Reconciled, c.TestSignals.Ended = tr, done, ended
 	})
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 30"}`)
-	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
+	a.waitCalled(t, st, j.ID)
 	waitFor(t, 10*time.Second, "a heartbeat", func() bool { _, ok := tr.Known(); return ok })
 	_, err := st.Pool().Exec(context.Background(), `UPDATE active_jobs SET agent_name = 'other', agent_generation = 'other-g' WHERE job_id = $1`, j.ID)
 	require.NoError(t, err)
