@@ -15,10 +15,10 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// The producer (Service) claims jobs and dispatches each (job, lease) to an
-// executor, which owns it from its start to its final write: it calls the
-// plugin, decides what a stopped attempt comes to (stop.go), and stores
-// the end (final.go) and any Cleanup's result (cleanup.go).
+// The producer (Service) claims jobs and hands each (job, lease) to an
+// executor, which owns it from its start to its final write. The executor
+// calls the plugin and decides what a stopped attempt comes to (stop.go).
+// It stores the end (final.go) and any Cleanup's result (cleanup.go).
 
 // executorStore is what an executor writes through, beside the batches.
 // *store.Store has it.
@@ -221,7 +221,7 @@ func (e *executor) armActiveTimeout() (disarm func()) {
 
 // callPlugin makes the plugin call. A resumable job whose plugin process
 // crashed (or whose call broke) is resumed in the same attempt from its
-// last handle, up to reattachTries times: the remote work is most likely
+// last handle, up to reattachTries times. Its remote work is most likely
 // still going, and failing it would run the work again beside itself.
 func (e *executor) callPlugin(call pluginCall, rt *runtime) (*plugin.Result, error) {
 	c := e.j.claimed

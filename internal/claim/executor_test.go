@@ -18,7 +18,7 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// scriptedPlugin is a plugin in the test's hands: Execute writes a line,
+// scriptedPlugin is a plugin in the test's hands. Execute writes a line,
 // then answers what answer says, or waits for its context to end when
 // answer is nil. It declares Cleanup and records the jobs it cleaned.
 type scriptedPlugin struct {

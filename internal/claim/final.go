@@ -85,8 +85,8 @@ func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 	return ended, err
 }
 
-// sendEnd tries the end once: alone when it carries more than the batch
-// stores (store.FinalBatchable), else in the finals batch.
+// sendEnd tries the end once. It goes alone when it carries more than the
+// batch stores (store.FinalBatchable), else in the finals batch.
 func (e *executor) sendEnd(ctx context.Context, end store.End) (store.Ended, error) {
 	if !store.FinalBatchable(end) {
 		return e.store.EndAttempt(ctx, end)
@@ -103,9 +103,9 @@ func (e *executor) sendEnd(ctx context.Context, end store.End) (store.Ended, err
 	return r.ended, r.err
 }
 
-// afterEnd finishes an attempt whose end is stored: the record, the metrics,
-// the log, and the Cleanup the transition handed this agent. o is the
-// outcome the attempt came to, before any refusal replaced it.
+// afterEnd finishes an attempt whose end is stored. It records the end for
+// the reconcile, counts and logs it, and runs the Cleanup the transition
+// handed this agent. o is the outcome before any refusal replaced it.
 func (e *executor) afterEnd(end store.End, ended store.Ended, o store.Outcome) {
 	c := e.j.claimed
 	e.j.ended.Store(true)

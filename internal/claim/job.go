@@ -9,8 +9,8 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// runningJob is one job this agent holds under one lease: the producer's
-// record of it, which its executor shares.
+// runningJob is one job this agent holds under one lease. It is the
+// producer's record of the job, which its executor shares.
 type runningJob struct {
 	key       jobKey
 	claimed   store.Claimed

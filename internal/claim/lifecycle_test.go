@@ -209,9 +209,8 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 	a.waitEnd(t, st, j.ID, 20*time.Second, "lease_lost") // the old runner was fenced off
 	assert.True(t, slices.ContainsFunc(eventsOf(t, st, j.ID), func(e store.Event) bool { return e.Kind == "lease_lost" && e.Lease == old.Lease }),
 		"the old runner recorded its lease lost")
-	require.Eventually(t, func() bool {
-		return strings.Contains(logs(t, st, j.ID, "stdout"), `resumed `+j.ID+` from "h"`)
-	}, 20*time.Second, 20*time.Millisecond, "the new runner stores its output")
+	a.waitResumed(t, j.ID)
+	assert.Contains(t, logs(t, st, j.ID, "stdout"), `resumed `+j.ID+` from "h"`, "the new runner stores its output")
 	now, err := st.GetJob(ctx, j.ID)
 	require.NoError(t, err)
 	assert.Greater(t, now.Lease, old.Lease+1)

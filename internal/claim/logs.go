@@ -58,6 +58,8 @@ type logFlusher struct {
 	generation string
 	// paused, if set, holds the periodic flush back (a reconcile pending).
 	paused func() bool
+	// flushed is the Flushed test signal.
+	flushed chan<- Flushed
 	max    int64
 	every  time.Duration
 	log    *slog.Logger
@@ -182,6 +184,10 @@ func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 	for _, lb := range batch {
 		if !held[lb.JobID] {
 			f.onLost(jobKey{lb.JobID, lb.Lease})
+			continue
+		}
+		if len(lb.Records) > 0 {
+			signal(f.flushed, Flushed{JobID: lb.JobID, Lease: lb.Lease, Seq: lb.Records[len(lb.Records)-1].Seq})
 		}
 	}
 	return nil

@@ -72,10 +72,10 @@ func TestMetricsFollowAJob(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Pool().Exec(ctx, `SELECT pg_notify('tether_jobs', 'noop')`)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return metricValue(t, m, "tether_job_resumes_total", noop) == 1 &&
-			metricValue(t, m, "tether_leases_lost_total", nil) == 1
-	}, 20*time.Second, 20*time.Millisecond, "one resume and one lease loss")
+	a.waitEnd(t, st, j.ID, 20*time.Second, "lease_lost")
+	a.waitResumed(t, j.ID)
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_job_resumes_total", noop), "one resume")
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_leases_lost_total", nil), "one lease loss")
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_leases_lost_total", map[string]string{"reason": metrics.LeaseLostHeartbeat}),
 		"the old runner was stopped while its plugin call ran")
 	assert.Equal(t, 2.0, metricValue(t, m, "tether_claim_latency_seconds", noop))

@@ -70,7 +70,7 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	}()
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
 	a.waitCalled(t, st, j.ID)
-	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
+	a.waitFlushed(t, j.ID) // the first line
 	waitFor(t, 10*time.Second, "a heartbeat", func() bool { _, ok := tr.Known(); return ok })
 	var lease int64
 	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT lease FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&lease))
@@ -112,7 +112,7 @@ func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
 	a := startAgent(t, st, "reclaim", 2, func(c *claim.Config) { c.Keepalive, c.TestSignals.Reconciled = time.Minute, done })
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
 	a.waitCalled(t, st, j.ID)
-	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
+	a.waitFlushed(t, j.ID) // the first line
 
 	forget(t, st, j.ID, false)
 	select {

@@ -214,6 +214,8 @@ type TestSignals struct {
 	// Checkpointed, if set, receives each checkpoint once it is stored,
 	// with the output written before it.
 	Checkpointed chan<- Checkpointed
+	// Flushed, if set, receives each job whose output a flush stored.
+	Flushed chan<- Flushed
 }
 
 // Called is an attempt whose plugin is about to be called.
@@ -227,6 +229,13 @@ type Called struct {
 type Checkpointed struct {
 	JobID string
 	Lease int64
+}
+
+// Flushed is one job's output a flush stored, up to record Seq.
+type Flushed struct {
+	JobID string
+	Lease int64
+	Seq   int64
 }
 
 // Ended is one attempt's end as the runner saw it.
@@ -291,6 +300,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	}
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	s.logs.generation = cfg.Holder.Generation
+	s.logs.flushed = cfg.TestSignals.Flushed
 	s.logs.paused = func() bool {
 		select {
 		case <-s.cfg.History.Pending():

@@ -23,15 +23,18 @@ type signals struct {
 	ended        []claim.Ended
 	called       []claim.Called
 	checkpointed []claim.Checkpointed
+	flushed      []claim.Flushed
 }
 
 // watchSignals sets cfg's Ended, Called and Checkpointed signals to ones it
-// gathers. It reads them for as long as the test binary runs, so an agent
-// never waits to send one, even while it shuts down.
+// gathers, and Flushed too. It reads them for as long as the test binary
+// runs, so an agent never waits to send one, even while it shuts down.
 func watchSignals(cfg *claim.Config) *signals {
 	s := &signals{changed: make(chan struct{})}
 	ended, called, checkpointed := make(chan claim.Ended), make(chan claim.Called), make(chan claim.Checkpointed)
+	flushed := make(chan claim.Flushed)
 	cfg.TestSignals.Ended, cfg.TestSignals.Called, cfg.TestSignals.Checkpointed = ended, called, checkpointed
+	cfg.TestSignals.Flushed = flushed
 	go func() {
 		for {
 			select {
@@ -41,6 +44,8 @@ func watchSignals(cfg *claim.Config) *signals {
 				s.add(func() { s.called = append(s.called, c) })
 			case c := <-checkpointed:
 				s.add(func() { s.checkpointed = append(s.checkpointed, c) })
+			case f := <-flushed:
+				s.add(func() { s.flushed = append(s.flushed, f) })
 			}
 		}
 	}()
@@ -78,7 +83,7 @@ func (s *signals) await(t *testing.T, within time.Duration, what string, found f
 }
 
 // waitEnd waits until the agent has stored an end of job id with one of
-// statuses (queued: a retry), and returns the job as stored then.
+// statuses (queued for a retry), and returns the job as stored then.
 func (a *agent) waitEnd(t *testing.T, st *store.Store, id string, within time.Duration, statuses ...string) store.Job {
 	t.Helper()
 	a.sig.await(t, within, fmt.Sprintf("job %s ending %s", id, strings.Join(statuses, " or ")), func() bool {
@@ -98,7 +103,7 @@ func (a *agent) waitCalled(t *testing.T, st *store.Store, id string) store.Job {
 }
 
 // waitCheckpointed waits until a checkpoint of job id is stored, and with
-// it the output written before it: a noop job that prints a stdout line
+// it the output written before it. A noop job that prints a stdout line
 // and checkpoints is then inside its plugin call. The running write alone
 // is not enough. It is written just before the call, and a job stopped in
 // between never reaches the plugin (so it writes no cancel_file).
@@ -106,6 +111,25 @@ func (a *agent) waitCheckpointed(t *testing.T, id string) {
 	t.Helper()
 	a.sig.await(t, 20*time.Second, "a checkpoint of job "+id, func() bool {
 		return slices.ContainsFunc(a.sig.checkpointed, func(c claim.Checkpointed) bool { return c.JobID == id })
+	})
+}
+
+// waitResumed waits until the agent resumed job id and stored a checkpoint
+// under the lease it resumed it with, and with it the output before it.
+func (a *agent) waitResumed(t *testing.T, id string) {
+	t.Helper()
+	a.sig.await(t, 20*time.Second, "job "+id+" resumed and checkpointed", func() bool {
+		return slices.ContainsFunc(a.sig.called, func(c claim.Called) bool {
+			return c.JobID == id && c.Resume && slices.Contains(a.sig.checkpointed, claim.Checkpointed{JobID: id, Lease: c.Lease})
+		})
+	})
+}
+
+// waitFlushed waits until a flush stored output of job id.
+func (a *agent) waitFlushed(t *testing.T, id string) {
+	t.Helper()
+	a.sig.await(t, 10*time.Second, "output of job "+id+" stored", func() bool {
+		return slices.ContainsFunc(a.sig.flushed, func(f claim.Flushed) bool { return f.JobID == id })
 	})
 }
 

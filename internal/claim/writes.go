@@ -53,8 +53,8 @@ func (d *executorDeps) tryWrite(stop context.Context, write func(context.Context
 	return write(ctx)
 }
 
-// settled reports whether a write's answer is final: it landed, its fence
-// refused it, or the database refused its data.
+// settled reports whether a write's answer is final. It is when the write
+// landed, when its fence refused it, and when the database refused its data.
 func settled(err error) bool {
 	var de *store.DataError
 	return err == nil || errors.Is(err, store.ErrLeaseLost) || errors.As(err, &de)
