@@ -100,25 +100,6 @@ func submit(t *testing.T, st *store.Store, command string, jobCtx string) store.
 	return j
 }
 
-// waitStatus polls the job until it reaches one of statuses.
-func waitStatus(t *testing.T, st *store.Store, id string, timeout time.Duration, statuses ...string) store.Job {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		j, err := st.GetJob(context.Background(), id)
-		require.NoError(t, err)
-		for _, s := range statuses {
-			if j.Status == s {
-				return j
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s is %s after %s, want one of %v (error %q)", id, j.Status, timeout, statuses, j.Error)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func waitFile(t *testing.T, path string, timeout time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

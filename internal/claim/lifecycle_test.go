@@ -197,7 +197,8 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 	a := startAgent(t, st, "a1", 2, nil)
 	j := submit(t, st, "noop", `{"wait":true,"stdout":["working"],"checkpoint":"h"}`)
 	a.waitCheckpointed(t, j.ID)
-	old := waitStatus(t, st, j.ID, 5*time.Second, store.StatusRunning)
+	old := getJob(t, st, j.ID)
+	require.Equal(t, store.StatusRunning, old.Status)
 
 	// Released as the janitor releases a stale job; the only agent around
 	// claims it again and resumes it.

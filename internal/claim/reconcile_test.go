@@ -64,14 +64,10 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 		c.Keepalive = 200 * time.Millisecond
 		c.History, c.TestSignals.Reconciled, c.TestSignals.Heartbeat = tr, done, beats
 	})
-	go func() {
-		for range beats {
-		}
-	}()
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
 	a.waitCalled(t, st, j.ID)
 	a.waitFlushed(t, j.ID) // the first line
-	waitFor(t, 10*time.Second, "a heartbeat", func() bool { _, ok := tr.Known(); return ok })
+	baselineThenDrain(t, beats)
 	var lease int64
 	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT lease FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&lease))
 
@@ -84,7 +80,7 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	require.NotNil(t, agent)
 	assert.Equal(t, "reassert", *agent)
 	assert.Equal(t, lease, now, "the lease it had, handed out once")
-	assert.Equal(t, store.StatusRunning, waitStatus(t, st, j.ID, time.Second, store.StatusRunning).Status)
+	assert.Equal(t, store.StatusRunning, getJob(t, st, j.ID).Status)
 	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
 	require.Len(t, lost, 1)
 	assert.Contains(t, lost[0].Message, "re-asserted")
@@ -136,13 +132,14 @@ func TestReconcileStopsAJobAnotherProcessHolds(t *testing.T) {
 	tr := dbhistory.NewTracker()
 	done := make(chan dbhistory.Event, 4)
 	ended := make(chan claim.Ended, 4)
+	beats := make(chan store.HeartbeatResult, 64)
 	a := startAgent(t, st, "stopped", 2, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
-		c.History, c.TestSignals.Reconciled, c.TestSignals.Ended = tr, done, ended
+		c.History, c.TestSignals.Reconciled, c.TestSignals.Ended, c.TestSignals.Heartbeat = tr, done, ended, beats
 	})
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 30"}`)
 	a.waitCalled(t, st, j.ID)
-	waitFor(t, 10*time.Second, "a heartbeat", func() bool { _, ok := tr.Known(); return ok })
+	baselineThenDrain(t, beats)
 	_, err := st.Pool().Exec(context.Background(), `UPDATE active_jobs SET agent_name = 'other', agent_generation = 'other-g' WHERE job_id = $1`, j.ID)
 	require.NoError(t, err)
 	rewind(t, tr, done)
@@ -155,7 +152,7 @@ func TestReconcileStopsAJobAnotherProcessHolds(t *testing.T) {
 	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
 	require.Len(t, lost, 1)
 	assert.Contains(t, lost[0].Message, "held by other")
-	assert.Equal(t, store.StatusRunning, waitStatus(t, st, j.ID, time.Second, store.StatusRunning).Status, "nothing written for the other process's lease")
+	assert.Equal(t, store.StatusRunning, getJob(t, st, j.ID).Status, "nothing written for the other process's lease")
 	assert.Empty(t, eventsOfKind(t, st, j.ID, "lease_lost"))
 }
 
@@ -182,13 +179,21 @@ func eventsOfKind(t *testing.T, st *store.Store, id, kind string) []store.Event 
 	return out
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// baselineThenDrain waits until a heartbeat has given the tracker its
+// baseline position, then drains the heartbeats. The heartbeat observes
+// its position after it signals, so the second signal vouches for the
+// first one's position.
+func baselineThenDrain(t *testing.T, beats <-chan store.HeartbeatResult) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %s", what, within)
+	for range 2 {
+		select {
+		case <-beats:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no heartbeat within 10s")
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	go func() {
+		for range beats {
+		}
+	}()
 }
