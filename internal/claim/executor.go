@@ -43,7 +43,7 @@ type executorDeps struct {
 	history  *dbhistory.Tracker
 	beats    *beatClock
 	metrics  *metrics.Metrics
-	log      *slog.Logger
+	agentLog *slog.Logger // each executor's own log adds its job to it
 	signals  TestSignals
 	now      func() time.Time
 
@@ -84,7 +84,7 @@ func newExecutor(d *executorDeps, j *runningJob) *executor {
 	c := j.claimed
 	// A job claimed to be resumed has remote work already.
 	return &executor{executorDeps: d, j: j, plugin: c.Job.Plugin, called: c.Resume,
-		log: d.log.With("job", c.Job.ID, "command", c.Job.Command, "lease", c.Lease)}
+		log: d.agentLog.With("job", c.Job.ID, "command", c.Job.Command, "lease", c.Lease)}
 }
 
 // run takes the job to its end under its lease.

@@ -83,7 +83,7 @@ func newExecutorFixture(t *testing.T, p Plugins) *executorFixture {
 		running: newRunningBatcher(st, 0, 8, 10*time.Second),
 		finals:  newFinalsBatcher(st, h, 0, 8, 10*time.Second),
 		history: dbhistory.NewTracker(), beats: newBeatClock(time.Now()),
-		metrics: m, log: log, now: time.Now,
+		metrics: m, agentLog: log, now: time.Now,
 		signals:      TestSignals{Ended: f.ended, Called: f.called},
 		finalTimeout: 10 * time.Second, cleanupTimeout: 10 * time.Second, cleanupRetryIn: time.Second,
 		writes: context.Background(), quit: make(chan struct{}),

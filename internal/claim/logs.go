@@ -60,11 +60,11 @@ type logFlusher struct {
 	paused func() bool
 	// flushed is the Flushed test signal.
 	flushed chan<- Flushed
-	max    int64
-	every  time.Duration
-	log    *slog.Logger
-	onLost func(jobKey)
-	bytes  [2]prometheus.Counter
+	max     int64
+	every   time.Duration
+	log     *slog.Logger
+	onLost  func(jobKey)
+	bytes   [2]prometheus.Counter
 
 	mu      sync.Mutex
 	bufs    map[jobKey]*jobBuf

@@ -47,7 +47,7 @@ func (r *runtime) checkpoint(ctx context.Context, handle []byte, described *stor
 	stop, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(j.ctx, func() { cancel(context.Cause(j.ctx)) })()
-	log := r.e.executorDeps.log.With("job", c.Job.ID, "lease", c.Lease)
+	log := r.e.agentLog.With("job", c.Job.ID, "lease", c.Lease)
 	err := r.e.untilWritten(stop, log, "checkpoint", func(wctx context.Context) error {
 		return r.e.logs.checkpoint(wctx, j.key, handle, described)
 	})

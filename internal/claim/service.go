@@ -322,7 +322,7 @@ func (s *Service) executorDeps(writes context.Context) *executorDeps {
 		holder: s.cfg.Holder, commands: s.cfg.Commands,
 		store: s.store, cleanups: s.store.Pool(), plugins: s.plugins, logs: s.logs,
 		running: s.running, finals: s.finals, history: s.cfg.History, beats: s.beats,
-		metrics: s.cfg.Metrics, log: s.log, signals: s.cfg.TestSignals, now: time.Now,
+		metrics: s.cfg.Metrics, agentLog: s.log, signals: s.cfg.TestSignals, now: time.Now,
 		finalTimeout: s.cfg.FinalTimeout, cleanupTimeout: s.cfg.CleanupTimeout,
 		cleanupRetryIn: s.cfg.CleanupRetryIn, selfFenceAfter: s.cfg.SelfFenceAfter,
 		writes: writes, quit: s.quit, freeSlot: s.freeSlot, remember: s.rememberEnd,
