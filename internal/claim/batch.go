@@ -127,9 +127,23 @@ type markedRunning struct {
 	err    error
 }
 
-// runMarkRunning moves a batch of jobs to running, each fenced by its lease.
-func (s *Service) runMarkRunning(ctx context.Context, rs []store.Running) ([]markedRunning, error) {
-	statuses, err := s.store.MarkRunningBatch(ctx, rs)
+// newRunningBatcher batches running writes into st.
+func newRunningBatcher(st *store.Store, window time.Duration, max int, timeout time.Duration) *batcher[store.Running, markedRunning] {
+	return newBatcher(window, max, timeout, func(ctx context.Context, rs []store.Running) ([]markedRunning, error) {
+		return markRunning(ctx, st, rs)
+	})
+}
+
+// newFinalsBatcher batches holder h's final writes into st.
+func newFinalsBatcher(st *store.Store, h store.Holder, window time.Duration, max int, timeout time.Duration) *batcher[store.End, endResult] {
+	return newBatcher(window, max, timeout, func(ctx context.Context, es []store.End) ([]endResult, error) {
+		return storeEnds(ctx, st, h, es)
+	})
+}
+
+// markRunning moves a batch of jobs to running, each fenced by its lease.
+func markRunning(ctx context.Context, st *store.Store, rs []store.Running) ([]markedRunning, error) {
+	statuses, err := st.MarkRunningBatch(ctx, rs)
 	if err != nil {
 		return nil, err
 	}
@@ -144,17 +158,17 @@ func (s *Service) runMarkRunning(ctx context.Context, rs []store.Running) ([]mar
 	return out, nil
 }
 
-// runEnds stores a batch of final ends, each fenced by its lease. When the
-// database refuses the batch's data, each end is stored alone, so only the
-// outcome it cannot store gets the *store.DataError.
-func (s *Service) runEnds(ctx context.Context, es []store.End) ([]endResult, error) {
+// storeEnds stores a batch of holder h's final ends, each fenced by its
+// lease. When the database refuses the batch's data, each end is stored
+// alone, so only the outcome it cannot store gets the *store.DataError.
+func storeEnds(ctx context.Context, st *store.Store, h store.Holder, es []store.End) ([]endResult, error) {
 	out := make([]endResult, len(es))
-	stored, err := s.store.EndFinalBatch(ctx, s.cfg.Holder, es)
+	stored, err := st.EndFinalBatch(ctx, h, es)
 	var de *store.DataError
 	switch {
 	case errors.As(err, &de) && len(es) > 1:
 		for i, e := range es {
-			out[i].ended, out[i].err = s.store.EndAttempt(ctx, e)
+			out[i].ended, out[i].err = st.EndAttempt(ctx, e)
 		}
 		return out, nil
 	case err != nil:

@@ -87,7 +87,6 @@ func TestRefusedOutcomeDoesNotFailItsBatch(t *testing.T) {
 	cs, err := st.Claim(ctx, h, 3, []string{"c"})
 	require.NoError(t, err)
 	require.Len(t, cs, 3)
-	s := New(st, nil, Config{Holder: h})
 	var es []store.End
 	for i, c := range cs {
 		o := store.Outcome{Status: store.StatusSucceeded}
@@ -96,7 +95,7 @@ func TestRefusedOutcomeDoesNotFailItsBatch(t *testing.T) {
 		}
 		es = append(es, store.End{JobID: c.Job.ID, Lease: c.Lease, Actor: h, Outcome: o})
 	}
-	res, err := s.runEnds(ctx, es)
+	res, err := storeEnds(ctx, st, h, es)
 	require.NoError(t, err)
 	require.Len(t, res, 3)
 	var de *store.DataError

@@ -60,19 +60,20 @@ func TestCleanupRunsOnlyAfterTheTerminalStatusIsCommitted(t *testing.T) {
 	h := store.Holder{Name: "order", Generation: fmt.Sprint("order-", time.Now().UnixNano())}
 	_, err = st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 4, Commands: []string{"noop"}})
 	require.NoError(t, err)
-	svc := claim.New(st, rec, claim.Config{Holder: h, Capacity: 4, Commands: commands,
+	cfg := claim.Config{Holder: h, Capacity: 4, Commands: commands,
 		PollInterval: 100 * time.Millisecond, Keepalive: time.Second, LogFlush: 50 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler)}
+	a := &agent{sig: watchSignals(&cfg)}
+	svc := claim.New(st, rec, cfg)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx); plugins.Close() }()
 	defer func() { cancel(); <-done }()
 
 	dir := t.TempDir()
 	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cleanup_file":%q}`, filepath.Join(dir, "cleaned")))
-	waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
+	a.waitCalled(t, st, j.ID)
 	_, err = st.Cancel(ctx, j.ID, "user asked")
 	require.NoError(t, err)
-	waitStatus(t, st, j.ID, 10*time.Second, store.StatusCanceled)
-	require.Eventually(t, func() bool { return len(rec.statuses()) > 0 }, 10*time.Second, 20*time.Millisecond)
+	a.waitEnd(t, st, j.ID, 10*time.Second, store.StatusCanceled) // signalled once its Cleanup is over
 	assert.Equal(t, []string{string(store.StatusCanceled)}, rec.statuses(), "Cleanup saw the job before its final status was written")
 }

@@ -25,10 +25,10 @@ func TestAJobWaitingForItsFinalWriteHoldsNoSlot(t *testing.T) {
 		jobs[i] = submit(t, st, "noop", `{}`)
 	}
 	const window = 2 * time.Second
-	startAgent(t, st, "slots", 1, func(c *claim.Config) { c.FinalWindow = window })
+	a := startAgent(t, st, "slots", 1, func(c *claim.Config) { c.FinalWindow = window })
 	at := map[string]map[string]time.Time{} // job → kind → when
 	for _, j := range jobs {
-		waitStatus(t, st, j.ID, 30*time.Second, store.StatusSucceeded)
+		a.waitEnd(t, st, j.ID, 30*time.Second, store.StatusSucceeded)
 		evs, err := st.Events(context.Background(), j.ID, 0, 0)
 		require.NoError(t, err)
 		at[j.ID] = map[string]time.Time{}

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/jobstate"
@@ -29,48 +30,19 @@ func (s *Service) heartbeatLoop(ctx context.Context) {
 }
 
 func (s *Service) heartbeat(ctx context.Context) {
-	s.mu.Lock()
-	leases := make([]store.Lease, 0, len(s.jobs))
-	for k, j := range s.jobs {
-		if !j.ended.Load() {
-			leases = append(leases, store.Lease{JobID: k.ID, Lease: k.Lease})
-		}
-	}
-	s.mu.Unlock()
-
-	res, began, ok := s.beatOnce(ctx, leases)
+	leases := s.heldLeases()
+	res, began, ok := s.beatRegistered(ctx, leases)
 	if !ok {
 		return
 	}
-	if res.Missing {
-		s.signalBeat(ctx, res)
-		// That answer renewed nothing and listed no lease: it says nothing
-		// about them. Register again, then renew at once; leases a janitor
-		// released meanwhile (an owner without a row is gone) come back
-		// lost as usual.
-		if !s.registerAgain(ctx) {
-			return
-		}
-		if res, began, ok = s.beatOnce(ctx, leases); !ok {
-			return
-		}
-		if res.Missing {
-			s.signalBeat(ctx, res)
-			return // deleted again: the next tick tries again
-		}
-	}
-	s.mu.Lock()
-	s.lastBeat = began
-	close(s.beatOK) // wakes writes waiting for the database and the fence timer
-	s.beatOK = make(chan struct{})
-	s.mu.Unlock()
+	s.beats.beat(began)
 	s.signalBeat(ctx, res)
 	if !res.Registered {
 		s.log.Error("another process registered under this agent's name; stopping", "name", s.cfg.Holder.Name)
 		s.supersededOnce.Do(func() { close(s.superseded) })
 		return
 	}
-	// A database that lost its history answers for what it remembers: the
+	// A database that lost its history answers for what it remembers. The
 	// reconcile, not this answer, decides about the leases (it may give a
 	// lost one back).
 	s.cfg.History.Observe(res.Position)
@@ -80,8 +52,53 @@ func (s *Service) heartbeat(ctx context.Context) {
 		return
 	}
 	s.reportOrphans(res.Orphans)
-	held := make(map[jobKey]jobstate.JobStatus, len(res.Held))
-	for _, h := range res.Held {
+	s.stopUnheld(leases, res.Held)
+}
+
+// heldLeases are the leases of the jobs whose end is not stored yet.
+func (s *Service) heldLeases() []store.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	leases := make([]store.Lease, 0, len(s.jobs))
+	for k, j := range s.jobs {
+		if !j.ended.Load() {
+			leases = append(leases, store.Lease{JobID: k.ID, Lease: k.Lease})
+		}
+	}
+	return leases
+}
+
+// beatRegistered sends one heartbeat for leases. When the agents row is
+// missing, it registers again and renews at once. ok is false when no
+// heartbeat renewed anything (logged, or signalled).
+func (s *Service) beatRegistered(ctx context.Context, leases []store.Lease) (res store.HeartbeatResult, began time.Time, ok bool) {
+	res, began, ok = s.beatOnce(ctx, leases)
+	if !ok || !res.Missing {
+		return res, began, ok
+	}
+	s.signalBeat(ctx, res)
+	// That answer renewed nothing and listed no lease: it says nothing
+	// about them. Register again, then renew at once. Leases a janitor
+	// released meanwhile (an owner without a row is gone) come back lost
+	// as usual.
+	if !s.registerAgain(ctx) {
+		return res, began, false
+	}
+	if res, began, ok = s.beatOnce(ctx, leases); !ok {
+		return res, began, false
+	}
+	if res.Missing {
+		s.signalBeat(ctx, res)
+		return res, began, false // deleted again: the next tick tries again
+	}
+	return res, began, true
+}
+
+// stopUnheld stops the jobs whose lease the heartbeat did not renew, and
+// those whose cancel it found requested.
+func (s *Service) stopUnheld(leases []store.Lease, renewed []store.Held) {
+	held := make(map[jobKey]jobstate.JobStatus, len(renewed))
+	for _, h := range renewed {
 		held[jobKey{h.JobID, h.Lease}] = h.Status
 	}
 	s.mu.Lock()
@@ -157,11 +174,46 @@ func (s *Service) registerAgain(ctx context.Context) bool {
 	return true
 }
 
-// dbBack returns a channel closed by the next successful heartbeat.
-func (s *Service) dbBack() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.beatOK
+// beatClock is when the last successful heartbeat was sent (monotonic),
+// and a channel the next one closes. The database stamped that beat no
+// earlier, so fencing on it is safe. Writes waiting for the database, the
+// self-fence timer and the renewals watch the channel.
+type beatClock struct {
+	mu   sync.Mutex
+	last time.Time
+	ok   chan struct{}
+}
+
+func newBeatClock(now time.Time) *beatClock {
+	return &beatClock{last: now, ok: make(chan struct{})}
+}
+
+// beat records a successful heartbeat sent at began and wakes its waiters.
+func (b *beatClock) beat(began time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.last = began
+	close(b.ok)
+	b.ok = make(chan struct{})
+}
+
+// state is the last beat and the channel the next one closes, read together.
+func (b *beatClock) state() (time.Time, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last, b.ok
+}
+
+// lastAt is when the last successful heartbeat was sent.
+func (b *beatClock) lastAt() time.Time {
+	last, _ := b.state()
+	return last
+}
+
+// next returns a channel closed by the next successful heartbeat.
+func (b *beatClock) next() <-chan struct{} {
+	_, ok := b.state()
+	return ok
 }
 
 // fenceLoop stops every job once no heartbeat has succeeded for
@@ -175,10 +227,8 @@ func (s *Service) fenceLoop(ctx context.Context) {
 	t := time.NewTimer(s.cfg.SelfFenceAfter)
 	defer t.Stop()
 	for {
-		s.mu.Lock()
-		deadline := s.lastBeat.Add(s.cfg.SelfFenceAfter)
-		back := s.beatOK
-		s.mu.Unlock()
+		last, back := s.beats.state()
+		deadline := last.Add(s.cfg.SelfFenceAfter)
 		t.Reset(time.Until(deadline))
 		select {
 		case <-ctx.Done():
@@ -200,7 +250,7 @@ func (s *Service) fenceLoop(ctx context.Context) {
 func (s *Service) selfFence() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	silent := time.Since(s.lastBeat)
+	silent := time.Since(s.beats.lastAt())
 	n := 0
 	for _, j := range s.jobs {
 		if !j.ended.Load() && context.Cause(j.ctx) == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,11 +50,11 @@ func summary(evs []store.Event) string {
 // same attempt (the host restarts it), not failed and run again.
 func TestResumablePluginCrashResumesTheSameAttempt(t *testing.T) {
 	st := store.New(pgtest.DB(t))
-	startAgent(t, st, "a1", 2, nil)
+	a := startAgent(t, st, "a1", 2, nil)
 	once := filepath.Join(t.TempDir(), "crashed")
 	j := submitLimits(t, st, "noop", fmt.Sprintf(`{"stdout":["before"],"checkpoint":"h1","panic_once":%q,"output":{"ok":true}}`, once),
 		limits.Set{MaxRetry: 2, RetryBackoff: time.Millisecond, RetryBackoffMax: time.Millisecond})
-	done := waitStatus(t, st, j.ID, 30*time.Second, store.StatusSucceeded, store.StatusFailed)
+	done := a.waitEnd(t, st, j.ID, 30*time.Second, store.StatusSucceeded, store.StatusFailed)
 	evs := eventsOf(t, st, j.ID)
 	require.Equal(t, store.StatusSucceeded, done.Status, "%s; events:%s", done.Error, summary(evs))
 	assert.Equal(t, 1, done.Attempt, "the same attempt")
@@ -75,24 +76,15 @@ func TestResumablePluginCrashResumesTheSameAttempt(t *testing.T) {
 // its retry runs, so two attempts' remote work never run side by side.
 func TestFailedExecuteIsCleanedUpBeforeTheRetry(t *testing.T) {
 	st := store.New(pgtest.DB(t))
-	startAgent(t, st, "a1", 2, nil)
+	a := startAgent(t, st, "a1", 2, nil)
 	dir := t.TempDir()
 	j := submitLimits(t, st, "noop", fmt.Sprintf(`{"fail":{"class":"retriable","message":"throttled"},"cleanup_file":%q}`, filepath.Join(dir, "cleaned")),
 		limits.Set{MaxRetry: 1, RetryBackoff: time.Millisecond, RetryBackoffMax: time.Millisecond})
-	done := waitStatus(t, st, j.ID, 30*time.Second, store.StatusFailed)
+	// The last attempt's Cleanup runs after its failure is stored, and its
+	// end is signalled once that Cleanup is recorded too.
+	done := a.waitEnd(t, st, j.ID, 30*time.Second, store.StatusFailed)
 	assert.Equal(t, 2, done.Attempt)
-	// The last attempt's Cleanup runs after its failure is stored.
-	var evs []store.Event
-	assert.Eventually(t, func() bool {
-		evs = eventsOf(t, st, j.ID)
-		n := 0
-		for _, e := range evs {
-			if e.Kind == "cleanup_ok" || e.Kind == "cleanup_failed" {
-				n++
-			}
-		}
-		return n >= 2
-	}, 30*time.Second, 20*time.Millisecond, "both attempts cleaned up (events below)")
+	evs := eventsOf(t, st, j.ID)
 	// Order: attempt 1's Cleanup is done before attempt 2 is claimed.
 	var order []string
 	for _, e := range evs {
@@ -108,15 +100,15 @@ func TestFailedExecuteIsCleanedUpBeforeTheRetry(t *testing.T) {
 // NUL escape in the result) end the job truthfully instead of looping.
 func TestUnstorableOutcomesEndTheJob(t *testing.T) {
 	st := store.New(pgtest.DB(t))
-	startAgent(t, st, "a1", 4, nil)
+	a := startAgent(t, st, "a1", 4, nil)
 	nulErr := submit(t, st, "noop", `{"fail":{"class":"permanent","message":"stderr tail: bad <NUL> byte"}}`)
 	nulOut := submit(t, st, "noop", `{"output":{"s":"a<NUL>b"}}`)
 
-	j := waitStatus(t, st, nulErr.ID, 20*time.Second, store.StatusFailed, store.StatusSucceeded)
+	j := a.waitEnd(t, st, nulErr.ID, 20*time.Second, store.StatusFailed, store.StatusSucceeded)
 	assert.Equal(t, store.StatusFailed, j.Status)
 	assert.Equal(t, "stderr tail: bad \uFFFD byte", j.Error, "NUL replaced, the rest kept")
 
-	j = waitStatus(t, st, nulOut.ID, 20*time.Second, store.StatusFailed, store.StatusSucceeded)
+	j = a.waitEnd(t, st, nulOut.ID, 20*time.Second, store.StatusFailed, store.StatusSucceeded)
 	assert.Equal(t, store.StatusFailed, j.Status)
 	assert.Equal(t, jobstate.Permanent, j.ErrorClass)
 	assert.Contains(t, j.Error, `NUL character`)
@@ -171,7 +163,7 @@ func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
 	beats := make(chan store.HeartbeatResult)
 	hb := &heartbeats{}
 	go hb.drain(beats)
-	startAgent(t, st, "a1", 4, func(c *claim.Config) {
+	a := startAgent(t, st, "a1", 4, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Minute
 		c.TestSignals.Heartbeat = beats
@@ -182,8 +174,8 @@ func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
 	// Cleanup takes 3 s.
 	slow := submit(t, st, "noop", fmt.Sprintf(`{"stdout":["x"],"checkpoint":"h","sleep_ms":1500,"fail":{"class":"permanent","message":"boom"},"cleanup_sleep_ms":3000,"cleanup_started_file":%q}`, started))
 	other := submit(t, st, "noop", `{"wait":true,"stdout":["y"],"checkpoint":"h"}`)
-	waitPluginCalled(t, st, slow.ID)
-	waitPluginCalled(t, st, other.ID)
+	a.waitCheckpointed(t, slow.ID)
+	a.waitCheckpointed(t, other.ID)
 	require.NoError(t, cluster.StopServer(ctx))
 	time.Sleep(2 * time.Second) // the slow job fails meanwhile
 	require.NoError(t, cluster.StartServer(ctx))
@@ -193,7 +185,7 @@ func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
 	gap, n, renewed := hb.maxGap(from, time.Now(), other.ID)
 	assert.Less(t, gap, time.Second, "heartbeats kept their 200ms keepalive while a Cleanup ran (%d beats)", n)
 	assert.True(t, renewed, "every heartbeat renewed the other job")
-	j := waitStatus(t, st, slow.ID, 20*time.Second, store.StatusFailed)
+	j := a.waitEnd(t, st, slow.ID, 20*time.Second, store.StatusFailed)
 	assert.Equal(t, "boom", j.Error)
 }
 
@@ -205,8 +197,9 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	a := startAgent(t, st, "a1", 2, nil)
 	j := submit(t, st, "noop", `{"wait":true,"stdout":["working"],"checkpoint":"h"}`)
-	waitPluginCalled(t, st, j.ID)
-	old := waitStatus(t, st, j.ID, 5*time.Second, store.StatusRunning)
+	a.waitCheckpointed(t, j.ID)
+	old := getJob(t, st, j.ID)
+	require.Equal(t, store.StatusRunning, old.Status)
 
 	// Released as the janitor releases a stale job; the only agent around
 	// claims it again and resumes it.
@@ -215,17 +208,11 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Pool().Exec(ctx, `SELECT pg_notify('tether_jobs', 'noop')`)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		for _, e := range eventsOf(t, st, j.ID) {
-			if e.Kind == "lease_lost" && e.Lease == old.Lease {
-				return true
-			}
-		}
-		return false
-	}, 20*time.Second, 20*time.Millisecond, "the old runner was fenced off")
-	require.Eventually(t, func() bool {
-		return strings.Contains(logs(t, st, j.ID, "stdout"), `resumed `+j.ID+` from "h"`)
-	}, 20*time.Second, 20*time.Millisecond, "the new runner stores its output")
+	a.waitEnd(t, st, j.ID, 20*time.Second, "lease_lost") // the old runner was fenced off
+	assert.True(t, slices.ContainsFunc(eventsOf(t, st, j.ID), func(e store.Event) bool { return e.Kind == "lease_lost" && e.Lease == old.Lease }),
+		"the old runner recorded its lease lost")
+	a.waitResumed(t, j.ID)
+	assert.Contains(t, logs(t, st, j.ID, "stdout"), `resumed `+j.ID+` from "h"`, "the new runner stores its output")
 	now, err := st.GetJob(ctx, j.ID)
 	require.NoError(t, err)
 	assert.Greater(t, now.Lease, old.Lease+1)
@@ -233,8 +220,8 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 
 	_, err = st.Cancel(ctx, j.ID, "done")
 	require.NoError(t, err)
-	waitStatus(t, st, j.ID, 20*time.Second, store.StatusCanceled)
-	require.Eventually(t, func() bool { return len(a.svc.Running()) == 0 }, 10*time.Second, 20*time.Millisecond)
+	a.waitEnd(t, st, j.ID, 20*time.Second, store.StatusCanceled)
+	a.waitIdle(t)
 }
 
 // Scenario 9 (host side): a checkpoint during a database outage waits for
@@ -242,16 +229,16 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 func TestCheckpointWaitsThroughAnOutage(t *testing.T) {
 	cluster, st := privateStore(t)
 	ctx := context.Background()
-	startAgent(t, st, "a1", 2, func(c *claim.Config) {
+	a := startAgent(t, st, "a1", 2, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Minute
 	})
 	j := submit(t, st, "noop", `{"stdout":["one"],"checkpoint":"h1","sleep_ms":1000,"stdout2":["two"],"checkpoint2":"h2","output":{"ok":true}}`)
-	waitPluginCalled(t, st, j.ID)
+	a.waitCheckpointed(t, j.ID)
 	require.NoError(t, cluster.StopServer(ctx))
 	time.Sleep(3 * time.Second) // the second checkpoint comes while it is down
 	require.NoError(t, cluster.StartServer(ctx))
-	done := waitStatus(t, st, j.ID, 30*time.Second, store.StatusSucceeded, store.StatusFailed)
+	done := a.waitEnd(t, st, j.ID, 30*time.Second, store.StatusSucceeded, store.StatusFailed)
 	require.Equal(t, store.StatusSucceeded, done.Status, done.Error)
 	assert.Equal(t, "one\ntwo\n", logs(t, st, j.ID, "stdout"), "each line stored once")
 }
@@ -262,13 +249,13 @@ func TestSelfFenceFiresOnTime(t *testing.T) {
 	cluster, st := privateStore(t)
 	ctx := context.Background()
 	fenced := make(chan time.Duration, 4)
-	startAgent(t, st, "a1", 2, func(c *claim.Config) {
+	a := startAgent(t, st, "a1", 2, func(c *claim.Config) {
 		c.Keepalive = time.Second
 		c.SelfFenceAfter = 2 * time.Second
 		c.TestSignals.SelfFenced = fenced
 	})
 	j := submit(t, st, "shell", `{"script":"sleep 300"}`)
-	waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
+	a.waitCalled(t, st, j.ID)
 	require.NoError(t, cluster.StopServer(ctx))
 	defer func() { require.NoError(t, cluster.StartServer(ctx)) }()
 	select {

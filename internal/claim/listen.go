@@ -57,25 +57,36 @@ func (s *Service) listen(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		switch n.Channel {
-		case store.NotifyChannel:
-			if mine[n.Payload] {
-				s.kick(s.wake)
-			}
-		case store.CancelChannel:
-			s.mu.Lock()
-			ours := false
-			for k := range s.jobs {
-				ours = ours || k.ID == n.Payload
-			}
-			s.mu.Unlock()
-			if ours {
-				s.kick(s.beat)
-			}
-		default:
-			s.cfg.Follow.Deliver(n.Channel, n.Payload)
+		s.notified(n.Channel, n.Payload, mine)
+	}
+}
+
+// notified acts on one notification. mine holds this agent's commands.
+func (s *Service) notified(channel, payload string, mine map[string]bool) {
+	switch channel {
+	case store.NotifyChannel:
+		if mine[payload] {
+			s.kick(s.wake)
+		}
+	case store.CancelChannel:
+		if s.holdsJob(payload) {
+			s.kick(s.beat)
+		}
+	default:
+		s.cfg.Follow.Deliver(channel, payload)
+	}
+}
+
+// holdsJob reports whether this agent runs job id, under any lease.
+func (s *Service) holdsJob(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.jobs {
+		if k.ID == id {
+			return true
 		}
 	}
+	return false
 }
 
 // listenConn opens the session LISTEN runs on: Config.ListenConnect's, else

@@ -58,11 +58,13 @@ type logFlusher struct {
 	generation string
 	// paused, if set, holds the periodic flush back (a reconcile pending).
 	paused func() bool
-	max    int64
-	every  time.Duration
-	log    *slog.Logger
-	onLost func(jobKey)
-	bytes  [2]prometheus.Counter
+	// flushed is the Flushed test signal.
+	flushed chan<- Flushed
+	max     int64
+	every   time.Duration
+	log     *slog.Logger
+	onLost  func(jobKey)
+	bytes   [2]prometheus.Counter
 
 	mu      sync.Mutex
 	bufs    map[jobKey]*jobBuf
@@ -168,8 +170,33 @@ func (f *logFlusher) run(ctx context.Context) {
 func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
+	batch := f.takeReady(only)
+	if len(batch) == 0 {
+		return nil
+	}
+	held, err := f.store.AppendLogs(ctx, batch, f.max)
+	if err != nil {
+		f.log.Warn("writing job output; will retry", "jobs", len(batch), "err", err)
+		f.putBack(batch)
+		return err
+	}
+	f.markStored(batch, held)
+	for _, lb := range batch {
+		if !held[lb.JobID] {
+			f.onLost(jobKey{lb.JobID, lb.Lease})
+			continue
+		}
+		if len(lb.Records) > 0 {
+			signal(f.flushed, Flushed{JobID: lb.JobID, Lease: lb.Lease, Seq: lb.Records[len(lb.Records)-1].Seq})
+		}
+	}
+	return nil
+}
 
+// takeReady empties the buffers flush stores and returns their records.
+func (f *logFlusher) takeReady(only *jobKey) []store.LogBatch {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	var batch []store.LogBatch
 	for k, b := range f.bufs {
 		if (b.gated && (only == nil || *only != k)) || len(b.recs) == 0 {
@@ -181,29 +208,19 @@ func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 			f.pending -= n
 		}
 	}
-	f.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
-	}
-	held, err := f.store.AppendLogs(ctx, batch, f.max)
-	if err != nil {
-		f.log.Warn("writing job output; will retry", "jobs", len(batch), "err", err)
-		f.putBack(batch)
-		return err
-	}
+	return batch
+}
+
+// markStored records which of batch's records the database acknowledged:
+// those of the jobs whose lease held.
+func (f *logFlusher) markStored(batch []store.LogBatch, held map[string]bool) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, lb := range batch {
 		if b := f.bufs[jobKey{lb.JobID, lb.Lease}]; b != nil && held[lb.JobID] && len(lb.Records) > 0 {
 			b.stored = max(b.stored, lb.Records[len(lb.Records)-1].Seq)
 		}
 	}
-	f.mu.Unlock()
-	for _, lb := range batch {
-		if !held[lb.JobID] {
-			f.onLost(jobKey{lb.JobID, lb.Lease})
-		}
-	}
-	return nil
 }
 
 // storedSeq is the highest record number of k's the database acknowledged.
@@ -266,6 +283,25 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, de
 	return err
 }
 
+// add buffers p, cut at the stream's cap of limit bytes (one byte past it
+// makes the database's truncation marker), and returns what it kept. A
+// write close behind the stream's last unsent record joins it.
+func (b *jobBuf) add(s stream, p []byte, now time.Time, limit int64) []byte {
+	room := limit + 1 - b.seen[s]
+	keep := p
+	if int64(len(keep)) > room {
+		keep = keep[:max(room, 0)]
+	}
+	if n := len(b.recs); n > 0 && b.recs[n-1].Seq > b.sent && b.recs[n-1].Stream == s.String() && now.Sub(b.recs[n-1].At) < coalesceWindow {
+		b.recs[n-1].Data = append(b.recs[n-1].Data, keep...)
+	} else if len(keep) > 0 {
+		// Copied: p is the caller's and may be reused once Write returns.
+		b.seq++
+		b.recs = append(b.recs, store.LogRecord{Seq: b.seq, Stream: s.String(), At: now, Data: append([]byte(nil), keep...)})
+	}
+	return keep
+}
+
 // jobWriter is one stream of one runner.
 type jobWriter struct {
 	f      *logFlusher
@@ -285,18 +321,7 @@ func (w *jobWriter) Write(p []byte) (int, error) {
 		f.mu.Unlock()
 		return len(p), nil // the runner has ended; late output has nowhere to go
 	}
-	room := f.max + 1 - b.seen[w.stream] // one byte past the cap makes the marker
-	keep := p
-	if int64(len(keep)) > room {
-		keep = keep[:max(room, 0)]
-	}
-	if n := len(b.recs); n > 0 && b.recs[n-1].Seq > b.sent && b.recs[n-1].Stream == w.stream.String() && now.Sub(b.recs[n-1].At) < coalesceWindow {
-		b.recs[n-1].Data = append(b.recs[n-1].Data, keep...)
-	} else if len(keep) > 0 {
-		// Copied: p is the caller's and may be reused once Write returns.
-		b.seq++
-		b.recs = append(b.recs, store.LogRecord{Seq: b.seq, Stream: w.stream.String(), At: now, Data: append([]byte(nil), keep...)})
-	}
+	keep := b.add(w.stream, p, now, f.max)
 	b.size += len(keep)
 	b.seen[w.stream] += int64(len(keep))
 	kick := false

@@ -24,7 +24,7 @@ func TestLogsInWriteOrderWithAttempts(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	// No periodic flush: each attempt's output is stored in one statement at
 	// its end, so order within a flush is what is tested.
-	startAgent(t, st, "a1", 2, func(c *claim.Config) { c.LogFlush = time.Hour })
+	a := startAgent(t, st, "a1", 2, func(c *claim.Config) { c.LogFlush = time.Hour })
 	// The pauses order the writes at the source: the plugin reads stdout and
 	// stderr through two pipes, and only time orders writes to two pipes.
 	script := `echo "a$TETHER_JOB_ATTEMPT"; sleep 0.2; echo "b$TETHER_JOB_ATTEMPT" >&2; sleep 0.2; echo "c$TETHER_JOB_ATTEMPT"; ` +
@@ -35,7 +35,7 @@ func TestLogsInWriteOrderWithAttempts(t *testing.T) {
 		Command: "shell", Plugin: "shell", Context: jobCtx, Limits: limits.Set{MaxRetry: 1},
 	})
 	require.NoError(t, err)
-	done := waitStatus(t, st, j.ID, 30*time.Second, store.StatusSucceeded, store.StatusFailed)
+	done := a.waitEnd(t, st, j.ID, 30*time.Second, store.StatusSucceeded, store.StatusFailed)
 	require.Equal(t, store.StatusSucceeded, done.Status, done.Error)
 	require.Equal(t, 2, done.Attempt)
 

@@ -59,7 +59,7 @@ func TestMetricsFollowAJob(t *testing.T) {
 
 	m := metrics.New()
 	a := startAgent(t, st, "a1", 2, func(c *claim.Config) { c.Metrics = m })
-	waitPluginCalled(t, st, j.ID)
+	a.waitCheckpointed(t, j.ID)
 	noop := map[string]string{"command": "noop"}
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_claim_latency_seconds", noop))
 	assert.GreaterOrEqual(t, histogramSum(t, m, "tether_claim_latency_seconds", noop), 30.0)
@@ -72,10 +72,10 @@ func TestMetricsFollowAJob(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Pool().Exec(ctx, `SELECT pg_notify('tether_jobs', 'noop')`)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return metricValue(t, m, "tether_job_resumes_total", noop) == 1 &&
-			metricValue(t, m, "tether_leases_lost_total", nil) == 1
-	}, 20*time.Second, 20*time.Millisecond, "one resume and one lease loss")
+	a.waitEnd(t, st, j.ID, 20*time.Second, "lease_lost")
+	a.waitResumed(t, j.ID)
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_job_resumes_total", noop), "one resume")
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_leases_lost_total", nil), "one lease loss")
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_leases_lost_total", map[string]string{"reason": metrics.LeaseLostHeartbeat}),
 		"the old runner was stopped while its plugin call ran")
 	assert.Equal(t, 2.0, metricValue(t, m, "tether_claim_latency_seconds", noop))
@@ -84,8 +84,8 @@ func TestMetricsFollowAJob(t *testing.T) {
 
 	_, err = st.Cancel(ctx, j.ID, "done")
 	require.NoError(t, err)
-	waitStatus(t, st, j.ID, 20*time.Second, store.StatusCanceled)
-	require.Eventually(t, func() bool { return len(a.svc.Running()) == 0 }, 10*time.Second, 20*time.Millisecond)
+	a.waitEnd(t, st, j.ID, 20*time.Second, store.StatusCanceled)
+	a.waitIdle(t)
 	canceled := map[string]string{"command": "noop", "outcome": "canceled"}
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_attempt_duration_seconds", canceled))
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_job_duration_seconds", map[string]string{"command": "noop", "status": "canceled"}))
@@ -100,7 +100,7 @@ func TestHandOffCountsReleases(t *testing.T) {
 	m := metrics.New()
 	a := startAgent(t, st, "a1", 2, func(c *claim.Config) { c.Metrics = m })
 	j := submit(t, st, "noop", `{"wait":true,"stdout":["working"],"checkpoint":"h"}`)
-	waitPluginCalled(t, st, j.ID)
+	a.waitCheckpointed(t, j.ID)
 	a.svc.StopClaiming()
 	n, err := a.svc.HandOff(ctx, "test handoff")
 	require.NoError(t, err)

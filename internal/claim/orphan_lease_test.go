@@ -23,13 +23,13 @@ func TestOrphanLeaseIsDetached(t *testing.T) {
 	ctx := context.Background()
 	beats := make(chan store.HeartbeatResult, 16)
 	var holder store.Holder
-	startAgent(t, st, "orphans", 4, func(c *claim.Config) {
+	a := startAgent(t, st, "orphans", 4, func(c *claim.Config) {
 		c.Keepalive = 200 * time.Millisecond
 		c.TestSignals.Heartbeat = beats
 		holder = c.Holder
 	})
 	running := submit(t, st, "shell", `{"script":"sleep 30"}`)
-	waitStatus(t, st, running.ID, 10*time.Second, store.StatusRunning)
+	a.waitCalled(t, st, running.ID)
 
 	// Claimed under the agent's own name and generation, behind its back.
 	orphan, _, err := st.Submit(ctx, store.SubmitParams{Command: "unserved", Plugin: "noop", Context: json.RawMessage(`{}`)})

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/dbhistory"
-	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -71,11 +71,8 @@ func (s *Service) rememberEnd(j *runningJob, e *store.End) {
 
 // knownOf is what this process knows it stored about j's attempt.
 func (s *Service) knownOf(j *runningJob) known {
-	j.mu.Lock()
-	handle := append([]byte(nil), j.handle...)
-	j.mu.Unlock()
 	return known{Lease: j.key.Lease, Attempt: j.claimed.Job.Attempt, Called: j.called.Load(), Resumable: j.resumable,
-		StoredSeq: s.logs.storedSeq(j.key), Handle: handle}
+		StoredSeq: s.logs.storedSeq(j.key), Handle: j.lastHandle()}
 }
 
 // onHistoryChange is the tracker's OnChange: it hands the change to the
@@ -191,67 +188,90 @@ func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k 
 	if !r.Lost {
 		return false
 	}
-	log := s.log.With("job", key.ID, "lease", key.Lease)
-	db := s.cfg.Liveness
-	h := s.cfg.Holder
-	write := func(what string, fn func(ctx context.Context) error) bool {
-		err := retryFor(ctx, fn)
-		if errors.Is(err, store.ErrLeaseLost) {
-			log.Warn(what+": the database has moved on; stopping without writing", "err", err)
-			if j != nil {
-				j.cancel(errHistoryLost)
-			}
-			return false
+	rp := &repairer{s: s, ctx: ctx, j: j, key: key, log: s.log.With("job", key.ID, "lease", key.Lease)}
+	if rp.restoreClaim(k, r) {
+		rp.settle(k, r)
+	}
+	s.cfg.Metrics.HistoryLost.Inc()
+	rp.log.Warn("the database had lost writes about this job", "what", r.Why)
+	msg := fmt.Sprintf("agent %s, lease %d: %s", s.cfg.Holder.Name, key.Lease, r.Why)
+	if err := retryFor(ctx, func(ctx context.Context) error {
+		return s.cfg.Liveness.RecordEvent(ctx, s.cfg.Holder, key.ID, 0, "database_history_lost", msg)
+	}); err != nil {
+		rp.log.Error("recording the job's database_history_lost event", "err", err)
+	}
+	return true
+}
+
+// repairer carries out one attempt's repair (j nil: an ended attempt).
+type repairer struct {
+	s   *Service
+	ctx context.Context
+	j   *runningJob
+	key jobKey
+	log *slog.Logger
+}
+
+// write runs one of the repair's writes until it lands. It reports
+// whether it did. A fence that refuses it stops the runner.
+func (rp *repairer) write(what string, fn func(ctx context.Context) error) bool {
+	err := retryFor(rp.ctx, fn)
+	if errors.Is(err, store.ErrLeaseLost) {
+		rp.log.Warn(what+": the database has moved on; stopping without writing", "err", err)
+		if rp.j != nil {
+			rp.j.cancel(errHistoryLost)
 		}
-		if err != nil {
-			log.Error(what+" failed; the fences and the janitor's rules settle the job", "err", err)
-			return false
-		}
+		return false
+	}
+	if err != nil {
+		rp.log.Error(what+" failed; the fences and the janitor's rules settle the job", "err", err)
+		return false
+	}
+	return true
+}
+
+// restoreClaim re-asserts a lost claim and stores running again, as r
+// says. It reports whether the rest of the repair may go ahead.
+func (rp *repairer) restoreClaim(k known, r repair) bool {
+	db, h, key := rp.s.cfg.Liveness, rp.s.cfg.Holder, rp.key
+	if r.Reassert && !rp.write("re-asserting the lost claim", func(ctx context.Context) error {
+		return db.Reassert(ctx, h, key.ID, key.Lease, k.Attempt, k.Called)
+	}) {
+		return false
+	}
+	if !r.MarkRunning {
 		return true
 	}
-	ok := true
-	if r.Reassert {
-		ok = write("re-asserting the lost claim", func(ctx context.Context) error {
-			return db.Reassert(ctx, h, key.ID, key.Lease, k.Attempt, k.Called)
-		})
-	}
-	if ok && r.MarkRunning {
-		ok = write("storing running again", func(ctx context.Context) error {
-			statuses, err := db.MarkRunningBatch(ctx, []store.Running{{JobID: key.ID, Lease: key.Lease, Generation: h.Generation,
-				Message: fmt.Sprintf("attempt %d on %s (re-asserted after the database lost it)", k.Attempt, h.Name)}})
-			if err == nil && statuses[0] == "" {
-				err = store.ErrLeaseLost
-			}
-			return err
-		})
-	}
+	return rp.write("storing running again", func(ctx context.Context) error {
+		statuses, err := db.MarkRunningBatch(ctx, []store.Running{{JobID: key.ID, Lease: key.Lease, Generation: h.Generation,
+			Message: fmt.Sprintf("attempt %d on %s (re-asserted after the database lost it)", k.Attempt, h.Name)}})
+		if err == nil && statuses[0] == "" {
+			err = store.ErrLeaseLost
+		}
+		return err
+	})
+}
+
+// settle stops, releases or stores the end of the attempt again, as r says.
+func (rp *repairer) settle(k known, r repair) {
+	db, h, key, j := rp.s.cfg.Liveness, rp.s.cfg.Holder, rp.key, rp.j
 	switch {
-	case !ok:
 	case r.Stop && j != nil:
 		j.cancel(errHistoryLost)
 	case r.Release && j != nil:
-		j.cancel(errHistoryResume) // the runner releases it once the reconcile is over
+		j.cancel(errHistoryResume) // the executor releases it once the reconcile is over
 	case r.Release || r.Rerelease:
-		write("releasing again", func(ctx context.Context) error {
-			return db.Release(ctx, h, key.ID, key.Lease, "database history lost: resuming from the checkpoint it kept")
+		rp.write("releasing again", func(ctx context.Context) error {
+			return db.Release(ctx, h, key.ID, key.Lease, historyResumeReason)
 		})
 	case r.RestoreEnd:
 		e := *k.Ended
 		e.CleanupBy, e.CleanupHold = "", 0 // the queue runs a Cleanup due again
-		write("storing the end again", func(ctx context.Context) error {
+		rp.write("storing the end again", func(ctx context.Context) error {
 			_, err := db.EndAttempt(ctx, e)
 			return err
 		})
 	}
-	s.cfg.Metrics.HistoryLost.Inc()
-	log.Warn("the database had lost writes about this job", "what", r.Why)
-	msg := fmt.Sprintf("agent %s, lease %d: %s", h.Name, key.Lease, r.Why)
-	if err := retryFor(ctx, func(ctx context.Context) error {
-		return db.RecordEvent(ctx, h, key.ID, 0, "database_history_lost", msg)
-	}); err != nil {
-		log.Error("recording the job's database_history_lost event", "err", err)
-	}
-	return true
 }
 
 // retryFor runs fn until it succeeds, its fence refuses it, or ctx ends,
@@ -270,22 +290,4 @@ func retryFor(ctx context.Context, fn func(context.Context) error) error {
 		}
 		wait = min(2*wait, writeRetryMax)
 	}
-}
-
-// historyAfterCancel ends an attempt the reconcile stopped; it reports
-// whether cause was the reconcile's.
-func (s *Service) historyAfterCancel(a *attempt, cause error) bool {
-	j := a.j
-	switch {
-	case errors.Is(cause, errHistoryResume) && j.resumable:
-		s.release(a, metrics.ReleaseHistoryLost, "database history lost: resuming from the checkpoint it kept")
-	case errors.Is(cause, errHistoryLost), errors.Is(cause, errHistoryResume):
-		// Not ours any more: write nothing (the reconcile recorded why).
-		s.logs.drop(j.key)
-		a.log.Warn("stopped the job: the database lost this agent's lease with its history")
-		signal(s.cfg.TestSignals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "history_lost", Error: cause.Error()})
-	default:
-		return false
-	}
-	return true
 }

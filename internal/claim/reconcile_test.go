@@ -37,23 +37,12 @@ func forget(t *testing.T, st *store.Store, id string, hold bool) {
 	}
 }
 
-// baseline sets the tracker's newest known position to the server's own,
-// as a heartbeat would. The tests that take a lease away and then rewind
-// run with no heartbeat in between: a heartbeat there would see a plain
-// lost lease, which is not what they are about.
-func baseline(t *testing.T, st *store.Store, tr *dbhistory.Tracker) {
-	t.Helper()
-	pos, err := dbhistory.Read(context.Background(), st.Pool())
-	require.NoError(t, err)
-	require.Equal(t, dbhistory.Same, tr.Observe(pos))
-}
-
 // rewind tells the tracker the server's WAL position went back, as a
 // heartbeat after lost commits would, and waits for the reconcile.
 func rewind(t *testing.T, tr *dbhistory.Tracker, done <-chan dbhistory.Event) {
 	t.Helper()
 	known, ok := tr.Known()
-	require.True(t, ok, "a heartbeat set the baseline")
+	require.True(t, ok, "the tracker has a baseline")
 	require.Equal(t, dbhistory.Rewound, tr.Observe(dbhistory.Position{Timeline: known.Timeline}))
 	select {
 	case <-done:
@@ -70,18 +59,13 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	tr := dbhistory.NewTracker()
 	done := make(chan dbhistory.Event, 4)
-	beats := make(chan store.HeartbeatResult, 64)
-	startAgent(t, st, "reassert", 2, func(c *claim.Config) {
-		c.Keepalive = time.Minute
-		c.History, c.TestSignals.Reconciled, c.TestSignals.Heartbeat = tr, done, beats
+	a := startAgent(t, st, "reassert", 2, func(c *claim.Config) {
+		c.Keepalive = time.Minute // no heartbeat between forget and rewind (see baseline)
+		c.History, c.TestSignals.Reconciled = tr, done
 	})
-	go func() {
-		for range beats {
-		}
-	}()
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
-	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
-	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
+	a.waitCalled(t, st, j.ID)
+	a.waitFlushed(t, j.ID) // the first line
 	baseline(t, st, tr)
 	var lease int64
 	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT lease FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&lease))
@@ -95,13 +79,13 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	require.NotNil(t, agent)
 	assert.Equal(t, "reassert", *agent)
 	assert.Equal(t, lease, now, "the lease it had, handed out once")
-	assert.Equal(t, store.StatusRunning, waitStatus(t, st, j.ID, time.Second, store.StatusRunning).Status)
+	assert.Equal(t, store.StatusRunning, getJob(t, st, j.ID).Status)
 	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
 	require.Len(t, lost, 1)
 	assert.Contains(t, lost[0].Message, "re-asserted")
 	assert.Contains(t, lost[0].Message, "cannot be written again", "the lost line is named")
 
-	end := waitStatus(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
+	end := a.waitEnd(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
 	require.Equal(t, store.StatusSucceeded, end.Status, end.Error)
 	out := logText(t, st, j.ID)
 	assert.NotContains(t, out, "one", "lost with the history")
@@ -120,10 +104,10 @@ func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
 	done := make(chan dbhistory.Event, 4)
 	// No heartbeat in the test's time: a real loss of history also moves
 	// the WAL position, which the heartbeat sees before the leases.
-	startAgent(t, st, "reclaim", 2, func(c *claim.Config) { c.Keepalive, c.TestSignals.Reconciled = time.Minute, done })
+	a := startAgent(t, st, "reclaim", 2, func(c *claim.Config) { c.Keepalive, c.TestSignals.Reconciled = time.Minute, done })
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
-	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
-	waitFor(t, 10*time.Second, "the first line stored", func() bool { return strings.Contains(logText(t, st, j.ID), "one") })
+	a.waitCalled(t, st, j.ID)
+	a.waitFlushed(t, j.ID) // the first line
 
 	forget(t, st, j.ID, false)
 	select {
@@ -134,7 +118,7 @@ func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
 	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
 	require.Len(t, lost, 1)
 	assert.Contains(t, lost[0].Message, "the database had lost that the plugin was called; stored again")
-	end := waitStatus(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
+	end := a.waitEnd(t, st, j.ID, 15*time.Second, store.StatusSucceeded, store.StatusFailed)
 	require.Equal(t, store.StatusSucceeded, end.Status, end.Error)
 	assert.Equal(t, 1, strings.Count(logText(t, st, j.ID), "three"), "one runner: its line once")
 }
@@ -147,12 +131,12 @@ func TestReconcileStopsAJobAnotherProcessHolds(t *testing.T) {
 	tr := dbhistory.NewTracker()
 	done := make(chan dbhistory.Event, 4)
 	ended := make(chan claim.Ended, 4)
-	startAgent(t, st, "stopped", 2, func(c *claim.Config) {
-		c.Keepalive = time.Minute
+	a := startAgent(t, st, "stopped", 2, func(c *claim.Config) {
+		c.Keepalive = time.Minute // no heartbeat between takeover and rewind (see baseline)
 		c.History, c.TestSignals.Reconciled, c.TestSignals.Ended = tr, done, ended
 	})
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 30"}`)
-	waitStatus(t, st, j.ID, 10*time.Second, store.StatusRunning)
+	a.waitCalled(t, st, j.ID)
 	baseline(t, st, tr)
 	_, err := st.Pool().Exec(context.Background(), `UPDATE active_jobs SET agent_name = 'other', agent_generation = 'other-g' WHERE job_id = $1`, j.ID)
 	require.NoError(t, err)
@@ -166,7 +150,7 @@ func TestReconcileStopsAJobAnotherProcessHolds(t *testing.T) {
 	lost := eventsOfKind(t, st, j.ID, "database_history_lost")
 	require.Len(t, lost, 1)
 	assert.Contains(t, lost[0].Message, "held by other")
-	assert.Equal(t, store.StatusRunning, waitStatus(t, st, j.ID, time.Second, store.StatusRunning).Status, "nothing written for the other process's lease")
+	assert.Equal(t, store.StatusRunning, getJob(t, st, j.ID).Status, "nothing written for the other process's lease")
 	assert.Empty(t, eventsOfKind(t, st, j.ID, "lease_lost"))
 }
 
@@ -193,13 +177,13 @@ func eventsOfKind(t *testing.T, st *store.Store, id, kind string) []store.Event 
 	return out
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// baseline sets the tracker's newest known position to the server's own,
+// as a heartbeat would. The tests that take a lease away and then rewind
+// run with no heartbeat in between. A heartbeat there would see a plain
+// lost lease, which is not what they are about.
+func baseline(t *testing.T, st *store.Store, tr *dbhistory.Tracker) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %s", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pos, err := dbhistory.Read(context.Background(), st.Pool())
+	require.NoError(t, err)
+	require.Equal(t, dbhistory.Same, tr.Observe(pos))
 }

@@ -76,8 +76,8 @@ func TestDeletedAgentRowRegistersAgainAndCarriesOn(t *testing.T) {
 	gen, _ := agentRow(t, st, "a1")
 	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`,
 		filepath.Join(t.TempDir(), "canceled")))
-	running := waitStatus(t, st, j.ID, 20*time.Second, store.StatusRunning)
-	waitPluginCalled(t, st, j.ID)
+	running := a.waitCalled(t, st, j.ID)
+	a.waitCheckpointed(t, j.ID)
 
 	_, err := st.Pool().Exec(ctx, `DELETE FROM agents WHERE name = 'a1'`)
 	require.NoError(t, err)
@@ -100,7 +100,7 @@ func TestDeletedAgentRowRegistersAgainAndCarriesOn(t *testing.T) {
 	assert.Equal(t, store.StatusRunning, after.Status)
 	assert.Equal(t, running.Lease, after.Lease)
 	next := submit(t, st, "noop", `{}`)
-	done := waitStatus(t, st, next.ID, 20*time.Second, store.StatusSucceeded, store.StatusFailed)
+	done := a.waitEnd(t, st, next.ID, 20*time.Second, store.StatusSucceeded, store.StatusFailed)
 	assert.Equal(t, store.StatusSucceeded, done.Status, done.Error)
 	evs, err := st.Events(ctx, next.ID, 0, 0)
 	require.NoError(t, err)

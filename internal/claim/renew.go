@@ -18,23 +18,6 @@ import (
 // passes with no renewal: at the agent's self-fence point (less a margin),
 // before any other agent may take the job.
 
-// LeaseDeadline is how long the job's lease is good from now: until the
-// self-fence point, SelfFenceAfter after the last successful heartbeat was
-// sent. 0 when self-fencing is off; negative once that point has passed.
-func (r *runtime) LeaseDeadline() time.Duration {
-	s := r.svc
-	if s.cfg.SelfFenceAfter <= 0 {
-		return 0
-	}
-	s.mu.Lock()
-	last := s.lastBeat
-	s.mu.Unlock()
-	if d := time.Until(last.Add(s.cfg.SelfFenceAfter)); d != 0 {
-		return d
-	}
-	return -1 // exactly at the point: already passed, never "no deadline"
-}
-
 // renewLoop passes every successful heartbeat on to the plugin processes,
 // off the heartbeat goroutine: a plugin that is slow to answer must never
 // delay a heartbeat. The newest heartbeat wins: one that succeeds while a
@@ -43,17 +26,15 @@ func (s *Service) renewLoop(ctx context.Context) {
 	if s.cfg.SelfFenceAfter <= 0 {
 		return // the calls carry no deadline to move
 	}
-	back := s.dbBack()
+	back := s.beats.next()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-back:
 		}
-		s.mu.Lock()
-		last := s.lastBeat
-		back = s.beatOK // a heartbeat after this read closes it
-		s.mu.Unlock()
+		var last time.Time
+		last, back = s.beats.state() // a heartbeat after this read closes back
 		validFor := s.cfg.SelfFenceAfter - time.Since(last)
 		if validFor <= 0 {
 			continue // the agent's own fence has fired or is about to
@@ -91,9 +72,9 @@ func pluginFenced(err error) error {
 // fenceCause is the account of a self-fence to record: the plugin's, when
 // its SDK stopped the call (it did so first, whichever fence the agent
 // noticed first after a freeze), else cause.
-func (a *attempt) fenceCause(cause error) error {
-	if a.fenced != nil && errors.Is(cause, errSelfFenced) {
-		return a.fenced
+func (e *executor) fenceCause(cause error) error {
+	if e.fenced != nil && errors.Is(cause, errSelfFenced) {
+		return e.fenced
 	}
 	return cause
 }
@@ -101,19 +82,19 @@ func (a *attempt) fenceCause(cause error) error {
 // selfFencedError is the failure a self-fenced, non-resumable job is stored
 // with, and selfFencedReason the release reason of a resumable one, for
 // either fence: the agent's own timer or its plugin's SDK.
-func (s *Service) selfFencedError(cause error) string {
+func selfFencedError(agent string, cause error) string {
 	var pf *pluginFencedError
 	if errors.As(cause, &pf) {
 		return fmt.Sprintf("agent %s lost its database connection or was frozen: its plugin stopped the job before its lease could expire (no lease renewal had reached it for %s)",
-			s.cfg.Holder.Name, pf.silent.Round(time.Millisecond))
+			agent, pf.silent.Round(time.Millisecond))
 	}
-	return "agent " + s.cfg.Holder.Name + " lost its database connection and stopped the job before its lease could expire"
+	return "agent " + agent + " lost its database connection and stopped the job before its lease could expire"
 }
 
-func (s *Service) selfFencedReason(cause error) string {
+func selfFencedReason(agent string, cause error) string {
 	var pf *pluginFencedError
 	if errors.As(cause, &pf) {
-		return "self-fenced on agent " + s.cfg.Holder.Name + ": " + pf.Error()
+		return "self-fenced on agent " + agent + ": " + pf.Error()
 	}
-	return "self-fenced: agent " + s.cfg.Holder.Name + " could not renew its leases"
+	return "self-fenced: agent " + agent + " could not renew its leases"
 }

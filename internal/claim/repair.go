@@ -47,60 +47,101 @@ type repair struct {
 // test.
 func decideRepair(gen string, k known, db *store.HeldState) repair {
 	if db == nil {
-		return repair{Stop: k.Ended == nil && !k.Released, Lost: true,
-			Why: "the database no longer has the job at all: its submit was lost with the database's history"}
+		return missing(k)
 	}
 	held := db.Active && db.Generation == gen && db.Lease == k.Lease
-	lostClaim := db.Active && db.Agent == "" && db.Lease < k.Lease && db.Attempt == k.Attempt &&
-		(db.Status == store.StatusQueued || db.Status == store.StatusAccepted || db.Status == store.StatusRunning)
+	lostClaim := claimLost(k, *db)
 	if !held && !lostClaim {
-		if k.Ended != nil || k.Released {
-			return repair{} // the job moved on since: nothing of ours to restore
-		}
-		return repair{Stop: true, Lost: true, Why: fmt.Sprintf("its lease %d is gone with the database's history (the database shows %s)", k.Lease, describeHeld(*db))}
+		return movedOn(k, *db)
 	}
 	r := repair{Reassert: lostClaim, Lost: lostClaim}
-	dbSeq, dbHandle := db.LogSeq, db.Handle
+	dbSeq := db.LogSeq
 	if lostClaim {
 		dbSeq = 0 // the row's records were stored under an older lease
 		r.Why = fmt.Sprintf("the database had lost its claim of attempt %d under lease %d; re-asserted", k.Attempt, k.Lease)
 	}
-	progressLost := dbSeq < k.StoredSeq || (k.Resumable && k.Called && !bytes.Equal(dbHandle, k.Handle))
-	note := func(why string) {
-		r.Lost = true
-		if r.Why != "" {
-			r.Why += "; "
-		}
-		r.Why += why
-	}
-	if held && k.Called && k.Ended == nil && !k.Released && db.Status == store.StatusAccepted {
+	if held && runningLost(k, *db) {
 		r.MarkRunning = true
-		note("the database had lost that the plugin was called; stored again")
+		r.note("the database had lost that the plugin was called; stored again")
 	}
-	lostRecords := func() {
-		if dbSeq < k.StoredSeq {
-			r.LostFrom, r.LostTo = dbSeq+1, k.StoredSeq
-			note(fmt.Sprintf("output records %d to %d it had stored are lost and cannot be written again", dbSeq+1, k.StoredSeq))
-		}
+	r.repairProgress(k, dbSeq, progressLost(k, dbSeq, db.Handle))
+	return r
+}
+
+// missing is the repair of an attempt whose job the database does not have.
+func missing(k known) repair {
+	return repair{Stop: k.Ended == nil && !k.Released, Lost: true,
+		Why: "the database no longer has the job at all: its submit was lost with the database's history"}
+}
+
+// progressLost reports whether the database, which keeps records up to
+// dbSeq and the checkpoint dbHandle, lost output or a resumable attempt's
+// latest checkpoint.
+func progressLost(k known, dbSeq int64, dbHandle []byte) bool {
+	return dbSeq < k.StoredSeq || (k.Resumable && k.Called && !bytes.Equal(dbHandle, k.Handle))
+}
+
+// claimLost reports whether the database shows the attempt's claim undone:
+// the job unowned, under an older lease, in the same attempt, not ended.
+func claimLost(k known, db store.HeldState) bool {
+	return db.Active && db.Agent == "" && db.Lease < k.Lease && db.Attempt == k.Attempt &&
+		(db.Status == store.StatusQueued || db.Status == store.StatusAccepted || db.Status == store.StatusRunning)
+}
+
+// runningLost reports whether the database lost that the plugin was called
+// for an attempt that has not ended.
+func runningLost(k known, db store.HeldState) bool {
+	return k.Called && k.Ended == nil && !k.Released && db.Status == store.StatusAccepted
+}
+
+// movedOn is the repair of an attempt whose lease the database does not
+// show as this process's.
+func movedOn(k known, db store.HeldState) repair {
+	if k.Ended != nil || k.Released {
+		return repair{} // the job moved on since: nothing of ours to restore
 	}
+	return repair{Stop: true, Lost: true, Why: fmt.Sprintf("its lease %d is gone with the database's history (the database shows %s)", k.Lease, describeHeld(db))}
+}
+
+// repairProgress decides what restores the attempt's end, release,
+// checkpoint and output, of which the database keeps records up to dbSeq.
+// progressLost says it lost output or the latest checkpoint.
+func (r *repair) repairProgress(k known, dbSeq int64, progressLost bool) {
 	switch {
 	case k.Released:
 		r.Rerelease = true
-		note("the database had lost its release; released again")
+		r.note("the database had lost its release; released again")
 	case k.Ended != nil && k.Resumable && progressLost:
 		r.Release = true
-		note("the database had lost its end and output; released, to be resumed from the checkpoint it kept (the plugin writes the lost output again and reports the outcome again)")
+		r.note("the database had lost its end and output; released, to be resumed from the checkpoint it kept (the plugin writes the lost output again and reports the outcome again)")
 	case k.Ended != nil:
 		r.RestoreEnd = true
-		note(fmt.Sprintf("the database had lost its end (%s); stored again", k.Ended.Outcome.Status))
-		lostRecords()
+		r.note(fmt.Sprintf("the database had lost its end (%s); stored again", k.Ended.Outcome.Status))
+		r.lostRecords(dbSeq, k.StoredSeq)
 	case k.Resumable && progressLost:
 		r.Release = true
-		note("the database had lost its latest checkpoint and output; released, to be resumed from the checkpoint it kept (the plugin writes the lost output again)")
+		r.note("the database had lost its latest checkpoint and output; released, to be resumed from the checkpoint it kept (the plugin writes the lost output again)")
 	default:
-		lostRecords()
+		r.lostRecords(dbSeq, k.StoredSeq)
 	}
-	return r
+}
+
+// lostRecords notes the output records past dbSeq, up to stored, that
+// nobody can write again.
+func (r *repair) lostRecords(dbSeq, stored int64) {
+	if dbSeq < stored {
+		r.LostFrom, r.LostTo = dbSeq+1, stored
+		r.note(fmt.Sprintf("output records %d to %d it had stored are lost and cannot be written again", dbSeq+1, stored))
+	}
+}
+
+// note marks the repair as a loss and adds why to its account.
+func (r *repair) note(why string) {
+	r.Lost = true
+	if r.Why != "" {
+		r.Why += "; "
+	}
+	r.Why += why
 }
 
 // describeHeld says in a few words what the database shows of a job.

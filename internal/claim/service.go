@@ -115,35 +115,17 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.Capacity <= 0 {
-		c.Capacity = defaults.Capacity
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = defaults.PollInterval
-	}
-	if c.Keepalive <= 0 {
-		c.Keepalive = defaults.Keepalive
-	}
-	if c.LogFlush <= 0 {
-		c.LogFlush = defaults.LogFlush
-	}
-	if c.LogMaxBytes <= 0 {
-		c.LogMaxBytes = defaults.LogMaxBytesStream
-	}
-	if c.FinalTimeout <= 0 {
-		c.FinalTimeout = defaults.FinalTimeout
-	}
-	if c.CleanupTimeout <= 0 {
-		c.CleanupTimeout = defaults.CleanupTimeout
-	}
-	if c.FinalWindow == 0 {
+	orDefault(&c.Capacity, defaults.Capacity)
+	orDefault(&c.PollInterval, defaults.PollInterval)
+	orDefault(&c.Keepalive, defaults.Keepalive)
+	orDefault(&c.LogFlush, defaults.LogFlush)
+	orDefault(&c.LogMaxBytes, defaults.LogMaxBytesStream)
+	orDefault(&c.FinalTimeout, defaults.FinalTimeout)
+	orDefault(&c.CleanupTimeout, defaults.CleanupTimeout)
+	orDefault(&c.BatchMax, DefaultBatchMax)
+	orDefault(&c.CleanupRetryIn, cleanupRetryIn)
+	if c.FinalWindow == 0 { // negative: the batch does not wait
 		c.FinalWindow = DefaultFinalWindow
-	}
-	if c.BatchMax <= 0 {
-		c.BatchMax = DefaultBatchMax
-	}
-	if c.CleanupRetryIn <= 0 {
-		c.CleanupRetryIn = cleanupRetryIn
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -153,19 +135,15 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Why a job's context was cancelled.
-var (
-	errCancelRequested = errors.New("cancel requested")
-	errLeaseLost       = errors.New("lease lost")
-	errShutdown        = errors.New("agent shut down before the job finished")
-	errSuperseded      = errors.New("another process registered under this agent's name")
-	errSelfFenced      = errors.New("self-fenced: the agent could not renew its leases")
-	errHandoff         = errors.New("handed off to another agent")
-	errDetached        = errors.New("detached at shutdown; left to the janitor")
-	errActiveTimeout   = errors.New("active_timeout exceeded")
-)
+// orDefault sets *v to d unless it is positive.
+func orDefault[T ~int | ~int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
 
-// Service is one agent's claim loop, heartbeat and job runners.
+// Service is one agent's producer: its claim loop, heartbeat and the loops
+// beside them. Each job it claims runs in an executor (executor.go).
 type Service struct {
 	cfg     Config
 	store   *store.Store
@@ -190,12 +168,8 @@ type Service struct {
 	superseded     chan struct{}
 	supersededOnce sync.Once
 
-	// lastBeat is when the last successful heartbeat was sent (monotonic);
-	// the database stamped it no earlier, so fencing on it is safe. beatOK
-	// is closed (and replaced) by every successful heartbeat: writes waiting
-	// for the database and the self-fence timer watch it.
-	lastBeat time.Time
-	beatOK   chan struct{}
+	// beats is when the last successful heartbeat was sent.
+	beats *beatClock
 	// orphanReports carries each heartbeat's orphan leases to the orphan
 	// loop (the newest only); orphans is that loop's memory of them.
 	orphanReports chan []store.Lease
@@ -208,15 +182,16 @@ type Service struct {
 	claimsPausedUntil time.Time // under mu
 	recentMu          sync.Mutex
 	recent            []recentEnd
-	// running and finals batch the runners' running and final writes.
+	// running and finals batch the executors' running and final writes.
 	running *batcher[store.Running, markedRunning]
 	finals  *batcher[store.End, endResult]
-	// quit is closed when Run begins its shutdown; writesCtx, which bounds
-	// the writes still waiting for the database, ends FinalTimeout later.
+	// quit is closed when Run begins its shutdown. stopWrites ends the
+	// writes still waiting for the database FinalTimeout later.
 	quit       chan struct{}
 	quitOnce   sync.Once
-	writesCtx  context.Context
 	stopWrites context.CancelCauseFunc
+	// exec is what every executor is built with.
+	exec *executorDeps
 }
 
 // TestSignals lets tests observe the service without sleeping. Each is nil
@@ -233,6 +208,34 @@ type TestSignals struct {
 	// Reconciled, if set, receives each change of the database's history
 	// once the reconcile it started is over.
 	Reconciled chan<- dbhistory.Event
+	// Called, if set, receives each attempt just before its plugin is
+	// called (running is stored, or the attempt is resumed).
+	Called chan<- Called
+	// Checkpointed, if set, receives each checkpoint once it is stored,
+	// with the output written before it.
+	Checkpointed chan<- Checkpointed
+	// Flushed, if set, receives each job whose output a flush stored.
+	Flushed chan<- Flushed
+}
+
+// Called is an attempt whose plugin is about to be called.
+type Called struct {
+	JobID  string
+	Lease  int64
+	Resume bool
+}
+
+// Checkpointed is one checkpoint the database acknowledged.
+type Checkpointed struct {
+	JobID string
+	Lease int64
+}
+
+// Flushed is one job's output a flush stored, up to record Seq.
+type Flushed struct {
+	JobID string
+	Lease int64
+	Seq   int64
 }
 
 // Ended is one attempt's end as the runner saw it.
@@ -276,7 +279,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		commands:   cmds,
 		resumable:  resumable,
 		jobs:       map[jobKey]*runningJob{},
-		beatOK:     make(chan struct{}),
+		beats:      newBeatClock(time.Now()),
 		quit:       make(chan struct{}),
 		wake:       make(chan struct{}, 1),
 		changed:    make(chan struct{}, 1),
@@ -290,13 +293,14 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		s.cfg.History = dbhistory.NewTracker()
 	}
 	s.cfg.History.OnChange = s.onHistoryChange
-	s.writesCtx, s.stopWrites = context.WithCancelCause(context.Background())
+	writes, stopWrites := context.WithCancelCause(context.Background())
+	s.stopWrites = stopWrites
 	if s.cfg.Liveness == nil {
 		s.cfg.Liveness = st
 	}
-	s.lastBeat = time.Now()
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	s.logs.generation = cfg.Holder.Generation
+	s.logs.flushed = cfg.TestSignals.Flushed
 	s.logs.paused = func() bool {
 		select {
 		case <-s.cfg.History.Pending():
@@ -305,9 +309,24 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 			return true
 		}
 	}
-	s.running = newBatcher(cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout, s.runMarkRunning)
-	s.finals = newBatcher(max(cfg.FinalWindow, 0), cfg.BatchMax, cfg.FinalTimeout, s.runEnds)
+	s.running = newRunningBatcher(st, cfg.BatchWindow, cfg.BatchMax, cfg.FinalTimeout)
+	s.finals = newFinalsBatcher(st, cfg.Holder, max(cfg.FinalWindow, 0), cfg.BatchMax, cfg.FinalTimeout)
+	s.exec = s.executorDeps(writes)
 	return s
+}
+
+// executorDeps is what the service's executors share. writes bounds their
+// writes once shutdown began.
+func (s *Service) executorDeps(writes context.Context) *executorDeps {
+	return &executorDeps{
+		holder: s.cfg.Holder, commands: s.cfg.Commands,
+		store: s.store, cleanups: s.store.Pool(), plugins: s.plugins, logs: s.logs,
+		running: s.running, finals: s.finals, history: s.cfg.History, beats: s.beats,
+		metrics: s.cfg.Metrics, agentLog: s.log, signals: s.cfg.TestSignals, now: time.Now,
+		finalTimeout: s.cfg.FinalTimeout, cleanupTimeout: s.cfg.CleanupTimeout,
+		cleanupRetryIn: s.cfg.CleanupRetryIn, selfFenceAfter: s.cfg.SelfFenceAfter,
+		writes: writes, quit: s.quit, freeSlot: s.freeSlot, remember: s.rememberEnd,
+	}
 }
 
 // Run claims and runs jobs until ctx is cancelled, then stops every job it
@@ -419,18 +438,7 @@ func (s *Service) claimLoop(ctx context.Context) error {
 		case <-timer.C:
 		case <-s.wake:
 		}
-		for ctx.Err() == nil {
-			n, err := s.claimOnce(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("claiming jobs", "err", err)
-				}
-				break
-			}
-			if n == 0 || s.free() == 0 {
-				break // nothing more now, or full: a finishing job wakes us
-			}
-		}
+		s.claimWhileFree(ctx)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -438,6 +446,23 @@ func (s *Service) claimLoop(ctx context.Context) error {
 			}
 		}
 		timer.Reset(s.cfg.PollInterval)
+	}
+}
+
+// claimWhileFree claims until nothing more is due or no slot is free (a
+// finishing job wakes the loop again).
+func (s *Service) claimWhileFree(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := s.claimOnce(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("claiming jobs", "err", err)
+			}
+			return
+		}
+		if n == 0 || s.free() == 0 {
+			return
+		}
 	}
 }
 
@@ -475,7 +500,7 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 	jctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	info, _ := s.plugins.Info(c.Job.Plugin)
 	key := jobKey{c.Job.ID, c.Lease}
-	j := &runningJob{key: key, claimed: c, claimedAt: time.Now(), ctx: jctx, cancelFn: cancel,
+	j := &runningJob{key: key, claimed: c, claimedAt: s.exec.now(), ctx: jctx, cancelFn: cancel,
 		resumable: info.Has(plugin.CapResume), hasCleanup: info.Has(plugin.CapCleanup), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.jobs[key] != nil {
@@ -513,7 +538,7 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 			s.kick(s.changed)
 			s.kick(s.wake)
 		}()
-		s.run(j)
+		newExecutor(s.exec, j).run()
 	}()
 }
 
