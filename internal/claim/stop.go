@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
@@ -24,44 +25,29 @@ var (
 	errActiveTimeout   = errors.New("active_timeout exceeded")
 )
 
-// stopReason is why an attempt's context ended, as far as its outcome
-// depends on it.
-type stopReason int
-
-const (
-	stopUnknown         stopReason = iota
-	stopLeaseLost                  // errLeaseLost, errSuperseded
-	stopHistoryLost                // errHistoryLost
-	stopHistoryResume              // errHistoryResume
-	stopActiveTimeout              // errActiveTimeout
-	stopCancelRequested            // errCancelRequested
-	stopDetached                   // errHandoff, errDetached
-	stopSelfFenced                 // errSelfFenced (either fence)
-	stopShutdown                   // errShutdown
-)
-
-// reasonOf is the stopReason of a job context's cause.
-func reasonOf(cause error) stopReason {
+// causeOf names the outcome table's cause (lifecycle.Stopped) of a job
+// context's cause.
+func causeOf(cause error) lifecycle.Cause {
 	for _, r := range [...]struct {
-		err    error
-		reason stopReason
+		err   error
+		cause lifecycle.Cause
 	}{
-		{errHistoryResume, stopHistoryResume},
-		{errHistoryLost, stopHistoryLost},
-		{errLeaseLost, stopLeaseLost},
-		{errSuperseded, stopLeaseLost},
-		{errActiveTimeout, stopActiveTimeout},
-		{errCancelRequested, stopCancelRequested},
-		{errHandoff, stopDetached},
-		{errDetached, stopDetached},
-		{errSelfFenced, stopSelfFenced},
-		{errShutdown, stopShutdown},
+		{errHistoryResume, lifecycle.CauseHistoryResume},
+		{errHistoryLost, lifecycle.CauseHistoryLost},
+		{errLeaseLost, lifecycle.CauseLeaseLost},
+		{errSuperseded, lifecycle.CauseLeaseLost},
+		{errActiveTimeout, lifecycle.CauseActiveTimeout},
+		{errCancelRequested, lifecycle.CauseCancelRequested},
+		{errHandoff, lifecycle.CauseHandedOff},
+		{errDetached, lifecycle.CauseHandedOff},
+		{errSelfFenced, lifecycle.CauseSelfFenced},
+		{errShutdown, lifecycle.CauseShutdown},
 	} {
 		if errors.Is(cause, r.err) {
-			return r.reason
+			return r.cause
 		}
 	}
-	return stopUnknown
+	return lifecycle.CauseUnknown
 }
 
 // stopAction is what the executor does about a stopped attempt.
@@ -104,38 +90,69 @@ type stopDecision struct {
 }
 
 // decideStop maps why an attempt whose plugin call was under way stopped
-// to what it comes to. Pure: every cause is in its table test.
+// to what it comes to. The outcome table (lifecycle.Stopped) decides what
+// is written. This function adds the agent's words, its metrics reason and
+// which of the writes of nothing it is. Pure: every cause is in its table
+// test.
 func decideStop(in stopInput) stopDecision {
-	switch reasonOf(in.Cause) {
-	case stopHistoryResume:
-		return either(in.Resumable,
-			stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseHistoryLost, ReleaseReason: historyResumeReason},
-			historyLost())
-	case stopHistoryLost:
-		return historyLost()
-	case stopLeaseLost:
+	c := causeOf(in.Cause)
+	e := lifecycle.Stopped(c, in.Resumable)
+	switch e.Write {
+	case lifecycle.WriteEnd:
+		return endDecision(c, e, in)
+	case lifecycle.WriteRelease:
+		return releaseDecision(c, in)
+	}
+	return nothingDecision(c)
+}
+
+// endDecision is the end of an attempt stopped for c, as e says, with the
+// error and log line the agent gives it.
+func endDecision(c lifecycle.Cause, e lifecycle.Ending, in stopInput) stopDecision {
+	d := stopDecision{Action: actEnd, Outcome: store.Outcome{Status: e.Status, ErrorClass: e.ErrorClass}}
+	switch c {
+	case lifecycle.CauseActiveTimeout:
+		// It is retried if the job has retries left, once Cleanup has
+		// stopped what the attempt left behind.
+		d.Outcome.Error = "active_timeout of " + limits.Format(in.ActiveTimeout) + " exceeded"
+		d.Log, d.Level = "active_timeout exceeded; stopped the plugin call", slog.LevelInfo
+	case lifecycle.CauseCancelRequested:
+		d.Outcome.Error = "canceled by request"
+	case lifecycle.CauseSelfFenced:
+		d.Outcome.Error = selfFencedError(in.Agent, in.Cause)
+		d.Log, d.Level = "self-fenced: stopped the job; recording it failed when the database returns", slog.LevelWarn
+	case lifecycle.CauseShutdown:
+		d.Outcome.Error = errShutdown.Error()
+	default:
+		d.Outcome.Error = in.Cause.Error()
+	}
+	return d
+}
+
+// releaseDecision is the release of a resumable attempt stopped for c.
+func releaseDecision(c lifecycle.Cause, in stopInput) stopDecision {
+	switch c {
+	case lifecycle.CauseSelfFenced:
+		return stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseSelfFenced, ReleaseReason: selfFencedReason(in.Agent, in.Cause),
+			Log: "self-fenced: detached from resumable job; releasing it when the database returns", Level: slog.LevelWarn}
+	case lifecycle.CauseShutdown:
+		// The remote work goes on. It is handed to another agent at once.
+		return stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseHandoff, ReleaseReason: "handoff: agent " + in.Agent + " shutting down"}
+	}
+	return stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseHistoryLost, ReleaseReason: historyResumeReason}
+}
+
+// nothingDecision is which of the writes of nothing an attempt stopped for
+// c comes to.
+func nothingDecision(c lifecycle.Cause) stopDecision {
+	switch c {
+	case lifecycle.CauseLeaseLost:
 		return stopDecision{Action: actLeaseLost}
-	case stopActiveTimeout:
-		// It fails retriably (and is retried if the job has retries left)
-		// once Cleanup has stopped what the attempt left behind.
-		return stopDecision{Action: actEnd, Log: "active_timeout exceeded; stopped the plugin call", Level: slog.LevelInfo,
-			Outcome: failed(plugin.Retriable, "active_timeout of "+limits.Format(in.ActiveTimeout)+" exceeded")}
-	case stopCancelRequested:
-		return stopDecision{Action: actEnd, Outcome: store.Outcome{Status: store.StatusCanceled, Error: "canceled by request"}}
-	case stopDetached:
+	case lifecycle.CauseHistoryLost, lifecycle.CauseHistoryResume:
+		return historyLost()
+	case lifecycle.CauseHandedOff:
 		// Output past the last checkpoint is the next holder's to produce.
 		return stopDecision{Action: actDetach, Log: "stopped watching resumable job", Level: slog.LevelInfo}
-	case stopSelfFenced:
-		return either(in.Resumable,
-			stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseSelfFenced, ReleaseReason: selfFencedReason(in.Agent, in.Cause),
-				Log: "self-fenced: detached from resumable job; releasing it when the database returns", Level: slog.LevelWarn},
-			stopDecision{Action: actEnd, Outcome: failed(plugin.Retriable, selfFencedError(in.Agent, in.Cause)),
-				Log: "self-fenced: stopped the job; recording it failed when the database returns", Level: slog.LevelWarn})
-	case stopShutdown:
-		// A resumable job's remote work goes on: hand it to another agent at once.
-		return either(in.Resumable,
-			stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseHandoff, ReleaseReason: "handoff: agent " + in.Agent + " shutting down"},
-			stopDecision{Action: actEnd, Outcome: failed(plugin.Retriable, errShutdown.Error())})
 	}
 	return stopDecision{Action: actNone, Log: "job context ended for an unknown reason", Level: slog.LevelError}
 }
@@ -152,20 +169,13 @@ const historyResumeReason = "database history lost: resuming from the checkpoint
 // decideStopBeforeCall is decideStop for an attempt stopped after it was
 // marked running but before its plugin was called. Nothing ran.
 func decideStopBeforeCall(cause error) stopDecision {
-	switch reasonOf(cause) {
-	case stopLeaseLost:
+	switch causeOf(cause) {
+	case lifecycle.CauseLeaseLost:
 		return stopDecision{Action: actLeaseLost}
-	case stopCancelRequested:
+	case lifecycle.CauseCancelRequested:
 		return stopDecision{Action: actEnd, Outcome: store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"}}
 	}
 	return stopDecision{Action: actEnd, Outcome: failed(plugin.Retriable, "stopped before its plugin was called: "+cause.Error())}
-}
-
-func either[T any](cond bool, yes, no T) T {
-	if cond {
-		return yes
-	}
-	return no
 }
 
 // afterCancel ends an attempt whose context was cancelled, by cause.
