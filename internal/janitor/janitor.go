@@ -80,6 +80,23 @@ type Config struct {
 
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: a private set nobody scrapes
+
+	// TestSignals let a test observe the service without polling.
+	TestSignals TestSignals
+}
+
+// TestSignals lets tests observe a Service. Each is nil (and costs nothing)
+// in production. A set channel must be read, or Run blocks until ctx ends.
+type TestSignals struct {
+	// Passed receives the outcome of every janitor pass Run makes, once
+	// it is over.
+	Passed chan<- Passed
+}
+
+// Passed is one janitor pass of Run.
+type Passed struct {
+	Actions int // actions the pass applied
+	Err     error
 }
 
 func (c *Config) setDefaults() {
@@ -215,9 +232,11 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		s.every(ctx, func(ctx context.Context) {
-			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+			n, err := s.Pass(ctx)
+			if err != nil && ctx.Err() == nil {
 				s.log.Warn("janitor pass", "err", err)
 			}
+			signal(ctx, s.cfg.TestSignals.Passed, Passed{Actions: n, Err: err})
 		})
 	})
 	wg.Go(func() {

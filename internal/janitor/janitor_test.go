@@ -487,10 +487,11 @@ func TestCleanupClaimLapsesAndOtherPluginsWait(t *testing.T) {
 	assert.False(t, f.cleanupQueued(bare))
 	assert.Len(t, f.events(bare, "cleanup_skipped"), 1)
 
-	require.Eventually(t, func() bool {
-		n, err := svc.CleanupPass(f.ctx)
-		return err == nil && n == 1
-	}, 5*time.Second, 50*time.Millisecond)
+	// The crashed worker's 200 ms claim lapses: a real duration, not a poll.
+	time.Sleep(200 * time.Millisecond)
+	n, err = svc.CleanupPass(f.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the lapsed claim of sh is taken over")
 	assert.False(t, f.cleanupQueued(done))
 	assert.Len(t, plugins.jobCalls(done), 1)
 	assert.Equal(t, "attempt 2", f.events(done, "cleanup_ok")[0].Message)
@@ -570,13 +571,17 @@ func TestRunStopsOnCancel(t *testing.T) {
 	f.silence(id, time.Hour)
 
 	ctx, cancel := context.WithCancel(f.ctx)
-	svc := New(f.pool, newFakePlugins(), Config{Logger: quiet, Holder: live, CleanInterval: 20 * time.Millisecond})
+	passed := make(chan Passed)
+	svc := New(f.pool, newFakePlugins(), Config{Logger: quiet, Holder: live, CleanInterval: 20 * time.Millisecond,
+		TestSignals: TestSignals{Passed: passed}})
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	require.Eventually(t, func() bool {
-		r, ok := f.active(id)
-		return ok && r.Agent == nil
-	}, 5*time.Second, 20*time.Millisecond, "Run releases the stale job")
+	p := await(t, passed, 5*time.Second, "Run's first janitor pass")
+	require.NoError(t, p.Err)
+	assert.Equal(t, 1, p.Actions)
+	r, ok := f.active(id)
+	require.True(t, ok)
+	assert.Nil(t, r.Agent, "Run releases the stale job")
 	cancel()
 	select {
 	case err := <-done:

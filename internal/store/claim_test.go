@@ -149,12 +149,7 @@ func TestClaimRacingACancelTakesNothing(t *testing.T) {
 		done <- result{got, err}
 	}()
 	// The claim has locked the active row and waits for the job row.
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%picked%'`).Scan(&waiting)
-		return err == nil && waiting == 1
-	}, 10*time.Second, 10*time.Millisecond)
+	awaitLockWaits(t, pool, "%picked%", 1, 10*time.Second)
 	_, err = tx.Exec(ctx, `UPDATE jobs SET status = 'canceling', updated_at = now() WHERE id = $1`, j.ID)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))

@@ -73,11 +73,7 @@ func TestAppendLogsResendIsStoredOnce(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 10*time.Second, "both sends waiting for the row lock", func() bool {
-		var n int
-		require.NoError(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idempotent log append%'`).Scan(&n))
-		return n == 2
-	})
+	awaitLockWaits(t, watch, "%idempotent log append%", 2, 10*time.Second) // both sends wait for the row lock
 	require.NoError(t, lock.Rollback(ctx))
 	require.NoError(t, <-errs)
 	require.NoError(t, <-errs)
@@ -103,18 +99,6 @@ func TestAppendLogsResendIsStoredOnce(t *testing.T) {
 	lease = again[0].Lease
 	send(recs(1, "stdout", "h\n"))
 	assert.True(t, strings.HasSuffix(readStream(t, st, j.ID, "stdout"), "g\nh\n"))
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %s", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestWritesFencedByHolderGeneration: a database that lost its history can
