@@ -38,7 +38,7 @@ func TestParsePosition(t *testing.T) {
 	assert.ErrorContains(t, err, "want hex")
 }
 
-// TestTrackerEpisodes: the first position is the baseline; a change holds
+// TestTrackerEpisodes: the first position is the baseline. A change holds
 // Wait until its episode is settled, and a second change during the first
 // episode's reconcile keeps it held until the second is settled too.
 func TestTrackerEpisodes(t *testing.T) {
