@@ -38,7 +38,7 @@ and TETHER_* environment variables; see docs/configuration.md.`,
 	return cmd
 }
 
-// drainSignals turns SIGTERM/SIGINT into the drain: the first ends the
+// drainSignals turns SIGTERM/SIGINT into the drain. The first ends the
 // returned context (the agent drains), the second closes hurry (it stops
 // waiting for running jobs). While registered here, signals never kill the
 // process outright, so a second Ctrl-C still hands resumable jobs off.

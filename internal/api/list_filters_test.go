@@ -26,7 +26,7 @@ func TestListJobsByTimeAndKey(t *testing.T) {
 		j := e.submit(t, fmt.Sprintf(`{"command":"hello","submitter":"user%d","idempotency_key":"k-%d"}`, i%2, i/2))
 		ids = append(ids, j.ID)
 	}
-	// Place the jobs a minute apart by the database's clock; job 2's
+	// Place the jobs a minute apart by the database's clock. Job 2's
 	// created_at is then moved 40 minutes from its ID's time.
 	base := time.Now().UTC().Truncate(time.Second)
 	for i, id := range ids {
