@@ -20,7 +20,7 @@ import (
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
-// Two API servers over one database; the first is cut mid-stream. The
+// Two API servers over one database. The first is cut mid-stream. The
 // follower goes on from the second with every line once, and ends with the
 // job's status.
 func TestFailoverFollowLogsAcrossServers(t *testing.T) {

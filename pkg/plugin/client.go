@@ -17,7 +17,7 @@ import (
 )
 
 // GRPCClient is the host side of a plugin connection. It implements Plugin,
-// Resumer, Cleaner and HealthChecker whatever the plugin supports; callers
+// Resumer, Cleaner and HealthChecker whatever the plugin supports. Callers
 // check Info's capabilities before calling the optional methods.
 //
 // Errors from the plugin's work are *Error with the plugin's class. An
@@ -86,7 +86,7 @@ func (c *GRPCClient) HealthCheck(ctx context.Context, config json.RawMessage) er
 
 // Validation is a plugin's answer to Validate.
 type Validation struct {
-	// Checked is false when the plugin predates Validate: nothing was
+	// Checked is false when the plugin predates Validate. Nothing was
 	// checked and nothing else was said.
 	Checked  bool
 	Problems []Problem
@@ -98,7 +98,7 @@ type Validation struct {
 
 // Validate asks the plugin to check config and the commands' contexts, and
 // how long its jobs may take to stop. A plugin built before Validate existed
-// answers Unimplemented: that is no problem found, and Checked is false so
+// answers Unimplemented. That is no problem found, and Checked is false so
 // the caller can say nothing was checked.
 func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (Validation, error) {
 	req := &pb.ValidateRequest{Config: config, Contexts: make(map[string][]byte, len(contexts))}
@@ -182,7 +182,7 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 		c.mu.Unlock()
 	}()
 
-	// ctx ending does not cut the call: the plugin is asked to stop (Cancel)
+	// ctx ending does not cut the call. The plugin is asked to stop (Cancel)
 	// and the call returns when it has, so the job's end is recorded only
 	// once its work has really stopped. A plugin that does not return within
 	// StopGrace, or that cannot be asked, is cut off.
@@ -238,8 +238,8 @@ func (c *GRPCClient) cancelOnDone(ctx, callCtx context.Context, cut context.Canc
 	}
 	if !resp.GetFound() {
 		// The call had already returned in the plugin (its SDK stopped it
-		// at its lease deadline, say): its answer is on the way, ahead of
-		// this one on the same connection; do not cut it off.
+		// at its lease deadline, say). Its answer is on the way, ahead of
+		// this one on the same connection. Do not cut it off.
 		grace = answerWait
 	}
 	t := time.NewTimer(grace)
@@ -272,7 +272,7 @@ func (c *GRPCClient) runtime(callID uint64) (Runtime, error) {
 	return rt, nil
 }
 
-// callError describes a failed call; when ctx ended, the error wraps ctx.Err()
+// callError describes a failed call. When ctx ended, the error wraps ctx.Err()
 // so callers can tell cancellation from a broken plugin.
 func callError(ctx context.Context, op string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
