@@ -138,7 +138,7 @@ func TestBinaryCancelKillsGrandchild(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Execute did not return after cancel")
 	}
-	// The host's call returns at once; the plugin's Execute returns once the
+	// The host's call returns at once. The plugin's Execute returns once the
 	// group is gone, 200ms grace later.
 	waitFor(t, "grandchild that ignores SIGTERM to die", func() bool { return !processAlive(gc) })
 }

@@ -24,14 +24,14 @@ const (
 
 // stream is one container's awslogs stream of a task's current launch.
 //
-// How logs are read (one GetLogEvents budget per process, see budget):
-// while a task runs, each of its streams is read about once per
-// poll_interval as a live tail, at low priority; when the budget is short
+// How logs are read (one GetLogEvents budget per process, see budget).
+// While a task runs, each of its streams is read about once per
+// poll_interval as a live tail, at low priority. When the budget is short
 // (1,000 jobs per agent) tails simply come less often, FIFO, since one call
 // returns up to 10,000 events. When the poller reports the task STOPPED,
-// its streams are drained at high priority: read to the end (the token
+// its streams are drained at high priority. Read to the end (the token
 // stops moving) no earlier than log_settle after the stop was seen, so
-// events CloudWatch delivers late are in; a drain once begun goes before
+// events CloudWatch delivers late are in. A drain once begun goes before
 // new ones, so each job ends as soon as it can rather than all late. The task's outcome is recorded,
 // and the job may end, only after that (or after log_drain_timeout, with a
 // line saying the log may be incomplete). A read error never decides the
@@ -112,7 +112,7 @@ func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
 }
 
 // streamDue says how urgent a read of a task's stream is and when it is
-// due. A stopped task's streams are drained log_settle after the stop; a
+// due. A stopped task's streams are drained log_settle after the stop. A
 // running task's are tailed. It reports false for a task not seen yet.
 func (r *run) streamDue(tr *taskRun, t *TaskState, s *stream) (int, time.Time, bool) {
 	var prio int
@@ -290,7 +290,7 @@ func (r *run) logRead(t *TaskState, s *stream, cur *LogCursor, prio int, now tim
 		// More to read: due again at once (a new ticket: other jobs' reads
 		// in the queue go first).
 	case prio <= prioDrain:
-		// At the end, and the stop was seen log_settle ago or more: what
+		// At the end, the stop was seen log_settle ago or more. What
 		// CloudWatch had to deliver is in.
 		s.done = true
 	default:
@@ -327,7 +327,7 @@ func (r *run) noteLog(s *stream, msg string, retry time.Time) {
 }
 
 // writeEvents copies events to the job's stdout. CloudWatch Logs does not
-// keep stdout and stderr apart, so both go to stdout; with several tasks or
+// keep stdout and stderr apart, so both go to stdout. With several tasks or
 // containers each line says whose it is.
 func (r *run) writeEvents(t *TaskState, s *stream, events []types.OutputLogEvent) error {
 	if len(events) == 0 {

@@ -90,7 +90,7 @@ func restConfig(ctx context.Context, a Access) (*rest.Config, error) {
 	}
 }
 
-// eksRestConfig reaches an EKS cluster: its endpoint and CA from the
+// eksRestConfig reaches an EKS cluster. It takes its endpoint and CA from the
 // settings, or else from DescribeCluster, and a bearer token made from the
 // SDK's default credentials.
 func eksRestConfig(ctx context.Context, a Access) (*rest.Config, error) {

@@ -118,7 +118,7 @@ current-context: ctx-a
 	require.NotNil(t, rc.WrapTransport)
 }
 
-// startEmulator runs the local AWS emulator; the SDK's credentials come
+// startEmulator runs the local AWS emulator. The SDK's credentials come
 // from the environment, as the plugin's do.
 func startEmulator(t *testing.T) (*emulator.Emulator, string) {
 	t.Helper()
