@@ -58,7 +58,7 @@ type timings struct {
 	OfflineAfter  time.Duration
 	CleanInterval time.Duration
 	AWOLTimeout   time.Duration
-	// KillGrace is the shell plugin's kill_grace and max_kill_grace: it
+	// KillGrace is the shell plugin's kill_grace and max_kill_grace. It
 	// moves the self-fence point (stale_job − 2×keepalive − max_kill_grace).
 	KillGrace time.Duration
 }
@@ -192,7 +192,7 @@ func (h *harness) spawnAgent(name string, env ...string) *agentProc {
 	}, env...)
 	out := &syncBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
-	// Its own group, so cleanup can take the agent and its plugins at once;
+	// Its own group, so cleanup can take the agent and its plugins at once.
 	// kill9 signals the agent process alone, like a crash would.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(h.t, cmd.Start(), "starting agent %s", name)
@@ -409,7 +409,7 @@ func isFinal(kind string) bool { return store.Terminal(jobstate.JobStatus(kind))
 
 // checkTimeline asserts the lease invariants of one finished job: exactly one
 // final event, and no event after it carrying an older lease (a write from a
-// fenced-out holder). A lease_lost event is the exception: it is a fenced-out
+// fenced-out holder). A lease_lost event is the exception. It is a fenced-out
 // holder's record that its write was refused (with its account of the job),
 // which may well come after another agent finished the job. It returns the
 // final event.
@@ -568,7 +568,7 @@ func (s *syncBuf) tail(n int) string {
 	return str
 }
 
-// ecsContainer is the container the ecs command's task definition runs; jobs
+// ecsContainer is the container the ecs command's task definition runs. Jobs
 // give it their script with a container override.
 const ecsContainer = "app"
 
@@ -623,7 +623,7 @@ func newECSHarness(t testing.TB, dbURL string, tm timings, emulatorURL string) *
 	return newHarnessWith(t, dbURL, tm, plugins, commands)
 }
 
-// submitECS submits an ecs job whose one task runs script under sh; extra
+// submitECS submits an ecs job whose one task runs script under sh. extra
 // keys go into the job's context.
 func (h *harness) submitECS(ctx context.Context, script string, extra map[string]any) string {
 	h.t.Helper()

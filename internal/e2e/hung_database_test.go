@@ -16,7 +16,7 @@ import (
 )
 
 // hungTimings: a 12 s hang stays far below the self-fence point
-// (40 − 2 − 0.25 ≈ 37.75 s); the agents' writes give up on the hung server
+// (40 − 2 − 0.25 ≈ 37.75 s). The agents' writes give up on the hung server
 // and are sent again (log flushes after 5 s, final writes after 10 s).
 func hungTimings() timings {
 	tm := fast()
@@ -29,7 +29,7 @@ func hungTimings() timings {
 // TestHungDatabaseStoresEveryLineOnce: the whole PostgreSQL cluster is
 // frozen (SIGSTOP of the postmaster and every backend, then SIGCONT) while
 // jobs print, and again while jobs end. Statements the agents gave up on
-// sit in the hung backends' sockets and commit when the server wakes; the
+// sit in the hung backends' sockets and commit when the server wakes. The
 // agents send them again on new connections. Every job succeeds, every
 // line is stored exactly once, and no end is taken for a lost lease.
 func TestHungDatabaseStoresEveryLineOnce(t *testing.T) {

@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// The checker itself, on hand-written timelines: the sequences tether
+// The checker itself, on hand-written timelines. The sequences tether
 // legitimately produces pass, and each kind of violation is reported under
 // its invariant.
 
 var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 
-// tl builds a job's events; at is milliseconds after t0.
+// tl builds a job's events. At is milliseconds after t0.
 type tl struct {
 	evs []event
 	j   []invJournalLine

@@ -27,7 +27,7 @@ const earlyReason = "name lock free"
 // livenessTimings: keepalive 500ms, dead_after 1s (set with
 // setAgentYAML), stale_job 20s, so an early release (about dead_after +
 // keepalive after a kill) cannot be mistaken for the stale_job path.
-// offline_after is long too: only the liveness check may requeue early.
+// offline_after is long too. Only the liveness check may requeue early.
 func livenessTimings() timings {
 	tm := fast()
 	tm.Keepalive = 500 * time.Millisecond

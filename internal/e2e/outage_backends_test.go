@@ -9,7 +9,7 @@ package e2e
 // against the kube-apiserver. Both plugins checkpoint while they follow
 // their remote work (ECS on every poll, as its log position moves; Spark on
 // every state change), so a checkpoint that cannot be stored while the
-// database is away must not end the job. Every job runs with max_retry 2: a
+// database is away must not end the job. Every job runs with max_retry 2. A
 // job wrongly failed shows up as a second ECS launch or a second
 // SparkApplication, and as output stored twice.
 
@@ -42,7 +42,7 @@ func TestDatabaseOutageECS(t *testing.T) {
 	h.startAgent(ctx, "ecs-outage-1")
 	h.startAgent(ctx, "ecs-outage-2")
 
-	// check asserts what both phases promise of every job; lines is what
+	// check asserts what both phases promise of every job. lines is what
 	// each job's task prints.
 	check := func(ids []string, lines int) {
 		t.Helper()
@@ -92,7 +92,7 @@ func TestDatabaseOutageECS(t *testing.T) {
 
 // Two agents run Spark jobs against the kube-apiserver through a short
 // outage, then one longer than stale_job. The test plays spark-operator's
-// later transitions itself: RUNNING → SUCCEEDING while the database is down
+// later transitions itself. RUNNING → SUCCEEDING while the database is down
 // (the plugin sees a state change and checkpoints), COMPLETED once it is
 // back. It runs against the Simulator stack (simKubeEnv), not the real
 // operator: the operator completes a SUCCEEDING application at once (so the
