@@ -183,7 +183,7 @@ func (a *app) printStatuses(ctx context.Context, fo *client.Failover, id string)
 // followPrinter is where a followed job's output goes. split sends its
 // stderr to stderr. Under machine output stdout holds the machine output
 // alone, and for `logs -f -o jsonl` (no statuses) the records themselves are
-// the output: followPrinter then returns nil.
+// the output. followPrinter then returns nil.
 func (a *app) followPrinter(split, stamps, statuses bool) *logPrinter {
 	if a.machine() && !statuses {
 		return nil

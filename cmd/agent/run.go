@@ -46,7 +46,7 @@ func drainSignals(parent context.Context, log *slog.Logger) (context.Context, <-
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGTERM, os.Interrupt)
 	// The root command's context also ends on the first signal (and tests
-	// end it to stop an in-process agent): either begins the drain.
+	// end it to stop an in-process agent). Either begins the drain.
 	ctx, begin := context.WithCancel(parent)
 	hurry := make(chan struct{})
 	done := make(chan struct{})

@@ -86,7 +86,7 @@ const (
 )
 
 // DefaultFollowPollInterval is a follower's fallback poll while NOTIFY
-// works: a lost notification delays it at most this long.
+// works. A lost notification delays it at most this long.
 const DefaultFollowPollInterval = 5 * time.Second
 
 type server struct {

@@ -231,7 +231,7 @@ func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, si
 		}
 		var err error
 		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
-			// Deleted by retention or the database is gone: end the
+			// Deleted by retention or the database is gone. End the
 			// stream without an end record. The client sees it cut.
 			s.stopFollowing(ctx, "following job logs", id, err)
 			return

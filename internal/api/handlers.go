@@ -622,10 +622,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyWarnings names the commands no live agent serves that this agent is
-// configured with or that have queued jobs: their jobs wait (a command only
+// configured with or that have queued jobs. Their jobs wait (a command only
 // a stopped agent once announced is not worth a warning). They do not make
 // this agent unready. Another agent may be starting. A failed look-up is
-// logged, not a warning: the database answered the ping.
+// logged, not a warning. The database answered the ping.
 func (s *server) readyWarnings(ctx context.Context) []string {
 	list, err := s.commandList(ctx)
 	if err != nil {

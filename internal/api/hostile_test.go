@@ -139,7 +139,7 @@ func hostileRequests(queued, failed string) []hostile {
 		nf("POST", "/api/v1/jobs/"+id+"/requeue", `{"reason":"r"}`)
 	}
 
-	// Cross-site: every state-changing route wants JSON and a same-site
+	// Cross-site. Every state-changing route wants JSON and a same-site
 	// Origin.
 	posts := []struct{ path, body string }{
 		{"/api/v1/jobs", `{"command":"hello"}`},

@@ -69,7 +69,7 @@ func loadContract(t testing.TB) *contract {
 // check returns what is wrong with one exchange. A response that does not
 // match the description (undescribed status, content type, header or body),
 // or a request the description refuses that the API accepted (2xx). A
-// refused malformed request is not drift: hostile tests send many.
+// refused malformed request is not drift. Hostile tests send many.
 func (c *contract) check(req *http.Request, reqBody []byte, status int, header http.Header, body []byte) []string {
 	ctx := context.WithoutCancel(req.Context())
 	req = req.Clone(ctx)

@@ -156,7 +156,7 @@ func hex4(b []byte) (rune, bool) {
 // keys included) PostgreSQL would refuse, and the first number under context
 // (stored as jsonb) out of range. Field is the value's path: "reason",
 // "context.env.HOME", "context.list[2]". Malformed JSON is not reported
-// here: decoding the body reports it with a better message.
+// here. Decoding the body reports it with a better message.
 func checkBody(body []byte) *inputError {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

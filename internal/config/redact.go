@@ -69,7 +69,7 @@ func parseURLForm(s string) (dsn, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		// url's errors quote the input: say what kind of problem only.
+		// url's errors quote the input. Say what kind of problem only.
 		return dsn{}, errors.New("it does not parse as a URL; percent-encode special characters in the user name and password (@ as %40, / as %2F, [ as %5B)")
 	}
 	q, err := url.ParseQuery(u.RawQuery)

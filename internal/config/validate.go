@@ -156,7 +156,7 @@ func (c *Config) checkNonNegativeDurations() []error {
 	return p
 }
 
-// timingsSet reports whether keepalive and stale_job are both positive: the
+// timingsSet reports whether keepalive and stale_job are both positive. The
 // relations only mean something between positive values.
 func (a Agent) timingsSet() bool { return a.Keepalive > 0 && a.StaleJob > 0 }
 

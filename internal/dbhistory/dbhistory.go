@@ -41,12 +41,13 @@ func (p Position) String() string {
 type Change int
 
 const (
-	// Same history: the same timeline, at or past the known position.
+	// Same is the same history. It is the same timeline, at or past the
+	// known position.
 	Same Change = iota
-	// Failover: another timeline, as after a standby's promotion. Writes
+	// Failover is another timeline, as after a standby's promotion. Writes
 	// acknowledged before it may or may not have reached the standby.
 	Failover
-	// Rewound: the same timeline behind a position it reported. The server
+	// Rewound is the same timeline behind a position it reported. The server
 	// lost acknowledged commits (a crash with synchronous_commit off).
 	Rewound
 )
@@ -72,8 +73,8 @@ func Judge(known, seen Position) Change {
 	return Same
 }
 
-// ParsePosition reads wal_position.sql's answer: an LSN in PostgreSQL's
-// text form (hex/hex) and the timeline in hex.
+// ParsePosition reads wal_position.sql's answer. That is an LSN in
+// PostgreSQL's text form (hex/hex) and the timeline in hex.
 func ParsePosition(lsn, timeline string) (Position, error) {
 	hi, lo, ok := strings.Cut(lsn, "/")
 	h, err1 := strconv.ParseUint(hi, 16, 32)
@@ -88,7 +89,7 @@ func ParsePosition(lsn, timeline string) (Position, error) {
 	return Position{Timeline: uint32(tl), LSN: h<<32 | l}, nil
 }
 
-// Row is one row of a query: a connection's or a pool's QueryRow.
+// Row is one row of a query, as a connection's or a pool's QueryRow gives.
 type Row interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -226,7 +227,7 @@ func (t *Tracker) Wait(ctx context.Context, within time.Duration) error {
 
 // SettleBound is how long a connection waits in AfterConnect for a
 // reconcile to end before it goes ahead anyway (the writes stay fenced by
-// lease and holder either way; the wait only spares them refusals).
+// lease and holder either way. The wait only spares them refusals).
 const SettleBound = 30 * time.Second
 
 // AfterConnect is a pgxpool AfterConnect hook. It reads the new

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// Set is a complete set of levers: what a job runs under.
+// Set is a complete set of levers. It is what a job runs under.
 type Set struct {
 	MaxRetry        int           // automatic retries of a retriable failure; 0 = none
 	RetryBackoff    time.Duration // first wait between attempts; doubles per attempt
@@ -194,8 +194,8 @@ func (s Set) Backoff(attempt int, jitter float64) time.Duration {
 }
 
 // MaxDuration is the longest duration ParseDuration accepts, 100000 days
-// (about 273 years): within time.Duration (about 292 years) and PostgreSQL's
-// interval, so a lever never overflows on its way to the database.
+// (about 273 years). That is within time.Duration (about 292 years) and
+// PostgreSQL's interval, so a lever never overflows on its way to the database.
 const MaxDuration = 100000 * 24 * time.Hour
 
 // MaxRetryLimit is the largest max_retry. The column is a PostgreSQL integer.
@@ -207,7 +207,7 @@ var goDuration = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs
 // ParseDuration parses a Go duration string ("90s", "1h30m"), "0", or a
 // whole number of days with an optional Go duration after it ("7d",
 // "1d12h"). A leading "-" negates the whole value (callers that take no
-// negative durations check the sign: config reports it with the key's own
+// negative durations check the sign. config reports it with the key's own
 // rule). The magnitude is at most MaxDuration. Anything longer, including
 // values that would overflow, is an error.
 func ParseDuration(s string) (time.Duration, error) {
@@ -312,8 +312,8 @@ func (s *Set) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Override is the "limits" object of a submit request: every lever optional,
-// durations as strings.
+// Override is the "limits" object of a submit request. Every lever is
+// optional, and durations are strings.
 type Override struct {
 	MaxRetry        *int    `json:"max_retry,omitempty"`
 	RetryBackoff    *string `json:"retry_backoff,omitempty"`

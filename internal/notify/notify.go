@@ -1,5 +1,5 @@
 // Package notify fans an agent's job notifications out to the API's
-// followers: the claim service's LISTEN connection (one per agent) delivers
+// followers. The claim service's LISTEN connection (one per agent) delivers
 // them here, and each followed log or event stream subscribes to its job.
 //
 // Notifications only make followers prompt. A follower still polls, slowly
@@ -11,9 +11,10 @@ import "sync"
 
 // Channels the followers' notifications arrive on. The payload is a job ID.
 const (
-	// LogsChannel: a flush stored output of the job (queries/log_append.sql).
+	// LogsChannel is notified when a flush stored output of the job
+	// (queries/log_append.sql).
 	LogsChannel = "tether_logs"
-	// JobEndChannel: the job reached a terminal status
+	// JobEndChannel is notified when the job reached a terminal status
 	// (queries/attempt_end*.sql, job_cancel_queued.sql).
 	JobEndChannel = "tether_job_end"
 )

@@ -590,7 +590,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 }
 
 // handshakeError says why a plugin process did not complete go-plugin's
-// handshake: it exited on its own (with its status), or it printed something
+// handshake. It exited on its own (with its status), or it printed something
 // else, or it said nothing within the start timeout. Call it after
 // client.Kill, which returns once the process has exited and its stderr has
 // been read.
