@@ -119,7 +119,7 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 		// envtest's default is a /24, 254 Service IPs, and spark-operator
 		// creates a web UI Service for every application it submits
 		// (--enable-ui-service, on by default), kept until the application
-		// goes: past about 253 live applications the rest stay SUBMITTED
+		// goes. Past about 253 live applications the rest stay SUBMITTED
 		// ("failed to allocate a serviceIP ...: range is full"). A /16, as
 		// EKS gives.
 		Set("service-cluster-ip-range", "10.96.0.0/16")

@@ -475,7 +475,7 @@ func TestOperatorDriverLogsThroughAPIServer(t *testing.T) {
 }
 
 func TestOperatorKilledAndRestarted(t *testing.T) {
-	// Not parallel: the other tests need a running operator.
+	// Not parallel. The other tests need a running operator.
 	s, ctx, name := opTest(t, "op-restart", 40*time.Second)
 
 	require.NoError(t, s.KillOperator())

@@ -90,7 +90,7 @@ func majorOf(binDir string) float64 {
 }
 
 // serverUser is who runs initdb and postgres. It is nil when tether is not
-// root: then the server runs as the current user. initdb and postgres refuse
+// root. Then the server runs as the current user. initdb and postgres refuse
 // to run as root, so as root they run as the `postgres` system user.
 type serverUser struct {
 	uid, gid uint32

@@ -118,13 +118,13 @@ func TestFreezeThaw(t *testing.T) {
 	for pid, st := range serverStates(t, c) {
 		require.Falsef(t, st == 'T' || st == 't', "pid %d still stopped after Thaw", pid)
 	}
-	// The INSERT its client gave up on was in the backend's socket: it
+	// The INSERT its client gave up on was in the backend's socket. It
 	// commits once the backend runs again.
 	waitFor(t, ctx, 10*time.Second, "the in-flight INSERT never committed after Thaw", func(ctx context.Context) bool {
 		var n int
 		return established.QueryRow(ctx, "SELECT count(*) FROM t WHERE x = 1").Scan(&n) == nil && n == 1
 	})
-	// Healthy: the connection that sat idle through the freeze writes, and
+	// Healthy. The connection that sat idle through the freeze writes, and
 	// new ones are served.
 	_, err = established.Exec(ctx, "INSERT INTO t VALUES (2)")
 	require.NoError(t, err)

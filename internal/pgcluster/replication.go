@@ -219,7 +219,7 @@ func (c *Cluster) setSyncStandbys(ctx context.Context, names []string) error {
 // WaitStreaming waits until the primary that standby c was started from lists
 // it in pg_stat_replication with state "streaming", and with sync_state
 // "sync" for a Synchronous standby or "async" otherwise (PostgreSQL 15 docs,
-// pg_stat_replication): after StartServer of a stopped standby, this says it
+// pg_stat_replication). After StartServer of a stopped standby, this says it
 // has reconnected.
 func (c *Cluster) WaitStreaming(ctx context.Context) error {
 	c.mu.Lock()
@@ -315,7 +315,7 @@ func (c *Cluster) CurrentWAL(ctx context.Context) (timeline uint32, lsn LSN, err
 
 // WaitReplayed waits until standby c has replayed the WAL up to lsn
 // (pg_last_wal_replay_lsn(), PostgreSQL 15 docs, Recovery Information
-// Functions): then it holds every commit its primary had made at lsn, e.g.
+// Functions). Then it holds every commit its primary had made at lsn, e.g.
 // one read with CurrentWAL, and a promotion loses none of them.
 func (c *Cluster) WaitReplayed(ctx context.Context, lsn LSN) error {
 	err := poll(ctx, pollInterval, func(ctx context.Context) (bool, error) {
@@ -368,7 +368,7 @@ func MultiHostURL(dbname string, clusters ...*Cluster) string {
 }
 
 // hbaReplication lets replication connections from loopback in without a
-// password: they match only lines whose database is "replication" (PostgreSQL
+// password. They match only lines whose database is "replication" (PostgreSQL
 // 15 docs, The pg_hba.conf File). initdb --auth=trust writes it already.
 const hbaReplication = "host    replication     all             127.0.0.1/32            trust"
 

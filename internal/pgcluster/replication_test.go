@@ -258,7 +258,7 @@ func TestAsyncFailoverLosesHistory(t *testing.T) {
 	require.LessOrEqual(t, forkLSN, newLSN)
 	require.Less(t, newLSN, oldLSN, "the new primary's LSN is behind the old primary's last")
 
-	// The new primary takes writes: positions the old primary used for
+	// The new primary takes writes. Positions the old primary used for
 	// other rows now hold these.
 	_, err = connT(t, ctx, s.URL("postgres")).Exec(ctx, "INSERT INTO t VALUES (-1)")
 	require.NoError(t, err)

@@ -72,7 +72,7 @@ func TestFailoverFollowLogsAcrossServers(t *testing.T) {
 	end, err := fo.FollowLogs(ctx, j.ID, client.LogQuery{}, func(r client.LogRecord) error {
 		got = append(got, r.Line)
 		if len(got) == 2 && !cut {
-			// Mid-chunk: the first server goes away, like a killed agent.
+			// Mid-chunk. The first server goes away, like a killed agent.
 			cut = true
 			first.CloseClientConnections()
 			first.Close()

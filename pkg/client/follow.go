@@ -38,7 +38,7 @@ type EventRecord struct {
 }
 
 // ErrStreamCut says a followed stream ended before the job did (the agent
-// drained, restarted or died): follow again with After set to the last seq.
+// drained, restarted or died). Follow again with After set to the last seq.
 var ErrStreamCut = errors.New("stream ended before the job did")
 
 // LogQuery selects the records of one LogRecords call.
@@ -152,7 +152,7 @@ func (c *Client) ndjson(ctx context.Context, path string, q url.Values, next fun
 			return err
 		}
 	}
-	// More is false at EOF and on a read error alike: tell them apart.
+	// More is false at EOF and on a read error alike. Tell them apart.
 	if _, err := dec.Token(); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}

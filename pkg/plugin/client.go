@@ -24,7 +24,7 @@ import (
 // Execute or Resume that the plugin's SDK stopped because its lease deadline
 // passed fails with a *LeaseExpiredError (errors.Is ErrLeaseExpired). Any
 // other error means the call itself failed (the process crashed, the
-// connection broke, or ctx ended; then it wraps ctx.Err()).
+// connection broke, or ctx ended. Then it wraps ctx.Err()).
 type GRPCClient struct {
 	// StopGrace is how long a cancelled Execute or Resume may take to return
 	// (0: DefaultStopGrace). Set it before the first call.
@@ -129,7 +129,7 @@ func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, conte
 // Renew tells the plugin process that the leases of its in-flight calls
 // are good for validFor from now (see LeaseDeadliner). It sends nothing
 // when no call is in flight. A plugin built before Renew existed answers
-// Unimplemented: supported is then false, and later calls send nothing
+// Unimplemented. supported is then false, and later calls send nothing
 // either (that plugin cannot stop its work when its agent freezes).
 func (c *GRPCClient) Renew(ctx context.Context, validFor time.Duration) (supported bool, err error) {
 	if c.noRenew.Load() {
@@ -209,7 +209,7 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 	}
 	if err := errFromPB(resp.GetError()); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			// Stopped because we asked: keep the plugin's class and say why.
+			// Stopped because we asked. Keep the plugin's class and say why.
 			return nil, fmt.Errorf("%w (%w)", err, ctxErr)
 		}
 		return nil, err

@@ -27,7 +27,7 @@ const (
 type Error struct {
 	Class   ErrorClass
 	Message string
-	// Broken is set by the host, never by a plugin: the plugin process
+	// Broken is set by the host, never by a plugin. The plugin process
 	// crashed or the call to it broke, so the plugin never answered. The
 	// remote work it was watching may well go on. A resumable job is
 	// resumed in the same attempt rather than failed.

@@ -5,7 +5,7 @@
 // of Plugin and, optionally, Resumer, Cleaner and HealthChecker. The agent runs
 // the binary through hashicorp/go-plugin over gRPC and discovers what it can do
 // from Info, never by calling and catching Unimplemented. (Validate is the one
-// call a host makes regardless: a plugin built before it existed answers
+// call a host makes regardless. A plugin built before it existed answers
 // Unimplemented, which means "nothing to check".)
 package plugin
 
@@ -98,7 +98,7 @@ type Resumer interface {
 }
 
 // Cleaner stops and deletes whatever remote work a job left. It must be
-// idempotent: it may be called more than once, and for work that never started.
+// idempotent. It may be called more than once, and for work that never started.
 type Cleaner interface {
 	Cleanup(ctx context.Context, job *Job) error
 }

@@ -193,7 +193,7 @@ func (r *procRunner) Diagnose(context.Context) string {
 	return "A tether plugin is a binary whose main calls plugin.Serve; it must print go-plugin's handshake line first on its stdout."
 }
 
-// The plugin runs on this host: addresses need no translation.
+// The plugin runs on this host. Addresses need no translation.
 func (r *procRunner) PluginToHost(network, addr string) (string, string, error) {
 	return network, addr, nil
 }

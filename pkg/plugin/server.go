@@ -330,7 +330,7 @@ func (r *remoteRuntime) sender(stream pb.Stream) func([]byte) error {
 		// Output has no caller context (io.Writer), and the final flush runs
 		// after the job's context may be cancelled. Bound it by a timeout,
 		// and by a short grace once the lease deadline passed (a frozen
-		// host never answers; a live one answers at once).
+		// host never answers. A live one answers at once).
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
 		if r.leasePassed != nil {
@@ -363,7 +363,7 @@ func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
 	}
 	// Output written before a checkpoint reaches the host before it. The
 	// wait for it ends with ctx (the flush goes on, bounded by its own
-	// timeout): past the lease deadline nothing waits for a frozen host.
+	// timeout). Past the lease deadline nothing waits for a frozen host.
 	flushed := make(chan struct{})
 	go func() {
 		defer close(flushed)

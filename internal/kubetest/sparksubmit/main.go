@@ -35,7 +35,7 @@
 // becomes a driver pod annotation, so a test scripts the kubelet stand-in
 // (internal/kubetest/kubelet.go) through the app's sparkConf.
 //
-// Credentials: the API server is the --master URL. The client certificate,
+// Credentials. The API server is the --master URL. The client certificate,
 // key and CA come from the files named by TETHER_SPARK_SUBMIT_CERT,
 // TETHER_SPARK_SUBMIT_KEY and TETHER_SPARK_SUBMIT_CA (set on the operator's
 // environment, which spark-submit inherits).

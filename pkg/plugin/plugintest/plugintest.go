@@ -29,7 +29,7 @@ type Runtime struct {
 	described   [][]plugin.Resource
 	failWrite   error
 	failCkpt    error
-	// gated: output is held from one checkpoint to the next, as the agent
+	// gated. Output is held from one checkpoint to the next, as the agent
 	// holds a resumable plugin's output (see NewGatedRuntime).
 	gated   bool
 	heldOut bytes.Buffer

@@ -1,16 +1,16 @@
-// Package settings decodes a plugin's settings strictly: the plugin's section
-// of the agent config (plugin.Job.Config) and the job's context
-// (plugin.Job.Context), both JSON objects.
+// Package settings decodes a plugin's settings strictly. They are the
+// plugin's section of the agent config (plugin.Job.Config) and the job's
+// context (plugin.Job.Context), both JSON objects.
 //
 // The rules it keeps, so every plugin keeps them the same way:
 //
 //   - A key the plugin does not know is refused, naming the key and listing
-//     the known ones: a typo must fail the job, not be ignored.
-//   - A null value is an unset key. Fields.Keys and Fields.Get skip nulls;
+//     the known ones. A typo must fail the job, not be ignored.
+//   - A null value is an unset key. Fields.Keys and Fields.Get skip nulls.
 //     Merge lets a null in the context unset the config's key.
 //   - Every error names the setting it is about ("driver.cores: must be
 //     between 1 and 1024, got 0"), starts with the Decoder's Prefix, and is
-//     plugin.Permanent: the same input fails the same way on every retry.
+//     plugin.Permanent. The same input fails the same way on every retry.
 //
 // A plugin typically merges config and context, then decodes key by key:
 //
@@ -63,7 +63,7 @@ func (d Decoder) Errorf(format string, args ...any) error {
 
 // Fields are the top-level values of a JSON object, by key, as Object
 // returns them. Null values are kept, so that Merge can tell "unset this
-// key" from "not mentioned"; Keys and Get treat them as absent.
+// key" from "not mentioned". Keys and Get treat them as absent.
 type Fields map[string]json.RawMessage
 
 // Keys returns the keys whose values are not null, sorted, so that a
@@ -340,7 +340,7 @@ func (d Decoder) Problem(command string, err error) plugin.Problem {
 // still bring. Each command's default context is decoded over the config. A
 // failure the config alone also has is reported once, against the config.
 // Any other is reported against the command. A config that fails alone but
-// works under every command's context is fine: no job runs with the config
+// works under every command's context is fine. No job runs with the config
 // alone. With no commands the config alone is checked, unless it is empty (a
 // plugin found in the plugin directory but neither configured nor used).
 func (d Decoder) Validate(config json.RawMessage, contexts map[string]json.RawMessage, decode func(config, context json.RawMessage) error) []plugin.Problem {
