@@ -9,7 +9,7 @@ import (
 )
 
 // eksCluster is an EKS cluster a test registered. The emulator runs no
-// Kubernetes: the endpoint is whatever API server the test points it at.
+// Kubernetes. The endpoint is whatever API server the test points it at.
 type eksCluster struct {
 	name     string
 	status   string

@@ -23,7 +23,7 @@ type logStream struct {
 	created     time.Time
 	events      []logEvent
 	lastVisible time.Time
-	// hidden: an awslogs stream created under LogLag exists for readers
+	// hidden. An awslogs stream created under LogLag exists for readers
 	// only once its first event is visible.
 	hidden bool
 }

@@ -79,7 +79,7 @@ type task struct {
 	visibleAt time.Time
 	// infra, when set, stops the task that long after it is RUNNING.
 	infra *infraStop
-	// hostGone: the containers vanished with their host, so none gets an
+	// hostGone means the containers vanished with their host, so none gets an
 	// exit code.
 	hostGone bool
 }

@@ -1,4 +1,4 @@
-// Command tether-plugin-shell is tether's shell plugin: it runs jobs as local
+// Command tether-plugin-shell is tether's shell plugin. It runs jobs as local
 // processes. The agent starts it. It is not meant to be run by hand.
 package main
 

@@ -515,7 +515,7 @@ func TestAuthRefusals(t *testing.T) {
 		job.Config = pluginConfig(t, rp.kubeconfig)
 		rt, errc := executeSubmitted(t, ctx, job)
 		// Every get and watch of the application refused for 4 s, while it
-		// completes: formerly five refused gets (~1.5 s) ended the job.
+		// completes. Formerly five refused gets (~1.5 s) ended the job.
 		rp.refuseFor(4 * time.Second)
 		require.NoError(t, <-errc, "stderr: %s", rt.StderrString())
 		require.Greater(t, rp.count(), 5)

@@ -307,7 +307,7 @@ func TestOperatorJobCompletes(t *testing.T) {
 	requireLinesOnce(t, rt.StdoutString(), lines)
 	// The follower starts once the driver pod is named (SUBMITTED). Until
 	// its container runs, the cached pod says it is waiting, which is no
-	// warning: the plugin looks again within a second and then streams.
+	// warning. The plugin looks again within a second and then streams.
 	require.Contains(t, rt.StderrString(), "streaming the log of driver pod default/"+name+"-driver")
 	require.NotContains(t, rt.StderrString(), "driver logs unavailable", "a driver that is starting is not a warning")
 
@@ -515,7 +515,7 @@ func TestOperatorTimeToLiveDeletesTheCompletedApplication(t *testing.T) {
 	w.waitAllGone(t, ctx, 20*time.Second)
 }
 
-// Cleanup is fenced by UID and attempt: attempt 1 failed, attempt 2
+// Cleanup is fenced by UID and attempt. Attempt 1 failed, attempt 2
 // replaced its application (the foreground deletion finished by the garbage
 // collector) and runs. Attempt 1's late Cleanup, with and without its
 // handle, leaves attempt 2's alone. Attempt 2's deletes it, and its pod goes.
@@ -557,7 +557,7 @@ func TestOperatorCleanupIsFencedByUIDAndAttempt(t *testing.T) {
 // The operator is killed while the application runs and its driver
 // finishes meanwhile. Started again, its state machine picks the
 // application up where it was, and the job completes with every log line
-// once. Not parallel: the other tests need a running operator (top-level
+// once. Not parallel. The other tests need a running operator (top-level
 // sequential tests run before the parallel ones).
 func TestOperatorKilledMidRunJobStillCompletes(t *testing.T) {
 	const lines = 5

@@ -199,7 +199,7 @@ func errorMessage(err error) string {
 }
 
 // clientFault reports whether err is a request AWS refused as wrong (not
-// throttling): repeating it cannot help.
+// throttling). Repeating it cannot help.
 func clientFault(err error) bool {
 	var ae smithy.APIError
 	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !throttlingCodes[ae.ErrorCode()] && !transientRunTask(err)

@@ -25,7 +25,7 @@ const (
 	// evaluateOnExit lets one retry only infrastructure causes.
 	DefaultMaxInfraRelaunches = 3
 	// DefaultConsistencyWindow is how long a task RunTask started may be
-	// MISSING from DescribeTasks before the job gives up on it: the RunTask
+	// MISSING from DescribeTasks before the job gives up on it. The RunTask
 	// API reference advises retrying DescribeTasks with a backoff growing
 	// to five minutes.
 	DefaultConsistencyWindow = 5 * time.Minute
@@ -179,7 +179,7 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 }
 
 // mergeSettings decodes the plugin config and the job's context and merges
-// them: a context that names a task definition in either form replaces the
+// them. A context that names a task definition in either form replaces the
 // config's in both forms, and tags are merged tag by tag.
 func mergeSettings(rawConfig, rawContext json.RawMessage) (settings.Fields, error) {
 	cfgFields, err := dec.Object("config", rawConfig, configKeys)

@@ -42,7 +42,7 @@ func waitStderr(t *testing.T, rt *plugintest.Runtime, s string) {
 }
 
 // A task just launched is MISSING from DescribeTasks for a while (eventual
-// consistency): the job waits for it instead of ending outcome_unknown.
+// consistency). The job waits for it instead of ending outcome_unknown.
 func TestHostileConsistencyWindowIsWaitedFor(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, hostile(nil))
@@ -61,7 +61,7 @@ func TestHostileConsistencyWindowIsWaitedFor(t *testing.T) {
 }
 
 // The last lines of a task that fails arrive in CloudWatch after the task
-// stopped: the drain waits log_settle, so the job's output ends with them.
+// stopped. The drain waits log_settle, so the job's output ends with them.
 func TestHostileLastLinesAfterStopAreKept(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, hostile(nil))

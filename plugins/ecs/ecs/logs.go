@@ -35,7 +35,7 @@ const (
 // new ones, so each job ends as soon as it can rather than all late. The task's outcome is recorded,
 // and the job may end, only after that (or after log_drain_timeout, with a
 // line saying the log may be incomplete). A read error never decides the
-// job: the task does.
+// job. The task does.
 type stream struct {
 	task      int
 	cursor    int // index into the task's TaskState.Logs
@@ -144,7 +144,7 @@ func (r *run) drained(i int, now time.Time) bool {
 		return true
 	}
 	// The timeout counts from a stream's first drain read, not from the
-	// stop: waiting for a turn in the process's budget is queueing, not a
+	// stop. Waiting for a turn in the process's budget is queueing, not a
 	// failing stream, and giving up then would cut logs for no reason.
 	var expired []*stream
 	for _, s := range tr.streams {
@@ -263,7 +263,7 @@ func (r *run) logReadFailed(ctx context.Context, s *stream, cur *LogCursor, prio
 		}
 		s.nextTail = now.Add(r.cfg.PollInterval)
 	case code == "InvalidParameterException" && cur.Token != "" && strings.Contains(strings.ToLower(errorMessage(err)), "token"):
-		// Tokens expire (24 h): read on by time from the last line copied.
+		// Tokens expire (24 h). Read on by time from the last line copied.
 		s.byTime = true
 		r.stderrf("task %d: the log position in %s expired; reading on from the last line's time (lines logged in that same millisecond may be missing)", s.task, s.name)
 	case throttlingCodes[code]:

@@ -157,7 +157,7 @@ func TestResumeFindsTaskByStartedBy(t *testing.T) {
 		rt1 := plugintest.NewRuntime(nil)
 		_, err := c.Execute(context.Background(), job, rt1)
 		require.NoError(t, err)
-		// The checkpoint taken just before RunTask: the agent died before it
+		// The checkpoint taken just before RunTask. The agent died before it
 		// learnt the task's ARN.
 		before := rt1.Checkpoints()[0]
 		h, err := decodeHandle(before)

@@ -129,7 +129,7 @@ func (r *run) track(i int) {
 	for ci, c := range logged {
 		cl := r.cl
 		if c.LogRegion != "" && c.LogRegion != r.cfg.Region {
-			// awslogs-region: the streams live where the task definition
+			// awslogs-region. The streams live where the task definition
 			// says. A client for that region is made on first use.
 			cl = nil
 		}

@@ -233,7 +233,7 @@ func registerTemplate(ctx context.Context, cl *clients, in *ecs.RegisterTaskDefi
 		return td, err
 	}
 	// No revision yet (a client error: the family does not exist), or the
-	// template changed: register a new revision.
+	// template changed. Register a new revision.
 	if err := cl.wait(ctx, apiRegisterTaskDefinition); err != nil {
 		return taskDef{}, err
 	}

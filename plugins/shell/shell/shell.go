@@ -127,7 +127,7 @@ func credential(a *account) *syscall.Credential {
 
 // Validate checks the plugin config and the commands' default contexts with
 // the parsing Execute uses. A default context may leave out both command and
-// script: its jobs may bring their own.
+// script. Its jobs may bring their own.
 func (p *Plugin) Validate(_ context.Context, rawConfig json.RawMessage, contexts map[string]json.RawMessage) ([]plugin.Problem, error) {
 	cfg, err := parseConfig(rawConfig, p.tempDir)
 	if err != nil {

@@ -71,7 +71,7 @@ var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "
 var configKeys = []string{"kill_grace", "max_kill_grace", "run_as", "state_dir", "work_root"}
 
 // dec decodes settings. Its errors, like every error bad input produces, are
-// permanent (retrying the same input cannot help) and carry no prefix: they
+// permanent (retrying the same input cannot help) and carry no prefix. They
 // start with the setting's name.
 var dec = settings.Decoder{}
 
@@ -378,7 +378,7 @@ func parseExitCodes(what string, raw json.RawMessage) ([]int, error) {
 
 // parseRunAs resolves config.run_as, a user name or numeric uid, with lookup
 // and groupIDs (lookupUser and User.GroupIds). euid is the plugin's effective
-// uid: switching to another user needs root, so a non-root plugin may only
+// uid. Switching to another user needs root, so a non-root plugin may only
 // name itself.
 func parseRunAs(field string, raw json.RawMessage, euid int, lookup func(string) (*user.User, error), groupIDs func(*user.User) ([]string, error)) (*account, error) {
 	var name string

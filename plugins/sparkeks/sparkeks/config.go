@@ -597,7 +597,7 @@ const RestartPolicyNever = "Never"
 // (config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml,
 // spec.mode) allows "cluster" and "client" only, and the operator passes it
 // to spark-submit as --deploy-mode (internal/controller/sparkapplication/
-// submission.go): in client mode the driver runs inside the operator's own
+// submission.go). In client mode the driver runs inside the operator's own
 // spark-submit process, so there is no driver pod for tether to follow and
 // the application outlives nothing. "in-cluster-client" (a Go constant in
 // api/v1beta2/sparkapplication_types.go) is refused by the CRD's enum.

@@ -173,7 +173,7 @@ func tokenRenewAt(now, expires time.Time) time.Time {
 	return at
 }
 
-// invalidate drops the cached token if it is still tok: the API server
+// invalidate drops the cached token if it is still tok. The API server
 // refused it (401), so the next request presigns a new one.
 func (s *eksTokenSource) invalidate(tok string) {
 	s.mu.Lock()

@@ -228,7 +228,7 @@ func TestRestConfigLooksTheClusterUp(t *testing.T) {
 	assert.True(t, strings.HasPrefix(string(raw), url+"/?"), "%s", raw)
 	assert.Contains(t, string(raw), "Action=GetCallerIdentity")
 
-	// Cached: the cluster's disappearance does not matter to the clients
+	// Cached. The cluster's disappearance does not matter to the clients
 	// already made.
 	em.DeleteEKSCluster("analytics")
 	again, err := cache.get(ctx, a)

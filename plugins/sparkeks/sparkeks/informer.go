@@ -50,7 +50,7 @@ import (
 // has expired).
 //
 // RBAC: list and watch on sparkapplications and on pods in the namespace (a
-// namespaced Role is enough: nothing is cluster-scoped), besides what the
+// namespaced Role is enough. Nothing is cluster-scoped), besides what the
 // jobs already need (get, create, delete, pods/log, ...).
 //
 // A job calls appWatchers.subscribe(clients, namespace, name, every). The
@@ -88,8 +88,8 @@ import (
 // first sync, when the informers' health changes (a failure begins or
 // ends), right after subscribe, and at least every `every` (a per
 // subscription timer, so jobs with different poll intervals share one
-// watcher: the informers themselves run without resync, which would only
-// replay the local cache). A wake-up carries no data: on each, read app(),
+// watcher. The informers themselves run without resync, which would only
+// replay the local cache). A wake-up carries no data. On each, read app(),
 // driverPod() and health() and act on what they say now.
 //
 // The UID is not part of the key. A name deleted and created again (a later

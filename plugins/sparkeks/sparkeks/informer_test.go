@@ -393,7 +393,7 @@ func TestInformer(t *testing.T) {
 		app, _ = s2.app()
 		require.Equal(t, created2.GetUID(), app.GetUID())
 
-		// Deleted: the cache lets go of it and the GET confirms.
+		// Deleted. The cache lets go of it and the GET confirms.
 		require.NoError(t, k.env.Dynamic.Resource(GVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}))
 		waitUntil(t, s, "the deleted application leaves the cache", func() bool { app, _ := s.app(); return app == nil })
 		gone, _, err = s.confirmGone(ctx)

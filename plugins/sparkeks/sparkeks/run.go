@@ -522,7 +522,7 @@ func (r *run) reattachTo(ctx context.Context, app *unstructured.Unstructured) (b
 		// This attempt's own application is gone.
 		return true, nil, r.gone(ctx)
 	}
-	// An earlier attempt's, and this attempt never submitted: adopt it or,
+	// An earlier attempt's, and this attempt never submitted. Adopt it or,
 	// if it failed, replace it (the same rule as Execute).
 	again, err := r.earlier(ctx, app, attempt)
 	if !again {
@@ -581,7 +581,7 @@ func (r *run) recorded() (*plugin.Result, error) {
 // another agent's Resume on a handoff).
 //
 // Each wake-up (a change of the application or its driver pod, a change of
-// the informer's health, and at least every poll interval: the wake-ups
+// the informer's health, and at least every poll interval. The wake-ups
 // that advance startup_timeout and unknown_grace and checkpoint the log's
 // position) reads the cache. An application missing from it is gone only
 // once the informer has synced and one direct GET (confirmGone) answers
@@ -786,7 +786,7 @@ func goneConfirmDelay(poll time.Duration) time.Duration {
 }
 
 // lostTrack ends a job whose application the API server keeps refusing to
-// show: the application runs on, and its outcome is unknown. The host's
+// show. The application runs on, and its outcome is unknown. The host's
 // Cleanup (durable, retried) deletes it later. what is what was refused.
 func (r *run) lostTrack(ctx context.Context, what string, err error, refused time.Duration) error {
 	r.stopLogs()
