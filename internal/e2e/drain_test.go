@@ -155,7 +155,7 @@ func TestDrainCancelsShellAtDeadline(t *testing.T) {
 	a := h.startAgent(ctx, "deadline-a", drainEnv(shutdownTimeout, "")...)
 	_, sh := h.submitMix(ctx, 0, 2, 0, 300*time.Second)
 	// One that ignores SIGTERM (so does its sleep: ignored signals are
-	// inherited): only the SIGKILL after kill_grace ends it.
+	// inherited). Only the SIGKILL after kill_grace ends it.
 	stubborn := h.submitShellScript(ctx, fmt.Sprintf(`echo $$ > %q/"$TETHER_JOB_ID".pid; trap '' TERM; sleep 300`, h.pidDir))
 	sh = append(sh, stubborn)
 	h.waitStarted(ctx, nil, sh)

@@ -285,7 +285,7 @@ func TestECSTaskEndsWhileNoAgentWatches(t *testing.T) {
 	em, url := startEmulator(t)
 	h := newECSHarness(t, pgtest.URL(t), ecsKillTimings(), url)
 
-	// About 6 s of output: line 2 reaches the database a few seconds after
+	// About 6 s of output. Line 2 reaches the database a few seconds after
 	// it is printed (CloudWatch's lag, checkpoints every 2 s), and the
 	// task must still be running when its agent is killed.
 	const lines = 60

@@ -100,7 +100,7 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 // task is launched a second time. ECS output the database lost is read
 // again from CloudWatch through a resume from the checkpoint it kept, so
 // every ECS line is stored once. Shell output lost for good is never
-// silent: the job's database_history_lost event says which records.
+// silent. The job's database_history_lost event says which records.
 func TestFailoverToAsynchronousStandbyThatLostHistory(t *testing.T) {
 	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -243,7 +243,7 @@ done`, h.pidDir, out)
 		}
 	}
 	assert.Equal(t, lines1, n1, "attempt 1 wrote again after the thaw")
-	// The host got the plugin's answer: its SDK stopped the job.
+	// The host got the plugin's answer. Its SDK stopped the job.
 	assert.Contains(t, lost.Message, "its plugin stopped the job before its lease could expire (no lease renewal had reached it for", "the frozen agent's account")
 }
 
@@ -257,7 +257,7 @@ func TestFrozenAgentResumableJobStopsWatching(t *testing.T) {
 	h := newHarness(t, pgtest.URL(t), tm)
 
 	a := h.startAgent(ctx, "frozen-a")
-	// tick_ms: the watcher checkpoints often, so it is inside a checkpoint
+	// tick_ms. The watcher checkpoints often, so it is inside a checkpoint
 	// the frozen agent never answers when its deadline comes.
 	c, err := json.Marshal(map[string]any{"duration_ms": 8000, "tick_ms": 100})
 	require.NoError(t, err)

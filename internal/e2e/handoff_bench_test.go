@@ -58,7 +58,7 @@ func handoffOnce(b *testing.B, n int) (gaps []time.Duration, lastResume, exit ti
 		AWOLTimeout:   120 * time.Second,
 	}
 	h := newHarness(b, pgtest.URL(b), tm)
-	// Cleanup runs only after the last iteration: stop this round's agents
+	// Cleanup runs only after the last iteration. Stop this round's agents
 	// and work now, or their connections exhaust the test cluster's
 	// max_connections with -benchtime > 1x.
 	defer h.killAll()

@@ -230,7 +230,8 @@ func (h *harness) waitRegistered(ctx context.Context, a *agentProc) {
 	}
 }
 
-// kill9 kills the agent process (not its plugins: they must notice on their own).
+// kill9 kills the agent process, not its plugins. They must notice on their
+// own.
 func (h *harness) kill9(a *agentProc) {
 	h.t.Helper()
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -293,7 +294,7 @@ func (h *harness) killAll() {
 		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 		<-a.done
 	}
-	// Detached resumable work leads its own session: kill each group.
+	// Detached resumable work leads its own session. Kill each group.
 	for _, pid := range pidsIn(h.workDir, ".pid") {
 		if cmdlineHas(pid, "resumable-") {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)

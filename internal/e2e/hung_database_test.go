@@ -71,7 +71,7 @@ func TestHungDatabaseStoresEveryLineOnce(t *testing.T) {
 		for i := range 40 {
 			ids = append(ids, h.submitShellScript(ctx, fmt.Sprintf("sleep 0.5; echo only-%d", i)))
 		}
-		// Frozen once the first ones run: the rest end (or start) in it.
+		// Frozen once the first ones run. The rest end (or start) in it.
 		deadline := time.Now().Add(20 * time.Second)
 		for len(h.jobsIn(ctx, ids, store.StatusRunning)) < 10 {
 			require.True(t, time.Now().Before(deadline), "the jobs did not start")

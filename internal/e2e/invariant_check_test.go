@@ -349,7 +349,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 		}
 	}
 
-	// (6) Every line once: the jobs print unique lines.
+	// (6) Every line once. The jobs print unique lines.
 	seen := map[string]int{}
 	for _, l := range j.Stdout {
 		seen[l]++

@@ -17,7 +17,7 @@ import (
 type lossWindow struct{ from, to time.Time }
 
 // freezeDatabase SIGSTOPs the whole cluster (postmaster and every backend)
-// and SIGCONTs it later: statements wait. The agents' bounded writes give
+// and SIGCONTs it later. Statements wait. The agents' bounded writes give
 // up and are sent again, the first copies committing at the thaw. Short:
 // below the log flush's 5 s bound. Long: past it (and past the self-fence
 // point: the agents stop their jobs as in a long outage).

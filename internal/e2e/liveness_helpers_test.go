@@ -21,7 +21,7 @@ import (
 )
 
 // earlyReason is what an early action (release reason, requeue message)
-// says: the name lock was seen free.
+// says. The name lock was seen free.
 const earlyReason = "name lock free"
 
 // livenessTimings: keepalive 500ms, dead_after 1s (set with

@@ -25,7 +25,7 @@ func newLivenessHarness(t *testing.T, dbURL string, capacity int) *harness {
 }
 
 // kill -9 of an agent holding resumable and shell jobs, another agent
-// idle: its name lock frees with its connection, so the resumable jobs are
+// idle. Its name lock frees with its connection, so the resumable jobs are
 // released early ("name lock free") and resumed by the other agent well
 // before stale_job, their work started once. The shell jobs (no Resume)
 // are not touched before stale_job. A free lock does not prove their local
@@ -77,7 +77,7 @@ func TestLivenessKill9ReleasesResumableEarly(t *testing.T) {
 		for _, e := range h.events(ctx, id) {
 			if e.Kind == "released" || e.Kind == "failed" {
 				// The lease was last renewed at most a keepalive before the
-				// kill: the janitor may act from stale_job after that renewal.
+				// kill. The janitor may act from stale_job after that renewal.
 				took := e.At.Sub(killedAt)
 				assert.GreaterOrEqual(t, took, tm.StaleJob-2*tm.Keepalive, "shell job %s: %s %s after the kill, before stale_job", id, e.Kind, took)
 			}

@@ -69,7 +69,7 @@ var outageLimits = limits.Set{MaxRetry: 2, RetryBackoff: 200 * time.Millisecond,
 func (h *harness) outageDuring(ctx context.Context, c *pgcluster.Cluster, down time.Duration, during func()) time.Duration {
 	h.t.Helper()
 	begin := time.Now()
-	// A clean (fast) shutdown, as in outage: the test cluster runs without
+	// A clean (fast) shutdown, as in outage. The test cluster runs without
 	// fsync.
 	require.NoError(h.t, c.StopServer(ctx))
 	stopped := time.Now()
@@ -230,7 +230,7 @@ func (h *harness) storedStream(ctx context.Context, id, stream string) string {
 // stored twice — no run of the plugin (an Execute, each Resume) noted
 // following its application more than once, and no stored chunk repeats the
 // whole chunk before it (a batch written again). State lines themselves may
-// repeat: a watch may deliver an older state after a newer get, and the
+// repeat. A watch may deliver an older state after a newer get, and the
 // plugin notes each change. After a short outage (short) the plugin must
 // have run once and its note of the transition it saw while the database
 // was down must be stored. Nothing is lost. After a long one that note may
@@ -364,8 +364,8 @@ func (a sparkApps) setAll(ctx context.Context, ids []string, state string) {
 }
 
 // completeWhen completes, in the background, each job's running
-// application once ready(id) holds (ready runs off the test goroutine: it
-// must not fail the test). Applications created later for the same job
+// application once ready(id) holds. ready runs off the test goroutine, so
+// it must not fail the test. Applications created later for the same job
 // (a retry's) are completed too. The returned func stops it.
 func (a sparkApps) completeWhen(ctx context.Context, ids []string, ready func(id string) bool) (stop func()) {
 	cctx, cancel := context.WithCancel(ctx)

@@ -3,7 +3,7 @@ package e2e
 // The database-outage promise (docs/operations.md: an outage shorter than
 // the self-fence point — stale_job − 2×keepalive − the longest kill grace;
 // these agents run no plugin that stops local work, so stale_job −
-// 2×keepalive — fails nothing and loses nothing; a longer one releases
+// 2×keepalive — fails nothing and loses nothing. A longer one releases
 // resumable jobs, which are resumed, never started again) with the real
 // resumable plugins: ECS jobs against the emulator and Spark jobs
 // against the kube-apiserver. Both plugins checkpoint while they follow
@@ -95,7 +95,7 @@ func TestDatabaseOutageECS(t *testing.T) {
 // later transitions itself. RUNNING → SUCCEEDING while the database is down
 // (the plugin sees a state change and checkpoints), COMPLETED once it is
 // back. It runs against the Simulator stack (simKubeEnv), not the real
-// operator: the operator completes a SUCCEEDING application at once (so the
+// operator. The operator completes a SUCCEEDING application at once (so the
 // plugin sees COMPLETED while the database is down, and a phase-2 job could
 // end before it is followed again), and the kubelet stand-in cannot be told
 // to end a driver at a chosen moment.

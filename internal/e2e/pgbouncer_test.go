@@ -28,7 +28,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	h := newHarness(t, direct, fast())
 
 	// PgBouncer before 1.21 keeps no prepared statements in transaction
-	// mode: pgx must not rely on them, and either mode works.
+	// mode. pgx must not rely on them, and either mode works.
 	for _, mode := range []string{"exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			pooled := pgtest.WithQueryParam(t, bouncer, "default_query_exec_mode", mode)
