@@ -13,9 +13,10 @@ import (
 	"github.com/tetherjobs/tether/internal/ui"
 )
 
-// TestConsoleServedBesideTheAPI: the console's files need no token (they
-// carry no data) while its data, /api/v1, still does. With Console nil the
-// paths are the API's JSON 404. The host check covers the console too.
+// TestConsoleServedBesideTheAPI checks that the console's files need no
+// token (they carry no data) while its data, /api/v1, still does. With
+// Console nil the paths are the API's JSON 404. The host check covers the
+// console too.
 func TestConsoleServedBesideTheAPI(t *testing.T) {
 	e := newEnv(t, func(o *api.Options) {
 		o.Tokens = []config.Token{{Name: "ci", Token: "s3cret"}}

@@ -14,10 +14,10 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 )
 
-// TestListJobsByTimeAndKey: since/until bound created_at exactly (including
-// a job whose created_at is far from its UUIDv7 ID's time, within the
-// allowed skew), idempotency_key finds any submitter's job, and bad values
-// are 400s naming the parameter.
+// TestListJobsByTimeAndKey checks that since/until bound created_at exactly
+// (including a job whose created_at is far from its UUIDv7 ID's time, within
+// the allowed skew), idempotency_key finds any submitter's job, and bad
+// values are 400s naming the parameter.
 func TestListJobsByTimeAndKey(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()

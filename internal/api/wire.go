@@ -36,7 +36,7 @@ type RequeueRequest struct {
 // RequeueResponse is the answer of POST /api/v1/jobs/{id}/requeue.
 type RequeueResponse struct {
 	Job store.Job `json:"job"`
-	// Replayed: this is the stored answer of an earlier identical request.
+	// Replayed means this is the stored answer of an earlier identical request.
 	Replayed bool `json:"replayed"`
 }
 
@@ -105,16 +105,16 @@ const (
 	CodeIdempotencyConflict = "idempotency_conflict"
 	CodeInvalidTransition   = "invalid_transition"
 	CodeNotReady            = "not_ready"
-	// CodeMethodNotAllowed: the route exists without this method (405,
+	// CodeMethodNotAllowed means the route exists without this method (405,
 	// with Allow).
 	CodeMethodNotAllowed = "method_not_allowed"
-	// CodeUnsupportedMediaType: a state-changing request without
+	// CodeUnsupportedMediaType is for a state-changing request without
 	// Content-Type: application/json (415).
 	CodeUnsupportedMediaType = "unsupported_media_type"
-	// CodeForbiddenOrigin: a state-changing request from a web page of
+	// CodeForbiddenOrigin is for a state-changing request from a web page of
 	// another site, or Origin: null (403).
 	CodeForbiddenOrigin = "forbidden_origin"
-	// CodeForbiddenHost: a Host the agent does not answer to (421).
+	// CodeForbiddenHost is for a Host the agent does not answer to (421).
 	CodeForbiddenHost = "forbidden_host"
 	CodeInternal      = "internal"
 )

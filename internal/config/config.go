@@ -142,10 +142,10 @@ type Agent struct {
 	Keepalive    Duration `yaml:"keepalive"`     // heartbeat period
 	StaleJob     Duration `yaml:"stale_job"`     // silence after which running jobs are released or failed
 	OfflineAfter Duration `yaml:"offline_after"` // silence after which accepted jobs are requeued; 0 = 3 × keepalive
-	// DeadAfter: an agent whose name lock has been seen free and that has
-	// not heartbeat for this long is dead. Its accepted jobs are requeued
-	// and its resumable running jobs released at once, without waiting for
-	// stale_job. 0 = 2 × keepalive.
+	// DeadAfter sets when an agent is dead. An agent whose name lock has
+	// been seen free and that has not heartbeat for this long is dead. Its
+	// accepted jobs are requeued and its resumable running jobs released at
+	// once, without waiting for stale_job. 0 = 2 × keepalive.
 	DeadAfter Duration `yaml:"dead_after"`
 	// NameLockLiveness turns that early detection on (default true). Off,
 	// only stale_job and offline_after apply.

@@ -26,12 +26,13 @@ func hungTimings() timings {
 	return tm
 }
 
-// TestHungDatabaseStoresEveryLineOnce: the whole PostgreSQL cluster is
-// frozen (SIGSTOP of the postmaster and every backend, then SIGCONT) while
-// jobs print, and again while jobs end. Statements the agents gave up on
-// sit in the hung backends' sockets and commit when the server wakes. The
-// agents send them again on new connections. Every job succeeds, every
-// line is stored exactly once, and no end is taken for a lost lease.
+// TestHungDatabaseStoresEveryLineOnce covers the case where the whole
+// PostgreSQL cluster is frozen (SIGSTOP of the postmaster and every backend,
+// then SIGCONT) while jobs print, and again while jobs end. Statements the
+// agents gave up on sit in the hung backends' sockets and commit when the
+// server wakes. The agents send them again on new connections. Every job
+// succeeds, every line is stored exactly once, and no end is taken for a
+// lost lease.
 func TestHungDatabaseStoresEveryLineOnce(t *testing.T) {
 	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -115,8 +115,9 @@ var (
 	attemptRE       = regexp.MustCompile(`^attempt (\d+)`)
 )
 
-// operatorRequeue: the API's requeue event carries no agent and no lease
-// (the janitor's requeue of an accepted job carries both).
+// operatorRequeue reports whether e is the API's requeue event. It carries
+// no agent and no lease (the janitor's requeue of an accepted job carries
+// both).
 func operatorRequeue(e event) bool { return e.Kind == "requeued" && e.Agent == "" && e.Lease == 0 }
 
 func attemptIn(msg string) int {

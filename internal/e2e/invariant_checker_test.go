@@ -269,10 +269,10 @@ func TestInvariantCheckerReportsViolations(t *testing.T) {
 	}
 }
 
-// TestInvariantCheckerOutputAndHistory: the checks added for a database in
-// between: shell runs from their own tick files (3), every output line once
-// (6), a succeeded shell job's last run complete (7), and what a failover
-// that lost history may legitimately leave.
+// TestInvariantCheckerOutputAndHistory covers the checks added for a
+// database in between: shell runs from their own tick files (3), every
+// output line once (6), a succeeded shell job's last run complete (7), and
+// what a failover that lost history may legitimately leave.
 func TestInvariantCheckerOutputAndHistory(t *testing.T) {
 	now := t0.Add(time.Minute)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }

@@ -976,8 +976,8 @@ func argv0(pid int) string {
 	return string(b)
 }
 
-// workAlive: pid runs (not a zombie) and is job id's resumable work, not a
-// process that reused the pid.
+// workAlive reports whether pid runs (not a zombie) and is job id's
+// resumable work, not a process that reused the pid.
 func workAlive(pid int, id string) bool {
 	state, _, ok := procStat(pid)
 	return ok && state != "Z" && state != "X" && cmdlineHas(pid, "resumable-"+id)

@@ -143,8 +143,8 @@ func TestBinaryCancelKillsGrandchild(t *testing.T) {
 	waitFor(t, "grandchild that ignores SIGTERM to die", func() bool { return !processAlive(gc) })
 }
 
-// TestBinaryHostClosingPluginKillsJobs: when the host closes the plugin
-// process, the jobs it was running must not outlive it.
+// TestBinaryHostClosingPluginKillsJobs covers the case where the host closes
+// the plugin process. The jobs it was running must not outlive it.
 func TestBinaryHostClosingPluginKillsJobs(t *testing.T) {
 	c, client := connectClient(t)
 	gc, _ := startStubborn(t, c, context.Background(), t.TempDir())

@@ -175,7 +175,7 @@ func cloudWatchEscape(s string) string {
 	return b.String()
 }
 
-// unreservedURI: what encodeURIComponent leaves as it is.
+// unreservedURI is what encodeURIComponent leaves as it is.
 func unreservedURI(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.!~*'()", c) >= 0
 }

@@ -28,9 +28,10 @@ const (
 	eksClusterHeader = "x-k8s-aws-id"
 	// EKS accepts a token for 15 minutes. Renewing after 10 leaves margin.
 	eksTokenRenew = 10 * time.Minute
-	// eksCredsMargin: a token is renewed this long before the credentials
-	// that signed it expire (temporary credentials: a role's, SSO's), since
-	// STS refuses a presigned request whose credentials have expired.
+	// eksCredsMargin is a margin. A token is renewed this long before the
+	// credentials that signed it expire (temporary credentials: a role's,
+	// SSO's), since STS refuses a presigned request whose credentials have
+	// expired.
 	eksCredsMargin = time.Minute
 )
 

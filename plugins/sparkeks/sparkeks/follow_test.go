@@ -139,10 +139,11 @@ func TestFollowSharesOneInformer(t *testing.T) {
 	assert.Equal(t, jobs, rc.count("POST", appsPathOf(ns)), "one create per job")
 }
 
-// TestFollowRefusedInformer: the API server (here its proxy) refuses the
-// shared informer's LIST and WATCH of SparkApplications. Past auth_grace
-// the job has lost track of its application (outcome_unknown, left
-// running). A refusal that ends within auth_grace costs nothing.
+// TestFollowRefusedInformer covers the case where the API server (here its
+// proxy) refuses the shared informer's LIST and WATCH of SparkApplications.
+// Past auth_grace the job has lost track of its application
+// (outcome_unknown, left running). A refusal that ends within auth_grace
+// costs nothing.
 func TestFollowRefusedInformer(t *testing.T) {
 	k := startInformerKube(t)
 	setup := func(t *testing.T, authGrace string) (*Plugin, string, func() *plugin.Job) {

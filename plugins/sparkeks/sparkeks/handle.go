@@ -36,7 +36,7 @@ type Handle struct {
 	DriverPod          string       `json:"driver_pod,omitempty"`
 	Log                *LogPosition `json:"log,omitempty"`
 	UnknownSince       *time.Time   `json:"unknown_since,omitempty"`
-	// EverRunning: the application was seen past its startup (RUNNING or
+	// EverRunning means the application was seen past its startup (RUNNING or
 	// later). startup_timeout no longer applies to it.
 	EverRunning bool `json:"ever_running,omitempty"`
 	// AdoptedAttempt is set when this attempt follows an application an

@@ -251,10 +251,10 @@ func refuseListWatch(e *env, n int64) (refused *atomic.Int64) {
 	return refused
 }
 
-// TestRefusedListWatch: the informer the jobs follow their applications
-// through is refused (an EKS token not accepted, an access entry being
-// replaced). Within auth_grace the job is followed with GETs meanwhile.
-// Past it, the outcome is unknown.
+// TestRefusedListWatch covers the case where the informer the jobs follow their
+// applications through is refused (an EKS token not accepted, an access
+// entry being replaced). Within auth_grace the job is followed with GETs
+// meanwhile. Past it, the outcome is unknown.
 func TestRefusedListWatch(t *testing.T) {
 	t.Run("within auth_grace", func(t *testing.T) {
 		e := newEnv(t)
