@@ -347,8 +347,8 @@ func TestIdempotencyKeysPerSubmitter(t *testing.T) {
 	body := `{"command":"hello","idempotency_key":"deploy-1","context":{"v":1}}`
 	ci := e.do(t, "POST", "/api/v1/jobs", body, "Authorization", "Bearer tok-ci-0123456789")
 	require.Equal(t, http.StatusCreated, ci.status, "%s", ci.body)
-	// Another token with the same key and another body. It gets its own job, not a
-	// conflict that would tell it ci's key exists.
+	// Another token with the same key and another body. It gets its own job,
+	// not a conflict that would tell it ci's key exists.
 	ops := e.do(t, "POST", "/api/v1/jobs", `{"command":"sleep","idempotency_key":"deploy-1"}`, "Authorization", "Bearer tok-ops-0123456789")
 	require.Equal(t, http.StatusCreated, ops.status, "%s", ops.body)
 	ciJob, opsJob := decode[store.Job](t, ci), decode[store.Job](t, ops)
