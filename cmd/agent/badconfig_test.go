@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Distinctive secrets every bad-config case carries; none may appear in any
+// Distinctive secrets every bad-config case carries. None may appear in any
 // output line of the binary. Every token in the table starts with
 // secretToken, so a short or mangled one is caught too.
 const (
@@ -25,7 +25,7 @@ const (
 )
 
 // The database the cases point at (with the secret password) when they do
-// not set DATABASE_URL themselves: nothing listens on port 1, but every
+// not set DATABASE_URL themselves. Nothing listens on port 1, but every
 // case must fail on its configuration before connecting.
 const secretDatabaseURL = "postgres://tether:" + secretPassword + "@127.0.0.1:1/tether"
 

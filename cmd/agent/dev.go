@@ -21,8 +21,8 @@ import (
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
-// demoScript is what the demo job runs: a few lines of output over a couple
-// of seconds, so the newcomer sees logs stream and a status change.
+// demoScript is what the demo job runs. It prints a few lines of output over
+// a couple of seconds, so the newcomer sees logs stream and a status change.
 const demoScript = `echo "hello from tether: job $TETHER_DEMO on $(uname -n)"
 for i in 1 2 3 4 5; do echo "step $i of 5"; sleep 0.4; done
 echo "a line on stderr" >&2
@@ -121,7 +121,7 @@ func (a *app) startDevServices(ctx context.Context, cfg *config.Config, o devOpt
 
 // startDevECS starts the ECS emulator when the ECS plugin is built, and
 // reports whether it runs. Unless keep is set, stopping it is added to
-// stops. That runs only on a clean exit (Ctrl-C, SIGTERM): after a kill -9
+// stops. That runs only on a clean exit (Ctrl-C, SIGTERM). After a kill -9
 // the emulator keeps the tasks a restarted agent reattaches to.
 func (a *app) startDevECS(ctx context.Context, cfg *config.Config, runDir string, keep bool, stops *stopList) (bool, error) {
 	stopECS, err := a.devECS(ctx, cfg, runDir)
@@ -145,7 +145,7 @@ func (s *stopList) run() {
 	}
 }
 
-// devConfig loads the config and applies dev's settings: the listen
+// devConfig loads the config and applies dev's settings. The listen
 // address (refused beyond this machine without tokens), the demo commands
 // when none are configured, and the agent name "dev" when none is set.
 func (a *app) devConfig(listen string) (*config.Config, error) {
@@ -272,7 +272,7 @@ shows it); "%[2]s dev stop" stops what is left.
 }
 
 // checkDevListen refuses to serve `tether dev`'s unauthenticated API beyond
-// this machine: it runs shell commands for whoever can reach it. With
+// this machine. It runs shell commands for whoever can reach it. With
 // tokens configured any address is allowed.
 func checkDevListen(listen string, tokens int) error {
 	host, _, err := net.SplitHostPort(listen)
@@ -337,7 +337,7 @@ var ecsDemoTask = map[string]any{
 }
 
 // devECS sets up the ECS plugin for `tether dev` when its binary is next to
-// tether and nothing says where AWS is: it reuses the local ECS + CloudWatch
+// tether and nothing says where AWS is. It reuses the local ECS + CloudWatch
 // Logs emulator recorded in runDir or starts one as its own process, and
 // points the plugin at it. It returns the emulator's stop func (nil when
 // ECS is not set up here).

@@ -20,9 +20,9 @@ import (
 )
 
 // The local ECS emulator of `tether dev` runs as a process of its own, so
-// its tasks outlive a kill -9 of the agent: that is what lets a restarted
+// its tasks outlive a kill -9 of the agent. That is what lets a restarted
 // `tether dev` reattach to them. Its pid and URL are kept in
-// <data-dir>/run/emulator.json; a clean exit of `tether dev` (Ctrl-C) and
+// <data-dir>/run/emulator.json. A clean exit of `tether dev` (Ctrl-C) and
 // `tether dev stop` (`make stop`) stop it, a crash of the agent does not.
 
 // emulatorRun is the content of the emulator's run file.
@@ -39,12 +39,12 @@ const (
 	// emulator it started to answer.
 	emulatorStartTimeout = 15 * time.Second
 	// processStopTimeout bounds the wait for a process told to stop before
-	// it is killed; the emulator itself gives its tasks a few seconds.
+	// it is killed. The emulator itself gives its tasks a few seconds.
 	processStopTimeout = 15 * time.Second
 )
 
 // devEmulatorCmd is `tether dev emulator`: the emulator in the foreground.
-// `tether dev` starts it detached; it is hidden because nobody needs to
+// `tether dev` starts it detached. It is hidden because nobody needs to
 // run it by hand (`go run ./localstack` is the emulator's own command).
 func (a *app) devEmulatorCmd() *cobra.Command {
 	var addr, runFile string
@@ -64,7 +64,7 @@ func (a *app) devEmulatorCmd() *cobra.Command {
 
 func (a *app) runDevEmulator(ctx context.Context, addr, runFile string) error {
 	log := a.logger()
-	// Long retention: a restarted agent must still find a task that
+	// Long retention. A restarted agent must still find a task that
 	// stopped while no agent was watching.
 	emu := emulator.New(emulator.Options{StoppedRetention: time.Hour, StopTimeout: 5 * time.Second, Logger: log})
 	url, err := emu.Start(addr)
@@ -236,7 +236,7 @@ func processAlive(pid int) bool {
 	return true
 }
 
-// writeDevPID records this process for `tether dev stop`; remove deletes
+// writeDevPID records this process for `tether dev stop`. remove deletes
 // the file unless another `tether dev` has written it since. A file left by
 // a killed agent names a dead pid, which dev stop skips.
 func writeDevPID(runDir string) (remove func(), err error) {
@@ -254,7 +254,7 @@ func writeDevPID(runDir string) (remove func(), err error) {
 	}, nil
 }
 
-// devStopCmd is `tether dev stop` (`make stop`): stops what `tether dev`
+// devStopCmd is `tether dev stop` (`make stop`). It stops what `tether dev`
 // left running under --data-dir — the agent, then the emulator and the
 // private PostgreSQL (after a kill -9 of the agent they keep running).
 func (a *app) devStopCmd(dataDir *string) *cobra.Command {
@@ -274,7 +274,7 @@ func (a *app) runDevStop(ctx context.Context, dataDir string) error {
 	stopped := 0
 	stop := func(what, pidFile string, pid int, sig syscall.Signal, cmdWord string) {
 		// A pid file left by a crash may name a pid now reused by an
-		// unrelated process: signal only one that looks like ours.
+		// unrelated process. Signal only one that looks like ours.
 		if pid <= 0 || !processAlive(pid) || !cmdlineHas(pid, cmdWord) {
 			return
 		}
@@ -288,14 +288,14 @@ func (a *app) runDevStop(ctx context.Context, dataDir string) error {
 			_ = os.Remove(pidFile)
 		}
 	}
-	// The agent first: on SIGTERM it drains and stops the other two itself.
+	// The agent first. On SIGTERM it drains and stops the other two itself.
 	devPID := filepath.Join(runDir, devPIDFile)
 	stop("tether dev", devPID, readPID(devPID), syscall.SIGTERM, "dev")
 	emuFile := filepath.Join(runDir, emulatorRunFile)
 	if run, err := readRunFile(emuFile); err == nil {
 		stop("the ECS emulator", emuFile, run.PID, syscall.SIGTERM, "emulator")
 	}
-	// postmaster.pid's first line is the server's pid; SIGINT is its fast
+	// postmaster.pid's first line is the server's pid. SIGINT is its fast
 	// shutdown.
 	stop("the private PostgreSQL", "", readPID(filepath.Join(dataDir, "pgdata", "postmaster.pid")), syscall.SIGINT, "postgres")
 	if pid := readPID(devPID); pid != 0 && !processAlive(pid) {
@@ -322,7 +322,8 @@ func cmdlineHas(pid int, word string) bool {
 	return false
 }
 
-// readPID reads the pid on the first line of a pid file; 0 when there is none.
+// readPID reads the pid on the first line of a pid file. It returns 0 when
+// there is none.
 func readPID(path string) int {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -32,7 +32,7 @@ func TestReadPID(t *testing.T) {
 	assert.Equal(t, 0, readPID(filepath.Join(dir, "missing")))
 }
 
-// A child that exited but is not reaped yet is gone for stopProcess; so is
+// A child that exited but is not reaped yet is gone for stopProcess. So is
 // one that was reaped.
 func TestProcessAlive(t *testing.T) {
 	assert.True(t, processAlive(os.Getpid()))

@@ -28,7 +28,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // A real agent (`tether run` with the shell plugin) runs what
-// `tether submit --wait` submits; the exit code follows the job.
+// `tether submit --wait` submits. The exit code follows the job.
 func TestRunAndSubmitWaitEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -118,7 +118,7 @@ commands:
 	assert.False(t, strings.Contains(agentErr.String(), "level=ERROR"), agentErr.String())
 }
 
-// Plugin settings are checked by each plugin at start: a bad command
+// Plugin settings are checked by each plugin at start. A bad command
 // context or plugin config fails `tether run` with the key named, before the
 // agent serves (it would otherwise say ready and fail every job).
 func TestRunRefusesBadPluginSettings(t *testing.T) {
@@ -161,7 +161,7 @@ commands:
 				assert.Contains(t, errOut.String(), w)
 			}
 			assert.NotContains(t, errOut.String(), "commands.ok.", "a valid command is not named")
-			// It never served: nothing listens on its address.
+			// It never served. Nothing listens on its address.
 			conn, err := net.DialTimeout("tcp", addr, time.Second)
 			if err == nil {
 				conn.Close()

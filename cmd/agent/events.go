@@ -82,8 +82,8 @@ they happen); -o yaml the same as json in YAML.`,
 	return cmd
 }
 
-// runEvents prints job id's timeline; with follow, until the job ends,
-// returning its outcome as the exit code.
+// runEvents prints job id's timeline. With follow, it prints until the job ends
+// and returns its outcome as the exit code.
 func (a *app) runEvents(ctx context.Context, id string, follow bool, timeout time.Duration) error {
 	if !follow && timeout != 0 {
 		return fmt.Errorf("--wait-timeout needs --follow")

@@ -90,9 +90,9 @@ func waitTimeout(ctx context.Context, d time.Duration) (context.Context, context
 	return context.WithTimeout(ctx, d)
 }
 
-// logPrinter prints followed log records: the job's stdout to out and its
-// stderr to errOut, a separator on stderr when the attempt changes, and with
-// stamps a stream/time/attempt prefix on each line.
+// logPrinter prints followed log records. It prints the job's stdout to out
+// and its stderr to errOut, a separator on stderr when the attempt changes,
+// and with stamps a stream/time/attempt prefix on each line.
 type logPrinter struct {
 	out, errOut, notices io.Writer
 	stamps               bool
@@ -128,7 +128,7 @@ func (p *logPrinter) print(r client.LogRecord) error {
 
 // followJob follows a job's output across agents until it ends and returns
 // the exit of its outcome. split sends the job's stderr to stderr (else both
-// streams go to stdout); statuses prints status changes on stderr meanwhile.
+// streams go to stdout). statuses prints status changes on stderr meanwhile.
 func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, statuses bool) error {
 	fo, err := a.failover()
 	if err != nil {
@@ -156,7 +156,7 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	stopStatus()
 	j, err := fo.Get(ctx, id)
 	if err != nil {
-		// The end record says how it ended; details are lost, not the outcome.
+		// The end record says how it ended. Details are lost, not the outcome.
 		j = store.Job{ID: id, Status: jobstate.JobStatus(end.Status), Attempt: end.Attempt}
 	}
 	if p == nil {
@@ -180,10 +180,10 @@ func (a *app) printStatuses(ctx context.Context, fo *client.Failover, id string)
 	return func() { cancel(); wg.Wait() }
 }
 
-// followPrinter is where a followed job's output goes: split sends its
+// followPrinter is where a followed job's output goes. split sends its
 // stderr to stderr. Under machine output stdout holds the machine output
 // alone, and for `logs -f -o jsonl` (no statuses) the records themselves are
-// the output: followPrinter then returns nil.
+// the output. followPrinter then returns nil.
 func (a *app) followPrinter(split, stamps, statuses bool) *logPrinter {
 	if a.machine() && !statuses {
 		return nil

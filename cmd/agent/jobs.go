@@ -99,7 +99,7 @@ func jobStatuses() []string {
 }
 
 // timeFlag reads --since/--until: an RFC 3339 time, or a positive duration
-// meaning that long before now; "" is unbounded.
+// meaning that long before now. "" is unbounded.
 func timeFlag(name, v string, now time.Time) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
@@ -116,7 +116,7 @@ func timeFlag(name, v string, now time.Time) (time.Time, error) {
 
 func validStatus(s string) bool { return slices.Contains(jobStatuses(), s) }
 
-// checkLimit checks --limit against the API's bounds (1..1000): 0 is an
+// checkLimit checks --limit against the API's bounds (1..1000). 0 is an
 // error, not the server's default.
 func checkLimit(n int) error {
 	if n < 1 || n > api.MaxListLimit {

@@ -1,7 +1,7 @@
 // Command tether is the tether agent (`tether run`) and its command-line
 // client (submit, get, logs, cancel, requeue, jobs, agents, commands).
 //
-// Exit codes: 0 success; 1 an error (bad flags, API error, agent failure).
+// Exit codes: 0 success. 1 an error (bad flags, API error, agent failure).
 // The commands that follow a job to its end (`submit --wait`, `wait`,
 // `logs -f`) exit with the job's outcome instead: 0 succeeded, 1 failed,
 // 2 canceled, 3 anything else (the job's outcome is unknown: the submit was
@@ -30,13 +30,13 @@ import (
 const defaultServer = "http://127.0.0.1:9090"
 
 func main() {
-	// Before anything reads a secret: a job running as this user must not
+	// Before anything reads a secret. A job running as this user must not
 	// read the agent's environment or memory through /proc (see
 	// docs/security.md). agent.Run logs the outcome.
 	if err := agent.SetNonDumpable(); err != nil {
 		fmt.Fprintf(os.Stderr, "tether: warning: cannot make the process non-dumpable, so jobs running as this user may read its environment: %v\n", err)
 	}
-	// The first SIGINT/SIGTERM cancels ctx; commands wind down from there.
+	// The first SIGINT/SIGTERM cancels ctx. Commands wind down from there.
 	// `run` (and the later drain) may register its own signal channel to
 	// treat SIGTERM and a second signal specially.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -242,7 +242,7 @@ func (a *app) clients() ([]*client.Client, error) {
 	return out, nil
 }
 
-// failover returns a Failover over every --server; retries are noted on
+// failover returns a Failover over every --server. Retries are noted on
 // stderr so a follower that is reconnecting says so.
 func (a *app) failover() (*client.Failover, error) {
 	cs, err := a.clients()

@@ -59,7 +59,7 @@ func (c *cli) run(t *testing.T, args ...string) result {
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
-// agent plays the part of a tether agent for the one job it finds: it
+// agent plays the part of a tether agent for the one job it finds. It
 // claims it, writes output and finishes it with status.
 func (c *cli) agent(t *testing.T, status jobstate.JobStatus) <-chan error {
 	done := make(chan error, 1)
@@ -120,7 +120,7 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 			require.NoError(t, <-done)
 			assert.Equal(t, tc.code, r.code, "stderr: %s", r.stderr)
 			assert.Equal(t, "out 0\nout 1\nout 2\n", r.stdout, "the job's stdout, and nothing else, on stdout")
-			// The job's stderr, in order; the CLI's own notices ("job …:
+			// The job's stderr, in order. The CLI's own notices ("job …:
 			// running on …") may come between its lines, as they happen.
 			assert.Contains(t, withoutNotices(r.stderr), "err 0\nerr 1\nerr 2\n")
 			assert.Contains(t, r.stderr, "submitted job ")
@@ -135,7 +135,7 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 func TestSubmitWaitCanceledWhileQueued(t *testing.T) {
 	c := newCLI(t)
 	go func() {
-		// Cancel the job as soon as it exists; no agent ever claims it.
+		// Cancel the job as soon as it exists. No agent ever claims it.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		for ctx.Err() == nil {
@@ -183,7 +183,7 @@ func TestSubmitContextAndKey(t *testing.T) {
 	assert.Equal(t, "me", j.Submitter)
 	assert.Equal(t, "k1", j.IdempotencyKey)
 
-	// The same request again is a replay; --output json prints the job.
+	// The same request again is a replay. --output json prints the job.
 	r = c.run(t, "submit", "hello", "--context", "@"+file, "--set", "env.B=2", "--set-json", "retries=3", "--key", "k1", "--submitter", "me", "-o", "json")
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	var replay store.Job
@@ -467,8 +467,8 @@ func TestAgentsCommandLiveByDefaultAllWithFlag(t *testing.T) {
 	assert.True(t, list.Agents[1].Live)
 }
 
-// A job of a command no live agent serves would wait queued with no hint:
-// submit says so on stderr, and stays quiet once an agent serves it.
+// A job of a command no live agent serves would wait queued with no hint.
+// Submit says so on stderr, and stays quiet once an agent serves it.
 func TestSubmitWarnsWhenNoAgentServesTheCommand(t *testing.T) {
 	c := newCLI(t)
 	r := c.run(t, "submit", "hello")

@@ -8,7 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Output formats of -o. Machine formats go to stdout alone: notices, job
+// Output formats of -o. Machine formats go to stdout alone. Notices, job
 // output and logs go to stderr, so a script can parse stdout.
 const (
 	outTable = "table"
@@ -35,8 +35,8 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// emit writes one object in the machine format of -o: indented JSON, one
-// compact JSON line, or YAML with the JSON field names.
+// emit writes one object in the machine format of -o. That is indented JSON,
+// one compact JSON line, or YAML with the JSON field names.
 func (a *app) emit(v any) error {
 	switch a.output {
 	case outJSONL:
@@ -75,8 +75,8 @@ func emitList[T any](a *app, key string, items []T, next *string) error {
 	return a.emit(obj)
 }
 
-// toYAML renders v as YAML with the names and order of its JSON encoding:
-// JSON is YAML, so the node tree of the JSON keeps both; clearing the flow
+// toYAML renders v as YAML with the names and order of its JSON encoding.
+// JSON is YAML, so the node tree of the JSON keeps both. Clearing the flow
 // style makes it block YAML.
 func toYAML(v any) ([]byte, error) {
 	b, err := json.Marshal(v)

@@ -17,7 +17,7 @@ import (
 )
 
 // Every read command's machine output parses, alone on stdout, in each
-// format; -o json and -o yaml carry the same document.
+// format. -o json and -o yaml carry the same document.
 func TestMachineOutputParses(t *testing.T) {
 	c := newCLI(t)
 	done := c.agent(t, store.StatusSucceeded)
@@ -82,7 +82,7 @@ func TestMachineOutputParses(t *testing.T) {
 		})
 	}
 
-	// The job's output of submit --wait -o json goes to stderr: stdout is the
+	// The job's output of submit --wait -o json goes to stderr. stdout is the
 	// finished job alone.
 	done = c.agent(t, store.StatusSucceeded)
 	r = c.run(t, "submit", "hello", "--wait", "-o", "json")
@@ -182,7 +182,7 @@ func TestOutcome(t *testing.T) {
 	}
 }
 
-// Attempts are separated on stderr; --stamps prefixes each line; a partial
+// Attempts are separated on stderr. --stamps prefixes each line. A partial
 // line is continued without a prefix.
 func TestLogPrinter(t *testing.T) {
 	at := time.Date(2026, 1, 1, 12, 0, 0, 5e6, time.UTC)

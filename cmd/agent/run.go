@@ -38,7 +38,7 @@ and TETHER_* environment variables; see docs/configuration.md.`,
 	return cmd
 }
 
-// drainSignals turns SIGTERM/SIGINT into the drain: the first ends the
+// drainSignals turns SIGTERM/SIGINT into the drain. The first ends the
 // returned context (the agent drains), the second closes hurry (it stops
 // waiting for running jobs). While registered here, signals never kill the
 // process outright, so a second Ctrl-C still hands resumable jobs off.
@@ -46,7 +46,7 @@ func drainSignals(parent context.Context, log *slog.Logger) (context.Context, <-
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGTERM, os.Interrupt)
 	// The root command's context also ends on the first signal (and tests
-	// end it to stop an in-process agent): either begins the drain.
+	// end it to stop an in-process agent). Either begins the drain.
 	ctx, begin := context.WithCancel(parent)
 	hurry := make(chan struct{})
 	done := make(chan struct{})

@@ -37,9 +37,9 @@ func buildTether(ctx context.Context, t *testing.T, dir string) string {
 	return exe
 }
 
-// jobUser is who the test runs the agent as: as root, the `nobody` user, so
-// the test is about a same-user neighbour and not root's powers; otherwise
-// the current user (cred nil).
+// jobUser is who the test runs the agent as. As root, it is the `nobody`
+// user, so the test is about a same-user neighbour and not root's powers.
+// Otherwise it is the current user (cred nil).
 type jobUser struct {
 	cred *syscall.Credential
 	uid  int
@@ -74,7 +74,7 @@ func (u jobUser) dir(t *testing.T, writable bool) string {
 }
 
 // A shell job runs as the agent's user but cannot read the agent's
-// environment (database password, API tokens) from /proc: the agent is
+// environment (database password, API tokens) from /proc. The agent is
 // non-dumpable. The control, a plain process of the same user, is readable
 // by the same job, so the test can tell the difference.
 func TestShellJobCannotReadAgentEnviron(t *testing.T) {

@@ -159,7 +159,7 @@ func (a *app) reportSubmitted(job store.Job, created bool) error {
 }
 
 // warnUnserved says on stderr when no live agent serves command, so a
-// queued job is not left waiting with no hint. Best effort: a failed lookup
+// queued job is not left waiting with no hint. Best effort. A failed lookup
 // says nothing.
 func (a *app) warnUnserved(ctx context.Context, c *client.Client, command string) {
 	cmds, err := c.Commands(ctx)
@@ -309,7 +309,7 @@ func setPath(obj map[string]any, key string, val any) error {
 }
 
 // parseLimitFlags turns --limit lever=value flags into the request's limits
-// object. Lever names are checked here; values are checked by the server,
+// object. Lever names are checked here. Values are checked by the server,
 // which knows the command's maxima.
 func parseLimitFlags(args []string) (*limits.Override, error) {
 	if len(args) == 0 {

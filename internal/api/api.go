@@ -24,20 +24,20 @@ type Options struct {
 	// Commands that may be submitted, by name.
 	Commands map[string]config.Command
 	// Defaults are the global lifecycle defaults the commands' limits
-	// override; a zero value is replaced by the built-in defaults.
+	// override. A zero value is replaced by the built-in defaults.
 	Defaults *config.Defaults
 	// Ready reports whether this agent can do work (plugins started, not
-	// draining); nil means always ready. /readyz also pings the database.
+	// draining). nil means always ready. /readyz also pings the database.
 	Ready func(context.Context) error
-	// Tokens enable bearer-token auth on /api/ when non-empty; the token's
+	// Tokens enable bearer-token auth on /api/ when non-empty. The token's
 	// name is the submitter of the jobs submitted with it.
 	Tokens []config.Token
-	// MaxBodyBytes limits request bodies; 0 means 1 MiB.
+	// MaxBodyBytes limits request bodies. 0 means 1 MiB.
 	MaxBodyBytes int64
 	Logger       *slog.Logger // nil means slog.Default()
 	// QuietRequests logs each answered request at debug instead of info
-	// (server errors stay errors): tether dev, where the job's output is
-	// what a newcomer reads.
+	// (server errors stay errors). `tether dev` sets it, since there the
+	// job's output is what a newcomer reads.
 	QuietRequests bool
 	// Metrics is served at GET /metrics when non-nil.
 	Metrics http.Handler
@@ -46,14 +46,14 @@ type Options struct {
 	RequestMetrics *metrics.Metrics
 	// LogPollInterval is how often a followed log or event stream polls
 	// the database while notifications are not arriving (Follow nil, or its
-	// LISTEN connection down); 0 means 250ms.
+	// LISTEN connection down). 0 means 250ms.
 	LogPollInterval time.Duration
 	// Follow delivers the NOTIFYs that wake followers at once (the claim
 	// service's LISTEN connection feeds it). Nil: followers only poll, every
 	// LogPollInterval.
 	Follow *notify.Hub
 	// FollowPollInterval is the fallback poll of a follower while Follow is
-	// live, in case a notification is lost; 0 means 5s.
+	// live, in case a notification is lost. 0 means 5s.
 	FollowPollInterval time.Duration
 	// Stopping, when closed, ends followed log streams, so a graceful
 	// shutdown is not held by clients tailing a long job. Nil: never.
@@ -61,17 +61,17 @@ type Options struct {
 	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands and
 	// GET /api/v1/agents count an agent seen within it as live. 0 means DefaultStaleJob.
 	StaleJob time.Duration
-	// ListenAddr is the agent's http.listen; when its host is a name, that
+	// ListenAddr is the agent's http.listen. When its host is a name, that
 	// name is an allowed Host.
 	ListenAddr string
 	// AllowedHosts is http.allowed_hosts: the Host header values answered
 	// besides IP literals, localhost, *.localhost and ListenAddr's name. An
 	// entry is a name (any port), a name:port, or "*" (any Host). Empty
-	// with Tokens set means any Host: a page rebinding a name to the agent
+	// with Tokens set means any Host. A page rebinding a name to the agent
 	// cannot send a bearer token.
 	AllowedHosts []string
-	// Console serves the web console at GET / and GET /ui/ (internal/ui);
-	// nil means none. It is static files: its data comes from /api/v1
+	// Console serves the web console at GET / and GET /ui/ (internal/ui).
+	// nil means none. It serves static files. Its data comes from /api/v1
 	// under the same auth, so it is served without a token.
 	Console http.Handler
 }
@@ -86,7 +86,7 @@ const (
 )
 
 // DefaultFollowPollInterval is a follower's fallback poll while NOTIFY
-// works: a lost notification delays it at most this long.
+// works. A lost notification delays it at most this long.
 const DefaultFollowPollInterval = 5 * time.Second
 
 type server struct {

@@ -69,7 +69,7 @@ func newEnv(t *testing.T, mod func(*api.Options)) *testEnv {
 		mod(&opts)
 	}
 	// Every exchange is checked against the OpenAPI description
-	// (openapi_test.go); Close waits for the checks of streamed answers.
+	// (openapi_test.go). Close waits for the checks of streamed answers.
 	srv := httptest.NewServer(validated(t, loadContract(t), api.New(opts)))
 	t.Cleanup(srv.Close)
 	return &testEnv{st: st, srv: srv, log: logs}
@@ -98,7 +98,7 @@ func (e *testEnv) do(t *testing.T, method, path, body string, header ...string) 
 	req, err := http.NewRequest(method, e.srv.URL+path, rd)
 	require.NoError(t, err)
 	if method == http.MethodPost {
-		// State-changing routes require it; a case may replace it.
+		// State-changing routes require it. A case may replace it.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
@@ -340,7 +340,7 @@ func TestCancel(t *testing.T) {
 	assert.Equal(t, "canceled", last.Kind)
 	assert.Equal(t, "not needed", last.Message)
 
-	// A finished job cannot be canceled; the answer says its status.
+	// A finished job cannot be canceled. The answer says its status.
 	r = e.do(t, "POST", "/api/v1/jobs/"+queued.ID+"/cancel", "")
 	require.Equal(t, http.StatusConflict, r.status)
 	er := r.errBody(t)
@@ -348,7 +348,7 @@ func TestCancel(t *testing.T) {
 	assert.Equal(t, store.StatusCanceled, er.Status, "the answer carries the job's status")
 	assert.Contains(t, er.Error, "already canceled")
 
-	// A running job becomes canceling: its agent stops it.
+	// A running job becomes canceling. Its agent stops it.
 	running := e.submit(t, `{"command":"sleep"}`)
 	e.claim(t, running.ID)
 	r = e.do(t, "POST", "/api/v1/jobs/"+running.ID+"/cancel", "")

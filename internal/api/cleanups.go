@@ -6,9 +6,9 @@ import (
 	"github.com/tetherjobs/tether/internal/cleanups"
 )
 
-// CleanupList is the answer of GET /api/v1/cleanups: the plugin Cleanup calls
-// still pending, so one that keeps failing stays visible. Next is the cursor
-// of the next page (pass it as ?after=), "" on the last page.
+// CleanupList is the answer of GET /api/v1/cleanups. It lists the plugin
+// Cleanup calls still pending, so one that keeps failing stays visible. Next
+// is the cursor of the next page (pass it as ?after=), "" on the last page.
 type CleanupList struct {
 	Cleanups []cleanups.Cleanup `json:"cleanups"`
 	Next     string             `json:"next"`

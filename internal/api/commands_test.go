@@ -43,7 +43,7 @@ func TestCommandsWithNoAgents(t *testing.T) {
 }
 
 // One entry per command known to the config or announced by an agents row
-// (and per command with queued jobs): live non-draining agents serve it,
+// (and per command with queued jobs). Live non-draining agents serve it,
 // draining and silent or stopped agents do not.
 func TestCommandsServedAndQueued(t *testing.T) {
 	e := newEnv(t, nil)
@@ -115,7 +115,7 @@ func TestCommandsServedAndQueued(t *testing.T) {
 	assert.Equal(t, "", extra.Plugin, "neither configured here nor ever submitted")
 	assert.Zero(t, extra.Queued)
 
-	// Liveness is measured against the agent's stale_job: with a longer one,
+	// Liveness is measured against the agent's stale_job. With a longer one,
 	// the agent seen 10 minutes ago is live.
 	long := newEnv(t, func(o *api.Options) { o.Store = e.st; o.StaleJob = time.Hour })
 	assert.Equal(t, []string{"old"}, commandsByName(t, long)["sleep"].Agents)

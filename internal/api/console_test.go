@@ -13,9 +13,10 @@ import (
 	"github.com/tetherjobs/tether/internal/ui"
 )
 
-// TestConsoleServedBesideTheAPI: the console's files need no token (they
-// carry no data) while its data, /api/v1, still does; with Console nil the
-// paths are the API's JSON 404; the host check covers the console too.
+// TestConsoleServedBesideTheAPI checks that the console's files need no
+// token (they carry no data) while its data, /api/v1, still does. With
+// Console nil the paths are the API's JSON 404. The host check covers the
+// console too.
 func TestConsoleServedBesideTheAPI(t *testing.T) {
 	e := newEnv(t, func(o *api.Options) {
 		o.Tokens = []config.Token{{Name: "ci", Token: "s3cret"}}
@@ -30,7 +31,7 @@ func TestConsoleServedBesideTheAPI(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, e.do(t, "GET", "/jobs", "").status, "only / itself is the page")
 	assert.Equal(t, http.StatusMethodNotAllowed, e.do(t, "POST", "/", "").status)
 
-	// Auth off: a rebound name gets no console either (with tokens, any
+	// Auth off. A rebound name gets no console either (with tokens, any
 	// Host is answered: a rebinding page has no token to read data with).
 	open := newEnv(t, func(o *api.Options) { o.Console = ui.Handler() })
 	assert.Equal(t, http.StatusOK, open.do(t, "GET", "/", "").status)

@@ -15,11 +15,11 @@ import (
 )
 
 // eventPollInterval bounds how long a followed event stream waits while
-// NOTIFY works: only the job's end and its output are notified, not its
+// NOTIFY works. Only the job's end and its output are notified, not its
 // other events (claimed, released, …).
 const eventPollInterval = time.Second
 
-// waiter is how a follower of one job waits for more: woken by the job's
+// waiter is how a follower of one job waits for more. It is woken by the job's
 // notifications, polling as a fallback — slowly while the hub is live,
 // every LogPollInterval while it is not.
 type waiter struct {
@@ -35,7 +35,7 @@ type waiter struct {
 }
 
 // newWaiter records the follower in the database (the job's end is
-// notified only to followed jobs) and subscribes to jobID; call it before
+// notified only to followed jobs) and subscribes to jobID. Call it before
 // the first read, so nothing notified in between is missed. If the record
 // cannot be written, the follower still works, on the fallback poll.
 func (s *server) newWaiter(ctx context.Context, jobID string, slow time.Duration) *waiter {
@@ -58,7 +58,7 @@ func (w *waiter) close() {
 	w.timer.Stop()
 	w.sub.Close()
 	if w.follower != 0 {
-		// The request's context may be gone: the row must go anyway.
+		// The request's context may be gone. The row must go anyway.
 		ctx, cancel := context.WithTimeout(context.Background(), followerRemoveTimeout)
 		defer cancel()
 		if err := w.st.RemoveFollower(ctx, w.follower); err != nil {
@@ -114,7 +114,7 @@ type LogLine struct {
 	Partial bool      `json:"partial"`
 }
 
-// StreamEnd is the last record of a followed jsonl log or event stream: the
+// StreamEnd is the last record of a followed jsonl log or event stream. The
 // job is finished and everything was sent.
 type StreamEnd struct {
 	End     bool               `json:"end"`
@@ -149,7 +149,7 @@ type line struct {
 	partial bool
 }
 
-// splitLines cuts a chunk into lines without their newlines; a last line
+// splitLines cuts a chunk into lines without their newlines. A last line
 // with no newline is partial (its rest comes in a later chunk, if at all).
 func splitLines(data []byte) []line {
 	var out []line
@@ -165,7 +165,7 @@ func splitLines(data []byte) []line {
 	return out
 }
 
-// streamHeaders starts a 200 answer; a followed one may last as long as the
+// streamHeaders starts a 200 answer. A followed one may last as long as the
 // job, so the server-wide write timeout must not cut it.
 func streamHeaders(w http.ResponseWriter, contentType string, follow bool) *http.ResponseController {
 	rc := http.NewResponseController(w)
@@ -179,7 +179,7 @@ func streamHeaders(w http.ResponseWriter, contentType string, follow bool) *http
 	return rc
 }
 
-// followLogs sends a job's chunks after `after` to sink; with follow it
+// followLogs sends a job's chunks after `after` to sink. With follow it
 // keeps going until the job is finished and every chunk is sent (then
 // sink.end), the client goes away, or the agent stops (no end: the client
 // resumes elsewhere with after=<last seq>).
@@ -188,7 +188,7 @@ func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, si
 	if follow {
 		wt = s.newWaiter(ctx, id, s.opts.FollowPollInterval)
 		defer wt.close()
-		// Subscribed now: a status read before the subscription could
+		// Subscribed now. A status read before the subscription could
 		// miss an end notified in between.
 		var err error
 		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
@@ -197,7 +197,7 @@ func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, si
 		}
 	}
 	for {
-		// The status is read before the chunks: if it was already final,
+		// The status is read before the chunks. If it was already final,
 		// every chunk the job wrote is committed and this pass sends the rest.
 		finished := store.Terminal(status)
 		for {
@@ -231,8 +231,8 @@ func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, si
 		}
 		var err error
 		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
-			// Deleted by retention or the database is gone: end the
-			// stream without an end record; the client sees it cut.
+			// Deleted by retention or the database is gone. End the
+			// stream without an end record. The client sees it cut.
 			s.stopFollowing(ctx, "following job logs", id, err)
 			return
 		}

@@ -94,7 +94,7 @@ func appendRecords(t *testing.T, st *store.Store, id string, lease int64, recs .
 }
 
 // A jsonl follower is woken by the flush's NOTIFY and the end's, not by
-// polling (both polls are an hour here): it gets each new line promptly, in
+// polling (both polls are an hour here). It gets each new line promptly, in
 // write order across streams with its stamps, and ends with the end record.
 func TestLogsFollowJSONLWokenByNotify(t *testing.T) {
 	var hub *notify.Hub
@@ -159,7 +159,7 @@ func TestLogsFollowJSONLWokenByNotify(t *testing.T) {
 	assert.Equal(t, "format", r.errBody(t).Field)
 }
 
-// A follower whose agent stops before the job ends gets no end record: the
+// A follower whose agent stops before the job ends gets no end record. The
 // client knows the stream was cut and resumes elsewhere.
 func TestLogsFollowCutWithoutEnd(t *testing.T) {
 	stopping := make(chan struct{})
@@ -215,7 +215,7 @@ func TestEventsFollow(t *testing.T) {
 }
 
 // While the hub is not live (its LISTEN connection is down), followers fall
-// back to the short poll: output still arrives though no NOTIFY does.
+// back to the short poll. Output still arrives though no NOTIFY does.
 func TestLogsFollowPollsWhileListenIsDown(t *testing.T) {
 	hub := notify.New() // never fed: as after a lost connection
 	e := newEnv(t, func(o *api.Options) {
@@ -238,7 +238,7 @@ func TestLogsFollowPollsWhileListenIsDown(t *testing.T) {
 }
 
 // A flush notifies tether_logs once per job it stored output for, and an
-// attempt's end tether_job_end: what the followers above are woken by.
+// attempt's end tether_job_end. The followers above are woken by these.
 func TestFlushAndEndNotify(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.submit(t, `{"command":"sleep"}`)
@@ -260,7 +260,7 @@ func TestFlushAndEndNotify(t *testing.T) {
 	assert.Equal(t, [2]string{notify.LogsChannel, j.ID}, [2]string{n.Channel, n.Payload})
 
 	// A job nobody follows ends without a NOTIFY (it would cost every end
-	// a database-wide lock at commit); a followed one sends it.
+	// a database-wide lock at commit). A followed one sends it.
 	unfollowed := e.submit(t, `{"command":"sleep"}`)
 	uh, ulease := e.claim(t, unfollowed.ID)
 	require.NoError(t, e.st.Finish(ctx, uh, unfollowed.ID, ulease, store.Outcome{Status: store.StatusSucceeded}))

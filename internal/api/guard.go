@@ -101,7 +101,7 @@ func (p hostPolicy) listed(hostport string) bool {
 }
 
 // checkHost answers 421 to a request whose Host the agent does not answer
-// to. Probes are checked too: load balancers send an IP literal, which
+// to. Probes are checked too. Load balancers send an IP literal, which
 // passes.
 func (s *server) checkHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -114,7 +114,7 @@ func (s *server) checkHost(next http.Handler) http.Handler {
 	})
 }
 
-// stateChanging guards a route that changes state: a foreign or null Origin
+// stateChanging guards a route that changes state. A foreign or null Origin
 // is refused (403), and the body must be declared JSON (415), even when it
 // is empty.
 func (s *server) stateChanging(h http.HandlerFunc) http.HandlerFunc {
@@ -176,8 +176,8 @@ func jsonRouteErrors(mux *http.ServeMux) http.Handler {
 			mux.ServeHTTP(w, r)
 			return
 		}
-		// No pattern: the mux's not-found or method-not-allowed handler,
-		// or a redirect to the cleaned path. Find out which without
+		// No pattern. It is the mux's not-found or method-not-allowed
+		// handler, or a redirect to the cleaned path. Find out which without
 		// letting it write.
 		probe := &statusProbe{header: http.Header{}}
 		h.ServeHTTP(probe, r)

@@ -50,13 +50,13 @@ func jobNotFound(w http.ResponseWriter, id string) {
 	writeError(w, http.StatusNotFound, CodeNotFound, "", fmt.Sprintf("job %q not found", id))
 }
 
-// decode reads a JSON object body into v: unknown fields, trailing data and
+// decode reads a JSON object body into v. Unknown fields, trailing data and
 // bodies over MaxBodyBytes are rejected. With allowEmpty an empty body leaves
 // v as it is. It answers the request itself and returns false on error.
 //
 // Before decoding, every string in the body (object keys included) must be
 // valid UTF-8 without NUL or lone surrogates, and context numbers must be
-// storable (checkBody): decoding would silently replace what PostgreSQL
+// storable (checkBody). Decoding would silently replace what PostgreSQL
 // refuses.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
@@ -69,7 +69,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpt
 		dec.DisallowUnknownFields()
 		err = dec.Decode(v)
 		if err == nil {
-			// Exactly one JSON value: anything after it is a malformed body.
+			// Exactly one JSON value. Anything after it is a malformed body.
 			if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
 				err = terr
 				if err == nil {
@@ -199,7 +199,7 @@ func (s *server) knownCommands() string {
 }
 
 // jobID returns the canonical job ID of the request's path. A path ID that
-// is not a UUID names no job: it answers 404 itself and returns false, before
+// is not a UUID names no job. It answers 404 itself and returns false, before
 // any query (PostgreSQL would refuse a NUL or invalid UTF-8 in it).
 func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	raw := r.PathValue("id")
@@ -227,7 +227,7 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	// Only the one job's view carries its remote resources: the list stays
+	// Only the one job's view carries its remote resources. The list stays
 	// one query.
 	resources, err := s.opts.Store.JobResources(r.Context(), id)
 	if err != nil {
@@ -312,7 +312,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, JobList{Jobs: jobs, Next: next})
 }
 
-// timeParam reads an optional RFC 3339 timestamp query parameter; absent is
+// timeParam reads an optional RFC 3339 timestamp query parameter. Absent is
 // the zero time.
 func timeParam(r *http.Request, name string) (time.Time, error) {
 	v := r.URL.Query().Get(name)
@@ -466,7 +466,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, EventList{Events: evs})
 }
 
-// boolParam parses an optional true/false query parameter; on a bad value
+// boolParam parses an optional true/false query parameter. On a bad value
 // it answers 400 naming it and returns false.
 func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool) {
 	raw := r.URL.Query().Get(name)
@@ -516,7 +516,7 @@ func (s *server) commands(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, CommandList{Commands: out})
 }
 
-// commandList is GET /api/v1/commands' answer; /readyz warns from it too.
+// commandList is GET /api/v1/commands' answer. /readyz warns from it too.
 func (s *server) commandList(ctx context.Context) ([]Command, error) {
 	config := make(map[string]string, len(s.opts.Commands))
 	for name, c := range s.opts.Commands {
@@ -554,7 +554,7 @@ func commandHint(c store.CommandStatus) string {
 // (format=raw, the default) or one JSON record per line (format=jsonl). With
 // follow=true it keeps the response open until the job is finished and
 // every chunk written before that has been sent (jsonl then ends with an end
-// record), the client goes away, or the agent stops; see followLogs.
+// record), the client goes away, or the agent stops. See followLogs.
 func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
 	if !ok {
@@ -622,10 +622,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyWarnings names the commands no live agent serves that this agent is
-// configured with or that have queued jobs: their jobs wait (a command only
+// configured with or that have queued jobs. Their jobs wait (a command only
 // a stopped agent once announced is not worth a warning). They do not make
-// this agent unready: another agent may be starting. A failed look-up is
-// logged, not a warning: the database answered the ping.
+// this agent unready. Another agent may be starting. A failed look-up is
+// logged, not a warning. The database answered the ping.
 func (s *server) readyWarnings(ctx context.Context) []string {
 	list, err := s.commandList(ctx)
 	if err != nil {

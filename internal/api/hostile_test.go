@@ -23,7 +23,7 @@ import (
 type hostile struct {
 	name, method, path, body string
 	// header replaces the default headers (Content-Type: application/json
-	// on POST); a "" value removes one. "Host" sets the request's Host.
+	// on POST). A "" value removes one. "Host" sets the request's Host.
 	header map[string]string
 	status int
 	code   string
@@ -48,7 +48,7 @@ var badQuery = []struct{ name, enc string }{
 }
 
 // hostileSubmitBodies are submit bodies that must be refused, with the
-// field named; the fuzz test seeds from them.
+// field named. The fuzz test seeds from them.
 func hostileSubmitBodies() []hostile {
 	var out []hostile
 	add := func(name, body, code, field string) {
@@ -139,7 +139,7 @@ func hostileRequests(queued, failed string) []hostile {
 		nf("POST", "/api/v1/jobs/"+id+"/requeue", `{"reason":"r"}`)
 	}
 
-	// Cross-site: every state-changing route wants JSON and a same-site
+	// Cross-site. Every state-changing route wants JSON and a same-site
 	// Origin.
 	posts := []struct{ path, body string }{
 		{"/api/v1/jobs", `{"command":"hello"}`},
@@ -159,7 +159,7 @@ func hostileRequests(queued, failed string) []hostile {
 				header: map[string]string{"Origin": origin}, status: 403, code: api.CodeForbiddenOrigin, field: "Origin"})
 		}
 	}
-	// DNS rebinding: a name that is not the agent's.
+	// DNS rebinding. A name that is not the agent's.
 	for _, h := range []struct{ method, path, body, host string }{
 		{"POST", "/api/v1/jobs", `{"command":"hello"}`, "evil.example"},
 		{"POST", "/api/v1/jobs", `{"command":"hello"}`, "localhost.evil.example:9090"},
@@ -314,7 +314,7 @@ func TestAllowedHostsAndTokens(t *testing.T) {
 		}
 		return e.send(t, hostile{method: "GET", path: "/api/v1/jobs", header: hdr}).status
 	}
-	// With tokens and no list, any Host: a rebinding page has no token.
+	// With tokens and no list, any Host. A rebinding page has no token.
 	open := newEnv(t, func(o *api.Options) { o.Tokens = tokens })
 	assert.Equal(t, http.StatusOK, get(open, "tether.example.com", "Authorization", "Bearer "+token))
 
@@ -347,8 +347,8 @@ func TestIdempotencyKeysPerSubmitter(t *testing.T) {
 	body := `{"command":"hello","idempotency_key":"deploy-1","context":{"v":1}}`
 	ci := e.do(t, "POST", "/api/v1/jobs", body, "Authorization", "Bearer tok-ci-0123456789")
 	require.Equal(t, http.StatusCreated, ci.status, "%s", ci.body)
-	// Another token with the same key and another body: its own job, not a
-	// conflict that would tell it ci's key exists.
+	// Another token with the same key and another body. It gets its own job,
+	// not a conflict that would tell it ci's key exists.
 	ops := e.do(t, "POST", "/api/v1/jobs", `{"command":"sleep","idempotency_key":"deploy-1"}`, "Authorization", "Bearer tok-ops-0123456789")
 	require.Equal(t, http.StatusCreated, ops.status, "%s", ops.body)
 	ciJob, opsJob := decode[store.Job](t, ci), decode[store.Job](t, ops)
@@ -404,7 +404,8 @@ func TestRequeueKeysPerRequester(t *testing.T) {
 	j1, j2 := fail(), fail()
 	r := e.do(t, "POST", "/api/v1/jobs/"+j1+"/requeue", `{"reason":"r","key":"same","submitter":"alice"}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	// bob's "same" is bob's: it requeues j2 rather than conflicting with alice's.
+	// bob's "same" is bob's. It requeues j2 rather than conflicting with
+	// alice's.
 	r = e.do(t, "POST", "/api/v1/jobs/"+j2+"/requeue", `{"reason":"r","key":"same","submitter":"bob"}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	assert.False(t, decode[api.RequeueResponse](t, r).Replayed)
@@ -416,8 +417,8 @@ func TestRequeueKeysPerRequester(t *testing.T) {
 
 // With tokens on, every /api/ route refuses every request that does not
 // carry a configured token, in every way a token can be malformed, with a
-// 401 in the JSON shape, the WWW-Authenticate challenge and nothing created;
-// the probes stay open.
+// 401 in the JSON shape, the WWW-Authenticate challenge and nothing created.
+// The probes stay open.
 func TestUnauthenticatedVariantsRefused(t *testing.T) {
 	const token = "tok-0123456789abcdef"
 	pool := pgtest.DB(t)

@@ -32,7 +32,7 @@ func TestSubmitStampsLimitsAndRequeueRecordsWho(t *testing.T) {
 	plain := e.do(t, "POST", "/api/v1/jobs", `{"command": "hello"}`, auth...)
 	assert.Equal(t, 0, decode[store.Job](t, plain).Limits.MaxRetry, "the configured default")
 
-	// A queued job cannot be requeued; a failed one can, once per key.
+	// A queued job cannot be requeued. A failed one can, once per key.
 	r = e.do(t, "POST", "/api/v1/jobs/"+j.ID+"/requeue", `{"reason": "x", "key": "k"}`, auth...)
 	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
 	assert.Equal(t, store.StatusQueued, r.errBody(t).Status)

@@ -14,10 +14,10 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 )
 
-// TestListJobsByTimeAndKey: since/until bound created_at exactly (including
-// a job whose created_at is far from its UUIDv7 ID's time, within the
-// allowed skew), idempotency_key finds any submitter's job, and bad values
-// are 400s naming the parameter.
+// TestListJobsByTimeAndKey checks that since/until bound created_at exactly
+// (including a job whose created_at is far from its UUIDv7 ID's time, within
+// the allowed skew), idempotency_key finds any submitter's job, and bad
+// values are 400s naming the parameter.
 func TestListJobsByTimeAndKey(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
@@ -26,7 +26,7 @@ func TestListJobsByTimeAndKey(t *testing.T) {
 		j := e.submit(t, fmt.Sprintf(`{"command":"hello","submitter":"user%d","idempotency_key":"k-%d"}`, i%2, i/2))
 		ids = append(ids, j.ID)
 	}
-	// Place the jobs a minute apart by the database's clock; job 2's
+	// Place the jobs a minute apart by the database's clock. Job 2's
 	// created_at is then moved 40 minutes from its ID's time.
 	base := time.Now().UTC().Truncate(time.Second)
 	for i, id := range ids {

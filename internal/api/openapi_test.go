@@ -66,10 +66,10 @@ func loadContract(t testing.TB) *contract {
 	}}
 }
 
-// check returns what is wrong with one exchange: a response that does not
+// check returns what is wrong with one exchange. A response that does not
 // match the description (undescribed status, content type, header or body),
 // or a request the description refuses that the API accepted (2xx). A
-// refused malformed request is not drift: hostile tests send many.
+// refused malformed request is not drift. Hostile tests send many.
 func (c *contract) check(req *http.Request, reqBody []byte, status int, header http.Header, body []byte) []string {
 	ctx := context.WithoutCancel(req.Context())
 	req = req.Clone(ctx)
@@ -81,7 +81,7 @@ func (c *contract) check(req *http.Request, reqBody []byte, status int, header h
 	var problems []string
 	in := &openapi3filter.RequestValidationInput{
 		Request: req, PathParams: params, Route: route,
-		// Auth is the API's business; the description only says which
+		// Auth is the API's business. The description only says which
 		// scheme applies.
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, SchemaValidationOptions: c.opts},
 	}
@@ -95,8 +95,8 @@ func (c *contract) check(req *http.Request, reqBody []byte, status int, header h
 		Header:                 header,
 		Options: &openapi3filter.Options{
 			IncludeResponseStatus: true,
-			// kin-openapi has no NDJSON decoder: checkNDJSON does it. The
-			// console's files are opaque strings; their media type is still
+			// kin-openapi has no NDJSON decoder. checkNDJSON does it. The
+			// console's files are opaque strings. Their media type is still
 			// checked.
 			ExcludeResponseBody:     mt == ndjson || consoleMedia[mt],
 			SchemaValidationOptions: c.opts,
@@ -113,7 +113,7 @@ func (c *contract) check(req *http.Request, reqBody []byte, status int, header h
 }
 
 // checkUnrouted checks an answer to a method and path the description has
-// no operation for: only the mux's JSON 404 and 405, the Host and query
+// no operation for. Only the mux's JSON 404 and 405, the Host and query
 // guards in front of it, and its redirects to a cleaned path are expected.
 func (c *contract) checkUnrouted(req *http.Request, status int, header http.Header, body []byte) []string {
 	switch status {
@@ -170,7 +170,7 @@ func (c *contract) checkNDJSON(op *openapi3.Operation, status int, body []byte) 
 }
 
 // validated wraps an API handler so every exchange of the test is checked
-// against the description; a mismatch fails the test. Streamed answers pass
+// against the description. A mismatch fails the test. Streamed answers pass
 // through as they are written (followers see each flush) and are checked
 // when the handler returns, which the test server's Close waits for.
 func validated(t testing.TB, c *contract, next http.Handler) http.Handler {
@@ -250,7 +250,7 @@ func routesInAPIGo(t *testing.T) []string {
 		require.True(t, ok && lit.Kind == token.STRING, "a mux route in api.go is not a string literal: the OpenAPI check cannot read it")
 		pattern, err := strconv.Unquote(lit.Value)
 		require.NoError(t, err)
-		// The console's mux patterns in OpenAPI's spelling: "/{$}" is the
+		// The console's mux patterns in OpenAPI's spelling. "/{$}" is the
 		// exact path "/", "/ui/" the files under it.
 		pattern = strings.NewReplacer("/{$}", "/", "/ui/", "/ui/{file}").Replace(pattern)
 		routes = append(routes, pattern)
@@ -381,7 +381,7 @@ func TestContractCatchesDrift(t *testing.T) {
 }
 
 // TestOpenAPIStreams follows a finished job's jsonl log and its events
-// through the validated server: each NDJSON record is checked against its
+// through the validated server. Each NDJSON record is checked against its
 // schema by the env's wrapper.
 func TestOpenAPIStreams(t *testing.T) {
 	e := newEnv(t, nil)
@@ -423,7 +423,7 @@ func (r *recordingTB) Errorf(format string, args ...any) {
 	r.errs = append(r.errs, fmt.Sprintf(format, args...))
 }
 
-// TestValidatedServerReports checks the wiring newEnv relies on: a
+// TestValidatedServerReports checks the wiring newEnv relies on. A
 // mismatching answer, streamed or not, fails the test that made the server.
 func TestValidatedServerReports(t *testing.T) {
 	c := loadContract(t)

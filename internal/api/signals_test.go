@@ -16,7 +16,7 @@ import (
 )
 
 // /readyz stays 200 ready but warns about each configured command no live
-// agent serves; a command a live agent serves is not mentioned.
+// agent serves. A command a live agent serves is not mentioned.
 func TestReadyzWarnsAboutUnservedCommands(t *testing.T) {
 	e := newEnv(t, nil)
 	r := e.do(t, "GET", "/readyz", "")
@@ -52,7 +52,7 @@ func TestReadyzWarnsAboutUnservedCommands(t *testing.T) {
 }
 
 // Requests are counted by the route pattern that matched, never the raw
-// path; unmatched requests share one label.
+// path. Unmatched requests share one label.
 func TestHTTPMetricsByRoutePattern(t *testing.T) {
 	m := metrics.New()
 	e := newEnv(t, func(o *api.Options) { o.RequestMetrics = m })
@@ -82,7 +82,7 @@ func TestHTTPMetricsByRoutePattern(t *testing.T) {
 }
 
 // QuietRequests (tether dev) moves answered requests' log lines to debug,
-// so the job's output stays readable; probes are debug either way and a
+// so the job's output stays readable. Probes are debug either way and a
 // server error stays an error.
 func TestQuietRequestsLogAtDebug(t *testing.T) {
 	levelOf := func(t *testing.T, logs, path string) string {

@@ -19,7 +19,7 @@ import (
 // UTF-8 and lone surrogates with U+FFFD, so the raw body is checked before
 // it is decoded.
 
-// inputError is a refused piece of input: Field names it as the API error's
+// inputError is a refused piece of input. Field names it as the API error's
 // field.
 type inputError struct {
 	Field string
@@ -65,7 +65,7 @@ func checkQuery(q url.Values) *inputError {
 // parseJobID returns the canonical form of a job ID, or false when raw is
 // not a UUID (no job has such an ID).
 func parseJobID(raw string) (string, bool) {
-	// uuid.Parse also takes braces, urn:uuid: and 32 bare hex digits; the
+	// uuid.Parse also takes braces, urn:uuid: and 32 bare hex digits. The
 	// canonical form is what the jobs table holds.
 	id, err := uuid.Parse(raw)
 	if err != nil {
@@ -75,8 +75,8 @@ func parseJobID(raw string) (string, bool) {
 }
 
 // Numeric bounds of context numbers. Plugins decode context as float64, and
-// PostgreSQL's numeric keeps at most 16383 digits after the decimal point;
-// exponents are held to the same bound.
+// PostgreSQL's numeric keeps at most 16383 digits after the decimal point.
+// Exponents are held to the same bound.
 const maxNumericScale = 16383
 
 // checkNumber reports what makes the JSON number text s unfit for the job's
@@ -90,7 +90,7 @@ func checkNumber(s string) string {
 		mant = s[:i]
 		e, err := strconv.ParseInt(strings.TrimPrefix(s[i+1:], "+"), 10, 64)
 		if err != nil || e > maxNumericScale || e < -maxNumericScale {
-			// Zero mantissas pass the float check with any exponent;
+			// Zero mantissas pass the float check with any exponent.
 			// PostgreSQL refuses some (0e2147483648).
 			return fmt.Sprintf("has an exponent beyond ±%d", maxNumericScale)
 		}
@@ -156,7 +156,7 @@ func hex4(b []byte) (rune, bool) {
 // keys included) PostgreSQL would refuse, and the first number under context
 // (stored as jsonb) out of range. Field is the value's path: "reason",
 // "context.env.HOME", "context.list[2]". Malformed JSON is not reported
-// here: decoding the body reports it with a better message.
+// here. Decoding the body reports it with a better message.
 func checkBody(body []byte) *inputError {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

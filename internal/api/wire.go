@@ -11,10 +11,10 @@ import (
 // SubmitRequest is the body of POST /api/v1/jobs.
 type SubmitRequest struct {
 	Command string `json:"command"`
-	// Context is a JSON object given to the plugin; absent or null means {}.
+	// Context is a JSON object given to the plugin. Absent or null means {}.
 	Context        json.RawMessage `json:"context,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	// Submitter is recorded only when auth is off; with auth the token's
+	// Submitter is recorded only when auth is off. With auth the token's
 	// name is the submitter.
 	Submitter string `json:"submitter,omitempty"`
 	// Limits override the command's lifecycle levers for this job, each
@@ -25,10 +25,10 @@ type SubmitRequest struct {
 // RequeueRequest is the body of POST /api/v1/jobs/{id}/requeue.
 type RequeueRequest struct {
 	Reason string `json:"reason"` // required
-	// Key makes the request idempotent: the same request with the same key
-	// replays the first answer; another request with it is a conflict.
+	// Key makes the request idempotent. The same request with the same key
+	// replays the first answer. Another request with it is a conflict.
 	Key string `json:"key,omitempty"`
-	// Submitter names who asked when auth is off; with auth the token's
+	// Submitter names who asked when auth is off. With auth the token's
 	// name does.
 	Submitter string `json:"submitter,omitempty"`
 }
@@ -36,7 +36,7 @@ type RequeueRequest struct {
 // RequeueResponse is the answer of POST /api/v1/jobs/{id}/requeue.
 type RequeueResponse struct {
 	Job store.Job `json:"job"`
-	// Replayed: this is the stored answer of an earlier identical request.
+	// Replayed means this is the stored answer of an earlier identical request.
 	Replayed bool `json:"replayed"`
 }
 
@@ -67,9 +67,9 @@ type CommandList struct {
 	Commands []Command `json:"commands"`
 }
 
-// Command is one command: who serves it and what waits for it. Served is
-// false when no live, non-draining agent claims it; Hint then says what to
-// do about it.
+// Command is one command. It says who serves it and what waits for it.
+// Served is false when no live, non-draining agent claims it. Hint then says
+// what to do about it.
 type Command struct {
 	store.CommandStatus
 	Served bool   `json:"served"`
@@ -86,7 +86,7 @@ type Status struct {
 }
 
 // Error is the body of every error answer. Field names the offending request
-// field or query parameter, if any; Code is a stable machine-readable kind.
+// field or query parameter, if any. Code is a stable machine-readable kind.
 type Error struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
@@ -105,16 +105,16 @@ const (
 	CodeIdempotencyConflict = "idempotency_conflict"
 	CodeInvalidTransition   = "invalid_transition"
 	CodeNotReady            = "not_ready"
-	// CodeMethodNotAllowed: the route exists without this method (405,
+	// CodeMethodNotAllowed means the route exists without this method (405,
 	// with Allow).
 	CodeMethodNotAllowed = "method_not_allowed"
-	// CodeUnsupportedMediaType: a state-changing request without
+	// CodeUnsupportedMediaType is for a state-changing request without
 	// Content-Type: application/json (415).
 	CodeUnsupportedMediaType = "unsupported_media_type"
-	// CodeForbiddenOrigin: a state-changing request from a web page of
+	// CodeForbiddenOrigin is for a state-changing request from a web page of
 	// another site, or Origin: null (403).
 	CodeForbiddenOrigin = "forbidden_origin"
-	// CodeForbiddenHost: a Host the agent does not answer to (421).
+	// CodeForbiddenHost is for a Host the agent does not answer to (421).
 	CodeForbiddenHost = "forbidden_host"
 	CodeInternal      = "internal"
 )

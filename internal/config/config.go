@@ -1,7 +1,7 @@
-// Package config loads tether's configuration: a YAML file, then TETHER_*
-// environment overrides (and DATABASE_URL), on top of defaults; Validate
-// checks every value and every relation between values at start, naming the
-// key and the fix.
+// Package config loads tether's configuration. It reads a YAML file, then
+// TETHER_* environment overrides (and DATABASE_URL), on top of defaults.
+// Validate checks every value and every relation between values at start,
+// naming the key and the fix.
 package config
 
 import (
@@ -44,15 +44,15 @@ type Config struct {
 	// accepts and never answers fails the start with a message instead of
 	// hanging it. A connect_timeout in the URL takes precedence.
 	DatabaseConnectTimeout Duration `yaml:"database_connect_timeout" env:"TETHER_DATABASE_CONNECT_TIMEOUT"`
-	// DatabaseMaxConns is the work pool: claiming, the janitor and the
-	// jobs' writes (running and final writes are batched, so it does not
+	// DatabaseMaxConns is the work pool. It serves claiming, the janitor and
+	// the jobs' writes (running and final writes are batched, so it does not
 	// grow with agent.capacity). The API has its own (http.database_max_conns).
 	DatabaseMaxConns int   `yaml:"database_max_conns" env:"TETHER_DATABASE_MAX_CONNS"`
 	Agent            Agent `yaml:"agent"`
 	HTTP             HTTP  `yaml:"http"`
 	Logs             Logs  `yaml:"logs"`
 	Drain            Drain `yaml:"drain"`
-	// PluginDir is where tether-plugin-<name> binaries are found; "" means
+	// PluginDir is where tether-plugin-<name> binaries are found. "" means
 	// the directory of the running tether executable.
 	PluginDir string `yaml:"plugin_dir"`
 	// Plugins holds per-plugin settings by plugin name. A plugin found in
@@ -60,7 +60,7 @@ type Config struct {
 	Plugins map[string]Plugin `yaml:"plugins"`
 	// Commands are what submitters ask for, by name.
 	Commands map[string]Command `yaml:"commands"`
-	// Defaults are the global defaults of the job lifecycle levers; a
+	// Defaults are the global defaults of the job lifecycle levers. A
 	// command's limits override them. Env: TETHER_DEFAULT_<LEVER>.
 	Defaults Defaults `yaml:"defaults"`
 }
@@ -85,7 +85,7 @@ func (d Defaults) Set() limits.Set {
 	}
 }
 
-// Limits are a command's levers; an unset one takes the global default.
+// Limits are a command's levers. An unset one takes the global default.
 // Max bounds what a submit request may ask for per job.
 type Limits struct {
 	MaxRetry        *int      `yaml:"max_retry" max:"2147483647"` // stored in an int4 column
@@ -96,7 +96,7 @@ type Limits struct {
 	TTLSucceeded    *Duration `yaml:"ttl_succeeded"`
 	TTLFailed       *Duration `yaml:"ttl_failed"`
 	// Max holds the largest value a submit request may set for each lever
-	// it names; a lever it does not name may be set to anything.
+	// it names. A lever it does not name may be set to anything.
 	Max *Limits `yaml:"max"`
 }
 
@@ -134,7 +134,7 @@ func (c Command) ResolveLimits(defaults Defaults, override limits.Partial) (limi
 
 // Agent holds the agent's identity, capacity and timing.
 type Agent struct {
-	// Name is the agent's stable identity; "" means the ECS task ID when
+	// Name is the agent's stable identity. "" means the ECS task ID when
 	// running on ECS, else the hostname. Unique per live process.
 	Name         string   `yaml:"name"`
 	Capacity     int      `yaml:"capacity"`      // jobs run at once
@@ -142,18 +142,18 @@ type Agent struct {
 	Keepalive    Duration `yaml:"keepalive"`     // heartbeat period
 	StaleJob     Duration `yaml:"stale_job"`     // silence after which running jobs are released or failed
 	OfflineAfter Duration `yaml:"offline_after"` // silence after which accepted jobs are requeued; 0 = 3 × keepalive
-	// DeadAfter: an agent whose name lock has been seen free and that has
-	// not heartbeat for this long is dead: its accepted jobs are requeued
-	// and its resumable running jobs released at once, without waiting for
-	// stale_job. 0 = 2 × keepalive.
+	// DeadAfter sets when an agent is dead. An agent whose name lock has
+	// been seen free and that has not heartbeat for this long is dead. Its
+	// accepted jobs are requeued and its resumable running jobs released at
+	// once, without waiting for stale_job. 0 = 2 × keepalive.
 	DeadAfter Duration `yaml:"dead_after"`
-	// NameLockLiveness turns that early detection on (default true); off,
+	// NameLockLiveness turns that early detection on (default true). Off,
 	// only stale_job and offline_after apply.
 	NameLockLiveness *bool    `yaml:"name_lock_liveness"`
 	CleanInterval    Duration `yaml:"clean_interval"`   // janitor period
 	AWOLTimeout      Duration `yaml:"awol_timeout"`     // how long a released job may wait to be resumed
 	ShutdownTimeout  Duration `yaml:"shutdown_timeout"` // drain: wait for non-resumable jobs
-	// CleanupTimeout bounds one plugin Cleanup call; 0 = the smaller of
+	// CleanupTimeout bounds one plugin Cleanup call. 0 = the smaller of
 	// DefaultCleanupTimeout and stale_job/2 (filled in by Load and Parse).
 	// Must be less than stale_job.
 	CleanupTimeout Duration `yaml:"cleanup_timeout"`
@@ -175,9 +175,9 @@ type HTTP struct {
 	Tokens        []Token  `yaml:"tokens" env:"-" secret:"true"`
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 	// AllowedHosts are the Host header values the API answers (a name, a
-	// name:port, or "*" for any); IP literals, localhost and the listen
+	// name:port, or "*" for any). IP literals, localhost and the listen
 	// address's host are always allowed. Empty with tokens configured
-	// means any host: a page rebinding a name to an agent cannot send a
+	// means any host. A page rebinding a name to an agent cannot send a
 	// token. Env: TETHER_HTTP_ALLOWED_HOSTS (comma-separated).
 	AllowedHosts []string `yaml:"allowed_hosts" env:"TETHER_HTTP_ALLOWED_HOSTS"`
 	// Server timeouts. Followed log streams are exempt from WriteTimeout
@@ -190,11 +190,11 @@ type HTTP struct {
 	// connections the jobs' writes need, nor the other way round.
 	DatabaseMaxConns int `yaml:"database_max_conns" env:"TETHER_HTTP_DATABASE_MAX_CONNS"`
 	// Console serves the web console at / (default true). It is static
-	// files; its data comes from the API under the same auth.
+	// files. Its data comes from the API under the same auth.
 	Console *bool `yaml:"console"`
 }
 
-// Token is one API bearer token; Name is recorded as the submitter of the
+// Token is one API bearer token. Name is recorded as the submitter of the
 // jobs submitted with it.
 type Token struct {
 	Name  string `yaml:"name"`
@@ -225,13 +225,13 @@ type Logs struct {
 
 // Plugin holds the settings of one plugin binary.
 type Plugin struct {
-	// SHA256 pins the binary (hex); "" means not pinned.
+	// SHA256 pins the binary (hex). "" means not pinned.
 	SHA256 string `yaml:"sha256"`
-	// Env is set in the plugin's environment. Its values may be secrets:
-	// they are never printed.
+	// Env is set in the plugin's environment. Its values may be secrets.
+	// They are never printed.
 	Env map[string]string `yaml:"env" secret:"true"`
-	// PassEnv names variables passed through from the agent's environment;
-	// a trailing * matches a prefix ("AWS_*"). What SecretEnv reports
+	// PassEnv names variables passed through from the agent's environment.
+	// A trailing * matches a prefix ("AWS_*"). What SecretEnv reports
 	// (DATABASE_URL, PG*, TETHER_*) never passes.
 	PassEnv []string `yaml:"pass_env"`
 	// Config is free-form and given to the plugin as JSON.
@@ -243,7 +243,7 @@ type Plugin struct {
 type Command struct {
 	Plugin  string         `yaml:"plugin"`
 	Context map[string]any `yaml:"context"`
-	// Limits are the command's lifecycle levers; unset ones take defaults.
+	// Limits are the command's lifecycle levers. Unset ones take defaults.
 	Limits Limits `yaml:"limits"`
 }
 
@@ -360,8 +360,8 @@ func parseYAML(b []byte, cfg *Config) error {
 var yamlValueRe = regexp.MustCompile("(?s) `.*` into ")
 
 // withoutValues strips the values yaml.v3 quotes in its type errors, which
-// may be secrets. checkNode reports every such problem first, with its key;
-// this is the backstop should one slip through.
+// may be secrets. checkNode reports every such problem first, with its key.
+// This is the backstop should one slip through.
 func withoutValues(err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
@@ -393,8 +393,8 @@ func (h HTTP) ConsoleOn() bool { return h.Console == nil || *h.Console }
 // LockLiveness reports whether agent.name_lock_liveness is on.
 func (a Agent) LockLiveness() bool { return a.NameLockLiveness == nil || *a.NameLockLiveness }
 
-// DirectURL is the URL of the session-bound connections: database_direct_url,
-// or database_url when it is not set.
+// DirectURL is the URL of the session-bound connections. It is
+// database_direct_url, or database_url when that is not set.
 func (c *Config) DirectURL() string {
 	if c.DatabaseDirectURL != "" {
 		return c.DatabaseDirectURL

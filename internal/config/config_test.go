@@ -387,8 +387,9 @@ func TestSecretEnv(t *testing.T) {
 	}
 }
 
-// What pass_env may name: never a secret, nor a prefix that selects only
-// secrets; a wider pattern is fine (the host scrubs the secrets it covers).
+// TestCheckPassEnv checks what pass_env may name. It is never a secret, nor
+// a prefix that selects only secrets. A wider pattern is fine (the host
+// scrubs the secrets it covers).
 func TestCheckPassEnv(t *testing.T) {
 	for _, ok := range []string{"*", "PATH", "AWS_*", "P*", "DATABASE*", "TETHER*", "KUBECONFIG", "_X"} {
 		assert.NoError(t, CheckPassEnv(ok), ok)
@@ -656,7 +657,7 @@ func TestTypeErrorsNamed(t *testing.T) {
 }
 
 // Integers are whole numbers in decimal digits, in the file and the
-// environment alike: YAML's 2.0, 1e3 and 0x10 and strconv's " 3" are
+// environment alike. YAML's 2.0, 1e3 and 0x10 and strconv's " 3" are
 // refused, not truncated or guessed.
 func TestWholeNumbers(t *testing.T) {
 	for _, v := range []string{"2.5", "2.0", "1e3", "0x10", "0o17", "1_000", "+3", "012", ".5"} {
@@ -830,8 +831,8 @@ func must(f reflect.StructField, ok bool) reflect.StructField {
 	return f
 }
 
-// The backstop behind checkNode: yaml.v3's type errors lose the value they
-// quote, which may be a secret.
+// This is the backstop behind checkNode. yaml.v3's type errors lose the
+// value they quote, which may be a secret.
 func TestYAMLTypeErrorsLoseTheirValues(t *testing.T) {
 	var v struct{ Tokens []Token }
 	err := yaml.Unmarshal([]byte("tokens: sekrit\n"), &v)

@@ -10,7 +10,7 @@ import (
 )
 
 // Duration is a time.Duration written as a Go duration string ("90s", "5m")
-// in YAML and environment variables. "0" is accepted; a bare integer such as
+// in YAML and environment variables. "0" is accepted. A bare integer such as
 // 30 is rejected because its unit would be a guess.
 type Duration time.Duration
 
@@ -30,7 +30,7 @@ func ParseDuration(s string) (Duration, error) {
 }
 
 // UnmarshalYAML accepts duration strings. checkNode reports the same problems
-// with the key's path before decoding; this is the backstop.
+// with the key's path before decoding. This is the backstop.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if err := durationNodeError(n); err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// TokensEnv holds API tokens as "name:token,name2:token2"; it replaces
+// TokensEnv holds API tokens as "name:token,name2:token2". It replaces
 // http.tokens.
 const TokensEnv = "TETHER_API_TOKENS"
 
@@ -19,8 +19,8 @@ type EnvVar struct {
 }
 
 // EnvVars lists every environment override, in declaration order. Each
-// scalar key <section>.<key> is overridden by TETHER_<SECTION>_<KEY>;
-// database_url by DATABASE_URL; http.tokens by TETHER_API_TOKENS. A list of
+// scalar key <section>.<key> is overridden by TETHER_<SECTION>_<KEY>.
+// database_url by DATABASE_URL. http.tokens by TETHER_API_TOKENS. A list of
 // strings (http.allowed_hosts) is comma-separated.
 func EnvVars() []EnvVar {
 	var out []EnvVar
@@ -60,8 +60,8 @@ func eachScalar(v reflect.Value, path string, fn func(key, env string, field ref
 }
 
 // applyEnv overrides scalar keys from the environment. An empty variable
-// counts as unset. Every malformed value is reported, naming the variable;
-// the value of a secret one never.
+// counts as unset. Every malformed value is reported, naming the variable.
+// The value of a secret one is never named.
 func applyEnv(cfg *Config, getenv func(string) string) error {
 	var errs []error
 	eachScalar(reflect.ValueOf(cfg).Elem(), "", func(key, env string, fv reflect.Value, f reflect.StructField) {
@@ -85,7 +85,7 @@ func applyEnv(cfg *Config, getenv func(string) string) error {
 }
 
 // setScalar sets a field from its environment variable. Strings and lists
-// are trimmed (a value read from a file often ends in a newline); numbers
+// are trimmed (a value read from a file often ends in a newline). Numbers
 // and durations must be exact, as in the file.
 func setScalar(fv reflect.Value, raw string, f reflect.StructField) error {
 	switch {
@@ -140,7 +140,7 @@ func ParseTokens(raw string) ([]Token, error) {
 // settings — PGPASSWORD, PGSSLPASSWORD, PGPASSFILE, PGSERVICEFILE, PGSSLKEY,
 // PGHOST and the rest: they are the agent's database) and every TETHER_*
 // variable (API tokens among them). The plugin host scrubs them from every
-// plugin's environment, whatever pass_env says; CheckPassEnv refuses
+// plugin's environment, whatever pass_env says. CheckPassEnv refuses
 // pass_env entries that name only them.
 func SecretEnv(name string) bool {
 	return name == "DATABASE_URL" || strings.HasPrefix(name, "PG") || strings.HasPrefix(name, "TETHER_")
@@ -156,7 +156,7 @@ func secretPrefix(prefix string) bool {
 // CheckPassEnv says why pattern may not be a pass_env entry, or returns nil.
 // An entry is a variable name, a NAME* prefix or "*". Naming a secret
 // (SecretEnv) is refused, and so is a prefix that selects nothing but
-// secrets ("PG*", "TETHER_*"); a wider pattern ("*", "P*") is allowed and
+// secrets ("PG*", "TETHER_*"). A wider pattern ("*", "P*") is allowed and
 // the secrets it covers are scrubbed. The agent's validation and the plugin
 // host both apply it.
 func CheckPassEnv(pattern string) error {

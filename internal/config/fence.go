@@ -11,7 +11,7 @@ import (
 // take to stop its local work after a cancel. A plugin reports its own value
 // at the agent's start (plugin.KillGracer: the shell plugin reports its
 // config.max_kill_grace or its default). Any plugin may declare it in its
-// config too. A plugin that does neither counts 0: it stops nothing local,
+// config too. A plugin that does neither counts 0. It stops nothing local,
 // or at once.
 const maxKillGraceKey = "max_kill_grace"
 
@@ -37,9 +37,9 @@ func (k killGrace) describe() string {
 	return fmt.Sprintf("%s %s", k.key, secs(k.d))
 }
 
-// usedPlugins returns the plugins that may run a job of this agent: those
-// configured under plugins and those a command names, sorted. A plugin found
-// in plugin_dir that no command uses runs no job, so it stops nothing.
+// usedPlugins returns the plugins that may run a job of this agent. They are
+// those configured under plugins and those a command names, sorted. A plugin
+// found in plugin_dir that no command uses runs no job, so it stops nothing.
 func (c *Config) usedPlugins() []string {
 	names := sortedKeys(c.Plugins)
 	for _, cmd := range c.Commands {
@@ -53,7 +53,7 @@ func (c *Config) usedPlugins() []string {
 
 // killGraces returns the longest kill grace of the plugins this agent may
 // run, and the problems found reading it (each naming its key). Only the
-// max_kill_grace key is read: the plugin validates the rest of its config
+// max_kill_grace key is read. The plugin validates the rest of its config
 // itself (a plugin binary may be newer than this agent).
 func (c *Config) killGraces(reported KillGraces) (killGrace, []error) {
 	var longest killGrace
@@ -71,8 +71,8 @@ func (c *Config) killGraces(reported KillGraces) (killGrace, []error) {
 	return longest, errs
 }
 
-// killGraceOf is one plugin's kill grace: the longer of what its config
-// sets and what it reported. The zero killGrace means it has none.
+// killGraceOf is one plugin's kill grace. It is the longer of what its
+// config sets and what it reported. The zero killGrace means it has none.
 func (c *Config) killGraceOf(name string, reported KillGraces) (killGrace, error) {
 	key := "plugins." + name + ".config." + maxKillGraceKey
 	k := killGrace{key: key}

@@ -29,7 +29,7 @@ func secretParam(key string) bool { return strings.Contains(strings.ToLower(key)
 
 // RedactURL returns a database URL or keyword/value string that is safe to
 // print: every password replaced by REDACTED. A string that does not parse
-// is never printed, not even in part where its parts are ambiguous: the
+// is never printed, not even in part where its parts are ambiguous. The
 // scheme and host stand in for it when they can be told apart from the
 // password, and its length.
 func RedactURL(s string) string {
@@ -69,7 +69,7 @@ func parseURLForm(s string) (dsn, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		// url's errors quote the input: say what kind of problem only.
+		// url's errors quote the input. Say what kind of problem only.
 		return dsn{}, errors.New("it does not parse as a URL; percent-encode special characters in the user name and password (@ as %40, / as %2F, [ as %5B)")
 	}
 	q, err := url.ParseQuery(u.RawQuery)
@@ -123,7 +123,7 @@ func redactURLSecrets(u *url.URL, q url.Values) {
 	}
 }
 
-// urlPorts returns the ports a URL names: pgx reads a list of hosts, each
+// urlPorts returns the ports a URL names. pgx reads a list of hosts, each
 // with an optional port, and a port parameter.
 func urlPorts(hosts string, q url.Values) []string {
 	var ports []string
@@ -138,8 +138,8 @@ func urlPorts(hosts string, q url.Values) []string {
 	return ports
 }
 
-// parseKeywordValue reads "key=value key='quoted value'" as libpq does:
-// values are unquoted runs of non-space characters or single-quoted, and a
+// parseKeywordValue reads "key=value key='quoted value'" as libpq does.
+// Values are unquoted runs of non-space characters or single-quoted, and a
 // backslash escapes the next character in either.
 func parseKeywordValue(s string) (dsn, error) {
 	var out []string
@@ -258,7 +258,7 @@ func safeKey(k string) string {
 }
 
 // unparsable describes a connection string that does not parse without
-// printing it: a password's boundaries are unknown in it.
+// printing it. A password's boundaries are unknown in it.
 func unparsable(s string) string {
 	var what []string
 	if scheme, rest, ok := strings.Cut(s, "://"); ok && schemeRe.MatchString(scheme) {
@@ -312,7 +312,7 @@ func checkDatabaseURL(s string) error {
 	return nil
 }
 
-// Redacted returns a copy that is safe to log or print: the database
+// Redacted returns a copy that is safe to log or print. The database
 // password, API tokens and plugin env values are replaced.
 func (c *Config) Redacted() *Config {
 	r := *c

@@ -27,7 +27,7 @@ func ValidCommandName(name string) bool { return commandNameRe.MatchString(name)
 func ValidPluginName(name string) bool { return pluginNameRe.MatchString(name) }
 
 // Validate checks every value and the relations between the timing values.
-// All problems are reported, joined; each names the key and how to fix it.
+// All problems are reported, joined. Each names the key and how to fix it.
 func (c *Config) Validate() error {
 	var errs []error
 	for _, check := range c.rules() {
@@ -100,7 +100,7 @@ func (c *Config) checkCapacity() []error {
 
 func (c *Config) checkPoolSizes() []error {
 	var p problems
-	// The work pool claims, runs the janitor and writes at once; fewer than
+	// The work pool claims, runs the janitor and writes at once. Fewer than
 	// 3 would serialize them behind each other.
 	if c.DatabaseMaxConns < 3 || c.DatabaseMaxConns > 1000 {
 		p.add("database_max_conns (env TETHER_DATABASE_MAX_CONNS): must be from 3 to 1000, got %d", c.DatabaseMaxConns)
@@ -156,7 +156,7 @@ func (c *Config) checkNonNegativeDurations() []error {
 	return p
 }
 
-// timingsSet reports whether keepalive and stale_job are both positive: the
+// timingsSet reports whether keepalive and stale_job are both positive. The
 // relations only mean something between positive values.
 func (a Agent) timingsSet() bool { return a.Keepalive > 0 && a.StaleJob > 0 }
 
@@ -306,7 +306,7 @@ func (c *Config) checkPlugins() []error {
 	return errs
 }
 
-// check checks one plugin's section; key is "plugins.<name>".
+// check checks one plugin's section. Key is "plugins.<name>".
 func (pl Plugin) check(key, name string) []error {
 	var p problems
 	if !ValidPluginName(name) {
@@ -349,7 +349,7 @@ func (c *Config) checkCommands() []error {
 	return errs
 }
 
-// check checks one command; key is "commands.<name>".
+// check checks one command. Key is "commands.<name>".
 func (cmd Command) check(key, name string, defaults Defaults) []error {
 	var p problems
 	if !ValidCommandName(name) {
@@ -384,7 +384,7 @@ var hostNameRe = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])
 
 // CheckAllowedHost says why h may not be an http.allowed_hosts entry, or
 // returns nil. An entry is "*" (any host), a name, or a name:port as a Host
-// header carries it; an IPv6 literal is written in brackets.
+// header carries it. An IPv6 literal is written in brackets.
 func CheckAllowedHost(h string) error {
 	if h == "*" {
 		return nil

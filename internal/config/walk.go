@@ -30,8 +30,8 @@ func yamlName(f reflect.StructField) string {
 	return name
 }
 
-// secretField reports whether a field holds a secret (tag `secret:"true"`):
-// its value, and any value below it, is never printed.
+// secretField reports whether a field holds a secret (tag `secret:"true"`).
+// Its value, and any value below it, is never printed.
 func secretField(f reflect.StructField) bool { return f.Tag.Get("secret") == "true" }
 
 func joinPath(path, key string) string {
@@ -54,7 +54,7 @@ func (s spot) child(key string, f reflect.StructField) spot {
 
 // checkNode walks a YAML node against the Go type it will be decoded into and
 // reports, with the full path and line, every unknown key and every value
-// that does not fit its key: malformed durations, non-integers or
+// that does not fit its key. Malformed durations, non-integers or
 // out-of-range numbers for integer keys, lists or mappings where a string
 // is expected, and the like. Values of secret keys are never quoted.
 // Free-form values (map[string]any) are not inspected.
@@ -82,7 +82,7 @@ func checkNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
 }
 
 // resolveNode follows an alias to its node, and a pointer type to what it
-// points to: optional values (command limits) are checked like the value.
+// points to. Optional values (command limits) are checked like the value.
 func resolveNode(n *yaml.Node, t reflect.Type) (*yaml.Node, reflect.Type) {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias

@@ -1,13 +1,13 @@
 // Package dbhistory notices when the database an agent talks to no longer
-// has the history the agent saw: a failover to a standby (a new timeline)
-// or a server that forgot acknowledged commits (its write position went
-// back). Either may have lost writes the agent was told were stored, so
-// the agent must compare what it holds with what the database now says
-// before it writes again (internal/claim's reconcile).
+// has the history the agent saw. That happens after a failover to a standby
+// (a new timeline) or when a server forgot acknowledged commits (its write
+// position went back). Either may have lost writes the agent was told were
+// stored, so the agent must compare what it holds with what the database
+// now says before it writes again (internal/claim's reconcile).
 //
 // The position is read on every new connection (AfterConnect) and with
-// every heartbeat: after a failover every connection is new, so the first
-// statement on the new primary comes after the check; through a
+// every heartbeat. After a failover every connection is new, so the first
+// statement on the new primary comes after the check. Through a
 // transaction pooler the client connections survive and the heartbeat
 // notices within a keepalive.
 package dbhistory
@@ -26,8 +26,8 @@ import (
 	"github.com/tetherjobs/tether/queries"
 )
 
-// Position is a server's place in its history: the timeline it writes on
-// and its WAL write position (an LSN) on it.
+// Position is a server's place in its history. It holds the timeline it
+// writes on and its WAL write position (an LSN) on it.
 type Position struct {
 	Timeline uint32
 	LSN      uint64
@@ -41,12 +41,13 @@ func (p Position) String() string {
 type Change int
 
 const (
-	// Same history: the same timeline, at or past the known position.
+	// Same is the same history. It is the same timeline, at or past the
+	// known position.
 	Same Change = iota
-	// Failover: another timeline, as after a standby's promotion. Writes
+	// Failover is another timeline, as after a standby's promotion. Writes
 	// acknowledged before it may or may not have reached the standby.
 	Failover
-	// Rewound: the same timeline behind a position it reported: the server
+	// Rewound is the same timeline behind a position it reported. The server
 	// lost acknowledged commits (a crash with synchronous_commit off).
 	Rewound
 )
@@ -72,8 +73,8 @@ func Judge(known, seen Position) Change {
 	return Same
 }
 
-// ParsePosition reads wal_position.sql's answer: an LSN in PostgreSQL's
-// text form (hex/hex) and the timeline in hex.
+// ParsePosition reads wal_position.sql's answer. That is an LSN in
+// PostgreSQL's text form (hex/hex) and the timeline in hex.
 func ParsePosition(lsn, timeline string) (Position, error) {
 	hi, lo, ok := strings.Cut(lsn, "/")
 	h, err1 := strconv.ParseUint(hi, 16, 32)
@@ -88,13 +89,13 @@ func ParsePosition(lsn, timeline string) (Position, error) {
 	return Position{Timeline: uint32(tl), LSN: h<<32 | l}, nil
 }
 
-// Row is one row of a query: a connection's or a pool's QueryRow.
+// Row is one row of a query, as a connection's or a pool's QueryRow gives.
 type Row interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Read returns the position of the server behind db. A standby cannot say
-// (it is not writing): that is an error naming the fix.
+// (it is not writing). That is an error naming the fix.
 func Read(ctx context.Context, db Row) (Position, error) {
 	var lsn, tl string
 	if err := db.QueryRow(ctx, queries.Get("wal_position")).Scan(&lsn, &tl); err != nil {
@@ -108,7 +109,7 @@ type Event struct {
 	Change Change
 	Known  Position // the newest position before it
 	Seen   Position // the position that showed it
-	// Episode numbers the changes; Settle(Episode) ends the wait only if
+	// Episode numbers the changes. Settle(Episode) ends the wait only if
 	// no later change came meanwhile.
 	Episode int
 }
@@ -121,7 +122,7 @@ var ErrNotSettled = errors.New("the database's history changed and the agent has
 // shows a change, calls OnChange and holds back (Wait) until Settled is
 // called for its episode. Its methods are safe for concurrent use.
 type Tracker struct {
-	// OnChange, if set, starts the agent's reconcile; it must not block.
+	// OnChange, if set, starts the agent's reconcile. It must not block.
 	// Without it a change settles at once (nothing to reconcile: a CLI).
 	OnChange func(Event)
 
@@ -140,7 +141,7 @@ func NewTracker() *Tracker {
 }
 
 // Observe records a position. The first one is the baseline. A position on
-// the known timeline moves it forward; a change (Judge) becomes the new
+// the known timeline moves it forward. A change (Judge) becomes the new
 // known position, starts an episode (OnChange) and holds Wait until Settle.
 func (t *Tracker) Observe(seen Position) Change {
 	t.mu.Lock()
@@ -174,7 +175,7 @@ func (t *Tracker) Observe(seen Position) Change {
 	return c
 }
 
-// Settle ends the wait for the changes up to episode: writes may go ahead,
+// Settle ends the wait for the changes up to episode. Writes may go ahead,
 // unless a later change came meanwhile (its own Settle ends that one).
 func (t *Tracker) Settle(episode int) {
 	t.mu.Lock()
@@ -226,10 +227,10 @@ func (t *Tracker) Wait(ctx context.Context, within time.Duration) error {
 
 // SettleBound is how long a connection waits in AfterConnect for a
 // reconcile to end before it goes ahead anyway (the writes stay fenced by
-// lease and holder either way; the wait only spares them refusals).
+// lease and holder either way. The wait only spares them refusals).
 const SettleBound = 30 * time.Second
 
-// AfterConnect is a pgxpool AfterConnect hook: it reads the new
+// AfterConnect is a pgxpool AfterConnect hook. It reads the new
 // connection's position and, with wait, holds the connection back while a
 // change it (or anything else) showed is being reconciled, so no statement
 // of that pool runs on a new primary before the agent knows what it lost.

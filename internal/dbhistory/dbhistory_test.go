@@ -38,9 +38,10 @@ func TestParsePosition(t *testing.T) {
 	assert.ErrorContains(t, err, "want hex")
 }
 
-// TestTrackerEpisodes: the first position is the baseline; a change holds
-// Wait until its episode is settled, and a second change during the first
-// episode's reconcile keeps it held until the second is settled too.
+// TestTrackerEpisodes checks that the first position is the baseline. A
+// change holds Wait until its episode is settled, and a second change during
+// the first episode's reconcile keeps it held until the second is settled
+// too.
 func TestTrackerEpisodes(t *testing.T) {
 	var got []Event
 	tr := NewTracker()
@@ -73,8 +74,8 @@ func TestTrackerEpisodes(t *testing.T) {
 	assert.ErrorIs(t, tr.Wait(cctx, time.Minute), context.Canceled)
 }
 
-// TestTrackerWithoutReconciler: with nobody to reconcile (a CLI), a change
-// settles at once.
+// TestTrackerWithoutReconciler checks that with nobody to reconcile (a
+// CLI), a change settles at once.
 func TestTrackerWithoutReconciler(t *testing.T) {
 	tr := NewTracker()
 	tr.Observe(Position{1, 5})

@@ -13,11 +13,11 @@ import (
 	"github.com/tetherjobs/tether/internal/pgtest"
 )
 
-// TestPositionsAcrossAFailoverThatLosesHistory, against real servers: an
+// TestPositionsAcrossAFailoverThatLosesHistory, against real servers. An
 // asynchronous standby stopped while the primary commits, the primary
 // stopped, the standby promoted. A pool whose AfterConnect is the
 // tracker's sees the new timeline on its first new connection and holds
-// that connection back until the change is settled; a standby refuses to
+// that connection back until the change is settled. A standby refuses to
 // say where it is, and Read says what to fix.
 func TestPositionsAcrossAFailoverThatLosesHistory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

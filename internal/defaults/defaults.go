@@ -1,4 +1,4 @@
-// Package defaults names every default an agent runs with, once: the
+// Package defaults names every default an agent runs with, once. The
 // configuration fills unset keys from here and each service falls back to
 // the same constants when built without a configuration (tests, benchmarks),
 // so the two can never drift apart.
@@ -38,7 +38,7 @@ const (
 	MaxBodyBytes  = 1 << 20
 	ShutdownGrace = 5 * time.Second
 
-	// API server timeouts: a slow or idle client cannot hold a connection
+	// API server timeouts. A slow or idle client cannot hold a connection
 	// forever. Write excludes followed log streams.
 	HTTPReadHeaderTimeout = 10 * time.Second
 	HTTPReadTimeout       = 30 * time.Second
@@ -56,7 +56,7 @@ const (
 const (
 	DatabaseMaxConns     = 10
 	HTTPDatabaseMaxConns = 4
-	// HeartbeatConns are the heartbeat's own pool: never delayed by a
-	// connection the jobs' writes hold.
+	// HeartbeatConns are the heartbeat's own pool. It is never delayed
+	// by a connection the jobs' writes hold.
 	HeartbeatConns = 2
 )

@@ -15,7 +15,7 @@ import (
 // BenchmarkRecovery measures recovery latency: from kill -9 of an agent
 // holding N running resumable jobs (under a name that does not come back, so
 // the silence path runs) to each job's `released` and `resumed` event, with
-// a second agent up. Times come from the database clock: the kill is stamped
+// a second agent up. Times come from the database clock. The kill is stamped
 // with now() read just before the signal. Reported per N: p50 and max of
 // both, in seconds.
 //

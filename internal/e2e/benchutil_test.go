@@ -34,7 +34,7 @@ type oneRun interface {
 	check()
 }
 
-// runOnce runs the benchmark b that newRun makes once: it is one long run
+// runOnce runs the benchmark b that newRun makes once. It is one long run
 // (-benchtime 1x), its clock stopped but for the run itself.
 func runOnce(b *testing.B, newRun func() oneRun) {
 	if b.N > 1 {
@@ -82,8 +82,8 @@ func benchEnvDurString(b *testing.B, name string, dst *string) {
 	}
 }
 
-// benchMaxConns is the benchmark cluster's max_connections: each agent's
-// pool grows to capacity + 8, its heartbeat pool to 2; the harness and the
+// benchMaxConns is the benchmark cluster's max_connections. Each agent's
+// pool grows to capacity + 8, its heartbeat pool to 2. The harness and the
 // benchmark hold a few more.
 func benchMaxConns(agents, capacity int) int { return agents*(capacity+8+2) + 40 }
 
@@ -149,7 +149,7 @@ func (r *benchRun) startClock() {
 
 // waitAll waits, a second at a time, until every job is terminal or
 // timeout has passed since the first submit, calling sample with the
-// number of jobs ended after each look and progress every 30 s; then it
+// number of jobs ended after each look and progress every 30 s. Then it
 // stops the clock.
 func (r *benchRun) waitAll(timeout time.Duration, sample func(ended int), progress func(elapsed time.Duration, counts map[string]int)) {
 	deadline := r.began.Add(timeout)
@@ -207,7 +207,7 @@ func (r *benchRun) statusCounts() map[string]int {
 	return out
 }
 
-// endsPerAgent says which agent wrote each job's final event: the claim
+// endsPerAgent says which agent wrote each job's final event. The claim
 // split, which decides the run's length (each agent has its own budgets).
 func (r *benchRun) endsPerAgent() string {
 	rows, err := r.h.pool.Query(r.ctx, `SELECT coalesce(agent, '-'), count(*) FROM job_timeline
@@ -263,7 +263,7 @@ type benchTally struct {
 	firstEnd, lastEnd       time.Time
 }
 
-// add counts job j and says whether it succeeded; describe describes it
+// add counts job j and says whether it succeeded. describe describes it
 // when it is one of the first open or failed ones.
 func (t *benchTally) add(j store.Job, describe func() string) bool {
 	if !store.Terminal(j.Status) {
@@ -465,7 +465,7 @@ func readProc(pid int, agent string) procFigures {
 	p := procFigures{agent: agent, pid: pid}
 	f := procStatFields(strconv.Itoa(pid))
 	p.cpu = benchTicks(f, 11, 12)
-	// argv[0]'s base name: comm is cut at 15 bytes (tether-plugin-e…).
+	// argv[0]'s base name. comm is cut at 15 bytes (tether-plugin-e…).
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
 		argv0, _, _ := strings.Cut(string(b), "\x00")
 		p.comm = filepath.Base(argv0)

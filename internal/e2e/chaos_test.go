@@ -19,7 +19,7 @@ import (
 // Three agents run 60 jobs (and 6 ECS jobs against the emulator) while
 // agents are repeatedly killed with SIGKILL and replaced, sometimes under the
 // same name (restart path), sometimes under a new one (silence path). Every
-// job must end exactly once and truthfully; no resumable work may start
+// job must end exactly once and truthfully. No resumable work may start
 // twice and no ECS task may be launched twice.
 func TestChaosKillAndReplaceAgents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -76,9 +76,9 @@ func (p *cliProc) exitCode(t *testing.T, within time.Duration) int {
 	}
 }
 
-// A `tether logs -f` process follows a job on agent A; A is killed (kill -9)
+// A `tether logs -f` process follows a job on agent A. A is killed (kill -9)
 // and B resumes the job. The follower reconnects to B (the next --server),
-// resumes after the last line it printed, and ends with the outcome: every
+// resumes after the last line it printed, and ends with the outcome. Every
 // line of the job's output is printed exactly once.
 func TestCLILogsFollowAcrossAgentLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -97,7 +97,7 @@ func TestCLILogsFollowAcrossAgentLoss(t *testing.T) {
 	addrB := h.apiAddr(ctx, b)
 
 	f := startCLI(t, ctx, "logs", "-f", id, "--server", "http://"+addrA+",http://"+addrB)
-	// A line stored after the start: the follower is connected to A.
+	// A line stored after the start. The follower is connected to A.
 	f.waitOutput(t, ctx, f.stdout, "tick ", 10*time.Second)
 	h.kill9(a)
 

@@ -28,7 +28,7 @@ const shutdownError = "agent shut down before the job finished"
 // handoffMessage is the released event's message when name drains.
 func handoffMessage(name string) string { return "handoff: agent " + name + " draining" }
 
-// drainTimings make stale_job far longer than any test: a job resumed
+// drainTimings make stale_job far longer than any test. A job resumed
 // quickly can only have been handed off, never released by the janitor.
 func drainTimings() timings {
 	tm := fast()
@@ -99,7 +99,7 @@ func (h *harness) assertHandedOff(ctx context.Context, id string, from, to *agen
 }
 
 // SIGTERM an agent holding 5 running resumable jobs and 2 shell jobs that
-// end before shutdown_timeout, with a second agent up: the resumable jobs
+// end before shutdown_timeout, with a second agent up. The resumable jobs
 // are handed off at once and resumed by the second agent, the shell jobs
 // run to success on the draining agent, and it exits 0.
 func TestDrainHandsOffResumableAndWaitsForShell(t *testing.T) {
@@ -144,7 +144,7 @@ func TestDrainHandsOffResumableAndWaitsForShell(t *testing.T) {
 
 // Shell jobs that outlive shutdown_timeout are cancelled through the plugin
 // at the deadline, recorded failed (retriable) with the shutdown message,
-// cleaned up, and their process groups are gone; the agent still exits 0,
+// cleaned up, and their process groups are gone. The agent still exits 0,
 // within shutdown_timeout + kill_grace + a few seconds.
 func TestDrainCancelsShellAtDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -155,7 +155,7 @@ func TestDrainCancelsShellAtDeadline(t *testing.T) {
 	a := h.startAgent(ctx, "deadline-a", drainEnv(shutdownTimeout, "")...)
 	_, sh := h.submitMix(ctx, 0, 2, 0, 300*time.Second)
 	// One that ignores SIGTERM (so does its sleep: ignored signals are
-	// inherited): only the SIGKILL after kill_grace ends it.
+	// inherited). Only the SIGKILL after kill_grace ends it.
 	stubborn := h.submitShellScript(ctx, fmt.Sprintf(`echo $$ > %q/"$TETHER_JOB_ID".pid; trap '' TERM; sleep 300`, h.pidDir))
 	sh = append(sh, stubborn)
 	h.waitStarted(ctx, nil, sh)
@@ -179,7 +179,7 @@ func TestDrainCancelsShellAtDeadline(t *testing.T) {
 		final := h.checkTimeline(ctx, id)
 		assert.Equal(t, a.gen, final.Generation)
 		if id == stubborn {
-			// SIGTERM at the deadline, SIGKILL kill_grace later: the job
+			// SIGTERM at the deadline, SIGKILL kill_grace later. The job
 			// cannot have ended, or been recorded, any sooner.
 			assert.GreaterOrEqual(t, final.At.Sub(dbSignaledAt), shutdownTimeout+killGrace,
 				"the job ignoring SIGTERM was recorded %s after the signal; its process group must get kill_grace (%s) between SIGTERM and SIGKILL: %s",
@@ -198,7 +198,7 @@ func TestDrainCancelsShellAtDeadline(t *testing.T) {
 	}
 }
 
-// A second SIGTERM during the wait skips it: the long shell job is cancelled
+// A second SIGTERM during the wait skips it. The long shell job is cancelled
 // at once and failed with the shutdown message, the resumable job is handed
 // off, and the agent exits 0 promptly although shutdown_timeout is 60 s.
 func TestDrainSecondSignalSkipsWait(t *testing.T) {
@@ -239,7 +239,7 @@ func TestDrainSecondSignalSkipsWait(t *testing.T) {
 }
 
 // With drain.handoff: deadline the draining agent keeps watching its
-// resumable job until the wait ends; a second signal ends the wait, and the
+// resumable job until the wait ends. A second signal ends the wait, and the
 // job is still handed off (not left for stale_job).
 func TestDrainDeadlineHandoffOnSecondSignal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -267,7 +267,7 @@ func TestDrainDeadlineHandoffOnSecondSignal(t *testing.T) {
 	assert.Equal(t, shutdownError, h.job(ctx, sh[0]).Error)
 }
 
-// During the drain wait the API keeps serving: /readyz answers 503 saying
+// During the drain wait the API keeps serving. /readyz answers 503 saying
 // draining, the agent list shows it draining. A followed log in flight when
 // the agent exits ends cleanly, and afterwards the port is closed.
 func TestDrainHTTPGracefulShutdown(t *testing.T) {
@@ -286,7 +286,7 @@ func TestDrainHTTPGracefulShutdown(t *testing.T) {
 	resp := httpGet(ctx, t, base+"/readyz")
 	require.Equal(t, http.StatusOK, resp.code, "ready before the signal: %s", resp.body)
 
-	// Follow the resumable job's log: that job lives on (on the other agent)
+	// Follow the resumable job's log. That job lives on (on the other agent)
 	// after this agent exits, so only the server's shutdown can end the stream.
 	type followed struct {
 		body  string
@@ -321,7 +321,7 @@ func TestDrainHTTPGracefulShutdown(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, ready.code, "/readyz while draining: %s", ready.body)
 	assert.Contains(t, ready.body, "draining", "/readyz while draining")
 
-	// /readyz turns first; the row is marked draining right after.
+	// /readyz turns first. The row is marked draining right after.
 	var agents httpResult
 	states := map[string]string{}
 	for deadline := time.Now().Add(time.Second); ; {

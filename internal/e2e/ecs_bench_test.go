@@ -41,7 +41,7 @@ import (
 // It prints the call rates (and throttled calls), task stop → job terminal
 // latency (the emulator's stoppedAt against the job's finished_at, both this
 // machine's wall clock), and the agents' and their plugins' RSS and CPU.
-// Synthetic tasks (image tether.local/synthetic) run no process: each prints
+// Synthetic tasks (image tether.local/synthetic) run no process. Each prints
 // "line <n> of <N> task <id>" once a SYNTH_INTERVAL, N from 60 to 120 spread
 // by job index, so a task lasts 60–120 s.
 //
@@ -168,8 +168,8 @@ func (r *ecsBench) setUp() {
 		eff["DescribeTasks"], eff["GetLogEvents"], maxConns)
 }
 
-// newECSBenchHarness is newECSHarness with the benchmark's command "ecs":
-// one synthetic awslogs container, the plugin's default poll_interval and
+// newECSBenchHarness is newECSHarness with the benchmark's command "ecs".
+// One synthetic awslogs container, the plugin's default poll_interval and
 // api_rates, log_settle 3 s (above the emulator's 1.5 s log lag).
 func newECSBenchHarness(b testing.TB, dbURL string, tm timings, emURL string, cfg ecsBenchConfig) *harness {
 	b.Helper()
@@ -397,7 +397,7 @@ func (r *ecsBench) check() {
 	}
 	fmt.Fprintf(&rep, "this process (emulator + checker): CPU %.1f s; PostgreSQL: CPU %.1f s; machine: %d CPUs %.0f%% busy during the run\n",
 		selfCPU.Seconds(), pgCPU.Seconds(), cpu.cpus, 100*cpu.busyFraction())
-	// To stdout: the testing package keeps only 10 lines of a benchmark's log.
+	// To stdout. The testing package keeps only 10 lines of a benchmark's log.
 	fmt.Print(rep.String())
 	b.Logf("%d/%d jobs succeeded in %s; lines lost %d, duplicated %d; DescribeTasks %.2f/s, GetLogEvents %.2f/s; stop → terminal p50 %s p99 %s (full report above)",
 		jobs.succeeded, len(r.ids), elapsed.Round(time.Second), lost, dup, descRate, logRate, p50.Round(time.Millisecond), p99.Round(time.Millisecond))
@@ -587,9 +587,9 @@ func (w *recordingWriter) Write(p []byte) (int, error) {
 }
 
 // drainPhases splits each job's task stop → job terminal time at the calls the
-// recorder saw: the stop is seen by the first DescribeTasks after it; its
+// recorder saw. The stop is seen by the first DescribeTasks after it. Its
 // log drain starts with the first read of its stream after that (no
-// earlier than log_settle) and ends with the last; then the job's final
+// earlier than log_settle) and ends with the last. Then the job's final
 // write.
 type drainPhases struct {
 	stopToSeen, seenToDrain, drain, lastReadToEnd []time.Duration
@@ -675,7 +675,7 @@ func (r *ecsBench) describeJob(id string, j store.Job) string {
 
 // checkSynthLines checks stdout against the synthetic task finalID's n
 // lines ("line <k> of <n> task <id>"): each once, in order. Lines of the
-// tasks in earlier are allowed once each, in their order; anything else is
+// tasks in earlier are allowed once each, in their order. Anything else is
 // foreign.
 func checkSynthLines(stdout, finalID string, n int, earlier map[string]bool) lineCheck {
 	var c lineCheck

@@ -20,7 +20,7 @@ import (
 
 // Every fault of the hostile emulator at once, infrastructure stops
 // included and frequent, through real agents, one of which is killed at a
-// random moment: every job still succeeds, each task index is launched
+// random moment. Every job still succeeds, each task index is launched
 // once plus once per infrastructure relaunch its result reports, and each
 // job's stdout is what its launches printed, each line once: a prefix of
 // "line 1…n" per interrupted launch, then the whole of it from the last.

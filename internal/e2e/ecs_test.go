@@ -21,7 +21,7 @@ import (
 // ends, with its hostile profile: tasks MISSING for a while after RunTask,
 // log lines delivered late, transient RunTask refusals and capacity
 // failures, 5xx answers to calls that did run, account-wide rate limits.
-// Only infrastructure stops are off: they relaunch a task, which these
+// Only infrastructure stops are off. They relaunch a task, which these
 // tests' exact launch and line counts do not allow (the plugin's tests and
 // make bench-ecs cover them).
 func startEmulator(t *testing.T) (*emulator.Emulator, string) {
@@ -42,7 +42,7 @@ func countingScript(n int, interval time.Duration) string {
 }
 
 // assertLinesOnce asserts the job's stdout is exactly "line 1" … "line n",
-// each once and in order: nothing lost or copied twice across agents.
+// each once and in order. Nothing is lost or copied twice across agents.
 func (h *harness) assertLinesOnce(ctx context.Context, id string, n int) {
 	h.t.Helper()
 	var want []string
@@ -53,7 +53,7 @@ func (h *harness) assertLinesOnce(ctx context.Context, id string, n int) {
 	assert.Equal(h.t, want, got, "job %s: stdout must hold every line exactly once", id)
 }
 
-// waitStdout waits until the job's stdout contains s: its log is being copied.
+// waitStdout waits until the job's stdout contains s. Its log is being copied.
 func (h *harness) waitStdout(ctx context.Context, id, s string, within time.Duration) {
 	h.t.Helper()
 	deadline := time.Now().Add(within)
@@ -85,8 +85,8 @@ func ecsKillTimings() timings {
 	return tm
 }
 
-// kill -9 the agent watching a running ECS task, with a second agent up:
-// the second one resumes the job and follows the same task (one launch),
+// kill -9 the agent watching a running ECS task, with a second agent up.
+// The second one resumes the job and follows the same task (one launch),
 // and the job's stdout has every line of the task's log exactly once.
 func TestECSKill9ResumesSameTask(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -152,7 +152,7 @@ func TestECSRestartUnderSameNameResumesSameTask(t *testing.T) {
 }
 
 // A rolling deploy (new agent up, old one SIGTERMed, one at a time) while 10
-// ECS jobs run: every job is handed off and resumed within a couple of claim
+// ECS jobs run. Every job is handed off and resumed within a couple of claim
 // intervals, succeeds, and its task was launched once.
 func TestECSRollingDeploy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
@@ -241,7 +241,7 @@ func TestECSRollingDeploy(t *testing.T) {
 }
 
 // A task that always fails, max_fail_count 3, its agent killed with -9 right
-// after the second launch: the resuming agent launches it exactly once more
+// after the second launch. The resuming agent launches it exactly once more
 // and the job fails.
 func TestECSMaxFailCountHoldsAcrossKill9(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -276,7 +276,7 @@ func TestECSMaxFailCountHoldsAcrossKill9(t *testing.T) {
 	t.Logf("job failed: %s", j.Error)
 }
 
-// The task ends while no agent watches it (its only agent was killed): the
+// The task ends while no agent watches it (its only agent was killed). The
 // agent that resumes the job later reads the outcome from ECS, copies the
 // rest of the log from the stored position, and launches nothing.
 func TestECSTaskEndsWhileNoAgentWatches(t *testing.T) {
@@ -285,7 +285,7 @@ func TestECSTaskEndsWhileNoAgentWatches(t *testing.T) {
 	em, url := startEmulator(t)
 	h := newECSHarness(t, pgtest.URL(t), ecsKillTimings(), url)
 
-	// About 6 s of output: line 2 reaches the database a few seconds after
+	// About 6 s of output. Line 2 reaches the database a few seconds after
 	// it is printed (CloudWatch's lag, checkpoints every 2 s), and the
 	// task must still be running when its agent is killed.
 	const lines = 60

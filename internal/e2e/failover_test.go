@@ -44,7 +44,7 @@ func failoverJobs(ctx context.Context, h *harness, lines int, interval time.Dura
 }
 
 // promote stops the primary at once (no shutdown checkpoint, connections
-// cut) and promotes the standby; the harness's own pool reconnects.
+// cut) and promotes the standby. The harness's own pool reconnects.
 func promote(ctx context.Context, t *testing.T, h *harness, primary, standby *pgcluster.Cluster, startStandby bool) time.Duration {
 	t.Helper()
 	began := time.Now()
@@ -57,11 +57,11 @@ func promote(ctx context.Context, t *testing.T, h *harness, primary, standby *pg
 	return time.Since(began)
 }
 
-// TestFailoverToSynchronousStandby: the primary dies and its synchronous
-// standby is promoted under running ECS and shell jobs. Agents find the new
-// primary through the multi-host URL and notice the new timeline; nothing
-// they were told is stored was lost, so nothing is released, failed or
-// launched again, and every line is stored once.
+// TestFailoverToSynchronousStandby covers the case where the primary dies
+// and its synchronous standby is promoted under running ECS and shell jobs.
+// Agents find the new primary through the multi-host URL and notice the new
+// timeline. Nothing they were told is stored was lost, so nothing is
+// released, failed or launched again, and every line is stored once.
 func TestFailoverToSynchronousStandby(t *testing.T) {
 	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -92,15 +92,15 @@ func TestFailoverToSynchronousStandby(t *testing.T) {
 	assert.Positive(t, h.agentLogCount("the database's history changed"), "the agents noticed the new timeline")
 }
 
-// TestFailoverToAsynchronousStandbyThatLostHistory: the standby stops for a
-// few seconds while the primary keeps committing (output, checkpoints,
-// ends), then the primary dies and the standby is promoted: what the
-// primary acknowledged meanwhile is really gone. The agents notice (a new
-// timeline) and reconcile: every job still ends once, succeeded; no ECS
-// task is launched a second time; ECS output the database lost is read
-// again from CloudWatch through a resume from the checkpoint it kept, so
-// every ECS line is stored once; shell output lost for good is never
-// silent: the job's database_history_lost event says which records.
+// TestFailoverToAsynchronousStandbyThatLostHistory covers the case where the
+// standby stops for a few seconds while the primary keeps committing
+// (output, checkpoints, ends), then the primary dies and the standby is
+// promoted. What the primary acknowledged meanwhile is really gone. The
+// agents notice (a new timeline) and reconcile. Every job still ends once,
+// succeeded. No ECS task is launched a second time. ECS output the database
+// lost is read again from CloudWatch through a resume from the checkpoint it
+// kept, so every ECS line is stored once. Shell output lost for good is
+// never silent. The job's database_history_lost event says which records.
 func TestFailoverToAsynchronousStandbyThatLostHistory(t *testing.T) {
 	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -110,9 +110,9 @@ func TestFailoverToAsynchronousStandbyThatLostHistory(t *testing.T) {
 	h := newECSHarness(t, url, failoverTimings(), emURL)
 	const lines = 80
 	ecsIDs, shIDs := failoverJobs(ctx, h, lines, 150*time.Millisecond)
-	// A short job that ends while the standby is away: its end is lost.
+	// A short job that ends while the standby is away. Its end is lost.
 	short := h.submitShellScript(ctx, "sleep 1; echo only")
-	// Every submit reaches the standby before it stops: a lost submit is a
+	// Every submit reaches the standby before it stops. A lost submit is a
 	// documented limit, not what this test is about.
 	_, lsn, err := primary.CurrentWAL(ctx)
 	require.NoError(t, err)

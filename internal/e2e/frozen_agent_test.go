@@ -22,8 +22,8 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// Issue 25, item 3: an agent process frozen (SIGSTOP) while its plugin
-// processes run on cannot self-fence, so the plugin processes must: each
+// Issue 25, item 3. An agent process frozen (SIGSTOP) while its plugin
+// processes run on cannot self-fence, so the plugin processes must. Each
 // stops its calls at the self-fence point, before stale_job lets another
 // agent take the job.
 
@@ -71,7 +71,7 @@ func firstOf(lines []attemptLine, attempt int) (attemptLine, bool) {
 }
 
 // secondHost writes a copy of the harness config whose shell plugin keeps
-// its state elsewhere, as on another host: its Cleanup cannot find a
+// its state elsewhere, as on another host. Its Cleanup cannot find a
 // process group the first host started. It returns the copy's path.
 func (h *harness) secondHost() string {
 	h.t.Helper()
@@ -139,7 +139,7 @@ func (h *harness) waitAgentEvent(ctx context.Context, id, kind, agent string, wi
 	}
 }
 
-// A shell job on an agent that is frozen past stale_job: its plugin kills
+// A shell job on an agent that is frozen past stale_job. Its plugin kills
 // attempt 1's process group at the self-fence point, so when another agent
 // fails the attempt as awol (its Cleanup, on another host, finds nothing)
 // and runs attempt 2, attempt 1 has stopped writing. Thawed, the frozen
@@ -180,7 +180,7 @@ done`, h.pidDir, out)
 
 	h.signal(a, syscall.SIGSTOP)
 	frozenAt := time.Now()
-	// Attempt 1's group must empty at the plugins' deadline; attempt 2
+	// Attempt 1's group must empty at the plugins' deadline. Attempt 2
 	// starts only after stale_job. Watch both until attempt 2 writes.
 	var goneAt time.Time
 	var first2 attemptLine
@@ -243,11 +243,11 @@ done`, h.pidDir, out)
 		}
 	}
 	assert.Equal(t, lines1, n1, "attempt 1 wrote again after the thaw")
-	// The host got the plugin's answer: its SDK stopped the job.
+	// The host got the plugin's answer. Its SDK stopped the job.
 	assert.Contains(t, lost.Message, "its plugin stopped the job before its lease could expire (no lease renewal had reached it for", "the frozen agent's account")
 }
 
-// The same freeze with a resumable plugin: the frozen agent's plugin stops
+// The same freeze with a resumable plugin. The frozen agent's plugin stops
 // watching at its deadline (the work runs on), the other agent resumes the
 // job after stale_job, and the work started exactly once.
 func TestFrozenAgentResumableJobStopsWatching(t *testing.T) {
@@ -257,7 +257,7 @@ func TestFrozenAgentResumableJobStopsWatching(t *testing.T) {
 	h := newHarness(t, pgtest.URL(t), tm)
 
 	a := h.startAgent(ctx, "frozen-a")
-	// tick_ms: the watcher checkpoints often, so it is inside a checkpoint
+	// tick_ms. The watcher checkpoints often, so it is inside a checkpoint
 	// the frozen agent never answers when its deadline comes.
 	c, err := json.Marshal(map[string]any{"duration_ms": 8000, "tick_ms": 100})
 	require.NoError(t, err)

@@ -11,12 +11,12 @@ import (
 	"github.com/tetherjobs/tether/internal/pgtest"
 )
 
-// BenchmarkHandoff measures the drain's handoff: agent A holds N running
+// BenchmarkHandoff measures the drain's handoff. Agent A holds N running
 // resumable jobs, agent B is idle, A gets SIGTERM. Per job: the gap from
 // its `released` (handoff) event to its `resumed` event, by the database
-// clock; and from the signal (the database's now() read just before it) to
+// clock. And from the signal (the database's now() read just before it) to
 // the last resume and to A's exit. stale_job is 60 s, so a janitor release
-// cannot be mistaken for a handoff; poll_interval is the default 1 s, so a
+// cannot be mistaken for a handoff. poll_interval is the default 1 s, so a
 // resume faster than that came from the release's NOTIFY.
 //
 //	go test -race=false -run '^$' -bench Handoff -benchtime 1x ./internal/e2e
@@ -58,7 +58,7 @@ func handoffOnce(b *testing.B, n int) (gaps []time.Duration, lastResume, exit ti
 		AWOLTimeout:   120 * time.Second,
 	}
 	h := newHarness(b, pgtest.URL(b), tm)
-	// Cleanup runs only after the last iteration: stop this round's agents
+	// Cleanup runs only after the last iteration. Stop this round's agents
 	// and work now, or their connections exhaust the test cluster's
 	// max_connections with -benchtime > 1x.
 	defer h.killAll()

@@ -58,7 +58,7 @@ type timings struct {
 	OfflineAfter  time.Duration
 	CleanInterval time.Duration
 	AWOLTimeout   time.Duration
-	// KillGrace is the shell plugin's kill_grace and max_kill_grace: it
+	// KillGrace is the shell plugin's kill_grace and max_kill_grace. It
 	// moves the self-fence point (stale_job − 2×keepalive − max_kill_grace).
 	KillGrace time.Duration
 }
@@ -192,7 +192,7 @@ func (h *harness) spawnAgent(name string, env ...string) *agentProc {
 	}, env...)
 	out := &syncBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
-	// Its own group, so cleanup can take the agent and its plugins at once;
+	// Its own group, so cleanup can take the agent and its plugins at once.
 	// kill9 signals the agent process alone, like a crash would.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(h.t, cmd.Start(), "starting agent %s", name)
@@ -230,7 +230,8 @@ func (h *harness) waitRegistered(ctx context.Context, a *agentProc) {
 	}
 }
 
-// kill9 kills the agent process (not its plugins: they must notice on their own).
+// kill9 kills the agent process, not its plugins. They must notice on their
+// own.
 func (h *harness) kill9(a *agentProc) {
 	h.t.Helper()
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -293,7 +294,7 @@ func (h *harness) killAll() {
 		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 		<-a.done
 	}
-	// Detached resumable work leads its own session: kill each group.
+	// Detached resumable work leads its own session. Kill each group.
 	for _, pid := range pidsIn(h.workDir, ".pid") {
 		if cmdlineHas(pid, "resumable-") {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -409,7 +410,7 @@ func isFinal(kind string) bool { return store.Terminal(jobstate.JobStatus(kind))
 
 // checkTimeline asserts the lease invariants of one finished job: exactly one
 // final event, and no event after it carrying an older lease (a write from a
-// fenced-out holder). A lease_lost event is the exception: it is a fenced-out
+// fenced-out holder). A lease_lost event is the exception. It is a fenced-out
 // holder's record that its write was refused (with its account of the job),
 // which may well come after another agent finished the job. It returns the
 // final event.
@@ -568,7 +569,7 @@ func (s *syncBuf) tail(n int) string {
 	return str
 }
 
-// ecsContainer is the container the ecs command's task definition runs; jobs
+// ecsContainer is the container the ecs command's task definition runs. Jobs
 // give it their script with a container override.
 const ecsContainer = "app"
 
@@ -623,7 +624,7 @@ func newECSHarness(t testing.TB, dbURL string, tm timings, emulatorURL string) *
 	return newHarnessWith(t, dbURL, tm, plugins, commands)
 }
 
-// submitECS submits an ecs job whose one task runs script under sh; extra
+// submitECS submits an ecs job whose one task runs script under sh. extra
 // keys go into the job's context.
 func (h *harness) submitECS(ctx context.Context, script string, extra map[string]any) string {
 	h.t.Helper()

@@ -16,7 +16,7 @@ import (
 )
 
 // hungTimings: a 12 s hang stays far below the self-fence point
-// (40 − 2 − 0.25 ≈ 37.75 s); the agents' writes give up on the hung server
+// (40 − 2 − 0.25 ≈ 37.75 s). The agents' writes give up on the hung server
 // and are sent again (log flushes after 5 s, final writes after 10 s).
 func hungTimings() timings {
 	tm := fast()
@@ -26,12 +26,13 @@ func hungTimings() timings {
 	return tm
 }
 
-// TestHungDatabaseStoresEveryLineOnce: the whole PostgreSQL cluster is
-// frozen (SIGSTOP of the postmaster and every backend, then SIGCONT) while
-// jobs print, and again while jobs end. Statements the agents gave up on
-// sit in the hung backends' sockets and commit when the server wakes; the
-// agents send them again on new connections. Every job succeeds, every
-// line is stored exactly once, and no end is taken for a lost lease.
+// TestHungDatabaseStoresEveryLineOnce covers the case where the whole
+// PostgreSQL cluster is frozen (SIGSTOP of the postmaster and every backend,
+// then SIGCONT) while jobs print, and again while jobs end. Statements the
+// agents gave up on sit in the hung backends' sockets and commit when the
+// server wakes. The agents send them again on new connections. Every job
+// succeeds, every line is stored exactly once, and no end is taken for a
+// lost lease.
 func TestHungDatabaseStoresEveryLineOnce(t *testing.T) {
 	t.Parallel() // its own clusters and agents, long waits: beside the other two
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -71,7 +72,7 @@ func TestHungDatabaseStoresEveryLineOnce(t *testing.T) {
 		for i := range 40 {
 			ids = append(ids, h.submitShellScript(ctx, fmt.Sprintf("sleep 0.5; echo only-%d", i)))
 		}
-		// Frozen once the first ones run: the rest end (or start) in it.
+		// Frozen once the first ones run. The rest end (or start) in it.
 		deadline := time.Now().Add(20 * time.Second)
 		for len(h.jobsIn(ctx, ids, store.StatusRunning)) < 10 {
 			require.True(t, time.Now().Before(deadline), "the jobs did not start")

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The invariant checker: a plain function over what a run left behind (the
+// The invariant checker is a plain function over what a run left behind (the
 // jobs rows, their job_events and the resumable plugin's launch journals),
 // never over what the test meant to do. checkInvariants returns every
 // violation of:
@@ -25,7 +25,7 @@ import (
 //     some with its history.
 //
 // After a failover that lost history, what the database forgot cannot be
-// checked against it: a job submitted in the lost window may be gone, and
+// checked against it. A job submitted in the lost window may be gone, and
 // checkpoints the plugin saw accepted then have no lease on record.
 
 // clockSlack absorbs the gap between an event's `at` (PostgreSQL's now(): the
@@ -63,15 +63,15 @@ type invJob struct {
 	Error, ErrorClass   string
 	Missing             bool // no jobs row any more
 	// Open, when the job is not terminal, says why that is expected (a
-	// retry waiting for a fallback Cleanup that is not due yet); "" = it
+	// retry waiting for a fallback Cleanup that is not due yet). "" = it
 	// should have ended.
 	Open    string
 	Events  []event
 	Journal []invJournalLine
 	Alive   map[int]bool // journal pids whose work still runs
-	// Submitted is when the test submitted it; Stdout the job's stored
-	// stdout, line by line; Lines how many lines each run of a shell job
-	// prints before "slept" (0: not a shell job); Ticks what its runs
+	// Submitted is when the test submitted it. Stdout is the job's stored
+	// stdout, line by line. Lines is how many lines each run of a shell job
+	// prints before "slept" (0: not a shell job). Ticks is what its runs
 	// wrote to their own file, outside the database.
 	Submitted time.Time
 	Stdout    []string
@@ -106,7 +106,7 @@ var (
 	finalKinds = map[string]bool{"succeeded": true, "failed": true, "canceled": true}
 	// Events written by whoever holds the lease they carry.
 	holderKinds = map[string]bool{"claimed": true, "running": true, "resumed": true, "remote": true, "lease_lost": true, "cleanup_ok": true, "cleanup_failed": true}
-	// Fenced changes of a job's state; their lease must not be superseded.
+	// Fenced changes of a job's state. Their lease must not be superseded.
 	writeKinds = map[string]bool{"running": true, "remote": true, "released": true, "requeued": true, "retry_scheduled": true, "succeeded": true, "failed": true, "canceled": true}
 	// Events that end the current holder's lease (a new holder, none, or the end).
 	supersedeKinds = map[string]bool{"claimed": true, "released": true, "requeued": true, "retry_scheduled": true, "succeeded": true, "failed": true, "canceled": true}
@@ -115,8 +115,9 @@ var (
 	attemptRE       = regexp.MustCompile(`^attempt (\d+)`)
 )
 
-// operatorRequeue: the API's requeue event carries no agent and no lease
-// (the janitor's requeue of an accepted job carries both).
+// operatorRequeue reports whether e is the API's requeue event. It carries
+// no agent and no lease (the janitor's requeue of an accepted job carries
+// both).
 func operatorRequeue(e event) bool { return e.Kind == "requeued" && e.Agent == "" && e.Lease == 0 }
 
 func attemptIn(msg string) int {
@@ -180,7 +181,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 	}
 	evs := annotate(j.Events)
 
-	// (1) One holder per lease value: every event a holder writes under a
+	// (1) One holder per lease value. Every event a holder writes under a
 	// lease names the same (agent, generation), and no lease is handed out
 	// by two claims.
 	type holder struct {
@@ -220,7 +221,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 		}
 	}
 
-	// (2) No write from a superseded lease. Leases only grow: a claim hands
+	// (2) No write from a superseded lease. Leases only grow. A claim hands
 	// out a lease above every lease seen before it, and every fenced write
 	// carries a lease at least the highest one handed out before it, which
 	// was claimed in the attempt the write is about.
@@ -270,7 +271,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 			maxClaimed = max(maxClaimed, e.Lease)
 		}
 	}
-	// Checkpoints the plugin saw accepted: the agent that made the call
+	// Checkpoints the plugin saw accepted. The agent that made the call
 	// held the job's lease then, for the attempt the call was about.
 	for _, l := range j.Journal {
 		if l.Event != "checkpoint" || l.Outcome != "accepted" {
@@ -316,7 +317,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 		}
 	}
 
-	// (3) for shell jobs, from the ticks their runs wrote: a run of one
+	// (3) for shell jobs, from the ticks their runs wrote. A run of one
 	// attempt never wrote after a run of a later attempt had begun, and no
 	// attempt ran twice at once.
 	type tickRun struct {
@@ -349,7 +350,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 		}
 	}
 
-	// (6) Every line once: the jobs print unique lines.
+	// (6) Every line once. The jobs print unique lines.
 	seen := map[string]int{}
 	for _, l := range j.Stdout {
 		seen[l]++
@@ -368,12 +369,12 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 		}
 	}
 
-	// (4) Exactly one terminal state: the row is terminal and each
+	// (4) Exactly one terminal state. The row is terminal and each
 	// decision (one per operator requeue segment) has exactly one final
 	// event, followed only by Cleanup and lease_lost observations.
 	switch {
 	case j.Missing && inLoss(losses, j.Submitted):
-		// Submitted while the standby was away: the failover lost it.
+		// Submitted while the standby was away. The failover lost it.
 	case j.Missing:
 		add(4, "the jobs row vanished")
 	case !finalKinds[j.Status] && j.Open == "":
@@ -422,7 +423,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 		}
 	}
 
-	// (5) A canceled job never ran again: no claim, no start of work after
+	// (5) A canceled job never ran again. No claim, no start of work after
 	// the cancel took effect, until an operator requeue.
 	for i, e := range evs {
 		if e.Kind != "canceled" {
@@ -453,7 +454,7 @@ func checkJob(j invJob, now time.Time, agents map[int]invAgent, losses []lossWin
 
 // missingShellLines checks that the run that printed "a<attempt> p<pid>
 // slept" last also printed "a<attempt> p<pid> line 1" … "line n" before it,
-// in order; it says what is wrong, or "".
+// in order. It says what is wrong, or "".
 func missingShellLines(stdout []string, n int) string {
 	last := -1
 	for i, l := range stdout {
@@ -532,7 +533,7 @@ func (r workRun) String() string {
 }
 
 // workRuns pairs each journaled start with the first end or kill of its
-// pid. Work still alive counts as running until now; a process that is gone
+// pid. Work still alive counts as running until now. A process that is gone
 // without an end on record (its killer died before journaling the kill) is
 // taken as ended at its start, so it can cause no false alarm.
 func workRuns(j invJob, now time.Time) []workRun {

@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// The checker itself, on hand-written timelines: the sequences tether
+// The checker itself, on hand-written timelines. The sequences tether
 // legitimately produces pass, and each kind of violation is reported under
 // its invariant.
 
 var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 
-// tl builds a job's events; at is milliseconds after t0.
+// tl builds a job's events. At is milliseconds after t0.
 type tl struct {
 	evs []event
 	j   []invJournalLine
@@ -269,10 +269,10 @@ func TestInvariantCheckerReportsViolations(t *testing.T) {
 	}
 }
 
-// TestInvariantCheckerOutputAndHistory: the checks added for a database in
-// between: shell runs from their own tick files (3), every output line once
-// (6), a succeeded shell job's last run complete (7), and what a failover
-// that lost history may legitimately leave.
+// TestInvariantCheckerOutputAndHistory covers the checks added for a
+// database in between: shell runs from their own tick files (3), every
+// output line once (6), a succeeded shell job's last run complete (7), and
+// what a failover that lost history may legitimately leave.
 func TestInvariantCheckerOutputAndHistory(t *testing.T) {
 	now := t0.Add(time.Minute)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }

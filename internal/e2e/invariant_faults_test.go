@@ -8,16 +8,16 @@ import (
 	"github.com/tetherjobs/tether/internal/pgcluster"
 )
 
-// The randomized invariant test's faults between "up" and "down": a hung
+// The randomized invariant test's faults between "up" and "down". A hung
 // database, an agent frozen while its plugins run on, and failovers to the
 // standby with and without lost history.
 
-// lossWindow is a span whose commits the database lost: the standby was
+// lossWindow is a span whose commits the database lost. The standby was
 // away from from, the primary died at to.
 type lossWindow struct{ from, to time.Time }
 
 // freezeDatabase SIGSTOPs the whole cluster (postmaster and every backend)
-// and SIGCONTs it later: statements wait; the agents' bounded writes give
+// and SIGCONTs it later. Statements wait. The agents' bounded writes give
 // up and are sent again, the first copies committing at the thaw. Short:
 // below the log flush's 5 s bound. Long: past it (and past the self-fence
 // point: the agents stop their jobs as in a long outage).
@@ -43,7 +43,7 @@ func (r *invRound) freezeDatabase(ctx context.Context, long bool) {
 }
 
 // freezeAgent SIGSTOPs one agent process alone (its plugins and their work
-// run on) for up to a little past stale_job, then SIGCONTs it: its plugins
+// run on) for up to a little past stale_job, then SIGCONTs it. Its plugins
 // must stop their work at the self-fence point, before another agent may
 // take the jobs over.
 func (r *invRound) freezeAgent(ctx context.Context, s *invSlot) {
@@ -60,7 +60,7 @@ func (r *invRound) freezeAgent(ctx context.Context, s *invSlot) {
 
 // failover stops the primary at once and promotes the standby, with lost
 // history (the standby stopped first while the primary kept committing)
-// or without (the standby caught up first); then a new standby of the new
+// or without (the standby caught up first). Then a new standby of the new
 // primary takes the old primary's port, so the agents' multi-host URL keeps
 // naming both.
 func (r *invRound) failover(ctx context.Context, lose bool) {

@@ -47,7 +47,7 @@ import (
 //	TETHER_INVARIANT_CHAOS=<d>       chaos per round (default 40s)
 //
 // A seed fixes the schedule (which steps, in which order, with which jobs
-// and pauses), not the timing of the processes it acts on: a rerun with the
+// and pauses), not the timing of the processes it acts on. A rerun with the
 // same seed replays the same chaos, which usually, not always, hits the
 // same race again.
 func TestInvariant(t *testing.T) {
@@ -645,7 +645,7 @@ func (r *invRound) outage(ctx context.Context, long bool) {
 
 // ---- after the chaos ----
 
-// settle lets every job end: drains finish, at least two agents run, and
+// settle lets every job end. Drains finish, at least two agents run, and
 // jobs get up to within to become terminal.
 func (r *invRound) settle(ctx context.Context, within time.Duration) {
 	r.logf("chaos over: %d jobs; settling", len(r.jobs))
@@ -976,8 +976,8 @@ func argv0(pid int) string {
 	return string(b)
 }
 
-// workAlive: pid runs (not a zombie) and is job id's resumable work, not a
-// process that reused the pid.
+// workAlive reports whether pid runs (not a zombie) and is job id's
+// resumable work, not a process that reused the pid.
 func workAlive(pid int, id string) bool {
 	state, _, ok := procStat(pid)
 	return ok && state != "Z" && state != "X" && cmdlineHas(pid, "resumable-"+id)

@@ -89,7 +89,7 @@ func kindsOf(evs []event, kind string) []event {
 }
 
 // A shell job that is killed by its active_timeout on attempts 1 and 2 and
-// succeeds on attempt 3: each retry is scheduled with a backoff and an
+// succeeds on attempt 3. Each retry is scheduled with a backoff and an
 // event, each killed attempt is cleaned up before the next one runs, and
 // the job ends succeeded on attempt 3.
 func TestLifecycleRetriesUntilSuccess(t *testing.T) {
@@ -202,7 +202,7 @@ if [ "$n" -lt 3 ]; then echo "not yet" >&2; exit 75; fi`, counter)
 	h.checkTimeline(ctx, job.ID)
 }
 
-// max_retry 0: a retriable failure (here an active_timeout) ends the job.
+// max_retry 0. A retriable failure (here an active_timeout) ends the job.
 func TestLifecycleMaxRetryZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -224,7 +224,7 @@ func TestLifecycleMaxRetryZero(t *testing.T) {
 }
 
 // permanent and outcome_unknown failures are never retried, whatever
-// max_retry says; an operator may requeue an outcome_unknown job.
+// max_retry says. An operator may requeue an outcome_unknown job.
 func TestLifecycleNeverRetriesPermanentOrOutcomeUnknown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -257,7 +257,7 @@ func TestLifecycleNeverRetriesPermanentOrOutcomeUnknown(t *testing.T) {
 		assert.Empty(t, kindsOf(h.events(ctx, ids[i]), "retry_scheduled"), h.eventSummary(ctx, ids[i]))
 	}
 
-	// The system would not retry an outcome_unknown job; a person may.
+	// The system would not retry an outcome_unknown job. A person may.
 	res, err := c.Requeue(ctx, ids[1], api.RequeueRequest{Reason: "checked: the remote work never ran", Key: "ou-1"})
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Job.Attempt)
@@ -315,13 +315,13 @@ func TestLifecycleRetention(t *testing.T) {
 	require.NoError(t, err)
 	h.startAgent(ctx, "a1")
 	h.waitTerminal(ctx, []string{oldOK, newOK, keptFailed, oldFailed, oldCanceled}, 20*time.Second)
-	// Queued for a command nobody runs: it stays queued.
+	// Queued for a command nobody runs. It stays queued.
 	q, _, err := h.st.Submit(ctx, store.SubmitParams{Command: "unserved", Plugin: "nowhere",
 		Limits: limits.Set{TTLSucceeded: time.Second, TTLFailed: time.Second}})
 	require.NoError(t, err)
 	queued := q.ID
 
-	// Age the old ones past their ttl; a non-terminal job with an expiry
+	// Age the old ones past their ttl. A non-terminal job with an expiry
 	// in the past must survive anyway.
 	_, err = h.pool.Exec(ctx, `UPDATE jobs SET finished_at = now() - interval '2 days',
 		expires_at = tether_expiry(status, now() - interval '2 days', ttl_succeeded, ttl_failed) WHERE id = ANY($1)`,
@@ -356,7 +356,7 @@ func TestLifecycleRetention(t *testing.T) {
 	}
 }
 
-// The limits are stamped at submit: a command edited afterwards (agent
+// The limits are stamped at submit. A command edited afterwards (agent
 // restarted with the new config) changes only new jobs. Per-job overrides
 // apply within the command's maximum.
 func TestLifecycleStampedLimitsSurviveCommandEdit(t *testing.T) {
@@ -473,8 +473,8 @@ func TestLifecycleValidation(t *testing.T) {
 }
 
 // Operator requeue through the API and the CLI: reason required, the job
-// runs again as a new attempt with an event saying who, why and the key;
-// the same request replays; the key with another request conflicts; a job
+// runs again as a new attempt with an event saying who, why and the key.
+// The same request replays. The key with another request conflicts. A job
 // that did not fail or get canceled cannot be requeued.
 func TestLifecycleRequeue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -26,17 +26,17 @@ import (
 // BenchmarkLivenessKill9 measures how long a kill -9'd agent's resumable
 // jobs wait for another agent, with the default timings (keepalive 5s,
 // stale_job 120s, clean_interval 10s, dead_after its default 2×keepalive).
-// A round: agent "victim" holds TETHER_BENCH_LIVENESS_JOBS running jobs,
+// A round. Agent "victim" holds TETHER_BENCH_LIVENESS_JOBS running jobs,
 // agent "rescuer" starts idle, the victim gets SIGKILL at a random point of
 // the rescuer's keepalive cycle (the database's now() read just before is
-// the kill's time); per job, the figure is kill →
+// the kill's time). Per job, the figure is kill →
 // its first `resumed` event, which the rescuer writes as it starts the
 // plugin's Resume. Two plugins (the resumable test plugin, and ECS jobs
 // against the emulator in this process, synthetic tasks), two paths side
 // by side: name-lock liveness on (the default) and off
 // (agent.name_lock_liveness: false: stale_job plus up to a janitor pass,
 // about 125–130 s). It prints p50 and max per plugin and path, their ratio
-// on/off and the target check (max ≤ 2×keepalive + keepalive + 1s); it
+// on/off and the target check (max ≤ 2×keepalive + keepalive + 1s). It
 // asserts no timing, only that every job was resumed by the rescuer.
 //
 // An off round takes over two minutes, so rounds run in lanes at once,
@@ -81,8 +81,8 @@ func livenessBenchFromEnv(b *testing.B) livenessBenchConfig {
 	return c
 }
 
-// livenessBenchTimings are the defaults (internal/defaults) but capacity:
-// the victim holds jobs jobs, the rescuer takes them all.
+// livenessBenchTimings are the defaults (internal/defaults) but capacity.
+// The victim holds jobs jobs, the rescuer takes them all.
 func livenessBenchTimings(jobs int) timings {
 	return timings{
 		Capacity:      jobs,
@@ -143,7 +143,7 @@ func (r *livenessBench) setUp() {
 	r.ctx = ctx
 	r.tm = livenessBenchTimings(cfg.jobs)
 	// Each agent: its pool (capacity + 8), heartbeat pool (2), name lock
-	// and listener; two agents per lane.
+	// and listener. Two agents per lane.
 	maxConns := cfg.lanes*2*(cfg.jobs+12) + 40
 	r.tmplURL = startBenchCluster(b, maxConns)
 	u, err := url.Parse(r.tmplURL)
@@ -166,7 +166,7 @@ func (r *livenessBench) setUp() {
 
 func (r *livenessBench) run() {
 	cfg := r.cfg
-	// Off rounds first: they are the long ones, so the lanes end together.
+	// Off rounds first. They are the long ones, so the lanes end together.
 	var queue []livenessRound
 	for _, on := range []bool{false, true} {
 		for n := 1; n <= cfg.rounds; n++ {
@@ -254,7 +254,7 @@ func (r *livenessBench) round(t *laneT, q livenessRound) (took []time.Duration, 
 		h.waitHandle(ctx, id, 2*time.Minute)
 	}
 	rescuer := h.startAgent(ctx, name+"-rescuer")
-	// The rescuer's check runs every keepalive from its start: kill at a
+	// The rescuer's check runs every keepalive from its start. Kill at a
 	// random point of that cycle, as a crash would come, not always just
 	// after a check (which is the worst case, dead_after + keepalive).
 	sleep(ctx, rand.N(r.tm.Keepalive))
@@ -321,7 +321,7 @@ func (r *livenessBench) check() {
 }
 
 // report prints a table per plugin: path, rounds, jobs, p50, max, how many
-// were released by the early path; the ratio on/off; the target check.
+// were released by the early path, the ratio on/off and the target check.
 func (r *livenessBench) report(w io.Writer) {
 	target := 2*r.tm.Keepalive + r.tm.Keepalive + time.Second
 	fmt.Fprintf(w, "\nliveness bench: kill -9 → resumed by the idle agent, per job; keepalive %s, stale_job %s, clean_interval %s, dead_after %s; %d jobs per round; %s in all\n",
@@ -383,7 +383,7 @@ func (h *harness) submitSynthetic(ctx context.Context, lines int) string {
 }
 
 // laneT is the testing.TB a benchmark round runs under on a goroutine of
-// its own: the helpers' FailNow (require, Fatalf) ends that goroutine, not
+// its own. The helpers' FailNow (require, Fatalf) ends that goroutine, not
 // the benchmark's, cleanups run when the round ends (its agents and
 // database go at once, not after the benchmark), and Failed is the round's.
 // Errors and logs go to the benchmark, prefixed with the round.

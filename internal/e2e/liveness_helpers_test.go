@@ -21,13 +21,13 @@ import (
 )
 
 // earlyReason is what an early action (release reason, requeue message)
-// says: the name lock was seen free.
+// says. The name lock was seen free.
 const earlyReason = "name lock free"
 
 // livenessTimings: keepalive 500ms, dead_after 1s (set with
 // setAgentYAML), stale_job 20s, so an early release (about dead_after +
 // keepalive after a kill) cannot be mistaken for the stale_job path.
-// offline_after is long too: only the liveness check may requeue early.
+// offline_after is long too. Only the liveness check may requeue early.
 func livenessTimings() timings {
 	tm := fast()
 	tm.Keepalive = 500 * time.Millisecond

@@ -25,10 +25,10 @@ func newLivenessHarness(t *testing.T, dbURL string, capacity int) *harness {
 }
 
 // kill -9 of an agent holding resumable and shell jobs, another agent
-// idle: its name lock frees with its connection, so the resumable jobs are
+// idle. Its name lock frees with its connection, so the resumable jobs are
 // released early ("name lock free") and resumed by the other agent well
 // before stale_job, their work started once. The shell jobs (no Resume)
-// are not touched before stale_job: a free lock does not prove their local
+// are not touched before stale_job. A free lock does not prove their local
 // processes stopped. After it they fail as before (awol).
 func TestLivenessKill9ReleasesResumableEarly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -61,7 +61,7 @@ func TestLivenessKill9ReleasesResumableEarly(t *testing.T) {
 			assert.Less(t, took, tm.StaleJob/2, "job %s: released long before stale_job", id)
 		}
 	}
-	// The resumable jobs were released well before stale_job; the shell
+	// The resumable jobs were released well before stale_job. The shell
 	// jobs are still the dead agent's.
 	for _, id := range sh {
 		assert.Equal(t, victim.name, h.holder(ctx, id), "shell job %s: still held by the dead agent: %s", id, h.eventSummary(ctx, id))
@@ -77,7 +77,7 @@ func TestLivenessKill9ReleasesResumableEarly(t *testing.T) {
 		for _, e := range h.events(ctx, id) {
 			if e.Kind == "released" || e.Kind == "failed" {
 				// The lease was last renewed at most a keepalive before the
-				// kill: the janitor may act from stale_job after that renewal.
+				// kill. The janitor may act from stale_job after that renewal.
 				took := e.At.Sub(killedAt)
 				assert.GreaterOrEqual(t, took, tm.StaleJob-2*tm.Keepalive, "shell job %s: %s %s after the kill, before stale_job", id, e.Kind, took)
 			}
@@ -94,8 +94,8 @@ func TestLivenessKill9ReleasesResumableEarly(t *testing.T) {
 	assert.Equal(t, 1.0, h.metric(ctx, rescuer, "tether_agents_dead_total"), "agents found dead by the rescuer")
 }
 
-// SIGSTOP of an agent for longer than dead_after (well within stale_job):
-// it is silent but alive, its connections open and its name lock held, so
+// SIGSTOP of an agent for longer than dead_after (well within stale_job).
+// It is silent but alive, its connections open and its name lock held, so
 // nothing may happen early. After SIGCONT it goes on holding every job
 // under the same lease.
 func TestLivenessSIGSTOPIsNotDeath(t *testing.T) {
@@ -114,7 +114,7 @@ func TestLivenessSIGSTOPIsNotDeath(t *testing.T) {
 
 	h.signal(stopped, syscall.SIGSTOP)
 	stoppedAt := h.dbNow(ctx)
-	// 4 × dead_after of silence: a check that read last_seen alone would act.
+	// 4 × dead_after of silence. A check that read last_seen alone would act.
 	pause := 4 * livenessDeadAfter
 	require.Less(t, pause+2*tm.Keepalive, tm.StaleJob-2*tm.Keepalive-tm.KillGrace, "the pause must end before the self-fence")
 	h.assertStill(ctx, ids, before, pause, "while the agent is stopped")
@@ -124,7 +124,7 @@ func TestLivenessSIGSTOPIsNotDeath(t *testing.T) {
 
 	resumedAt := h.dbNow(ctx)
 	h.waitSeenAfter(ctx, stopped.name, resumedAt, 5*time.Second)
-	// Two more dead_after: a first observation of a free lock during the
+	// Two more dead_after. A first observation of a free lock during the
 	// pause (there was none) would have matured by now.
 	h.assertStill(ctx, ids, before, 2*livenessDeadAfter, "after SIGCONT")
 	assert.False(t, stopped.exited(), "the agent lives on")
@@ -132,7 +132,7 @@ func TestLivenessSIGSTOPIsNotDeath(t *testing.T) {
 }
 
 // The agent's name-lock connection is killed with pg_terminate_backend
-// while the agent itself heartbeats: the lock is free for a moment but the
+// while the agent itself heartbeats. The lock is free for a moment but the
 // agent is alive, so nothing is released, and the agent takes its lock
 // again within a few keepalives.
 func TestLivenessLockConnectionKilled(t *testing.T) {
@@ -157,7 +157,7 @@ func TestLivenessLockConnectionKilled(t *testing.T) {
 	newPID := h.waitNameLock(ctx, a.name, pid, 10*tm.Keepalive)
 	t.Logf("name lock re-taken by backend %d (was %d) %s after the kill", newPID, pid, h.dbNow(ctx).Sub(killedAt).Round(time.Millisecond))
 	h.waitSeenAfter(ctx, a.name, killedAt, 5*time.Second)
-	// From the kill on, for 3 × dead_after: a check that took the free
+	// From the kill on, for 3 × dead_after. A check that took the free
 	// lock alone for death would have acted by then.
 	h.assertStill(ctx, ids, before, 3*livenessDeadAfter, "after the lock connection was killed")
 	assert.False(t, a.exited(), "the agent lives on: %s", a.out.tail(2000))
@@ -165,10 +165,10 @@ func TestLivenessLockConnectionKilled(t *testing.T) {
 	h.assertNoAgentSaid(earlyReason)
 }
 
-// PostgreSQL restarts under 3 agents holding 60 resumable jobs: every name
+// PostgreSQL restarts under 3 agents holding 60 resumable jobs. Every name
 // lock frees at once, and the database is down for longer than dead_after,
 // so every last_seen is older than that when it comes back. The agents
-// reconnect, re-take their locks and heartbeat within a keepalive: no
+// reconnect, re-take their locks and heartbeat within a keepalive. No
 // stampede, zero releases, zero lease changes.
 func TestLivenessDatabaseRestartNoStampede(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -200,7 +200,7 @@ func TestLivenessDatabaseRestartNoStampede(t *testing.T) {
 		h.waitNameLock(ctx, a.name, 0, 10*time.Second)
 		h.waitSeenAfter(ctx, a.name, backAt, 10*time.Second)
 	}
-	// Every agent is back; a first observation of a free lock made before
+	// Every agent is back. A first observation of a free lock made before
 	// one re-took it would mature within dead_after. Watch 3 of them.
 	h.assertStill(ctx, ids, before, 3*livenessDeadAfter, "after the database restart")
 	var released, requeued int

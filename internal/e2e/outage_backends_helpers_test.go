@@ -26,7 +26,7 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// backendOutageTimings are TestDatabaseOutage's: agents self-fence after
+// backendOutageTimings are TestDatabaseOutage's. Agents self-fence after
 // 5 s without a heartbeat, the janitor acts after 6 s. Two slots per agent,
 // so both agents of a test hold some of its four jobs.
 func backendOutageTimings() timings {
@@ -39,7 +39,7 @@ func backendOutageTimings() timings {
 }
 
 // withoutShell removes the shell plugin and command from the harness's
-// config before any agent starts: these tests run no shell job, and the
+// config before any agent starts. These tests run no shell job, and the
 // shell plugin's kill grace would count against the self-fence point the
 // short timings leave (the agent validates stale_job − 2×keepalive − the
 // longest kill grace).
@@ -58,7 +58,7 @@ var (
 	shellCommandRE = regexp.MustCompile(`(?m)^  shell: \{plugin: shell\}\n`)
 )
 
-// outageLimits are the levers the outage tests' jobs run under: the
+// outageLimits are the levers the outage tests' jobs run under. The
 // default max_retry of 2 (so a job wrongly failed is launched again), with a
 // short backoff so such a retry shows within the test.
 var outageLimits = limits.Set{MaxRetry: 2, RetryBackoff: 200 * time.Millisecond, RetryBackoffMax: time.Second}
@@ -69,7 +69,7 @@ var outageLimits = limits.Set{MaxRetry: 2, RetryBackoff: 200 * time.Millisecond,
 func (h *harness) outageDuring(ctx context.Context, c *pgcluster.Cluster, down time.Duration, during func()) time.Duration {
 	h.t.Helper()
 	begin := time.Now()
-	// A clean (fast) shutdown, as in outage: the test cluster runs without
+	// A clean (fast) shutdown, as in outage. The test cluster runs without
 	// fsync.
 	require.NoError(h.t, c.StopServer(ctx))
 	stopped := time.Now()
@@ -174,7 +174,7 @@ func (h *harness) assertLinesOnceOrEvents(ctx context.Context, id string, n int)
 	}
 }
 
-// summarizeLines abbreviates a run of "line k" lines: consecutive numbers
+// summarizeLines abbreviates a run of "line k" lines. Consecutive numbers
 // are shown as ranges ("line 1‥3, line 1‥30").
 func summarizeLines(lines []string) string {
 	var parts []string
@@ -230,10 +230,10 @@ func (h *harness) storedStream(ctx context.Context, id, stream string) string {
 // stored twice — no run of the plugin (an Execute, each Resume) noted
 // following its application more than once, and no stored chunk repeats the
 // whole chunk before it (a batch written again). State lines themselves may
-// repeat: a watch may deliver an older state after a newer get, and the
+// repeat. A watch may deliver an older state after a newer get, and the
 // plugin notes each change. After a short outage (short) the plugin must
 // have run once and its note of the transition it saw while the database
-// was down must be stored: nothing is lost. After a long one that note may
+// was down must be stored. Nothing is lost. After a long one that note may
 // be gone with the detached run's unstored output — the resuming run
 // derives its notes from the application as it finds it.
 func (h *harness) assertSparkNotesOnce(ctx context.Context, id string, short bool) {
@@ -364,8 +364,8 @@ func (a sparkApps) setAll(ctx context.Context, ids []string, state string) {
 }
 
 // completeWhen completes, in the background, each job's running
-// application once ready(id) holds (ready runs off the test goroutine: it
-// must not fail the test). Applications created later for the same job
+// application once ready(id) holds. ready runs off the test goroutine, so
+// it must not fail the test. Applications created later for the same job
 // (a retry's) are completed too. The returned func stops it.
 func (a sparkApps) completeWhen(ctx context.Context, ids []string, ready func(id string) bool) (stop func()) {
 	cctx, cancel := context.WithCancel(ctx)

@@ -3,13 +3,13 @@ package e2e
 // The database-outage promise (docs/operations.md: an outage shorter than
 // the self-fence point — stale_job − 2×keepalive − the longest kill grace;
 // these agents run no plugin that stops local work, so stale_job −
-// 2×keepalive — fails nothing and loses nothing; a longer one releases
+// 2×keepalive — fails nothing and loses nothing. A longer one releases
 // resumable jobs, which are resumed, never started again) with the real
 // resumable plugins: ECS jobs against the emulator and Spark jobs
 // against the kube-apiserver. Both plugins checkpoint while they follow
 // their remote work (ECS on every poll, as its log position moves; Spark on
 // every state change), so a checkpoint that cannot be stored while the
-// database is away must not end the job. Every job runs with max_retry 2: a
+// database is away must not end the job. Every job runs with max_retry 2. A
 // job wrongly failed shows up as a second ECS launch or a second
 // SparkApplication, and as output stored twice.
 
@@ -42,7 +42,7 @@ func TestDatabaseOutageECS(t *testing.T) {
 	h.startAgent(ctx, "ecs-outage-1")
 	h.startAgent(ctx, "ecs-outage-2")
 
-	// check asserts what both phases promise of every job; lines is what
+	// check asserts what both phases promise of every job. lines is what
 	// each job's task prints.
 	check := func(ids []string, lines int) {
 		t.Helper()
@@ -92,10 +92,10 @@ func TestDatabaseOutageECS(t *testing.T) {
 
 // Two agents run Spark jobs against the kube-apiserver through a short
 // outage, then one longer than stale_job. The test plays spark-operator's
-// later transitions itself: RUNNING → SUCCEEDING while the database is down
+// later transitions itself. RUNNING → SUCCEEDING while the database is down
 // (the plugin sees a state change and checkpoints), COMPLETED once it is
 // back. It runs against the Simulator stack (simKubeEnv), not the real
-// operator: the operator completes a SUCCEEDING application at once (so the
+// operator. The operator completes a SUCCEEDING application at once (so the
 // plugin sees COMPLETED while the database is down, and a phase-2 job could
 // end before it is followed again), and the kubelet stand-in cannot be told
 // to end a driver at a chosen moment.

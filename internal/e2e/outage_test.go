@@ -14,7 +14,7 @@ import (
 )
 
 // PostgreSQL goes away under two running agents. Shorter than
-// stale_job − 2×keepalive: nothing fails. Longer: shell jobs fail truthfully
+// stale_job − 2×keepalive. Nothing fails. Longer: shell jobs fail truthfully
 // (their agents stopped them) and resumable jobs are released, resumed and
 // succeed, their work started once.
 func TestDatabaseOutage(t *testing.T) {
@@ -31,7 +31,7 @@ func TestDatabaseOutage(t *testing.T) {
 	h.startAgent(ctx, "outage-1")
 	h.startAgent(ctx, "outage-2")
 
-	// Phases run in sequence on one cluster; not subtests, since the
+	// Phases run in sequence on one cluster. They are not subtests, since the
 	// harness reports failures on t.
 	{
 		t.Log("phase 1: an outage shorter than stale_job − 2×keepalive")
@@ -122,7 +122,7 @@ func (h *harness) waitStarted(ctx context.Context, res, sh []string) {
 func (h *harness) outage(ctx context.Context, c *pgcluster.Cluster, down time.Duration) time.Duration {
 	h.t.Helper()
 	begin := time.Now()
-	// A clean (fast) shutdown: the test cluster runs without fsync, so a
+	// A clean (fast) shutdown. The test cluster runs without fsync, so a
 	// crash-style stop would lose commits the agents were told succeeded.
 	require.NoError(h.t, c.StopServer(ctx))
 	sleep(ctx, down)

@@ -16,9 +16,9 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// Behind a real PgBouncer in transaction mode (Debian's pgbouncer): an agent
+// Behind a real PgBouncer in transaction mode (Debian's pgbouncer). An agent
 // whose name lock would go through it refuses to start, naming
-// database_direct_url; with database_direct_url to PostgreSQL it runs jobs
+// database_direct_url. With database_direct_url to PostgreSQL it runs jobs
 // through the pooler, its lock is its own backend's, and kill -9 frees it.
 func TestPgBouncerTransactionMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -28,7 +28,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	h := newHarness(t, direct, fast())
 
 	// PgBouncer before 1.21 keeps no prepared statements in transaction
-	// mode: pgx must not rely on them, and either mode works.
+	// mode. pgx must not rely on them, and either mode works.
 	for _, mode := range []string{"exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			pooled := pgtest.WithQueryParam(t, bouncer, "default_query_exec_mode", mode)

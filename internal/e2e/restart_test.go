@@ -13,7 +13,7 @@ import (
 )
 
 // An agent killed and restarted under the same name gets its running
-// resumable job back at once: the restart is detected at start-up (the name
+// resumable job back at once. The restart is detected at start-up (the name
 // lock is free, the generation changed), not after stale_job.
 func TestRestartUnderSameNameResumesAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -57,7 +57,7 @@ func TestRestartUnderSameNameResumesAtOnce(t *testing.T) {
 	assert.True(t, released, "the previous generation's job is released before it is resumed: %s", h.eventSummary(ctx, id))
 }
 
-// waitHandle waits until the job is running with a checkpointed handle: its
+// waitHandle waits until the job is running with a checkpointed handle. Its
 // work exists.
 func (h *harness) waitHandle(ctx context.Context, id string, within time.Duration) {
 	h.t.Helper()

@@ -16,10 +16,10 @@ import (
 )
 
 // A rolling deploy the way ECS does it (maximumPercent 200,
-// minimumHealthyPercent 100): for each of 3 agents, a replacement under a
+// minimumHealthyPercent 100). For each of 3 agents, a replacement under a
 // new name starts, then the old one gets SIGTERM and drains. 30 resumable
 // jobs outlive the rollout. Every job succeeds, its work started exactly
-// once, and no job waited for stale_job (60 s): every release is a drain's
+// once, and no job waited for stale_job (60 s). Every release is a drain's
 // handoff, followed by a resume within a couple of claim intervals.
 func TestRollingDeployLosesAndDelaysNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

@@ -35,7 +35,7 @@ import (
 // TETHER_BENCH_SPARK_LINES lines, and the operator moves the application
 // to COMPLETED). The plugin reaches the apiserver through the kubetest
 // proxy, which counts its requests (by its User-Agent,
-// tether-plugin-sparkeks/<version>); the operator, the garbage collector,
+// tether-plugin-sparkeks/<version>). The operator, the garbage collector,
 // the kubelet stand-in, spark-submit and this benchmark's own watch go to
 // the apiserver directly and are not in the plugin's figures.
 //
@@ -45,12 +45,12 @@ import (
 //   - exactly one SparkApplication (by UID) ever exists per job;
 //   - each job's stdout holds every driver log line exactly once.
 //
-// It prints the plugin's apiserver requests per second by verb and
-// resource over the run and its peak of open watches; the agents' and
-// their plugins' RSS (peak) and CPU; submit → application COMPLETED
-// (first seen by this benchmark's watch, and status.terminationTime) →
-// job terminal latencies, and the phases in between (where the time
-// goes); the CPU of the stack's processes; and the whole run's time.
+// It prints the plugin's apiserver requests per second by verb and resource
+// over the run and its peak of open watches. It prints the agents' and their
+// plugins' RSS (peak) and CPU. It prints submit → application COMPLETED
+// (first seen by this benchmark's watch, and status.terminationTime) → job
+// terminal latencies, and the phases in between (where the time goes). It
+// prints the CPU of the stack's processes and the whole run's time.
 //
 //	make bench-spark
 //	go test -count=1 -run '^$' -bench '^BenchmarkSpark500$' -benchtime 1x -timeout 40m ./internal/e2e/
@@ -60,7 +60,7 @@ import (
 // TETHER_BENCH_SPARK_CAPACITY [1.2 × jobs/agents, at least +10],
 // TETHER_BENCH_SPARK_RUN [30s: the driver's run], TETHER_BENCH_SPARK_LINES
 // [20 driver log lines], TETHER_BENCH_SPARK_POLL [the plugin's
-// poll_interval default], TETHER_BENCH_SPARK_TIMEOUT [15m]; and the
+// poll_interval default], TETHER_BENCH_SPARK_TIMEOUT [15m]. And the
 // operator's flags past kubetest's (--controller-threads=10 and the
 // operator's own --kube-api-qps=20 --kube-api-burst=30):
 // TETHER_KUBETEST_OPERATOR_FLAGS ["--controller-threads=30
@@ -165,9 +165,9 @@ func (r *sparkBench) setUp() {
 		cfg.jobs, cfg.agents, cfg.capacity, cfg.runFor, cfg.lines, benchOr(cfg.poll, "its default"), os.Getenv("TETHER_KUBETEST_OPERATOR_FLAGS"), maxConns)
 }
 
-// appWatch is the benchmark's own informer on SparkApplications (straight
-// to the apiserver, not through the proxy): when each was first seen, and
-// first seen in each state.
+// appWatch is the benchmark's own informer on SparkApplications (straight to
+// the apiserver, not through the proxy). It holds when each was first seen,
+// and first seen in each state.
 type appWatch struct {
 	mu   sync.Mutex
 	apps map[string]*appSeen // name → what was seen
@@ -224,7 +224,7 @@ func watchApps(b *testing.B, ctx context.Context, stack *kubetest.OperatorStack)
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
 	require.NoError(b, err)
-	// Its own stop: ctx ends only after every cleanup, this one's too.
+	// Its own stop. ctx ends only after every cleanup, this one's too.
 	stop := make(chan struct{})
 	b.Cleanup(func() {
 		close(stop)
@@ -534,14 +534,14 @@ func (r *sparkBench) describeSparkJob(id string, j store.Job, a appSeen) string 
 		id, j.Status, j.Attempt, j.ErrorClass, j.Error, a.states, r.h.eventSummary(r.ctx, id), r.stderrTail(id))
 }
 
-// sparkBenchQuery is every job's query; the kubelet stand-in's driver
+// sparkBenchQuery is every job's query. The kubelet stand-in's driver
 // prints "query: <its first line>" before its own lines.
 const sparkBenchQuery = "SELECT count(*) FROM events"
 
 // checkDriverLines checks stdout against the kubelet stand-in's driver log
 // ("driver line <i> of <n>", i = 1..n): each once, in order. The line
 // "query: <query>" may come once (the stand-in prints the mounted query
-// first); any other line is foreign.
+// first). Any other line is foreign.
 func checkDriverLines(stdout string, n int, query string) lineCheck {
 	var c lineCheck
 	seen := map[int]bool{}

@@ -73,7 +73,7 @@ type sharedStack[S interface{ Stop() error }] struct {
 	err   error
 }
 
-// get starts the stack with start the first time; what names it in the
+// get starts the stack with start the first time. what names it in the
 // failure.
 func (s *sharedStack[S]) get(t *testing.T, dirPrefix, what string, start func(context.Context, string, *slog.Logger) (S, error)) S {
 	t.Helper()
@@ -108,7 +108,7 @@ func newSparkHarness(t *testing.T, tm timings) *harness {
 	return newHarnessWith(t, pgtest.URL(t), tm, plugins, commands)
 }
 
-// submitSpark submits a Spark SQL job; conf (its spark_conf) scripts the
+// submitSpark submits a Spark SQL job. conf (its spark_conf) scripts the
 // driver pod through the kubelet stand-in's tether.sim.* keys.
 func (h *harness) submitSpark(ctx context.Context, conf map[string]string) string {
 	h.t.Helper()
@@ -137,7 +137,7 @@ func (h *harness) waitSubmitted(ctx context.Context, id string, within time.Dura
 }
 
 // kill -9 the agent following a running SparkApplication, with a second
-// agent up: the second resumes the job, follows the same application (one
+// agent up. The second resumes the job, follows the same application (one
 // ever created) and the job succeeds with the application's outputs.
 func TestSparkKill9ResumesSameApplication(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -169,7 +169,7 @@ func TestSparkKill9ResumesSameApplication(t *testing.T) {
 
 // kill -9 the agent while its application runs and, meanwhile, kill the
 // operator too, starting it again only after the surviving agent resumed
-// the job: the operator's state machine picks the application up (its
+// the job. The operator's state machine picks the application up (its
 // driver finished while neither watched), the job succeeds, one
 // SparkApplication and one driver ever, and the job's stdout has every
 // driver log line once.
@@ -200,7 +200,7 @@ func TestSparkKill9AndOperatorRestartResumes(t *testing.T) {
 	})
 	resumed := h.waitEvent(ctx, id, "resumed", 20*time.Second)
 	assert.Equal(t, b.gen, resumed.Generation, "the surviving agent resumes it")
-	// The driver ends while the operator is down: the application stays
+	// The driver ends while the operator is down. The application stays
 	// RUNNING until the operator is back.
 	require.Eventually(t, func() bool {
 		p, err := env.Clientset.CoreV1().Pods("default").Get(ctx, name+"-driver", metav1.GetOptions{})
@@ -219,7 +219,7 @@ func TestSparkKill9AndOperatorRestartResumes(t *testing.T) {
 }
 
 // sparkSucceededOnce waits for the job to end and requires it succeeded,
-// with exactly one SparkApplication (name) ever created for it; it
+// with exactly one SparkApplication (name) ever created for it. It
 // returns the job's result.
 func (h *harness) sparkSucceededOnce(ctx context.Context, stack *kubetest.OperatorStack, id, name string) map[string]any {
 	h.t.Helper()
@@ -232,7 +232,7 @@ func (h *harness) sparkSucceededOnce(ctx context.Context, stack *kubetest.Operat
 	return out
 }
 
-// checkResumedSpark checks a resumed Spark job: its timeline ends in the
+// checkResumedSpark checks a resumed Spark job. Its timeline ends in the
 // agent generation gen, its stdout holds each of the lines driver lines
 // once, and its application (name) had one driver pod ever.
 func (h *harness) checkResumedSpark(ctx context.Context, env *kubetest.Env, id, name, gen string, lines int) {
@@ -273,7 +273,7 @@ func (h *harness) assertDriverLinesOnce(ctx context.Context, id string, n int) {
 	assert.Equal(h.t, want, got, "job %s: every driver log line once, in order; events: %s", id, h.eventSummary(ctx, id))
 }
 
-// An application deleted by hand while no agent watched: the job that
+// An application deleted by hand while no agent watched. The job that
 // resumes it ends outcome_unknown and nothing is submitted again.
 func TestSparkApplicationDeletedWhileNoAgentWatches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

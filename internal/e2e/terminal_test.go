@@ -23,7 +23,7 @@ import (
 // What a person sees in a terminal: `tether dev` in one tmux pane,
 // `tether submit --wait` and `tether logs -f` in two others. The agent is
 // killed with SIGKILL while the ECS task runs on dev's emulator (a process
-// of its own) and started again in its pane; the followers reconnect, and
+// of its own) and started again in its pane. The followers reconnect, and
 // their screens (tmux capture-pane) hold every task line exactly once and
 // one outcome line, and they exit 0.
 func TestTerminalFollowAcrossAgentRestart(t *testing.T) {
@@ -39,13 +39,13 @@ func TestTerminalFollowAcrossAgentRestart(t *testing.T) {
 	server := "http://" + addr
 	tm := &tmux{t: t, socket: filepath.Join(dir, "tmux.sock")}
 
-	// The agent pane's command; respawn-pane runs it again after the kill.
+	// The agent pane's command. respawn-pane runs it again after the kill.
 	agentCmd := shellJoin("env", "-u", "TETHER_CONFIG", "-u", "AWS_ENDPOINT_URL",
 		"DATABASE_URL="+pgtest.URL(t), bins.Tether, "dev", "--data-dir", dataDir, "--listen", addr, "--no-demo")
 	tm.run("-f", "/dev/null", "new-session", "-d", "-s", "term", "-x", "250", "-y", "50", agentCmd)
 	t.Cleanup(func() {
-		// dev stop ends the agent, which stops the emulator it reused;
-		// then the panes go with the tmux server.
+		// dev stop ends the agent, which stops the emulator it reused.
+		// Then the panes go with the tmux server.
 		out, err := exec.Command(bins.Tether, "dev", "stop", "--data-dir", dataDir).CombinedOutput()
 		if err != nil {
 			t.Logf("tether dev stop: %v\n%s", err, out)
@@ -60,7 +60,7 @@ func TestTerminalFollowAcrossAgentRestart(t *testing.T) {
 	const lines = 12
 	taskCtx := fmt.Sprintf(`{"container_overrides":[{"name":"demo","environment":{"DEMO_LINES":"%d","DEMO_INTERVAL":"0.5"}}]}`, lines)
 	cli := func(args ...string) string {
-		// The shell stays after the echo: tmux may drop what a pane
+		// The shell stays after the echo. tmux may drop what a pane
 		// printed just before its process exited.
 		return shellJoin(append([]string{bins.Tether, "--server", server}, args...)...) + `; echo "EXIT=$?"; exec sleep 3600`
 	}
@@ -83,7 +83,7 @@ func TestTerminalFollowAcrossAgentRestart(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(screen, fmt.Sprintf("ecs task line %d of %d\n", i, lines)),
 				"%s: line %d must be on screen exactly once:\n%s", name, i, screen)
 		}
-		// One outcome line, the last before the exit code; the status
+		// One outcome line, the last before the exit code. The status
 		// lines of submit --wait ("job <id>: running on dev") are not one.
 		outcome := regexp.MustCompile(`(?m)^job ` + regexp.QuoteMeta(id) + `:? (succeeded|failed|canceled)\b.*\nEXIT=(\d+)`)
 		ends := regexp.MustCompile(`(?m)^job `+regexp.QuoteMeta(id)+`:? (succeeded|failed|canceled)\b`).FindAllString(screen, -1)

@@ -46,7 +46,7 @@ FROM (
 // status filter and a command filter. It reports the median and max over the
 // rounds, and the same for the API call alone (GET /api/v1/jobs?limit=50,
 // from Go) and for the page's own fetch (its resource timing). The target
-// is < 300 ms; it is measured, not asserted.
+// is < 300 ms. It is measured, not asserted.
 //
 //	go test ./internal/e2e -run '^$' -bench ConsoleFirstPage -benchtime 1x
 func BenchmarkConsoleFirstPage(b *testing.B) {

@@ -1,7 +1,7 @@
 package e2e
 
-// What the web console's browser tests (ui_test.go, ui_bench_test.go) share:
-// a real headless Chromium driven through chromedp, the browser console and
+// What the web console's browser tests (ui_test.go, ui_bench_test.go) share.
+// A real headless Chromium driven through chromedp, the browser console and
 // network requests it saw, waits on DOM conditions, screenshots, and small
 // HTTP calls to the API the console talks to.
 
@@ -36,7 +36,7 @@ import (
 )
 
 // screenshotsEnv names the folder the console tests write their screenshots
-// to (make ui-screenshots sets it to docs/ui); unset, a new temp folder.
+// to (make ui-screenshots sets it to docs/ui). Unset, a new temp folder.
 const screenshotsEnv = "TETHER_UI_SCREENSHOTS"
 
 // uiWait bounds one wait on the page.
@@ -74,7 +74,7 @@ func chromiumPath(t testing.TB) string {
 	return ""
 }
 
-// newBrowser starts a headless Chromium for the test; it stops with the test,
+// newBrowser starts a headless Chromium for the test. It stops with the test,
 // which then fails on any uncaught JavaScript exception or CSP violation.
 func newBrowser(t testing.TB) *browser {
 	t.Helper()
@@ -114,14 +114,14 @@ func newBrowser(t testing.TB) *browser {
 			t.Logf("browser console:\n%s", strings.Join(b.console, "\n"))
 		}
 	})
-	// The first Run starts the browser; datetime-local inputs and the times
+	// The first Run starts the browser. datetime-local inputs and the times
 	// the page shows are read in UTC, whatever this machine's zone.
 	_, err := chromedp.Call(ctx, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "UTC"})
 	require.NoError(t, err, "starting headless Chromium (%s)", exe)
 	return b
 }
 
-// onEvent runs on the tab's reading goroutine: it records and returns.
+// onEvent runs on the tab's reading goroutine. It records and returns.
 func (b *browser) onEvent(ev any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -161,7 +161,7 @@ func (b *browser) onEvent(ev any) {
 		b.requests = append(b.requests, r)
 	case *page.EventJavascriptDialogOpening:
 		b.dialogs = append(b.dialogs, string(e.Type)+": "+e.Message)
-		// A dialog blocks the page until answered; the listener must not
+		// A dialog blocks the page until answered. The listener must not
 		// run a command itself.
 		go func() {
 			_, _ = chromedp.Call(b.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
@@ -282,7 +282,7 @@ func (b *browser) shot(name string) {
 	require.NoError(b.t, os.WriteFile(filepath.Join(b.shots, name), smallerPNG(raw), 0o644))
 }
 
-// smallerPNG maps a screenshot onto its 256 most frequent colors: a page is
+// smallerPNG maps a screenshot onto its 256 most frequent colors. A page is
 // flat colors plus anti-aliased text, so it looks the same at a third of
 // the size (the docs keep these images in git). It returns raw if that is
 // not smaller.
@@ -326,7 +326,7 @@ func (b *browser) phoneShot(name string) {
 	b.do("emulating a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(1), chromedp.EmulateMobile))
 	// Wait for the layout at the new width before the picture.
 	b.waitJS("phone layout", `window.innerWidth === 390`)
-	// Wide tables scroll in their wrappers; the page itself does not.
+	// Wide tables scroll in their wrappers. The page itself does not.
 	if w := evalJS[int](b, `document.documentElement.scrollWidth`); w > 390 {
 		b.t.Errorf("%s: the page is %d px wide on a 390 px phone", name, w)
 	}
@@ -335,7 +335,7 @@ func (b *browser) phoneShot(name string) {
 }
 
 // screenshotDir is $TETHER_UI_SCREENSHOTS, or a new folder kept after the
-// test for a person to look at; either way it is printed.
+// test for a person to look at. Either way it is printed.
 func screenshotDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv(screenshotsEnv)
@@ -352,7 +352,7 @@ func screenshotDir(t testing.TB) string {
 }
 
 // apiCall sends one request to the agent's API and decodes a JSON answer
-// into out (when non-nil); it returns the status code.
+// into out (when non-nil). It returns the status code.
 func apiCall(t testing.TB, ctx context.Context, method, url, token string, body, out any) int {
 	t.Helper()
 	var rd io.Reader
@@ -436,7 +436,7 @@ func (b *browser) pageLog() []logRecord {
 		seq: Number(e.dataset.seq), attempt: Number(e.dataset.attempt), stream: e.dataset.stream, line: e.textContent}))`)
 }
 
-// assertSameLog asserts the page shows exactly the stored log; on a
+// assertSameLog asserts the page shows exactly the stored log. On a
 // mismatch it names the records missing from the page and the extra ones.
 func assertSameLog(t testing.TB, stored, page []logRecord) bool {
 	t.Helper()

@@ -71,7 +71,7 @@ func (b *browser) timelineKinds() []string {
 // A job submitted through the API appears in the list served by another
 // agent, refreshes in place, and its page tails the log live while the agent
 // running it is killed (kill -9) and a second one resumes it, and then while
-// the agent serving the page itself is killed and restarted: the timeline
+// the agent serving the page itself is killed and restarted. The timeline
 // gains released and resumed, the tail says it reconnects, and in the end
 // the page shows the stored log exactly, each line once.
 func TestConsoleJobLifecycle(t *testing.T) {
@@ -87,7 +87,7 @@ func TestConsoleJobLifecycle(t *testing.T) {
 		"context": map[string]any{"duration_ms": 14000, "tick_ms": 150},
 	})
 	h.waitHandle(ctx, id, 15*time.Second)
-	// Started after the job is claimed: it serves the page, A runs the job.
+	// Started after the job is claimed. It serves the page, A runs the job.
 	listenB := freeAddr(t)
 	b := h.startAgent(ctx, "ui-serve", "TETHER_HTTP_LISTEN="+listenB)
 	baseB := "http://" + h.apiAddr(ctx, b)
@@ -131,7 +131,7 @@ func TestConsoleJobLifecycle(t *testing.T) {
 	assert.Equal(t, 1, br.count(`[data-testid=job-logs] [data-testid=attempt-sep]`))
 	assert.Equal(t, "attempt 1", br.text(`[data-testid=job-logs] [data-testid=attempt-sep]`))
 
-	// The agent running the job dies; the one serving the page resumes it.
+	// The agent running the job dies. The one serving the page resumes it.
 	h.kill9(a)
 	br.waitJS("released and resumed in the timeline", `['released', 'resumed'].every(k => document.querySelector('ol[data-testid=job-timeline] li[data-kind="' + k + '"]'))`)
 	kinds := br.timelineKinds()
@@ -141,7 +141,7 @@ func TestConsoleJobLifecycle(t *testing.T) {
 	br.waitJS("lines written under the resuming agent", fmt.Sprintf(`document.querySelectorAll('[data-testid=job-logs] span.log-chunk').length > %d`, n))
 
 	// Now the agent serving the page (and running the job) dies and comes
-	// back at the same address: the tail is cut without an end record and
+	// back at the same address. The tail is cut without an end record and
 	// reconnects after the last line it has.
 	h.kill9(b)
 	b = h.startAgent(ctx, "ui-serve", "TETHER_HTTP_LISTEN="+listenB)
@@ -168,7 +168,7 @@ func TestConsoleJobLifecycle(t *testing.T) {
 }
 
 // Cancel and requeue from the job's page, with the API's refusals shown
-// where they belong: a requeue with no reason gets the field error next to
+// where they belong. A requeue with no reason gets the field error next to
 // the reason, a cancel of a finished job the 409 text, and a time filter the
 // API refuses its error next to the filter.
 func TestConsoleCancelAndRequeue(t *testing.T) {
@@ -265,8 +265,8 @@ func TestConsoleCancelAndRequeue(t *testing.T) {
 
 // With tokens on, the console asks for one, refuses a wrong one with the
 // API's text, and keeps the right one in sessionStorage only: never in a URL
-// (the page's or any request's), never in the agent's log; every API request
-// carries it as a bearer token; logout forgets it.
+// (the page's or any request's), never in the agent's log. Every API request
+// carries it as a bearer token. Logout forgets it.
 func TestConsoleTokenLogin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -325,12 +325,12 @@ func TestConsoleTokenLogin(t *testing.T) {
 	br.click(`button[data-testid=logout]`)
 	br.waitJS("the login form after logout", loginShown)
 	assert.True(t, evalJS[bool](br, `!sessionStorage.getItem('tether.token')`), "logout forgets the token")
-	// Refused without one: a deep link asks for the token again.
+	// Refused without one. A deep link asks for the token again.
 	br.do("opening the jobs list", chromedp.Navigate(base+"/#/jobs"))
 	br.waitJS("the login form for a deep link", loginShown)
 }
 
-// Job output and fields are hostile: markup in them renders as text, runs
+// Job output and fields are hostile. Markup in them renders as text, runs
 // nothing, loads nothing.
 func TestConsoleHostileOutput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

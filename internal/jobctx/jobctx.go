@@ -1,6 +1,6 @@
-// Package jobctx merges a command's default context with a job's own: the
-// one rule the runner (Execute, Resume) and the janitor (Cleanup) share, so a
-// plugin sees the same context whoever calls it.
+// Package jobctx merges a command's default context with a job's own. It is
+// the one rule the runner (Execute, Resume) and the janitor (Cleanup)
+// share, so a plugin sees the same context whoever calls it.
 package jobctx
 
 import (

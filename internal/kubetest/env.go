@@ -3,7 +3,7 @@
 // proxy by `make kube-apiserver`), started by controller-runtime's envtest,
 // with kubeflow spark-operator's own CRDs installed (read at test time from
 // the spark-operator module that tools/spark-operator pins, in the Go module
-// cache). Start runs no scheduler, kubelet or controller manager:
+// cache). Start runs no scheduler, kubelet or controller manager.
 // Simulator plays spark-operator (and the garbage collector's part for
 // SparkApplications), and Proxy sits in front of the apiserver to count and
 // fail requests. StartOperatorStack (operator.go) runs the real
@@ -38,12 +38,12 @@ import (
 )
 
 // SparkOperatorModule is the module whose CRDs Start installs and whose
-// controller StartOperatorStack runs; tools/spark-operator/go.mod pins its
+// controller StartOperatorStack runs. tools/spark-operator/go.mod pins its
 // version.
 const SparkOperatorModule = "github.com/kubeflow/spark-operator/v2"
 
 // sparkOperatorCRDs are the CRDs Start installs, from the module's
-// config/crd/bases. The operator's controller needs all three: it starts
+// config/crd/bases. The operator's controller needs all three. It starts
 // the ScheduledSparkApplication and SparkConnect controllers too, and
 // caches their kinds (cmd/operator/controller/start.go, newCacheOptions).
 var sparkOperatorCRDs = []string{
@@ -60,7 +60,7 @@ type Env struct {
 	Clientset  kubernetes.Interface
 	Dir        string // where Start keeps its files
 
-	// The kubelet's serving certificate: the apiserver trusts it (as
+	// The kubelet's serving certificate. The apiserver trusts it (as
 	// --kubelet-certificate-authority) when it proxies pods/log to the
 	// kubelet stand-in.
 	kubeletCert, kubeletKey string
@@ -112,14 +112,14 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 	// node's InternalIP (the node's hostname does not resolve). envtest
 	// passes no kubelet CA, and without one kube-apiserver skips verifying
 	// the kubelet's certificate (k8s.io/kubernetes pkg/kubelet/client,
-	// transportConfig); with the stand-in's self-signed one it verifies.
+	// transportConfig). With the stand-in's self-signed one it verifies.
 	api.Configure().
 		Set("kubelet-certificate-authority", kubeletCert).
 		Set("kubelet-preferred-address-types", "InternalIP,Hostname").
 		// envtest's default is a /24, 254 Service IPs, and spark-operator
 		// creates a web UI Service for every application it submits
 		// (--enable-ui-service, on by default), kept until the application
-		// goes: past about 253 live applications the rest stay SUBMITTED
+		// goes. Past about 253 live applications the rest stay SUBMITTED
 		// ("failed to allocate a serviceIP ...: range is full"). A /16, as
 		// EKS gives.
 		Set("service-cluster-ip-range", "10.96.0.0/16")
@@ -139,7 +139,7 @@ func Start(ctx context.Context, dir string) (*Env, error) {
 	case s := <-done:
 		cfg, err = s.cfg, s.err
 	case <-ctx.Done():
-		// envtest's Start cannot be interrupted; stop what it started once
+		// envtest's Start cannot be interrupted. Stop what it started once
 		// it returns.
 		go func() { <-done; _ = te.Stop() }()
 		return nil, fmt.Errorf("starting the Kubernetes control plane: %w", ctx.Err())
@@ -182,7 +182,7 @@ func (e *Env) Stop() error {
 	return nil
 }
 
-// Binaries finds kube-apiserver and etcd: TETHER_KUBE_APISERVER and
+// Binaries finds kube-apiserver and etcd. It takes TETHER_KUBE_APISERVER and
 // TETHER_ETCD when set, else the apiserver `make kube-apiserver` builds
 // under the repository's .tether/bin and etcd on PATH. The error says how to
 // get what is missing.
@@ -211,9 +211,9 @@ func Binaries() (apiserver, etcd string, err error) {
 	return apiserver, etcd, nil
 }
 
-// SparkOperatorBinary finds the spark-operator binary: TETHER_SPARK_OPERATOR
-// when set, else the one `make spark-operator` builds under the repository's
-// .tether/bin. The error says how to get it.
+// SparkOperatorBinary finds the spark-operator binary. It takes
+// TETHER_SPARK_OPERATOR when set, else the one `make spark-operator` builds
+// under the repository's .tether/bin. The error says how to get it.
 func SparkOperatorBinary() (string, error) {
 	bin := os.Getenv("TETHER_SPARK_OPERATOR")
 	if bin == "" {
@@ -234,9 +234,9 @@ func SparkOperatorBinary() (string, error) {
 }
 
 // KubeControllerManagerBinary finds kube-controller-manager (the stack runs
-// only its garbage collector): TETHER_KUBE_CONTROLLER_MANAGER when set, else
-// the one `make kube-controller-manager` builds under .tether/bin from the
-// same module and version as kube-apiserver.
+// only its garbage collector). It takes TETHER_KUBE_CONTROLLER_MANAGER when
+// set, else the one `make kube-controller-manager` builds under .tether/bin
+// from the same module and version as kube-apiserver.
 func KubeControllerManagerBinary() (string, error) {
 	bin := os.Getenv("TETHER_KUBE_CONTROLLER_MANAGER")
 	if bin == "" {

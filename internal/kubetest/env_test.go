@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// One control plane for the package: starting one takes seconds.
+// One control plane for the package. Starting one takes seconds.
 var testEnv *Env
 
 func TestMain(m *testing.M) {
@@ -124,7 +124,7 @@ func TestSimulatorDrivesApplications(t *testing.T) {
 	msg, _, _ := unstructured.NestedString(failed.Object, "status", "applicationState", "errorMessage")
 	require.Equal(t, "boom", msg)
 
-	// No query ConfigMap: the driver cannot start.
+	// No query ConfigMap. The driver cannot start.
 	_, err = res.Create(ctx, app("noquery", map[string]string{SimSubmit: "10ms"}), metav1.CreateOptions{})
 	require.NoError(t, err)
 	failed = waitState(t, ctx, testEnv.Dynamic, "noquery", "FAILED")
@@ -175,7 +175,7 @@ func TestProxyInjectsFaultsAndCountsCreates(t *testing.T) {
 	require.Equal(t, 1, p.Creates("/apis/sparkoperator.k8s.io/v1beta2/namespaces/default/sparkapplications"))
 
 	// Watches pass through. An apiserver may end a watch with an error
-	// event (a *metav1.Status) when it is loaded; a client watches again,
+	// event (a *metav1.Status) when it is loaded. A client watches again,
 	// and so does this test.
 	for {
 		w, err := res.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=proxied"})

@@ -56,7 +56,7 @@ const (
 // spark-operator reads the exit code of.
 const DriverContainer = "spark-kubernetes-driver"
 
-// Kubelet stands in for a node's kubelet: it registers a Ready Node, binds
+// Kubelet stands in for a node's kubelet. It registers a Ready Node, binds
 // every unscheduled pod to it (pods/binding: there is no scheduler), keeps a
 // pod whose ConfigMap volume's ConfigMap is missing Pending in
 // ContainerCreating until it appears (printing "query: <first line>" first
@@ -85,7 +85,7 @@ type podRun struct {
 	deleting bool
 }
 
-// StartKubelet registers the node and starts serving; it runs until ctx
+// StartKubelet registers the node and starts serving. It runs until ctx
 // ends, and Stop waits for it.
 func StartKubelet(ctx context.Context, env *Env, node string, log *slog.Logger) (*Kubelet, error) {
 	cert, err := tls.LoadX509KeyPair(env.kubeletCert, env.kubeletKey)
@@ -254,7 +254,7 @@ func (k *Kubelet) forget(pod *corev1.Pod) {
 	}
 }
 
-// finishDeletion is the kubelet's part of a graceful deletion: the
+// finishDeletion is the kubelet's part of a graceful deletion. The
 // containers are stopped, so the pod object goes (grace 0).
 func (k *Kubelet) finishDeletion(ctx context.Context, pod *corev1.Pod) {
 	zero := int64(0)
@@ -293,7 +293,7 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod, cl *containerLog) {
 	if !k.update(ctx, pod, waiting("ContainerCreating", "")) {
 		return
 	}
-	// The volumes first: a pod whose ConfigMap volume's ConfigMap does not
+	// The volumes first. A pod whose ConfigMap volume's ConfigMap does not
 	// exist stays Pending in ContainerCreating (a FailedMount event), the
 	// mount retried until it appears, as a real kubelet does.
 	query, ok := k.mountConfigMaps(ctx, pod, cl)
@@ -382,7 +382,7 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod, cl *containerLog) {
 }
 
 // QueryKey is the ConfigMap key the kubelet stand-in reads a driver's query
-// from (tether's sparkeks plugin stores the query under it): when the
+// from (tether's sparkeks plugin stores the query under it). When the
 // driver container mounts a ConfigMap holding it, the driver's log starts
 // with "query: " and the query's first line, so a test sees that the query
 // reached the driver.
@@ -475,7 +475,8 @@ func (k *Kubelet) terminate(ctx context.Context, pod *corev1.Pod, phase corev1.P
 	})
 }
 
-// update changes the pod's status; false when the pod is gone or ctx ended.
+// update changes the pod's status. It returns false when the pod is gone or
+// ctx ended.
 func (k *Kubelet) update(ctx context.Context, pod *corev1.Pod, change func(*corev1.Pod)) bool {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		p, err := k.cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})

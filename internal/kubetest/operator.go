@@ -127,7 +127,7 @@ func StartOperatorStack(ctx context.Context, dir string, log *slog.Logger) (_ *O
 		"--zap-log-level=info",
 	}
 	// More flags for the operator (a benchmark raising its
-	// --controller-threads or --kube-api-qps, say); later ones win.
+	// --controller-threads or --kube-api-qps, say). Later ones win.
 	opArgs = append(opArgs, strings.Fields(os.Getenv("TETHER_KUBETEST_OPERATOR_FLAGS"))...)
 	s.Operator = newProcess("spark-operator", operatorBin, filepath.Join(dir, "spark-operator.log"), opArgs, []string{
 		"SPARK_HOME=" + sparkHome,
@@ -167,7 +167,7 @@ func (s *OperatorStack) StartOperator(ctx context.Context) error {
 }
 
 // KillOperator kills the operator (SIGKILL), as a crash or an evicted pod
-// would end it; StartOperator brings it back.
+// would end it. StartOperator brings it back.
 func (s *OperatorStack) KillOperator() error { return s.Operator.Kill() }
 
 // RestartOperator stops the operator (SIGTERM) and starts it again.

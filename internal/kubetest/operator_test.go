@@ -141,7 +141,7 @@ func recordStates(t *testing.T, ctx context.Context, name string) *stateRecorder
 	}
 	// Watch from resourceVersion 0 (the watch cache's state, then every
 	// change), established before the test creates the app, so no state is
-	// missed; a list's resourceVersion can be "too large" for a quiet CRD's
+	// missed. A list's resourceVersion can be "too large" for a quiet CRD's
 	// watch cache. Again when a watch ends.
 	sel.ResourceVersion = "0"
 	w, err := res.Watch(ctx, sel)
@@ -301,7 +301,7 @@ func TestOperatorCompletesApplication(t *testing.T) {
 	require.True(t, *pod.OwnerReferences[0].Controller)
 	// spark-operator 2.5.2 applies spec.volumes / driver.volumeMounts of
 	// ConfigMaps only in its mutating webhook (internal/webhook/
-	// sparkpod_defaulter.go, addVolumes); spark-submit gets only the
+	// sparkpod_defaulter.go, addVolumes). spark-submit gets only the
 	// spark-local-dir-* ones (submission.go, driverVolumeMountsOption).
 	// Without the webhook the driver pod has no query volume.
 	require.Empty(t, pod.Spec.Volumes)
@@ -327,8 +327,8 @@ func TestOperatorDriverPodVanishes(t *testing.T) {
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimOutcome: "vanish", SimRun: "300ms"}, nil))
 	failed := r.waitFor(t, "FAILED", 20*time.Second)
 	require.True(t, inOrder(r.seen(), []string{"SUBMITTED", "RUNNING", "FAILED"}), "states %v", r.seen())
-	// controller.go, updateDriverState: a missing driver pod outside
-	// SUBMITTED's grace period makes the app FAILING with this message;
+	// controller.go, updateDriverState. A missing driver pod outside
+	// SUBMITTED's grace period makes the app FAILING with this message.
 	// restartPolicy Never then makes it FAILED, message kept.
 	require.Equal(t, "driver pod not found", errorMessage(failed))
 }
@@ -381,7 +381,7 @@ func TestOperatorOnFailureReruns(t *testing.T) {
 		inOrder(r.seen(), []string{"SUBMITTED", "RUNNING", "PENDING_RERUN", "SUBMITTED", "RUNNING", "FAILED"}), "states %v", r.seen())
 	attempts, _, _ := unstructured.NestedInt64(failed.Object, "status", "executionAttempts")
 	require.Equal(t, int64(2), attempts)
-	// The same SparkApplication object ran twice: a watcher counting
+	// The same SparkApplication object ran twice. A watcher counting
 	// creations sees one.
 	require.Equal(t, 1, s.Created("default", name))
 }
@@ -433,7 +433,7 @@ func TestOperatorDriverLogsThroughAPIServer(t *testing.T) {
 	r, _ := create(t, ctx, sparkApp(name, map[string]string{SimRun: "1s", KubeletLogLines: "5"}, nil))
 	r.waitFor(t, "RUNNING", 20*time.Second)
 
-	// Follow from the start: every line, each with the kubelet's
+	// Follow from the start. Every line comes, each with the kubelet's
 	// timestamp, and the stream ends when the container does.
 	pods := opStack.cs.CoreV1().Pods("default")
 	stream, err := pods.GetLogs(name+"-driver", &corev1.PodLogOptions{Container: DriverContainer, Follow: true, Timestamps: true}).Stream(ctx)
@@ -475,7 +475,7 @@ func TestOperatorDriverLogsThroughAPIServer(t *testing.T) {
 }
 
 func TestOperatorKilledAndRestarted(t *testing.T) {
-	// Not parallel: the other tests need a running operator.
+	// Not parallel. The other tests need a running operator.
 	s, ctx, name := opTest(t, "op-restart", 40*time.Second)
 
 	require.NoError(t, s.KillOperator())
@@ -500,7 +500,7 @@ func TestOperatorDriverTemplateCarriesConfigMapVolume(t *testing.T) {
 	_, ctx, name := opTest(t, "op-template", 30*time.Second)
 
 	// Without the webhook, a ConfigMap volume reaches the driver pod only
-	// through spec.driver.template: the operator writes it to the pod
+	// through spec.driver.template. The operator writes it to the pod
 	// template file spark-submit reads (submission.go,
 	// driverPodTemplateOption), and Spark keeps the template's volumes and
 	// the driver container's mounts.
@@ -515,7 +515,7 @@ func TestOperatorDriverTemplateCarriesConfigMapVolume(t *testing.T) {
 	}}
 	r, _ := create(t, ctx, app)
 	// The kubelet stand-in, as a real kubelet, does not start a pod whose
-	// ConfigMap is missing: ContainerCreating until it exists.
+	// ConfigMap is missing. The pod stays ContainerCreating until it exists.
 	pods := opStack.cs.CoreV1().Pods("default")
 	require.Eventually(t, func() bool {
 		p, err := pods.Get(ctx, name+"-driver", metav1.GetOptions{})

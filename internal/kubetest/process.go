@@ -11,7 +11,7 @@ import (
 )
 
 // Process is a child process of the stack (spark-operator,
-// kube-controller-manager) whose output goes to a log file; it can be
+// kube-controller-manager) whose output goes to a log file. It can be
 // killed and started again.
 type Process struct {
 	Name string
@@ -31,7 +31,7 @@ func newProcess(name, path, log string, args, env []string) *Process {
 	return &Process{Name: name, Log: log, path: path, args: args, env: env}
 }
 
-// Start starts the process; it must not be running.
+// Start starts the process. It must not be running.
 func (p *Process) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -35,7 +35,7 @@ type Fault struct {
 // resource: Requests) and injects faults. Clients
 // reach it through Kubeconfig, or URL and CAData, with no credentials of
 // their own. A bearer token a client does send (an EKS token, say) is
-// recorded (BearerTokens) and removed: the apiserver never sees or checks it.
+// recorded (BearerTokens) and removed. The apiserver never sees or checks it.
 type Proxy struct {
 	Kubeconfig string
 	srv        *httptest.Server
@@ -65,7 +65,7 @@ func StartProxy(env *Env, dir string) (*Proxy, error) {
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
 			r.Out.Host = target.Host
-			// The proxy authenticates as the admin; a client's own
+			// The proxy authenticates as the admin. A client's own
 			// credentials would override (or confuse) that.
 			r.Out.Header.Del("Authorization")
 		},
@@ -197,21 +197,21 @@ func reason(status int) string {
 	}
 }
 
-// RequestKey is one kind of request the proxy counts: who sent it, what it
-// does and to what.
+// RequestKey is one kind of request the proxy counts. It says who sent it,
+// what it does and to what.
 type RequestKey struct {
 	// Client is the request's User-Agent up to its first space, e.g.
 	// "tether-plugin-sparkeks/0.2.0" (client-go's default is
-	// "<binary>/<version> (<os>/<arch>) kubernetes/<commit>"); "" when the
+	// "<binary>/<version> (<os>/<arch>) kubernetes/<commit>"). "" when the
 	// client sent none.
 	Client string
 	// Verb is the apiserver's: GET (one object), LIST, WATCH (a GET with
 	// watch=true or under /watch/), CREATE, UPDATE, PATCH, DELETE,
-	// DELETECOLLECTION; the HTTP method for a non-resource path.
+	// DELETECOLLECTION. It is the HTTP method for a non-resource path.
 	Verb string
 	// Resource is the resource, with its subresource after a slash
 	// ("sparkapplications", "pods", "pods/log", "pods/status",
-	// "pods/binding", "configmaps"); for a non-resource path ("/api",
+	// "pods/binding", "configmaps"). For a non-resource path ("/api",
 	// "/apis", "/version", ...), the path itself.
 	Resource string
 }
@@ -222,7 +222,7 @@ type RequestKey struct {
 type RequestStats struct {
 	Since  time.Time          // the start or the last reset
 	Counts map[RequestKey]int // requests, by client, verb and resource
-	// OpenWatches are the watches open now, by client; PeakWatches the
+	// OpenWatches are the watches open now, by client. PeakWatches are the
 	// most open at once since Since (a reset starts the peak from the
 	// watches then open). "" is every client together.
 	OpenWatches map[string]int
@@ -274,7 +274,7 @@ func (p *Proxy) Requests() RequestStats {
 }
 
 // ResetRequests zeroes the counts and starts the watch peaks again from the
-// watches open now; it returns the snapshot taken just before.
+// watches open now. It returns the snapshot taken just before.
 func (p *Proxy) ResetRequests() RequestStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()

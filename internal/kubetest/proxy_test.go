@@ -15,7 +15,7 @@ import (
 )
 
 // A client that knows only the proxy's URL and CA, and sends a bearer token
-// the apiserver has never heard of, still gets through: the proxy records
+// the apiserver has never heard of, still gets through. The proxy records
 // the token and authenticates as the admin itself.
 func TestProxyURLCADataAndBearerTokens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -82,7 +82,7 @@ func TestClassifyRequest(t *testing.T) {
 }
 
 // The proxy counts requests by client (User-Agent), verb and resource, and
-// the watches open and their peak; ResetRequests starts again from the
+// the watches open and their peak. ResetRequests starts again from the
 // watches still open.
 func TestProxyRequestAccounting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -174,7 +174,7 @@ func TestProxyRequestAccounting(t *testing.T) {
 	require.Equal(t, 2, s.PeakWatches[""])
 
 	// A followed log is a stream of its own kind (this one ends at once:
-	// there is no such pod); an unfollowed one is not.
+	// there is no such pod). An unfollowed one is not.
 	_, err = cs.CoreV1().Pods("default").GetLogs("no-such-pod", &corev1.PodLogOptions{Follow: true}).DoRaw(ctx)
 	require.Error(t, err)
 	_, err = cs.CoreV1().Pods("default").GetLogs("no-such-pod", &corev1.PodLogOptions{}).DoRaw(ctx)

@@ -36,7 +36,7 @@ const (
 // COMPLETED / FAILED, or SUBMISSION_FAILED), and finishes foreground
 // deletions as the garbage collector would (envtest runs no controller
 // manager). It checks, as the driver would need, that the query ConfigMap
-// exists and is owned by the application; when it is not, the application
+// exists and is owned by the application. When it is not, the application
 // fails with a message saying so.
 type Simulator struct {
 	dyn dynamic.Interface
@@ -67,7 +67,7 @@ func (s *Simulator) Created(namespace, name string) int {
 // resourceVersion when a watch ends.
 func (s *Simulator) Run(ctx context.Context) error {
 	res := s.dyn.Resource(SparkApplications)
-	// The first list is retried like the watch: under load the apiserver
+	// The first list is retried like the watch. Under load the apiserver
 	// can refuse it for a moment, and a simulator that gave up then left a
 	// test waiting for applications nobody drives (seen in make test).
 	list, err := res.List(ctx, metav1.ListOptions{})
@@ -176,8 +176,8 @@ func (s *Simulator) drive(ctx context.Context, ns, name string, uid types.UID, u
 	restart, _, _ := unstructured.NestedString(u.Object, "spec", "restartPolicy", "type")
 	if outcome == "submission_failed" {
 		s.setState(ctx, ns, name, uid, "SUBMISSION_FAILED", conf[SimMessage], nil)
-		// spark-operator v2.5.2 reconcileFailedSubmissionSparkApplication:
-		// with no retry due (restartPolicy Never, pkg/util ShouldRetry) the
+		// spark-operator v2.5.2 reconcileFailedSubmissionSparkApplication.
+		// With no retry due (restartPolicy Never, pkg/util ShouldRetry) the
 		// application becomes FAILED with a terminationTime, keeping its
 		// errorMessage.
 		if restart == "" || restart == "Never" {
@@ -202,7 +202,7 @@ func (s *Simulator) drive(ctx context.Context, ns, name string, uid types.UID, u
 		"driverInfo":         map[string]any{"podName": driver},
 	})
 	if outcome == "image_pull" {
-		// The kubelet cannot pull the image: the pod stays Pending and the
+		// The kubelet cannot pull the image. The pod stays Pending and the
 		// operator keeps the application SUBMITTED (DriverStatePending →
 		// ApplicationStateSubmitted, pkg/util DriverStateToApplicationState).
 		s.setPodWaiting(ctx, ns, driver, "ImagePullBackOff", `Back-off pulling image "`+conf[SimMessage]+`"`)
@@ -359,7 +359,7 @@ func (s *Simulator) setState(ctx context.Context, ns, name string, uid types.UID
 	}
 }
 
-// collect finishes a deletion as the garbage collector would: dependents
+// collect finishes a deletion as the garbage collector would. Dependents
 // (the driver pod, the query ConfigMap) go first, then the foregroundDeletion
 // finalizer is removed so the application itself goes.
 func (s *Simulator) collect(ctx context.Context, u *unstructured.Unstructured) {
@@ -426,7 +426,7 @@ func durationOr(s string, def time.Duration) time.Duration {
 	return def
 }
 
-// sleep waits d or until ctx ends; false means ctx ended.
+// sleep waits d or until ctx ends. false means ctx ended.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -1,8 +1,8 @@
-// Package limits holds a job's lifecycle levers — retries, backoff, queue and
-// execution timeouts, retention — and how they are resolved: global defaults,
-// then the command's limits, then the submit request's overrides, each
-// override bounded by the command's maximum where one is set. The resolved
-// Set is stamped on the job at submit.
+// Package limits holds a job's lifecycle levers — retries, backoff, queue
+// and execution timeouts, retention — and how they are resolved. Resolution
+// takes global defaults, then the command's limits, then the submit
+// request's overrides, each override bounded by the command's maximum where
+// one is set. The resolved Set is stamped on the job at submit.
 package limits
 
 import (
@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// Set is a complete set of levers: what a job runs under.
+// Set is a complete set of levers. It is what a job runs under.
 type Set struct {
 	MaxRetry        int           // automatic retries of a retriable failure; 0 = none
 	RetryBackoff    time.Duration // first wait between attempts; doubles per attempt
@@ -108,7 +108,7 @@ func (s Set) Partial() Partial {
 	}
 }
 
-// FieldError is a problem with one lever; Field is its name (e.g.
+// FieldError is a problem with one lever. Field is its name (e.g.
 // "active_timeout"), to be prefixed by where it came from.
 type FieldError struct {
 	Field string
@@ -167,7 +167,7 @@ func (s Set) Relations() []*FieldError {
 }
 
 // Resolve lays cmd over defaults, then job over that. Every lever job gives
-// must be non-negative and within max; the result must be consistent. Errors
+// must be non-negative and within max. The result must be consistent. Errors
 // name the job's fields.
 func Resolve(defaults Set, cmd, max, job Partial) (Set, []*FieldError) {
 	errs := job.Check()
@@ -185,7 +185,7 @@ func Resolve(defaults Set, cmd, max, job Partial) (Set, []*FieldError) {
 // Backoff is the wait before attempt+1 after attempt failed:
 // min(retry_backoff × 2^(attempt−1), retry_backoff_max) scaled into
 // [half, all] of itself by jitter in [0, 1). The database computes the same
-// (queries/job_finish.sql); this is its reference for docs and tests.
+// (queries/job_finish.sql). This is its reference for docs and tests.
 func (s Set) Backoff(attempt int, jitter float64) time.Duration {
 	exp := min(max(attempt-1, 0), 30)
 	d := float64(s.RetryBackoff) * math.Pow(2, float64(exp))
@@ -194,11 +194,11 @@ func (s Set) Backoff(attempt int, jitter float64) time.Duration {
 }
 
 // MaxDuration is the longest duration ParseDuration accepts, 100000 days
-// (about 273 years): within time.Duration (about 292 years) and PostgreSQL's
-// interval, so a lever never overflows on its way to the database.
+// (about 273 years). That is within time.Duration (about 292 years) and
+// PostgreSQL's interval, so a lever never overflows on its way to the database.
 const MaxDuration = 100000 * 24 * time.Hour
 
-// MaxRetryLimit is the largest max_retry: the column is a PostgreSQL integer.
+// MaxRetryLimit is the largest max_retry. The column is a PostgreSQL integer.
 const MaxRetryLimit = math.MaxInt32
 
 // goDuration is the syntax of an unsigned Go duration string.
@@ -207,8 +207,8 @@ var goDuration = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs
 // ParseDuration parses a Go duration string ("90s", "1h30m"), "0", or a
 // whole number of days with an optional Go duration after it ("7d",
 // "1d12h"). A leading "-" negates the whole value (callers that take no
-// negative durations check the sign: config reports it with the key's own
-// rule). The magnitude is at most MaxDuration; anything longer, including
+// negative durations check the sign. config reports it with the key's own
+// rule). The magnitude is at most MaxDuration. Anything longer, including
 // values that would overflow, is an error.
 func ParseDuration(s string) (time.Duration, error) {
 	bad := fmt.Errorf("%q is not a duration: use a Go duration string like \"5s\", \"90s\" or \"5m\", or days like \"7d\"", s)
@@ -312,8 +312,8 @@ func (s *Set) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Override is the "limits" object of a submit request: every lever optional,
-// durations as strings.
+// Override is the "limits" object of a submit request. Every lever is
+// optional, and durations are strings.
 type Override struct {
 	MaxRetry        *int    `json:"max_retry,omitempty"`
 	RetryBackoff    *string `json:"retry_backoff,omitempty"`
@@ -324,7 +324,7 @@ type Override struct {
 	TTLFailed       *string `json:"ttl_failed,omitempty"`
 }
 
-// Partial parses the override's durations; the first malformed or negative
+// Partial parses the override's durations. The first malformed or negative
 // one is reported by field name.
 func (o Override) Partial() (Partial, *FieldError) {
 	p := Partial{MaxRetry: o.MaxRetry}

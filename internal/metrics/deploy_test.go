@@ -21,7 +21,7 @@ import (
 var synthesized = []string{"up", "scrape_duration_seconds", "scrape_samples_scraped"}
 
 // promqlFunctions are the functions and aggregations the deploy files may
-// call; anything else followed by "(" is an error, so a misspelt metric
+// call. Anything else followed by "(" is an error, so a misspelt metric
 // cannot hide as a function.
 var promqlFunctions = []string{
 	"abs", "absent", "avg", "avg_over_time", "bottomk", "ceil", "clamp_max", "clamp_min", "count",
@@ -221,7 +221,7 @@ func TestDashboardQueriesUseExportedMetrics(t *testing.T) {
 		}
 		q, _ := v.Query.(map[string]any)
 		expr, _ := q["query"].(string)
-		// label_values(metric, label): only the metric is a name.
+		// label_values(metric, label). Only the metric is a name.
 		metric, _, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(expr, "label_values("), ")"), ",")
 		check("variable "+v.Name, metric)
 	}

@@ -2,7 +2,7 @@
 // A Metrics value is created per agent with its own registry, so tests and
 // several agents in one process never share state.
 //
-// Cardinality is bounded by construction: command labels take the names of
+// Cardinality is bounded by construction. Command labels take the names of
 // the commands in the agent's config, plugin labels the configured plugins,
 // route labels the API's fixed route patterns, and every other label a small
 // fixed set listed in docs/operations.md (section Metrics).
@@ -40,7 +40,7 @@ const UnmatchedRoute = "unmatched"
 type Metrics struct {
 	reg *prometheus.Registry
 	// collectors is every collector registered through Registerer (and
-	// New's own), for Names: a vector with no series is not gathered.
+	// New's own), for Names. A vector with no series is not gathered.
 	mu         sync.Mutex
 	collectors []prometheus.Collector
 
@@ -65,7 +65,7 @@ type Metrics struct {
 	// (0: its jobs wait), as of this agent's last janitor pass.
 	CommandAgents *prometheus.GaugeVec // by command
 	// AttemptDuration is observed when this agent records an attempt's end
-	// (by command and outcome: the status stored, "retried" for a retry);
+	// (by command and outcome: the status stored, "retried" for a retry).
 	// JobDuration when the end is terminal, from submit (by command, status).
 	AttemptDuration *prometheus.HistogramVec
 	JobDuration     *prometheus.HistogramVec
@@ -88,8 +88,9 @@ type Metrics struct {
 	HistoryLost     prometheus.Counter
 }
 
-// jobBuckets span half a second to 4.5 hours; claimBuckets 10 ms to about
-// 1.5 hours (a queue that waits longer alerts on tether_queue_oldest_seconds).
+// jobBuckets span half a second to 4.5 hours. claimBuckets span 10 ms to
+// about 1.5 hours (a queue that waits longer alerts on
+// tether_queue_oldest_seconds).
 var (
 	jobBuckets   = prometheus.ExponentialBuckets(0.5, 2, 16)
 	claimBuckets = prometheus.ExponentialBuckets(0.01, 3, 13)
@@ -193,7 +194,7 @@ func New() *Metrics {
 // Registry is the registry to gather from.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Registerer is where further collectors (the janitor's) register; Names
+// Registerer is where further collectors (the janitor's) register. Names
 // then lists them too.
 func (m *Metrics) Registerer() prometheus.Registerer { return recorder{m} }
 

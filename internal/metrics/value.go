@@ -4,7 +4,7 @@ import "fmt"
 
 // Value reads one metric from the registry, summed over the series whose
 // labels include every pair in match: a counter's or gauge's value, a
-// histogram's sample count; 0 for a name with no series (a vector nothing
+// histogram's sample count. It is 0 for a name with no series (a vector nothing
 // was counted in yet is not gathered). It is for tests and diagnostics (a
 // scrape reads the registry through Handler).
 func (m *Metrics) Value(name string, match map[string]string) (float64, error) {

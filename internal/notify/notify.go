@@ -1,19 +1,20 @@
 // Package notify fans an agent's job notifications out to the API's
-// followers: the claim service's LISTEN connection (one per agent) delivers
+// followers. The claim service's LISTEN connection (one per agent) delivers
 // them here, and each followed log or event stream subscribes to its job.
 //
-// Notifications only make followers prompt: a follower still polls, slowly
+// Notifications only make followers prompt. A follower still polls, slowly
 // while the hub is live and quickly while it is not (the LISTEN connection
 // is down and being re-established), so nothing is missed either way.
 package notify
 
 import "sync"
 
-// Channels the followers' notifications arrive on; the payload is a job ID.
+// Channels the followers' notifications arrive on. The payload is a job ID.
 const (
-	// LogsChannel: a flush stored output of the job (queries/log_append.sql).
+	// LogsChannel is notified when a flush stored output of the job
+	// (queries/log_append.sql).
 	LogsChannel = "tether_logs"
-	// JobEndChannel: the job reached a terminal status
+	// JobEndChannel is notified when the job reached a terminal status
 	// (queries/attempt_end*.sql, job_cancel_queued.sql).
 	JobEndChannel = "tether_job_end"
 )
@@ -22,7 +23,7 @@ const (
 func Channels() []string { return []string{LogsChannel, JobEndChannel} }
 
 // Hub routes job notifications to the subscriptions of that job. A nil *Hub
-// is valid: it is never live and its subscriptions never fire.
+// is valid. It is never live and its subscriptions never fire.
 type Hub struct {
 	mu   sync.Mutex
 	subs map[string]map[*Sub]struct{}
@@ -59,7 +60,7 @@ func (h *Hub) Subscribe(jobID string) *Sub {
 }
 
 // C receives a value when there may be something new for the job (also
-// when the hub goes live or stops being live). Wake-ups coalesce: one value
+// when the hub goes live or stops being live). Wake-ups coalesce. One value
 // may stand for many notifications.
 func (s *Sub) C() <-chan struct{} { return s.c }
 
@@ -84,7 +85,7 @@ func (s *Sub) wake() {
 	}
 }
 
-// Deliver routes one notification; it reports whether the channel is one of
+// Deliver routes one notification. It reports whether the channel is one of
 // the hub's. It never blocks.
 func (h *Hub) Deliver(channel, jobID string) bool {
 	if channel != LogsChannel && channel != JobEndChannel {
@@ -102,7 +103,7 @@ func (h *Hub) Deliver(channel, jobID string) bool {
 }
 
 // SetLive records whether the listener is connected and listening. Every
-// subscription is woken on a change: after a loss they must poll, and after
+// subscription is woken on a change. After a loss they must poll, and after
 // a reconnect they must read what was written while nobody listened.
 func (h *Hub) SetLive(live bool) {
 	if h == nil {

@@ -56,7 +56,7 @@ func TestWakeUpsCoalesceAndCloseUnsubscribes(t *testing.T) {
 }
 
 // Losing the listener wakes every follower (to poll), and so does getting
-// it back (to read what was written meanwhile); a repeat is no change.
+// it back (to read what was written meanwhile). A repeat is no change.
 func TestLivenessChangesWakeEveryone(t *testing.T) {
 	h := New()
 	s := h.Subscribe("j")

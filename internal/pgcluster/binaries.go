@@ -38,7 +38,7 @@ func findBinaries(binDir string) (binaries, error) {
 		return b, nil
 	}
 	if p, err := exec.LookPath("initdb"); err == nil {
-		// Debian puts symlinks (or nothing) on PATH; the real directory
+		// Debian puts symlinks (or nothing) on PATH. The real directory
 		// holds the matching postgres.
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			if b, ok := binariesIn(filepath.Dir(real)); ok {
@@ -90,7 +90,7 @@ func majorOf(binDir string) float64 {
 }
 
 // serverUser is who runs initdb and postgres. It is nil when tether is not
-// root: then the server runs as the current user. initdb and postgres refuse
+// root. Then the server runs as the current user. initdb and postgres refuse
 // to run as root, so as root they run as the `postgres` system user.
 type serverUser struct {
 	uid, gid uint32
@@ -168,7 +168,7 @@ func containsID(ids []uint32, id uint32) bool {
 
 // LibraryInstalled reports whether the server Start would run (binDir as
 // Options.BinDir) has the shared library name (e.g. "pg_stat_statements")
-// that shared_preload_libraries could load: a server told to preload a
+// that shared_preload_libraries could load. A server told to preload a
 // library it lacks does not start.
 func LibraryInstalled(binDir, name string) bool {
 	b, err := findBinaries(binDir)

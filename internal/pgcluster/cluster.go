@@ -25,13 +25,13 @@ import (
 
 // Options configures Start.
 type Options struct {
-	// DataDir holds the cluster. Empty means a fresh temporary directory;
-	// it must then not be Persistent.
+	// DataDir holds the cluster. Empty means a fresh temporary directory.
+	// It must then not be Persistent.
 	DataDir string
 	// Persistent reuses an initialized DataDir (and a server already running
 	// from it) and keeps the directory on Stop.
 	Persistent bool
-	// Port to listen on at 127.0.0.1; 0 picks a free one, kept for the
+	// Port to listen on at 127.0.0.1. 0 picks a free one, kept for the
 	// cluster's lifetime so StopServer/StartServer keep the same URL.
 	Port int
 	// Fast trades durability for speed (fsync, synchronous_commit and
@@ -42,19 +42,19 @@ type Options struct {
 	// Replication lets the cluster serve streaming standbys (StartStandby):
 	// wal_level=replica, max_wal_senders, hot_standby on and a trusted
 	// replication line for 127.0.0.1 in pg_hba.conf. It overrides what
-	// Fast would set against it: wal_level=minimal carries no WAL for a
+	// Fast would set against it. wal_level=minimal carries no WAL for a
 	// standby and requires max_wal_senders=0, and synchronous_commit=off
 	// would not wait for a synchronous standby (PostgreSQL 15 docs,
 	// wal_level and synchronous_commit). fsync stays off under Fast.
 	Replication bool
-	// MaxConnections is the server's max_connections; 0 means 300, enough
+	// MaxConnections is the server's max_connections. 0 means 300, enough
 	// for tests running several agents with their own pools.
 	MaxConnections int
 	// Settings are more server settings (name=value), passed as -c flags
 	// after the others: e.g. shared_preload_libraries=pg_stat_statements
 	// for a benchmark that reads statement statistics.
 	Settings []string
-	// BinDir, when set, holds initdb and postgres; otherwise they are found
+	// BinDir, when set, holds initdb and postgres. Otherwise they are found
 	// on PATH or under /usr/lib/postgresql/<highest version>/bin.
 	BinDir string
 	// Logger receives the server's log lines at debug level. Nil discards them.
@@ -76,8 +76,8 @@ type Cluster struct {
 	srv    *server // nil while stopped
 	frozen []int   // pids Freeze stopped, postmaster first; nil unless frozen
 
-	// As a primary: standbys started from it, and the names of the
-	// synchronous ones, in synchronous_standby_names.
+	// As a primary, it has standbys started from it, and the names of
+	// the synchronous ones, in synchronous_standby_names.
 	standbys  int
 	syncNames []string
 	// As a standby (StartStandby), until promoted.
@@ -102,7 +102,7 @@ const (
 )
 
 // Start initializes the data directory if needed and starts the server. The
-// context bounds start-up only; the server runs until Stop.
+// context bounds start-up only. The server runs until Stop.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -179,7 +179,7 @@ func (c *Cluster) StopServer(ctx context.Context) error {
 	return c.stopServer(ctx, syscall.SIGINT)
 }
 
-// StopServerImmediate is StopServer without a clean shutdown: the server
+// StopServerImmediate is StopServer without a clean shutdown. The server
 // exits at once and recovers from its WAL on the next start, like a crash.
 func (c *Cluster) StopServerImmediate(ctx context.Context) error {
 	return c.stopServer(ctx, syscall.SIGQUIT)
@@ -224,7 +224,7 @@ func (c *Cluster) StartServer(ctx context.Context) error {
 			return nil
 		}
 		// Another process may take the free port between our probe and
-		// the server's bind; pick another.
+		// the server's bind. Pick another.
 		if pickPort && attempt < 5 && strings.Contains(srv.log.String(), "could not bind") {
 			continue
 		}
@@ -241,13 +241,13 @@ func (c *Cluster) stopServer(ctx context.Context, sig syscall.Signal) error {
 	}
 	if c.frozen != nil {
 		// The stop signal first, so the postmaster starts shutting down as
-		// soon as it runs again; statements waiting in the backends'
+		// soon as it runs again. Statements waiting in the backends'
 		// sockets may still run before their backend is told to exit.
 		if err := signal(srv, sig); err != nil {
 			return fmt.Errorf("stopping frozen postgres (pid %d, data %s): %w", srv.pid, c.dataDir, err)
 		}
 		c.thawLocked()
-		// signalAndWait sends it again: a postmaster already shutting
+		// signalAndWait sends it again. A postmaster already shutting
 		// down ignores a second request of the same kind.
 	}
 	if err := c.signalAndWait(ctx, srv, sig); err != nil {
@@ -283,7 +283,7 @@ func (c *Cluster) signalAndWait(ctx context.Context, srv *server, sig syscall.Si
 			return fmt.Errorf("killed after waiting: %w", ctx.Err())
 		}
 	}
-	// Adopted server: not our child, so poll until it is gone.
+	// Adopted server. It is not our child, so poll until it is gone.
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for processAlive(srv.pid) {
@@ -297,7 +297,7 @@ func (c *Cluster) signalAndWait(ctx context.Context, srv *server, sig syscall.Si
 	return nil
 }
 
-// signal sends sig to the postmaster; one already gone is not an error.
+// signal sends sig to the postmaster. One already gone is not an error.
 func signal(srv *server, sig syscall.Signal) error {
 	if err := syscall.Kill(srv.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signalling: %w", err)
@@ -372,7 +372,7 @@ func (c *Cluster) prepareDir() error {
 	}
 	if fi, err := os.Stat(dir); err == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != c.user.uid {
-			// Only an empty directory is handed over; an initialized one
+			// Only an empty directory is handed over. An initialized one
 			// belongs to whoever initialized it.
 			if entries, _ := os.ReadDir(dir); len(entries) == 0 {
 				return c.user.chown(dir)
@@ -437,7 +437,7 @@ func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 	cmd.Env = serverEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: c.user.credential(),
-		// Own process group: a Ctrl-C meant for tether must not shut the
+		// Own process group. A Ctrl-C meant for tether must not shut the
 		// database down under it.
 		Setpgid: true,
 	}
@@ -487,7 +487,7 @@ func (c *Cluster) spawn(port int) (*server, error) {
 	}
 	switch {
 	case c.opts.Fast && c.opts.Replication:
-		// synchronous_commit left at on: with fsync off it costs a write,
+		// synchronous_commit left at on. With fsync off it costs a write,
 		// and it is what makes a synchronous standby synchronous.
 		settings = append(settings, "fsync=off", "full_page_writes=off", "shared_buffers=32MB")
 	case c.opts.Fast:
@@ -514,7 +514,7 @@ func (c *Cluster) spawn(port int) (*server, error) {
 	}
 	tail := newLogTail(c.logger)
 	cmd.Stdout, cmd.Stderr = tail, tail
-	// Server children inherit the log pipe; do not wait on them forever.
+	// Server children inherit the log pipe. Do not wait on them forever.
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", c.bin.postgres, err)
@@ -606,7 +606,7 @@ func freePort() (int, error) {
 }
 
 // socketDirSetting puts the unix socket in the data directory, unless its path
-// would exceed the kernel's limit for socket paths; TCP is what we use anyway.
+// would exceed the kernel's limit for socket paths. TCP is what we use anyway.
 func socketDirSetting(dataDir string) string {
 	if len(dataDir)+len("/.s.PGSQL.65535") >= 100 || strings.ContainsAny(dataDir, `",`) {
 		return ""

@@ -156,7 +156,7 @@ func TestErrors(t *testing.T) {
 }
 
 // As root the server runs as the postgres user, which cannot enter a
-// private (0700) root-owned directory: Start says so instead of failing
+// private (0700) root-owned directory. Start says so instead of failing
 // obscurely in initdb.
 func TestUnreachableDataDir(t *testing.T) {
 	t.Parallel()
@@ -171,7 +171,7 @@ func TestUnreachableDataDir(t *testing.T) {
 		require.Contains(t, err.Error(), "chmod o+x")
 		return
 	}
-	// Not root: the server runs as us and the directory is fine.
+	// Not root. The server runs as us and the directory is fine.
 	require.NoError(t, err)
 	require.NoError(t, c.Stop(ctx))
 }
@@ -209,7 +209,7 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestLibraryInstalled(t *testing.T) {
 	// The Debian server package ships pg_stat_statements (the bench loads
-	// it); no installation has a library of this name.
+	// it). No installation has a library of this name.
 	require.True(t, LibraryInstalled("", "pg_stat_statements"), "pg_stat_statements.so next to the server: install the PostgreSQL server package (contrib is part of it)")
 	require.False(t, LibraryInstalled("", "tether_no_such_library"))
 }

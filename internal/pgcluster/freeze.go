@@ -12,21 +12,21 @@ import (
 	"time"
 )
 
-// Freeze hangs the server without stopping it: it sends SIGSTOP to the
+// Freeze hangs the server without stopping it. It sends SIGSTOP to the
 // postmaster and then to every process below it (backends, walwriter,
 // checkpointer, WAL senders and receivers...). While frozen, the kernel still
 // accepts TCP connections into the listen backlog and queues what clients
-// send, but nothing answers: a connection attempt or a statement waits until
+// send, but nothing answers. A connection attempt or a statement waits until
 // Thaw (or its client gives up). A statement already in a backend's socket
 // runs when it is thawed, even if its client has given up since.
 //
 // What is in that socket depends on the client. pgx's default exec mode
 // sends a statement with arguments that the connection has not prepared yet
 // as Parse/Describe alone and waits for the answer before Bind/Execute, so
-// under a freeze that statement never runs; the simple protocol (Exec without
+// under a freeze that statement never runs. The simple protocol (Exec without
 // arguments) and pgx.QueryExecModeExec send it whole, and it runs on Thaw.
 // pgx answers a context timeout with a cancel request on a new connection
-// (pgconn's asyncClose), which the postmaster reads only after Thaw: it races
+// (pgconn's asyncClose), which the postmaster reads only after Thaw. It races
 // the thawed backend (which won every time we looked, since the cancel waits
 // for the postmaster to fork a process that reads it).
 //
@@ -81,7 +81,7 @@ func (c *Cluster) thawLocked() []int {
 
 // freezeTree stops root, waits until it is stopped, then stops the processes
 // below it, level by level, until a look at /proc finds none that is not
-// stopped yet. Root goes first: a stopped postmaster forks no more children,
+// stopped yet. Root goes first. A stopped postmaster forks no more children,
 // so the loop ends. It returns what it stopped, root first, also on error.
 func freezeTree(ctx context.Context, root int) ([]int, error) {
 	var frozen []int
@@ -98,7 +98,7 @@ func freezeTree(ctx context.Context, root int) ([]int, error) {
 			}
 			frozen = append(frozen, pid)
 		}
-		// SIGSTOP takes effect asynchronously: a process still running
+		// SIGSTOP takes effect asynchronously. A process still running
 		// could fork after the scan below.
 		if err := pollProcs(ctx, next, isStopped); err != nil {
 			return frozen, err
@@ -155,7 +155,7 @@ func pollProcs(ctx context.Context, pids []int, ok func(state byte) bool) error 
 	})
 }
 
-// poll calls check every interval until it reports done or ctx ends; then
+// poll calls check every interval until it reports done or ctx ends. Then
 // the error check gave last says what it was still waiting for.
 func poll(ctx context.Context, interval time.Duration, check func(context.Context) (bool, error)) error {
 	t := time.NewTimer(0)
@@ -185,7 +185,7 @@ type procStat struct {
 }
 
 // readStat reads a process's state and parent from /proc/<pid>/stat
-// ("pid (comm) state ppid ...", proc(5)); comm may hold spaces and
+// ("pid (comm) state ppid ...", proc(5)). comm may hold spaces and
 // parentheses, so the fields start after the last ')'.
 func readStat(pid int) (procStat, error) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))

@@ -52,7 +52,7 @@ func TestFreezeThaw(t *testing.T) {
 	// The client whose INSERT is in flight when the server hangs. pgx
 	// answers its context timeout by closing the connection after a cancel
 	// request on a second connection, which would race the thawed backend
-	// (see Freeze); refusing that second dial leaves only what this test is
+	// (see Freeze). Refusing that second dial leaves only what this test is
 	// about: a statement in the server's socket buffer.
 	cfg, err := pgx.ParseConfig(url)
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func TestFreezeThaw(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, pgconn.Timeout(err), "the hung server does not answer, the client gives up: %v", err)
 
-	// The kernel completes a TCP handshake into the backlog; PostgreSQL's
+	// The kernel completes a TCP handshake into the backlog. PostgreSQL's
 	// own handshake waits for the thaw.
 	raw, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port())), 5*time.Second)
 	require.NoError(t, err, "TCP connect to a frozen server")
@@ -100,7 +100,7 @@ func TestFreezeThaw(t *testing.T) {
 		}
 		connected <- err
 	}()
-	// A bounded look, not a synchronisation: the attempt must not finish
+	// A bounded look, not a synchronisation. The attempt must not finish
 	// while frozen.
 	select {
 	case err := <-connected:
@@ -118,13 +118,13 @@ func TestFreezeThaw(t *testing.T) {
 	for pid, st := range serverStates(t, c) {
 		require.Falsef(t, st == 'T' || st == 't', "pid %d still stopped after Thaw", pid)
 	}
-	// The INSERT its client gave up on was in the backend's socket: it
+	// The INSERT its client gave up on was in the backend's socket. It
 	// commits once the backend runs again.
 	waitFor(t, ctx, 10*time.Second, "the in-flight INSERT never committed after Thaw", func(ctx context.Context) bool {
 		var n int
 		return established.QueryRow(ctx, "SELECT count(*) FROM t WHERE x = 1").Scan(&n) == nil && n == 1
 	})
-	// Healthy: the connection that sat idle through the freeze writes, and
+	// Healthy. The connection that sat idle through the freeze writes, and
 	// new ones are served.
 	_, err = established.Exec(ctx, "INSERT INTO t VALUES (2)")
 	require.NoError(t, err)

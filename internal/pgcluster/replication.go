@@ -23,7 +23,7 @@ type StandbyOptions struct {
 	// has flushed the commit's WAL: synchronous_commit=on waits for the
 	// standbys synchronous_standby_names names (PostgreSQL 15 docs,
 	// synchronous_commit). While the standby is stopped, commits on the
-	// primary block. Otherwise the standby is asynchronous: the primary
+	// primary block. Otherwise the standby is asynchronous. The primary
 	// never waits for it, and what it had not received is lost when it is
 	// promoted.
 	Synchronous bool
@@ -35,7 +35,7 @@ type StandbyOptions struct {
 	// Settings are more server settings for the standby, after the
 	// primary's Options.Settings.
 	Settings []string
-	// Port to listen on; 0 picks a free one. A test that replaces a dead
+	// Port to listen on. 0 picks a free one. A test that replaces a dead
 	// primary by a new standby on its port keeps a multi-host URL valid.
 	Port int
 }
@@ -51,7 +51,7 @@ const (
 // returns once c's pg_stat_replication shows it streaming, and for a
 // Synchronous one as sync. The standby is a Cluster like any other (URL,
 // StopServer, StartServer, Freeze, Stop, which removes its directory) with
-// the primary's options; Promote makes it a primary.
+// the primary's options. Promote makes it a primary.
 //
 // The primary keeps waiting for a Synchronous standby that is stopped or
 // removed, until it is started again or the primary is stopped.
@@ -95,7 +95,7 @@ func (c *Cluster) StartStandby(ctx context.Context, so StandbyOptions) (*Cluster
 		return nil, err
 	}
 	if so.Synchronous {
-		// Named before the standby starts: the primary's checkpointer then
+		// Named before the standby starts. The primary's checkpointer then
 		// has the standby's start-up time to load the setting, which gates
 		// the commit waits (syncrep.c, sync_standbys_defined).
 		if err := c.addSyncStandby(ctx, name); err != nil {
@@ -132,8 +132,8 @@ func (s *Cluster) baseBackup(ctx context.Context, pgBasebackup string, primaryPo
 	defer cancel()
 	// -R "creates a standby.signal file and appends connection settings to
 	// the postgresql.auto.conf file", taken from this connection, so
-	// application_name reaches primary_conninfo; --checkpoint=fast, since a
-	// spread checkpoint could take minutes; -X stream copies the WAL written
+	// application_name reaches primary_conninfo. --checkpoint=fast, since a
+	// spread checkpoint could take minutes. -X stream copies the WAL written
 	// meanwhile (PostgreSQL 15 docs, pg_basebackup).
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=%s", primaryPort, superuser, s.standbyName)
 	args := []string{"-D", s.dataDir, "-d", conninfo, "-R", "-X", "stream", "--checkpoint=fast", "--no-password"}
@@ -190,10 +190,10 @@ func (c *Cluster) removeSyncStandby(ctx context.Context, name string) error {
 	return c.setSyncStandbys(ctx, names)
 }
 
-// setSyncStandbys makes every standby in names synchronous: "FIRST n (...)"
+// setSyncStandbys makes every standby in names synchronous. "FIRST n (...)"
 // waits for n standbys from the list (PostgreSQL 15 docs,
 // synchronous_standby_names), so with n = len(names) for all of them.
-// ALTER SYSTEM writes postgresql.auto.conf; pg_reload_conf makes the server
+// ALTER SYSTEM writes postgresql.auto.conf. pg_reload_conf makes the server
 // read it.
 func (c *Cluster) setSyncStandbys(ctx context.Context, names []string) error {
 	stmt := "ALTER SYSTEM RESET synchronous_standby_names"
@@ -219,7 +219,7 @@ func (c *Cluster) setSyncStandbys(ctx context.Context, names []string) error {
 // WaitStreaming waits until the primary that standby c was started from lists
 // it in pg_stat_replication with state "streaming", and with sync_state
 // "sync" for a Synchronous standby or "async" otherwise (PostgreSQL 15 docs,
-// pg_stat_replication): after StartServer of a stopped standby, this says it
+// pg_stat_replication). After StartServer of a stopped standby, this says it
 // has reconnected.
 func (c *Cluster) WaitStreaming(ctx context.Context) error {
 	c.mu.Lock()
@@ -257,8 +257,8 @@ func (c *Cluster) WaitStreaming(ctx context.Context) error {
 // Promote makes standby c a primary and waits until it accepts writes.
 // pg_promote(wait => true) "waits until promotion is completed ... and returns
 // true if promotion is successful" (PostgreSQL 15 docs, Recovery Control
-// Functions); a new session then checks pg_is_in_recovery() is false. The
-// promoted server starts a new timeline from the end of the WAL it had: what
+// Functions). A new session then checks pg_is_in_recovery() is false. The
+// promoted server starts a new timeline from the end of the WAL it had. What
 // it had not received from its primary is not in its history.
 func (c *Cluster) Promote(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
@@ -293,9 +293,9 @@ func (c *Cluster) Promote(ctx context.Context) error {
 // name of the WAL file holding it, pg_walfile_name() (PostgreSQL 15 docs,
 // Backup Control Functions; WAL internals for the file names). A promoted
 // standby's timeline is its old primary's plus one, and its LSN continues
-// from the end of the history it had, so it can be behind the old primary's:
-// the same LSN on two timelines is two different histories. Both functions
-// refuse to run during recovery, so CurrentWAL fails on a standby; see
+// from the end of the history it had, so it can be behind the old primary's.
+// The same LSN on two timelines is two different histories. Both functions
+// refuse to run during recovery, so CurrentWAL fails on a standby. See
 // WaitReplayed.
 func (c *Cluster) CurrentWAL(ctx context.Context) (timeline uint32, lsn LSN, err error) {
 	var lsnText, file string
@@ -315,7 +315,7 @@ func (c *Cluster) CurrentWAL(ctx context.Context) (timeline uint32, lsn LSN, err
 
 // WaitReplayed waits until standby c has replayed the WAL up to lsn
 // (pg_last_wal_replay_lsn(), PostgreSQL 15 docs, Recovery Information
-// Functions): then it holds every commit its primary had made at lsn, e.g.
+// Functions). Then it holds every commit its primary had made at lsn, e.g.
 // one read with CurrentWAL, and a promotion loses none of them.
 func (c *Cluster) WaitReplayed(ctx context.Context, lsn LSN) error {
 	err := poll(ctx, pollInterval, func(ctx context.Context) (bool, error) {
@@ -335,8 +335,8 @@ func (c *Cluster) WaitReplayed(ctx context.Context, lsn LSN) error {
 	return nil
 }
 
-// LSN is a WAL position (pg_lsn): comparable with <, printed as PostgreSQL
-// prints it ("16/B374D848").
+// LSN is a WAL position (pg_lsn). It is comparable with <, printed as
+// PostgreSQL prints it ("16/B374D848").
 type LSN uint64
 
 // ParseLSN parses PostgreSQL's text form of an LSN.
@@ -353,7 +353,7 @@ func ParseLSN(s string) (LSN, error) {
 func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
 
 // MultiHostURL is a URL of database dbname that lists every cluster's
-// address, in order, with target_session_attrs=read-write: libpq and pgx try
+// address, in order, with target_session_attrs=read-write. libpq and pgx try
 // the hosts in turn and keep the first that accepts read-write transactions,
 // which a hot standby does not (PostgreSQL 15 docs, libpq Connection
 // Strings). It reaches whichever cluster is the primary, as of each new
@@ -368,7 +368,7 @@ func MultiHostURL(dbname string, clusters ...*Cluster) string {
 }
 
 // hbaReplication lets replication connections from loopback in without a
-// password: they match only lines whose database is "replication" (PostgreSQL
+// password. They match only lines whose database is "replication" (PostgreSQL
 // 15 docs, The pg_hba.conf File). initdb --auth=trust writes it already.
 const hbaReplication = "host    replication     all             127.0.0.1/32            trust"
 

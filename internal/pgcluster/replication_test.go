@@ -109,7 +109,7 @@ func TestSynchronousStandby(t *testing.T) {
 	require.Equal(t, `FIRST 1 ("sync_one")`, setting(t, ctx, p.URL("postgres"), "synchronous_standby_names"))
 	require.Equal(t, "sync", syncState(t, ctx, p, "sync_one"))
 
-	// Acknowledged means flushed on the standby: right after the commit
+	// Acknowledged means flushed on the standby. Right after the commit
 	// returns, the standby has received WAL past the INSERT's.
 	primary := connT(t, ctx, p.URL("postgres"))
 	var insertLSN string
@@ -128,7 +128,7 @@ func TestSynchronousStandby(t *testing.T) {
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "25006", pgErr.Code, "read_only_sql_transaction: %v", err)
 
-	// Standby down: the next commit waits for it (wait event SyncRep), and
+	// Standby down. The next commit waits for it (wait event SyncRep), and
 	// nobody else sees its row meanwhile.
 	require.NoError(t, s.StopServer(ctx))
 	blockedCtx, giveUp := context.WithCancel(ctx)
@@ -165,7 +165,7 @@ func TestSynchronousStandby(t *testing.T) {
 		return primary.QueryRow(ctx, "SELECT count(*) FROM t WHERE x = 2").Scan(&n) == nil && n == 1
 	})
 
-	// Standby back: it catches up and is synchronous again.
+	// Standby back. It catches up and is synchronous again.
 	require.NoError(t, s.StartServer(ctx))
 	require.NoError(t, s.WaitStreaming(ctx))
 	commitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -173,7 +173,7 @@ func TestSynchronousStandby(t *testing.T) {
 	_, err = primary.Exec(commitCtx, "INSERT INTO t VALUES (3)")
 	require.NoError(t, err)
 
-	// The primary crashes; the standby, promoted, has every row the
+	// The primary crashes. The standby, promoted, has every row the
 	// primary committed, including the one it had acknowledged last.
 	require.NoError(t, p.StopServerImmediate(ctx))
 	require.NoError(t, s.Promote(ctx))
@@ -194,7 +194,7 @@ func syncState(t *testing.T, ctx context.Context, p *Cluster, name string) strin
 }
 
 // An asynchronous standby that was stopped while the primary committed, then
-// promoted after the primary died, has lost those commits: history is lost,
+// promoted after the primary died, has lost those commits. History is lost,
 // and the new primary's timeline forks at the end of what it had.
 func TestAsyncFailoverLosesHistory(t *testing.T) {
 	t.Parallel()
@@ -212,7 +212,7 @@ func TestAsyncFailoverLosesHistory(t *testing.T) {
 	_, _, err = s.CurrentWAL(ctx)
 	require.ErrorContains(t, err, "recovery", "CurrentWAL is for primaries")
 
-	// The standby stops; the primary goes on committing, waiting for nobody.
+	// The standby stops. The primary goes on committing, waiting for nobody.
 	require.NoError(t, s.StopServer(ctx))
 	primary := connT(t, ctx, p.URL("postgres"))
 	const lost = 300
@@ -247,8 +247,8 @@ func TestAsyncFailoverLosesHistory(t *testing.T) {
 	require.Equal(t, 0, count(t, ctx, s.URL("postgres"), "SELECT count(*) FROM t WHERE x > 0"),
 		"the commits made while the standby was stopped are lost")
 	require.Equal(t, oldTL+1, newTL, "promotion starts the next timeline")
-	// The history file records where timeline 1 ended for the new primary:
-	// before the lost commits, and the new primary's WAL goes on from there,
+	// The history file records where timeline 1 ended for the new primary.
+	// Before the lost commits, and the new primary's WAL goes on from there,
 	// so its LSN is behind the old primary's last one.
 	fields := strings.Fields(history)
 	require.GreaterOrEqual(t, len(fields), 2, "history file %q", history)
@@ -258,7 +258,7 @@ func TestAsyncFailoverLosesHistory(t *testing.T) {
 	require.LessOrEqual(t, forkLSN, newLSN)
 	require.Less(t, newLSN, oldLSN, "the new primary's LSN is behind the old primary's last")
 
-	// The new primary takes writes: positions the old primary used for
+	// The new primary takes writes. Positions the old primary used for
 	// other rows now hold these.
 	_, err = connT(t, ctx, s.URL("postgres")).Exec(ctx, "INSERT INTO t VALUES (-1)")
 	require.NoError(t, err)

@@ -13,7 +13,7 @@ import (
 
 // A throwaway cluster lives in <tmp>/tether-pg-*/ and holds an flock on its
 // lock file while its owner runs. A test binary killed before Stop (timeout,
-// kill -9) leaves the directory behind; the next Start removes such
+// kill -9) leaves the directory behind. The next Start removes such
 // directories, recognised by a lock nobody holds.
 const (
 	tmpPrefix = "tether-pg-"
@@ -21,7 +21,7 @@ const (
 )
 
 func lockTmpBase(base string) (*os.File, error) {
-	// Lock under a temporary name, then rename: a sweeper only considers
+	// Lock under a temporary name, then rename. A sweeper only considers
 	// "lock", so it never sees our directory before we hold the lock.
 	tmp := filepath.Join(base, lockName+".new")
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -59,7 +59,7 @@ func sweepOne(dir string) error {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return fmt.Errorf("in use: %w", err)
 	}
-	// Owner gone; its server should have followed (parent-death signal),
+	// Owner gone. Its server should have followed (parent-death signal),
 	// but never delete data under a live server.
 	if b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid")); err == nil {
 		first, _, _ := strings.Cut(string(b), "\n")

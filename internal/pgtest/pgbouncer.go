@@ -26,7 +26,7 @@ const pgbouncerReady = 30 * time.Second
 // PgBouncer starts Debian's pgbouncer in front of the server dbURL points at,
 // in pool mode mode ("transaction", "session" or "statement"), and returns
 // dbURL rewritten to go through it. It is stopped when the test ends. A
-// missing pgbouncer fails the test: it is part of what the tests need.
+// missing pgbouncer fails the test. It is part of what the tests need.
 func PgBouncer(t testing.TB, dbURL, mode string) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
@@ -48,7 +48,7 @@ func PgBouncer(t testing.TB, dbURL, mode string) string {
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users.txt")
 	ini := filepath.Join(dir, "pgbouncer.ini")
-	// Server address and credentials come from dbURL; clients are trusted
+	// Server address and credentials come from dbURL. Clients are trusted
 	// (the tests' servers trust them too), and the server login uses the
 	// password from the auth file.
 	if err := os.WriteFile(users, []byte(fmt.Sprintf("%s %s\n", iniQuote(pc.User), iniQuote(pc.Password))), 0o600); err != nil {
@@ -72,7 +72,7 @@ ignore_startup_parameters = extra_float_digits
 	}
 	args := []string{ini}
 	if os.Geteuid() == 0 {
-		// pgbouncer refuses to run as root; -u drops to nobody after it
+		// pgbouncer refuses to run as root. -u drops to nobody after it
 		// has read its files.
 		args = []string{"-u", "nobody", ini}
 	}
@@ -142,7 +142,7 @@ func withHostPort(t testing.TB, u, host string, port int) string {
 		pu.Host = net.JoinHostPort(host, strconv.Itoa(port))
 		return pu.String()
 	}
-	// keyword=value form: a later keyword overrides an earlier one.
+	// keyword=value form. A later keyword overrides an earlier one.
 	return fmt.Sprintf("%s host=%s port=%d", u, host, port)
 }
 

@@ -1,6 +1,6 @@
 // Package pgtest gives each test its own migrated PostgreSQL database.
 //
-// With DATABASE_URL set, databases are created on that server; otherwise one
+// With DATABASE_URL set, databases are created on that server. Otherwise one
 // throwaway cluster is started per test binary from the installed server
 // binaries. Either way a template database is migrated once per test binary
 // and every test gets a CREATE DATABASE … TEMPLATE copy, dropped when the test
@@ -32,7 +32,7 @@ import (
 const setupTimeout = 2 * time.Minute
 
 // server is the one database server of a test binary. A test helper may hold
-// it in a package variable: it is started lazily, once, and stopped by Main.
+// it in a package variable. It is started lazily, once, and stopped by Main.
 type server struct {
 	once     sync.Once
 	err      error
@@ -61,7 +61,7 @@ func Run(m *testing.M) int {
 }
 
 // RunWith is Run with more settings for the binary's own cluster
-// (pgcluster.Options.Settings); they do not apply to DATABASE_URL's server.
+// (pgcluster.Options.Settings). They do not apply to DATABASE_URL's server.
 func RunWith(m *testing.M, settings ...string) int {
 	shared.settings = settings
 	return Run(m)
@@ -95,17 +95,17 @@ func EmptyURL(t testing.TB) string {
 }
 
 // Cluster returns the test binary's shared cluster, or nil when DATABASE_URL
-// is used. Stopping it disturbs every test of the binary; a test that stops
+// is used. Stopping it disturbs every test of the binary. A test that stops
 // the server should use StartCluster.
 func Cluster(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
 	return get(t).cluster
 }
 
-// StartCluster starts a cluster of the test's own, even when DATABASE_URL is
-// set, and returns it with the URL of a migrated database "tether" on it. It
-// is stopped and removed when the test ends. For outage tests: the test may
-// StopServer and StartServer it freely.
+// StartCluster starts a cluster of the test's own, even when DATABASE_URL
+// is set, and returns it with the URL of a migrated database "tether" on
+// it. It is stopped and removed when the test ends. It is for outage tests.
+// The test may StopServer and StartServer it freely.
 func StartCluster(t testing.TB) (*pgcluster.Cluster, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -180,7 +180,7 @@ func (s *server) setup() {
 		s.err = err
 		return
 	}
-	// No connections to the template from now on: CREATE DATABASE …
+	// No connections to the template from now on. CREATE DATABASE …
 	// TEMPLATE fails while anyone is connected to it.
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH IS_TEMPLATE true ALLOW_CONNECTIONS false",
 		ident(s.template))); err != nil {
@@ -264,7 +264,7 @@ func withDatabase(base, name string) (string, error) {
 		u.RawPath = ""
 		return u.String(), nil
 	}
-	// keyword=value form: a later keyword overrides an earlier one.
+	// keyword=value form. A later keyword overrides an earlier one.
 	return base + " dbname=" + name, nil
 }
 

@@ -25,14 +25,14 @@ func TestEachTestGetsItsOwnMigratedDatabase(t *testing.T) {
 	a, b := DB(t), DB(t)
 	require.NotEqual(t, currentDB(t, a), currentDB(t, b))
 
-	// Migrated: the schema is there.
+	// Migrated. The schema is there.
 	var n int
 	require.NoError(t, a.QueryRow(ctx, "SELECT count(*) FROM tether_schema_migrations").Scan(&n))
 	require.Positive(t, n)
 	require.NoError(t, a.QueryRow(ctx, "SELECT count(*) FROM jobs").Scan(&n))
 	require.Zero(t, n)
 
-	// Isolated: a table made in one is absent in the other.
+	// Isolated. A table made in one is absent in the other.
 	_, err := a.Exec(ctx, "CREATE TABLE only_in_a (x int)")
 	require.NoError(t, err)
 	var exists bool

@@ -45,7 +45,7 @@ func whoAnswers(ctx context.Context, q interface {
 }
 
 // The multi-host URL reaches the primary, nothing while no server takes
-// writes, and the promoted standby after a failover; the standby has the
+// writes, and the promoted standby after a failover. The standby has the
 // migrated schema.
 func TestStartReplicatedFailover(t *testing.T) {
 	t.Parallel()
@@ -69,7 +69,7 @@ func TestStartReplicatedFailover(t *testing.T) {
 	_, err = pool.Exec(ctx, "INSERT INTO agents (name, generation, capacity) VALUES ('a', 'g', 1)")
 	require.NoError(t, err)
 
-	// A failover that loses nothing: the standby has replayed all the
+	// A failover that loses nothing. The standby has replayed all the
 	// primary wrote before it stops.
 	_, lsn, err := primary.CurrentWAL(ctx)
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func TestStartReplicatedFailover(t *testing.T) {
 	require.Error(t, err, "with the primary down only a read-only standby is left")
 
 	require.NoError(t, standby.Promote(ctx))
-	// The pool's connections to the old primary are dead; a query retried on
+	// The pool's connections to the old primary are dead. A query retried on
 	// new ones reaches the promoted standby.
 	within(t, 10*time.Second, "the pool reaching the new primary", func(ctx context.Context) error {
 		id, err := whoAnswers(ctx, pool)

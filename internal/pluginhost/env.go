@@ -9,7 +9,7 @@ import (
 )
 
 // isBase reports whether every plugin gets name from the agent's
-// environment; nothing else passes unless the plugin's config says so.
+// environment. Nothing else passes unless the plugin's config says so.
 func isBase(name string) bool {
 	switch name {
 	case "PATH", "HOME", "TMPDIR", "LANG":
@@ -18,7 +18,7 @@ func isBase(name string) bool {
 	return strings.HasPrefix(name, "LC_")
 }
 
-// forbidden reports whether name must never reach a plugin: the agent's
+// forbidden reports whether name must never reach a plugin. The agent's
 // database settings (DATABASE_URL and every PG* variable) and its own
 // TETHER_* settings and tokens. See config.SecretEnv.
 func forbidden(name string) bool { return config.SecretEnv(name) }
@@ -31,7 +31,7 @@ func matches(pattern, name string) bool {
 }
 
 // validatePassEnv rejects patterns that are malformed, name what a plugin
-// may never see, or select nothing else ("PG*"); a wider wildcard that
+// may never see, or select nothing else ("PG*"). A wider wildcard that
 // merely covers such a name is fine, the name is skipped. The rule is the
 // agent config's (config.CheckPassEnv).
 func validatePassEnv(patterns []string) error {
@@ -46,7 +46,7 @@ func validatePassEnv(patterns []string) error {
 // scrubbedEnv builds a plugin's environment from the agent's (environ, as
 // os.Environ), the plugin's pass-through patterns and its explicit variables.
 // A forbidden variable of the agent's never passes, whatever the pattern
-// ("*", "P*" or its exact name); explicit variables are the operator's and
+// ("*", "P*" or its exact name). explicit variables are the operator's and
 // are set as given.
 func scrubbedEnv(environ []string, passEnv []string, explicit map[string]string) []string {
 	vars := map[string]string{}

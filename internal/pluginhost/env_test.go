@@ -25,7 +25,7 @@ func TestPassEnvRefusesPGPASSWORD(t *testing.T) {
 	assert.NoError(t, validatePassEnv([]string{"*", "P*", "AWS_*"}), "a wildcard that merely covers a secret is fine; the secret is skipped")
 }
 
-// Every PG* variable is the agent's database connection: none reaches a
+// Every PG* variable is the agent's database connection. None reaches a
 // plugin, however pass_env selects it.
 func TestScrubbedEnvDropsEveryPGVariable(t *testing.T) {
 	environ := []string{"PATH=/bin", "PGPASSWORD=p1", "PGSSLPASSWORD=p2", "PGPASSFILE=.pgpass",

@@ -102,7 +102,7 @@ func TestHandshakeGarbage(t *testing.T) {
 }
 
 // A child that inherited the plugin's stdout and stderr and outlives it must
-// neither hold the start until it exits nor survive: it is in the plugin's
+// neither hold the start until it exits nor survive. It is in the plugin's
 // process group, which is killed when the plugin exits.
 func TestHandshakeChildHoldsPipes(t *testing.T) {
 	dir, pidFile := scriptPlugin(t, "forks", `sleep 1000 & echo $! >> "$PIDFILE"; echo "forked" >&2; exit 3`)
@@ -118,7 +118,7 @@ func TestHandshakeChildHoldsPipes(t *testing.T) {
 }
 
 // A child that left the plugin's process group (setsid) cannot be killed
-// with it; the pipes it holds are closed under it instead.
+// with it. The pipes it holds are closed under it instead.
 func TestHandshakeEscapedChildHoldsPipes(t *testing.T) {
 	dir, pidFile := scriptPlugin(t, "escapes", `setsid sh -c 'echo $$ >> "$PIDFILE"; exec sleep 1000' &
 while [ ! -s "$PIDFILE" ]; do sleep 0.01; done
@@ -132,7 +132,7 @@ exit 1`)
 	assert.Less(t, took, startBound)
 	pids := readPids(t, pidFile)
 	require.Len(t, pids, 1)
-	// Still alive, holding the pipes: the start did not wait for it.
+	// Still alive, holding the pipes. The start did not wait for it.
 	assert.False(t, gone(pids[0]), "the escaped child should still run (or the test tests nothing)")
 }
 

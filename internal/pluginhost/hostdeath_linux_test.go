@@ -39,10 +39,10 @@ func gone(pid int) bool {
 
 // When the process that started a plugin dies (the agent is killed), the
 // plugin cancels its in-flight jobs and exits instead of running on
-// unwatched. This tests plugin.Serve; it lives here for the built binaries.
+// unwatched. This tests plugin.Serve. It lives here for the built binaries.
 func TestPluginExitsWhenHostDies(t *testing.T) {
 	hs := plugin.Handshake()
-	// sh stands in for the agent: it is the plugin's parent.
+	// sh stands in for the agent. It is the plugin's parent.
 	host := exec.Command("sh", "-c", `"$0" & echo $!; wait`, bintest.PluginPath(binDir, "noop"))
 	host.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
@@ -78,7 +78,7 @@ func TestPluginExitsWhenHostDies(t *testing.T) {
 	})
 	conn, err := client.Client()
 	require.NoError(t, err)
-	// Not client.Kill: it would wait seconds for a graceful exit of a process
+	// Not client.Kill. It would wait seconds for a graceful exit of a process
 	// that is gone by then.
 	t.Cleanup(func() { _ = conn.Close() })
 	raw, err := conn.Dispense(plugin.PluginKey)
@@ -94,7 +94,7 @@ func TestPluginExitsWhenHostDies(t *testing.T) {
 	require.Eventually(t, func() bool { return len(rt.Checkpoints()) == 1 }, 5*time.Second, 5*time.Millisecond)
 	assert.False(t, gone(pid))
 
-	// SIGTERM while the host lives is ignored: the host decides when its
+	// SIGTERM while the host lives is ignored. The host decides when its
 	// plugins stop (a systemd stop signals the whole group, the agent drains).
 	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
 	_, err = p.Execute(context.Background(), &plugin.Job{ID: "after-sigterm"}, plugintest.NewRuntime(nil))

@@ -1,4 +1,4 @@
-// Package pluginhost runs the agent's plugin processes: it discovers plugin
+// Package pluginhost runs the agent's plugin processes. It discovers plugin
 // binaries, starts each once with go-plugin (gRPC, AutoMTLS, optional SHA-256
 // pinning, scrubbed environment), shares each process among concurrent jobs,
 // and restarts a process that crashed for the next job.
@@ -39,7 +39,7 @@ const (
 	// exitWait bounds how long a failed call waits to see whether the
 	// plugin process died, to tell a crash from a broken connection.
 	exitWait = 5 * time.Second
-	// renewTimeout bounds one Renew: a live plugin answers at once, and
+	// renewTimeout bounds one Renew. A live plugin answers at once, and
 	// one that does not (stuck, dying) must not hold up the others' next
 	// renewal.
 	renewTimeout = 2 * time.Second
@@ -52,7 +52,7 @@ type Config struct {
 	Logger       *slog.Logger
 	StartTimeout time.Duration // for one process to start and answer Info; default 10s
 	// OnCrash is called with the plugin's name each time one of its
-	// processes crashes (the next call starts another); nil: nothing.
+	// processes crashes (the next call starts another). nil: nothing.
 	OnCrash func(plugin string)
 }
 
@@ -60,7 +60,7 @@ type Config struct {
 type PluginConfig struct {
 	SHA256 string // hex SHA-256 the binary must have; empty: not checked
 	Env    map[string]string
-	// PassEnv names agent environment variables passed through; an entry may
+	// PassEnv names agent environment variables passed through. An entry may
 	// end with * as a prefix wildcard. DATABASE_URL, PG* and TETHER_* never
 	// pass (config.SecretEnv).
 	PassEnv []string
@@ -81,7 +81,7 @@ type Manager struct {
 	procs   map[string]*proc
 }
 
-// New validates cfg and returns a Manager; Start starts the plugins.
+// New validates cfg and returns a Manager. Start starts the plugins.
 func New(cfg Config) (*Manager, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("plugin dir: must be set")
@@ -219,7 +219,7 @@ func (p *proc) validate(ctx context.Context, contexts map[string]json.RawMessage
 	if err != nil {
 		return plugin.Validation{}, fmt.Errorf("plugin %s: validating its settings: %w", p.name, err)
 	}
-	// Validation checks shape and values only; it has no reason to be slow.
+	// Validation checks shape and values only. It has no reason to be slow.
 	vctx, cancel := context.WithTimeout(ctx, p.startTimeout)
 	defer cancel()
 	v, err := inst.rpc.Validate(vctx, p.cfg.Config, contexts)
@@ -357,7 +357,7 @@ func (m *Manager) Cleanup(ctx context.Context, name string, job *plugin.Job) err
 // leases are good for validFor from now: one message per process, sent
 // concurrently, each bounded by renewTimeout (and ctx). It returns when all
 // have answered or given up. A process built with an SDK older than Renew
-// is told once, then skipped; that is logged once per process.
+// is told once, then skipped. That is logged once per process.
 func (m *Manager) Renew(ctx context.Context, validFor time.Duration) {
 	m.mu.Lock()
 	procs := slices.Collect(maps.Values(m.procs))
@@ -388,7 +388,7 @@ func (p *proc) renew(ctx context.Context, inst *instance, validFor time.Duration
 	}
 }
 
-// running is the process currently running, if it lives; nil otherwise.
+// running is the process currently running, if it lives. It is nil otherwise.
 // It starts nothing.
 func (p *proc) running() *instance {
 	p.mu.Lock()
@@ -537,7 +537,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 		Env:          p.env,
 		SHA256:       want,
 		StartTimeout: p.startTimeout,
-		// The process's own stderr: go-plugin's JSON logs, and panics.
+		// The process's own stderr carries go-plugin's JSON logs, and panics.
 		Stderr: &lineWriter{fn: stderr.add},
 		// os.Stdout/os.Stderr inside the plugin, forwarded by go-plugin.
 		SyncStdout: pluginOutput("stdout"),
@@ -575,7 +575,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 	if !ok {
 		return fail(fmt.Errorf("dispensed %T, want *plugin.GRPCClient", raw))
 	}
-	// Other callers wait on this start: one caller's cancellation must not
+	// Other callers wait on this start. One caller's cancellation must not
 	// fail it for all.
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.startTimeout)
 	defer cancel()
@@ -590,7 +590,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 }
 
 // handshakeError says why a plugin process did not complete go-plugin's
-// handshake: it exited on its own (with its status), or it printed something
+// handshake. It exited on its own (with its status), or it printed something
 // else, or it said nothing within the start timeout. Call it after
 // client.Kill, which returns once the process has exited and its stderr has
 // been read.
@@ -615,7 +615,7 @@ func stderrReport(t *tail) string {
 	return "(empty)"
 }
 
-// crashed reports inst's crash (or its stop by Close): the error for every
+// crashed reports inst's crash (or its stop by Close). The error for every
 // call that was in flight on it. The next call starts a new process.
 func (p *proc) crashed(inst *instance) error {
 	p.mu.Lock()
@@ -643,7 +643,7 @@ func (p *proc) crashed(inst *instance) error {
 	return &plugin.Error{Class: plugin.Retriable, Broken: true, Message: msg}
 }
 
-// waitExit reports whether the process exits within exitWait: a call that
+// waitExit reports whether the process exits within exitWait. A call that
 // failed because the process died sees the failure a moment before go-plugin
 // sees the exit.
 func (i *instance) waitExit(ctx context.Context) bool {

@@ -203,7 +203,7 @@ func TestScrubbedEnvironment(t *testing.T) {
 }
 
 // pass_env ["*"] passes everything of the agent's environment except its own
-// database settings and secrets: no PG* variable, no DATABASE_URL, no
+// database settings and secrets. No PG* variable, no DATABASE_URL, no
 // TETHER_* reaches the plugin process.
 func TestPassEverythingStillScrubsSecrets(t *testing.T) {
 	const marker = "tether-test-secret-value"

@@ -36,7 +36,7 @@ func executeAsync(m *pluginhost.Manager, id, jobContext string, rt plugin.Runtim
 	return ch
 }
 
-// Without renewals the plugin process stops the call at its deadline: the
+// Without renewals the plugin process stops the call at its deadline. The
 // manager hands that back as a lease expiry, at once (not as a crash after
 // waiting for the process to exit), and the process lives on.
 func TestLeaseExpiryThroughTheManager(t *testing.T) {

@@ -32,8 +32,9 @@ func (t *tail) add(line string) {
 	}
 }
 
-// report returns up to reportLines lines: from the last panic or fatal error
-// when there is one (its message, then the top of the stack), else the last.
+// report returns up to reportLines lines. They are from the last panic or
+// fatal error when there is one (its message, then the top of the stack),
+// else the last.
 func (t *tail) report() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -98,7 +99,7 @@ func hclogLevel(line string) (slog.Level, string) {
 }
 
 // closingNoise reports go-plugin's complaints about a connection that is being
-// closed on purpose (the plugin is stopped with its agent); a crash is
+// closed on purpose (the plugin is stopped with its agent). A crash is
 // reported separately, with the plugin's stderr.
 func closingNoise(msg string) bool {
 	if !strings.Contains(msg, "yamux") {

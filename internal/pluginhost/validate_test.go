@@ -66,7 +66,7 @@ func TestValidateAcceptsValidSettings(t *testing.T) {
 }
 
 // The shell plugin reports its max_kill_grace with Validate, its default or
-// what its config sets; the ecs plugin, whose work is remote, reports none.
+// what its config sets. The ecs plugin, whose work is remote, reports none.
 func TestValidateReportsKillGraces(t *testing.T) {
 	m := start(t, pluginhost.Config{Dir: pluginDir(t, map[string]string{"ecs": "ecs", "shell": "shell"})})
 	graces, err := m.Validate(context.Background(), nil)
@@ -91,7 +91,7 @@ func TestValidateRefusesBadShellRunAs(t *testing.T) {
 	assert.Contains(t, err.Error(), `plugins.shell.config.run_as: no user "no-such-user-here" on this machine`)
 }
 
-// A plugin built before Validate existed answers Unimplemented: nothing is
+// A plugin built before Validate existed answers Unimplemented. Nothing is
 // checked, the start goes on, and the agent says so at debug level.
 func TestValidateLegacyPluginIsNotChecked(t *testing.T) {
 	var logs bytes.Buffer
@@ -114,7 +114,7 @@ func TestValidateUnknownPlugin(t *testing.T) {
 }
 
 // A plugin built with the SDK that does not implement Validator has nothing
-// to check: whatever its settings, the start goes on.
+// to check. Whatever its settings, the start goes on.
 func TestValidateWithoutValidator(t *testing.T) {
 	m := start(t, pluginhost.Config{
 		Dir:     pluginDir(t, map[string]string{"bare": "bare"}),

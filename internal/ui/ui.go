@@ -1,7 +1,7 @@
 // Package ui is tether's web console: static assets embedded in the binary,
 // served by every agent at / beside the API they call. The assets carry no
 // data (everything comes from /api/v1 under the API's auth), so they are
-// served without a token; docs/ui.md describes the console.
+// served without a token. docs/ui.md describes the console.
 package ui
 
 import (
@@ -61,12 +61,12 @@ type handler struct {
 	files map[string]file
 }
 
-// Handler serves the console: GET / answers assets/index.html and
-// GET /ui/<file> answers assets/<file>; anything else is a JSON 404.
+// Handler serves the console. GET / answers assets/index.html and
+// GET /ui/<file> answers assets/<file>. Anything else is a JSON 404.
 func Handler() http.Handler {
 	files, err := load(assets, "assets")
 	if err != nil {
-		// The files are compiled in: failing to read them is a broken build.
+		// The files are compiled in. Failing to read them is a broken build.
 		panic(fmt.Sprintf("ui: reading embedded assets: %v", err))
 	}
 	return &handler{files: files}

@@ -35,7 +35,7 @@ type logConfig struct {
 	Options   map[string]string `json:"options"`
 }
 
-// containerDef holds the container fields the emulator acts on; the full
+// containerDef holds the container fields the emulator acts on. The full
 // definition is kept raw so it is echoed back unchanged.
 type containerDef struct {
 	Name             string     `json:"name"`
@@ -101,7 +101,7 @@ func (e *Emulator) ecsOps() map[string]func([]byte) (any, error) {
 	}
 }
 
-// clusterName accepts a short name or a cluster ARN; empty means "default".
+// clusterName accepts a short name or a cluster ARN. Empty means "default".
 func clusterName(s string) string {
 	if s == "" {
 		return "default"
@@ -362,7 +362,7 @@ func echoEssential(raw map[string]any, defs []containerDef) {
 	}
 }
 
-// lookupTaskDef resolves family, family:revision or an ARN; e.mu must be held.
+// lookupTaskDef resolves family, family:revision or an ARN. e.mu must be held.
 // A bare family means its latest ACTIVE revision.
 func (e *Emulator) lookupTaskDef(s string) (*taskDef, bool) {
 	if i := strings.Index(s, ":task-definition/"); i >= 0 && strings.HasPrefix(s, "arn:") {
@@ -507,7 +507,8 @@ func (e *Emulator) deregisterTaskDefinition(body []byte) (any, error) {
 	return map[string]any{"taskDefinition": td.render()}, nil
 }
 
-// resourceTags finds the tag list of a cluster, task definition or task ARN; e.mu held.
+// resourceTags finds the tag list of a cluster, task definition or task ARN.
+// e.mu held.
 func (e *Emulator) resourceTags(arn string) (*[]tag, error) {
 	switch {
 	case strings.Contains(arn, ":cluster/"):

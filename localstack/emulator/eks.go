@@ -9,7 +9,7 @@ import (
 )
 
 // eksCluster is an EKS cluster a test registered. The emulator runs no
-// Kubernetes: the endpoint is whatever API server the test points it at.
+// Kubernetes. The endpoint is whatever API server the test points it at.
 type eksCluster struct {
 	name     string
 	status   string
@@ -23,14 +23,14 @@ type eksCluster struct {
 const eksVersion = "1.33"
 
 // PutEKSCluster registers (or replaces) an ACTIVE EKS cluster that
-// DescribeCluster returns: endpoint is its API server URL, caData its
+// DescribeCluster returns. endpoint is its API server URL, caData its
 // base64-encoded certificate authority data.
 func (e *Emulator) PutEKSCluster(name, endpoint, caData string) {
 	e.putEKSCluster(name, endpoint, caData, "ACTIVE")
 }
 
 // SetEKSClusterStatus changes a registered cluster's status (CREATING,
-// ACTIVE, DELETING, FAILED, UPDATING, PENDING); it reports whether the
+// ACTIVE, DELETING, FAILED, UPDATING, PENDING). It reports whether the
 // cluster exists.
 func (e *Emulator) SetEKSClusterStatus(name, status string) bool {
 	e.mu.Lock()
@@ -42,7 +42,7 @@ func (e *Emulator) SetEKSClusterStatus(name, status string) bool {
 	return ok
 }
 
-// DeleteEKSCluster forgets a cluster: DescribeCluster answers
+// DeleteEKSCluster forgets a cluster. DescribeCluster answers
 // ResourceNotFoundException again.
 func (e *Emulator) DeleteEKSCluster(name string) {
 	e.mu.Lock()

@@ -1,7 +1,7 @@
 // Package emulator serves a local subset of the Amazon ECS and CloudWatch
 // Logs JSON 1.1 protocols, and EKS DescribeCluster (REST-JSON), good enough
 // for the real aws-sdk-go-v2 clients. Each ECS task runs its containers'
-// commands as local processes; EKS clusters are registered by tests.
+// commands as local processes. EKS clusters are registered by tests.
 package emulator
 
 import (
@@ -82,18 +82,18 @@ type Options struct {
 	// RateLimits turns on the account-wide token buckets per API action.
 	RateLimits bool
 	// RateLimitFigures replace DefaultRateLimits' figures for the actions
-	// they name. A key may join actions with "+" to share one bucket; a
+	// they name. A key may join actions with "+" to share one bucket. A
 	// figure with Rate 0 removes the limit.
 	RateLimitFigures map[string]RateLimit
 	// TokenReplayAfterPurge is what a clientToken replay returns once the
 	// token's tasks are gone: TokenReplayMissing (default) or TokenReplayRelaunch.
 	TokenReplayAfterPurge string
 	Logger                *slog.Logger
-	// Seed makes fault injection reproducible; 0 picks a random seed.
+	// Seed makes fault injection reproducible. 0 picks a random seed.
 	Seed int64
 }
 
-// Token replay modes: what RunTask does with a clientToken whose tasks were
+// Token replay modes say what RunTask does with a clientToken whose tasks were
 // purged after StoppedRetention. AWS documents neither.
 const (
 	TokenReplayMissing  = "missing"
@@ -256,7 +256,7 @@ func (e *Emulator) Handler() http.Handler {
 	mux.HandleFunc("GET /_emulator/health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	// EKS is a REST-JSON API, routed by path; everything else on "/" is
+	// EKS is a REST-JSON API, routed by path. Everything else on "/" is
 	// the JSON 1.1 protocol, routed by X-Amz-Target.
 	mux.HandleFunc("GET /clusters/{name}", e.handleDescribeEKSCluster)
 	mux.HandleFunc("POST /_emulator/eks/clusters", e.handlePutEKSCluster)
@@ -264,7 +264,7 @@ func (e *Emulator) Handler() http.Handler {
 	return mux
 }
 
-// Start listens on addr and serves in the background; it returns the base URL.
+// Start listens on addr and serves in the background. It returns the base URL.
 func (e *Emulator) Start(addr string) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -345,7 +345,7 @@ func (e *Emulator) ResetCalls() {
 	clear(e.throttle)
 }
 
-// admit counts a request for op and takes a token from its bucket; false
+// admit counts a request for op and takes a token from its bucket. false
 // means the rate limiter throttled it.
 func (e *Emulator) admit(op string) bool {
 	e.mu.Lock()
@@ -358,7 +358,7 @@ func (e *Emulator) admit(op string) bool {
 	return true
 }
 
-// chance reports true with probability p; e.mu must be held.
+// chance reports true with probability p. e.mu must be held.
 func (e *Emulator) chance(p float64) bool {
 	return p > 0 && e.rng.Float64() < p
 }
@@ -501,7 +501,7 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if fault != nil {
-		// AWS does not say whether a call answered 500 ran; a lost answer
+		// AWS does not say whether a call answered 500 ran. A lost answer
 		// to a call that ran is the harder case for a client.
 		if fault.status >= 500 && e.currentFaults().ServerErrorsAfterRun {
 			_, _ = handler(body)
@@ -545,7 +545,7 @@ func (e *Emulator) writeResult(w http.ResponseWriter, op string, out any, err er
 	writeAPIError(w, ae)
 }
 
-// injectFault applies the fault-injection settings to an AWS request: it
+// injectFault applies the fault-injection settings to an AWS request. It
 // waits the configured latency, then returns the error to answer with, if
 // any. ok is false when the client went away while waiting.
 func (e *Emulator) injectFault(r *http.Request, service string) (ae *apiError, ok bool) {
@@ -578,7 +578,7 @@ func (e *Emulator) injectFault(r *http.Request, service string) (ae *apiError, o
 	return nil, true
 }
 
-// decode parses a request body; an empty body is an empty object.
+// decode parses a request body. An empty body is an empty object.
 func decode(body []byte, v any) error {
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
@@ -622,7 +622,7 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// epoch renders a time as the JSON protocol's epoch seconds; zero stays absent.
+// epoch renders a time as the JSON protocol's epoch seconds. Zero stays absent.
 func epoch(t time.Time) *float64 {
 	if t.IsZero() {
 		return nil

@@ -260,7 +260,7 @@ func TestStopTaskTermThenKill(t *testing.T) {
 	t.Parallel()
 	e := start(t, Options{StopTimeout: 300 * time.Millisecond})
 	ctx := ctxT(t)
-	// The task says when its trap is in place: a SIGTERM sent before that
+	// The task says when its trap is in place. A SIGTERM sent before that
 	// would end it at once (this test flaked ~1 in 40 without it).
 	trapped := filepath.Join(t.TempDir(), "trapped")
 	register(t, ctx, e.ecs, "stubborn", shell("main", fmt.Sprintf(`trap '' TERM; : > %q; while :; do sleep 0.05; done`, trapped)))

@@ -6,7 +6,7 @@ import (
 )
 
 // Failure reasons a capacity error picks from. RESOURCE:CPU, RESOURCE:MEMORY
-// and AGENT are in the ECS "API failure reasons" page; the Fargate text is
+// and AGENT are in the ECS "API failure reasons" page. The Fargate text is
 // the one the re:Post article "ecs-fargate-runtask-capacity" quotes.
 const (
 	ReasonResourceCPU     = "RESOURCE:CPU"
@@ -23,7 +23,7 @@ func AllCapacityReasons() []string {
 const (
 	// provisioningLimitText answers a RunTask that hit the "Tasks in the
 	// PROVISIONING state per cluster" quota. The RunTask API reference
-	// documents the ClientException and its cause but not its message; this
+	// documents the ClientException and its cause but not its message. This
 	// text is the one users report (e.g. DIAGNijmegen/rse-grand-challenge#2013).
 	provisioningLimitText = "Tasks provisioning capacity limit exceeded."
 	// ec2LimitFormat is an EC2 RequestLimitExceeded wrapped by RunTask, as
@@ -38,7 +38,7 @@ const (
 	spotReason = "Your Spot Task was interrupted."
 )
 
-// upTo draws a duration uniformly in [0, d]; e.mu must be held.
+// upTo draws a duration uniformly in [0, d]. e.mu must be held.
 func (e *Emulator) upTo(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
@@ -47,7 +47,7 @@ func (e *Emulator) upTo(d time.Duration) time.Duration {
 }
 
 // transientRunTaskError is one of the two RunTask errors that launch
-// nothing and go away on retry; e.mu must be held.
+// nothing and go away on retry. e.mu must be held.
 func (e *Emulator) transientRunTaskError(netConf json.RawMessage) *apiError {
 	if e.rng.IntN(2) == 0 {
 		return clientErr("%s", provisioningLimitText)
@@ -64,7 +64,7 @@ func (e *Emulator) transientRunTaskError(netConf json.RawMessage) *apiError {
 	return invalidParam(ec2LimitFormat, sg)
 }
 
-// capacityFailure is a failures[] entry for a slot that found no capacity;
+// capacityFailure is a failures[] entry for a slot that found no capacity.
 // e.mu must be held. EC2 reasons name a container instance, as in ECS.
 func (e *Emulator) capacityFailure(clusterName string) failure {
 	reasons := e.faults.CapacityReasons
@@ -86,8 +86,8 @@ type infraStop struct {
 	exitCodes bool // SIGTERM and exit codes, or the host vanished
 }
 
-// pickInfraStop plans an infrastructure stop; e.mu must be held. The stop
-// codes are the TaskStopCode values that mean infrastructure; the reasons
+// pickInfraStop plans an infrastructure stop. e.mu must be held. The stop
+// codes are the TaskStopCode values that mean infrastructure. The reasons
 // follow what ECS reports (README.md says where each comes from).
 func (e *Emulator) pickInfraStop() *infraStop {
 	d := e.faults.InfraStopDelay
@@ -106,14 +106,15 @@ func (e *Emulator) pickInfraStop() *infraStop {
 			s.reason = spotReason
 		}
 	default:
-		// No AWS text is documented for this code; the reason is the emulator's.
+		// No AWS text is documented for this code. The reason is the
+		// emulator's.
 		s.code, s.reason = "InfrastructureHealth", "Task stopped because its infrastructure became unhealthy."
 	}
 	return s
 }
 
 // beginInfraStop records an infrastructure stop unless the task is already
-// stopping; it reports whether the stop applies.
+// stopping. It reports whether the stop applies.
 func (e *Emulator) beginInfraStop(t *task) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

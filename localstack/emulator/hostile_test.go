@@ -80,7 +80,7 @@ func httpStatus(t *testing.T, err error) int {
 
 // untilVisible polls probe until it reports the task visible. A probe that
 // still misses the task must have been sent before visibleAt, and one that
-// sees it must have come back after; at least one miss is required.
+// sees it must have come back after. At least one miss is required.
 func untilVisible(t *testing.T, ctx context.Context, visibleAt time.Time, probe func() bool) {
 	t.Helper()
 	missed := false
@@ -321,7 +321,7 @@ func TestInfrastructureStops(t *testing.T) {
 	require.Len(t, codes, 3, "stop codes: %v", codes)
 	require.Positive(t, withExit)
 	require.Positive(t, without)
-	// Every "sleep 30" was killed: STOPPED waits for the processes to exit.
+	// Every "sleep 30" was killed. STOPPED waits for the processes to exit.
 	require.Less(t, time.Since(began), 10*time.Second)
 }
 
@@ -371,7 +371,7 @@ func TestRateLimits(t *testing.T) {
 	_, err = client.DescribeTasks(ctx, &ecs.DescribeTasksInput{Tasks: []string{aws.ToString(tk.TaskArn)}})
 	throttled(err)
 
-	// CloudWatch Logs throttles the same way; an error answer took a token.
+	// CloudWatch Logs throttles the same way. An error answer took a token.
 	logs := e.impatientLogs()
 	in := &cloudwatchlogs.GetLogEventsInput{LogGroupName: aws.String("none"), LogStreamName: aws.String("none")}
 	_, err = logs.GetLogEvents(ctx, in)
@@ -383,7 +383,7 @@ func TestRateLimits(t *testing.T) {
 	_, counted := e.em.Calls()
 	require.Equal(t, map[string]int{"DescribeClusters": 2, "RunTask": 1, "DescribeTasks": 1, "GetLogEvents": 1}, counted)
 
-	// The admin endpoint changes figures at runtime; "rate": 0 lifts a limit.
+	// The admin endpoint changes figures at runtime. "rate": 0 lifts a limit.
 	postJSON(t, e.url+"/_emulator/faults", `{"rateLimitFigures":{"DescribeClusters":{"rate":0,"burst":0}}}`, http.StatusOK)
 	for range 5 {
 		_, err := client.DescribeClusters(ctx, &ecs.DescribeClustersInput{})
@@ -651,7 +651,7 @@ func TestParseFlags(t *testing.T) {
 	require.True(t, opts.RateLimits)
 	require.Equal(t, TokenReplayRelaunch, opts.TokenReplayAfterPurge)
 
-	// The env picks the profile; env settings change it; flags change both.
+	// The env picks the profile. env settings change it. Flags change both.
 	opts, profile, err = parse(
 		[]string{"-log-lag", "0", "-rate-limit", "DescribeTasks=5/10", "-rate-limit", "GetLogEvents=off", "-capacity-reasons", "cpu,fargate", "-consistency-window", "250ms"},
 		map[string]string{

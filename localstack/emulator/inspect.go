@@ -7,17 +7,17 @@ import (
 	"time"
 )
 
-// TaskInfo is what the emulator holds about one task, read in-process:
+// TaskInfo is what the emulator holds about one task, read in-process. It is
 // never rate-limited, fault-injected, counted or hidden by the consistency
-// window, so a benchmark can check a run without spending the API budget
-// it measures.
+// window, so a benchmark can check a run without spending the API budget it
+// measures.
 type TaskInfo struct {
 	ARN, ID       string
 	StartedBy     string
 	LastStatus    string
 	StopCode      string
 	StoppedReason string
-	// CreatedAt is RunTask's launch; StoppedAt is zero until STOPPED.
+	// CreatedAt is RunTask's launch. StoppedAt is zero until STOPPED.
 	CreatedAt, StartedAt, StoppedAt time.Time
 }
 

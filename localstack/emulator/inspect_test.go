@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Task and Tasks read a task in-process: inside the consistency window,
+// Task and Tasks read a task in-process. Inside the consistency window,
 // under a rate limit that refuses DescribeTasks, without counting a call.
 func TestInspectTasks(t *testing.T) {
 	t.Parallel()

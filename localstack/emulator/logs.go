@@ -11,7 +11,7 @@ type logEvent struct {
 	ts        int64
 	ingestion int64
 	msg       string
-	// visible is when GetLogEvents starts returning the event; it never
+	// visible is when GetLogEvents starts returning the event. It never
 	// decreases along a stream, so the visible events are a prefix.
 	visible time.Time
 	// bytes counts the stream's message bytes up to this event.
@@ -23,7 +23,7 @@ type logStream struct {
 	created     time.Time
 	events      []logEvent
 	lastVisible time.Time
-	// hidden: an awslogs stream created under LogLag exists for readers
+	// hidden. An awslogs stream created under LogLag exists for readers
 	// only once its first event is visible.
 	hidden bool
 }
@@ -39,7 +39,7 @@ func (s *logStream) exists(now time.Time) bool {
 }
 
 // add appends an event that becomes visible after a random delay in
-// [0, LogLag], never before the stream's earlier events; e.mu must be held.
+// [0, LogLag], never before the stream's earlier events. e.mu must be held.
 func (e *Emulator) add(s *logStream, ts int64, msg string, now time.Time) {
 	vis := now.Add(e.upTo(e.faults.LogLag))
 	if vis.Before(s.lastVisible) {
@@ -84,7 +84,7 @@ func groupName(name, identifier string) string {
 	return identifier
 }
 
-// ensureStream creates the group and stream if missing; awslogs in the
+// ensureStream creates the group and stream if missing. awslogs in the
 // emulator always behaves as if awslogs-create-group were true.
 func (e *Emulator) ensureStream(group, stream string) {
 	e.mu.Lock()
@@ -215,7 +215,7 @@ type eventOut struct {
 	IngestionTime int64  `json:"ingestionTime"`
 }
 
-// getLogEvents pages by event index: "f/<n>" reads forward from event n,
+// getLogEvents pages by event index. "f/<n>" reads forward from event n,
 // "b/<n>" reads the events before n. At the end of the stream the forward
 // token stays the same, as in CloudWatch Logs.
 func (e *Emulator) getLogEvents(body []byte) (any, error) {
@@ -324,7 +324,7 @@ func (s *logStream) describe(group string, now time.Time) streamOut {
 }
 
 // streamBefore orders streams by name, or by last event time (name for a
-// tie) when orderBy is LastEventTime; descending reverses it.
+// tie) when orderBy is LastEventTime. descending reverses it.
 func streamBefore(a, b streamOut, orderBy string, descending bool) bool {
 	less := a.LogStreamName < b.LogStreamName
 	if orderBy == "LastEventTime" {

@@ -12,15 +12,15 @@ import (
 	"time"
 )
 
-// Profiles: "kind" is every hostile behaviour off (the zero Options);
+// Profiles: "kind" is every hostile behaviour off (the zero Options).
 // "hostile" is HostileOptions.
 const (
 	ProfileKind    = "kind"
 	ProfileHostile = "hostile"
 )
 
-// HostileOptions is the "hostile" profile: everything real ECS and
-// CloudWatch Logs do to a client at once. Tests take it and tweak fields.
+// HostileOptions is the "hostile" profile. It does everything real ECS
+// and CloudWatch Logs do to a client at once. Tests take it and tweak fields.
 func HostileOptions() Options {
 	return Options{
 		ConsistencyWindow:     3 * time.Second,

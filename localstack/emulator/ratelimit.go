@@ -10,7 +10,7 @@ import (
 )
 
 // RateLimit is one token bucket: Burst tokens at most, refilled at Rate
-// tokens per second; each call takes one. AWS calls these the burst and
+// tokens per second. Each call takes one. AWS calls these the burst and
 // sustained rates.
 type RateLimit struct {
 	Rate  float64 `json:"rate"`
@@ -47,7 +47,7 @@ func (l RateLimit) burst() float64 {
 
 // DefaultRateLimits are the per-account, per-Region figures the emulator
 // applies when rate limits are on. Only some are confirmed against AWS
-// documents; README.md says which, and where each figure comes from.
+// documents. README.md says which, and where each figure comes from.
 func DefaultRateLimits() map[string]RateLimit {
 	return map[string]RateLimit{
 		// ECS, "Request throttling for the Amazon ECS API".
@@ -66,9 +66,9 @@ func DefaultRateLimits() map[string]RateLimit {
 	}
 }
 
-// EffectiveRateLimits merges figures over DefaultRateLimits: a key names one
+// EffectiveRateLimits merges figures over DefaultRateLimits. A key names one
 // action or several joined by "+" that share a bucket, and replaces the
-// figures of every action it names; Rate 0 removes the limit.
+// figures of every action it names. Rate 0 removes the limit.
 func EffectiveRateLimits(figures map[string]RateLimit) map[string]RateLimit {
 	out := DefaultRateLimits()
 	// Sorted, so a joint key and a single one for the same action resolve
@@ -88,7 +88,7 @@ func EffectiveRateLimits(figures map[string]RateLimit) map[string]RateLimit {
 	return out
 }
 
-// bucket is a token bucket; it starts full.
+// bucket is a token bucket. It starts full.
 type bucket struct {
 	rate, burst float64
 	tokens      float64
@@ -122,7 +122,7 @@ func newBuckets(f Faults, now time.Time) map[string]*bucket {
 }
 
 // ParseRateLimit reads "Action=rate/burst", "Action=rate" (burst = one
-// second's worth) or "Action=off"; Action may be several joined by "+".
+// second's worth) or "Action=off". Action may be several joined by "+".
 func ParseRateLimit(s string) (string, RateLimit, error) {
 	key, fig, ok := strings.Cut(strings.TrimSpace(s), "=")
 	if !ok {

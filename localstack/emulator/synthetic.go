@@ -45,9 +45,9 @@ func parseSynth(vars map[string]string) (synthSpec, error) {
 	return s, nil
 }
 
-// startSynthetic simulates a container: one goroutine and one timer, with
-// output going where awslogs would send it. Signals end it at once, with
-// 128+signal, like a process that does not trap them.
+// startSynthetic simulates a container. It uses one goroutine and one timer,
+// with output going where awslogs would send it. Signals end it at once,
+// with 128+signal, like a process that does not trap them.
 func (e *Emulator) startSynthetic(t *task, idx int, c *container, exits chan<- exitEvent) error {
 	spec, err := parseSynth(c.vars)
 	if err != nil {

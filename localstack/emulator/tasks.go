@@ -43,7 +43,7 @@ type container struct {
 	exitCode   *int
 	reason     string
 	pid        int
-	// synthetic containers run no process; signals reach them on sig.
+	// synthetic containers run no process. Signals reach them on sig.
 	synthetic bool
 	vars      map[string]string
 	sig       chan syscall.Signal
@@ -79,12 +79,12 @@ type task struct {
 	visibleAt time.Time
 	// infra, when set, stops the task that long after it is RUNNING.
 	infra *infraStop
-	// hostGone: the containers vanished with their host, so none gets an
+	// hostGone means the containers vanished with their host, so none gets an
 	// exit code.
 	hostGone bool
 }
 
-// expired reports whether a stopped task is past retention; e.mu held.
+// expired reports whether a stopped task is past retention. e.mu held.
 func (e *Emulator) expired(t *task, now time.Time) bool {
 	return t.lastStatus == "STOPPED" && now.Sub(t.stoppedAt) > e.opts.StoppedRetention
 }
@@ -130,7 +130,8 @@ type containerOut struct {
 	RuntimeID    string `json:"runtimeId,omitempty"`
 }
 
-// render snapshots a task for a response; e.mu held. Tags only when asked, as in ECS.
+// render snapshots a task for a response. e.mu held. It renders tags only
+// when asked, as in ECS.
 func (t *task) render(withTags bool) taskOut {
 	o := taskOut{
 		TaskArn: t.arn, ClusterArn: t.clusterArn, TaskDefinitionArn: t.td.arn,
@@ -375,7 +376,7 @@ func (e *Emulator) replayToken(token, tokenKey, hash string, now time.Time) (any
 		tasks = append(tasks, t.render(true))
 	}
 	// No AWS document says what a replay returns once the token's
-	// tasks are purged; "relaunch" assumes the token is forgotten.
+	// tasks are purged. "relaunch" assumes the token is forgotten.
 	if len(tasks) > 0 || e.faults.TokenReplayAfterPurge != TokenReplayRelaunch {
 		return map[string]any{"tasks": tasks, "failures": failures}, true, nil
 	}
@@ -484,7 +485,7 @@ func containerEnv(defined, overridden []kv) ([]string, map[string]string) {
 			vars[v.Name] = v.Value
 		}
 	}
-	// Containers do not inherit the host environment; PATH and HOME keep
+	// Containers do not inherit the host environment. PATH and HOME keep
 	// local commands runnable.
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for _, k := range order {
@@ -494,7 +495,7 @@ func containerEnv(defined, overridden []kv) ([]string, map[string]string) {
 }
 
 // awslogsStream is the log group and stream of a container whose
-// definition uses the awslogs driver with a group; empty otherwise.
+// definition uses the awslogs driver with a group. It is empty otherwise.
 func awslogsStream(cd containerDef, taskID string) (group, stream string) {
 	lc := cd.LogConfiguration
 	if lc == nil || lc.LogDriver != "awslogs" || lc.Options["awslogs-group"] == "" {
@@ -511,7 +512,8 @@ type exitEvent struct {
 	code int
 }
 
-// pause waits d; it returns false when a stop was requested or the emulator closes.
+// pause waits d. It returns false when a stop was requested or the emulator
+// closes.
 func (e *Emulator) pause(t *task, d time.Duration) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -532,7 +534,7 @@ func (e *Emulator) setStatus(t *task, f func()) {
 	t.version++
 }
 
-// finish marks the task STOPPED; e.mu must not be held.
+// finish marks the task STOPPED. e.mu must not be held.
 func (e *Emulator) finish(t *task, code, reason string) {
 	e.setStatus(t, func() {
 		now := time.Now()
@@ -684,7 +686,7 @@ func (s *supervisor) infraStop() {
 		s.beginStop()
 		return
 	}
-	// The host vanished: nothing waits for a graceful exit.
+	// The host vanished. Nothing waits for a graceful exit.
 	s.stopping = true
 	s.e.signalAll(s.t, syscall.SIGKILL)
 }
@@ -779,8 +781,8 @@ func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- e
 	return nil
 }
 
-// containerCommand is the local process a container runs: its argv, with
-// its environment and, when that directory exists here, its working
+// containerCommand is the local process a container runs. It is its argv,
+// with its environment and, when that directory exists here, its working
 // directory, in a process group of its own.
 func containerCommand(t *task, c *container) (*exec.Cmd, error) {
 	if len(c.argv) == 0 {
@@ -931,7 +933,7 @@ func (e *Emulator) listTasks(body []byte) (any, error) {
 }
 
 // listable reports whether a task of cluster c is listed at now on the page
-// that starts below sequence number after: a task inside its consistency
+// that starts below sequence number after. A task inside its consistency
 // window or already purged is not.
 func (e *Emulator) listable(t *task, c *cluster, after uint64, now time.Time) bool {
 	return t.cluster == c.name && !e.expired(t, now) && !now.Before(t.visibleAt) && (after == 0 || t.seq < after)
@@ -992,7 +994,7 @@ func encodeTaskPageToken(seq uint64) string {
 }
 
 // matches reports whether a task passes the request's filters. Filtering
-// on desiredStatus: ECS never sets a task's desired status to PENDING
+// on desiredStatus. ECS never sets a task's desired status to PENDING
 // (ListTasks reference), so PENDING lists nothing. Tasks here have no
 // container instance, so that filter lists nothing either.
 func (req *listTasksReq) matches(t *task) bool {

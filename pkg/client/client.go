@@ -62,7 +62,7 @@ type Option func(*Client)
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithHTTPClient replaces http.DefaultClient. It must not have a Timeout if
-// logs are followed; use contexts instead.
+// logs are followed. Use contexts instead.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
 
 // WithPollInterval sets how often Wait polls the job (default 500ms).
@@ -102,7 +102,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// do sends a request and returns the response when its status is 2xx; other
+// do sends a request and returns the response when its status is 2xx. Other
 // answers become *APIError. The caller closes the body.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
 	u := *c.base
@@ -121,7 +121,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return nil, fmt.Errorf("building request: %w", err)
 	}
 	if body != nil {
-		// The API refuses a state-changing request without it (415): a
+		// The API refuses a state-changing request without it (415). A
 		// cross-site form cannot send it.
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -187,8 +187,8 @@ func (c *Client) Get(ctx context.Context, id string) (store.Job, error) {
 type ListOptions struct {
 	Status, Command, Submitter string
 	IdempotencyKey             string // exact, any submitter's
-	// Since and Until bound the creation time (since ≤ created < until);
-	// zero means unbounded.
+	// Since and Until bound the creation time (since ≤ created < until).
+	// Zero means unbounded.
 	Since, Until time.Time
 	Limit        int    // 0 = server default (50)
 	After        string // cursor from a previous page
@@ -217,7 +217,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]store.Job, string, 
 	return l.Jobs, l.Next, err
 }
 
-// Cancel cancels a job; reason may be empty.
+// Cancel cancels a job. reason may be empty.
 func (c *Client) Cancel(ctx context.Context, id, reason string) (store.Job, error) {
 	var j store.Job
 	_, err := c.call(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, api.CancelRequest{Reason: reason}, &j)
@@ -225,7 +225,7 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (store.Job, erro
 }
 
 // Requeue puts a failed or canceled job back in the queue as a new attempt.
-// reason is required; key (optional) makes the request idempotent: resending
+// reason is required. Key (optional) makes the request idempotent. Resending
 // it returns the first answer with Replayed set.
 func (c *Client) Requeue(ctx context.Context, id string, req api.RequeueRequest) (api.RequeueResponse, error) {
 	var out api.RequeueResponse
@@ -317,7 +317,7 @@ const maxWaitFailures = 20
 // Wait polls a job until it is finished and returns it. onChange, if not nil,
 // is called with the job whenever its status (or attempt) changes, first with
 // its state when Wait starts. Network errors are retried a few times (the
-// server may be restarting); API errors end the wait.
+// server may be restarting). API errors end the wait.
 func (c *Client) Wait(ctx context.Context, id string, onChange func(store.Job)) (store.Job, error) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()

@@ -261,7 +261,7 @@ func TestCommands(t *testing.T) {
 }
 
 // Every state-changing route requires Content-Type: application/json, even
-// cancel with no reason (a cross-site form cannot send it): the client
+// cancel with no reason (a cross-site form cannot send it). The client
 // always sends a JSON body with it.
 func TestStateChangingRequestsAreJSON(t *testing.T) {
 	ctx := context.Background()

@@ -12,7 +12,7 @@ import (
 )
 
 // Submit a job and wait for its outcome, riding out the loss of any one of
-// the agents: a Failover retries the next server with backoff.
+// the agents. A Failover retries the next server with backoff.
 func Example_submitAndWait() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour) // the longest we wait
 	defer cancel()
@@ -48,8 +48,8 @@ func Example_submitAndWait() {
 	fmt.Println(final.Status, final.Error)
 }
 
-// Follow a job's output until it ends: every line once, in write order,
-// across reconnects; the end record carries the job's final status.
+// Follow a job's output until it ends. Every line comes once, in write
+// order, across reconnects. The end record carries the job's final status.
 func Example_followLogs() {
 	ctx := context.Background()
 	a, _ := client.New("http://agent-a:9090")

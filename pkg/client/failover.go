@@ -26,7 +26,7 @@ type Failover struct {
 type FailoverOption func(*Failover)
 
 // WithBackoff sets the first and the largest pause between retries
-// (default 200ms, 5s); the pause doubles after each failure in a row.
+// (default 200ms, 5s). The pause doubles after each failure in a row.
 func WithBackoff(first, largest time.Duration) FailoverOption {
 	return func(f *Failover) { f.minBackoff, f.maxBackoff = first, largest }
 }
@@ -73,7 +73,7 @@ func (r *retrier) client() *Client { return r.f.clients[r.i%len(r.f.clients)] }
 
 func (r *retrier) progress() { r.pause = 0 }
 
-// failed waits before the next try on the next server; it returns err when
+// failed waits before the next try on the next server. It returns err when
 // err is final or ctx ended.
 func (r *retrier) failed(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
@@ -102,7 +102,7 @@ func (r *retrier) failed(ctx context.Context, err error) error {
 }
 
 // Do calls fn with a client, trying the next server while fn fails with a
-// retryable error, up to once per server, without pauses: a single request
+// retryable error, up to once per server, without pauses. A single request
 // that no server answers is an error at once.
 func (f *Failover) Do(ctx context.Context, fn func(context.Context, *Client) error) error {
 	var err error
@@ -116,7 +116,7 @@ func (f *Failover) Do(ctx context.Context, fn func(context.Context, *Client) err
 
 // FollowLogs follows a job's output until its end record, calling fn once
 // per line in write order across reconnects, and returns the end record.
-// q.After is where it starts; q.Follow is implied.
+// q.After is where it starts. q.Follow is implied.
 func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn func(LogRecord) error) (LogRecord, error) {
 	r := &retrier{f: f}
 	q.Follow = true
@@ -162,7 +162,7 @@ func (f *Failover) FollowEvents(ctx context.Context, id string, after int64, fn 
 }
 
 // Wait polls a job until it is finished and returns it, riding out lost
-// servers; onChange is called as by Client.Wait.
+// servers. onChange is called as by Client.Wait.
 func (f *Failover) Wait(ctx context.Context, id string, onChange func(store.Job)) (store.Job, error) {
 	r := &retrier{f: f}
 	var last store.Job
@@ -206,7 +206,7 @@ func (f *Failover) Get(ctx context.Context, id string) (store.Job, error) {
 }
 
 // logCursor tells which log records a follower has passed on. Lines of one
-// chunk share its seq, and a stream may be cut inside a chunk: a reconnect
+// chunk share its seq, and a stream may be cut inside a chunk. A reconnect
 // asks for the chunks after the last one seen whole (done) and skips the
 // lines of the chunk in progress (cur) already passed on (n).
 type logCursor struct {

@@ -20,7 +20,7 @@ import (
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
-// Two API servers over one database; the first is cut mid-stream. The
+// Two API servers over one database. The first is cut mid-stream. The
 // follower goes on from the second with every line once, and ends with the
 // job's status.
 func TestFailoverFollowLogsAcrossServers(t *testing.T) {
@@ -72,7 +72,7 @@ func TestFailoverFollowLogsAcrossServers(t *testing.T) {
 	end, err := fo.FollowLogs(ctx, j.ID, client.LogQuery{}, func(r client.LogRecord) error {
 		got = append(got, r.Line)
 		if len(got) == 2 && !cut {
-			// Mid-chunk: the first server goes away, like a killed agent.
+			// Mid-chunk. The first server goes away, like a killed agent.
 			cut = true
 			first.CloseClientConnections()
 			first.Close()

@@ -29,8 +29,8 @@ type LogRecord struct {
 	Status string `json:"status,omitempty"` // with End: the job's final status
 }
 
-// EventRecord is one record of a followed event stream: an event, or the end
-// record (End set) once the job is finished.
+// EventRecord is one record of a followed event stream. It is an event, or the
+// end record (End set) once the job is finished.
 type EventRecord struct {
 	store.Event
 	End    bool   `json:"end,omitempty"`
@@ -38,7 +38,7 @@ type EventRecord struct {
 }
 
 // ErrStreamCut says a followed stream ended before the job did (the agent
-// drained, restarted or died): follow again with After set to the last seq.
+// drained, restarted or died). Follow again with After set to the last seq.
 var ErrStreamCut = errors.New("stream ended before the job did")
 
 // LogQuery selects the records of one LogRecords call.
@@ -83,7 +83,7 @@ func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(
 	return end, nil
 }
 
-// EventRecords reads a job's events after seq after over one connection; with
+// EventRecords reads a job's events after seq after over one connection. With
 // follow it returns the end record, or ErrStreamCut if the stream ended first.
 func (c *Client) EventRecords(ctx context.Context, id string, after int64, follow bool, fn func(store.Event) error) (EventRecord, error) {
 	v := url.Values{"follow": {"true"}}
@@ -152,7 +152,7 @@ func (c *Client) ndjson(ctx context.Context, path string, q url.Values, next fun
 			return err
 		}
 	}
-	// More is false at EOF and on a read error alike: tell them apart.
+	// More is false at EOF and on a read error alike. Tell them apart.
 	if _, err := dec.Token(); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}

@@ -17,14 +17,14 @@ import (
 )
 
 // GRPCClient is the host side of a plugin connection. It implements Plugin,
-// Resumer, Cleaner and HealthChecker whatever the plugin supports; callers
+// Resumer, Cleaner and HealthChecker whatever the plugin supports. Callers
 // check Info's capabilities before calling the optional methods.
 //
 // Errors from the plugin's work are *Error with the plugin's class. An
 // Execute or Resume that the plugin's SDK stopped because its lease deadline
 // passed fails with a *LeaseExpiredError (errors.Is ErrLeaseExpired). Any
 // other error means the call itself failed (the process crashed, the
-// connection broke, or ctx ended; then it wraps ctx.Err()).
+// connection broke, or ctx ended. Then it wraps ctx.Err()).
 type GRPCClient struct {
 	// StopGrace is how long a cancelled Execute or Resume may take to return
 	// (0: DefaultStopGrace). Set it before the first call.
@@ -86,7 +86,7 @@ func (c *GRPCClient) HealthCheck(ctx context.Context, config json.RawMessage) er
 
 // Validation is a plugin's answer to Validate.
 type Validation struct {
-	// Checked is false when the plugin predates Validate: nothing was
+	// Checked is false when the plugin predates Validate. Nothing was
 	// checked and nothing else was said.
 	Checked  bool
 	Problems []Problem
@@ -98,7 +98,7 @@ type Validation struct {
 
 // Validate asks the plugin to check config and the commands' contexts, and
 // how long its jobs may take to stop. A plugin built before Validate existed
-// answers Unimplemented: that is no problem found, and Checked is false so
+// answers Unimplemented. That is no problem found, and Checked is false so
 // the caller can say nothing was checked.
 func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (Validation, error) {
 	req := &pb.ValidateRequest{Config: config, Contexts: make(map[string][]byte, len(contexts))}
@@ -129,7 +129,7 @@ func (c *GRPCClient) Validate(ctx context.Context, config json.RawMessage, conte
 // Renew tells the plugin process that the leases of its in-flight calls
 // are good for validFor from now (see LeaseDeadliner). It sends nothing
 // when no call is in flight. A plugin built before Renew existed answers
-// Unimplemented: supported is then false, and later calls send nothing
+// Unimplemented. supported is then false, and later calls send nothing
 // either (that plugin cannot stop its work when its agent freezes).
 func (c *GRPCClient) Renew(ctx context.Context, validFor time.Duration) (supported bool, err error) {
 	if c.noRenew.Load() {
@@ -182,7 +182,7 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 		c.mu.Unlock()
 	}()
 
-	// ctx ending does not cut the call: the plugin is asked to stop (Cancel)
+	// ctx ending does not cut the call. The plugin is asked to stop (Cancel)
 	// and the call returns when it has, so the job's end is recorded only
 	// once its work has really stopped. A plugin that does not return within
 	// StopGrace, or that cannot be asked, is cut off.
@@ -209,7 +209,7 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 	}
 	if err := errFromPB(resp.GetError()); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			// Stopped because we asked: keep the plugin's class and say why.
+			// Stopped because we asked. Keep the plugin's class and say why.
 			return nil, fmt.Errorf("%w (%w)", err, ctxErr)
 		}
 		return nil, err
@@ -238,8 +238,8 @@ func (c *GRPCClient) cancelOnDone(ctx, callCtx context.Context, cut context.Canc
 	}
 	if !resp.GetFound() {
 		// The call had already returned in the plugin (its SDK stopped it
-		// at its lease deadline, say): its answer is on the way, ahead of
-		// this one on the same connection; do not cut it off.
+		// at its lease deadline, say). Its answer is on the way, ahead of
+		// this one on the same connection. Do not cut it off.
 		grace = answerWait
 	}
 	t := time.NewTimer(grace)
@@ -272,7 +272,7 @@ func (c *GRPCClient) runtime(callID uint64) (Runtime, error) {
 	return rt, nil
 }
 
-// callError describes a failed call; when ctx ended, the error wraps ctx.Err()
+// callError describes a failed call. When ctx ended, the error wraps ctx.Err()
 // so callers can tell cancellation from a broken plugin.
 func callError(ctx context.Context, op string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {

@@ -2,7 +2,7 @@ package plugin
 
 import "strings"
 
-// MaxResources bounds one description: the SDK sends at most this many of
+// MaxResources bounds one description. The SDK sends at most this many of
 // what Describe returns (the first ones), and the host keeps at most this
 // many, so a job of a thousand tasks does not grow its timeline by a
 // thousand rows of a thousand entries. Put the most useful resources first.
@@ -16,8 +16,8 @@ func capResources(rs []Resource) []Resource {
 	return rs
 }
 
-// ShellQuote quotes s as one word for a POSIX shell, for Resource.Command:
-// a person pastes the command, and names in it (a log group, a namespace)
+// ShellQuote quotes s as one word for a POSIX shell, for Resource.Command.
+// A person pastes the command, and names in it (a log group, a namespace)
 // may come from a job's context. Words of only safe characters are left
 // as they are.
 func ShellQuote(s string) string {

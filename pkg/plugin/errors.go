@@ -17,8 +17,8 @@ const (
 	Retriable = jobstate.Retriable
 	// Permanent failures are never retried automatically.
 	Permanent = jobstate.Permanent
-	// OutcomeUnknown means the work may or may not have happened; never retried
-	// automatically, since a retry could run it twice.
+	// OutcomeUnknown means the work may or may not have happened. It is never
+	// retried automatically, since a retry could run it twice.
 	OutcomeUnknown = jobstate.OutcomeUnknown
 )
 
@@ -27,9 +27,9 @@ const (
 type Error struct {
 	Class   ErrorClass
 	Message string
-	// Broken is set by the host, never by a plugin: the plugin process
+	// Broken is set by the host, never by a plugin. The plugin process
 	// crashed or the call to it broke, so the plugin never answered. The
-	// remote work it was watching may well go on; a resumable job is
+	// remote work it was watching may well go on. A resumable job is
 	// resumed in the same attempt rather than failed.
 	Broken bool
 }
@@ -56,8 +56,8 @@ func WithClass(class ErrorClass, err error) error {
 	return &Error{Class: class, Message: err.Error()}
 }
 
-// ClassOf returns err's class. An error that carries no class is Permanent:
-// retrying work nobody said was safe to retry could run it twice.
+// ClassOf returns err's class. An error that carries no class is Permanent.
+// Retrying work nobody said was safe to retry could run it twice.
 func ClassOf(err error) ErrorClass {
 	var e *Error
 	if errors.As(err, &e) && e.Class.Valid() {

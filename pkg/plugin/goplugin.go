@@ -15,7 +15,7 @@ const PluginKey = "tether"
 
 // Handshake is the go-plugin handshake shared by the agent and every plugin.
 // The magic cookie only stops a plugin binary from being run by hand by
-// mistake; it is not a security measure.
+// mistake. It is not a security measure.
 func Handshake() goplugin.HandshakeConfig {
 	return goplugin.HandshakeConfig{
 		ProtocolVersion:  ProtocolVersion,
@@ -45,7 +45,7 @@ func Capabilities(impl Plugin) []string {
 	return caps
 }
 
-// GRPCPlugin is the go-plugin GRPCPlugin for tether plugins: on the plugin
+// GRPCPlugin is the go-plugin GRPCPlugin for tether plugins. On the plugin
 // side it serves Impl, on the host side it returns a *GRPCClient.
 type GRPCPlugin struct {
 	goplugin.NetRPCUnsupportedPlugin

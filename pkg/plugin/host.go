@@ -15,21 +15,21 @@ type Process struct {
 	// Path is the plugin binary.
 	Path string
 	// Env is the process's whole environment. Nothing of the host's own
-	// environment is added; go-plugin adds only its handshake variables
+	// environment is added. go-plugin adds only its handshake variables
 	// (the TETHER_PLUGIN cookie and PLUGIN_*).
 	Env []string
-	// SHA256, when set, pins the binary: it is hashed right before it runs
+	// SHA256, when set, pins the binary. It is hashed right before it runs
 	// and a mismatch is refused (goplugin.ErrChecksumsDoNotMatch).
 	SHA256 []byte
-	// StartTimeout bounds the handshake; 0 means go-plugin's default (1m).
+	// StartTimeout bounds the handshake. 0 means go-plugin's default (1m).
 	StartTimeout time.Duration
 	// Stderr receives the process's own stderr (go-plugin's JSON logs,
-	// panics); nil discards it.
+	// panics). nil discards it.
 	Stderr io.Writer
 	// SyncStdout and SyncStderr receive what the plugin writes to
-	// os.Stdout and os.Stderr, forwarded by go-plugin; nil discards it.
+	// os.Stdout and os.Stderr, forwarded by go-plugin. nil discards it.
 	SyncStdout, SyncStderr io.Writer
-	// Logger is go-plugin's own logger on the host side; nil means
+	// Logger is go-plugin's own logger on the host side. nil means
 	// go-plugin's default (stderr).
 	Logger hclog.Logger
 }
@@ -38,7 +38,7 @@ type Process struct {
 // handshake, gRPC only, AutoMTLS, a multiplexed broker and no inherited
 // environment. The agent (internal/pluginhost) and plugintest.StartBinary
 // both start plugin binaries with it, so tests run a plugin exactly as
-// production does. Pass it to goplugin.NewClient; call it once per process
+// production does. Pass it to goplugin.NewClient. Call it once per process
 // start.
 func ClientConfig(p Process) *goplugin.ClientConfig {
 	cfg, _ := NewClientConfig(p)
@@ -49,7 +49,7 @@ func ClientConfig(p Process) *goplugin.ClientConfig {
 // tell a plugin that exited before its handshake from one that never
 // answered.
 //
-// The process runs in a process group of its own (on Linux); when it exits,
+// The process runs in a process group of its own (on Linux). When it exits,
 // what is left of the group is killed and its stdout and stderr are closed
 // soon after, so neither the handshake nor Kill waits on a child that
 // inherited them (see procRunner). StartTimeout bounds a plugin that never
@@ -61,7 +61,7 @@ func NewClientConfig(p Process) (*goplugin.ClientConfig, *Exit) {
 		Plugins:         PluginSet(nil),
 		// go-plugin builds the environment (Env, then its handshake, AutoMTLS
 		// and socket variables) and hands it over in cmd.Env. The checksum
-		// is checked by the runner right before the exec: go-plugin's own
+		// is checked by the runner right before the exec. go-plugin's own
 		// SecureConfig check needs Cmd, which excludes RunnerFunc.
 		RunnerFunc: func(_ hclog.Logger, cmd *exec.Cmd, _ string) (runner.Runner, error) {
 			env := append(append([]string{}, p.Env...), cmd.Env...)
@@ -69,11 +69,11 @@ func NewClientConfig(p Process) (*goplugin.ClientConfig, *Exit) {
 		},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		AutoMTLS:         true,
-		// Each call serves Runtime under its own broker id; multiplexed, that
+		// Each call serves Runtime under its own broker id. Multiplexed, that
 		// is a stream on the existing connection instead of a new socket per
 		// job (5x the throughput of no-op jobs).
 		GRPCBrokerMultiplex: true,
-		// The environment is exactly Env: without this go-plugin appends the
+		// The environment is exactly Env. Without this go-plugin appends the
 		// host's whole environment (the agent's database URL and tokens).
 		SkipHostEnv:  true,
 		StartTimeout: p.StartTimeout,

@@ -10,9 +10,9 @@ import (
 
 // ErrLeaseExpired is the cause (context.Cause) of an Execute or Resume
 // context that the SDK cancelled because the job's lease deadline passed
-// with no renewal from the agent: the agent is frozen or cut off from its
+// with no renewal from the agent. The agent is frozen or cut off from its
 // database, and another agent may soon take the job. A plugin with local
-// work stops it, as on any cancel; a plugin watching remote work stops
+// work stops it, as on any cancel. A plugin watching remote work stops
 // watching and leaves the work alone (another agent resumes it, or Cleanup
 // stops it). Runtime calls made after it (Checkpoint) fail with it too.
 //
@@ -21,7 +21,7 @@ import (
 var ErrLeaseExpired = errors.New("the job's lease expired: no renewal from the agent reached the plugin in time")
 
 // maxLeaseMargin caps leaseMargin. The margin only has to cover a message's
-// transit between two processes on one host and timer slack: the self-fence
+// transit between two processes on one host and timer slack. The self-fence
 // arithmetic already leaves 2×keepalive + kill_grace between the agent's own
 // self-fence point and the moment anyone else may take the job.
 const maxLeaseMargin = time.Second
@@ -33,13 +33,13 @@ func leaseMargin(validFor time.Duration) time.Duration {
 }
 
 // leaseWriteGrace is how long output already on its way (or sent later) may
-// still take once a call's lease deadline has passed: a live host answers a
-// write at once and keeps the stopping job's last words; a frozen one would
+// still take once a call's lease deadline has passed. A live host answers a
+// write at once and keeps the stopping job's last words. A frozen one would
 // hold the call for writeTimeout.
 const leaseWriteGrace = time.Second
 
-// cutAfterLease returns ctx cancelled leaseWriteGrace after passed is done;
-// call stop when the send is over.
+// cutAfterLease returns ctx, cancelled leaseWriteGrace after passed is
+// done. Call stop when the send is over.
 func cutAfterLease(ctx, passed context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	unwatch := context.AfterFunc(passed, func() {
@@ -59,17 +59,17 @@ func cutAfterLease(ctx, passed context.Context) (context.Context, func()) {
 
 // LeaseDeadliner is implemented by a host's Runtime whose job has a lease
 // deadline. The host's side of the protocol sends LeaseDeadline with every
-// Execute and Resume; the plugin's SDK stops the call when it passes without
+// Execute and Resume. The plugin's SDK stops the call when it passes without
 // a renewal (GRPCClient.Renew).
 type LeaseDeadliner interface {
-	// LeaseDeadline is how long the job's lease is good from now: 0 means no
+	// LeaseDeadline is how long the job's lease is good from now. 0 means no
 	// deadline, a negative value that it has already passed.
 	LeaseDeadline() time.Duration
 }
 
 // LeaseExpiredError is the host's error for a call the plugin's SDK stopped
 // because its lease deadline passed without a renewal. What the plugin
-// returned while being stopped is kept for the record only: it is neither
+// returned while being stopped is kept for the record only. It is neither
 // the job's success nor the plugin's own failure.
 type LeaseExpiredError struct {
 	Op string // "execute" or "resume"
@@ -104,8 +104,8 @@ func leaseToMS(d time.Duration) uint64 {
 	return uint64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// callLease is the plugin side of one call's lease: a timer that calls
-// expire when the deadline passes without a renewal. The zero deadline
+// callLease is the plugin side of one call's lease. It is a timer that
+// calls expire when the deadline passes without a renewal. The zero deadline
 // (validFor 0) never expires.
 type callLease struct {
 	expire func()
@@ -155,7 +155,7 @@ func (l *callLease) renew(received time.Time, validFor time.Duration) bool {
 		return false
 	}
 	l.renewed = received
-	// Reset on an AfterFunc timer that has fired starts it again; fire
+	// Reset on an AfterFunc timer that has fired starts it again. fire
 	// itself checks expired and finished under mu, so no stale run counts.
 	l.timer.Reset(time.Until(received.Add(validFor - leaseMargin(validFor))))
 	return true

@@ -27,7 +27,8 @@ func TestLeaseMargin(t *testing.T) {
 }
 
 // oldServer is a plugin built before Renew existed: Execute blocks until
-// released; Renew is what an older SDK answers (Unimplemented), counted.
+// released. Its Renew answers what an older SDK answers (Unimplemented),
+// counted.
 type oldServer struct {
 	pb.UnimplementedPluginServer
 	release chan struct{}
@@ -69,7 +70,7 @@ func (leasedRuntime) Checkpoint(context.Context, []byte) error { return nil }
 func (leasedRuntime) Handle() []byte                           { return nil }
 func (leasedRuntime) LeaseDeadline() time.Duration             { return 50 * time.Millisecond }
 
-// A new host and an older plugin: the plugin ignores the deadline, answers
+// A new host and an older plugin. The plugin ignores the deadline, answers
 // Renew with Unimplemented once, and is not asked again.
 func TestRenewOnOlderPlugin(t *testing.T) {
 	srv := &oldServer{release: make(chan struct{})}

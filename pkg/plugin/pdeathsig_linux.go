@@ -7,6 +7,6 @@ import (
 )
 
 func setParentDeathSignal(sig syscall.Signal) {
-	// Best effort: the parent-id poll in watchHost covers a failure.
+	// Best effort. The parent-id poll in watchHost covers a failure.
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sig), 0, 0, 0)
 }

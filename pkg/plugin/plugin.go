@@ -5,7 +5,7 @@
 // of Plugin and, optionally, Resumer, Cleaner and HealthChecker. The agent runs
 // the binary through hashicorp/go-plugin over gRPC and discovers what it can do
 // from Info, never by calling and catching Unimplemented. (Validate is the one
-// call a host makes regardless: a plugin built before it existed answers
+// call a host makes regardless. A plugin built before it existed answers
 // Unimplemented, which means "nothing to check".)
 package plugin
 
@@ -27,7 +27,7 @@ const (
 )
 
 // Info describes a plugin. Serve fills Capabilities from the interfaces the
-// implementation satisfies; a plugin only sets Name and Version.
+// implementation satisfies. A plugin only sets Name and Version.
 type Info struct {
 	Name         string
 	Version      string
@@ -54,8 +54,9 @@ type Job struct {
 	Context json.RawMessage
 	// Config is the plugin's own section of the agent config (plugins.<name>.config).
 	Config json.RawMessage
-	// Handle is set only for Cleanup: the last handle the attempt that left
-	// the remote work checkpointed (nil if it never did), so Cleanup can
+	// Handle is set only for Cleanup. It is the last handle the attempt
+	// that left the remote work checkpointed (nil if it never did), so
+	// Cleanup can
 	// stop what was launched where it was launched. Execute and Resume read
 	// theirs from Runtime.Handle.
 	Handle []byte
@@ -68,7 +69,7 @@ type Result struct {
 }
 
 // Runtime is the host's side of a running job, reached over the go-plugin
-// broker. Every call is fenced by the job's lease on the host: after the lease
+// broker. Every call is fenced by the job's lease on the host. After the lease
 // is lost, writes fail and the job's context is cancelled.
 type Runtime interface {
 	Stdout() io.Writer
@@ -97,7 +98,7 @@ type Resumer interface {
 }
 
 // Cleaner stops and deletes whatever remote work a job left. It must be
-// idempotent: it may be called more than once, and for work that never started.
+// idempotent. It may be called more than once, and for work that never started.
 type Cleaner interface {
 	Cleanup(ctx context.Context, job *Job) error
 }
@@ -114,9 +115,9 @@ type HealthChecker interface {
 // plugins.<name>.config.<field> or commands.<command>.context.<field>.
 //
 // Validate checks shape and values only, with the same parsing Execute uses
-// so the two cannot disagree; it must not call remote services (the agent
+// so the two cannot disagree. It must not call remote services (the agent
 // must start while a cluster is unreachable). A command's context is its
-// default only: jobs merge their own context over it, so a setting a job may
+// default only. Jobs merge their own context over it, so a setting a job may
 // still supply (an ECS task definition, a Spark query) must not be required.
 // A plugin that does not implement Validator has nothing checked.
 type Validator interface {
@@ -137,11 +138,11 @@ type KillGracer interface {
 
 // Problem is one thing Validate found wrong.
 type Problem struct {
-	// Command names the command whose context is wrong; empty for the
+	// Command names the command whose context is wrong. It is empty for the
 	// plugin's config.
 	Command string
 	// Field is the setting's dotted path inside the config or the context
-	// ("task_count", "network_configuration.subnets"); empty when the
+	// ("task_count", "network_configuration.subnets"). It is empty when the
 	// problem is about the whole section.
 	Field   string
 	Message string
@@ -170,15 +171,15 @@ type Resource struct {
 	Name string
 	// Label is short human text ("ECS task 0").
 	Label string
-	// URL is a web console link to it, when one can be built; else "".
+	// URL is a web console link to it, when one can be built. Else "".
 	URL string
-	// Command is a shell command a person can paste to inspect it; else "".
+	// Command is a shell command a person can paste to inspect it. Else "".
 	Command string
 }
 
 // Describer is implemented by plugins that can say which remote resources
 // a handle of theirs points at. The plugin SDK calls Describe with every
-// Checkpoint and sends the resources with it; the agent records them on the
+// Checkpoint and sends the resources with it. The agent records them on the
 // job (an event of kind remote, when they changed) and the API and console
 // show them. Plugin authors' Execute and Resume do not change.
 //

@@ -18,7 +18,7 @@ import (
 
 // pipeGrace is how long a plugin's stdout and stderr are still read after
 // the plugin process (and its process group) is gone. A process that left
-// the group may hold the pipes open for ever; go-plugin reads them until EOF
+// the group may hold the pipes open for ever. go-plugin reads them until EOF
 // before it reports the exit, so past this they are closed under it.
 const pipeGrace = 2 * time.Second
 
@@ -46,8 +46,9 @@ func (e *Exit) Started() bool { return !e.startErr }
 // process exiting on its own. Valid once Done is closed.
 func (e *Exit) ByHost() bool { return e.byHost }
 
-// String says how the process ended: "exited with status 1", "was killed by
-// signal killed", "could not be started: ...". Valid once Done is closed.
+// String says how the process ended, as in "exited with status 1", "was
+// killed by signal killed", "could not be started: ...". Valid once Done is
+// closed.
 func (e *Exit) String() string {
 	switch {
 	case e.startErr:
@@ -63,12 +64,12 @@ func (e *Exit) String() string {
 
 // procRunner is the go-plugin runner for plugin binaries (ClientConfig's
 // RunnerFunc). go-plugin's own runner (internal/cmdrunner) is replaced for
-// two reasons, both from go-plugin v1.8.0's client.go: Start only learns
+// two reasons, both from go-plugin v1.8.0's client.go. Start only learns
 // that the process exited (doneCtx) after its stdout and stderr readers hit
 // EOF and only then calls cmd.Wait, and Kill waits for those readers
 // (clientWaitGroup) — so a plugin whose child inherited the pipes hangs the
 // start, and the Kill after it, until that child exits. Here the process runs
-// in its own process group; when it exits the whole group is killed, and the
+// in its own process group. When it exits the whole group is killed, and the
 // pipes are closed pipeGrace later whoever still holds them, so the handshake
 // fails at once ("Failed to read any lines from plugin's stdout") and Kill
 // returns.
@@ -119,13 +120,13 @@ func (r *procRunner) start() error {
 		outW.Close()
 		return fmt.Errorf("creating the plugin's stderr pipe: %w", err)
 	}
-	// No stdin: a plugin has nothing to read from the agent's terminal.
+	// No stdin. A plugin has nothing to read from the agent's terminal.
 	cmd := exec.Command(r.path)
 	cmd.Env = r.env
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = groupAttr()
 	startErr := cmd.Start()
-	// The child has its own copies; ours must go so readers see EOF.
+	// The child has its own copies. Ours must go so readers see EOF.
 	outW.Close()
 	errW.Close()
 	if startErr != nil {
@@ -141,7 +142,7 @@ func (r *procRunner) start() error {
 // wait follows the process to its end, then kills what is left of its
 // group and, after pipeGrace, closes the pipes.
 func (r *procRunner) wait() {
-	// Wait for the exit without reaping where the platform allows it: while
+	// Wait for the exit without reaping where the platform allows it. While
 	// the leader is an unreaped zombie its pid, the group's id, cannot be
 	// reused, so the group kill below cannot hit a stranger.
 	waitNoReap(r.pid)
@@ -192,7 +193,7 @@ func (r *procRunner) Diagnose(context.Context) string {
 	return "A tether plugin is a binary whose main calls plugin.Serve; it must print go-plugin's handshake line first on its stdout."
 }
 
-// The plugin runs on this host: addresses need no translation.
+// The plugin runs on this host. Addresses need no translation.
 func (r *procRunner) PluginToHost(network, addr string) (string, string, error) {
 	return network, addr, nil
 }

@@ -8,13 +8,13 @@ import (
 )
 
 // Elsewhere the plugin shares the host's process group and only the plugin
-// process itself is killed; an inherited pipe is still cut after pipeGrace.
+// process itself is killed. An inherited pipe is still cut after pipeGrace.
 func groupAttr() *syscall.SysProcAttr { return nil }
 
 func waitNoReap(int) {}
 
 func killGroup(p *os.Process) { _ = p.Kill() }
 
-// killLeftovers does nothing: without waitid(WNOWAIT) the exited leader may
+// killLeftovers does nothing. Without waitid(WNOWAIT) the exited leader may
 // already be reaped, and its pid reused.
 func killLeftovers(*os.Process) {}

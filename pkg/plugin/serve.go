@@ -11,7 +11,7 @@ import (
 
 // Shutdowner is implemented by plugins with local work that must not outlive
 // the plugin process (the shell plugin's process groups). Serve calls Shutdown
-// when the host goes away, with a deadline inside ShutdownGrace; it should
+// when the host goes away, with a deadline inside ShutdownGrace. It should
 // stop that work, harder as the deadline nears, and return.
 type Shutdowner interface {
 	Shutdown(ctx context.Context) error
@@ -21,8 +21,8 @@ type Shutdowner interface {
 // their contexts are cancelled because the host went away.
 const ShutdownGrace = 5 * time.Second
 
-// Serve runs impl as a tether plugin. Call it from the plugin binary's main;
-// it returns when the host has closed the plugin, and main should then return.
+// Serve runs impl as a tether plugin. Call it from the plugin binary's main.
+// It returns when the host has closed the plugin, and main should then return.
 //
 // Info's Capabilities are filled from the optional interfaces impl satisfies
 // (Resumer, Cleaner, HealthChecker).
@@ -30,8 +30,8 @@ const ShutdownGrace = 5 * time.Second
 // When the host goes away (it closes the plugin, or its process dies), every
 // in-flight call's context is cancelled and the calls get ShutdownGrace to
 // return before the process exits. On Linux the process asks for a
-// parent-death signal; everywhere it also watches its parent process id.
-// SIGTERM and SIGINT while the host lives are ignored: the host decides when
+// parent-death signal. Everywhere it also watches its parent process id.
+// SIGTERM and SIGINT while the host lives are ignored. The host decides when
 // its plugins stop (a rollout drains jobs first).
 func Serve(impl Plugin) {
 	life := newLifecycle()

@@ -38,7 +38,7 @@ type serverCall struct {
 // asked it to stop.
 var errHostCanceled = errors.New("canceled by the host")
 
-// Cancel stops an in-flight Execute or Resume; the call itself returns when
+// Cancel stops an in-flight Execute or Resume. The call itself returns when
 // the implementation does.
 func (s *grpcServer) Cancel(_ context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
 	s.mu.Lock()
@@ -145,21 +145,21 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 	rt := newRemoteRuntime(client, req.GetCallId(), req.GetHandle())
 	rt.leasePassed = lease.passed
 	if d, ok := s.impl.(Describer); ok {
-		// A copy: what Execute does to its Job cannot change the description.
+		// A copy. What Execute does to its Job cannot change the description.
 		described := *job
 		rt.describe = func(handle []byte) []Resource { return d.Describe(&described, handle) }
 	}
 	res, err := fn(ctx, job, rt)
-	// Taken at once: a deadline that passes after the plugin returned did not
+	// Taken at once. A deadline that passes after the plugin returned did not
 	// stop anything.
 	expired, silent := lease.finish()
 	expired = expired && errors.Is(context.Cause(ctx), ErrLeaseExpired)
 	// Deliver buffered output before answering, so the host has all of it when
-	// the call returns. A failed flush is not the job's failure: it means the
+	// the call returns. A failed flush is not the job's failure. It means the
 	// host refused the write (lease lost) or went away, and it knows that.
 	rt.close()
 	if expired {
-		// Whatever the plugin returned, the SDK stopped it: the host must
+		// Whatever the plugin returned, the SDK stopped it. The host must
 		// count it as neither a success nor the plugin's own failure.
 		resp := &pb.RunResponse{LeaseExpired: true, LeaseSilentMs: leaseToMS(silent)}
 		if err != nil {
@@ -306,7 +306,7 @@ var errRuntimeClosed = errors.New("runtime closed: the job's call has returned")
 type remoteRuntime struct {
 	client pb.RuntimeClient
 	callID uint64
-	// describe is the plugin's Describer for this call's job; nil when it
+	// describe is the plugin's Describer for this call's job. It is nil when it
 	// has none.
 	describe func(handle []byte) []Resource
 	// leasePassed is done once the call's lease deadline passed.
@@ -328,9 +328,9 @@ func newRemoteRuntime(client pb.RuntimeClient, callID uint64, handle []byte) *re
 func (r *remoteRuntime) sender(stream pb.Stream) func([]byte) error {
 	return func(data []byte) error {
 		// Output has no caller context (io.Writer), and the final flush runs
-		// after the job's context may be cancelled; bound it by a timeout,
+		// after the job's context may be cancelled. Bound it by a timeout,
 		// and by a short grace once the lease deadline passed (a frozen
-		// host never answers; a live one answers at once).
+		// host never answers. A live one answers at once).
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
 		if r.leasePassed != nil {
@@ -350,7 +350,7 @@ func (r *remoteRuntime) Stdout() io.Writer { return r.stdout }
 func (r *remoteRuntime) Stderr() io.Writer { return r.stderr }
 
 func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
-	// A frozen host cannot answer; past the deadline the handle is not ours
+	// A frozen host cannot answer. Past the deadline the handle is not ours
 	// to store, even for a plugin that checkpoints on an uncancelled context.
 	if r.leasePassed != nil {
 		if r.leasePassed.Err() != nil {
@@ -363,7 +363,7 @@ func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
 	}
 	// Output written before a checkpoint reaches the host before it. The
 	// wait for it ends with ctx (the flush goes on, bounded by its own
-	// timeout): past the lease deadline nothing waits for a frozen host.
+	// timeout). Past the lease deadline nothing waits for a frozen host.
 	flushed := make(chan struct{})
 	go func() {
 		defer close(flushed)
@@ -401,7 +401,7 @@ func (r *remoteRuntime) Handle() []byte {
 	return r.handle
 }
 
-// close flushes buffered output; later writes fail.
+// close flushes buffered output. Later writes fail.
 func (r *remoteRuntime) close() {
 	_ = r.stdout.close()
 	_ = r.stderr.close()
@@ -490,7 +490,7 @@ const runtimeConnectTimeout = 10 * time.Second
 // awaitReady connects conn and waits (at most d) until it is ready. The
 // host serves Runtime with go-plugin's AcceptAndServe on a goroutine of its
 // own, so a plugin that dials at once can knock before the host's listener
-// is registered ("no listener for id"); gRPC then reconnects by itself, and
+// is registered ("no listener for id"). gRPC then reconnects by itself, and
 // this wait turns that race into a short delay instead of a failed first
 // call (a checkpoint, say). Past d the call goes ahead and reports what it
 // meets.

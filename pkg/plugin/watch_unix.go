@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// watchHost makes the plugin exit when the host process dies: a plugin left
+// watchHost makes the plugin exit when the host process dies. A plugin left
 // running would keep doing work nobody watches.
 func watchHost(life *lifecycle) {
 	setParentDeathSignal(syscall.SIGTERM)

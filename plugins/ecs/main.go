@@ -1,5 +1,5 @@
-// Command tether-plugin-ecs is tether's ECS plugin: it runs jobs as Amazon ECS
-// tasks and follows them to the end, across agents. The agent starts it; it is
+// Command tether-plugin-ecs is tether's ECS plugin. It runs jobs as Amazon ECS
+// tasks and follows them to the end, across agents. The agent starts it. It is
 // not meant to be run by hand.
 package main
 

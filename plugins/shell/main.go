@@ -1,5 +1,5 @@
-// Command tether-plugin-shell is tether's shell plugin: it runs jobs as local
-// processes. The agent starts it; it is not meant to be run by hand.
+// Command tether-plugin-shell is tether's shell plugin. It runs jobs as local
+// processes. The agent starts it. It is not meant to be run by hand.
 package main
 
 import (

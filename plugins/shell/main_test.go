@@ -138,13 +138,13 @@ func TestBinaryCancelKillsGrandchild(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Execute did not return after cancel")
 	}
-	// The host's call returns at once; the plugin's Execute returns once the
+	// The host's call returns at once. The plugin's Execute returns once the
 	// group is gone, 200ms grace later.
 	waitFor(t, "grandchild that ignores SIGTERM to die", func() bool { return !processAlive(gc) })
 }
 
-// TestBinaryHostClosingPluginKillsJobs: when the host closes the plugin
-// process, the jobs it was running must not outlive it.
+// TestBinaryHostClosingPluginKillsJobs covers the case where the host closes
+// the plugin process. The jobs it was running must not outlive it.
 func TestBinaryHostClosingPluginKillsJobs(t *testing.T) {
 	c, client := connectClient(t)
 	gc, _ := startStubborn(t, c, context.Background(), t.TempDir())

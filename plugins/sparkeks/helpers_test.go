@@ -26,7 +26,7 @@ func pluginConfig(t *testing.T, kubeconfig string) json.RawMessage {
 	return cfg
 }
 
-// jobFor is a Spark SQL job against the cluster of kubeconfig; conf is its
+// jobFor is a Spark SQL job against the cluster of kubeconfig. conf is its
 // spark_conf (the Simulator's or the kubelet stand-in's tether.sim.* keys
 // script the driver), extra more of its context.
 func jobFor(t *testing.T, kubeconfig string, conf map[string]string, extra map[string]any) *plugin.Job {

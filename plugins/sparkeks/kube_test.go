@@ -142,7 +142,7 @@ func TestSucceeds(t *testing.T) {
 	require.NotContains(t, rt.StderrString(), "driver logs unavailable", rt.StderrString())
 	require.NotContains(t, rt.StderrString(), "streaming the log")
 
-	// Cleanup deletes both; a second Cleanup finds nothing and succeeds.
+	// Cleanup deletes both. A second Cleanup finds nothing and succeeds.
 	require.NoError(t, c.Cleanup(ctx, job))
 	requireGone(t, ctx, name)
 	require.NoError(t, c.Cleanup(ctx, job))
@@ -195,7 +195,7 @@ func TestCancelLeavesCleanupToTheAgent(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond)
 	cancel()
 	require.Error(t, <-errc)
-	// A cancelled call leaves the application (a handoff must); the agent's
+	// A cancelled call leaves the application (a handoff must). The agent's
 	// Cleanup, after it records the job canceled, deletes it.
 	_, err := getApp(ctx, name)
 	require.NoError(t, err)
@@ -219,7 +219,7 @@ func TestTransientAPIErrorsDoNotFailTheJob(t *testing.T) {
 	require.Equal(t, 1, sim.Created("default", name), "one application, despite the failed creates")
 }
 
-// An agent lost mid-run: the call ends without an outcome; a new plugin
+// An agent lost mid-run. The call ends without an outcome. A new plugin
 // process resumes from the checkpointed handle and follows the same
 // application to the end.
 func TestResumeAttachesToTheSameApplication(t *testing.T) {
@@ -266,7 +266,7 @@ func TestResumeWithoutAHandleSubmits(t *testing.T) {
 }
 
 // A retry (attempt 2) of a job whose attempt-1 application is still there
-// replaces it: the old one is deleted (foreground) and a new one created
+// replaces it. The old one is deleted (foreground) and a new one created
 // under the same name.
 func TestLaterAttemptReplacesTheApplication(t *testing.T) {
 	ctx := testCtx(t)
@@ -304,11 +304,11 @@ func connectAWS(t *testing.T) plugintest.Client {
 	})
 }
 
-// EKS access by cluster name and region alone: the plugin describes the
+// EKS access by cluster name and region alone. The plugin describes the
 // cluster through the emulator's EKS API, which points at the proxy, and
 // sends an EKS bearer token. The proxy authenticates to the apiserver
 // itself, so the token is not checked by the apiserver (nothing here runs
-// STS); what the test checks is the token the plugin made.
+// STS). What the test checks is the token the plugin made.
 func TestEKSAccessByClusterName(t *testing.T) {
 	ctx := testCtx(t)
 	em := emulator.New(emulator.Options{})
@@ -365,7 +365,7 @@ func TestEKSAccessByClusterName(t *testing.T) {
 }
 
 // A retry (attempt 2) of a job whose attempt-1 application is still running
-// adopts it: the query is not run a second time.
+// adopts it. The query is not run a second time.
 func TestRetryAdoptsTheRunningApplication(t *testing.T) {
 	ctx := testCtx(t)
 	job := newJob(t, map[string]string{kubetest.SimRun: "2s"}, nil)
@@ -515,7 +515,7 @@ func TestAuthRefusals(t *testing.T) {
 		job.Config = pluginConfig(t, rp.kubeconfig)
 		rt, errc := executeSubmitted(t, ctx, job)
 		// Every get and watch of the application refused for 4 s, while it
-		// completes: formerly five refused gets (~1.5 s) ended the job.
+		// completes. Formerly five refused gets (~1.5 s) ended the job.
 		rp.refuseFor(4 * time.Second)
 		require.NoError(t, <-errc, "stderr: %s", rt.StderrString())
 		require.Greater(t, rp.count(), 5)
@@ -560,8 +560,8 @@ func stripOutcome(t *testing.T, b []byte) []byte {
 }
 
 // Cleanup deletes only the application of the attempt it cleans up: by the
-// handle's UID, or (no handle) by the attempt label; never a later
-// attempt's.
+// handle's UID, or (no handle) by the attempt label. It never deletes a
+// later attempt's.
 func TestCleanupIsFencedByUIDAndAttempt(t *testing.T) {
 	ctx := testCtx(t)
 	c := connect(t)

@@ -1,6 +1,6 @@
-// Command tether-plugin-sparkeks is tether's Spark-on-Kubernetes plugin: it
+// Command tether-plugin-sparkeks is tether's Spark-on-Kubernetes plugin. It
 // runs Spark SQL jobs as SparkApplications (kubeflow spark-operator) and
-// follows them to the end, across agents. The agent starts it; it is not
+// follows them to the end, across agents. The agent starts it. It is not
 // meant to be run by hand.
 package main
 

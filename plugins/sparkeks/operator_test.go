@@ -1,7 +1,7 @@
 package main
 
 // The real plugin binary, through go-plugin, against the real kubeflow
-// spark-operator (internal/kubetest.StartOperatorStack): kube-apiserver +
+// spark-operator (internal/kubetest.StartOperatorStack). kube-apiserver +
 // etcd, spark-operator's controller running the stand-in spark-submit,
 // kube-controller-manager's garbage collector and the kubelet stand-in that
 // runs the driver pods as their tether.sim.* spark conf scripts them and
@@ -75,7 +75,7 @@ func stopOperatorStack() {
 	}
 }
 
-// opJob is a job against the operator stack; conf is its spark_conf (the
+// opJob is a job against the operator stack. conf is its spark_conf (the
 // kubelet's tether.sim.* keys script the driver).
 func opJob(t *testing.T, s *kubetest.OperatorStack, conf map[string]string, extra map[string]any) *plugin.Job {
 	t.Helper()
@@ -84,7 +84,7 @@ func opJob(t *testing.T, s *kubetest.OperatorStack, conf map[string]string, extr
 
 // startOpJob starts the operator stack if it is not up, and makes a job
 // against it (as opJob) and a watch on its application in namespace
-// default, for a test of its own; ctx is the test's.
+// default, for a test of its own. ctx is the test's.
 func startOpJob(t *testing.T, conf map[string]string, extra map[string]any) (s *kubetest.OperatorStack, ctx context.Context, job *plugin.Job, name string, w *appWatch) {
 	t.Helper()
 	s = operatorStack(t)
@@ -115,7 +115,7 @@ func watchApp(t *testing.T, ctx context.Context, s *kubetest.OperatorStack, name
 	w := &appWatch{s: s, namespace: namespace, name: name, pods: map[types.UID]corev1.PodPhase{}}
 	apps := s.Env.Dynamic.Resource(kubetest.SparkApplications).Namespace(namespace)
 	pods := s.Env.Clientset.CoreV1().Pods(namespace)
-	// resourceVersion 0: the current state, then every change; again
+	// resourceVersion 0: the current state, then every change. Again
 	// whenever a watch ends.
 	appOpts := metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: "0"}
 	podOpts := metav1.ListOptions{LabelSelector: "sparkoperator.k8s.io/app-name=" + name, ResourceVersion: "0"}
@@ -285,7 +285,7 @@ func requireLinesOnce(t *testing.T, stdout string, n int) {
 	require.Equal(t, want, got, "every driver log line exactly once, in order; stdout:\n%s", stdout)
 }
 
-// A job runs to completion: the operator moves it SUBMITTED → RUNNING →
+// A job runs to completion. The operator moves it SUBMITTED → RUNNING →
 // SUCCEEDING → COMPLETED, and the driver's log, which the kubelet serves and
 // the plugin reads through the apiserver's pods/log, arrives in the job's
 // stdout, each line once.
@@ -305,9 +305,9 @@ func TestOperatorJobCompletes(t *testing.T) {
 	require.True(t, inOrder(w.seen(), []string{"SUBMITTED", "RUNNING", "SUCCEEDING", "COMPLETED"}), "states %v", w.seen())
 	require.True(t, adjacent(w.seen(), "SUCCEEDING", "COMPLETED"), "states %v", w.seen())
 	requireLinesOnce(t, rt.StdoutString(), lines)
-	// The follower starts once the driver pod is named (SUBMITTED); until
+	// The follower starts once the driver pod is named (SUBMITTED). Until
 	// its container runs, the cached pod says it is waiting, which is no
-	// warning: the plugin looks again within a second and then streams.
+	// warning. The plugin looks again within a second and then streams.
 	require.Contains(t, rt.StderrString(), "streaming the log of driver pod default/"+name+"-driver")
 	require.NotContains(t, rt.StderrString(), "driver logs unavailable", "a driver that is starting is not a warning")
 
@@ -325,7 +325,7 @@ func nestedString(u *unstructured.Unstructured, fields ...string) string {
 	return s
 }
 
-// A driver that fails: the job fails permanently with the operator's
+// A driver that fails. The job fails permanently with the operator's
 // message, restartPolicy Never keeps the operator from running it again,
 // and the host's Cleanup deletes the application (UID precondition) and the
 // garbage collector its driver pod and ConfigMap.
@@ -345,7 +345,7 @@ func TestOperatorFailedDriverIsPermanentAndNotRerun(t *testing.T) {
 	require.NoError(t, err)
 	typ, _, _ := unstructured.NestedString(app.Object, "spec", "restartPolicy", "type")
 	require.Equal(t, "Never", typ)
-	// FAILED is terminal under Never: the operator's requeues (at most 1 s
+	// FAILED is terminal under Never. The operator's requeues (at most 1 s
 	// apart here) never make it PENDING_RERUN.
 	require.Never(t, func() bool { return w.state() != "FAILED" }, 1500*time.Millisecond, 20*time.Millisecond, "states %v", w.seen())
 	require.NotContains(t, w.seen(), "PENDING_RERUN")
@@ -360,7 +360,7 @@ func TestOperatorFailedDriverIsPermanentAndNotRerun(t *testing.T) {
 		require.Equal(t, corev1.PodPhase("Deleted"), phase, "driver pod %s", uid)
 	}
 
-	// Never is forced: a template asking the operator to rerun on failure
+	// Never is forced. A template asking the operator to rerun on failure
 	// is refused before anything is submitted.
 	rerun := opJob(t, s, nil, map[string]any{"template": map[string]any{"spec": map[string]any{
 		"restartPolicy": map[string]any{"type": "OnFailure", "onFailureRetries": 3}}}})
@@ -370,7 +370,7 @@ func TestOperatorFailedDriverIsPermanentAndNotRerun(t *testing.T) {
 	require.Zero(t, s.Created("default", "spark-sql-job-"+rerun.ID))
 }
 
-// The driver pod vanishes while the application runs: the operator fails it
+// The driver pod vanishes while the application runs. The operator fails it
 // with "driver pod not found", which may come after the query finished, so
 // the outcome is unknown.
 func TestOperatorDriverPodVanishedIsOutcomeUnknown(t *testing.T) {
@@ -385,8 +385,8 @@ func TestOperatorDriverPodVanishedIsOutcomeUnknown(t *testing.T) {
 	require.Equal(t, 1, s.Created("default", name))
 }
 
-// An image that never pulls: startup_timeout fails the job naming
-// ImagePullBackOff, and the plugin deletes the application; the garbage
+// An image that never pulls. startup_timeout fails the job naming
+// ImagePullBackOff, and the plugin deletes the application. The garbage
 // collector removes its driver pod.
 func TestOperatorStartupTimeoutNamesTheImagePull(t *testing.T) {
 	t.Parallel()
@@ -404,7 +404,7 @@ func TestOperatorStartupTimeoutNamesTheImagePull(t *testing.T) {
 	require.Len(t, w.driverPods(), 1)
 }
 
-// A retry (attempt 2) while attempt 1's application RUNS adopts it: one
+// A retry (attempt 2) while attempt 1's application RUNS adopts it. One
 // SparkApplication and one driver pod ever, and the retry's stdout has the
 // whole driver log, once.
 func TestOperatorRetryAdoptsTheRunningApplication(t *testing.T) {
@@ -440,7 +440,7 @@ func TestOperatorRetryAdoptsACompletedApplication(t *testing.T) {
 	res, rt := executeOK(t, ctx, c, job)
 	require.JSONEq(t, string(first.Output), string(res.Output), "the same application's outputs")
 	require.Contains(t, rt.StderrString(), "exists and it completed; adopting it as attempt 2's")
-	// Created counts this application's successful creates; the proxy's
+	// Created counts this application's successful creates. The proxy's
 	// count for the whole collection also moves with the parallel tests
 	// sharing the stack, so it cannot say "none by this retry".
 	require.Equal(t, 1, s.Created("default", name), "never created again")
@@ -449,7 +449,7 @@ func TestOperatorRetryAdoptsACompletedApplication(t *testing.T) {
 
 // spark-submit is refused (a ResourceQuota allows no pods, so creating the
 // driver pod fails): SUBMISSION_FAILED, then FAILED under restartPolicy
-// Never, never submitted again; the job fails permanently with the
+// Never, never submitted again. The job fails permanently with the
 // operator's message.
 func TestOperatorSubmissionRefusedIsPermanent(t *testing.T) {
 	t.Parallel()
@@ -460,7 +460,7 @@ func TestOperatorSubmissionRefusedIsPermanent(t *testing.T) {
 	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	// No quota controller runs: the test sets the status it would.
+	// No quota controller runs. The test sets the status it would.
 	none := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}
 	q, err := cs.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-pods"}, Spec: corev1.ResourceQuotaSpec{Hard: none}}, metav1.CreateOptions{})
@@ -476,7 +476,7 @@ func TestOperatorSubmissionRefusedIsPermanent(t *testing.T) {
 	requireClass(t, err, plugin.Permanent)
 	require.Contains(t, err.Error(), "failed to submit spark application")
 	require.Contains(t, err.Error(), "exceeded quota: no-pods")
-	// The plugin ends on SUBMISSION_FAILED; the operator then makes it FAILED.
+	// The plugin ends on SUBMISSION_FAILED. The operator then makes it FAILED.
 	w.waitState(t, "FAILED", 10*time.Second)
 	require.True(t, inOrder(w.seen(), []string{"SUBMISSION_FAILED", "FAILED"}), "states %v", w.seen())
 	require.NotContains(t, w.seen(), "SUBMITTED")
@@ -492,7 +492,7 @@ func TestOperatorSubmissionRefusedIsPermanent(t *testing.T) {
 var quotaNS atomic.Int64
 
 // time_to_live: the plugin sets spec.timeToLiveSeconds (at least 10m, too
-// long to wait for here); once it is shortened, as if the time had passed,
+// long to wait for here). Once it is shortened, as if the time had passed,
 // the operator deletes the completed application and the garbage collector
 // its driver pod and ConfigMap.
 func TestOperatorTimeToLiveDeletesTheCompletedApplication(t *testing.T) {
@@ -515,10 +515,10 @@ func TestOperatorTimeToLiveDeletesTheCompletedApplication(t *testing.T) {
 	w.waitAllGone(t, ctx, 20*time.Second)
 }
 
-// Cleanup is fenced by UID and attempt: attempt 1 failed, attempt 2
+// Cleanup is fenced by UID and attempt. Attempt 1 failed, attempt 2
 // replaced its application (the foreground deletion finished by the garbage
-// collector) and runs; attempt 1's late Cleanup, with and without its
-// handle, leaves attempt 2's alone; attempt 2's deletes it, and its pod goes.
+// collector) and runs. Attempt 1's late Cleanup, with and without its
+// handle, leaves attempt 2's alone. Attempt 2's deletes it, and its pod goes.
 func TestOperatorCleanupIsFencedByUIDAndAttempt(t *testing.T) {
 	t.Parallel()
 	s, ctx, job, name, w := startOpJob(t, map[string]string{kubetest.SimOutcome: "failed", kubetest.SimMessage: "first try", kubetest.SimRun: "100ms"}, nil)
@@ -555,9 +555,9 @@ func TestOperatorCleanupIsFencedByUIDAndAttempt(t *testing.T) {
 }
 
 // The operator is killed while the application runs and its driver
-// finishes meanwhile; started again, its state machine picks the
+// finishes meanwhile. Started again, its state machine picks the
 // application up where it was, and the job completes with every log line
-// once. Not parallel: the other tests need a running operator (top-level
+// once. Not parallel. The other tests need a running operator (top-level
 // sequential tests run before the parallel ones).
 func TestOperatorKilledMidRunJobStillCompletes(t *testing.T) {
 	const lines = 5

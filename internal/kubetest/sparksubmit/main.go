@@ -1,9 +1,9 @@
 // Command sparksubmit stands in for $SPARK_HOME/bin/spark-submit under the
 // real kubeflow spark-operator in tether's tests (internal/kubetest builds it
 // into the stack's directory and points the operator's SPARK_HOME at it).
-// It does to the Kubernetes API what cluster-mode spark-submit does there:
-// it creates the driver pod, named, labelled, annotated and owned as the
-// operator expects to find it, and exits; it runs no JVM, creates no
+// It does to the Kubernetes API what cluster-mode spark-submit does there.
+// It creates the driver pod, named, labelled, annotated and owned as the
+// operator expects to find it, and exits. It runs no JVM, creates no
 // executors (the kubelet stand-in only runs the driver), and skips the
 // driver's spark.properties ConfigMap and headless Service that real Spark
 // also creates.
@@ -31,11 +31,11 @@
 //   - cmd/operator/controller/start.go: newCacheOptions (the operator only
 //     sees pods labelled sparkoperator.k8s.io/launched-by-spark-operator=true).
 //
-// Beyond Spark: every --conf whose key starts with "tether.sim." also
+// Beyond Spark. Every --conf whose key starts with "tether.sim." also
 // becomes a driver pod annotation, so a test scripts the kubelet stand-in
 // (internal/kubetest/kubelet.go) through the app's sparkConf.
 //
-// Credentials: the API server is the --master URL; the client certificate,
+// Credentials. The API server is the --master URL. The client certificate,
 // key and CA come from the files named by TETHER_SPARK_SUBMIT_CERT,
 // TETHER_SPARK_SUBMIT_KEY and TETHER_SPARK_SUBMIT_CA (set on the operator's
 // environment, which spark-submit inherits).
@@ -298,7 +298,7 @@ func driverPod(s *submission) (map[string]any, error) {
 	if mem == "" {
 		mem = "1g"
 	}
-	// Spark adds max(10%, 384Mi) of overhead; the stand-in keeps it simple.
+	// Spark adds max(10%, 384Mi) of overhead. The stand-in keeps it simple.
 	res["memory"] = strings.ToUpper(strings.TrimSuffix(strings.ToLower(mem), "b")) + "i"
 	cpu := s.conf["spark.kubernetes.driver.request.cores"]
 	if cpu == "" {

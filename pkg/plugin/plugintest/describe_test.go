@@ -11,7 +11,7 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
 
-// describing is full with a Describer: its handles name one resource each.
+// describing is full with a Describer. Its handles name one resource each.
 type describing struct{ full }
 
 func (describing) Describe(job *plugin.Job, handle []byte) []plugin.Resource {

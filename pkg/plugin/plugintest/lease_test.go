@@ -71,7 +71,7 @@ func (*waiter) Info(context.Context) (plugin.Info, error) {
 func (w *waiter) Execute(ctx context.Context, _ *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
 	close(w.started)
 	if w.checkpoint {
-		// Output first: the checkpoint flushes it, to a host that does
+		// Output first. The checkpoint flushes it, to a host that does
 		// not answer.
 		fmt.Fprintln(rt.Stdout(), "tick")
 		w.ckptErr <- rt.Checkpoint(context.WithoutCancel(ctx), json.RawMessage(`{"h":1}`))
@@ -153,8 +153,8 @@ func TestRenewMovesTheDeadline(t *testing.T) {
 	done := execute(c, leased{plugintest.NewRuntime(nil), validFor})
 	wait(t, w.started, "start")
 
-	// Renewed every quarter of its validity for three validities: the call
-	// must outlive its first deadline by far.
+	// It is renewed every quarter of its validity for three validities. The
+	// call must outlive its first deadline by far.
 	tick := time.NewTicker(validFor / 4)
 	defer tick.Stop()
 	for range 12 {
@@ -177,7 +177,7 @@ func TestRenewMovesTheDeadline(t *testing.T) {
 
 func TestNoLeaseDeadline(t *testing.T) {
 	for name, rt := range map[string]plugin.Runtime{
-		// An older host sends no lease_valid_for_ms at all: on the wire that
+		// An older host sends no lease_valid_for_ms at all. On the wire that
 		// is the same as 0.
 		"older host":         plugintest.NewRuntime(nil),
 		"self-fencing off":   leased{plugintest.NewRuntime(nil), 0},

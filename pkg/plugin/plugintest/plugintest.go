@@ -29,7 +29,7 @@ type Runtime struct {
 	described   [][]plugin.Resource
 	failWrite   error
 	failCkpt    error
-	// gated: output is held from one checkpoint to the next, as the agent
+	// gated. Output is held from one checkpoint to the next, as the agent
 	// holds a resumable plugin's output (see NewGatedRuntime).
 	gated   bool
 	heldOut bytes.Buffer
@@ -43,7 +43,7 @@ func NewRuntime(handle []byte) *Runtime {
 }
 
 // NewGatedRuntime is a Runtime that treats output as the agent treats a
-// resumable plugin's: what is written is held until the next Checkpoint,
+// resumable plugin's. What is written is held until the next Checkpoint,
 // which stores it together with the handle, and Detach drops what is held,
 // as the agent does when it stops the call to hand the job to another
 // agent (whose Resume starts from the last handle and must write the rest
@@ -109,7 +109,7 @@ func (r *Runtime) CheckpointDescribed(_ context.Context, handle []byte, resource
 }
 
 // Descriptions are the resources sent with each described checkpoint, in
-// order; empty when the plugin has no Describer.
+// order. It is empty when the plugin has no Describer.
 func (r *Runtime) Descriptions() [][]plugin.Resource {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -253,7 +253,7 @@ func (r describingRuntime) Checkpoint(ctx context.Context, handle []byte) error 
 	return r.dc.CheckpointDescribed(ctx, handle, rs)
 }
 
-// orEmpty mirrors the wire: a nil result with no error arrives as an empty one,
+// orEmpty mirrors the wire. A nil result with no error arrives as an empty one,
 // an error arrives without a result, and a call whose ctx ended fails with
 // ctx's error whatever the plugin returned.
 func orEmpty(ctx context.Context, op string, res *plugin.Result, err error) (*plugin.Result, error) {
@@ -295,7 +295,7 @@ func Connect(t testing.TB, impl plugin.Plugin) Client {
 // StartBinary starts a built plugin binary the way the agent does, with the
 // agent's own go-plugin configuration (plugin.ClientConfig: gRPC, AutoMTLS,
 // multiplexed broker), and returns the host's client for it. env is the
-// process's whole environment: nothing of the test process's environment
+// process's whole environment. Nothing of the test process's environment
 // reaches the plugin (go-plugin adds only its handshake variables). The
 // process is killed when the test ends.
 func StartBinary(t testing.TB, path string, env []string) Client {
@@ -317,7 +317,7 @@ func StartBinary(t testing.TB, path string, env []string) Client {
 	return c
 }
 
-// Run runs f twice as subtests: "direct" calls impl in-process and "grpc"
+// Run runs f twice as subtests. "direct" calls impl in-process and "grpc"
 // calls it through a real go-plugin gRPC connection, so a test proves the
 // plugin behaves the same across the process boundary (error classes, output,
 // checkpoints, handles).

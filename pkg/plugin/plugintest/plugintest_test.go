@@ -27,7 +27,7 @@ type jobCtx struct {
 }
 
 func (full) Info(context.Context) (plugin.Info, error) {
-	// Claims a capability it lacks; Serve and Direct must ignore the claim.
+	// Claims a capability it lacks. Serve and Direct must ignore the claim.
 	return plugin.Info{Name: "full", Version: "1.2.3", Capabilities: []string{"bogus"}}, nil
 }
 

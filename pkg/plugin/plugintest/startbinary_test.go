@@ -16,7 +16,7 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
 
-// StartBinary gives the plugin exactly the environment it is handed: a
+// StartBinary gives the plugin exactly the environment it is handed. A
 // variable of the test process (as the agent's DATABASE_URL would be) never
 // reaches the plugin process, so tests see what the agent's scrubbed plugins
 // see.

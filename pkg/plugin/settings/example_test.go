@@ -8,8 +8,8 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin/settings"
 )
 
-// A plugin's settings: the plugin config gives defaults, the job's context
-// overrides them, labels are merged label by label.
+// Example shows a plugin's settings. The plugin config gives defaults, the
+// job's context overrides them, labels are merged label by label.
 func Example() {
 	dec := settings.Decoder{Prefix: "myplugin: "}
 	keys := []string{"image", "labels", "timeout"}

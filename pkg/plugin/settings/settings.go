@@ -1,16 +1,16 @@
-// Package settings decodes a plugin's settings strictly: the plugin's section
-// of the agent config (plugin.Job.Config) and the job's context
-// (plugin.Job.Context), both JSON objects.
+// Package settings decodes a plugin's settings strictly. They are the
+// plugin's section of the agent config (plugin.Job.Config) and the job's
+// context (plugin.Job.Context), both JSON objects.
 //
 // The rules it keeps, so every plugin keeps them the same way:
 //
 //   - A key the plugin does not know is refused, naming the key and listing
-//     the known ones: a typo must fail the job, not be ignored.
-//   - A null value is an unset key. Fields.Keys and Fields.Get skip nulls;
+//     the known ones. A typo must fail the job, not be ignored.
+//   - A null value is an unset key. Fields.Keys and Fields.Get skip nulls.
 //     Merge lets a null in the context unset the config's key.
 //   - Every error names the setting it is about ("driver.cores: must be
 //     between 1 and 1024, got 0"), starts with the Decoder's Prefix, and is
-//     plugin.Permanent: the same input fails the same way on every retry.
+//     plugin.Permanent. The same input fails the same way on every retry.
 //
 // A plugin typically merges config and context, then decodes key by key:
 //
@@ -46,8 +46,8 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// Decoder decodes one plugin's settings. Its zero value is ready to use;
-// a Decoder is never modified, so one value can serve a whole plugin.
+// Decoder decodes one plugin's settings. Its zero value is ready to use.
+// A Decoder is never modified, so one value can serve a whole plugin.
 type Decoder struct {
 	// Prefix starts every error message, e.g. "ecs: ", so a job's error
 	// says which plugin refused its settings.
@@ -63,7 +63,7 @@ func (d Decoder) Errorf(format string, args ...any) error {
 
 // Fields are the top-level values of a JSON object, by key, as Object
 // returns them. Null values are kept, so that Merge can tell "unset this
-// key" from "not mentioned"; Keys and Get treat them as absent.
+// key" from "not mentioned". Keys and Get treat them as absent.
 type Fields map[string]json.RawMessage
 
 // Keys returns the keys whose values are not null, sorted, so that a
@@ -110,7 +110,7 @@ func (d Decoder) Object(what string, raw json.RawMessage, known []string) (Field
 	return fields, nil
 }
 
-// Merge lays context over config: a context key replaces the config's, and
+// Merge lays context over config. A context key replaces the config's, and
 // a null in the context unsets it. Keys named in merged are mappings merged
 // key by key instead (config, then context; the context wins, and a null
 // value inside removes that key). A dotted name merges a mapping inside one
@@ -140,7 +140,7 @@ func (d Decoder) Merge(config, context Fields, merged ...string) (Fields, error)
 	return out, nil
 }
 
-// mergeObjects lays over's keys over base's; path is the setting's name.
+// mergeObjects lays over's keys over base's. path is the setting's name.
 func (d Decoder) mergeObjects(path string, base, over json.RawMessage, merged []string) (json.RawMessage, error) {
 	b := map[string]json.RawMessage{}
 	if len(base) > 0 && !IsNull(base) {
@@ -264,7 +264,7 @@ func (d Decoder) Bool(what string, v json.RawMessage) (bool, error) {
 	return b, nil
 }
 
-// Duration reads a Go duration string such as "30s" or "1h30m"; "0" is
+// Duration reads a Go duration string such as "30s" or "1h30m". "0" is
 // zero. Negative durations are refused, and so is zero unless zeroOK (for
 // settings where 0 means "off", such as a timeout).
 func (d Decoder) Duration(what string, v json.RawMessage, zeroOK bool) (time.Duration, error) {
@@ -290,7 +290,7 @@ func IsNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null
 
 // Kind names the JSON type of v for error messages: "object", "array",
 // "string", "number", "boolean", "null", or "nothing" for empty input. It
-// looks only at the first byte; v is assumed to be valid JSON.
+// looks only at the first byte. v is assumed to be valid JSON.
 func Kind(v json.RawMessage) string {
 	t := bytes.TrimSpace(v)
 	if len(t) == 0 {
@@ -315,7 +315,7 @@ func Kind(v json.RawMessage) string {
 // Problem turns an error of this Decoder (or of a plugin's own check written
 // with Errorf) into a plugin.Problem for Validate, so that Validate reports
 // exactly what Execute would fail with. The setting's name that starts the
-// message ("task_count: must be ...") becomes the Field; a leading "config"
+// message ("task_count: must be ...") becomes the Field. A leading "config"
 // or "context" section name is dropped, since the Problem's Command already
 // says which section it is. A message that names no setting is kept whole.
 func (d Decoder) Problem(command string, err error) plugin.Problem {
@@ -335,14 +335,14 @@ func (d Decoder) Problem(command string, err error) plugin.Problem {
 }
 
 // Validate is a plugin.Validator's work for a plugin that merges its config
-// with each job's context (as Merge does): decode is the plugin's own
+// with each job's context (as Merge does). decode is the plugin's own
 // parsing of a config and a context, without the checks for what a job may
-// still bring. Each command's default context is decoded over the config.
-// A failure the config alone also has is reported once, against the config;
-// any other, against the command. A config that fails alone but works under
-// every command's context is fine: no job runs with the config alone. With
-// no commands the config alone is checked, unless it is empty (a plugin
-// found in the plugin directory but neither configured nor used).
+// still bring. Each command's default context is decoded over the config. A
+// failure the config alone also has is reported once, against the config.
+// Any other is reported against the command. A config that fails alone but
+// works under every command's context is fine. No job runs with the config
+// alone. With no commands the config alone is checked, unless it is empty (a
+// plugin found in the plugin directory but neither configured nor used).
 func (d Decoder) Validate(config json.RawMessage, contexts map[string]json.RawMessage, decode func(config, context json.RawMessage) error) []plugin.Problem {
 	cfgErr := decode(config, nil)
 	if len(contexts) == 0 {

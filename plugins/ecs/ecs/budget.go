@@ -16,7 +16,7 @@ const (
 )
 
 // budget hands out one API call at a time from a rate limiter, by priority
-// (FIFO within one): every job of the process draws from it, so their sum
+// (FIFO within one). Every job of the process draws from it, so their sum
 // stays under the process's rate however many jobs there are, and jobs
 // waiting for a stopped task's last lines go before live tails.
 type budget struct {
@@ -36,7 +36,7 @@ type ticket struct {
 
 func newBudget(lim *rate.Limiter) *budget { return &budget{lim: lim} }
 
-// request queues a call; the caller selects on t.ready and must call
+// request queues a call. The caller selects on t.ready and must call
 // t.cancel if it stops waiting.
 func (b *budget) request(prio int) *ticket {
 	t := &ticket{b: b, prio: prio, ready: make(chan struct{})}
@@ -65,7 +65,7 @@ func (t *ticket) cancel() {
 }
 
 // dispatch grants tickets at the limiter's rate while any wait. It ends
-// when the queues are empty, so an idle plugin holds no goroutine; the
+// when the queues are empty, so an idle plugin holds no goroutine. The
 // next request starts it again.
 func (b *budget) dispatch() {
 	for {
@@ -76,7 +76,7 @@ func (b *budget) dispatch() {
 			return
 		}
 		b.mu.Unlock()
-		// The wait is bounded by the rate; nothing cancels it but the
+		// The wait is bounded by the rate. Nothing cancels it but the
 		// process's end.
 		_ = b.lim.Wait(context.Background())
 		b.mu.Lock()

@@ -45,7 +45,7 @@ const (
 
 // DefaultAPIRates are the calls per second one plugin process (one agent)
 // makes at most, per API, region and endpoint. ECS and CloudWatch Logs
-// throttle per account and region, across every caller: these defaults
+// throttle per account and region, across every caller. These defaults
 // leave room for three agents and other users of the account under the
 // documented sustained rates (see the README's rate budget).
 var DefaultAPIRates = map[string]float64{
@@ -83,7 +83,7 @@ func (c *clients) wait(ctx context.Context, api string) error {
 	return nil
 }
 
-// setRates applies a job's api_rates; the plugin config is the same for
+// setRates applies a job's api_rates. The plugin config is the same for
 // every job of the process, so the latest wins.
 func (c *clients) setRates(rates map[string]float64) {
 	for api, lim := range c.limits {
@@ -135,7 +135,7 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = maxAttempts
 				o.MaxBackoff = maxRetryBackoff
-				// No client-side retry quota either: once spent (a few dozen
+				// No client-side retry quota either. Once spent (a few dozen
 				// failed calls) it fails every retry of every job at once.
 				o.RateLimiter = ratelimit.None
 			})
@@ -199,7 +199,7 @@ func errorMessage(err error) string {
 }
 
 // clientFault reports whether err is a request AWS refused as wrong (not
-// throttling): repeating it cannot help.
+// throttling). Repeating it cannot help.
 func clientFault(err error) bool {
 	var ae smithy.APIError
 	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !throttlingCodes[ae.ErrorCode()] && !transientRunTask(err)
@@ -230,7 +230,7 @@ func transientRunTask(err error) bool {
 }
 
 // capacityFailure reports RunTask failures[] reasons that mean no capacity
-// right now, not a wrong request: the task was not launched and may be on
+// right now, not a wrong request. The task was not launched and may be on
 // the next try. From "API failure reasons" in the ECS developer guide:
 // RESOURCE:* (CPU, MEMORY, ENI, GPU, PORTS...), AGENT (no agent connected on
 // the chosen instance), and Fargate's "Capacity is unavailable at this time".
@@ -239,7 +239,7 @@ func capacityFailure(reason string) bool {
 	return strings.HasPrefix(r, "resource:") || r == "agent" || strings.Contains(r, "capacity is unavailable")
 }
 
-// classify gives an API error that ended a call its class: a refused request
+// classify gives an API error that ended a call its class. A refused request
 // is permanent, anything else (throttling past the retryer, 5xx, network) is
 // retriable. Callers whose call may have had an effect decide for themselves.
 func classify(what string, err error) error {

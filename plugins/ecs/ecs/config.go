@@ -25,7 +25,7 @@ const (
 	// evaluateOnExit lets one retry only infrastructure causes.
 	DefaultMaxInfraRelaunches = 3
 	// DefaultConsistencyWindow is how long a task RunTask started may be
-	// MISSING from DescribeTasks before the job gives up on it: the RunTask
+	// MISSING from DescribeTasks before the job gives up on it. The RunTask
 	// API reference advises retrying DescribeTasks with a backoff growing
 	// to five minutes.
 	DefaultConsistencyWindow = 5 * time.Minute
@@ -38,16 +38,16 @@ const (
 	// default) for the last lines to be in.
 	DefaultLogSettle = 10 * time.Second
 	// DefaultLogDrainTimeout bounds waiting for a stopped task's logs
-	// (read errors, a budget shared by many jobs); the job then ends with a
+	// (read errors, a budget shared by many jobs). The job then ends with a
 	// line saying its log may be incomplete.
 	DefaultLogDrainTimeout = 5 * time.Minute
 	// DefaultStoppedTaskRetention is how long ECS is taken to keep a
-	// stopped task describable; a launch older than this whose task is not
+	// stopped task describable. A launch older than this whose task is not
 	// found is never reissued.
 	DefaultStoppedTaskRetention = time.Hour
 )
 
-// Keys accepted in plugins.ecs.config and in a job's context; the context wins.
+// Keys accepted in plugins.ecs.config and in a job's context. The context wins.
 var configKeys = []string{
 	"api_rates", "cluster", "consistency_window", "container_overrides", "cpu",
 	"endpoint", "execution_role_arn", "launch_retry_timeout", "launch_type",
@@ -57,7 +57,7 @@ var configKeys = []string{
 	"task_definition_template", "task_role_arn", "timeout",
 }
 
-// processKeys are settings of the plugin process, not of one job: they are
+// processKeys are settings of the plugin process, not of one job. They are
 // read from plugins.ecs.config only.
 var processKeys = []string{"api_rates"}
 
@@ -92,8 +92,8 @@ type Config struct {
 	LogSettle            time.Duration
 	LogDrainTimeout      time.Duration
 	StoppedTaskRetention time.Duration
-	// APIRates are the process's calls per second per API (api_rates);
-	// missing entries take DefaultAPIRates.
+	// APIRates are the process's calls per second per API (api_rates).
+	// Missing entries take DefaultAPIRates.
 	APIRates map[string]float64
 }
 
@@ -113,13 +113,13 @@ type ContainerOverride struct {
 	Memory      *int32
 }
 
-// dec decodes the plugin's settings; its errors start "ecs: ".
+// dec decodes the plugin's settings. Its errors start "ecs: ".
 var dec = settings.Decoder{Prefix: "ecs: "}
 
 // parseConfig merges the plugin config (cluster-level defaults) with the
 // job's context (the command's default context merged with the job's own)
 // and validates the result. Context keys replace config keys, except tags,
-// which are merged (context wins per tag, a null tag removes it); a context
+// which are merged (context wins per tag, a null tag removes it). A context
 // that names a task definition in either form replaces the config's in both
 // forms. A null value unsets a key.
 func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
@@ -134,7 +134,7 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 }
 
 // decodeConfig is parseConfig without the check that a task definition is
-// set, which a command's default context may leave to its jobs: Validate
+// set, which a command's default context may leave to its jobs. Validate
 // uses it on the plugin config alone and on each command's default context.
 func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	merged, err := mergeSettings(rawConfig, rawContext)
@@ -179,7 +179,7 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 }
 
 // mergeSettings decodes the plugin config and the job's context and merges
-// them: a context that names a task definition in either form replaces the
+// them. A context that names a task definition in either form replaces the
 // config's in both forms, and tags are merged tag by tag.
 func mergeSettings(rawConfig, rawContext json.RawMessage) (settings.Fields, error) {
 	cfgFields, err := dec.Object("config", rawConfig, configKeys)
@@ -305,7 +305,7 @@ func checkTags(tags map[string]string) error {
 }
 
 // parseClusterConfig reads only what HealthCheck and Cleanup need from the
-// plugin config; the task definition may be left to jobs.
+// plugin config. The task definition may be left to jobs.
 func parseClusterConfig(raw json.RawMessage) (cluster, region, endpoint string, err error) {
 	fields, err := dec.Object("config", raw, configKeys)
 	if err != nil {
@@ -445,7 +445,7 @@ func overrideName(what string, fields settings.Fields, seen map[string]bool) (st
 	return name, nil
 }
 
-// optionalInt32 reads a container's cpu or memory; nil when unset.
+// optionalInt32 reads a container's cpu or memory. It returns nil when unset.
 func optionalInt32(what string, fields settings.Fields, key string) (*int32, error) {
 	f, ok := fields.Get(key)
 	if !ok {
@@ -468,8 +468,8 @@ func numberOrString(what string, v json.RawMessage) (string, error) {
 	return dec.String(what, v)
 }
 
-// parseRates reads api_rates: calls per second per API, each a positive
-// number, keyed by the names in DefaultAPIRates.
+// parseRates reads api_rates. They are calls per second per API, each a
+// positive number, keyed by the names in DefaultAPIRates.
 func parseRates(v json.RawMessage) (map[string]float64, error) {
 	known := make([]string, 0, len(DefaultAPIRates))
 	for k := range DefaultAPIRates {

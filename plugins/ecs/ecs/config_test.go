@@ -85,7 +85,7 @@ func TestConfigContextTemplateReplacesConfigTaskDefinition(t *testing.T) {
 
 func TestConfigTagsNull(t *testing.T) {
 	config := `{"task_definition": "fam", "tags": {"team": "data", "env": "prod"}}`
-	// A null tag removes the config's tag; the others are still merged.
+	// A null tag removes the config's tag. The others are still merged.
 	c := mustConfig(t, config, `{"tags": {"env": null, "owner": "ann"}}`)
 	require.Equal(t, map[string]string{"team": "data", "owner": "ann"}, c.Tags)
 	// A null tags unsets the config's tags, as null unsets any key.
@@ -165,7 +165,7 @@ func TestParseClusterConfig(t *testing.T) {
 	require.ErrorContains(t, err, `unknown key "nope"`)
 }
 
-// The decoding table and the list of accepted keys are kept apart; every
+// The decoding table and the list of accepted keys are kept apart. Every
 // key but tags (merged, and decoded before the table) must have a decoder.
 func TestEveryConfigKeyHasADecoder(t *testing.T) {
 	var c Config

@@ -11,12 +11,12 @@ import (
 
 var _ plugin.Describer = (*Plugin)(nil)
 
-// Describe implements plugin.Describer: one ecs_task per task index with a
-// task, and the CloudWatch log stream of each of its awslogs containers
-// when the job's task definition is a template in its config or context
-// (a task definition named by family or ARN would need a
-// DescribeTaskDefinition call, which Describe must not make). It reads
-// only job and handle.
+// Describe implements plugin.Describer. It describes one ecs_task per task
+// index with a task, and the CloudWatch log stream of each of its awslogs
+// containers when the job's task definition is a template in its config or
+// context (a task definition named by family or ARN would need a
+// DescribeTaskDefinition call, which Describe must not make). It reads only
+// job and handle.
 func (p *Plugin) Describe(job *plugin.Job, handle []byte) []plugin.Resource {
 	h, err := decodeHandle(handle)
 	if err != nil {
@@ -26,7 +26,7 @@ func (p *Plugin) Describe(job *plugin.Job, handle []byte) []plugin.Resource {
 }
 
 // templateLogs are the awslogs containers of the job's task definition
-// template, in the order run.track follows them; nil without a template.
+// template, in the order run.track follows them. It is nil without a template.
 func templateLogs(job *plugin.Job) []tdContainer {
 	c, err := parseConfig(job.Config, job.Context)
 	if err != nil || c.Template == nil {
@@ -105,7 +105,7 @@ func parseTaskARN(arn string) (taskARN, bool) {
 }
 
 // consoleHost is the AWS console's host for region, in the commercial
-// partition only: the console's URLs are not an API contract, and those of
+// partition only. The console's URLs are not an API contract, and those of
 // aws-cn and aws-us-gov (other hosts, other paths) are not checked here, so
 // tasks there get no URL.
 func (a taskARN) consoleHost(region string) string {
@@ -175,7 +175,7 @@ func cloudWatchEscape(s string) string {
 	return b.String()
 }
 
-// unreservedURI: what encodeURIComponent leaves as it is.
+// unreservedURI is what encodeURIComponent leaves as it is.
 func unreservedURI(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.!~*'()", c) >= 0
 }

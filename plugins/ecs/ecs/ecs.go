@@ -1,7 +1,7 @@
 // Package ecs is tether's ECS plugin: a job runs as task_count Amazon ECS
 // tasks, followed to the end by polling DescribeTasks and copying their
 // CloudWatch Logs into the job's output. The tasks outlive the agent
-// watching them: the plugin checkpoints a Handle, and Resume reattaches by
+// watching them. The plugin checkpoints a Handle, and Resume reattaches by
 // the handle or by names derived from the job ID (StartedBy, ClientToken).
 package ecs
 
@@ -111,7 +111,7 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	cfg, err := parseConfig(job.Config, job.Context)
 	if err != nil {
 		// Execute validates the same settings before launching anything, so
-		// a job whose settings do not parse has no tasks to stop; failing
+		// a job whose settings do not parse has no tasks to stop. Failing
 		// here would only make the agent call Cleanup forever.
 		p.log.Warn("cleanup: job settings do not parse; nothing can have been launched", "job", job.ID, "err", err)
 		return nil
@@ -139,7 +139,7 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	return nil
 }
 
-// cleanupHandle decodes the job's handle for Cleanup; nil when there is
+// cleanupHandle decodes the job's handle for Cleanup. It is nil when there is
 // none or it does not decode.
 func (p *Plugin) cleanupHandle(job *plugin.Job) *Handle {
 	if len(job.Handle) == 0 {
@@ -154,8 +154,8 @@ func (p *Plugin) cleanupHandle(job *plugin.Job) *Handle {
 }
 
 // stopHandled stops the unsettled tasks the handle names and returns the
-// task indexes to find by startedBy: those whose launch was in flight, or
-// all count of them when there is no handle.
+// task indexes to find by startedBy. They are those whose launch was in flight,
+// or all count of them when there is no handle.
 func stopHandled(ctx context.Context, cl *clients, cluster string, h *Handle, count int, reason string) ([]int, error) {
 	var list []int
 	for i := range count {

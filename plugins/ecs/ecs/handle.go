@@ -18,7 +18,7 @@ const handleVersion = 2
 // settles, and with the output copied since the last one.
 //
 // It is kept compact because a job may have 1,000 tasks and is checkpointed
-// while they run: what can be derived is not stored (startedBy and client
+// while they run. What can be derived is not stored (startedBy and client
 // tokens from the job ID, stream names from the task definition and task
 // ID), task ARNs share one prefix, and a settled task keeps only its
 // outcome.
@@ -31,7 +31,7 @@ type Handle struct {
 	Cluster           string `json:"c"`
 	TaskDefinitionARN string `json:"td,omitempty"`
 	// ARNPrefix is what every task ARN of the job starts with
-	// ("arn:aws:ecs:<region>:<account>:task/<cluster>/"); tasks store the rest.
+	// ("arn:aws:ecs:<region>:<account>:task/<cluster>/"). Tasks store the rest.
 	ARNPrefix string      `json:"ap,omitempty"`
 	StartedAt int64       `json:"t0,omitempty"` // unix seconds of the first launch; the timeout counts from here across agents
 	Tasks     []TaskState `json:"t"`
@@ -183,7 +183,7 @@ func decodeHandleV1(b []byte) (*Handle, error) {
 		s := TaskState{Attempts: t.Attempts, Outcome: t.Outcome, Reason: t.Reason, Exit: t.ExitCodes}
 		if t.TaskARN != "" {
 			h.setARN(&s, t.TaskARN)
-			// Version 1 did not record launch times; the launch is at most as
+			// Version 1 did not record launch times. The launch is at most as
 			// old as the job's first one.
 			s.LaunchedAt = h.StartedAt * 1000
 			s.Seen = t.LastStatus != ""

@@ -88,7 +88,7 @@ func TestHandleSize(t *testing.T) {
 	settled, err := h.encode()
 	require.NoError(t, err)
 	t.Logf("1,000-task handle: %d bytes while running, %d bytes settled (checkpointed at most every %s while logs move)", len(running), len(settled), checkpointEvery)
-	// Plugin 0.1 wrote 438 KB for the same job; the bound keeps it compact.
+	// Plugin 0.1 wrote 438 KB for the same job. The bound keeps it compact.
 	require.Less(t, len(running), 200_000)
 	require.Less(t, len(settled), 120_000)
 	var back Handle
@@ -96,7 +96,7 @@ func TestHandleSize(t *testing.T) {
 }
 
 // TestThousandTaskJobCheckpointVolume runs a 1,000-task job (synthetic
-// tasks: no processes) and states what it checkpointed: the first launches
+// tasks: no processes) and states what it checkpointed. The first launches
 // are recorded in one checkpoint, RunTask answers and log positions are
 // coalesced, so the volume follows the job's duration, not its task count
 // times its log moves.
@@ -132,7 +132,7 @@ func TestThousandTaskJobCheckpointVolume(t *testing.T) {
 		largest = max(largest, len(cp))
 	}
 	t.Logf("1,000-task job in %s: %d checkpoints, %.1f MB in all, largest %d bytes", time.Since(start).Round(time.Millisecond), len(cps), float64(total)/1e6, largest)
-	// Plugin 0.1 wrote two per launch (2,000) plus one per log move; one per
+	// Plugin 0.1 wrote two per launch (2,000) plus one per log move. One per
 	// 2 s of the job's life is the design.
 	require.Less(t, len(cps), 2+int(time.Since(start)/checkpointEvery)+5)
 }

@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// Static credentials and no shared files or instance metadata: the
+	// Static credentials and no shared files or instance metadata. The
 	// plugin gets AWS_* from the agent's pass_env the same way.
 	for k, v := range map[string]string{
 		"AWS_ACCESS_KEY_ID":           "test",
@@ -88,7 +88,7 @@ func (e *env) job(script string, extra map[string]any) *plugin.Job {
 }
 
 // testRates lift the process's API budgets for tests that want ECS's
-// answers at once; the budget tests set their own.
+// answers at once. The budget tests set their own.
 var testRates = map[string]float64{
 	"describe_tasks": 200, "get_log_events": 200, "run_task": 200, "stop_task": 200,
 	"list_tasks": 200, "describe_task_definition": 200, "register_task_definition": 200,

@@ -20,7 +20,8 @@ import (
 )
 
 // The tests in this file run the plugin against the emulator's hostile
-// profile (or the part of it each is about): ECS as it really behaves.
+// profile (or the part of it each is about). That profile is ECS as it
+// really behaves.
 
 // hostile is the emulator's hostile profile with the random faults a test
 // does not measure turned off, so each test fails only for its own reason.
@@ -41,7 +42,7 @@ func waitStderr(t *testing.T, rt *plugintest.Runtime, s string) {
 }
 
 // A task just launched is MISSING from DescribeTasks for a while (eventual
-// consistency): the job waits for it instead of ending outcome_unknown.
+// consistency). The job waits for it instead of ending outcome_unknown.
 func TestHostileConsistencyWindowIsWaitedFor(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, hostile(nil))
@@ -60,7 +61,7 @@ func TestHostileConsistencyWindowIsWaitedFor(t *testing.T) {
 }
 
 // The last lines of a task that fails arrive in CloudWatch after the task
-// stopped: the drain waits log_settle, so the job's output ends with them.
+// stopped. The drain waits log_settle, so the job's output ends with them.
 func TestHostileLastLinesAfterStopAreKept(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, hostile(nil))
@@ -107,7 +108,7 @@ func TestHostileTransientLaunchRefusalsAreRetried(t *testing.T) {
 	}
 }
 
-// A Spot reclaim or an instance termination is not the work's failure: the
+// A Spot reclaim or an instance termination is not the work's failure. The
 // task is relaunched on its own budget (max_fail_count 1 is kept), and
 // past that budget the job fails naming the cause.
 func TestHostileInfrastructureStops(t *testing.T) {
@@ -143,7 +144,7 @@ func TestHostileInfrastructureStops(t *testing.T) {
 	})
 }
 
-// An Execute that fails after launching tasks stops them: task 1's launch
+// An Execute that fails after launching tasks stops them. task 1's launch
 // is refused (its client token was taken with other parameters), so the
 // job ends outcome_unknown, and task 0, already running, is stopped rather
 // than left beside a retry of the job.
@@ -177,7 +178,7 @@ func TestHostileFailedExecuteStopsWhatItLaunched(t *testing.T) {
 	require.Contains(t, aws.ToString(task.StoppedReason), "attempt 1 ended")
 }
 
-// GetLogEvents errors never decide the job: with the account's
+// GetLogEvents errors never decide the job. With the account's
 // GetLogEvents bucket far below what the plugin asks, reads are throttled,
 // and the job still ends succeeded with every line.
 func TestHostileLogThrottlingDoesNotDecideTheJob(t *testing.T) {
@@ -193,7 +194,7 @@ func TestHostileLogThrottlingDoesNotDecideTheJob(t *testing.T) {
 	require.Positive(t, throttled["GetLogEvents"], "the test must have been throttled to prove anything")
 }
 
-// A container that never logs has no stream: the job says so once and
+// A container that never logs has no stream. The job says so once and
 // succeeds.
 func TestHostileMissingStreamIsNamedOnce(t *testing.T) {
 	t.Parallel()
@@ -206,7 +207,7 @@ func TestHostileMissingStreamIsNamedOnce(t *testing.T) {
 }
 
 // A launch begun longer ago than stopped_task_retention whose task is not
-// found is never reissued: its task may have run and been purged, and what
+// found is never reissued. Its task may have run and been purged, and what
 // a purged task's token does on reissue is not documented (the hostile
 // emulator starts the work again).
 func TestHostileOldLaunchIsNeverReissued(t *testing.T) {
@@ -305,7 +306,7 @@ func TestHostileTemplateRegistrationIsSingleFlight(t *testing.T) {
 	require.LessOrEqual(t, calls["DescribeTaskDefinition"], 2, "the revision is described once, not per job")
 }
 
-// One poller per process and cluster: 60 concurrent jobs are described in
+// One poller per process and cluster. 60 concurrent jobs are described in
 // batches, not once each per poll, and GetLogEvents stays inside the
 // process's budget while every job still gets its whole log.
 func TestHostilePollerBatchesAcrossJobs(t *testing.T) {
@@ -348,7 +349,7 @@ func TestHostilePollerBatchesAcrossJobs(t *testing.T) {
 		n, took.Round(time.Millisecond), calls["DescribeTasks"], float64(calls["DescribeTasks"])/took.Seconds(),
 		calls["GetLogEvents"], float64(calls["GetLogEvents"])/took.Seconds(), throttled)
 	// One DescribeTasks per job per 500 ms poll would be ≥ 60 × (2 s / 0.5 s)
-	// = 240; batched, a round is one call.
+	// = 240. Batched, a round is one call.
 	polls := took.Seconds() / 0.5
 	require.Less(t, float64(calls["DescribeTasks"]), 2*polls+10, "DescribeTasks must be batched across jobs")
 	require.Less(t, calls["DescribeTasks"], n*4/2, "DescribeTasks must be batched across jobs")

@@ -31,7 +31,7 @@ const (
 	// ARN as soon as RunTask answers, so a Cleanup right after a launch
 	// stops the task by ARN. Larger jobs record ARNs with the coalesced
 	// checkpoints (a 1,000-task job would otherwise write its handle 1,000
-	// times while launching); a Cleanup within checkpointEvery of a launch
+	// times while launching). A Cleanup within checkpointEvery of a launch
 	// then finds that task by startedBy, which ECS's eventual consistency
 	// can delay.
 	eagerARNTasks = 16
@@ -40,13 +40,13 @@ const (
 // launch starts task index i. A new launch (any kind but reissue) records
 // its counts and first client token in the handle before RunTask, so a
 // resume after a crash at any point reissues this very launch instead of
-// starting another; reissue repeats it with the same token, which ECS
+// starting another. reissue repeats it with the same token, which ECS
 // answers with the task that launch started if it got through.
 //
 // RunTask refusals that pass with time (capacity, EC2's request limit,
 // throttling; see transientRunTask and capacityFailure) are tried again
-// with a backoff for up to launch_retry_timeout without using any budget:
-// each try launched nothing, so it gets a new client token. A 5xx or a lost
+// with a backoff for up to launch_retry_timeout without using any budget.
+// Each try launched nothing, so it gets a new client token. A 5xx or a lost
 // answer may have launched the task, so it is tried again with the same
 // token.
 func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
@@ -62,7 +62,7 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 		// The launch's counts and time are durable before its RunTask, so a
 		// resume after a crash anywhere from here reissues this launch (same
 		// client token) instead of starting another. What RunTask answers
-		// need not be: a resume that does not know the ARN reissues the
+		// need not be. A resume that does not know the ARN reissues the
 		// token and gets the same task back (see eagerARNTasks).
 		if !recorded {
 			if err := r.checkpoint(ctx); err != nil {
@@ -94,7 +94,7 @@ type launchTries struct {
 	again     string // why the current try is made again
 }
 
-// retryNew makes the try again with a new client token: RunTask refused it
+// retryNew makes the try again with a new client token. RunTask refused it
 // and nothing was launched.
 func (l *launchTries) retryNew(why string) {
 	l.again = why
@@ -102,7 +102,7 @@ func (l *launchTries) retryNew(why string) {
 	l.sameToken = false
 }
 
-// retrySame makes the try again with the same client token: it may have
+// retrySame makes the try again with the same client token. It may have
 // launched the task, which the same token returns if so.
 func (l *launchTries) retrySame(why string) {
 	l.again = why
@@ -177,7 +177,7 @@ func (r *run) launchRefused(ctx context.Context, l *launchTries, err error) (boo
 		}
 		return true, plugin.Errorf(plugin.Permanent, "ecs: launching task %d of job %s: %v", i, r.job.ID, err)
 	}
-	// A 5xx or a lost answer: the task may exist. The same token returns it
+	// A 5xx or a lost answer. The task may exist. The same token returns it
 	// if so.
 	l.retrySame("RunTask failed (it may have launched; trying again with the same client token): " + err.Error())
 	return false, nil
@@ -192,7 +192,7 @@ func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types
 	for _, f := range failures {
 		reason := aws.ToString(f.Reason)
 		if reason == "MISSING" {
-			// ECS remembers the token but has forgotten its task: it ran
+			// ECS remembers the token but has forgotten its task. It ran
 			// and stopped while nobody watched, with an unknown outcome.
 			return true, plugin.Errorf(plugin.OutcomeUnknown,
 				"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
@@ -233,15 +233,15 @@ func (r *run) launched(ctx context.Context, l *launchTries, task types.Task) err
 func (r *run) gaveUp(l *launchTries) error {
 	msg := fmt.Sprintf("ecs: launching task %d of job %s: gave up after %s: %s", l.i, r.job.ID, r.cfg.LaunchRetryTimeout, l.again)
 	if l.sameToken {
-		// The last try may have launched it: a retry of the job would run
-		// beside it. stopOnError stops what is known; a task behind a lost
+		// The last try may have launched it. A retry of the job would run
+		// beside it. stopOnError stops what is known. A task behind a lost
 		// answer is stopped by the job's Cleanup, which lists by startedBy.
 		return plugin.Errorf(plugin.OutcomeUnknown, "%s", msg)
 	}
 	return plugin.Errorf(plugin.Retriable, "%s", msg)
 }
 
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
+// sleepCtx waits d or until ctx ends. It reports whether d passed.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

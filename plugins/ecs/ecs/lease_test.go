@@ -24,7 +24,7 @@ type leasedRuntime struct {
 func (r leasedRuntime) LeaseDeadline() time.Duration { return r.validFor }
 
 // When the SDK stops a watch at its lease deadline, the task is left
-// running, as on any cancel: another agent resumes it, or Cleanup stops it.
+// running, as on any cancel. Another agent resumes it, or Cleanup stops it.
 func TestLeaseExpiryLeavesTaskRunning(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, emulator.Options{})

@@ -24,18 +24,18 @@ const (
 
 // stream is one container's awslogs stream of a task's current launch.
 //
-// How logs are read (one GetLogEvents budget per process, see budget):
-// while a task runs, each of its streams is read about once per
-// poll_interval as a live tail, at low priority; when the budget is short
+// How logs are read (one GetLogEvents budget per process, see budget).
+// While a task runs, each of its streams is read about once per
+// poll_interval as a live tail, at low priority. When the budget is short
 // (1,000 jobs per agent) tails simply come less often, FIFO, since one call
 // returns up to 10,000 events. When the poller reports the task STOPPED,
-// its streams are drained at high priority: read to the end (the token
+// its streams are drained at high priority. Read to the end (the token
 // stops moving) no earlier than log_settle after the stop was seen, so
-// events CloudWatch delivers late are in; a drain once begun goes before
+// events CloudWatch delivers late are in. A drain once begun goes before
 // new ones, so each job ends as soon as it can rather than all late. The task's outcome is recorded,
 // and the job may end, only after that (or after log_drain_timeout, with a
 // line saying the log may be incomplete). A read error never decides the
-// job: the task does.
+// job. The task does.
 type stream struct {
 	task      int
 	cursor    int // index into the task's TaskState.Logs
@@ -112,7 +112,7 @@ func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
 }
 
 // streamDue says how urgent a read of a task's stream is and when it is
-// due. A stopped task's streams are drained log_settle after the stop; a
+// due. A stopped task's streams are drained log_settle after the stop. A
 // running task's are tailed. It reports false for a task not seen yet.
 func (r *run) streamDue(tr *taskRun, t *TaskState, s *stream) (int, time.Time, bool) {
 	var prio int
@@ -144,7 +144,7 @@ func (r *run) drained(i int, now time.Time) bool {
 		return true
 	}
 	// The timeout counts from a stream's first drain read, not from the
-	// stop: waiting for a turn in the process's budget is queueing, not a
+	// stop. Waiting for a turn in the process's budget is queueing, not a
 	// failing stream, and giving up then would cut logs for no reason.
 	var expired []*stream
 	for _, s := range tr.streams {
@@ -263,7 +263,7 @@ func (r *run) logReadFailed(ctx context.Context, s *stream, cur *LogCursor, prio
 		}
 		s.nextTail = now.Add(r.cfg.PollInterval)
 	case code == "InvalidParameterException" && cur.Token != "" && strings.Contains(strings.ToLower(errorMessage(err)), "token"):
-		// Tokens expire (24 h): read on by time from the last line copied.
+		// Tokens expire (24 h). Read on by time from the last line copied.
 		s.byTime = true
 		r.stderrf("task %d: the log position in %s expired; reading on from the last line's time (lines logged in that same millisecond may be missing)", s.task, s.name)
 	case throttlingCodes[code]:
@@ -290,7 +290,7 @@ func (r *run) logRead(t *TaskState, s *stream, cur *LogCursor, prio int, now tim
 		// More to read: due again at once (a new ticket: other jobs' reads
 		// in the queue go first).
 	case prio <= prioDrain:
-		// At the end, and the stop was seen log_settle ago or more: what
+		// At the end, the stop was seen log_settle ago or more. What
 		// CloudWatch had to deliver is in.
 		s.done = true
 	default:
@@ -327,7 +327,7 @@ func (r *run) noteLog(s *stream, msg string, retry time.Time) {
 }
 
 // writeEvents copies events to the job's stdout. CloudWatch Logs does not
-// keep stdout and stderr apart, so both go to stdout; with several tasks or
+// keep stdout and stderr apart, so both go to stdout. With several tasks or
 // containers each line says whose it is.
 func (r *run) writeEvents(t *TaskState, s *stream, events []types.OutputLogEvent) error {
 	if len(events) == 0 {

@@ -25,7 +25,7 @@ var lowerBase32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // StartedBy is the ECS startedBy of a job's task index: "tether-", 24
 // lowercase base32 characters of SHA-256(job ID), "-", the index. A job ID
-// (a UUID) does not fit the 36 characters ECS allows, so it is hashed; the
+// (a UUID) does not fit the 36 characters ECS allows, so it is hashed. The
 // same job and index always give the same name, which is how Resume and
 // Cleanup find tasks without a handle.
 func StartedBy(jobID string, index int) string {
@@ -38,7 +38,7 @@ func jobStem(jobID string) string {
 	return "tether-" + strings.ToLower(lowerBase32.EncodeToString(sum[:]))[:startedByHashLen]
 }
 
-// ClientToken is the RunTask clientToken of one launch: the same job run
+// ClientToken is the RunTask clientToken of one launch. The same job run
 // (job ID and job attempt), task index and launch attempt always give the
 // same token, so a RunTask repeated after a lost answer or by a resuming
 // agent returns the task the first call started instead of starting another.

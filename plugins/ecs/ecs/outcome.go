@@ -43,9 +43,9 @@ type stoppedTask struct {
 }
 
 // evaluate decides a stopped task's outcome. essential maps container names
-// to the task definition's essential flag; a container missing from it counts
+// to the task definition's essential flag. A container missing from it counts
 // as essential (the ECS default). A task succeeds only when every essential
-// container exited 0: a missing exit code is not success.
+// container exited 0. A missing exit code is not success.
 func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string) {
 	if t.StopCode == stopCodeFTS {
 		return outcomeFailed, "failed to start: " + orUnknown(t.StoppedReason)
@@ -71,7 +71,7 @@ func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string)
 }
 
 // essentialProblems says what is wrong with the essential containers'
-// exits; nothing when every one exited 0.
+// exits. It is nothing when every one exited 0.
 func essentialProblems(containers []containerResult, essential map[string]bool) []string {
 	var problems []string
 	checked := 0
@@ -90,8 +90,8 @@ func essentialProblems(containers []containerResult, essential map[string]bool) 
 	return problems
 }
 
-// exitProblem says what is wrong with a container's exit: no exit code, or
-// one other than 0. It is "" for an exit with code 0.
+// exitProblem says what is wrong with a container's exit. That is no exit code,
+// or one other than 0. It is "" for an exit with code 0.
 func exitProblem(c containerResult) string {
 	var msg string
 	switch {

@@ -63,7 +63,7 @@ func TestExecuteSuccess(t *testing.T) {
 		require.Equal(t, arn, out.Tasks[0].TaskARN)
 		require.Equal(t, startedBy, out.Tasks[0].StartedBy)
 
-		// The first checkpoint precedes RunTask; one follows it with the ARN.
+		// The first checkpoint precedes RunTask. One follows it with the ARN.
 		cps := rt.Checkpoints()
 		first, err := decodeHandle(cps[0])
 		require.NoError(t, err)
@@ -144,7 +144,7 @@ func TestExecuteFailToStart(t *testing.T) {
 	})
 }
 
-// Capacity failures launch nothing and pass with time: they are tried again
+// Capacity failures launch nothing and pass with time. They are tried again
 // without using max_fail_count, until launch_retry_timeout, and then the
 // job is retriable (the host may retry it later), never permanent.
 func TestExecuteRunTaskCapacityFailuresAreRetried(t *testing.T) {
@@ -184,7 +184,7 @@ func TestMaxFailCount(t *testing.T) {
 func TestFailedTaskStopsTheOthers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, emulator.Options{})
-	// Both tasks would run for a minute; task 0 is stopped from outside
+	// Both tasks would run for a minute. task 0 is stopped from outside
 	// (its container then exits 143), which fails it on its only attempt.
 	job := e.job(`sleep 60`, map[string]any{"task_count": 2, "timeout": "1m"})
 	rt := plugintest.NewRuntime(nil)

@@ -20,12 +20,12 @@ const (
 )
 
 // poller follows every task the plugin process watches on one cluster,
-// whatever job it belongs to: one round describes them all, 100 per
+// whatever job it belongs to. One round describes them all, 100 per
 // DescribeTasks call, and hands each job what was said about its tasks.
 // The round is every poll_interval (the smallest the watching jobs ask for),
-// stretched so the round's calls fit the process's describe_tasks rate: at
-// 1,000 tasks and 4 calls/s, 10 calls take 2.5 s, so a 6 s interval holds;
-// at 10,000 tasks a round takes 25 s.
+// stretched so the round's calls fit the process's describe_tasks rate. At
+// 1,000 tasks and 4 calls/s, 10 calls take 2.5 s, so a 6 s interval holds.
+// At 10,000 tasks a round takes 25 s.
 type poller struct {
 	cl      *clients
 	cluster string
@@ -46,8 +46,8 @@ type seen struct {
 	missing bool       // DescribeTasks answered MISSING
 }
 
-// watchSub is one job's subscription: the tasks it watches and what the
-// last rounds said about them, collected until the job takes them.
+// watchSub is one job's subscription. It holds the tasks it watches and what
+// the last rounds said about them, collected until the job takes them.
 type watchSub struct {
 	p        *poller
 	interval time.Duration
@@ -58,7 +58,7 @@ type watchSub struct {
 	ready chan struct{}
 }
 
-// subscribe starts a job's subscription; close it when the job's run ends.
+// subscribe starts a job's subscription. Close it when the job's run ends.
 func (p *poller) subscribe(interval time.Duration) *watchSub {
 	s := &watchSub{p: p, interval: interval, got: map[string]seen{}, ready: make(chan struct{}, 1)}
 	p.mu.Lock()
@@ -174,7 +174,7 @@ func (p *poller) loop() {
 		}
 		wait := time.Duration(backoff)*interval - time.Since(start)
 		if wait > 0 {
-			// Nothing cancels a round: the poller serves every job of the
+			// Nothing cancels a round. The poller serves every job of the
 			// process, and its loop ends when no task is watched (a task
 			// watched meanwhile is, by ECS's consistency, not visible yet).
 			<-time.After(wait)
@@ -182,11 +182,11 @@ func (p *poller) loop() {
 	}
 }
 
-// describe asks about one batch and hands the answers out; it reports
+// describe asks about one batch and hands the answers out. It reports
 // whether ECS throttled it.
 func (p *poller) describe(arns []string) bool {
-	// Not a job's context: the round serves every job. A call is bounded
-	// by the SDK's retries; a budget wait by the rate.
+	// Not a job's context. The round serves every job. A call is bounded
+	// by the SDK's retries. A budget wait is bounded by the rate.
 	ctx := context.Background()
 	_ = p.cl.wait(ctx, apiDescribeTasks)
 	out, err := p.cl.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String(p.cluster), Tasks: arns})

@@ -15,7 +15,7 @@ import (
 
 // reattach loads the handle (or starts from nothing when there is none),
 // finds each task index's current task, and launches only what was never
-// launched. Tasks with an ARN are left to watch: the poller reads their
+// launched. Tasks with an ARN are left to watch. The poller reads their
 // state, and one seen before and now MISSING ends the job outcome_unknown.
 func (r *run) reattach(ctx context.Context) error {
 	if err := r.loadHandle(); err != nil {
@@ -57,7 +57,7 @@ func (r *run) loadHandle() error {
 	if r.h.Cluster == "" {
 		r.h.Cluster = r.cfg.Cluster
 	}
-	// The task count is what was launched; only a job none of whose tasks
+	// The task count is what was launched. Only a job none of whose tasks
 	// was launched yet takes today's task_count.
 	for len(r.h.Tasks) < r.cfg.TaskCount && !r.launchedAny() {
 		r.h.Tasks = append(r.h.Tasks, TaskState{})
@@ -80,14 +80,14 @@ func (r *run) storedHandle() (*Handle, error) {
 		return nil, plugin.Errorf(plugin.OutcomeUnknown, "ecs: resuming job %s: the stored handle's tasks were started by %s-*, not by this job", r.job.ID, h.Job)
 	}
 	if h.JobAttempt != r.job.Attempt {
-		// A handle of an earlier run of the job: its tasks are not this run's.
+		// A handle of an earlier run of the job. Its tasks are not this run's.
 		r.stderrf("ignoring the handle of run %d of job %s; this is run %d", h.JobAttempt, r.job.ID, r.job.Attempt)
 		return nil, nil
 	}
 	return h, nil
 }
 
-// loadTaskDef sets r.td: the revision the handle names, or the config's
+// loadTaskDef sets r.td. It is the revision the handle names, or the config's
 // task definition resolved (and registered) when the handle names none.
 func (r *run) loadTaskDef(ctx context.Context) error {
 	var err error
@@ -118,7 +118,7 @@ func (r *run) resumeTask(ctx context.Context, i int) error {
 		// Never submitted.
 		return r.launch(ctx, i, firstLaunch)
 	case t.LaunchedAt == 0 || launchAge > r.cfg.StoppedTaskRetention:
-		// Its task may have run and been purged: ECS keeps a stopped
+		// Its task may have run and been purged. ECS keeps a stopped
 		// task for about an hour, and what reissuing a client token
 		// whose task was purged does is not documented (it might start
 		// the work again). So it is not reissued.
@@ -127,7 +127,7 @@ func (r *run) resumeTask(ctx context.Context, i int) error {
 			i, r.job.ID, t.Attempts, launchAge.Round(time.Second), r.cfg.StoppedTaskRetention, StartedBy(r.job.ID, i))
 	}
 	// A launch was begun but its task is not listed (ListTasks is
-	// eventually consistent too): reissue it with the same client
+	// eventually consistent too). Reissue it with the same client
 	// token, so a RunTask that did get through is not repeated.
 	r.stderrf("task %d: reissuing launch %d", i, t.Attempts)
 	return r.launch(ctx, i, reissue)

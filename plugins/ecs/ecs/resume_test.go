@@ -157,7 +157,7 @@ func TestResumeFindsTaskByStartedBy(t *testing.T) {
 		rt1 := plugintest.NewRuntime(nil)
 		_, err := c.Execute(context.Background(), job, rt1)
 		require.NoError(t, err)
-		// The checkpoint taken just before RunTask: the agent died before it
+		// The checkpoint taken just before RunTask. The agent died before it
 		// learnt the task's ARN.
 		before := rt1.Checkpoints()[0]
 		h, err := decodeHandle(before)
@@ -219,7 +219,7 @@ func TestResumeWithoutHandleAdoptsAndCountsAttempts(t *testing.T) {
 	_, err := Direct(e.p).Execute(context.Background(), job, plugintest.NewRuntime(nil))
 	require.Error(t, err)
 	require.Equal(t, 2, e.em.Launches(StartedBy(job.ID, 0)))
-	// No handle at all: both stopped tasks are found by startedBy and count
+	// No handle at all. Both stopped tasks are found by startedBy and count
 	// as launch attempts, so nothing is launched again.
 	_, err = Direct(e.p).Resume(context.Background(), job, plugintest.NewRuntime(nil))
 	_, msg := plugintest.Error(t, err)
@@ -262,7 +262,7 @@ func TestResumeReissueAfterExpiryIsOutcomeUnknown(t *testing.T) {
 	require.Eventually(t, func() bool { _, ok := e.describe(t, arn); return !ok }, 10*time.Second, 50*time.Millisecond, "expired from ECS")
 
 	// The agent was lost between checkpointing launch 1 and learning its
-	// ARN; by now ListTasks finds nothing, and the reissued RunTask tells
+	// ARN. By now ListTasks finds nothing, and the reissued RunTask tells
 	// that the token's task is gone.
 	_, err = Direct(e.p).Resume(context.Background(), job, plugintest.NewRuntime(rt1.Checkpoints()[0]))
 	class, msg := plugintest.Error(t, err)

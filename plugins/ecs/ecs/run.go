@@ -21,16 +21,16 @@ const (
 	// maxPollFailures is how many rounds in a row may refuse to describe a
 	// job's tasks as a wrong request (AccessDenied, a deleted cluster)
 	// before the job gives up watching. Throttling, 5xx and network errors
-	// never end a job: its timeout does.
+	// never end a job. Its timeout does.
 	maxPollFailures = 10
-	// checkpointEvery coalesces checkpoints of log positions: output copied
+	// checkpointEvery coalesces checkpoints of log positions. Output copied
 	// from CloudWatch is held by the agent until the checkpoint that records
 	// how far it was copied (so a resume copies on from there, exactly once),
 	// so it becomes visible at most this late, and a 1,000-task job writes
 	// its handle at most this often however fast its logs move.
 	checkpointEvery = 2 * time.Second
 	// stopTimeout bounds stopping an attempt's tasks when it ends with an
-	// error; it runs detached from the job's context, which may be gone.
+	// error. It runs detached from the job's context, which may be gone.
 	stopTimeout = time.Minute
 )
 
@@ -63,7 +63,7 @@ type run struct {
 	lastCkpt  time.Time
 	pollFails int
 	// fatal is set when the agent refuses the job's checkpoints or output
-	// (its lease is gone): watching on could only repeat the failure, and
+	// (its lease is gone). Watching on could only repeat the failure, and
 	// the tasks are left to whoever holds the job now.
 	fatal error
 	// end is set when the job's outcome is decided outside decide (a task
@@ -95,8 +95,8 @@ func (r *run) stderrf(format string, args ...any) {
 	fmt.Fprintf(r.rt.Stderr(), "ecs: "+format+"\n", args...)
 }
 
-// start subscribes to the cluster's poller and builds the per-task state;
-// the handle and task definition must be set.
+// start subscribes to the cluster's poller and builds the per-task state.
+// The handle and task definition must be set.
 func (r *run) start() {
 	r.sub = r.cl.poller(r.h.Cluster).subscribe(r.cfg.PollInterval)
 	r.tasks = make([]taskRun, len(r.h.Tasks))
@@ -116,7 +116,7 @@ func (r *run) close() {
 	r.dropTicket()
 }
 
-// track starts following task i's current launch: the poller describes it
+// track starts following task i's current launch. The poller describes it
 // and its log streams are read from the handle's positions.
 func (r *run) track(i int) {
 	t := &r.h.Tasks[i]
@@ -129,8 +129,8 @@ func (r *run) track(i int) {
 	for ci, c := range logged {
 		cl := r.cl
 		if c.LogRegion != "" && c.LogRegion != r.cfg.Region {
-			// awslogs-region: the streams live where the task definition
-			// says; a client for that region is made on first use.
+			// awslogs-region. The streams live where the task definition
+			// says. A client for that region is made on first use.
 			cl = nil
 		}
 		r.tasks[i].streams = append(r.tasks[i].streams, &stream{
@@ -148,11 +148,11 @@ func (r *run) checkpoint(ctx context.Context) error {
 	if err != nil {
 		return plugin.WithClass(plugin.OutcomeUnknown, err)
 	}
-	// No timeout of our own: the host holds a checkpoint while its database
+	// No timeout of our own. The host holds a checkpoint while its database
 	// is away and answers once it is stored, or when it stops the job (its
-	// self-fence); giving up sooner would fail a healthy job.
+	// self-fence). Giving up sooner would fail a healthy job.
 	if err := r.rt.Checkpoint(context.WithoutCancel(ctx), b); err != nil {
-		// The tasks run on; a later Resume finds them by the handle it has.
+		// The tasks run on. A later Resume finds them by the handle it has.
 		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: checkpointing job %s: %w", r.job.ID, err))
 		return r.fatal
 	}
@@ -171,7 +171,7 @@ func (r *run) flush(ctx context.Context, force bool) error {
 
 // watch follows the tasks until every one succeeded, one failed past its
 // budgets, the timeout passed, or ctx ended. On ctx's end the tasks are
-// left running: the agent decides (Cleanup on a cancel; another agent's
+// left running. The agent decides (Cleanup on a cancel; another agent's
 // Resume on a handoff).
 func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
 	var deadline time.Time
@@ -223,7 +223,7 @@ func (r *run) ended(ctx context.Context, deadline, now time.Time) error {
 	return nil
 }
 
-// nextWait is how long watch may sleep when nothing arrives: until the
+// nextWait is how long watch may sleep when nothing arrives. It is until the
 // next log read is due, a coalesced checkpoint is due, or the deadline.
 func (r *run) nextWait(now, deadline time.Time) time.Duration {
 	wake := r.planLogs(now)
@@ -237,7 +237,7 @@ func (r *run) nextWait(now, deadline time.Time) time.Duration {
 	return max(time.Until(wake), time.Millisecond)
 }
 
-// ticketReady is the channel closed when the run's log read may be made;
+// ticketReady is the channel closed when the run's log read may be made.
 // nil, which never fires, when it has no ticket.
 func (r *run) ticketReady() <-chan struct{} {
 	if r.ticket == nil {
@@ -322,7 +322,7 @@ func (r *run) onSeen(i int, v seen, now time.Time) {
 }
 
 // onMissing handles DescribeTasks answering MISSING for task i. ECS is
-// eventually consistent: a task RunTask just started may be MISSING for a
+// eventually consistent. A task RunTask just started may be MISSING for a
 // while (the RunTask API reference says to retry DescribeTasks with a
 // backoff from a couple of seconds up to five minutes), so a task never
 // seen is waited for until consistency_window after its launch. A task
@@ -365,7 +365,7 @@ func (r *run) decide(ctx context.Context) (bool, *plugin.Result, error) {
 }
 
 // settleDrained settles the stopped tasks whose logs are in. It is recorded
-// with the next checkpoint: a resume before it describes the stopped task
+// with the next checkpoint. A resume before it describes the stopped task
 // again and settles it the same way, and a relaunch checkpoints first.
 func (r *run) settleDrained(now time.Time) {
 	for i := range r.h.Tasks {
@@ -402,7 +402,7 @@ func (r *run) relaunchOrFail(ctx context.Context, i int) (bool, error) {
 	return false, nil
 }
 
-// fail ends the job for good: the other tasks are stopped.
+// fail ends the job for good. The other tasks are stopped.
 func (r *run) fail(ctx context.Context, msg string) error {
 	if err := r.stopAll(ctx, fmt.Sprintf("tether: job %s failed", r.job.ID)); err != nil {
 		msg += fmt.Sprintf(" (stopping the other tasks: %v)", err)
@@ -482,7 +482,7 @@ func (r *run) stopAll(ctx context.Context, reason string) error {
 }
 
 // stopOnError stops what the attempt launched when it ends with an error
-// that leaves nobody watching its tasks: the host may retry the job, and
+// that leaves nobody watching its tasks. The host may retry the job, and
 // a retry beside the old tasks would run the work twice. Tasks are left
 // running only when the agent stopped the call (a cancel's Cleanup or a
 // handoff's Resume follows) or refused its checkpoints (the lease moved
@@ -504,7 +504,7 @@ func firstLine(s string) string {
 	return s
 }
 
-// stopTask stops a task; a task ECS no longer knows is already stopped.
+// stopTask stops a task. A task ECS no longer knows is already stopped.
 func stopTask(ctx context.Context, cl *clients, cluster, arn, reason string) error {
 	if err := cl.wait(ctx, apiStopTask); err != nil {
 		return err

@@ -72,7 +72,7 @@ func newTaskDef(d *types.TaskDefinition) taskDef {
 }
 
 // decodeTemplate reads a task_definition_template into a RegisterTaskDefinition
-// input. Field names are the API's (family, containerDefinitions, ...); a
+// input. Field names are the API's (family, containerDefinitions, ...). A
 // field the API does not have is an error, not silently dropped.
 func decodeTemplate(raw json.RawMessage) (*ecs.RegisterTaskDefinitionInput, error) {
 	var in ecs.RegisterTaskDefinitionInput
@@ -115,7 +115,7 @@ func templateInput(c Config) (*ecs.RegisterTaskDefinitionInput, string, error) {
 }
 
 // nameTTL is how long a family (or family:revision) name stays resolved to
-// the revision it named: a bare family moves when a revision is
+// the revision it named. A bare family moves when a revision is
 // registered, so it is looked up again after this.
 const nameTTL = 30 * time.Second
 
@@ -233,7 +233,7 @@ func registerTemplate(ctx context.Context, cl *clients, in *ecs.RegisterTaskDefi
 		return td, err
 	}
 	// No revision yet (a client error: the family does not exist), or the
-	// template changed: register a new revision.
+	// template changed. Register a new revision.
 	if err := cl.wait(ctx, apiRegisterTaskDefinition); err != nil {
 		return taskDef{}, err
 	}

@@ -95,7 +95,7 @@ func TestCancelWakesStoppedProcess(t *testing.T) {
 		return err == nil && p.State == 'T'
 	})
 	cancel()
-	// SIGTERM stays pending on a stopped process; SIGCONT lets it act.
+	// SIGTERM stays pending on a stopped process. SIGCONT lets it act.
 	r := waitResult(t, done, 5*time.Second)
 	requireClass(t, r.err, plugin.Retriable)
 }
@@ -105,7 +105,7 @@ func TestLeftoversAreStoppedAfterLeaderExits(t *testing.T) {
 	dir := t.TempDir()
 	rt := &fakeRuntime{}
 	start := time.Now()
-	// The background sleep keeps stdout open; Execute must neither hang on it
+	// The background sleep keeps stdout open. Execute must neither hang on it
 	// nor leave it running.
 	res, err := New().Execute(context.Background(), e.job(t, map[string]any{
 		"script": "sleep 300 & echo $! > bg.pid; echo done", "working_dir": dir, "kill_grace": "200ms",
@@ -135,7 +135,7 @@ func TestCleanupFromFreshPluginKillsRunningGroup(t *testing.T) {
 	gc := readPID(t, filepath.Join(dir, "gc.pid"))
 	leader := readPID(t, filepath.Join(dir, "leader.pid"))
 
-	// A second plugin process knows nothing in memory; it finds the group
+	// A second plugin process knows nothing in memory. It finds the group
 	// through the state directory.
 	other := New()
 	if err := other.Cleanup(context.Background(), job); err != nil {
@@ -159,7 +159,7 @@ func TestCleanupFromFreshPluginKillsRunningGroup(t *testing.T) {
 	}
 }
 
-// Cleanup of a job still running here stops it the graceful way: the
+// Cleanup of a job still running here stops it the graceful way. The
 // group gets kill_grace after SIGTERM (a cancel's stop may be under way), and
 // is killed at once only when Cleanup's own deadline comes.
 func TestCleanupInSameProcessHonoursGraceUntilItsDeadline(t *testing.T) {
@@ -297,7 +297,7 @@ func TestCleanupAfterCrashFindsGroupByRunMarker(t *testing.T) {
 func TestCleanupNeverKillsARecycledGroup(t *testing.T) {
 	e := newTestEnv(t)
 
-	// Leader alive but with another start time: the PID was reused.
+	// Leader alive but with another start time. The PID was reused.
 	live := exec.Command("sleep", "300")
 	live.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := live.Start(); err != nil {
@@ -380,7 +380,8 @@ func TestShutdownStopsAllJobsAndRefusesNewOnes(t *testing.T) {
 		t.Errorf("Shutdown took %s: it should SIGKILL when its context ends, not wait out the 1m grace", took)
 	}
 	for _, done := range dones {
-		// Shutdown waited for Execute; only the hand-over to this goroutine remains.
+		// Shutdown waited for Execute. Only the hand-over to this goroutine
+		// remains.
 		r := waitResult(t, done, time.Second)
 		pe := requireClass(t, r.err, plugin.Retriable)
 		if !strings.Contains(pe.Message, "shutting down") {

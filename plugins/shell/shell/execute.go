@@ -58,7 +58,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.RunAs)},
 	}
 	startErr := cmd.Start()
-	// The child has its own copies; ours must go so readers see EOF.
+	// The child has its own copies. Ours must go so readers see EOF.
 	out.closeWriters()
 	if startErr != nil {
 		out.closeReaders()
@@ -133,7 +133,7 @@ func prepareWorkDir(cfg config, job *plugin.Job, s spec) (workDir, error) {
 		return workDir{}, plugin.Errorf(plugin.Retriable, "creating working directory under %s: %v", cfg.WorkRoot, err)
 	}
 	if a := cfg.RunAs; a != nil {
-		// The directory is private (0700): it must be the job's user's.
+		// The directory is private (0700). It must be the job's user's.
 		if err := os.Chown(dir, int(a.UID), int(a.GID)); err != nil {
 			_ = os.RemoveAll(dir)
 			return workDir{}, plugin.Errorf(plugin.Retriable, "handing working directory %s to user %s: %v", dir, a.Name, err)

@@ -21,7 +21,8 @@ type stopOutcome struct {
 // already gone is not an error.
 func signalGroup(pgid int, sig unix.Signal) error {
 	if pgid <= 1 {
-		// kill(-1) signals every process we may signal; kill(0) our own group.
+		// kill(-1) signals every process we may signal. kill(0) signals our
+		// own group.
 		return fmt.Errorf("refusing to signal process group %d", pgid)
 	}
 	err := unix.Kill(-pgid, sig)

@@ -22,7 +22,7 @@ type leasedRuntime struct {
 func (r leasedRuntime) LeaseDeadline() time.Duration { return r.validFor }
 
 // When the SDK stops a call at its lease deadline, the shell plugin stops
-// the job's group as on any cancel: SIGTERM, SIGKILL after kill_grace, and
+// the job's group as on any cancel. SIGTERM, SIGKILL after kill_grace, and
 // every process gone before the call returns.
 func TestLeaseExpiryKillsTheGroupAfterItsGrace(t *testing.T) {
 	e := newTestEnv(t)
@@ -49,7 +49,7 @@ func TestLeaseExpiryKillsTheGroupAfterItsGrace(t *testing.T) {
 	if !errors.As(r.err, &le) || !strings.Contains(le.PluginSaid, plugin.ErrLeaseExpired.Error()) || !strings.Contains(le.PluginSaid, "SIGKILL") {
 		t.Errorf("the plugin said %q, want its lease named as the cause and SIGKILL after the grace", le.PluginSaid)
 	}
-	// Deadline (valid_for less 10 %) plus the whole grace: SIGKILL did not
+	// Deadline (valid_for less 10 %) plus the whole grace. SIGKILL did not
 	// come early.
 	if took := r.at.Sub(begin); took < validFor-validFor/10+grace {
 		t.Errorf("Execute returned %s after the call, before the deadline and the %s grace", took, grace)

@@ -59,7 +59,7 @@ func parseStat(b []byte) (procInfo, error) {
 		return procInfo{}, errors.New("malformed /proc stat: no ')'")
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); start time is field 22.
+	// f[0] is field 3 (state). Start time is field 22.
 	if len(f) < 20 || len(f[0]) != 1 {
 		return procInfo{}, errors.New("malformed /proc stat: too few fields")
 	}
@@ -75,7 +75,7 @@ func parseStat(b []byte) (procInfo, error) {
 }
 
 // groupMembers returns the live (not zombie) processes in process group pgid.
-// Zombies are dead: they hold no resources and cannot be signalled further, and
+// Zombies are dead. They hold no resources and cannot be signalled further, and
 // an init that does not reap (common in containers) would keep them forever.
 func groupMembers(pgid int) ([]int, error) {
 	// Fast path: no process at all in the group.
@@ -118,7 +118,7 @@ func hasEnv(pid int, kv string) bool {
 	return false
 }
 
-// bootID identifies the running kernel boot; PIDs and start times recorded
+// bootID identifies the running kernel boot. PIDs and start times recorded
 // under another boot mean nothing now.
 func bootID() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")

@@ -4,8 +4,8 @@ package shell
 
 import "errors"
 
-// The plugin needs waitid(WNOWAIT) and /proc to manage process groups safely;
-// elsewhere Execute fails with a clear error instead of half-working.
+// The plugin needs waitid(WNOWAIT) and /proc to manage process groups safely.
+// Elsewhere Execute fails with a clear error instead of half-working.
 const procSupported = false
 
 var errUnsupported = errors.New("the shell plugin runs only on Linux")

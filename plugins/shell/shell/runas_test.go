@@ -82,7 +82,7 @@ func TestRunAsCannotReadAgentEnviron(t *testing.T) {
 	}
 }
 
-// A job stopped by the host is stopped across the uid change: the plugin
+// A job stopped by the host is stopped across the uid change. The plugin
 // (root) signals the group of a process that is not its user's.
 func TestRunAsCancelStopsGroup(t *testing.T) {
 	requireRoot(t)

@@ -1,8 +1,8 @@
-// Package shell implements tether's shell plugin: it runs a job as a local
+// Package shell implements tether's shell plugin. It runs a job as a local
 // process (an argv or a /bin/sh script) in its own process group, streams its
 // output to the host, and makes sure no process of the job outlives it.
 //
-// The plugin does not implement Resume: a local process dies with its agent.
+// The plugin does not implement Resume. A local process dies with its agent.
 // It implements Cleanup, which kills whatever is left of a job's process group,
 // even from a plugin process other than the one that started it. It runs only
 // on Linux (it relies on waitid(WNOWAIT) and /proc).
@@ -45,7 +45,7 @@ const (
 	// deadline to respect.
 	cleanupKillWait = 5 * time.Second
 	// outputDrainWait bounds how long output is drained after the job's
-	// process group is gone: a process that left the group may still hold the
+	// process group is gone. A process that left the group may still hold the
 	// pipes open.
 	outputDrainWait = 2 * time.Second
 )
@@ -64,7 +64,7 @@ var (
 	_ plugin.KillGracer    = (*Plugin)(nil)
 )
 
-// Plugin is the shell plugin. Create it with New; it is safe for concurrent
+// Plugin is the shell plugin. Create it with New. It is safe for concurrent
 // jobs.
 type Plugin struct {
 	log     *slog.Logger
@@ -111,12 +111,12 @@ func NewWithLogger(log *slog.Logger) *Plugin {
 	}
 }
 
-// Info reports the plugin's name and version; Serve adds the capabilities.
+// Info reports the plugin's name and version. Serve adds the capabilities.
 func (p *Plugin) Info(context.Context) (plugin.Info, error) {
 	return plugin.Info{Name: Name, Version: Version}, nil
 }
 
-// credential is the process credential of a job run as a; nil (the
+// credential is the process credential of a job run as a. It is nil (the
 // plugin's own) when a is nil.
 func credential(a *account) *syscall.Credential {
 	if a == nil {
@@ -127,11 +127,11 @@ func credential(a *account) *syscall.Credential {
 
 // Validate checks the plugin config and the commands' default contexts with
 // the parsing Execute uses. A default context may leave out both command and
-// script: its jobs may bring their own.
+// script. Its jobs may bring their own.
 func (p *Plugin) Validate(_ context.Context, rawConfig json.RawMessage, contexts map[string]json.RawMessage) ([]plugin.Problem, error) {
 	cfg, err := parseConfig(rawConfig, p.tempDir)
 	if err != nil {
-		// Contexts are checked against the config's limits: without a
+		// Contexts are checked against the config's limits. Without a
 		// config, there is nothing to check them against.
 		return []plugin.Problem{dec.Problem("", err)}, nil
 	}
@@ -421,7 +421,7 @@ func (p *Plugin) cleanupPath(ctx context.Context, path, jobID string, last int) 
 		return nil // removed by its Execute meanwhile
 	}
 	if err != nil {
-		// Unreadable records cannot be acted on; keeping them helps nobody.
+		// Unreadable records cannot be acted on. Keeping them helps nobody.
 		p.log.Warn("removing unreadable process record", "path", path, "err", err)
 		_ = os.Remove(path)
 		return nil
@@ -510,7 +510,7 @@ func ownsGroup(rec record) (bool, error) {
 }
 
 // Shutdown stops every running job, for when the plugin process itself must
-// exit (e.g. its host is gone). Jobs get SIGTERM and their kill grace; when
+// exit (e.g. its host is gone). Jobs get SIGTERM and their kill grace. When
 // ctx ends first, SIGKILL. New Executes are refused from now on. It returns
 // once every job's Execute has returned.
 func (p *Plugin) Shutdown(ctx context.Context) error {
@@ -619,7 +619,7 @@ func executable(path string) error {
 	return nil
 }
 
-// exitDescription renders how the leader ended: "exited with code 3" or
+// exitDescription renders how the leader ended, as in "exited with code 3" or
 // "was killed by signal SIGKILL".
 func exitDescription(state *os.ProcessState) string {
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

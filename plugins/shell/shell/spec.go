@@ -21,7 +21,7 @@ const (
 	DefaultKillGrace = 10 * time.Second
 	// DefaultMaxKillGrace is the longest kill_grace a job may ask for unless
 	// config.max_kill_grace says otherwise. The agent counts it in its
-	// self-fence arithmetic: a job stopped at the self-fence point may take
+	// self-fence arithmetic. A job stopped at the self-fence point may take
 	// this long to die.
 	DefaultMaxKillGrace = 10 * time.Second
 	// defaultStateDirName is joined to os.TempDir() when config.state_dir is unset.
@@ -32,7 +32,7 @@ const (
 )
 
 // basePath is the PATH a job gets unless its env sets one. The plugin's own
-// PATH is not used: plugins start with a scrubbed environment, and a job must
+// PATH is not used. Plugins start with a scrubbed environment, and a job must
 // not depend on how the agent was launched.
 const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -44,7 +44,7 @@ type spec struct {
 	WorkingDir     string            // absolute; empty means a fresh per-job directory
 	KeepWorkingDir bool
 	KillGrace      time.Duration
-	// RetryExitCodes are exit codes that mean "try again": the job fails
+	// RetryExitCodes are exit codes that mean "try again". The job fails
 	// retriable (and is retried within its limits) instead of permanent.
 	RetryExitCodes []int
 }
@@ -71,7 +71,7 @@ var contextKeys = []string{"command", "env", "keep_working_dir", "kill_grace", "
 var configKeys = []string{"kill_grace", "max_kill_grace", "run_as", "state_dir", "work_root"}
 
 // dec decodes settings. Its errors, like every error bad input produces, are
-// permanent (retrying the same input cannot help) and carry no prefix: they
+// permanent (retrying the same input cannot help) and carry no prefix. They
 // start with the setting's name.
 var dec = settings.Decoder{}
 
@@ -132,7 +132,7 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 	return cfg, nil
 }
 
-// parseSpec validates a job context; defaults come from cfg.
+// parseSpec validates a job context. Defaults come from cfg.
 func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	return decodeSpec(raw, cfg, true)
 }
@@ -175,7 +175,7 @@ var specFields = []struct {
 	}},
 }
 
-// decodeSpec is parseSpec; with complete false it accepts a context that
+// decodeSpec is parseSpec. With complete false it accepts a context that
 // sets neither command nor script, as a command's default context may (its
 // jobs bring their own), for Validate.
 func decodeSpec(raw json.RawMessage, cfg config, complete bool) (spec, error) {
@@ -378,7 +378,7 @@ func parseExitCodes(what string, raw json.RawMessage) ([]int, error) {
 
 // parseRunAs resolves config.run_as, a user name or numeric uid, with lookup
 // and groupIDs (lookupUser and User.GroupIds). euid is the plugin's effective
-// uid: switching to another user needs root, so a non-root plugin may only
+// uid. Switching to another user needs root, so a non-root plugin may only
 // name itself.
 func parseRunAs(field string, raw json.RawMessage, euid int, lookup func(string) (*user.User, error), groupIDs func(*user.User) ([]string, error)) (*account, error) {
 	var name string

@@ -81,7 +81,7 @@ func TestExecuteValidationErrors(t *testing.T) {
 }
 
 func TestNullClearsADefault(t *testing.T) {
-	// The host merges the command's default context with the job's; a job
+	// The host merges the command's default context with the job's. A job
 	// replaces a default command with its own script by nulling the command.
 	s, err := parseSpec(json.RawMessage(`{"command": null, "script": "echo hi", "env": null}`), config{KillGrace: time.Second})
 	if err != nil {
@@ -133,7 +133,7 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	}
 }
 
-// TestParseNeverPanics throws many malformed inputs at the parsers: every one
+// TestParseNeverPanics throws many malformed inputs at the parsers. Every one
 // must end in a value or a permanent *plugin.Error, never a panic.
 func TestParseNeverPanics(t *testing.T) {
 	values := []string{
@@ -277,7 +277,7 @@ func TestHealthCheck(t *testing.T) {
 	}
 }
 
-// The decoding tables and the lists of accepted keys are kept apart; every
+// The decoding tables and the lists of accepted keys are kept apart. Every
 // key must have a decoder.
 func TestEveryKeyHasADecoder(t *testing.T) {
 	var config, context []string

@@ -31,9 +31,9 @@ func tetherLabels(job *plugin.Job) map[string]string {
 	return l
 }
 
-// buildApp is the job's SparkApplication: the template's, with the settings
-// laid over its spec, the query's ConfigMap mounted into the driver, and
-// tether's labels.
+// buildApp is the job's SparkApplication. It is the template's, with the
+// settings laid over its spec, the query's ConfigMap mounted into the
+// driver, and tether's labels.
 func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
 	obj := runtime.DeepCopyJSON(cfg.Template)
 	if obj == nil {
@@ -101,7 +101,7 @@ func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
 
 	// Never: spark-operator reruns an application whose restartPolicy is
 	// Always or OnFailure (pkg/util/sparkapplication.go ShouldRetry, v2.5.2),
-	// which would run the query's partial writes a second time; parseTemplate
+	// which would run the query's partial writes a second time. parseTemplate
 	// refuses any other type, so this only fills it in.
 	spec["restartPolicy"] = map[string]any{"type": RestartPolicyNever}
 	// The operator deletes a COMPLETED or FAILED application once
@@ -118,23 +118,23 @@ func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
 // driver's pod template (spec.driver.template), which spark-operator hands
 // to spark-submit as spark.kubernetes.driver.podTemplateFile
 // (internal/controller/sparkapplication/submission.go
-// driverPodTemplateOption, v2.5.2): Spark builds the driver pod from it, so
+// driverPodTemplateOption, v2.5.2). Spark builds the driver pod from it, so
 // the query reaches the driver without the operator's mutating webhook.
-// spec.volumes and spec.driver.volumeMounts would not: spark-submit gets
+// spec.volumes and spec.driver.volumeMounts would not. spark-submit gets
 // only the spark-local-dir-* volumes from them (driverVolumeMountsOption,
-// pkg/util GetLocalVolumes); the rest is added by the webhook
+// pkg/util GetLocalVolumes). The rest is added by the webhook
 // (internal/webhook/sparkpod_defaulter.go addVolumes), a missing webhook
 // being a classic cause of drivers stuck in ContainerCreating.
 //
 // The volume replaces one of the same name in the template's
-// spec.volumes; the read-only mount goes into the driver container: the
+// spec.volumes. The read-only mount goes into the driver container: the
 // one named spark-kubernetes-driver (the name the operator tells Spark to
 // take as the driver's, spark.kubernetes.driver.podTemplateContainerName =
 // common.SparkDriverContainerName, which is also Spark's default), else the
 // first container (what Spark then takes, per its "Pod Template" docs),
 // else a new spark-kubernetes-driver container holding only the mount
 // (Spark fills in the rest). Entries of the query volume's name are taken
-// out of spec.volumes and spec.driver.volumeMounts: the webhook, which
+// out of spec.volumes and spec.driver.volumeMounts. The webhook, which
 // mutates every pod labelled with an application's name, template or not
 // (SparkPodDefaulter.Default), would append a second volume of that name
 // and the pod would be invalid.
@@ -223,7 +223,7 @@ func setResources(m map[string]any, r Resources) {
 	}
 }
 
-// setString sets m[key] to v; when v is unset it keeps the template's value,
+// setString sets m[key] to v. When v is unset it keeps the template's value,
 // or sets def when there is none.
 func setString(m map[string]any, key, v, def string) {
 	switch {
@@ -326,7 +326,7 @@ func phaseOf(state string) phase {
 }
 
 // attemptOf is the job attempt an existing SparkApplication was created
-// for, from its label; ok is false when it has none.
+// for, from its label. ok is false when it has none.
 func attemptOf(u *unstructured.Unstructured) (int, bool) {
 	n, err := strconv.Atoi(u.GetLabels()[labelJobAttempt])
 	return n, err == nil

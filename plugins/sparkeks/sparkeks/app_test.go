@@ -171,8 +171,8 @@ spec:
 	_ = app.DeepCopy() // panics on non-JSON types
 }
 
-// TestBuildAppDriverPodTemplate: the query's volume and mount are merged
-// into a pod template the template already has.
+// TestBuildAppDriverPodTemplate checks that the query's volume and mount are
+// merged into a pod template the template already has.
 func TestBuildAppDriverPodTemplate(t *testing.T) {
 	queryVol := map[string]any{"name": queryVolume, "configMap": map[string]any{"name": "x"}}
 	build := func(t *testing.T, podTemplate string) (*plugin.Job, map[string]any) {

@@ -31,7 +31,7 @@ type clients struct {
 }
 
 // clientCache holds one set of clients per cluster access for the plugin
-// process: every job shares them, with their connections and rate limits,
+// process. Every job shares them, with their connections and rate limits,
 // and an EKS cluster is described once. A failed lookup is not cached, so
 // a cluster still being created is looked up again by the next job.
 type clientCache struct {
@@ -90,7 +90,7 @@ func restConfig(ctx context.Context, a Access) (*rest.Config, error) {
 	}
 }
 
-// eksRestConfig reaches an EKS cluster: its endpoint and CA from the
+// eksRestConfig reaches an EKS cluster. It takes its endpoint and CA from the
 // settings, or else from DescribeCluster, and a bearer token made from the
 // SDK's default credentials.
 func eksRestConfig(ctx context.Context, a Access) (*rest.Config, error) {

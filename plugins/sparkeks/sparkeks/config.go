@@ -35,18 +35,18 @@ const (
 	// DefaultStartupTimeout is how long an application may take from its
 	// creation to RUNNING (image pull, scheduling) before it counts as stuck.
 	DefaultStartupTimeout = 15 * time.Minute
-	// DefaultTimeToLive is spec.timeToLiveSeconds: how long the operator
+	// DefaultTimeToLive is spec.timeToLiveSeconds. It is how long the operator
 	// keeps a terminated application (counted from its terminationTime).
 	DefaultTimeToLive = 24 * time.Hour
-	// MinTimeToLive bounds time_to_live from below: a dead agent's job waits
-	// stale_job (default 120 s) to be resumed, plus the resume itself; an
+	// MinTimeToLive bounds time_to_live from below. A dead agent's job waits
+	// stale_job (default 120 s) to be resumed, plus the resume itself. An
 	// application the TTL deleted before its outcome was checkpointed ends
 	// the job outcome_unknown.
 	MinTimeToLive         = 10 * time.Minute
 	DefaultQueryMountPath = "/etc/tether/spark-sql"
 	// QueryFileToken in arguments is replaced by the mounted query's path.
 	QueryFileToken = "{query_file}"
-	// QueryKey is the ConfigMap key holding the query; the file's name in
+	// QueryKey is the ConfigMap key holding the query. It is the file's name in
 	// query_mount_path.
 	QueryKey = "query.sql"
 )
@@ -64,19 +64,19 @@ var (
 		"service_account", "spark_conf", "spark_version", "template", "timeout", "type", "unknown_grace",
 		"auth_grace", "startup_timeout", "time_to_live",
 	}
-	// query is the job's own: it is refused in the plugin config.
+	// query is the job's own. It is refused in the plugin config.
 	configKeys  = slices.Sorted(slices.Values(append(slices.Clone(accessKeys), appKeys...)))
 	contextKeys = slices.Sorted(slices.Values(append(slices.Clone(configKeys), "query")))
 
 	driverKeys   = []string{"core_limit", "cores", "labels", "memory"}
 	executorKeys = []string{"core_limit", "cores", "instances", "labels", "memory"}
 	// mergedKeys are merged key by key (config, then context) instead of
-	// replaced; so are the labels inside driver and executor.
+	// replaced. So are the labels inside driver and executor.
 	mergedKeys = []string{"driver", "driver.labels", "executor", "executor.labels", "hadoop_conf", "labels", "spark_conf"}
 )
 
 // Access is how the plugin reaches the cluster's API server. Exactly one of
-// Kubeconfig, InCluster and EKSCluster is set. It is comparable: the client
+// Kubeconfig, InCluster and EKSCluster is set. It is comparable. The client
 // cache is keyed by it.
 type Access struct {
 	Kubeconfig string
@@ -84,12 +84,12 @@ type Access struct {
 	InCluster  bool
 	EKSCluster string
 	Region     string
-	// EKSEndpoint and EKSCAData are both set or both empty; empty, they are
+	// EKSEndpoint and EKSCAData are both set or both empty. Empty, they are
 	// looked up with EKS DescribeCluster.
 	EKSEndpoint string
 	EKSCAData   string // base64, as in a kubeconfig's certificate-authority-data
 	// AWSEndpoint overrides the endpoint of STS (presigning) and EKS
-	// (DescribeCluster); empty leaves it to the SDK (AWS_ENDPOINT_URL, ...).
+	// (DescribeCluster). Empty leaves it to the SDK (AWS_ENDPOINT_URL, ...).
 	AWSEndpoint string
 }
 
@@ -103,7 +103,7 @@ type Resources struct {
 }
 
 // Config is a job's validated, merged settings. Empty strings and nil slices
-// are unset: the template's value, or the default, applies.
+// are unset. The template's value, or the default, applies.
 type Config struct {
 	Access              Access
 	Namespace           string
@@ -135,7 +135,7 @@ type Config struct {
 // QueryFile is where the driver finds the query.
 func (c Config) QueryFile() string { return path.Join(c.QueryMountPath, QueryKey) }
 
-// dec decodes the plugin's settings; its errors start "sparkeks: ".
+// dec decodes the plugin's settings. Its errors start "sparkeks: ".
 var dec = settings.Decoder{Prefix: "sparkeks: "}
 
 // parseConfig merges the plugin config with the job's context and validates
@@ -161,7 +161,7 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 }
 
 // decodeConfig is parseConfig without the checks that what a job may still
-// bring is set (query, image, main_application_file): Validate uses it on
+// bring is set (query, image, main_application_file). Validate uses it on
 // the plugin config alone and on each command's default context.
 func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	cfgFields, err := dec.Object("config", rawConfig, contextKeys)
@@ -271,7 +271,7 @@ func duration(zeroOK bool) func(string, json.RawMessage) (time.Duration, error) 
 	return func(key string, v json.RawMessage) (time.Duration, error) { return dec.Duration(key, v, zeroOK) }
 }
 
-// stringsBlankOK reads arguments. Blank arguments are passed on: a program
+// stringsBlankOK reads arguments. Blank arguments are passed on. A program
 // may want one.
 func stringsBlankOK(key string, v json.RawMessage) ([]string, error) {
 	return dec.Strings(key, v, true)
@@ -302,8 +302,8 @@ func checkMountPath(_, p string) error {
 	return nil
 }
 
-// parseClusterConfig reads the plugin config alone, for HealthCheck: only
-// the cluster access is needed, the rest may be left to jobs.
+// parseClusterConfig reads the plugin config alone, for HealthCheck. Only
+// the cluster access is needed. The rest may be left to jobs.
 func parseClusterConfig(raw json.RawMessage) (Access, error) {
 	fields, err := dec.Object("config", raw, configKeys)
 	if err != nil {
@@ -372,7 +372,7 @@ func (a *Access) modes() []string {
 	return modes
 }
 
-// check validates the access as a whole: exactly one mode, and the
+// check validates the access as a whole. It wants exactly one mode, and the
 // settings each mode needs and no others.
 func (a *Access) check() error {
 	const how = "set exactly one of kubeconfig (a kubeconfig file's path, optionally with context), in_cluster: true, or eks_cluster (with region)"
@@ -408,7 +408,7 @@ func (a *Access) checkEKS() error {
 		return dec.Errorf("region: required with eks_cluster (the cluster's AWS region, e.g. \"eu-west-1\")")
 	}
 	// The endpoint without its CA (or the reverse) is a half-copied
-	// describe-cluster output; looking the other half up would hide that.
+	// describe-cluster output. Looking the other half up would hide that.
 	if (a.EKSEndpoint == "") == (a.EKSCAData == "") {
 		return nil
 	}
@@ -597,9 +597,9 @@ const RestartPolicyNever = "Never"
 // (config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml,
 // spec.mode) allows "cluster" and "client" only, and the operator passes it
 // to spark-submit as --deploy-mode (internal/controller/sparkapplication/
-// submission.go): in client mode the driver runs inside the operator's own
+// submission.go). In client mode the driver runs inside the operator's own
 // spark-submit process, so there is no driver pod for tether to follow and
-// the application outlives nothing; "in-cluster-client" (a Go constant in
+// the application outlives nothing. "in-cluster-client" (a Go constant in
 // api/v1beta2/sparkapplication_types.go) is refused by the CRD's enum.
 func checkMode(key, mode string) error {
 	if mode != DefaultMode {

@@ -119,7 +119,7 @@ func TestParseClusterConfig(t *testing.T) {
 	a, err := parseClusterConfig(json.RawMessage(`{"eks_cluster":"c","region":"eu-west-1","eks_endpoint":"https://x.eks.amazonaws.com","eks_ca_data":"Y2E=","image":"i"}`))
 	require.NoError(t, err)
 	assert.Equal(t, Access{EKSCluster: "c", Region: "eu-west-1", EKSEndpoint: "https://x.eks.amazonaws.com", EKSCAData: "Y2E="}, a)
-	// Cluster name and region alone: the rest is looked up.
+	// Cluster name and region alone. The rest is looked up.
 	a, err = parseClusterConfig(json.RawMessage(`{"eks_cluster":"c","region":"eu-west-1","aws_endpoint":"http://127.0.0.1:4566"}`))
 	require.NoError(t, err)
 	assert.Equal(t, Access{EKSCluster: "c", Region: "eu-west-1", AWSEndpoint: "http://127.0.0.1:4566"}, a)
@@ -131,7 +131,7 @@ func TestParseClusterConfig(t *testing.T) {
 	assert.ErrorContains(t, err, `unknown key "oops"`)
 }
 
-// The decoding tables and the lists of accepted keys are kept apart; every
+// The decoding tables and the lists of accepted keys are kept apart. Every
 // key must have a decoder in the table of its kind.
 func TestEveryKeyHasADecoder(t *testing.T) {
 	var a Access

@@ -30,7 +30,7 @@ const (
 
 // driverPodNotFound is the errorMessage spark-operator v2.5.2 sets when the
 // driver pod of a submitted application is gone (deleted, evicted with its
-// node, or never created past driver-pod-creation-grace-period):
+// node, or never created past driver-pod-creation-grace-period).
 // updateDriverState in internal/controller/sparkapplication/controller.go
 // sets FAILING with "driver pod not found", and reconcileFailingSparkApplication
 // moves it to FAILED (restartPolicy Never) keeping the message. The driver
@@ -42,16 +42,16 @@ const driverPodNotFound = "driver pod not found"
 type existingAction int
 
 const (
-	// actAdopt follows it to its end as this attempt's outcome: it is (or
+	// actAdopt follows it to its end as this attempt's outcome. It is (or
 	// may be) running the query, or has run it. A retry never deletes it.
 	actAdopt existingAction = iota
-	// actReplace deletes it (UID precondition) and submits this attempt's:
-	// it really failed, and the operator will never run it again.
+	// actReplace deletes it (UID precondition) and submits this attempt's.
+	// It really failed, and the operator will never run it again.
 	actReplace
 	// actWaitGone waits until it is gone (it is being deleted, by the
 	// previous attempt's Cleanup or by its TTL), then submits.
 	actWaitGone
-	// actUnsafe ends the job outcome_unknown: a state the plugin cannot
+	// actUnsafe ends the job outcome_unknown. A state the plugin cannot
 	// follow safely (suspended, a state of a later operator).
 	actUnsafe
 )

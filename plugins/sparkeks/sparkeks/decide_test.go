@@ -19,7 +19,7 @@ func TestDecideExisting(t *testing.T) {
 		deleting       bool
 		want           existingAction
 	}{
-		// Running, about to run, or done: a retry never deletes it.
+		// Running, about to run, or done. A retry never deletes it.
 		{"", "Never", false, actAdopt},
 		{"NEW", "Never", false, actAdopt},
 		{"SUBMITTED", "Never", false, actAdopt},
@@ -168,7 +168,7 @@ func TestEKSTransportDropsARefusedToken(t *testing.T) {
 	require.Len(t, next.auth, 2)
 	assert.True(t, strings.HasPrefix(next.auth[1], "Bearer k8s-aws-v1."), "the next request presigned a new token")
 
-	// A 403 is not about the token: it is kept.
+	// A 403 is not about the token. It is kept.
 	next.codes = []int{http.StatusForbidden}
 	tok := src.token
 	assert.Equal(t, http.StatusForbidden, get())

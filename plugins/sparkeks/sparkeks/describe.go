@@ -9,7 +9,7 @@ var _ plugin.Describer = (*Plugin)(nil)
 // Describe implements plugin.Describer from the handle alone: the job's
 // SparkApplication (kubeflow spark-operator's kind SparkApplication, group
 // sparkoperator.k8s.io) and, once known, its driver pod. There are no
-// console links: an EKS cluster's API has no web page to point at, and a
+// console links. An EKS cluster's API has no web page to point at, and a
 // person reaches it with kubectl in a context of their own.
 func (p *Plugin) Describe(_ *plugin.Job, handle []byte) []plugin.Resource {
 	h, err := decodeHandle(handle)

@@ -26,11 +26,12 @@ const (
 	// eksClusterHeader carries the cluster name in the signed request, so a
 	// token for one cluster is refused by another.
 	eksClusterHeader = "x-k8s-aws-id"
-	// EKS accepts a token for 15 minutes; renewing after 10 leaves margin.
+	// EKS accepts a token for 15 minutes. Renewing after 10 leaves margin.
 	eksTokenRenew = 10 * time.Minute
-	// eksCredsMargin: a token is renewed this long before the credentials
-	// that signed it expire (temporary credentials: a role's, SSO's), since
-	// STS refuses a presigned request whose credentials have expired.
+	// eksCredsMargin is a margin. A token is renewed this long before the
+	// credentials that signed it expire (temporary credentials: a role's,
+	// SSO's), since STS refuses a presigned request whose credentials have
+	// expired.
 	eksCredsMargin = time.Minute
 )
 
@@ -72,7 +73,7 @@ type eksCluster struct {
 }
 
 // describeEKSCluster looks the cluster's API server endpoint and CA up. A
-// missing cluster, or one that cannot become usable, is Permanent; one still
+// missing cluster, or one that cannot become usable, is Permanent. One still
 // being created or updated is Retriable.
 func describeEKSCluster(ctx context.Context, client *eks.Client, cluster, region string) (eksCluster, error) {
 	out, err := client.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(cluster)})
@@ -119,7 +120,7 @@ var throttlingCodes = map[string]bool{
 }
 
 // refused reports whether AWS refused the request as wrong (access denied,
-// invalid parameter): asking again cannot help. Throttling, 5xx and network
+// invalid parameter). Asking again cannot help. Throttling, 5xx and network
 // errors can pass.
 func refused(err error) bool {
 	var ae smithy.APIError
@@ -163,7 +164,7 @@ func (s *eksTokenSource) Token(ctx context.Context) (string, error) {
 }
 
 // tokenRenewAt is when a token made at now with credentials expiring at
-// expires is renewed: after eksTokenRenew, or eksCredsMargin before the
+// expires is renewed. After eksTokenRenew, or eksCredsMargin before the
 // credentials expire if that is sooner (at once when that has passed).
 func tokenRenewAt(now, expires time.Time) time.Time {
 	at := now.Add(eksTokenRenew)
@@ -173,7 +174,7 @@ func tokenRenewAt(now, expires time.Time) time.Time {
 	return at
 }
 
-// invalidate drops the cached token if it is still tok: the API server
+// invalidate drops the cached token if it is still tok. The API server
 // refused it (401), so the next request presigns a new one.
 func (s *eksTokenSource) invalidate(tok string) {
 	s.mu.Lock()
@@ -183,7 +184,7 @@ func (s *eksTokenSource) invalidate(tok string) {
 	}
 }
 
-// wrap is a rest.Config WrapTransport: every request carries the token.
+// wrap is a rest.Config WrapTransport. Every request carries the token.
 func (s *eksTokenSource) wrap(next http.RoundTripper) http.RoundTripper {
 	return &eksAuth{src: s, next: next}
 }
@@ -202,7 +203,7 @@ func (a *eksAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := a.next.RoundTrip(r)
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
-		// Refused (expired early, credentials rotated, clock skew): the
+		// Refused (expired early, credentials rotated, clock skew). The
 		// request fails as it is (the caller retries it within
 		// auth_grace), and the next one carries a fresh token.
 		a.src.invalidate(tok)

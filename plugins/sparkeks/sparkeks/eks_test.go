@@ -118,7 +118,7 @@ current-context: ctx-a
 	require.NotNil(t, rc.WrapTransport)
 }
 
-// startEmulator runs the local AWS emulator; the SDK's credentials come
+// startEmulator runs the local AWS emulator. The SDK's credentials come
 // from the environment, as the plugin's do.
 func startEmulator(t *testing.T) (*emulator.Emulator, string) {
 	t.Helper()
@@ -228,7 +228,7 @@ func TestRestConfigLooksTheClusterUp(t *testing.T) {
 	assert.True(t, strings.HasPrefix(string(raw), url+"/?"), "%s", raw)
 	assert.Contains(t, string(raw), "Action=GetCallerIdentity")
 
-	// Cached: the cluster's disappearance does not matter to the clients
+	// Cached. The cluster's disappearance does not matter to the clients
 	// already made.
 	em.DeleteEKSCluster("analytics")
 	again, err := cache.get(ctx, a)

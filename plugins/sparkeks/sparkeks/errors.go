@@ -13,8 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// transient reports whether err is worth repeating the same request for:
-// the API server was overloaded, timed out or failed, or the connection
+// transient reports whether err is worth repeating the same request for.
+// The API server was overloaded, timed out or failed, or the connection
 // broke (refused, reset, EOF, a network timeout, the per-call timeout). A
 // request the server refused on its merits is not, and neither is a TLS
 // verification failure (a wrong CA or endpoint does not fix itself).
@@ -55,13 +55,13 @@ func tlsVerificationFailed(err error) bool {
 }
 
 // apiRefused reports whether the API server refused the request's
-// credentials (401) or their permissions (403). Both can pass: an EKS token
+// credentials (401) or their permissions (403). Both can pass. An EKS token
 // is renewed, an access entry or RBAC binding propagates.
 func apiRefused(err error) bool {
 	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
 		return true
 	}
-	// By code too: a proxy may answer 401/403 with another reason.
+	// By code too. A proxy may answer 401/403 with another reason.
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		c := status.Status().Code

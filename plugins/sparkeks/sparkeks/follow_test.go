@@ -39,7 +39,7 @@ func (c *requestCounter) gets(prefix string) int {
 }
 
 // informerPlugin is a Plugin whose clients for access are cl (the
-// informer kube's); its watchers stop with the test.
+// informer kube's). Its watchers stop with the test.
 func informerPlugin(t *testing.T, access Access, cl *clients) *Plugin {
 	p := &Plugin{log: slog.New(slog.DiscardHandler)}
 	p.clients.m = map[Access]*clients{access: cl}
@@ -63,7 +63,7 @@ func informerJobs(t *testing.T, cfg map[string]any, poll string) func() *plugin.
 }
 
 // TestFollowSharesOneInformer runs many jobs at once through one Plugin
-// against a real kube-apiserver: following them costs one LIST and WATCH
+// against a real kube-apiserver. Following them costs one LIST and WATCH
 // per resource (SparkApplications, driver pods), not requests per job, and
 // no GET of any application while they run.
 func TestFollowSharesOneInformer(t *testing.T) {
@@ -86,7 +86,7 @@ func TestFollowSharesOneInformer(t *testing.T) {
 		rt := plugintest.NewRuntime(nil)
 		all[i] = running{job, rt, background(func() (*plugin.Result, error) { return p.Execute(context.Background(), job, rt) })}
 	}
-	// Every job has submitted; the operator's part is played here.
+	// Every job has submitted. The operator's part is played here.
 	for _, j := range all {
 		require.Eventually(t, func() bool { return current(j.rt).UID != "" }, informerWait, time.Millisecond)
 	}
@@ -125,7 +125,7 @@ func TestFollowSharesOneInformer(t *testing.T) {
 		// client-go's watch-list request, then (this apiserver cannot
 		// stream the initial list) one LIST and one WATCH: [1 0 0] or
 		// [1 1 1]. A WATCH the server or the proxy closed is re-opened
-		// from the last resource version (no new LIST): a request per
+		// from the last resource version (no new LIST). A request per
 		// process, not per job, which a busy run can show.
 		assert.Equal(t, 1, r[0], "%s: one watch-list", what)
 		assert.LessOrEqual(t, r[1], 1, "%s: at most one LIST", what)
@@ -139,10 +139,11 @@ func TestFollowSharesOneInformer(t *testing.T) {
 	assert.Equal(t, jobs, rc.count("POST", appsPathOf(ns)), "one create per job")
 }
 
-// TestFollowRefusedInformer: the API server (here its proxy) refuses the
-// shared informer's LIST and WATCH of SparkApplications. Past auth_grace
-// the job has lost track of its application (outcome_unknown, left
-// running); a refusal that ends within auth_grace costs nothing.
+// TestFollowRefusedInformer covers the case where the API server (here its
+// proxy) refuses the shared informer's LIST and WATCH of SparkApplications.
+// Past auth_grace the job has lost track of its application
+// (outcome_unknown, left running). A refusal that ends within auth_grace
+// costs nothing.
 func TestFollowRefusedInformer(t *testing.T) {
 	k := startInformerKube(t)
 	setup := func(t *testing.T, authGrace string) (*Plugin, string, func() *plugin.Job) {
@@ -152,7 +153,7 @@ func TestFollowRefusedInformer(t *testing.T) {
 		return p, ns, informerJobs(t, map[string]any{"kubeconfig": access.Kubeconfig, "namespace": ns, "auth_grace": authGrace}, "100ms")
 	}
 	// GETs of the collection path: the informer's watch-list, LIST and
-	// WATCH (and the GETs that stand in for it meanwhile); not the create.
+	// WATCH (and the GETs that stand in for it meanwhile). Not the create.
 	refuse := func(ns string, n int) {
 		k.proxy.Inject(kubetest.Fault{Method: http.MethodGet, Contains: "/namespaces/" + ns + "/" + Resource, Status: http.StatusForbidden, Count: n})
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // handleVersion is bumped on an incompatible change to Handle. Fields added
-// since (ever_running, adopted_attempt) are optional: a version 1 handle
+// since (ever_running, adopted_attempt) are optional. A version 1 handle
 // without them reads as before.
 const handleVersion = 1
 
@@ -36,8 +36,8 @@ type Handle struct {
 	DriverPod          string       `json:"driver_pod,omitempty"`
 	Log                *LogPosition `json:"log,omitempty"`
 	UnknownSince       *time.Time   `json:"unknown_since,omitempty"`
-	// EverRunning: the application was seen past its startup (RUNNING or
-	// later); startup_timeout no longer applies to it.
+	// EverRunning means the application was seen past its startup (RUNNING or
+	// later). startup_timeout no longer applies to it.
 	EverRunning bool `json:"ever_running,omitempty"`
 	// AdoptedAttempt is set when this attempt follows an application an
 	// earlier attempt created (it was running or done: a retry never
@@ -50,9 +50,9 @@ type Handle struct {
 	Message     string `json:"message,omitempty"` // why, for failed and outcome_unknown
 }
 
-// LogPosition is how far the driver's log has been copied: the timestamp of
-// the last line written and how many lines with exactly that timestamp were
-// written.
+// LogPosition is how far the driver's log has been copied. It holds the
+// timestamp of the last line written and how many lines with exactly that
+// timestamp were written.
 type LogPosition struct {
 	Time  time.Time `json:"time"`
 	Lines int       `json:"lines"`

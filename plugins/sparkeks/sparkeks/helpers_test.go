@@ -29,7 +29,7 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
 
-// testAccess is the access the tests' jobs configure; the fakes are put in
+// testAccess is the access the tests' jobs configure. The fakes are put in
 // the plugin's client cache under it.
 var testAccess = Access{Kubeconfig: "test-kubeconfig"}
 
@@ -48,7 +48,7 @@ func newEnv(t *testing.T) *env {
 		kube: kubefake.NewClientset(),
 		p:    &Plugin{log: slog.New(slog.DiscardHandler)},
 	}
-	// The fake tracker sets neither UID nor creation time; the API server does.
+	// The fake tracker sets neither UID nor creation time. The API server does.
 	e.dyn.PrependReactor("create", Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		obj := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
 		obj.SetUID(types.UID(uuid.NewString()))
@@ -74,7 +74,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// newJob is a job with valid settings; extra keys go into its context.
+// newJob is a job with valid settings. extra keys go into its context.
 func newJob(t *testing.T, extra map[string]any) *plugin.Job {
 	t.Helper()
 	ctx := map[string]any{
@@ -229,7 +229,7 @@ func podWithoutNode(name string) *corev1.Pod {
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 // current is the runtime's last checkpointed handle, or an empty one before
-// the first checkpoint; for polling in Eventually.
+// the first checkpoint. For polling in Eventually.
 func current(rt *plugintest.Runtime) *Handle {
 	h, err := decodeHandle(rt.Handle())
 	if err != nil {

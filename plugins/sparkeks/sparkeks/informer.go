@@ -50,10 +50,10 @@ import (
 // has expired).
 //
 // RBAC: list and watch on sparkapplications and on pods in the namespace (a
-// namespaced Role is enough: nothing is cluster-scoped), besides what the
+// namespaced Role is enough. Nothing is cluster-scoped), besides what the
 // jobs already need (get, create, delete, pods/log, ...).
 //
-// A job calls appWatchers.subscribe(clients, namespace, name, every): the
+// A job calls appWatchers.subscribe(clients, namespace, name, every). The
 // first subscriber of a (clients, namespace) starts its watcher, the others
 // share it, and when the last one leaves the watcher lingers (watchLinger)
 // before it stops, so the churn of jobs ending and starting does not
@@ -62,8 +62,8 @@ import (
 // # What the cache says, and what it does not
 //
 // The informers' cache is eventually consistent. Right after a create the
-// application may not be in it yet; before the first LIST has completed it
-// holds nothing at all; after a broken watch it is as old as the last event
+// application may not be in it yet. Before the first LIST has completed it
+// holds nothing at all. After a broken watch it is as old as the last event
 // received until the reflector has listed again (then objects deleted
 // meanwhile vanish). So:
 //
@@ -84,16 +84,16 @@ import (
 // A subscription's wake() channel (capacity 1, coalesced: a wake-up that
 // finds one pending is dropped, so the informer's handlers never block)
 // receives when the subscribed application or a driver pod labelled with
-// its name is added, updated or deleted; when either informer completes its
-// first sync; when the informers' health changes (a failure begins or
-// ends); right after subscribe; and at least every `every` (a per
+// its name is added, updated or deleted, when either informer completes its
+// first sync, when the informers' health changes (a failure begins or
+// ends), right after subscribe, and at least every `every` (a per
 // subscription timer, so jobs with different poll intervals share one
-// watcher: the informers themselves run without resync, which would only
-// replay the local cache). A wake-up carries no data: on each, read app(),
+// watcher. The informers themselves run without resync, which would only
+// replay the local cache). A wake-up carries no data. On each, read app(),
 // driverPod() and health() and act on what they say now.
 //
-// The UID is not part of the key: a name deleted and created again (a later
-// attempt) is the same subscription; compare the UID with the handle's.
+// The UID is not part of the key. A name deleted and created again (a later
+// attempt) is the same subscription. Compare the UID with the handle's.
 
 const (
 	// watchLinger is how long a watcher nobody subscribes to any more
@@ -110,7 +110,7 @@ const (
 )
 
 // appWatchers holds the watchers of a plugin process, one per (clients,
-// namespace). Its zero value is ready to use (a field of Plugin); it must
+// namespace). Its zero value is ready to use (a field of Plugin). It must
 // not be copied.
 type appWatchers struct {
 	// linger overrides watchLinger when positive (tests).
@@ -251,7 +251,7 @@ func newAppWatcher(ws *appWatchers, cl *clients, namespace string) *appWatcher {
 	managed := labels.Set{labelManagedBy: managedByTether}.String()
 	drivers := labels.Set{labelManagedBy: managedByTether, labelSparkRole: sparkRoleDriver}.String()
 
-	// No resync (0): it would only replay the local cache; subscriptions
+	// No resync (0). It would only replay the local cache. Subscriptions
 	// have their own timer.
 	w.appFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(
 		observedDynamic{cl.dyn, w.appHealth}, 0, namespace,
@@ -390,7 +390,7 @@ type appSubscription struct {
 }
 
 // wake receives when there is something to look at (see the file's
-// comment); it is never closed.
+// comment). It is never closed.
 func (s *appSubscription) wake() <-chan struct{} { return s.c }
 
 func (s *appSubscription) notify() {
@@ -410,7 +410,7 @@ func (s *appSubscription) tick() {
 	s.timer.Reset(s.every)
 }
 
-// close ends the subscription; its watcher stops after the linger if no
+// close ends the subscription. Its watcher stops after the linger if no
 // other remains. Closing twice is harmless.
 func (s *appSubscription) close() {
 	s.mu.Lock()
@@ -428,7 +428,7 @@ func (s *appSubscription) close() {
 
 // app is the application as the cache holds it (a deep copy: the caller
 // may change it), or nil when the cache does not hold it. synced is false
-// until the informer has listed once: until then nil says nothing at all,
+// until the informer has listed once. Until then nil says nothing at all,
 // and after it nil still needs confirmGone.
 func (s *appSubscription) app() (app *unstructured.Unstructured, synced bool) {
 	synced = s.w.apps.HasSynced()
@@ -444,11 +444,11 @@ func (s *appSubscription) app() (app *unstructured.Unstructured, synced bool) {
 }
 
 // driverPod is the application's driver pod as the cache holds it (a deep
-// copy), or nil: the pod status.driverInfo.podName names when the cached
-// application has one, else the newest driver pod labelled with the
+// copy), or nil. It is the pod status.driverInfo.podName names when the
+// cached application has one, else the newest driver pod labelled with the
 // application's name (owned by its UID when the application is cached).
-// synced is the pod informer's. A pod that is not cached may still exist:
-// the operator may not have created it yet, or the pod informer may be
+// synced is the pod informer's. A pod that is not cached may still exist.
+// The operator may not have created it yet, or the pod informer may be
 // failing (see health) or not have caught up.
 func (s *appSubscription) driverPod() (pod *corev1.Pod, synced bool) {
 	synced = s.w.pods.HasSynced()
@@ -463,7 +463,7 @@ func (s *appSubscription) driverPod() (pod *corev1.Pod, synced bool) {
 }
 
 // namedDriverPod is the cached pod the application's
-// status.driverInfo.podName names; nil when the application has none or
+// status.driverInfo.podName names. It is nil when the application has none or
 // the pod is not cached.
 func (s *appSubscription) namedDriverPod(app *unstructured.Unstructured) *corev1.Pod {
 	if app == nil {
@@ -507,7 +507,7 @@ func (s *appSubscription) newestDriverPod(app *unstructured.Unstructured) *corev
 }
 
 // confirmGone asks the API server, with one GET through the watcher's
-// clients, whether the application exists: gone is true only on a 404. An
+// clients, whether the application exists. gone is true only on a 404. An
 // application that exists is returned (the cache may not have it yet). Any
 // other error is returned as it is (classify it with transient/apiRefused).
 func (s *appSubscription) confirmGone(ctx context.Context) (gone bool, app *unstructured.Unstructured, err error) {
@@ -523,7 +523,7 @@ func (s *appSubscription) confirmGone(ctx context.Context) (gone bool, app *unst
 }
 
 // health is how the informers' requests to the API server fare. The
-// application's follows from apps; pods only degrade stuck detection (a
+// application's follows from apps. pods only degrade stuck detection (a
 // Role without list/watch on pods shows there as refused).
 func (s *appSubscription) health() (apps, pods informerHealth) {
 	return s.w.appHealth.get(), s.w.podHealth.get()
@@ -532,7 +532,7 @@ func (s *appSubscription) health() (apps, pods informerHealth) {
 // informerHealth is how one informer's LIST and WATCH requests fare.
 type informerHealth struct {
 	// LastOK is when a LIST or WATCH request last succeeded (zero: none
-	// yet). An open watch that is quiet is healthy: LastOK is when it
+	// yet). An open watch that is quiet is healthy. LastOK is when it
 	// opened.
 	LastOK time.Time
 	// Err is the last failure, nil once a later request succeeded.
@@ -543,7 +543,7 @@ type informerHealth struct {
 }
 
 // refused reports whether the API server refuses the informer's
-// credentials or permissions (401, 403): that does not fix itself, unlike
+// credentials or permissions (401, 403). That does not fix itself, unlike
 // a broken connection or an overloaded server.
 func (h informerHealth) refused() bool { return apiRefused(h.Err) }
 

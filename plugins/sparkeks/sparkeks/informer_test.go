@@ -116,9 +116,9 @@ func (c *requestCounter) count(verb, path string) int {
 	return c.n[verb+" "+path]
 }
 
-// informer is an informer's requests on a collection path: [watch-list,
+// informer is an informer's requests on a collection path. [watch-list,
 // LIST, WATCH]. client-go (WatchListClient) first asks for the initial list
-// as a watch stream; where the apiserver cannot stream it (here: this etcd
+// as a watch stream. Where the apiserver cannot stream it (here: this etcd
 // lacks the RequestWatchProgress storage feature, so the stream ends with
 // an error at once) it falls back to a LIST and then a WATCH: [1 0 0] or
 // [1 1 1] once the informer has started.
@@ -126,7 +126,7 @@ func (c *requestCounter) informer(path string) [3]int {
 	return [3]int{c.count("WATCHLIST", path), c.count("GET", path), c.count("WATCH", path)}
 }
 
-// waitStarted waits until s's informers have made their first requests:
+// waitStarted waits until s's informers have made their first requests.
 // synced (and the subscribers woken for it), and the WATCH that follows a
 // LIST opened.
 func waitStarted(t *testing.T, rc *requestCounter, s *appSubscription, ns string) {
@@ -340,7 +340,7 @@ func TestInformer(t *testing.T) {
 		})
 		require.False(t, woken(other))
 
-		// A copy: changing it changes nothing in the cache.
+		// A copy. Changing it changes nothing in the cache.
 		app, _ := one.app()
 		app.SetLabels(nil)
 		app, _ = one.app()
@@ -372,7 +372,7 @@ func TestInformer(t *testing.T) {
 		require.True(t, gone)
 
 		created := k.createApp(t, ns, name)
-		// The cache may not have it yet; the GET does.
+		// The cache may not have it yet. The GET does.
 		gone, got, err := s.confirmGone(ctx)
 		require.NoError(t, err)
 		require.False(t, gone)
@@ -393,7 +393,7 @@ func TestInformer(t *testing.T) {
 		app, _ = s2.app()
 		require.Equal(t, created2.GetUID(), app.GetUID())
 
-		// Deleted: the cache lets go of it and the GET confirms.
+		// Deleted. The cache lets go of it and the GET confirms.
 		require.NoError(t, k.env.Dynamic.Resource(GVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}))
 		waitUntil(t, s, "the deleted application leaves the cache", func() bool { app, _ := s.app(); return app == nil })
 		gone, _, err = s.confirmGone(ctx)
@@ -450,7 +450,7 @@ func TestInformer(t *testing.T) {
 		ws.mu.Lock()
 		require.Empty(t, ws.m)
 		ws.mu.Unlock()
-		// Its informers' goroutines have ended (Shutdown waited): no
+		// Its informers' goroutines have ended (Shutdown waited). No
 		// request comes from it any more.
 		stopped := requests()
 
@@ -486,7 +486,7 @@ func TestInformer(t *testing.T) {
 		name := AppName(uuid.NewString())
 		k.createApp(t, ns, name)
 		// The proxy answers the application informer's first requests
-		// (watch-list, list, ...) 403; the pods' pass.
+		// (watch-list, list, ...) 403. The pods' pass.
 		k.proxy.Inject(kubetest.Fault{Method: http.MethodGet, Contains: "/namespaces/" + ns + "/" + Resource, Status: http.StatusForbidden, Count: 4})
 		began := time.Now()
 		s := ws.subscribe(k.clients(t, nil), ns, name, time.Hour)
@@ -549,7 +549,7 @@ func TestInformer(t *testing.T) {
 		require.False(t, gone)
 		require.True(t, apiRefused(err), "%v", err)
 
-		// Failures go on (the reflector retries with backoff); the run of
+		// Failures go on (the reflector retries with backoff). The run of
 		// failures keeps its start.
 		tries := func() int { return rc.count("WATCHLIST", appsPathOf(ns)) + rc.count("GET", appsPathOf(ns)) }
 		tried := tries()

@@ -22,7 +22,7 @@ type leasedRuntime struct {
 func (r leasedRuntime) LeaseDeadline() time.Duration { return r.validFor }
 
 // When the SDK stops a watch at its lease deadline, the application and
-// its ConfigMap are left alone, as on any cancel: another agent resumes
+// its ConfigMap are left alone, as on any cancel. Another agent resumes
 // the job, or Cleanup deletes them.
 func TestLeaseExpiryLeavesApplication(t *testing.T) {
 	e := newEnv(t)

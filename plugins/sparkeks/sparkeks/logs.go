@@ -25,14 +25,14 @@ const logFlushBytes = 32 << 10
 
 // logCursor decides which lines of a timestamped log stream are new. A
 // stream asked for since a time (truncated to the second) repeats lines
-// already copied: lines before pos.Time are skipped, and so are the first
+// already copied. Lines before pos.Time are skipped, and so are the first
 // pos.Lines lines stamped exactly pos.Time.
 type logCursor struct {
 	pos  LogPosition
 	seen int // lines stamped pos.Time met in the current stream
 }
 
-// newStream resets the per-stream count; call it before each stream.
+// newStream resets the per-stream count. Call it before each stream.
 func (c *logCursor) newStream() { c.seen = 0 }
 
 // accept reports whether a line stamped ts is new, and advances the
@@ -56,7 +56,7 @@ func (c *logCursor) accept(ts time.Time) bool {
 }
 
 // splitTimestamp splits a line of a Timestamps: true log into its
-// RFC 3339 timestamp and the rest; ok is false when it has none.
+// RFC 3339 timestamp and the rest. ok is false when it has none.
 func splitTimestamp(line string) (time.Time, string, bool) {
 	stamp, rest, found := strings.Cut(line, " ")
 	if !found {
@@ -127,7 +127,7 @@ type logFollower struct {
 	stdout    io.Writer
 	notef     func(format string, args ...any)
 	// cached, when set, is the driver pod as the plugin's shared informer
-	// holds it (nil: not cached); it spares a GET of the pod per attempt
+	// holds it (nil: not cached). It spares a GET of the pod per attempt
 	// and, while the container waits to start, the log request.
 	cached func() *corev1.Pod
 
@@ -209,7 +209,7 @@ func (f *logFollower) run(ctx context.Context) {
 		}
 		wait := f.interval
 		if notStarted && ns.cached {
-			// Asking the cache again costs no request: start reading soon
+			// Asking the cache again costs no request. Start reading soon
 			// after the container does.
 			wait = min(wait, time.Second)
 		}

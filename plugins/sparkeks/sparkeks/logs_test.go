@@ -96,7 +96,7 @@ func TestLogsUnavailableSaidOnce(t *testing.T) {
 	notef := func(format string, args ...any) {
 		stderr.Write([]byte(strings.TrimSpace(sprintf(format, args...)) + "\n"))
 	}
-	// No such pod: the log cannot be read.
+	// No such pod. The log cannot be read.
 	f := startLogFollower(t.Context(), e.kube, "spark", "missing-driver", 5*time.Millisecond, &stdout, notef, nil, nil)
 	time.Sleep(50 * time.Millisecond)
 	f.finish(time.Second)
@@ -104,7 +104,7 @@ func TestLogsUnavailableSaidOnce(t *testing.T) {
 	assert.Contains(t, stderr.String(), "following the application status only")
 	assert.Empty(t, stdout.String())
 
-	// A pod without a node (not scheduled yet): every job starts so; no
+	// A pod without a node (not scheduled yet). Every job starts so. No
 	// warning (startup_timeout speaks for a pod that never gets one).
 	stderr = lockedBuffer{}
 	_, err := e.kube.CoreV1().Pods("spark").Create(t.Context(), podWithoutNode("pending-driver"), metav1CreateOptions)

@@ -28,7 +28,7 @@ const (
 // queryVolume is the name of the volume the query's ConfigMap is mounted from.
 const queryVolume = "tether-query"
 
-// AppName is the SparkApplication of a job: every attempt and every agent
+// AppName is the SparkApplication of a job. Every attempt and every agent
 // derives the same name, which is how Resume and Cleanup find it.
 func AppName(jobID string) string { return "spark-sql-job-" + jobID }
 

@@ -241,7 +241,7 @@ func TestRefusedCreateIsPermanent(t *testing.T) {
 	e := newEnv(t)
 	calls := failNTimes(e.dyn, "create", Resource, 1000, apierrors.NewForbidden(schema.GroupResource{Group: Group, Resource: Resource}, "x", errors.New("RBAC")))
 	// Retried for auth_grace (RBAC or an access entry may be propagating),
-	// then permanent: nothing was created.
+	// then permanent. Nothing was created.
 	job := newJob(t, map[string]any{"auth_grace": "300ms"})
 	start := time.Now()
 	_, err := e.p.Execute(context.Background(), job, plugintest.NewRuntime(nil))

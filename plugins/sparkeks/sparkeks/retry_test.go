@@ -38,8 +38,8 @@ func (e *env) createAttempt(t *testing.T, job *plugin.Job, n int, state, msg str
 	return app
 }
 
-// A retry never deletes an earlier attempt's application that runs or ran:
-// it adopts it and follows it to its end as its own outcome.
+// A retry never deletes an earlier attempt's application that runs or ran.
+// It adopts it and follows it to its end as its own outcome.
 func TestRetryAdoptsEarlierAttempt(t *testing.T) {
 	for _, tc := range []struct {
 		state, end string
@@ -169,7 +169,7 @@ func TestStartupTimeout(t *testing.T) {
 		e.waitApp(t, job)
 		pod := AppName(job.ID) + "-driver"
 		_, err := e.kube.CoreV1().Pods("spark").Create(context.Background(), &corev1.Pod{
-			// The labels spark-operator gives a driver pod: the plugin's
+			// The labels spark-operator gives a driver pod. The plugin's
 			// pod informer selects on them.
 			ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "spark", Labels: map[string]string{
 				labelManagedBy: managedByTether, labelSparkRole: sparkRoleDriver, labelOperatorAppName: AppName(job.ID),
@@ -214,7 +214,7 @@ func TestStartupTimeout(t *testing.T) {
 	t.Run("running is not stuck", func(t *testing.T) {
 		e := newEnv(t)
 		// Long enough for RUNNING to be seen first under -race on a busy
-		// machine; the wait below then goes past it.
+		// machine. The wait below then goes past it.
 		job := newJob(t, map[string]any{"startup_timeout": "1500ms"})
 		rt := plugintest.NewRuntime(nil)
 		ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
@@ -232,7 +232,7 @@ func forbidden() error {
 }
 
 // refuseListWatch makes the fake refuse (403) the first n lists and
-// watches of applications (the shared informer's requests); refused counts
+// watches of applications (the shared informer's requests). refused counts
 // them.
 func refuseListWatch(e *env, n int64) (refused *atomic.Int64) {
 	refused = new(atomic.Int64)
@@ -251,10 +251,10 @@ func refuseListWatch(e *env, n int64) (refused *atomic.Int64) {
 	return refused
 }
 
-// TestRefusedListWatch: the informer the jobs follow their applications
-// through is refused (an EKS token not accepted, an access entry being
-// replaced). Within auth_grace the job is followed with GETs meanwhile;
-// past it, the outcome is unknown.
+// TestRefusedListWatch covers the case where the informer the jobs follow their
+// applications through is refused (an EKS token not accepted, an access
+// entry being replaced). Within auth_grace the job is followed with GETs
+// meanwhile. Past it, the outcome is unknown.
 func TestRefusedListWatch(t *testing.T) {
 	t.Run("within auth_grace", func(t *testing.T) {
 		e := newEnv(t)
@@ -265,7 +265,7 @@ func TestRefusedListWatch(t *testing.T) {
 		e.waitApp(t, job)
 		require.Eventually(t, func() bool { return current(rt).UID != "" }, 5*time.Second, time.Millisecond)
 		e.setStatus(t, job, "RUNNING", "", "")
-		// Seen while the informer is refused: by the GETs that stand in.
+		// Seen while the informer is refused. By the GETs that stand in.
 		require.Eventually(t, func() bool { return current(rt).State == "RUNNING" }, 5*time.Second, time.Millisecond)
 		// The reflector retries with backoff (0.8s, 1.6s, ...) and recovers.
 		require.Eventually(t, func() bool { return refused.Load() > 3 }, 20*time.Second, time.Millisecond)
@@ -282,7 +282,7 @@ func TestRefusedListWatch(t *testing.T) {
 		assert.Equal(t, plugin.OutcomeUnknown, class)
 		assert.Contains(t, msg, "auth_grace 200ms")
 		assert.Contains(t, msg, "keeps running")
-		// Left running; the host's Cleanup deletes it.
+		// Left running. The host's Cleanup deletes it.
 		_, err := e.dyn.Tracker().Get(GVR, "spark", AppName(job.ID))
 		assert.NoError(t, err)
 	})
@@ -290,7 +290,7 @@ func TestRefusedListWatch(t *testing.T) {
 
 // refuseGets makes the fake refuse (403) the next n gets of applications,
 // n set later through the returned counter (the fake's reactor chain must
-// not change while the plugin runs); refused counts them.
+// not change while the plugin runs). refused counts them.
 func refuseGets(e *env) (n, refused *atomic.Int64) {
 	n, refused = new(atomic.Int64), new(atomic.Int64)
 	e.dyn.PrependReactor("get", Resource, func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -306,7 +306,7 @@ func refuseGets(e *env) (n, refused *atomic.Int64) {
 
 func TestRefusedGets(t *testing.T) {
 	// The GETs follow makes are those that confirm an application missing
-	// from the informer's cache is gone: refused, they are retried for
+	// from the informer's cache is gone. refused, they are retried for
 	// auth_grace.
 	t.Run("confirming it is gone, past auth_grace", func(t *testing.T) {
 		e := newEnv(t)
@@ -318,7 +318,7 @@ func TestRefusedGets(t *testing.T) {
 		e.setStatus(t, job, "RUNNING", "", "")
 		require.Eventually(t, func() bool { return current(rt).State == "RUNNING" }, 5*time.Second, time.Millisecond)
 		n.Store(1 << 40)
-		// Deleted behind the plugin's back: missing from the cache, and the
+		// Deleted behind the plugin's back. Missing from the cache, and the
 		// GET that would say so refused.
 		require.NoError(t, e.dyn.Resource(GVR).Namespace("spark").Delete(context.Background(), AppName(job.ID), metav1.DeleteOptions{}))
 		class, msg := plugintest.Error(t, wait(t, ch).err)
@@ -420,7 +420,7 @@ func TestTimeoutWithAFailedDeleteSaysSo(t *testing.T) {
 }
 
 // A checkpoint the host refuses once the application exists ends the
-// attempt outcome_unknown, never retriable: a retriable failure is cleaned
+// attempt outcome_unknown, never retriable. A retriable failure is cleaned
 // up and retried by the host, which would delete the running query and
 // run it again.
 func TestRefusedCheckpointIsNotRetriable(t *testing.T) {

@@ -36,7 +36,7 @@ type run struct {
 	cfg Config
 	cl  *clients
 	h   *Handle
-	// started is when this run began; the timeout counts from it until the
+	// started is when this run began. The timeout counts from it until the
 	// application's creation is known.
 	started     time.Time
 	callTimeout time.Duration
@@ -77,22 +77,22 @@ func (r *run) name() string { return AppName(r.job.ID) }
 // ref is the application as messages name it.
 func (r *run) ref() string { return r.cfg.Namespace + "/" + r.name() }
 
-// checkpoint stores the handle, even when ctx was just cancelled: it must
+// checkpoint stores the handle, even when ctx was just cancelled. It must
 // record an application that now exists.
 func (r *run) checkpoint(ctx context.Context) error {
 	b, err := r.h.encode()
 	if err != nil {
 		return plugin.WithClass(plugin.OutcomeUnknown, err)
 	}
-	// No timeout of our own: the host holds a checkpoint while its database
+	// No timeout of our own. The host holds a checkpoint while its database
 	// is away and answers once it is stored, or when it stops the job (its
-	// self-fence); giving up sooner would fail a healthy job.
+	// self-fence). Giving up sooner would fail a healthy job.
 	if err := r.rt.Checkpoint(context.WithoutCancel(ctx), b); err != nil {
-		// The application exists and runs on. Not Retriable: the host
+		// The application exists and runs on. Not Retriable. The host
 		// cleans up a retriable failure and retries, which would delete a
 		// running query and run it again. When the lease moved or the
 		// agent is stopping, the host does not record this error at all
-		// (the next holder resumes by name); otherwise the outcome is
+		// (the next holder resumes by name). Otherwise the outcome is
 		// truthfully unknown and the host's Cleanup deletes the application.
 		return plugin.WithClass(plugin.OutcomeUnknown, fmt.Errorf("sparkeks: checkpointing job %s (SparkApplication %s exists): %w", r.job.ID, r.ref(), err))
 	}
@@ -202,7 +202,7 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 	case ctx.Err() != nil, errors.As(err, &pe):
 		return err
 	case r.h != nil && r.h.Submitted && apiRefused(err):
-		// The application exists and runs on; only this agent's access is
+		// The application exists and runs on. Only this agent's access is
 		// refused. Its outcome is unknown, and the host's Cleanup (durable,
 		// retried) deletes it later.
 		return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; SparkApplication %s keeps running, its outcome is unknown (the agent's Cleanup deletes it)", what, err, r.ref())
@@ -215,7 +215,7 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 
 // submit creates the job's application, or attaches to the one this
 // attempt already created. An earlier attempt's application holding the
-// name is adopted (followed as this attempt's) unless it really failed; only
+// name is adopted (followed as this attempt's) unless it really failed. Only
 // then is it replaced (decideExisting).
 func (r *run) submit(ctx context.Context) error {
 	r.notef("submitting SparkApplication %s (job %s, attempt %d)", r.ref(), r.job.ID, r.job.Attempt)
@@ -262,7 +262,7 @@ func (r *run) submit(ctx context.Context) error {
 
 // earlier deals with an earlier attempt's application holding the job's
 // name, as decideExisting says. again is true when the name is free now
-// and this attempt's application is to be created; otherwise err is nil
+// and this attempt's application is to be created. Otherwise err is nil
 // when the run follows the adopted application.
 func (r *run) earlier(ctx context.Context, app *unstructured.Unstructured, attempt int) (again bool, err error) {
 	st := statusOf(app)
@@ -341,7 +341,7 @@ func (r *run) deleteConfigMap(ctx context.Context) error {
 	return nil
 }
 
-// attach makes app the job's application: the handle records it (right
+// attach makes app the job's application. The handle records it (right
 // after its creation, or when it was found) and its query ConfigMap is
 // created if missing. adopted is the earlier attempt that created it (0:
 // this attempt).
@@ -436,7 +436,7 @@ func (r *run) ensureConfigMap(ctx context.Context, uid string) error {
 	return r.configMapFailed(ctx, plugin.Errorf(plugin.Permanent, "sparkeks: %s: it keeps being replaced", what))
 }
 
-// configMapFailed ends a job whose query could not be stored: its driver
+// configMapFailed ends a job whose query could not be stored. Its driver
 // cannot start without it, so the application is deleted.
 func (r *run) configMapFailed(ctx context.Context, err error) error {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
@@ -478,7 +478,7 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 		}
 		return false, nil, r.submit(ctx)
 	default:
-		// Never permanent: the application may exist and run on.
+		// Never permanent. The application may exist and run on.
 		return true, nil, r.failRead(ctx, "getting SparkApplication "+r.ref(), err)
 	}
 }
@@ -522,7 +522,7 @@ func (r *run) reattachTo(ctx context.Context, app *unstructured.Unstructured) (b
 		// This attempt's own application is gone.
 		return true, nil, r.gone(ctx)
 	}
-	// An earlier attempt's, and this attempt never submitted: adopt it or,
+	// An earlier attempt's, and this attempt never submitted. Adopt it or,
 	// if it failed, replace it (the same rule as Execute).
 	again, err := r.earlier(ctx, app, attempt)
 	if !again {
@@ -532,9 +532,9 @@ func (r *run) reattachTo(ctx context.Context, app *unstructured.Unstructured) (b
 }
 
 // failRead ends a run whose read of the application failed for good (not
-// transient; 401/403 past auth_grace): whether an application exists, and
+// transient; 401/403 past auth_grace). Whether an application exists, and
 // what it does, is not known, so the outcome is unknown. The application,
-// if any, runs on; the host's Cleanup (durable, retried) deletes it.
+// if any, runs on. The host's Cleanup (durable, retried) deletes it.
 func (r *run) failRead(ctx context.Context, what string, err error) error {
 	if errors.Is(err, errTimedOut) || ctx.Err() != nil {
 		return r.fail(ctx, what, err)
@@ -546,7 +546,7 @@ func (r *run) failRead(ctx context.Context, what string, err error) error {
 	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; the SparkApplication, if it exists, keeps running and its outcome is unknown (the agent's Cleanup deletes it)", what, err)
 }
 
-// gone ends a job whose submitted application no longer exists: whether it
+// gone ends a job whose submitted application no longer exists. Whether it
 // ran is unknown, and submitting it again could run it twice.
 func (r *run) gone(ctx context.Context) error {
 	msg := fmt.Sprintf("SparkApplication %s (uid %s) no longer exists and its outcome was not recorded; not resubmitting", r.ref(), r.h.UID)
@@ -577,11 +577,11 @@ func (r *run) recorded() (*plugin.Result, error) {
 // follow follows the application through the plugin's shared informer
 // (appWatchers: one LIST and WATCH per namespace, whatever the number of
 // jobs) until it ends, the timeout passes or ctx ends. On ctx's end the
-// application is left alone: the agent decides (Cleanup on a cancel;
+// application is left alone. The agent decides (Cleanup on a cancel;
 // another agent's Resume on a handoff).
 //
 // Each wake-up (a change of the application or its driver pod, a change of
-// the informer's health, and at least every poll interval: the wake-ups
+// the informer's health, and at least every poll interval. The wake-ups
 // that advance startup_timeout and unknown_grace and checkpoint the log's
 // position) reads the cache. An application missing from it is gone only
 // once the informer has synced and one direct GET (confirmGone) answers
@@ -674,8 +674,8 @@ func (f *follower) withLog(now time.Time) bool {
 	return true
 }
 
-// step reads the application after a wake-up: from the informer's cache
-// while it serves, else with a GET when one is due. done is true when the
+// step reads the application after a wake-up. It reads from the informer's
+// cache while it serves, else with a GET when one is due. done is true when the
 // job has ended (res, err are its outcome).
 func (f *follower) step(ctx context.Context, now time.Time) (done bool, res *plugin.Result, err error) {
 	r, s := f.r, f.s
@@ -742,7 +742,7 @@ func (f *follower) get(ctx context.Context, now time.Time) (bool, *plugin.Result
 }
 
 // transientGetFailed retries a GET that failed for a passing reason. It
-// never fails the job by itself: the timeout or ctx ends it.
+// never fails the job by itself. The timeout or ctx ends it.
 func (f *follower) transientGetFailed(now time.Time, err error) {
 	f.transientGets++
 	if f.transientGets == 1 || f.transientGets%10 == 0 {
@@ -778,7 +778,7 @@ func (f *follower) getAgainIn(now time.Time, d time.Duration) {
 const followFallback = time.Minute
 
 // goneConfirmDelay is how long an application missing from a synced cache
-// stays missing before a GET asks whether it is gone: long enough for the
+// stays missing before a GET asks whether it is gone. It is long enough for the
 // watch to deliver an application created just now, so that following
 // costs no GET per job.
 func goneConfirmDelay(poll time.Duration) time.Duration {
@@ -786,7 +786,7 @@ func goneConfirmDelay(poll time.Duration) time.Duration {
 }
 
 // lostTrack ends a job whose application the API server keeps refusing to
-// show: the application runs on, and its outcome is unknown. The host's
+// show. The application runs on, and its outcome is unknown. The host's
 // Cleanup (durable, retried) deletes it later. what is what was refused.
 func (r *run) lostTrack(ctx context.Context, what string, err error, refused time.Duration) error {
 	r.stopLogs()
@@ -860,7 +860,7 @@ func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription
 	changed := false
 	if st.DriverPod != "" && st.DriverPod != r.h.DriverPod {
 		if r.h.DriverPod != "" {
-			// A new driver (the operator retried the submission): its log
+			// A new driver (the operator retried the submission). Its log
 			// starts over.
 			r.stopLogs()
 			r.h.Log = nil
@@ -960,7 +960,7 @@ func (r *run) end(ctx context.Context, outcome, msg string) {
 	}
 	r.h.Outcome, r.h.Message = outcome, msg
 	if err := r.checkpoint(ctx); err != nil {
-		// The outcome is known all the same; the agent records it.
+		// The outcome is known all the same. The agent records it.
 		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
 	}
 }
@@ -1026,10 +1026,10 @@ func podWaiting(p *corev1.Pod) string {
 
 // failAndDelete fails the job permanently for why, deleting its application
 // (UID precondition) and ConfigMap. The failure is the truth whether or not
-// the delete worked; when it did not, the message says the application may
+// the delete worked. When it did not, the message says the application may
 // still run and the host's Cleanup (the plugin declares cleanup; the host
-// queues it durably for every failed attempt and retries it) deletes it:
-// the handle, checkpointed here, names the UID Cleanup deletes.
+// queues it durably for every failed attempt and retries it) deletes it.
+// The handle, checkpointed here, names the UID Cleanup deletes.
 func (r *run) failAndDelete(ctx context.Context, why string) error {
 	uid := ""
 	if r.h != nil {

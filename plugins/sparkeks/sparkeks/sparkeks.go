@@ -3,7 +3,7 @@
 // kubeflow spark-operator defines it), followed to its end through one
 // shared informer per namespace (informer.go), its driver's log copied into
 // the job's output. The
-// application outlives the agent watching it: the plugin checkpoints a
+// application outlives the agent watching it. The plugin checkpoints a
 // Handle, and Resume reattaches by the name derived from the job ID, never
 // submitting the same job twice.
 package sparkeks
@@ -92,9 +92,9 @@ func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 // query ConfigMap, fenced so it never deletes another attempt's: with the
 // attempt's handle (job.Handle), the application with the handle's UID in
 // the handle's namespace (whichever attempt created it: an adopted one
-// included); without one (nothing was checkpointed), only an application
+// included). Without one (nothing was checkpointed), only an application
 // whose tether.dev/job-attempt label is job.Attempt. Both missing is
-// success; a transient failure is Retriable (the host's cleanup queue
+// success. A transient failure is Retriable (the host's cleanup queue
 // retries it).
 func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	cfg, err := parseConfig(job.Config, job.Context)
@@ -103,7 +103,7 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	}
 	if err != nil {
 		// Execute validates the same settings before creating anything, so
-		// a job whose settings do not parse has nothing to delete; failing
+		// a job whose settings do not parse has nothing to delete. Failing
 		// here would only make the agent call Cleanup forever.
 		p.log.Warn("cleanup: job settings do not parse; nothing can have been created", "job", job.ID, "err", err)
 		return nil
@@ -130,10 +130,12 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 }
 
 // deleteJobObjects deletes a job's SparkApplication and its ConfigMap, of
-// one attempt only: the application with uid when uid is set, else the one
+// one attempt only. It deletes the application with uid when uid is set,
+// else the one
 // whose attempt label is attempt (read first, then deleted with its UID as
-// precondition); the ConfigMap only when owned by that application or
-// labelled with that attempt. Foreground propagation; NotFound (and a
+// precondition). It deletes the ConfigMap only when owned by that
+// application or labelled with that attempt. Deletion propagates in the
+// foreground. NotFound (and a
 // failed precondition: the name belongs to another application now) is
 // success. A transient failure is Retriable.
 func deleteJobObjects(ctx context.Context, cl *clients, namespace, jobID, uid string, attempt int, timeout time.Duration) error {
@@ -148,7 +150,7 @@ func deleteJobObjects(ctx context.Context, cl *clients, namespace, jobID, uid st
 	return d.err(ctx)
 }
 
-// jobDeletion is deleteJobObjects under way: what it deletes and what
+// jobDeletion is deleteJobObjects under way. It holds what it deletes and what
 // failed so far.
 type jobDeletion struct {
 	cl        *clients
@@ -167,7 +169,7 @@ func (d *jobDeletion) note(what string, err error) {
 }
 
 // appUID reads the UID of the job's application when it is of the
-// attempt; "" when there is none.
+// attempt. "" when there is none.
 func (d *jobDeletion) appUID(ctx context.Context) string {
 	name := AppName(d.jobID)
 	cctx, cancel := context.WithTimeout(ctx, d.timeout)
@@ -225,7 +227,7 @@ func (d *jobDeletion) deleteConfigMap(ctx context.Context, uid string) {
 	}
 }
 
-// deleted reports whether a delete left nothing of ours behind: it worked,
+// deleted reports whether a delete left nothing of ours behind. It worked,
 // the object was gone already, or its UID precondition failed (a Conflict:
 // the name now belongs to another object, which is not ours to delete).
 func deleted(err error) bool {
