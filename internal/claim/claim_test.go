@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/claim"
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/pluginhost"
@@ -167,7 +168,7 @@ func TestClassifiedFailureKeepsClass(t *testing.T) {
 	done := a.waitEnd(t, st, j.ID, 20*time.Second, store.StatusSucceeded, store.StatusFailed)
 	assert.Equal(t, store.StatusFailed, done.Status)
 	assert.Equal(t, "remote vanished", done.Error)
-	assert.Equal(t, "outcome_unknown", done.ErrorClass)
+	assert.Equal(t, jobstate.OutcomeUnknown, done.ErrorClass)
 }
 
 func TestManyAgentsRunEveryJobExactlyOnce(t *testing.T) {
@@ -376,7 +377,7 @@ func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t
 
 	failed := a.waitEnd(t, st, shell.ID, 20*time.Second, store.StatusFailed)
 	assert.Contains(t, failed.Error, "lost its database connection")
-	assert.Equal(t, "retriable", failed.ErrorClass)
+	assert.Equal(t, jobstate.Retriable, failed.ErrorClass)
 	// Released once the database is back (and then, the agent being alive,
 	// claimed again and resumed: the NOTIFY of the release wakes it).
 	a.waitEnd(t, st, resumable.ID, 20*time.Second, "released")

@@ -168,7 +168,7 @@ func TestExecutorCancelRequestedEndsCanceledThenCleansUp(t *testing.T) {
 	j.cancel(errCancelRequested)
 	e := waitOrTimeout(t, f.ended, "end")
 	<-done
-	assert.Equal(t, store.StatusCanceled, e.Status, "%+v", e)
+	assert.Equal(t, string(store.StatusCanceled), e.Status, "%+v", e)
 	assert.Equal(t, "canceled by request", e.Error)
 	p.mu.Lock()
 	assert.Equal(t, []string{j.key.ID}, p.cleaned, "Cleanup ran once the end was stored")
