@@ -1,16 +1,19 @@
 // Package queries holds every SQL statement tether runs: the schema migrations
 // under migrations/ and one .sql file per statement, embedded at build time.
+// A part that several statements share is written once under fragments/ and
+// stands in a statement as {{name}} (fragments/name.sql).
 package queries
 
 import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strings"
 )
 
-//go:embed *.sql migrations/*.sql
+//go:embed *.sql migrations/*.sql fragments/*.sql
 var files embed.FS
 
 // Get returns the statement in <name>.sql. It panics if the file is missing:
@@ -21,7 +24,33 @@ func Get(name string) string {
 	if err != nil {
 		panic(fmt.Sprintf("queries: no statement %q: %v", name, err))
 	}
-	return string(b)
+	return expand(string(b))
+}
+
+// fragmentRE is a fragment's place in a statement.
+var fragmentRE = regexp.MustCompile(`\{\{([a-z_]+)\}\}`)
+
+// expand puts each fragment in its place. It panics on a missing fragment,
+// like Get on a missing statement. The fragment's comment lines are left
+// out, so the statement reads as if written in one piece.
+func expand(sql string) string {
+	if !strings.Contains(sql, "{{") {
+		return sql
+	}
+	return fragmentRE.ReplaceAllStringFunc(sql, func(place string) string {
+		name := fragmentRE.FindStringSubmatch(place)[1]
+		b, err := files.ReadFile("fragments/" + name + ".sql")
+		if err != nil {
+			panic(fmt.Sprintf("queries: no fragment %q: %v", name, err))
+		}
+		var kept []string
+		for line := range strings.Lines(string(b)) {
+			if !strings.HasPrefix(line, "--") {
+				kept = append(kept, line)
+			}
+		}
+		return strings.TrimSuffix(strings.Join(kept, ""), "\n")
+	})
 }
 
 // Migration is one schema version.

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/client"
 )
@@ -184,7 +183,7 @@ func (a *app) runCleanups(ctx context.Context, limit int, after string, all bool
 	if err != nil {
 		return err
 	}
-	list, next, err := fetchPages(after, all, func(after string) ([]cleanups.Cleanup, string, error) {
+	list, next, err := fetchPages(after, all, func(after string) ([]store.Cleanup, string, error) {
 		return c.Cleanups(ctx, after, limit)
 	})
 	if err != nil {

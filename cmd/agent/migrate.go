@@ -9,7 +9,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/agent"
 	"github.com/tetherjobs/tether/internal/config"
-	"github.com/tetherjobs/tether/internal/migrate"
+	"github.com/tetherjobs/tether/internal/store/migrate"
 )
 
 func (a *app) migrateCmd() *cobra.Command {

@@ -30,10 +30,10 @@ import (
 	"github.com/tetherjobs/tether/internal/drain"
 	"github.com/tetherjobs/tether/internal/janitor"
 	"github.com/tetherjobs/tether/internal/metrics"
-	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/pluginhost"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/internal/store/migrate"
 	"github.com/tetherjobs/tether/internal/ui"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tetherjobs/tether/queries"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 // nameLock holds the session advisory lock on this agent's name. It needs its
@@ -62,10 +62,10 @@ func (l *nameLock) try(ctx context.Context) (bool, error) {
 		}
 		l.conn = conn
 	}
-	var ok bool
-	if err := l.conn.QueryRow(ctx, queries.Get("agent_name_lock"), l.name).Scan(&ok); err != nil {
+	ok, err := store.TryNameLock(ctx, l.conn, l.name)
+	if err != nil {
 		l.close()
-		return false, fmt.Errorf("taking the agent name lock: %w", err)
+		return false, err
 	}
 	return ok, nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetherjobs/tether/internal/config"
-	"github.com/tetherjobs/tether/queries"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 // directConn is where the session-bound connections go (the agent name lock
@@ -104,8 +104,7 @@ func (l *nameLock) verifySession(ctx context.Context) error {
 	}
 	note, err := judgeSession(s)
 	if err != nil {
-		u := queries.Named("agent_name_unlock")
-		if _, uerr := l.conn.Exec(ctx, u.SQL, u.Args(map[string]any{"name": l.name})...); uerr != nil {
+		if uerr := store.NameUnlock(ctx, l.conn, l.name); uerr != nil {
 			l.log.Warn("giving back the agent name lock after the session check failed", "err", uerr)
 		}
 		return l.notDirect(err)
@@ -118,13 +117,14 @@ func (l *nameLock) verifySession(ctx context.Context) error {
 
 // inspectSession asks the server about conn's session and its lock on name.
 func inspectSession(ctx context.Context, conn *pgx.Conn, name string) (session, error) {
-	s := session{keyPID: conn.PgConn().PID(), local: conn.PgConn().Conn().LocalAddr()}
-	q := queries.Named("agent_name_lock_self")
-	if err := conn.QueryRow(ctx, q.SQL, q.Args(map[string]any{"name": name})...).
-		Scan(&s.held, &s.backendPID, &s.clientAddr, &s.clientPort); err != nil {
-		return session{}, fmt.Errorf("checking the agent name lock's session: %w", err)
+	seen, err := store.InspectNameLock(ctx, conn, name)
+	if err != nil {
+		return session{}, err
 	}
-	return s, nil
+	return session{
+		held: seen.Held, backendPID: seen.BackendPID, clientAddr: seen.ClientAddr, clientPort: seen.ClientPort,
+		keyPID: conn.PgConn().PID(), local: conn.PgConn().Conn().LocalAddr(),
+	}, nil
 }
 
 // notDirect explains how to fix a lock connection that is not direct.

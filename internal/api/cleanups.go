@@ -3,15 +3,15 @@ package api
 import (
 	"net/http"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 // CleanupList is the answer of GET /api/v1/cleanups. It lists the plugin
 // Cleanup calls still pending, so one that keeps failing stays visible. Next
 // is the cursor of the next page (pass it as ?after=), "" on the last page.
 type CleanupList struct {
-	Cleanups []cleanups.Cleanup `json:"cleanups"`
-	Next     string             `json:"next"`
+	Cleanups []store.Cleanup `json:"cleanups"`
+	Next     string          `json:"next"`
 }
 
 // cleanups lists pending Cleanups in job ID order.
@@ -21,7 +21,7 @@ func (s *server) cleanups(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "limit", "%v", err)
 		return
 	}
-	list, err := cleanups.List(r.Context(), s.opts.Store.Pool(), r.URL.Query().Get("after"), int(limit)+1)
+	list, err := s.opts.Store.ListCleanups(r.Context(), r.URL.Query().Get("after"), int(limit)+1)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -32,7 +32,7 @@ func (s *server) cleanups(w http.ResponseWriter, r *http.Request) {
 		next = list[len(list)-1].JobID
 	}
 	if list == nil {
-		list = []cleanups.Cleanup{}
+		list = []store.Cleanup{}
 	}
 	writeJSON(w, http.StatusOK, CleanupList{Cleanups: list, Next: next})
 }

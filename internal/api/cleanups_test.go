@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -26,7 +25,7 @@ func TestListCleanups(t *testing.T) {
 		j := e.submit(t, `{"command":"hello"}`)
 		h, lease := e.claim(t, j.ID)
 		require.NoError(t, e.st.Finish(ctx, h, j.ID, lease, store.Outcome{Status: store.StatusFailed, Error: "boom", ErrorClass: "retriable"}))
-		require.NoError(t, cleanups.Enqueue(ctx, e.st.Pool(), j.ID, "boom"))
+		require.NoError(t, e.st.EnqueueCleanup(ctx, j.ID, "boom"))
 		ids = append(ids, j.ID)
 	}
 	// A Cleanup that keeps failing shows its attempts and last error.

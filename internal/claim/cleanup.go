@@ -3,7 +3,6 @@ package claim
 import (
 	"context"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -33,12 +32,12 @@ func (e *executor) cleanup(claim store.CleanupClaim) {
 	if err != nil {
 		e.metrics.CleanupFailures.Inc()
 		e.log.Warn("cleanup failed; queued for retry", "err", err)
-		if err := cleanups.Failed(wctx, e.cleanups, id, claim, gen, e.cleanupRetryIn, err); err != nil {
+		if err := e.store.CleanupFailed(wctx, id, claim, gen, e.cleanupRetryIn, err); err != nil {
 			e.log.Warn("recording failed cleanup; the claim lapses and the queue retries it", "err", err)
 		}
 		return
 	}
-	if err := cleanups.Done(wctx, e.cleanups, id, claim, gen, "cleanup_ok", "by agent "+e.holder.Name); err != nil {
+	if err := e.store.CleanupDone(wctx, id, claim, gen, "cleanup_ok", "by agent "+e.holder.Name); err != nil {
 		e.log.Warn("recording cleanup; the claim lapses and the queue runs it again", "err", err)
 	}
 }

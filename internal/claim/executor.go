@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/dbhistory"
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/jobstate"
@@ -28,6 +27,8 @@ type executorStore interface {
 	EndAttempt(ctx context.Context, e store.End) (store.Ended, error)
 	Release(ctx context.Context, h store.Holder, jobID string, lease int64, reason string) error
 	PriorEnd(ctx context.Context, h store.Holder, jobID string, lease int64, cleanupBy string) (kind string, ended store.Ended, found bool, err error)
+	CleanupDone(ctx context.Context, jobID string, claim store.CleanupClaim, generation, kind, msg string) error
+	CleanupFailed(ctx context.Context, jobID string, claim store.CleanupClaim, generation string, retryIn time.Duration, cause error) error
 }
 
 // executorDeps is what every executor is built with. The producer builds
@@ -36,7 +37,6 @@ type executorDeps struct {
 	holder   store.Holder
 	commands map[string]Command
 	store    executorStore
-	cleanups cleanups.Execer // where a Cleanup's result is recorded
 	plugins  Plugins
 	logs     *logFlusher
 	running  *batcher[store.Running, markedRunning]

@@ -78,7 +78,7 @@ func newExecutorFixture(t *testing.T, p Plugins) *executorFixture {
 	f := &executorFixture{st: st, ended: make(chan Ended, 4), called: make(chan Called, 4)}
 	f.deps = &executorDeps{
 		holder: h, commands: map[string]Command{"scripted": {Plugin: "scripted"}},
-		store: st, cleanups: st.Pool(), plugins: p,
+		store: st, plugins: p,
 		logs:    newLogFlusher(st, 1<<20, time.Hour, log, func(jobKey) {}, m),
 		running: newRunningBatcher(st, 0, 8, 10*time.Second),
 		finals:  newFinalsBatcher(st, h, 0, 8, 10*time.Second),

@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/queries"
 )
 
 // listenLoop wakes the claim loop when a job of ours is submitted and the
@@ -37,13 +36,10 @@ func (s *Service) listen(ctx context.Context) error {
 		return err
 	}
 	defer pc.Close(context.WithoutCancel(ctx))
-	if _, err := pc.Exec(ctx, queries.Get("listen")); err != nil {
+	if err := store.Listen(ctx, pc, s.cfg.Follow != nil); err != nil {
 		return err
 	}
 	if s.cfg.Follow != nil {
-		if _, err := pc.Exec(ctx, queries.Get("listen_follow")); err != nil {
-			return err
-		}
 		s.cfg.Follow.SetLive(true)
 		defer s.cfg.Follow.SetLive(false) // followers poll until we are back
 	}

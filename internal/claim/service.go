@@ -320,7 +320,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 func (s *Service) executorDeps(writes context.Context) *executorDeps {
 	return &executorDeps{
 		holder: s.cfg.Holder, commands: s.cfg.Commands,
-		store: s.store, cleanups: s.store.Pool(), plugins: s.plugins, logs: s.logs,
+		store: s.store, plugins: s.plugins, logs: s.logs,
 		running: s.running, finals: s.finals, history: s.cfg.History, beats: s.beats,
 		metrics: s.cfg.Metrics, agentLog: s.log, signals: s.cfg.TestSignals, now: time.Now,
 		finalTimeout: s.cfg.FinalTimeout, cleanupTimeout: s.cfg.CleanupTimeout,

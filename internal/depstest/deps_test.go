@@ -1,7 +1,8 @@
 // Package depstest checks which way the module's imports point: the product
 // (the agent, the plugins, the SDK and the packages they are built from)
 // never imports a package that exists for tests, and only the plugins'
-// own binaries import a plugin.
+// own binaries import a plugin. It also checks that only internal/store
+// runs SQL (sql_test.go).
 package depstest
 
 import (

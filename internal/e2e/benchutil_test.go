@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/jobstate"
-	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/internal/store/migrate"
 )
 
 // oneRun is a benchmark that is one long run.

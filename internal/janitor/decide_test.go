@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/jobstate"
 )
@@ -206,12 +205,12 @@ func TestDecide(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	lo, hi := time.Second, 5*time.Minute
-	assert.Equal(t, time.Second, cleanups.Backoff(1, lo, hi))
-	assert.Equal(t, 2*time.Second, cleanups.Backoff(2, lo, hi))
-	assert.Equal(t, 4*time.Second, cleanups.Backoff(3, lo, hi))
-	assert.Equal(t, 256*time.Second, cleanups.Backoff(9, lo, hi))
-	assert.Equal(t, hi, cleanups.Backoff(10, lo, hi))
-	assert.Equal(t, hi, cleanups.Backoff(1000, lo, hi))
+	assert.Equal(t, time.Second, cleanupBackoff(1, lo, hi))
+	assert.Equal(t, 2*time.Second, cleanupBackoff(2, lo, hi))
+	assert.Equal(t, 4*time.Second, cleanupBackoff(3, lo, hi))
+	assert.Equal(t, 256*time.Second, cleanupBackoff(9, lo, hi))
+	assert.Equal(t, hi, cleanupBackoff(10, lo, hi))
+	assert.Equal(t, hi, cleanupBackoff(1000, lo, hi))
 }
 
 func TestMergeContext(t *testing.T) {

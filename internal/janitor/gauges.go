@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -19,7 +18,7 @@ func (s *Service) refreshGauges(ctx context.Context) {
 	} else {
 		s.log.Warn("measuring the queue", "err", err)
 	}
-	if n, oldest, err := cleanups.Stats(ctx, s.pool); err == nil {
+	if n, oldest, err := s.store.CleanupBacklog(ctx); err == nil {
 		s.pending.Set(float64(n))
 		s.cfg.Metrics.CleanupsOldest.Set(oldest.Seconds())
 	} else {

@@ -25,7 +25,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/metrics"
@@ -170,7 +169,7 @@ const resultTimeout = 10 * time.Second
 
 // Service is one agent's janitor and Cleanup worker.
 type Service struct {
-	pool    *pgxpool.Pool // for internal/cleanups
+	pool    *pgxpool.Pool
 	store   *store.Store
 	plugins Plugins
 	cfg     Config
@@ -282,7 +281,7 @@ func (s *Service) Pass(ctx context.Context) (int, error) {
 	if err != nil {
 		return total, err
 	}
-	if n, err := cleanups.LiftOrphanGates(ctx, s.pool, s.cfg.BatchSize); err != nil {
+	if n, err := s.store.LiftOrphanGates(ctx, s.cfg.BatchSize); err != nil {
 		return total, err
 	} else if n > 0 {
 		s.log.Info("released retries whose Cleanup is no longer queued", "jobs", n)
@@ -563,7 +562,7 @@ func (s *Service) CleanupPass(ctx context.Context) (int, error) {
 	hold := s.cfg.CleanupTimeout + resultTimeout + 5*time.Second
 	total := 0
 	for ctx.Err() == nil {
-		claimed, err := cleanups.Claim(ctx, s.pool, s.cfg.Holder.Name, names, s.cfg.CleanupConcurrency, hold)
+		claimed, err := s.store.ClaimCleanups(ctx, s.cfg.Holder.Name, names, s.cfg.CleanupConcurrency, hold)
 		if err != nil {
 			return total, err
 		}
@@ -581,7 +580,7 @@ func (s *Service) CleanupPass(ctx context.Context) (int, error) {
 }
 
 // runCleanup makes one Cleanup call outside any transaction and records it.
-func (s *Service) runCleanup(ctx context.Context, c cleanups.Claimed) {
+func (s *Service) runCleanup(ctx context.Context, c store.ClaimedCleanup) {
 	log := s.log.With("job", c.JobID, "plugin", c.Plugin, "attempt", c.Claim.Attempts)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultTimeout+s.cfg.CleanupTimeout)
 	defer cancel()
@@ -589,7 +588,7 @@ func (s *Service) runCleanup(ctx context.Context, c cleanups.Claimed) {
 	info, loaded := s.plugins.Info(c.Plugin)
 	if loaded && !info.Has(plugin.CapCleanup) {
 		msg := fmt.Sprintf("plugin %q has no Cleanup; nothing to clean up", c.Plugin)
-		if err := cleanups.Done(wctx, s.pool, c.JobID, c.Claim, s.cfg.Holder.Generation, "cleanup_skipped", msg); err != nil {
+		if err := s.store.CleanupDone(wctx, c.JobID, c.Claim, s.cfg.Holder.Generation, "cleanup_skipped", msg); err != nil {
 			log.Warn("recording skipped cleanup", "err", err)
 		}
 		s.cleanupAttempts.WithLabelValues("skipped").Inc()
@@ -597,23 +596,23 @@ func (s *Service) runCleanup(ctx context.Context, c cleanups.Claimed) {
 	}
 	err := s.callCleanup(ctx, c, loaded)
 	if err == nil {
-		if err := cleanups.Done(wctx, s.pool, c.JobID, c.Claim, s.cfg.Holder.Generation, "cleanup_ok", fmt.Sprintf("attempt %d", c.Claim.Attempts)); err != nil {
+		if err := s.store.CleanupDone(wctx, c.JobID, c.Claim, s.cfg.Holder.Generation, "cleanup_ok", fmt.Sprintf("attempt %d", c.Claim.Attempts)); err != nil {
 			log.Warn("recording cleanup", "err", err)
 		}
 		s.cleanupAttempts.WithLabelValues("ok").Inc()
 		log.Info("cleanup done")
 		return
 	}
-	wait := cleanups.Backoff(c.Claim.Attempts, s.cfg.CleanupBackoffMin, s.cfg.CleanupBackoffMax)
+	wait := cleanupBackoff(c.Claim.Attempts, s.cfg.CleanupBackoffMin, s.cfg.CleanupBackoffMax)
 	log.Warn("cleanup failed; will retry", "err", err, "retry_in", wait)
 	s.cleanupAttempts.WithLabelValues("failed").Inc()
 	s.cleanupFailures.Inc()
-	if err := cleanups.Failed(wctx, s.pool, c.JobID, c.Claim, s.cfg.Holder.Generation, wait, err); err != nil {
+	if err := s.store.CleanupFailed(wctx, c.JobID, c.Claim, s.cfg.Holder.Generation, wait, err); err != nil {
 		log.Warn("recording failed cleanup", "err", err)
 	}
 }
 
-func (s *Service) callCleanup(ctx context.Context, c cleanups.Claimed, loaded bool) error {
+func (s *Service) callCleanup(ctx context.Context, c store.ClaimedCleanup, loaded bool) error {
 	if !loaded {
 		return fmt.Errorf("plugin %q is no longer loaded on agent %s", c.Plugin, s.cfg.Holder.Name)
 	}

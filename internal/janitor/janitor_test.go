@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobstate"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -428,7 +427,7 @@ func TestCleanupRetriesWithBackoffUntilItSucceeds(t *testing.T) {
 		assert.Equal(t, attempt+1, attempts)
 		assert.InDelta(t, want.Seconds(), wait, 0.5)
 		assert.Contains(t, lastErr, fmt.Sprintf("remote API unavailable (call %d)", attempt+1))
-		list, err := cleanups.List(f.ctx, f.pool, "", 10)
+		list, err := f.st.ListCleanups(f.ctx, "", 10)
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		assert.Equal(t, id, list[0].JobID)
@@ -470,12 +469,12 @@ func TestCleanupClaimLapsesAndOtherPluginsWait(t *testing.T) {
 	other := f.submit("c", "ecs")
 	bare := f.submit("c", "bare")
 	for _, id := range []string{done, other, bare} {
-		require.NoError(t, cleanups.Enqueue(f.ctx, f.pool, id, "test"))
+		require.NoError(t, f.st.EnqueueCleanup(f.ctx, id, "test"))
 	}
-	require.NoError(t, cleanups.Enqueue(f.ctx, f.pool, done, "again"), "enqueueing twice keeps one row")
+	require.NoError(t, f.st.EnqueueCleanup(f.ctx, done, "again"), "enqueueing twice keeps one row")
 
 	// A worker that died holding a claim: its claim lapses.
-	claimed, err := cleanups.Claim(f.ctx, f.pool, "crashed", []string{"sh"}, 10, 200*time.Millisecond)
+	claimed, err := f.st.ClaimCleanups(f.ctx, "crashed", []string{"sh"}, 10, 200*time.Millisecond)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 
@@ -498,7 +497,7 @@ func TestCleanupClaimLapsesAndOtherPluginsWait(t *testing.T) {
 
 	// A plugin this agent does not load stays queued and visible.
 	assert.True(t, f.cleanupQueued(other))
-	list, err := cleanups.List(f.ctx, f.pool, "", 0)
+	list, err := f.st.ListCleanups(f.ctx, "", 0)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, other, list[0].JobID)

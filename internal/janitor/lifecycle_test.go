@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobstate"
 
 	"github.com/stretchr/testify/assert"
@@ -167,7 +166,7 @@ func TestRetentionAndOrphanGates(t *testing.T) {
 	oldBad := finish(limits.Set{TTLFailed: day}, bad)
 	forever := finish(limits.Set{TTLSucceeded: day}, bad) // ttl_failed 0
 	uncleaned := finish(limits.Set{TTLFailed: day}, bad)
-	require.NoError(t, cleanups.Enqueue(f.ctx, f.pool, uncleaned, "cleanup after the job ended failed: boom"))
+	require.NoError(t, f.st.EnqueueCleanup(f.ctx, uncleaned, "cleanup after the job ended failed: boom"))
 	f.exec(`UPDATE cleanups SET next_at = now() + interval '1 hour' WHERE job_id = $1`, uncleaned) // not due this pass
 	// Finished 25 hours ago: the expiry the ending statement stamped moves
 	// with it (tether_expiry, the rule it applies).

@@ -25,8 +25,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/pgcluster"
+	"github.com/tetherjobs/tether/internal/store/migrate"
 )
 
 const setupTimeout = 2 * time.Minute

@@ -60,19 +60,10 @@ type Ended struct {
 	// RunAfter is when a retry becomes due; nil while it waits for Cleanup.
 	RunAfter *time.Time
 	// Cleanup is the claim on the Cleanup row when CleanupBy holds it: the
-	// agent completes it with cleanups.Done or cleanups.Failed. Zero when
+	// agent completes it with CleanupDone or CleanupFailed. Zero when
 	// no Cleanup was due or the queue holds it.
 	Cleanup CleanupClaim
 }
-
-// CleanupClaim fences a worker's answer about one queued Cleanup.
-type CleanupClaim struct {
-	Worker   string
-	Attempts int
-}
-
-// Held reports whether the claim is someone's.
-func (c CleanupClaim) Held() bool { return c.Worker != "" }
 
 // Querier runs a statement returning one row: a pool or a transaction.
 type Querier interface {

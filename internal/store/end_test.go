@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/lifecycle"
 	"github.com/tetherjobs/tether/internal/limits"
@@ -126,7 +125,7 @@ func TestEndWithCleanupWritesTheQueueRowAndGatesTheRetry(t *testing.T) {
 	require.True(t, ended.Cleanup.Held(), "the agent holds the first claim")
 	assert.Equal(t, store.CleanupClaim{Worker: a.Name, Attempts: 1}, ended.Cleanup)
 
-	list, err := cleanups.List(ctx, st.Pool(), "", 10)
+	list, err := st.ListCleanups(ctx, "", 10)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, a.Name, list[0].ClaimedBy)
@@ -137,11 +136,11 @@ func TestEndWithCleanupWritesTheQueueRowAndGatesTheRetry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, none, "attempt 2 never runs beside attempt 1's remote work")
 	// A worker cannot take the row while the agent's claim holds.
-	taken, err := cleanups.Claim(ctx, st.Pool(), "other", []string{"noop"}, 10, time.Minute)
+	taken, err := st.ClaimCleanups(ctx, "other", []string{"noop"}, 10, time.Minute)
 	require.NoError(t, err)
 	assert.Empty(t, taken)
 
-	require.NoError(t, cleanups.Done(ctx, st.Pool(), j.ID, ended.Cleanup, a.Generation, "cleanup_ok", ""))
+	require.NoError(t, st.CleanupDone(ctx, j.ID, ended.Cleanup, a.Generation, "cleanup_ok", ""))
 	require.Eventually(t, func() bool {
 		next, err := st.Claim(ctx, a, 5, []string{"c"})
 		return err == nil && len(next) == 1 && next[0].Job.Attempt == 2
@@ -286,7 +285,7 @@ func TestPriorEndFindsTheHoldersOwnEarlierWrite(t *testing.T) {
 	assert.Equal(t, "retry_scheduled", kind)
 	assert.True(t, ended.Retried)
 	assert.Equal(t, first.Cleanup, ended.Cleanup, "the Cleanup claim the first write gave")
-	require.NoError(t, cleanups.Done(ctx, st.Pool(), j.ID, first.Cleanup, a.Generation, "cleanup_ok", "test"))
+	require.NoError(t, st.CleanupDone(ctx, j.ID, first.Cleanup, a.Generation, "cleanup_ok", "test"))
 	_, ended, found, err = st.PriorEnd(ctx, a, j.ID, c.Lease, a.Name)
 	require.NoError(t, err)
 	require.True(t, found)

@@ -109,6 +109,8 @@ func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 	return j, false, err
 }
 
+// scanJob reads one row of queries/fragments/job_columns.sql, the columns
+// job_get, job_list and job_list_live select.
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
 	var backoff, backoffMax, pending, active, ttlOK, ttlFailed float64

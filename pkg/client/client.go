@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/cleanups"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -291,7 +290,7 @@ func (c *Client) Commands(ctx context.Context) ([]api.Command, error) {
 // Cleanups returns one page of the pending plugin Cleanup calls, in job ID
 // order, and the cursor of the next page ("" on the last). limit 0 is the
 // server's default.
-func (c *Client) Cleanups(ctx context.Context, after string, limit int) ([]cleanups.Cleanup, string, error) {
+func (c *Client) Cleanups(ctx context.Context, after string, limit int) ([]store.Cleanup, string, error) {
 	q := url.Values{}
 	if after != "" {
 		q.Set("after", after)

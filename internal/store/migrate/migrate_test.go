@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/pgtest"
+	"github.com/tetherjobs/tether/internal/store/migrate"
 	"github.com/tetherjobs/tether/queries"
 )
 

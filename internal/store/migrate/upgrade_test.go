@@ -6,8 +6,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/migrate"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/internal/store/migrate"
 	"github.com/tetherjobs/tether/queries"
 )
 
