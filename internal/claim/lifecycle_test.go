@@ -46,7 +46,7 @@ func summary(evs []store.Event) string {
 	return b.String()
 }
 
-// Scenario 2: a resumable plugin that crashes mid-Execute is resumed in the
+// A resumable plugin that crashes mid-Execute is resumed in the
 // same attempt (the host restarts it), not failed and run again.
 func TestResumablePluginCrashResumesTheSameAttempt(t *testing.T) {
 	st := store.New(pgtest.DB(t))
@@ -72,7 +72,7 @@ func TestResumablePluginCrashResumesTheSameAttempt(t *testing.T) {
 	assert.Contains(t, logs(t, st, j.ID, "stdout"), `resumed `+j.ID+` from "h1"`, "Resume got the checkpointed handle")
 }
 
-// Scenario 2 (plugins with Cleanup): a failed Execute is cleaned up before
+// With a plugin that has Cleanup, a failed Execute is cleaned up before
 // its retry runs, so two attempts' remote work never run side by side.
 func TestFailedExecuteIsCleanedUpBeforeTheRetry(t *testing.T) {
 	st := store.New(pgtest.DB(t))
@@ -96,7 +96,7 @@ func TestFailedExecuteIsCleanedUpBeforeTheRetry(t *testing.T) {
 	assert.Equal(t, []string{"claimed", "retry_scheduled", "cleanup_ok", "claimed", "failed", "cleanup_ok"}, order, "events:%s", summary(evs))
 }
 
-// Scenario 5: outcomes PostgreSQL cannot store (a NUL byte in an error, a
+// Outcomes PostgreSQL cannot store (a NUL byte in an error, a
 // NUL escape in the result) end the job truthfully instead of looping.
 func TestUnstorableOutcomesEndTheJob(t *testing.T) {
 	st := store.New(pgtest.DB(t))
@@ -155,7 +155,7 @@ func (h *heartbeats) maxGap(from, to time.Time, id string) (time.Duration, int, 
 	return max(gap, to.Sub(prev)), n, renewed
 }
 
-// Scenario 6: a slow Cleanup after a write that waited for the database ran
+// A slow Cleanup after a write that waited for the database ran
 // on the heartbeat's goroutine and left every other job unrenewed.
 func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
 	cluster, st := privateStore(t)
@@ -189,7 +189,7 @@ func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
 	assert.Equal(t, "boom", j.Error)
 }
 
-// Scenarios 7 and 10: the same agent claims a job it still runs (it was
+// The same agent claims a job it still runs (it was
 // released behind its back). The old runner is stopped without writing; it
 // can neither unregister the new runner nor drop its output.
 func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
@@ -224,7 +224,7 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 	a.waitIdle(t)
 }
 
-// Scenario 9 (host side): a checkpoint during a database outage waits for
+// On the host side, a checkpoint during a database outage waits for
 // the database instead of failing the job, and its output is stored once.
 func TestCheckpointWaitsThroughAnOutage(t *testing.T) {
 	cluster, st := privateStore(t)
@@ -243,7 +243,7 @@ func TestCheckpointWaitsThroughAnOutage(t *testing.T) {
 	assert.Equal(t, "one\ntwo\n", logs(t, st, j.ID, "stdout"), "each line stored once")
 }
 
-// Scenario 11: the self-fence fires at SelfFenceAfter of silence, on its
+// The self-fence fires at SelfFenceAfter of silence, on its
 // own timer, not a keepalive later.
 func TestSelfFenceFiresOnTime(t *testing.T) {
 	cluster, st := privateStore(t)
@@ -267,7 +267,7 @@ func TestSelfFenceFiresOnTime(t *testing.T) {
 	}
 }
 
-// Scenario 3: a released job that must be resumed is claimed only by an
+// A released job that must be resumed is claimed only by an
 // agent whose copy of its plugin can Resume (here: one running only the
 // shell plugin, which cannot), never failed or executed beside its work.
 func TestAgentWithoutResumeNeverClaimsAJobToResume(t *testing.T) {

@@ -31,7 +31,7 @@ func claimOne(t *testing.T, st *store.Store, h store.Holder, id string) store.Cl
 	return got[0]
 }
 
-// Scenario 1: an operator requeue used to recreate the active row at lease
+// An operator requeue used to recreate the active row at lease
 // 0, so the next claim handed out lease 1 again and a stalled holder of
 // attempt 1 could write onto attempt 2.
 func TestRequeueNeverHandsOutALeaseAgain(t *testing.T) {
@@ -67,7 +67,7 @@ func TestRequeueNeverHandsOutALeaseAgain(t *testing.T) {
 	assert.Equal(t, second.Lease, got.Lease)
 }
 
-// Scenario 4: a retriable failure used to queue a job whose cancel was
+// A retriable failure used to queue a job whose cancel was
 // requested, so it ran again.
 func TestCancelWinsOverARetry(t *testing.T) {
 	ctx := context.Background()
@@ -102,7 +102,7 @@ func TestCancelWinsOverARetry(t *testing.T) {
 	assert.Equal(t, "canceled", kinds(t, st, j.ID)[len(kinds(t, st, j.ID))-1])
 }
 
-// Scenario 8: an outcome whose Cleanup the agent runs itself writes the
+// An outcome whose Cleanup the agent runs itself writes the
 // durable cleanups row in the same statement, claimed by that agent; the
 // retry waits until it is done, and a lapsed claim is any worker's.
 func TestEndWithCleanupWritesTheQueueRowAndGatesTheRetry(t *testing.T) {
@@ -147,7 +147,7 @@ func TestEndWithCleanupWritesTheQueueRowAndGatesTheRetry(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "attempt 2 runs once the Cleanup is done")
 }
 
-// Scenario 5: a value PostgreSQL cannot store is a *DataError, which the
+// A value PostgreSQL cannot store is a *DataError, which the
 // agent turns into a permanent failure rather than retrying forever.
 func TestEndRefusedForItsDataIsADataError(t *testing.T) {
 	ctx := context.Background()
