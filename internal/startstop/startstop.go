@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Service is a long-running loop that starts and stops alike.
@@ -51,6 +52,23 @@ func Func(name string, fn func(ctx context.Context)) *Loop {
 	return New(name, func(ctx context.Context) error {
 		fn(ctx)
 		return nil
+	})
+}
+
+// Timer returns the Loop that calls fn first after first, and after that
+// again each time after the wait fn returned, until its context ends.
+func Timer(name string, first time.Duration, fn func(ctx context.Context) (next time.Duration)) *Loop {
+	return Func(name, func(ctx context.Context) {
+		timer := time.NewTimer(first)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			timer.Reset(fn(ctx))
+		}
 	})
 }
 

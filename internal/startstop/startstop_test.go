@@ -144,3 +144,24 @@ func TestStopAll(t *testing.T) {
 		t.Fatal("StopAll returned before every loop did")
 	}
 }
+
+func TestTimer(t *testing.T) {
+	ticks := make(chan struct{})
+	l := Timer("ticking", 0, func(ctx context.Context) time.Duration {
+		select {
+		case ticks <- struct{}{}:
+		case <-ctx.Done():
+		}
+		return time.Millisecond
+	})
+	if err := l.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		received(t, ticks, "the timer calls its function again")
+	}
+	l.Stop()
+	if !closed(l.Done()) {
+		t.Fatal("Stop returned before the timer loop did")
+	}
+}
