@@ -32,6 +32,7 @@ import (
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/pluginhost"
+	"github.com/tetherjobs/tether/internal/startstop"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/internal/store/migrate"
 	"github.com/tetherjobs/tether/internal/ui"
@@ -57,6 +58,11 @@ type Options struct {
 // internal/drain) and shuts it down. It opens the database, starts the
 // plugins, registers the agent and starts its services, in that order. What
 // a step opened is closed, in reverse order, when Run returns.
+//
+// The services stop in this order. The drain ends the loops' context, and
+// the claim service stops its jobs and returns. The API stops next, and the
+// agent is marked stopped. The other loops are waited for last, before the
+// pools close.
 func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Options) error {
 	a, err := newAgent(ctx, cfg, logger, opts)
 	if err != nil {
@@ -105,14 +111,15 @@ type agent struct {
 	follow   *notify.Hub
 	svc      *claim.Service
 	jan      *janitor.Service
-	srv      *http.Server
 	draining atomic.Bool
 	stopping chan struct{} // closed at shutdown: followed log streams end
 
-	serveErr chan error
-	runErr   chan error
-	lockErr  chan error
-	stopRun  context.CancelFunc // ends the services' loops
+	// The services. Any of api, claims and lockWatch returning on its own
+	// ends Run.
+	api       *apiServer
+	claims    *startstop.Loop    // svc.Run
+	lockWatch *startstop.Loop    // the name lock's watch
+	stopRun   context.CancelFunc // ends the loops startLoops started
 }
 
 // newAgent resolves the agent's name and generation.
@@ -307,9 +314,10 @@ func (a *agent) serveAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.srv = srv
-	a.serveErr = make(chan error, 1)
-	go func() { a.serveErr <- srv.Serve(ln) }()
+	a.api = newAPIServer(srv, ln, a.stopping, a.cfg.HTTP.ShutdownGrace.Std(), a.log)
+	if err := a.api.Start(ctx); err != nil {
+		return err
+	}
 	a.log.Info("API listening", "addr", ln.Addr().String())
 	if a.opts.Started != nil {
 		a.opts.Started(ln.Addr().String())
@@ -317,44 +325,33 @@ func (a *agent) serveAPI(ctx context.Context) error {
 	return nil
 }
 
-// startLoops starts the claim service, the janitor, the liveness check and
-// the name lock's watch. ctx ending starts the drain; the loops run on
-// until it is done.
+// startLoops starts the claim service, the janitor's services, the
+// liveness check and the name lock's watch, in that order. ctx ending starts
+// the drain; the loops run on until it is done. Run stops them all when it
+// returns.
 func (a *agent) startLoops(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopRun = stopRun
-	a.onClose(stopRun)
-	a.runErr = make(chan error, 1)
-	go func() { a.runErr <- a.svc.Run(runCtx) }()
-	janDone := make(chan struct{})
-	go func() {
-		defer close(janDone)
-		if err := a.jan.Run(runCtx); err != nil {
-			a.log.Error("janitor stopped", "err", err)
-		}
-	}()
-	a.onClose(func() { stopRun(); <-janDone })
+	a.claims = startstop.New("claim service", a.svc.Run)
+	a.lockWatch = startstop.New("name lock watch", func(ctx context.Context) error {
+		return a.lock.watch(ctx, a.cfg.Agent.Keepalive.Std())
+	})
+	loops := []startstop.Service{a.claims, a.jan.PassLoop(), a.jan.CleanupWorker()}
 	// The second liveness signal: the jobs of an agent whose name lock is
 	// free and that stays silent are settled after dead_after, not stale_job.
 	if a.cfg.Agent.LockLiveness() {
-		liveness := janitor.NewLiveness(a.jan, janitor.LivenessConfig{
+		loops = append(loops, janitor.NewLiveness(a.jan, janitor.LivenessConfig{
 			Keepalive: a.cfg.Agent.Keepalive.Std(), DeadAfter: a.cfg.Agent.DeadAfter.Std(),
-		})
-		if err := liveness.Start(runCtx); err != nil {
-			return fmt.Errorf("starting the liveness check: %w", err)
-		}
-		a.onClose(liveness.Stop)
+		}))
 	}
-	a.lockErr = make(chan error, 1)
-	lockDone := make(chan struct{})
-	go func() {
-		defer close(lockDone)
-		a.lockErr <- a.lock.watch(runCtx, a.cfg.Agent.Keepalive.Std())
-	}()
+	loops = append(loops, a.lockWatch)
 	// The lock's connection is closed (by openDatabase's closer) only after
-	// watch stopped using it.
-	a.onClose(func() { stopRun(); <-lockDone })
-	return nil
+	// the watch stopped using it.
+	a.onClose(func() {
+		stopRun()
+		startstop.StopAll(loops...)
+	})
+	return startstop.StartAll(runCtx, loops...)
 }
 
 // wait runs until ctx ends (then drains) or a service fails, and returns
@@ -364,17 +361,17 @@ func (a *agent) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		a.drain(ctx)
 		a.stopRun()
-		return <-a.runErr
-	case err := <-a.runErr:
-		return err
-	case err := <-a.lockErr:
+		return a.claims.Wait()
+	case <-a.claims.Done():
+		return a.claims.Wait()
+	case <-a.lockWatch.Done():
 		a.stopRun()
-		<-a.runErr
-		return err
-	case err := <-a.serveErr:
+		_ = a.claims.Wait()
+		return a.lockWatch.Wait()
+	case <-a.api.Done():
 		a.stopRun()
-		<-a.runErr
-		return fmt.Errorf("serving the API on %s: %w", a.cfg.HTTP.Listen, err)
+		_ = a.claims.Wait()
+		return fmt.Errorf("serving the API on %s: %w", a.cfg.HTTP.Listen, a.api.Err())
 	}
 }
 
@@ -399,12 +396,10 @@ func (a *agent) drain(ctx context.Context) {
 // shutdown stops the API and, after a clean stop, marks the agent stopped.
 // It returns result.
 func (a *agent) shutdown(ctx context.Context, result error) error {
+	// The API's shutdown and the stopped mark share http.shutdown_grace.
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.HTTP.ShutdownGrace.Std())
 	defer cancel()
-	close(a.stopping) // end followed log streams; other requests finish
-	if err := a.srv.Shutdown(shutCtx); err != nil {
-		a.log.Warn("shutting down the API", "err", err)
-	}
+	a.api.Stop()
 	if result == nil {
 		if err := a.st.SetAgentState(shutCtx, a.holder, "stopped"); err != nil {
 			a.log.Warn("marking agent stopped", "err", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/notify"
+	"github.com/tetherjobs/tether/internal/startstop"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -333,29 +334,30 @@ func (s *Service) executorDeps(writes context.Context) *executorDeps {
 // holds and returns when they are all accounted for. It returns an error if
 // the agent must exit (another process took its name).
 func (s *Service) Run(ctx context.Context) error {
-	loopCtx, stopLoops := context.WithCancel(ctx)
-	defer stopLoops()
-
 	// The write batches outlive ctx: the runners' last writes go through
 	// them after it ends, so they stop only once every runner has returned.
-	batchCtx, stopBatches := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBatches()
-	var batches sync.WaitGroup
-	batches.Add(2)
-	go func() { defer batches.Done(); s.running.loop(batchCtx) }()
-	go func() { defer batches.Done(); s.finals.loop(batchCtx) }()
+	batches := []startstop.Service{
+		startstop.Func("running writes", s.running.loop),
+		startstop.Func("final writes", s.finals.loop),
+	}
+	if err := startstop.StartAll(context.WithoutCancel(ctx), batches...); err != nil {
+		return err
+	}
+	loops := []startstop.Service{
+		startstop.Func("heartbeat", s.heartbeatLoop),
+		startstop.Func("renewal", s.renewLoop),
+		startstop.Func("orphan detach", s.orphanLoop),
+		startstop.Func("reconcile", s.reconcileLoop),
+		startstop.Func("self-fence", s.fenceLoop),
+		startstop.Func("log flush", s.logs.run),
+		startstop.Func("listen", s.listenLoop),
+	}
+	if err := startstop.StartAll(ctx, loops...); err != nil {
+		startstop.StopAll(batches...)
+		return err
+	}
 
-	var loops sync.WaitGroup
-	loops.Add(7)
-	go func() { defer loops.Done(); s.heartbeatLoop(loopCtx) }()
-	go func() { defer loops.Done(); s.renewLoop(loopCtx) }()
-	go func() { defer loops.Done(); s.orphanLoop(loopCtx) }()
-	go func() { defer loops.Done(); s.reconcileLoop(loopCtx) }()
-	go func() { defer loops.Done(); s.fenceLoop(loopCtx) }()
-	go func() { defer loops.Done(); s.logs.run(loopCtx) }()
-	go func() { defer loops.Done(); s.listenLoop(loopCtx) }()
-
-	err := s.claimLoop(loopCtx)
+	err := s.claimLoop(ctx)
 	s.quitOnce.Do(func() {
 		close(s.quit)
 		time.AfterFunc(s.cfg.FinalTimeout, func() { s.stopWrites(errors.New("the agent is shutting down")) })
@@ -372,10 +374,8 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	stopBatches()
-	batches.Wait()
-	stopLoops()
-	loops.Wait()
+	startstop.StopAll(batches...)
+	startstop.StopAll(loops...)
 	return err
 }
 

@@ -2,7 +2,6 @@ package janitor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherjobs/tether/internal/defaults"
+	"github.com/tetherjobs/tether/internal/startstop"
 )
 
 // deadAfterKeepalives is dead_after's default in keepalives: an agent that
@@ -89,70 +89,45 @@ type Liveness struct {
 	mu    sync.Mutex // one check at a time owns watch
 	watch *lockWatch
 
-	runMu  sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop *startstop.Loop // runs the checks from Start to Stop
 }
 
 // NewLiveness returns the liveness check of jan's agent. It does nothing
 // until Start.
 func NewLiveness(jan *Service, cfg LivenessConfig) *Liveness {
 	cfg.setDefaults()
-	return &Liveness{
+	l := &Liveness{
 		jan:   jan,
 		cfg:   cfg,
 		log:   jan.log.With("service", "liveness"),
 		dead:  jan.cfg.Metrics.AgentsDead,
 		watch: newLockWatch(cfg.DeadAfter),
 	}
+	l.loop = startstop.Timer("liveness check", cfg.Keepalive, l.check)
+	return l
 }
 
 // Start runs a check every keepalive, independent of clean_interval, until
 // ctx ends or Stop. Errors are logged and the next check retries.
-func (l *Liveness) Start(ctx context.Context) error {
-	l.runMu.Lock()
-	defer l.runMu.Unlock()
-	if l.done != nil {
-		return errors.New("liveness check already started")
-	}
-	ctx, l.cancel = context.WithCancel(ctx)
-	l.done = make(chan struct{})
-	go func() {
-		defer close(l.done)
-		timer := time.NewTimer(l.cfg.Keepalive)
-		defer timer.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			}
-			wait := l.cfg.Keepalive
-			c, err := l.Check(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				l.log.Warn("liveness check", "err", err)
-			case c.Pending:
-				// Look again the moment an agent may be dead, not up to a
-				// keepalive later.
-				wait = min(wait, c.Due+dueMargin)
-			}
-			timer.Reset(wait)
-		}
-	}()
-	return nil
-}
+func (l *Liveness) Start(ctx context.Context) error { return l.loop.Start(ctx) }
 
 // Stop ends the checks and waits for the one in flight.
-func (l *Liveness) Stop() {
-	l.runMu.Lock()
-	defer l.runMu.Unlock()
-	if l.done == nil {
-		return
+func (l *Liveness) Stop() { l.loop.Stop() }
+
+// check runs one check and returns when to run the next: a keepalive
+// later, sooner when an agent may be found dead before then.
+func (l *Liveness) check(ctx context.Context) time.Duration {
+	wait := l.cfg.Keepalive
+	c, err := l.Check(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		l.log.Warn("liveness check", "err", err)
+	case c.Pending:
+		// Look again the moment an agent may be dead, not up to a
+		// keepalive later.
+		wait = min(wait, c.Due+dueMargin)
 	}
-	l.cancel()
-	<-l.done
-	l.done, l.cancel = nil, nil
+	return wait
 }
 
 // Check runs one check: it reads which agents holding work have a free name

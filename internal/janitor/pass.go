@@ -1,0 +1,178 @@
+package janitor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/tetherjobs/tether/internal/startstop"
+	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/plugin"
+)
+
+// defaultBatchSize is how many active rows one janitor transaction locks
+// (Config.BatchSize).
+const defaultBatchSize = 100
+
+// PassLoop is the service that runs a Pass at once and then every jittered
+// clean_interval. Database errors are logged and retried next pass.
+func (s *Service) PassLoop() *startstop.Loop {
+	return s.periodic("janitor pass", func(ctx context.Context) (int, error) {
+		n, err := s.Pass(ctx)
+		signal(ctx, s.cfg.TestSignals.Passed, Passed{Actions: n, Err: err})
+		return n, err
+	})
+}
+
+// Pass settles every job that needs it now, a bounded batch per transaction,
+// and returns how many actions it applied. A full batch is followed by the
+// next one at once; rows a batch looked at and left alone (nothing to do, or
+// changed since they were read) are not read again in the same pass, so a
+// pass always ends. Then it lifts orphaned retry gates, deletes expired jobs
+// and prunes long-gone agents.
+func (s *Service) Pass(ctx context.Context) (int, error) {
+	done, err := s.batches(ctx, nil)
+	total := len(done)
+	if err != nil {
+		return total, err
+	}
+	if n, err := s.store.LiftOrphanGates(ctx, s.cfg.BatchSize); err != nil {
+		return total, err
+	} else if n > 0 {
+		s.log.Info("released retries whose Cleanup is no longer queued", "jobs", n)
+	}
+	if _, err := s.Retention(ctx); err != nil {
+		return total, err
+	}
+	if _, err := s.PruneAgents(ctx); err != nil {
+		s.log.Warn("pruning agents", "err", err)
+	}
+	s.refreshGauges(ctx)
+	return total, nil
+}
+
+// settled is one action a batch applied, to the job of agent.
+type settled struct {
+	kind  Kind
+	agent string
+	cause Cause // the metrics label
+}
+
+// batches runs batches until one is not full. With dead set, only the jobs
+// of those agents are read (a liveness pass); otherwise every candidate.
+func (s *Service) batches(ctx context.Context, dead []DeadAgent) ([]settled, error) {
+	var all []settled
+	skip := []string{}
+	for {
+		done, left, full, err := s.batch(ctx, skip, dead)
+		all = append(all, done...)
+		if err != nil {
+			return all, err
+		}
+		if !full {
+			return all, nil
+		}
+		skip = append(skip, left...)
+	}
+}
+
+// selfCommands is what this process serves by its configuration: the
+// commands it knows (Config.Commands). They count only while it has no
+// agents row of its own, which otherwise speaks for it.
+func (s *Service) selfCommands() []string {
+	out := make([]string, 0, len(s.cfg.Commands))
+	for name := range s.cfg.Commands {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// countSelf adds this process to what the live agents serve for c, when its
+// own agents row did not already count (not registered yet): it serves c's
+// command if it is configured here and c's plugin is loaded here.
+func countSelf(in *Input, commands map[string]bool, caps func(string) (plugin.Info, bool)) {
+	if commands != nil && !commands[in.Command] {
+		return
+	}
+	info, ok := caps(in.Plugin)
+	if !ok {
+		return
+	}
+	in.Served, in.PluginLoaded = true, true
+	in.Resumable = in.Resumable || info.Has(plugin.CapResume)
+}
+
+// candidateQuery is the batch query of one pass (of the dead agents only,
+// when dead is set), after the rows in skip.
+func (s *Service) candidateQuery(skip []string, dead []DeadAgent) store.CandidateQuery {
+	q := store.CandidateQuery{
+		OfflineAfter: s.cfg.OfflineAfter, AWOLTimeout: s.cfg.AWOLTimeout,
+		StaleJob: s.cfg.StaleJob, ActiveGrace: s.cfg.activeTimeoutGrace(),
+		Batch: s.cfg.BatchSize, Skip: skip,
+		Self: s.cfg.Holder, SelfCommands: s.selfCommands(),
+	}
+	for _, d := range dead {
+		q.Dead = append(q.Dead, store.DeadGeneration{Name: d.Name, Generation: d.Generation, FreeSince: d.FreeSince})
+	}
+	return q
+}
+
+// batch locks, decides and applies one batch of rows not in skip (of the
+// dead agents only, when dead is set). It returns the actions applied, the
+// IDs of the rows it left alone and whether the batch was full (more may
+// follow).
+func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([]settled, []string, bool, error) {
+	var applied []settled
+	var left []string
+	var full bool
+	q := s.candidateQuery(skip, dead)
+	served := setOf(q.SelfCommands)
+	err := s.store.InJanitorTx(ctx, s.cfg.idleInTransaction(), func(tx store.JanitorTx) error {
+		applied, left = applied[:0], left[:0]
+		rows, err := tx.Candidates(ctx, q)
+		if err != nil {
+			return err
+		}
+		full = len(rows) == s.cfg.BatchSize
+		if s.afterCandidates != nil {
+			s.afterCandidates(ctx)
+		}
+		for _, r := range rows {
+			c := candidateOf(r)
+			if !c.SelfRegistered {
+				countSelf(&c.Input, served, s.plugins.Info)
+			}
+			c.Input.Rules = s.cfg.rules()
+			a := Decide(c.Input)
+			ok, err := apply(ctx, tx, s.cfg.Holder, c, a)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				left = append(left, c.JobID)
+				continue
+			}
+			applied = append(applied, settled{kind: a.Kind, agent: c.Input.AgentName, cause: CauseOf(a.Kind, c.Input)})
+			s.log.Info("janitor settled job", "job", c.JobID, "action", string(a.Kind),
+				"reason", a.Reason, "was_held_by", c.Input.AgentName, "cleanup", a.Cleanup)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("janitor batch: %w", err)
+	}
+	for _, a := range applied {
+		s.actions.WithLabelValues(string(a.kind), string(a.cause)).Inc()
+	}
+	return applied, left, full, nil
+}
+
+// setOf is names as a set.
+func setOf(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
+}
