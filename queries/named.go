@@ -39,7 +39,8 @@ func Named(name string) Statement {
 	return s
 }
 
-// named holds every statement, compiled once at load; never written after.
+// named holds every statement, compiled once at load. It is never written
+// after.
 var named = compileNamed()
 
 var paramRE = regexp.MustCompile(`@([A-Za-z_][A-Za-z0-9_]*)`)

@@ -1,7 +1,7 @@
-// Package queries holds every SQL statement tether runs: the schema migrations
-// under migrations/ and one .sql file per statement, embedded at build time.
-// A part that several statements share is written once under fragments/ and
-// stands in a statement as {{name}} (fragments/name.sql).
+// Package queries holds every SQL statement tether runs. These are the schema
+// migrations under migrations/ and one .sql file per statement, embedded at
+// build time. A part that several statements share is written once under
+// fragments/ and stands in a statement as {{name}} (fragments/name.sql).
 package queries
 
 import (

@@ -1,5 +1,6 @@
-// Package agent wires one tether agent process together: database, schema,
-// plugins, registration, the claim loop and the HTTP API.
+// Package agent wires one tether agent process together. It opens the
+// database, schema and plugins, registers, and runs the claim loop and the
+// HTTP API.
 package agent
 
 import (
@@ -46,7 +47,7 @@ type Options struct {
 	// Hurry, closed by a second signal, cuts the drain's wait short.
 	Hurry     <-chan struct{}
 	NoMigrate bool
-	// Getenv reads the environment (nil = os.Getenv); tests pass their own.
+	// Getenv reads the environment (nil = os.Getenv). Tests pass their own.
 	Getenv func(string) string
 	// Started, if set, is called once the API is listening, with its address.
 	Started func(addr string)
@@ -84,7 +85,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	return a.shutdown(ctx, a.wait(ctx))
 }
 
-// agent is one Run: what its steps open and start.
+// agent is one Run. It holds what its steps open and start.
 type agent struct {
 	cfg    *config.Config
 	opts   Options
@@ -185,7 +186,7 @@ func (a *agent) openDatabase(ctx context.Context) error {
 			a.log.Info("applied migrations", "versions", applied)
 		}
 	}
-	// The name lock and LISTEN need a session of their own: they bypass a
+	// The name lock and LISTEN need a session of their own. They bypass a
 	// transaction pooler through database_direct_url.
 	if a.lockConn, err = directConfig(a.cfg); err != nil {
 		return err
@@ -242,7 +243,7 @@ func (a *agent) register(ctx context.Context) error {
 // the janitor.
 func (a *agent) buildServices(ctx context.Context) error {
 	cfg := a.cfg
-	// Heartbeats get a pool of their own: a connection the jobs' writes
+	// Heartbeats get a pool of their own, so a connection the jobs' writes
 	// hold can never delay a renewal.
 	livePool, err := openPool(ctx, cfg, defaults.HeartbeatConns, "the heartbeat's database pool", a.history.AfterConnect(false))
 	if err != nil {
@@ -251,7 +252,7 @@ func (a *agent) buildServices(ctx context.Context) error {
 	a.onClose(livePool.Close)
 
 	// The API's followers are woken through the claim service's LISTEN
-	// connection: one per agent however many clients follow.
+	// connection. There is one per agent however many clients follow.
 	a.follow = notify.New()
 	a.svc = claim.New(a.st, a.plugins, claim.Config{
 		Holder:       a.holder,
@@ -262,8 +263,8 @@ func (a *agent) buildServices(ctx context.Context) error {
 		Keepalive:    cfg.Agent.Keepalive.Std(),
 		LogFlush:     cfg.Logs.FlushInterval.Std(),
 		LogMaxBytes:  cfg.Logs.MaxBytesPerStream,
-		// Stop before the janitor may act: it waits stale_job from the last
-		// renewal; we stop early enough for the slowest stop to end a
+		// Stop before the janitor may act. It waits stale_job from the last
+		// renewal. We stop early enough for the slowest stop to end a
 		// keepalive before that (see config.SelfFenceAfter).
 		SelfFenceAfter: cfg.SelfFenceAfter(a.graces),
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
@@ -325,9 +326,9 @@ func (a *agent) serveAPI(ctx context.Context) error {
 	return nil
 }
 
-// startLoops starts the claim service, the janitor's services, the
-// liveness check and the name lock's watch, in that order. ctx ending starts
-// the drain; the loops run on until it is done. Run stops them all when it
+// startLoops starts the claim service, the janitor's services, the liveness
+// check and the name lock's watch, in that order. ctx ending starts the
+// drain. The loops run on until it is done. Run stops them all when it
 // returns.
 func (a *agent) startLoops(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -337,7 +338,7 @@ func (a *agent) startLoops(ctx context.Context) error {
 		return a.lock.watch(ctx, a.cfg.Agent.Keepalive.Std())
 	})
 	loops := []startstop.Service{a.claims, a.jan.PassLoop(), a.jan.CleanupWorker()}
-	// The second liveness signal: the jobs of an agent whose name lock is
+	// The second liveness signal. The jobs of an agent whose name lock is
 	// free and that stays silent are settled after dead_after, not stale_job.
 	if a.cfg.Agent.LockLiveness() {
 		loops = append(loops, janitor.NewLiveness(a.jan, janitor.LivenessConfig{
@@ -410,7 +411,7 @@ func (a *agent) shutdown(ctx context.Context, result error) error {
 }
 
 // logDumpable says whether jobs running as the agent's user can read its
-// environment through /proc; main makes the process non-dumpable.
+// environment through /proc. main makes the process non-dumpable.
 func logDumpable(log *slog.Logger) {
 	dumpable, ok, err := Dumpable()
 	switch {
@@ -424,9 +425,9 @@ func logDumpable(log *slog.Logger) {
 	}
 }
 
-// openPool opens a pool on database_url with maxConns connections
-// and checks it answers; what names it in errors. Each connection attempt
-// is bounded by database_connect_timeout (see PoolConfig).
+// openPool opens a pool on database_url with maxConns connections and checks
+// it answers. what names it in errors. Each connection attempt is bounded by
+// database_connect_timeout (see PoolConfig).
 func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what string, afterConnect func(context.Context, *pgx.Conn) error) (*pgxpool.Pool, error) {
 	pc, err := PoolConfig(cfg)
 	if err != nil {
@@ -458,8 +459,8 @@ func PoolConfig(cfg *config.Config) (*pgxpool.Config, error) {
 func poolConfigFor(databaseURL, setting string, connectTimeout time.Duration) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		// pgx's parse errors quote the string, password redaction being
-		// best effort there: say what is wrong without echoing it.
+		// pgx's parse errors quote the string, password redaction being best
+		// effort there. Say what is wrong without echoing it.
 		return nil, fmt.Errorf("%s: cannot be parsed as a postgres:// URL or key=value connection string (value not shown: it may hold a password); check its syntax, and percent-encode special characters in the password", setting)
 	}
 	applyConnectTimeout(&pc.ConnConfig.Config, connectTimeout)
@@ -472,9 +473,9 @@ func applyConnectTimeout(c *pgconn.Config, d time.Duration) {
 	}
 }
 
-// ConnectError describes a failed first connection: where to, with the
-// URL redacted, and whether the connect timeout ran out. pgx's own message
-// names the user and database, never the password.
+// ConnectError describes a failed first connection. It says where to, with
+// the URL redacted, and whether the connect timeout ran out. pgx's own
+// message names the user and database, never the password.
 func ConnectError(c *pgx.ConnConfig, databaseURL string, err error) error {
 	return connectErrorFor(c, "database_url", databaseURL, err)
 }
@@ -623,10 +624,10 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 	if err != nil {
 		return nil, nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	// A slow or idle client holds a connection only this long. Followed
-	// log streams last as long as their job: the logs handler lifts the
-	// write deadline for them (net/http drops the read deadline itself once
-	// a request's body is read).
+	// A slow or idle client holds a connection only this long. Followed log
+	// streams last as long as their job. The logs handler lifts the write
+	// deadline for them (net/http drops the read deadline itself once a
+	// request's body is read).
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Std(),

@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// resolveName picks the agent's stable identity: the configured name, else
-// the ECS task ID from the task metadata endpoint, else the hostname.
+// resolveName picks the agent's stable identity. That is the configured name,
+// else the ECS task ID from the task metadata endpoint, else the hostname.
 func resolveName(ctx context.Context, configured string, getenv func(string) string) (string, error) {
 	if configured != "" {
 		return configured, nil

@@ -12,8 +12,8 @@ import (
 )
 
 // nameLock holds the session advisory lock on this agent's name. It needs its
-// own connection straight to PostgreSQL: through a transaction-pooling proxy
-// the session (and so the lock) would not be this process's: it connects to
+// own connection straight to PostgreSQL. Through a transaction-pooling proxy
+// the session (and so the lock) would not be this process's. It connects to
 // database_direct_url when set, and verifySession checks it at start.
 type nameLock struct {
 	conn *pgx.Conn
@@ -70,9 +70,9 @@ func (l *nameLock) try(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// watch keeps the lock: when its connection drops (a database restart), it
+// watch keeps the lock. When its connection drops (a database restart), it
 // reconnects and takes the lock again. It returns an error only when another
-// process took the name meanwhile; the agent must then stop.
+// process took the name meanwhile. The agent must then stop.
 func (l *nameLock) watch(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -14,9 +14,9 @@ import (
 )
 
 // directConn is where the session-bound connections go (the agent name lock
-// and LISTEN): database_direct_url, else database_url. A transaction pooler
-// in front of PostgreSQL breaks both, so they may bypass it while the pools
-// keep using it.
+// and LISTEN). That is database_direct_url, else database_url. A transaction
+// pooler in front of PostgreSQL breaks both, so they may bypass it while the
+// pools keep using it.
 type directConn struct {
 	cc      *pgx.ConnConfig
 	setting string // the setting the URL came from, for messages
@@ -36,7 +36,7 @@ func directConfig(cfg *config.Config) (directConn, error) {
 	return directConn{cc: pc.ConnConfig, setting: setting, url: cfg.DirectURL()}, nil
 }
 
-// connect opens one session; what says what it is for.
+// connect opens one session. what says what it is for.
 func (d directConn) connect(ctx context.Context, what string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, d.cc)
 	if err != nil {
@@ -62,17 +62,17 @@ type session struct {
 }
 
 // errNotDirect marks a lock connection that does not reach PostgreSQL
-// directly: the agent must not start on it.
+// directly. The agent must not start on it.
 var errNotDirect = errors.New("the agent name lock needs a direct session with PostgreSQL")
 
-// judgeSession decides whether the lock is really this process's session.
-// A pooler answers the startup itself, so the backend key it hands out is its
+// judgeSession decides whether the lock is really this process's session. A
+// pooler answers the startup itself, so the backend key it hands out is its
 // own invention, never the pid of the server session that runs our
-// statements; and in transaction mode the lock can land on a server session
-// other clients share. A mismatch of addresses alone is not fatal: NAT (a
+// statements. In transaction mode the lock can land on a server session other
+// clients share. A mismatch of addresses alone is not fatal. NAT (a
 // Kubernetes pod reaching RDS) and TCP forwarders (cloud-sql-proxy, an SSH
 // tunnel) keep one server session per connection, which is all the lock
-// needs; it is returned as a note to log.
+// needs. Such a mismatch is returned as a note to log.
 func judgeSession(s session) (note string, err error) {
 	if !s.held {
 		return "", fmt.Errorf("%w: the lock was taken but pg_locks does not show it granted to this connection's backend (pid %d), so another session holds it: a transaction pooler ran the statements on a shared server connection", errNotDirect, s.backendPID)
@@ -82,7 +82,7 @@ func judgeSession(s session) (note string, err error) {
 	}
 	tcp, ok := s.local.(*net.TCPAddr)
 	if !ok || s.clientAddr == nil || s.clientPort == nil {
-		// Unix socket (or a server that does not say): pg_locks and the
+		// Unix socket (or a server that does not say). pg_locks and the
 		// backend pid are all there is to check.
 		return "", nil
 	}
@@ -95,7 +95,7 @@ func judgeSession(s session) (note string, err error) {
 
 // verifySession checks, right after taking the lock, that it is held by this
 // process's own server session (see judgeSession). On failure it gives the
-// lock back, best effort: through a pooler it would otherwise stay with a
+// lock back, best effort. Through a pooler it would otherwise stay with a
 // pooled server connection.
 func (l *nameLock) verifySession(ctx context.Context) error {
 	s, err := inspectSession(ctx, l.conn, l.name)

@@ -106,8 +106,8 @@ func TestSessionCheckFailsThroughPgBouncer(t *testing.T) {
 
 	s, err := inspectSession(ctx, l.conn, "pooled")
 	require.NoError(t, err)
-	// A single client through a transaction pooler: the lock may well be
-	// on "its" server connection, so pg_locks alone can pass by luck.
+	// A single client through a transaction pooler. The lock may well be on
+	// "its" server connection, so pg_locks alone can pass by luck.
 	assert.NotEqual(t, s.keyPID, s.backendPID, "PgBouncer hands out a backend key of its own")
 	require.NotNil(t, s.clientPort)
 	assert.NotEqual(t, l.conn.PgConn().Conn().LocalAddr().(*net.TCPAddr).Port, int(*s.clientPort), "the server's client is PgBouncer, not us")
@@ -123,7 +123,7 @@ func TestSessionCheckFailsThroughPgBouncer(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 
-	// It gave the lock back: no pooled server connection keeps it.
+	// It gave the lock back. No pooled server connection keeps it.
 	conn, err := pgx.Connect(ctx, direct)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

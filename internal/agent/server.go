@@ -45,7 +45,7 @@ func (s *apiServer) Stop() {
 	s.serve.Stop()
 }
 
-// Done is closed when the server returned: at Stop, or when serving failed.
+// Done is closed when the server returned, at Stop or when serving failed.
 func (s *apiServer) Done() <-chan struct{} { return s.serve.Done() }
 
 // Err is why the server returned, once Done is closed.

@@ -21,14 +21,14 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// closeBound is how long a test waits for the server to close a
-// connection whose 1s timeout ran out: generous, so the tests are not about
-// exact timing, yet far below "held forever".
+// closeBound is how long a test waits for the server to close a connection
+// whose 1s timeout ran out. It is generous, so the tests are not about exact
+// timing, yet far below "held forever".
 const closeBound = 10 * time.Second
 
 // The API server cuts slow and idle clients (http.read_header_timeout,
 // read_timeout, idle_timeout), while a followed log stream outlives
-// write_timeout and read_timeout: it lasts as long as its job.
+// write_timeout and read_timeout. It lasts as long as its job.
 func TestServerTimeouts(t *testing.T) {
 	url := pgtest.URL(t)
 	cfg := testConfig(t, url, "timeouts")
@@ -59,8 +59,8 @@ func TestServerTimeouts(t *testing.T) {
 
 	t.Run("slow body is cut", func(t *testing.T) {
 		conn := dial(t, addr)
-		// 1000 bytes announced, one sent per second: without read_timeout
-		// the server would wait about 17 minutes for them.
+		// 1000 bytes announced, one sent per second. Without read_timeout the
+		// server would wait about 17 minutes for them.
 		_, err := fmt.Fprintf(conn, "POST /api/v1/jobs HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", addr)
 		require.NoError(t, err)
 		stop := make(chan struct{})
@@ -108,7 +108,7 @@ func TestServerTimeouts(t *testing.T) {
 		pool, err := pgxpool.New(ctx, url) // the agent's database
 		require.NoError(t, err)
 		defer pool.Close()
-		// No agent serves this command: the job stays queued and its log
+		// No agent serves this command. The job stays queued and its log
 		// stream open.
 		job, _, err := store.New(pool).Submit(ctx, store.SubmitParams{Command: "unserved", Plugin: "none"})
 		require.NoError(t, err)
@@ -172,7 +172,7 @@ func assertClosedWithin(t *testing.T, conn net.Conn, r io.Reader, bound time.Dur
 	if errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("the server still held the connection after %s", bound)
 	}
-	// A clean close (EOF) or a reset (unread bytes were pending): either way
+	// A clean close (EOF) or a reset (unread bytes were pending). Either way
 	// the server let go.
 	t.Logf("server closed the connection after %s (%v)", time.Since(began).Round(time.Millisecond), err)
 }

@@ -60,10 +60,10 @@ func percentiles(ds []time.Duration) (p50, p99 float64) {
 	return at(0.50), at(0.99)
 }
 
-// BenchmarkClaimLatency: one agent claims one job at a time of its command.
-// other: another command has a backlog of backlogRows claimable jobs, which
-// the claim must not pay for. own: the agent's own command has that backlog
-// (the claim reads its oldest rows only).
+// BenchmarkClaimLatency has one agent claim one job at a time of its command.
+// In other, another command has a backlog of backlogRows claimable jobs,
+// which the claim must not pay for. In own, the agent's own command has that
+// backlog (the claim reads its oldest rows only).
 func BenchmarkClaimLatency(b *testing.B) {
 	b.Run("backlog=other", func(b *testing.B) { claimLatency(b, false) })
 	b.Run("backlog=own", func(b *testing.B) { claimLatency(b, true) })
@@ -132,7 +132,7 @@ func (noPlugins) Info(string) (plugin.Info, bool)                    { return pl
 func (noPlugins) Infos() map[string]plugin.Info                      { return nil }
 func (noPlugins) Cleanup(context.Context, string, *plugin.Job) error { return nil }
 
-// BenchmarkJanitorPass: a janitor pass with backlogRows queued jobs of a
+// BenchmarkJanitorPass runs a janitor pass with backlogRows queued jobs of a
 // served command and nothing to do. Its cost must not grow with the backlog.
 func BenchmarkJanitorPass(b *testing.B) {
 	const passes = 50

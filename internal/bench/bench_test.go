@@ -1,6 +1,6 @@
-// Package bench measures tether end to end: no-op jobs through real plugin
-// processes (go-plugin over gRPC) with 1, 2 and 4 agents on one PostgreSQL.
-// Run with `make bench`; figures go in docs/benchmarks.md.
+// Package bench measures tether end to end. It runs no-op jobs through real
+// plugin processes (go-plugin over gRPC) with 1, 2 and 4 agents on one
+// PostgreSQL. Run with `make bench`. Figures go in docs/benchmarks.md.
 package bench
 
 import (
@@ -73,9 +73,9 @@ func runOnce(b *testing.B, agents, jobs int) {
 }
 
 // monitorEvery is how often a round counts the jobs left. The count scans
-// active_jobs: every 5 ms it cost the database about 12 % of a round's
-// throughput (issue 18); a round lasts seconds, so 100 ms ends it late by
-// 50 ms on average. TETHER_BENCH_MONITOR_MS changes it, to measure that cost.
+// active_jobs. Every 5 ms it cost the database about 12 % of a round's
+// throughput (issue 18). A round lasts seconds, so 100 ms ends it late by 50
+// ms on average. TETHER_BENCH_MONITOR_MS changes it, to measure that cost.
 var monitorEvery = time.Duration(envInt("TETHER_BENCH_MONITOR_MS", 100)) * time.Millisecond
 
 // round is what one runRound measured.
@@ -88,7 +88,7 @@ type round struct {
 	clientCPU float64 // the agents' process and its plugin processes, s
 }
 
-// progressQuery is how a round counts the jobs left; not counted as the
+// progressQuery is how a round counts the jobs left. It is not counted as the
 // agents' work.
 const progressQuery = `SELECT count(*) FROM active_jobs`
 
@@ -99,7 +99,7 @@ func runRound(b *testing.B, agents, jobs int) round {
 	ctx := context.Background()
 	pool := pgtest.DB(b)
 	st := store.New(pool)
-	// A backlog submitted up front: the run measures claiming and running,
+	// A backlog submitted up front, so the run measures claiming and running,
 	// not the submit API.
 	rows := make([][]any, jobs)
 	for i := range rows {

@@ -47,11 +47,11 @@ func envInts(name string, def []int) []int {
 	return out
 }
 
-// submitMany queues $4 jobs of command $1 (plugin $2) as job_submit.sql
-// does one: the jobs row (queued, context, request hash, the levers
+// submitMany queues $4 jobs of command $1 (plugin $2) as job_submit.sql does
+// one. It writes the jobs row (queued, context, request hash, the levers
 // $5..$11 stamped), its claimable active row and its submitted event. They
-// are submitted 1 ms apart, the last now, with UUIDv7-shaped ids that sort
-// by that time (sequence numbers $3 …, unique per database).
+// are submitted 1 ms apart, the last now, with UUIDv7-shaped ids that sort by
+// that time (sequence numbers $3 …, unique per database).
 const submitMany = `
 WITH x AS (
     SELECT i, at, lpad(to_hex((extract(epoch FROM at) * 1000)::bigint), 12, '0') || lpad(to_hex(i), 18, '0') AS h
@@ -76,7 +76,7 @@ INSERT INTO job_events (job_id, at, kind, message)
 SELECT id, created_at, 'submitted', '' FROM j`
 
 // backlogDB is one database holding a backlog of one command, kept at its
-// size: every claim's jobs are submitted again at the tail, untimed.
+// size. Every claim's jobs are submitted again at the tail, untimed.
 type backlogDB struct {
 	size   int
 	admin  *pgxpool.Pool // loading, topping up, statistics
@@ -189,7 +189,7 @@ func (d *backlogDB) claim(ctx context.Context, limit int, jit bool) (time.Durati
 }
 
 // jitCounts is the claim statement's calls and JIT-compiled functions so far
-// in d's database (pg_stat_statements; zero when it is not loaded).
+// in d's database (pg_stat_statements). They are zero when it is not loaded.
 func (d *backlogDB) jitCounts(b *testing.B, ctx context.Context) jitCount {
 	b.Helper()
 	var c jitCount
@@ -225,8 +225,8 @@ func (c jitCount) perCall() float64 {
 	return c.functions / c.calls
 }
 
-// claimKind is one column of BenchmarkClaimBacklog: a claim's limit, with
-// JIT off (as agents claim) or on (before issue 25).
+// claimKind is one column of BenchmarkClaimBacklog. It is a claim's limit,
+// with JIT off (as agents claim) or on (before issue 25).
 type claimKind struct {
 	limit int
 	jit   bool
@@ -248,17 +248,17 @@ type backlogFigures struct {
 	gauge, count []float64               // ms: the queue gauge (QueueStats), and a count(*) of the whole range
 }
 
-// BenchmarkClaimBacklog (issue 25): claim latency of claim(1) and claim(10)
-// against 1,000, 100,000 and 1,000,000 queued jobs of the claiming command,
-// the backlogs side by side in one run (interleaved rounds: every backlog
-// and kind once per round), each backlog kept at its size. Each kind is
-// measured as agents claim (JIT off) and as they claimed before (the
-// generic plan with JIT left to the server), on connections of their own
-// so neither reuses the other's cached plan. It also times the queue gauge
-// (QueueStats, counting up to janitor.QueueCountCap) beside a count(*) of
-// the whole due range, what the gauge read before. It prints a line per
-// backlog (medians over the rounds of each round's p50 and p99) and the
-// ratios `backlog 1M/1k claim p50: X.XX`.
+// BenchmarkClaimBacklog (issue 25) measures the claim latency of claim(1) and
+// claim(10) against 1,000, 100,000 and 1,000,000 queued jobs of the claiming
+// command. The backlogs run side by side in one run (interleaved rounds, with
+// every backlog and kind once per round), each backlog kept at its size. Each
+// kind is measured as agents claim (JIT off) and as they claimed before (the
+// generic plan with JIT left to the server), on connections of their own so
+// neither reuses the other's cached plan. It also times the queue gauge
+// (QueueStats, counting up to janitor.QueueCountCap) beside a count(*) of the
+// whole due range, what the gauge read before. It prints a line per backlog
+// (medians over the rounds of each round's p50 and p99) and the ratios
+// `backlog 1M/1k claim p50: X.XX`.
 func BenchmarkClaimBacklog(b *testing.B) {
 	ctx := context.Background()
 	dbs := make([]*backlogDB, len(claimBacklogs))

@@ -24,10 +24,10 @@ type dbCost struct {
 	cpuS       float64 // CPU of the server's processes (user + system), s
 }
 
-// dbMeter measures a dbCost: statement statistics of the pool's database
-// (when pg_stat_statements is loaded) and the CPU of every process of the
-// server (the postmaster, the backends it reaped and those alive), read
-// from /proc, so the server must run on this machine.
+// dbMeter measures a dbCost. It reads statement statistics of the pool's
+// database (when pg_stat_statements is loaded) and the CPU of every process
+// of the server (the postmaster, the backends it reaped and those alive),
+// read from /proc, so the server must run on this machine.
 type dbMeter struct {
 	pool       *pgxpool.Pool
 	postmaster int

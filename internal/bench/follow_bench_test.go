@@ -130,7 +130,7 @@ func openStore(b *testing.B, url string, tracer *countQueries) *store.Store {
 }
 
 // silentRunningJobs submits n jobs and moves them to running under a holder
-// that never writes output: what a follower of a long quiet job sees.
+// that never writes output. That is what a follower of a long quiet job sees.
 func silentRunningJobs(b *testing.B, st *store.Store, n int) []string {
 	b.Helper()
 	ctx := context.Background()
@@ -191,7 +191,7 @@ func (c *countQueries) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 
 func (c *countQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// idlePlugins runs nothing: the listener's service has no commands.
+// idlePlugins runs nothing. The listener's service has no commands.
 type idlePlugins struct{}
 
 func (idlePlugins) Info(string) (plugin.Info, bool) { return plugin.Info{}, false }

@@ -12,8 +12,8 @@ import (
 )
 
 // BenchmarkHeartbeat measures one agent's heartbeat statement while it holds
-// 100, 1,000 and 5,000 leases: its time (median and max of 50 ticks) and the
-// WAL it writes per tick. Run with
+// 100, 1,000 and 5,000 leases. It reports its time (median and max of 50
+// ticks) and the WAL it writes per tick. Run with
 // `go test -run '^$' -bench Heartbeat -benchtime 1x ./internal/bench/`.
 func BenchmarkHeartbeat(b *testing.B) {
 	for _, held := range []int{100, 1000, 5000} {

@@ -20,11 +20,11 @@ import (
 )
 
 // riverRounds is how many interleaved rounds (tether, River, tether, River…)
-// BenchmarkVsRiver runs per agent count; the medians are compared.
+// BenchmarkVsRiver runs per agent count. The medians are compared.
 var riverRounds = envInt("TETHER_BENCH_ROUNDS", 3)
 
-// riverMaxWorkers is each River client's MaxWorkers: tether's capacity in
-// runRound (32) by default; TETHER_BENCH_RIVER_WORKERS=2000 is what River's
+// riverMaxWorkers is each River client's MaxWorkers. It defaults to tether's
+// capacity in runRound (32). TETHER_BENCH_RIVER_WORKERS=2000 is what River's
 // own benchmark runs.
 var riverMaxWorkers = envInt("TETHER_BENCH_RIVER_WORKERS", 32)
 
@@ -44,14 +44,14 @@ type riverResult struct {
 	PGCPU          float64 `json:"pg_cpu_s"`
 }
 
-// BenchmarkVsRiver runs tether's end-to-end round (runRound: no-op jobs
-// through go-plugin, capacity 32 per agent) and River's (tools/riverbench:
-// a no-op worker, MaxWorkers 32 per client, one process per client) on the
-// same backlog size and the same PostgreSQL, each round on a fresh database,
-// interleaved, and prints the medians side by side, ending with one line per
-// agent count: `tether/river N agents: RATIO`. 50,000 jobs by default
-// (TETHER_BENCH_JOBS), 3 rounds (TETHER_BENCH_ROUNDS). `make bench` builds
-// the River side first (`make river-bench`).
+// BenchmarkVsRiver runs tether's end-to-end round (runRound, with no-op jobs
+// through go-plugin, capacity 32 per agent) and River's (tools/riverbench,
+// with a no-op worker, MaxWorkers 32 per client, one process per client) on
+// the same backlog size and the same PostgreSQL, each round on a fresh
+// database, interleaved. It prints the medians side by side, ending with one
+// line per agent count, `tether/river N agents: RATIO`. It runs 50,000 jobs
+// by default (TETHER_BENCH_JOBS) and 3 rounds (TETHER_BENCH_ROUNDS).
+// `make bench` builds the River side first (`make river-bench`).
 func BenchmarkVsRiver(b *testing.B) {
 	bin, err := riverBinary()
 	if err != nil {
@@ -63,9 +63,9 @@ func BenchmarkVsRiver(b *testing.B) {
 		tether, river           float64 // jobs/s
 		tetherWAL, riverWAL     float64 // bytes per job
 		tetherRates, riverRates []float64
-		// Per job, tether's then River's: statements, their time (ms), the
-		// server's CPU (ms) and the client's (ms: the agent process and its
-		// plugin processes; River's client processes).
+		// Per job, tether's then River's. These are statements, their time
+		// (ms), the server's CPU (ms) and the client's (ms, being the agent
+		// process and its plugin processes, or River's client processes).
 		stmts, execMS, pgCPU, clientCPU [2]float64
 	}
 	var all []medians

@@ -77,9 +77,9 @@ func GoTool() (string, error) {
 	return p, nil
 }
 
-// RepoRoot walks up from the working directory to tether's go.mod: where
-// tests find the build modules under tools/ and the cached binaries under
-// .tether/.
+// RepoRoot walks up from the working directory to tether's go.mod. That is
+// where tests find the build modules under tools/ and the cached binaries
+// under .tether/.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {

@@ -13,16 +13,16 @@ import (
 // carries.
 const DefaultBatchMax = 256
 
-// DefaultFinalWindow is how long a final-write batch waits for more after
-// its first write (Config.FinalWindow; negative: not at all).
+// DefaultFinalWindow is how long a final-write batch waits for more after its
+// first write (Config.FinalWindow). A negative window does not wait at all.
 const DefaultFinalWindow = 5 * time.Millisecond
 
 // batcher gathers one kind of fenced write from many job runners into one
-// statement: group commit. One statement is in flight at a time; the writes
-// that arrive meanwhile go out together in the next (at most max), so an
-// idle agent writes at once and a busy one in batches as large as its load.
-// A window > 0 also waits that long after the first write of a batch for
-// more. run answers one result per request, or one error for all.
+// statement, a group commit. One statement is in flight at a time. The writes
+// that arrive meanwhile go out together in the next (at most max), so an idle
+// agent writes at once and a busy one in batches as large as its load. A
+// window > 0 also waits that long after the first write of a batch for more.
+// run answers one result per request, or one error for all.
 type batcher[Req, Res any] struct {
 	reqs   chan batchItem[Req, Res]
 	window time.Duration
@@ -47,9 +47,9 @@ func newBatcher[Req, Res any](window time.Duration, max int, timeout time.Durati
 }
 
 // do sends req with the next batch and waits for its result. Once sent, it
-// waits for the statement whatever ctx says: its write may land, and a
-// caller that gave up would try again and find its own write as a lost
-// lease. Before it is sent, ctx ending means nothing was written.
+// waits for the statement whatever ctx says. Its write may land, and a caller
+// that gave up would try again and find its own write as a lost lease. Before
+// it is sent, ctx ending means nothing was written.
 func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	done := make(chan batchResult[Res], 1)
 	select {
@@ -62,7 +62,7 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	return r.res, r.err
 }
 
-// loop runs batches until ctx ends; the service stops it only after every
+// loop runs batches until ctx ends. The service stops it only after every
 // runner has returned, so no request is left waiting.
 func (b *batcher[Req, Res]) loop(ctx context.Context) {
 	timer := time.NewTimer(b.window)

@@ -16,8 +16,9 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// TestBatcherSharesAStatement: concurrent requests within the window go out
-// in one run call, at most max per call, each answered with its own result.
+// TestBatcherSharesAStatement checks that concurrent requests within the
+// window go out in one run call, at most max per call, each answered with its
+// own result.
 func TestBatcherSharesAStatement(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []int
@@ -56,8 +57,8 @@ func TestBatcherSharesAStatement(t *testing.T) {
 	assert.LessOrEqual(t, most, 4, "at most max per statement")
 	assert.Less(t, len(sizes), 6, "requests shared statements: %v", sizes)
 
-	// A run error reaches every request of its batch; a request whose
-	// context ended before it was sent gets the context's error.
+	// A run error reaches every request of its batch. A request whose context
+	// ended before it was sent gets the context's error.
 	fail := newBatcher(time.Millisecond, 8, time.Second, func(context.Context, []int) ([]int, error) {
 		return nil, errors.New("database gone")
 	})
@@ -71,9 +72,10 @@ func TestBatcherSharesAStatement(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
-// TestRefusedOutcomeDoesNotFailItsBatch: when the database refuses one
-// outcome of a batch, every other end of the batch is still stored and only
-// that one gets the DataError (the runner then stores a permanent failure).
+// TestRefusedOutcomeDoesNotFailItsBatch checks what happens when the database
+// refuses one outcome of a batch. Every other end of the batch is still
+// stored and only that one gets the DataError (the runner then stores a
+// permanent failure).
 func TestRefusedOutcomeDoesNotFailItsBatch(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(pgtest.DB(t))
@@ -109,10 +111,10 @@ func TestRefusedOutcomeDoesNotFailItsBatch(t *testing.T) {
 	}
 }
 
-// TestBatcherGroupCommit: with no window, a lone write goes out at once,
-// and the writes that arrive while a statement runs share the next one.
-// synctest.Wait returns once every goroutine of the bubble is blocked, so
-// the five writes are known to be waiting before the first one finishes.
+// TestBatcherGroupCommit checks that, with no window, a lone write goes out
+// at once, and the writes that arrive while a statement runs share the next
+// one. synctest.Wait returns once every goroutine of the bubble is blocked,
+// so the five writes are known to be waiting before the first one finishes.
 func TestBatcherGroupCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})

@@ -212,7 +212,7 @@ func TestFencedOutAgentStopsTheJobAndWritesNothing(t *testing.T) {
 	j := submit(t, st, "noop", fmt.Sprintf(`{"wait":true,"cancel_file":%q,"waiting_file":%q,"stdout":["in the plugin"],"checkpoint":"h"}`, cancelFile, waitingFile))
 	running := a.waitCalled(t, st, j.ID)
 	// Take the job over only once the plugin call is under way and past its
-	// checkpoint: a lease lost while the checkpoint's answer is on its way
+	// checkpoint. A lease lost while the checkpoint's answer is on its way
 	// ends the call through the refused checkpoint, before its context.
 	a.waitCheckpointed(t, j.ID)
 	waitFile(t, waitingFile, 10*time.Second)
@@ -221,7 +221,7 @@ func TestFencedOutAgentStopsTheJobAndWritesNothing(t *testing.T) {
 	_, err := st.Pool().Exec(ctx, `UPDATE active_jobs SET lease = lease + 1, agent_name = 'other', agent_generation = 'x' WHERE job_id = $1`, j.ID)
 	require.NoError(t, err)
 
-	// The next heartbeat finds the lease gone; the plugin call is cancelled.
+	// The next heartbeat finds the lease gone. The plugin call is cancelled.
 	waitFile(t, cancelFile, 10*time.Second)
 	a.waitIdle(t)
 
@@ -378,8 +378,8 @@ func TestSelfFenceDetachesResumableAndStopsOthersThenWritesWhenDatabaseReturns(t
 	failed := a.waitEnd(t, st, shell.ID, 20*time.Second, store.StatusFailed)
 	assert.Contains(t, failed.Error, "lost its database connection")
 	assert.Equal(t, jobstate.Retriable, failed.ErrorClass)
-	// Released once the database is back (and then, the agent being alive,
-	// claimed again and resumed: the NOTIFY of the release wakes it).
+	// Released once the database is back. Then, the agent being alive, it is
+	// claimed again and resumed, because the NOTIFY of the release wakes it.
 	a.waitEnd(t, st, resumable.ID, 20*time.Second, "released")
 	var released *store.Event
 	evs, err := st.Events(ctx, resumable.ID, 0, 0)
@@ -404,7 +404,7 @@ func TestShortOutageLosesNothing(t *testing.T) {
 		c.Keepalive = 200 * time.Millisecond
 		c.SelfFenceAfter = time.Minute
 	})
-	// The job ends while the database is down: its output and status wait.
+	// The job ends while the database is down. Its output and status wait.
 	j := submit(t, st, "shell", `{"script":"echo before; sleep 2; echo after"}`)
 	a.waitCalled(t, st, j.ID)
 	require.NoError(t, cluster.StopServer(ctx))

@@ -6,17 +6,17 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// cleanup runs the plugin's Cleanup for an attempt whose end is stored,
-// under the claim the transition gave this agent, and records the result
-// in the queue: done (a retry waiting for it may run), or failed (due again
-// for the queue's workers). If this agent dies first, the claim lapses and
-// a janitor runs it.
+// cleanup runs the plugin's Cleanup for an attempt whose end is stored, under
+// the claim the transition gave this agent, and records the result in the
+// queue. Done means a retry waiting for it may run. Failed means it is due
+// again for the queue's workers. If this agent dies first, the claim lapses
+// and a janitor runs it.
 func (e *executor) cleanup(claim store.CleanupClaim) {
 	j := e.j
 	timeout := e.cleanupTimeout
 	select {
 	case <-e.quit:
-		// Shutting down: do not hold the exit for long. What does not
+		// Shutting down, so do not hold the exit for long. What does not
 		// finish goes back to the queue for another agent.
 		timeout = min(timeout, e.finalTimeout)
 	default:

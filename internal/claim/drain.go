@@ -10,7 +10,7 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// The drain's view of the service: see internal/drain for the sequence.
+// The drain's view of the service. See internal/drain for the sequence.
 
 // StopClaiming makes the service take no more jobs. Heartbeats, log flushes
 // and running jobs go on.
@@ -33,9 +33,9 @@ func (s *Service) Counts() (resumable, other int) {
 	return resumable, other
 }
 
-// detachResumable stops watching every resumable job (no Cleanup: their
-// remote work goes on) and waits, bounded by ctx, for their runners to
-// return. It returns their leases.
+// detachResumable stops watching every resumable job and waits, bounded by
+// ctx, for their runners to return. It runs no Cleanup, because their remote
+// work goes on. It returns their leases.
 func (s *Service) detachResumable(ctx context.Context, cause error) []store.Lease {
 	s.mu.Lock()
 	var leases []store.Lease
@@ -53,7 +53,7 @@ func (s *Service) detachResumable(ctx context.Context, cause error) []store.Leas
 		select {
 		case <-d:
 		case <-ctx.Done():
-			// A runner slow to return still cannot write: the release below
+			// A runner slow to return still cannot write. The release below
 			// bumps the lease.
 			return leases
 		}
@@ -88,8 +88,8 @@ func (s *Service) HandOff(ctx context.Context, reason string) (int, error) {
 	return len(released), nil
 }
 
-// Detach stops watching every resumable job without releasing it; the
-// janitor releases them (at once, once this agent is marked stopped).
+// Detach stops watching every resumable job without releasing it. The janitor
+// releases them (at once, once this agent is marked stopped).
 func (s *Service) Detach(ctx context.Context) int {
 	wait, cancel := context.WithTimeout(ctx, s.cfg.FinalTimeout)
 	defer cancel()

@@ -58,9 +58,9 @@ type executorDeps struct {
 	writes context.Context
 	quit   <-chan struct{}
 
-	// freeSlot gives a job's slot to the next claim once only its final
-	// write is left. remember records an acknowledged end or release
-	// (release: nil) for the reconcile. Both are the producer's.
+	// freeSlot gives a job's slot to the next claim once only its final write
+	// is left. remember records an acknowledged end or release (a release
+	// passes nil) for the reconcile. Both are the producer's.
 	freeSlot func(*runningJob)
 	remember func(*runningJob, *store.End)
 }
@@ -176,7 +176,8 @@ func (e *executor) markRunning() bool {
 		e.log.Error("marking job running; the janitor will requeue it", "err", err)
 		return false
 	case status == store.StatusCanceling:
-		// Canceled before the plugin was called: nothing ran, nothing to clean.
+		// Canceled before the plugin was called. Nothing ran, so there is
+		// nothing to clean.
 		e.end(store.Outcome{Status: store.StatusCanceled, Error: "canceled before it started"})
 		return false
 	}
@@ -274,7 +275,7 @@ func (e *executor) finish(res *plugin.Result, err error) {
 	}
 }
 
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
+// sleepCtx waits d or until ctx ends. It reports whether d passed.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

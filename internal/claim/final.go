@@ -75,8 +75,8 @@ func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 		return err
 	})
 	if errors.Is(err, store.ErrLeaseLost) && *unsure {
-		// Sent again after an answer was lost: the fence is gone because
-		// the earlier try landed, or because the lease really was lost.
+		// Sent again after an answer was lost. The fence is gone because the
+		// earlier try landed, or because the lease really was lost.
 		if _, prior, ok := e.priorEnd(end.CleanupBy); ok {
 			e.log.Warn("the job's end had been stored by an earlier try whose answer was lost", "status", prior.Status)
 			return prior, nil
@@ -139,7 +139,7 @@ func (e *executor) observeEnd(ended store.Ended) {
 }
 
 // release gives the job up for another agent to resume, waiting for the
-// database if it must. Output past the last checkpoint is dropped: the next
+// database if it must. Output past the last checkpoint is dropped. The next
 // holder reads it again from the remote side. why is the metrics reason
 // (metrics.Release*), reason the event's text.
 func (e *executor) release(why, reason string) {
@@ -191,9 +191,9 @@ func (e *executor) priorEnd(cleanupBy string) (kind string, ended store.Ended, o
 	return kind, ended, ok
 }
 
-// recordLeaseLost notes that this runner was fenced off, with its own
-// account of the job, and drops what output it still held. how is the
-// metrics reason: where the loss was noticed.
+// recordLeaseLost notes that this runner was fenced off, with its own account
+// of the job, and drops what output it still held. how is the metrics reason.
+// It says where the loss was noticed.
 func (e *executor) recordLeaseLost(how, account string) {
 	j := e.j
 	e.logs.drop(j.key)

@@ -14,10 +14,10 @@ import (
 )
 
 // A job whose plugin call has returned waits for its final write without a
-// slot: with capacity 1 and a final batch that waits 2 s for company, the
-// next job is claimed before the first one's end is stored, and the one
-// after that only once the batch has landed (at most another capacity of
-// ends waiting). Read from the jobs' own timelines (database clock).
+// slot. The test runs with capacity 1 and a final batch that waits 2 s for
+// company. The next job is claimed before the first one's end is stored, and
+// the one after that only once the batch has landed (at most another capacity
+// of ends waiting). It reads from the jobs' own timelines (database clock).
 func TestAJobWaitingForItsFinalWriteHoldsNoSlot(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	jobs := make([]store.Job, 3)

@@ -12,9 +12,9 @@ import (
 // heartbeatLoop renews this agent's row, and with it every lease it holds,
 // once per keepalive (or at once when kicked), in one statement on the
 // liveness store's own connection. It does nothing else, and nothing it
-// cannot bound by a keepalive: final writes, Cleanup, orphan detaches and
-// the self-fence run elsewhere, so neither a job nor a stuck write of
-// another kind makes the agent look dead.
+// cannot bound by a keepalive. Final writes, Cleanup, orphan detaches and the
+// self-fence run elsewhere, so neither a job nor a stuck write of another
+// kind makes the agent look dead.
 func (s *Service) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Keepalive)
 	defer t.Stop()
@@ -77,10 +77,9 @@ func (s *Service) beatRegistered(ctx context.Context, leases []store.Lease) (res
 		return res, began, ok
 	}
 	s.signalBeat(ctx, res)
-	// That answer renewed nothing and listed no lease: it says nothing
-	// about them. Register again, then renew at once. Leases a janitor
-	// released meanwhile (an owner without a row is gone) come back lost
-	// as usual.
+	// That answer renewed nothing and listed no lease. It says nothing about
+	// them. Register again, then renew at once. Leases a janitor released
+	// meanwhile (an owner without a row is gone) come back lost as usual.
 	if !s.registerAgain(ctx) {
 		return res, began, false
 	}
@@ -120,7 +119,7 @@ func (s *Service) stopUnheld(leases []store.Lease, renewed []store.Held) {
 }
 
 // beatOnce sends one heartbeat for leases. ok is false when the statement
-// failed (logged); began is when it was sent.
+// failed (logged). began is when it was sent.
 func (s *Service) beatOnce(ctx context.Context, leases []store.Lease) (res store.HeartbeatResult, began time.Time, ok bool) {
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.Keepalive)
 	defer cancel()
@@ -149,10 +148,10 @@ func (s *Service) signalBeat(ctx context.Context, res store.HeartbeatResult) {
 
 // registerAgain writes this process's agents row again, with the data it
 // registered at start and its current state, after the row was deleted. It
-// reports whether the caller should renew at once: false after an error
-// (logged; the next tick tries again). A name another process took
-// meanwhile is not overwritten; the next heartbeat finds this one
-// superseded.
+// reports whether the caller should renew at once. It reports false after an
+// error, which is logged, and the next tick tries again. A name another
+// process took meanwhile is not overwritten. The next heartbeat finds this
+// one superseded.
 func (s *Service) registerAgain(ctx context.Context) bool {
 	state := "running"
 	if s.draining.Load() {
@@ -217,9 +216,9 @@ func (b *beatClock) next() <-chan struct{} {
 }
 
 // fenceLoop stops every job once no heartbeat has succeeded for
-// SelfFenceAfter, on its own timer: the agent stops acting on its leases
-// before the janitor may hand them to someone else (stale_job after the
-// last renewal), whatever the heartbeat or the jobs are doing.
+// SelfFenceAfter, on its own timer. The agent stops acting on its leases
+// before the janitor may hand them to someone else (stale_job after the last
+// renewal), whatever the heartbeat or the jobs are doing.
 func (s *Service) fenceLoop(ctx context.Context) {
 	if s.cfg.SelfFenceAfter <= 0 {
 		return

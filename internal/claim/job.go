@@ -36,7 +36,7 @@ type runningJob struct {
 	handle []byte // the last checkpoint the database acknowledged
 }
 
-// cancel stops the plugin call. The first cause wins: a lease lost after a
+// cancel stops the plugin call. The first cause wins. A lease lost after a
 // cancel request still counts as a cancel request, and vice versa.
 func (j *runningJob) cancel(cause error) { j.cancelFn(cause) }
 

@@ -85,7 +85,7 @@ func TestFailedExecuteIsCleanedUpBeforeTheRetry(t *testing.T) {
 	done := a.waitEnd(t, st, j.ID, 30*time.Second, store.StatusFailed)
 	assert.Equal(t, 2, done.Attempt)
 	evs := eventsOf(t, st, j.ID)
-	// Order: attempt 1's Cleanup is done before attempt 2 is claimed.
+	// Order matters. Attempt 1's Cleanup is done before attempt 2 is claimed.
 	var order []string
 	for _, e := range evs {
 		switch e.Kind {
@@ -170,8 +170,8 @@ func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
 	})
 	dir := t.TempDir()
 	started := filepath.Join(dir, "cleanup-started")
-	// It fails while the database is down; its write waits, then its
-	// Cleanup takes 3 s.
+	// It fails while the database is down. Its write waits, then its Cleanup
+	// takes 3 s.
 	slow := submit(t, st, "noop", fmt.Sprintf(`{"stdout":["x"],"checkpoint":"h","sleep_ms":1500,"fail":{"class":"permanent","message":"boom"},"cleanup_sleep_ms":3000,"cleanup_started_file":%q}`, started))
 	other := submit(t, st, "noop", `{"wait":true,"stdout":["y"],"checkpoint":"h"}`)
 	a.waitCheckpointed(t, slow.ID)
@@ -189,9 +189,9 @@ func TestSlowCleanupNeverDelaysHeartbeats(t *testing.T) {
 	assert.Equal(t, "boom", j.Error)
 }
 
-// The same agent claims a job it still runs (it was
-// released behind its back). The old runner is stopped without writing; it
-// can neither unregister the new runner nor drop its output.
+// The same agent claims a job it still runs (it was released behind its
+// back). The old runner is stopped without writing. It can neither unregister
+// the new runner nor drop its output.
 func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(pgtest.DB(t))
@@ -201,7 +201,7 @@ func TestReclaimBySameAgentKeepsOneRunnerPerLease(t *testing.T) {
 	old := getJob(t, st, j.ID)
 	require.Equal(t, store.StatusRunning, old.Status)
 
-	// Released as the janitor releases a stale job; the only agent around
+	// Released as the janitor releases a stale job. The only agent around
 	// claims it again and resumes it.
 	_, err := st.Pool().Exec(ctx, `UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease + 1,
 		released_at = now(), release_reason = 'test', resume = true WHERE job_id = $1`, j.ID)
@@ -267,14 +267,14 @@ func TestSelfFenceFiresOnTime(t *testing.T) {
 	}
 }
 
-// A released job that must be resumed is claimed only by an
-// agent whose copy of its plugin can Resume (here: one running only the
-// shell plugin, which cannot), never failed or executed beside its work.
+// A released job that must be resumed is claimed only by an agent whose copy
+// of its plugin can Resume. Here the agent runs only the shell plugin, which
+// cannot. The job is never failed or executed beside its work.
 func TestAgentWithoutResumeNeverClaimsAJobToResume(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(pgtest.DB(t))
 	j := submit(t, st, "shell", `{"script":"true"}`)
-	// As a release leaves it: running, unowned, to be resumed.
+	// As a release leaves it. It is running, unowned, and to be resumed.
 	_, err := st.Pool().Exec(ctx, `WITH a AS (UPDATE active_jobs SET lease = lease + 1, released_at = now(), resume = true WHERE job_id = $1)
 		UPDATE jobs SET status = 'running', started_at = now(), attempt_started_at = now() WHERE id = $1`, j.ID)
 	require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 // listenLoop wakes the claim loop when a job of ours is submitted and the
 // heartbeat when one of our jobs is canceled, and feeds Config.Follow (the
 // API's followers) on the same connection. Notifications only speed things
-// up: polling and heartbeats work without them, so errors just reconnect.
+// up. Polling and heartbeats work without them, so errors just reconnect.
 func (s *Service) listenLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {

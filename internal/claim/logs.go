@@ -34,27 +34,27 @@ const kickBytes = 256 << 10
 const flushTimeout = 5 * time.Second
 
 // coalesceWindow joins a stream's back-to-back writes into one stored chunk
-// while they arrive this close to the chunk's first: a chatty plugin then
-// costs a few rows per tick, not one per write, and a chunk's time is off by
-// at most this much for its later lines.
+// while they arrive this close to the chunk's first. A chatty plugin then
+// costs a few rows per tick, not one per write. A chunk's time is off by at
+// most this much for its later lines.
 const coalesceWindow = 50 * time.Millisecond
 
 // logFlusher gathers every running job's output and writes it in one fenced
 // statement per tick, instead of one INSERT per line, in the order it was
-// written across both streams (one sequence per runner, not one buffer per
-// stream: a reader of the combined log sees lines as the plugin wrote them).
-// Buffers are per runner (job, lease): a runner that lost its lease can
-// neither flush into nor delete the buffer of the runner that holds the job
-// now.
+// written across both streams. It keeps one sequence per runner, not one
+// buffer per stream, so a reader of the combined log sees lines as the plugin
+// wrote them. Buffers are per runner (job, lease). A runner that lost its
+// lease can neither flush into nor delete the buffer of the runner that holds
+// the job now.
 //
 // A resumable job's output is held until its plugin's next Checkpoint and
-// stored in the same transaction as the handle (or at the attempt's end):
-// output written after the last checkpoint belongs to whoever resumes the
+// stored in the same transaction as the handle (or at the attempt's end).
+// Output written after the last checkpoint belongs to whoever resumes the
 // job, who reads it again from the remote side. Stored at once instead, a
 // line would be copied twice whenever a handle failed to land.
 type logFlusher struct {
 	store *store.Store
-	// generation is this process's: every write is fenced by it too.
+	// generation is this process's. Every write is fenced by it too.
 	generation string
 	// paused, if set, holds the periodic flush back (a reconcile pending).
 	paused func() bool
@@ -79,11 +79,11 @@ type jobBuf struct {
 	recs  []store.LogRecord // ready to store, in arrival order
 	size  int               // bytes in recs
 	seen  [2]int64          // bytes accepted so far, to stop buffering past the cap
-	// seq is the last record number given out (records are numbered 1, 2,
-	// … per runner, so a resend is stored once); sent is the highest one
-	// handed to a statement. A record that was sent may be stored already
-	// (its answer lost), so no write is ever joined to it. stored is the
-	// highest one the database acknowledged (for the reconcile).
+	// seq is the last record number given out. Records are numbered 1, 2, …
+	// per runner, so a resend is stored once. sent is the highest one handed
+	// to a statement. A record that was sent may be stored already (its
+	// answer lost), so no write is ever joined to it. stored is the highest
+	// one the database acknowledged (for the reconcile).
 	seq, sent, stored int64
 }
 
@@ -119,8 +119,9 @@ func (f *logFlusher) untrack(k jobKey) {
 	f.mu.Unlock()
 }
 
-// drop discards what a runner holds and has not stored: a resumable job
-// detached from (its next holder produces it again), or a lease lost.
+// drop discards what a runner holds and has not stored. It is used for a
+// resumable job detached from (its next holder produces it again), or a lease
+// lost.
 func (f *logFlusher) drop(k jobKey) {
 	f.mu.Lock()
 	if b := f.bufs[k]; b != nil {
@@ -152,21 +153,21 @@ func (f *logFlusher) run(ctx context.Context) {
 		if f.paused != nil && f.paused() {
 			continue // the database's history changed: nothing is written before the reconcile
 		}
-		// Bounded: a hung connection must not hold flushMu, which final
-		// writes and checkpoints wait for.
+		// Bounded, because a hung connection must not hold flushMu, which
+		// final writes and checkpoints wait for.
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		_ = f.flush(fctx, nil) // kept for the next tick on error
 		cancel()
 	}
 }
 
-// flush writes what is ready to store: every ungated buffer, and also the
-// buffer of only (a runner at its attempt's end, gated or not). Output of a
-// runner whose lease is gone is dropped and the runner stopped; on a
+// flush writes what is ready to store. That is every ungated buffer, and also
+// the buffer of only (a runner at its attempt's end, gated or not). Output of
+// a runner whose lease is gone is dropped and the runner stopped. On a
 // database error the output is kept for the next flush and the error
 // returned. The statement may have committed all the same (a timeout on a
-// hung server that wakes later): the records keep their numbers, so the
-// next flush stores only what did not land.
+// hung server that wakes later). The records keep their numbers, so the next
+// flush stores only what did not land.
 func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
@@ -252,8 +253,9 @@ func (f *logFlusher) putBack(batch []store.LogBatch) {
 }
 
 // checkpoint stores the runner's output so far (other jobs' ready output
-// first, to keep chunks in write order) and handle in one transaction,
-// with what the plugin described the handle as, if it did (nil: nothing).
+// first, to keep chunks in write order) and handle in one transaction, with
+// what the plugin described the handle as, if it did. A nil description
+// stores nothing.
 func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, described *store.Described) error {
 	if err := f.flush(ctx, nil); err != nil {
 		return err
@@ -295,7 +297,8 @@ func (b *jobBuf) add(s stream, p []byte, now time.Time, limit int64) []byte {
 	if n := len(b.recs); n > 0 && b.recs[n-1].Seq > b.sent && b.recs[n-1].Stream == s.String() && now.Sub(b.recs[n-1].At) < coalesceWindow {
 		b.recs[n-1].Data = append(b.recs[n-1].Data, keep...)
 	} else if len(keep) > 0 {
-		// Copied: p is the caller's and may be reused once Write returns.
+		// Copied, because p is the caller's and may be reused once Write
+		// returns.
 		b.seq++
 		b.recs = append(b.recs, store.LogRecord{Seq: b.seq, Stream: s.String(), At: now, Data: append([]byte(nil), keep...)})
 	}
@@ -310,7 +313,7 @@ type jobWriter struct {
 }
 
 // Write buffers p for the next flush. Output past the cap is counted but not
-// kept: the database already holds the truncation marker.
+// kept. The database already holds the truncation marker.
 func (w *jobWriter) Write(p []byte) (int, error) {
 	f := w.f
 	f.bytes[w.stream].Add(float64(len(p)))

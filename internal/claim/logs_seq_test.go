@@ -12,11 +12,11 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// TestLogRecordsKeepTheirNumbersAcrossAFailedSend: records are numbered in
-// write order; a send that failed puts them back with the same numbers,
-// and a write arriving within the coalesce window is never joined to a
-// record that was sent (it may be stored already, its answer lost): it
-// becomes a record of its own, with the next number.
+// TestLogRecordsKeepTheirNumbersAcrossAFailedSend checks that records are
+// numbered in write order. A send that failed puts them back with the same
+// numbers. A write arriving within the coalesce window is never joined to a
+// record that was sent, because that record may be stored already, its answer
+// lost. The write becomes a record of its own, with the next number.
 func TestLogRecordsKeepTheirNumbersAcrossAFailedSend(t *testing.T) {
 	f := newLogFlusher(nil, 1<<20, time.Hour, slog.New(slog.DiscardHandler), func(jobKey) {}, metrics.New())
 	k := jobKey{"j", 1}

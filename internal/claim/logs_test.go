@@ -16,16 +16,16 @@ import (
 )
 
 // TestLogsInWriteOrderWithAttempts runs a shell job that writes stdout,
-// stderr, stdout and fails retriably on its first attempt: the stored chunks
+// stderr, stdout and fails retriably on its first attempt. The stored chunks
 // come back in write order across both streams (not all stdout, then all
-// stderr), each stamped with its attempt (1, then 2) and a receive time that
-// never goes backwards.
+// stderr). Each is stamped with its attempt (1, then 2) and a receive time
+// that never goes backwards.
 func TestLogsInWriteOrderWithAttempts(t *testing.T) {
 	st := store.New(pgtest.DB(t))
-	// No periodic flush: each attempt's output is stored in one statement at
+	// No periodic flush. Each attempt's output is stored in one statement at
 	// its end, so order within a flush is what is tested.
 	a := startAgent(t, st, "a1", 2, func(c *claim.Config) { c.LogFlush = time.Hour })
-	// The pauses order the writes at the source: the plugin reads stdout and
+	// The pauses order the writes at the source. The plugin reads stdout and
 	// stderr through two pipes, and only time orders writes to two pipes.
 	script := `echo "a$TETHER_JOB_ATTEMPT"; sleep 0.2; echo "b$TETHER_JOB_ATTEMPT" >&2; sleep 0.2; echo "c$TETHER_JOB_ATTEMPT"; ` +
 		`[ "$TETHER_JOB_ATTEMPT" = 2 ] || exit 75`

@@ -44,9 +44,9 @@ func histogramSum(t *testing.T, m *metrics.Metrics, name string, match map[strin
 	return sum
 }
 
-// One job through claim, lease loss, resume and cancel moves each metric
-// the agent records: claim latency (by the database clock), resumes, lease
-// losses, and the attempt and job durations at the terminal end.
+// One job through claim, lease loss, resume and cancel moves each metric the
+// agent records. These are claim latency (by the database clock), resumes,
+// lease losses, and the attempt and job durations at the terminal end.
 func TestMetricsFollowAJob(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(pgtest.DB(t))
@@ -65,8 +65,8 @@ func TestMetricsFollowAJob(t *testing.T) {
 	assert.GreaterOrEqual(t, histogramSum(t, m, "tether_claim_latency_seconds", noop), 30.0)
 	assert.Equal(t, 0.0, metricValue(t, m, "tether_job_resumes_total", nil))
 
-	// Released as the janitor releases a stale job: the old runner is
-	// fenced off, and the agent claims the job again to resume it.
+	// Released as the janitor releases a stale job. The old runner is fenced
+	// off, and the agent claims the job again to resume it.
 	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease + 1,
 		released_at = now(), release_reason = 'test', resume = true WHERE job_id = $1`, j.ID)
 	require.NoError(t, err)

@@ -14,10 +14,10 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// TestOrphanLeaseIsDetached: a lease the database gives this process's
-// generation but the process does not run (its claim's answer was lost) is
-// detached by the second heartbeat that sees it, so the agents row stops
-// vouching for it; the leases it does run stay covered.
+// TestOrphanLeaseIsDetached checks a lease the database gives this process's
+// generation but the process does not run (its claim's answer was lost). The
+// second heartbeat that sees it detaches it, so the agents row stops vouching
+// for it. The leases it does run stay covered.
 func TestOrphanLeaseIsDetached(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	ctx := context.Background()
@@ -61,11 +61,11 @@ func TestOrphanLeaseIsDetached(t *testing.T) {
 	assert.False(t, detached(running.ID), "a lease the agent runs stays covered")
 }
 
-// TestStuckDetachDoesNotStopTheHeartbeat: an orphan detach that hangs on a
-// row lock (another session holds the lease's row) must not stall the
-// heartbeat: it keeps its rhythm, the agent never self-fences, and the
-// detach lands once the lock is gone. The heartbeat goroutine used to run
-// the detach itself, with no deadline.
+// TestStuckDetachDoesNotStopTheHeartbeat checks that an orphan detach that
+// hangs on a row lock (another session holds the lease's row) does not stall
+// the heartbeat. The heartbeat keeps its rhythm, the agent never self-fences,
+// and the detach lands once the lock is gone. The heartbeat goroutine used to
+// run the detach itself, with no deadline.
 func TestStuckDetachDoesNotStopTheHeartbeat(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	ctx := context.Background()
@@ -106,8 +106,8 @@ func TestStuckDetachDoesNotStopTheHeartbeat(t *testing.T) {
 			t.Fatal("the orphan's detach never waited for the row lock")
 		}
 	}
-	// While the detach is stuck, well past the self-fence point: heartbeats
-	// keep coming (≈ 12 at 200 ms; the old code sent none).
+	// While the detach is stuck, well past the self-fence point, heartbeats
+	// keep coming (≈ 12 at 200 ms). The old code sent none.
 	var during int
 	hold := time.After(2500 * time.Millisecond)
 collect:

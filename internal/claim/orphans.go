@@ -7,15 +7,15 @@ import (
 )
 
 // orphanWatch remembers the orphan leases of the last heartbeat the orphan
-// loop read: leases the database says this process holds that it has no
-// runner for. Only the orphan loop uses it.
+// loop read. Those are leases the database says this process holds that it
+// has no runner for. Only the orphan loop uses it.
 type orphanWatch map[jobKey]bool
 
-// orphansToDetach is the policy: a lease is detached when two heartbeats in
-// a row report it as an orphan and the process has no runner for it. One
-// sighting is not enough: a claim commits before its runner is registered,
-// so a heartbeat between the two sees the lease as an orphan once. It
-// returns the leases to detach and the watch for the next heartbeat.
+// orphansToDetach is the policy. A lease is detached when two heartbeats in a
+// row report it as an orphan and the process has no runner for it. One
+// sighting is not enough. A claim commits before its runner is registered, so
+// a heartbeat between the two sees the lease as an orphan once. It returns
+// the leases to detach and the watch for the next heartbeat.
 func orphansToDetach(prev orphanWatch, orphans []store.Lease, known func(jobKey) bool) ([]store.Lease, orphanWatch) {
 	next := make(orphanWatch, len(orphans))
 	var detach []store.Lease
@@ -34,10 +34,10 @@ func orphansToDetach(prev orphanWatch, orphans []store.Lease, known func(jobKey)
 }
 
 // reportOrphans hands one heartbeat's orphan leases to the orphan loop
-// without waiting: the heartbeat does nothing it cannot bound by its own
+// without waiting. The heartbeat does nothing it cannot bound by its own
 // deadline, and a detach stuck on a row lock must not stop it (the agent
-// would self-fence on a healthy database). A report the loop has not read
-// yet is replaced by the newer one.
+// would self-fence on a healthy database). A report the loop has not read yet
+// is replaced by the newer one.
 func (s *Service) reportOrphans(orphans []store.Lease) {
 	for {
 		select {
@@ -67,7 +67,7 @@ func (s *Service) orphanLoop(ctx context.Context) {
 }
 
 // detachOrphans applies orphansToDetach to one heartbeat's answer. Each
-// detach is bounded by a keepalive; a failed one is tried again at the next
+// detach is bounded by a keepalive. A failed one is tried again at the next
 // sighting (the lease stays an orphan).
 func (s *Service) detachOrphans(ctx context.Context, orphans []store.Lease) {
 	s.mu.Lock()

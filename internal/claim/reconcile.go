@@ -11,37 +11,38 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// When the database forgets. A failover to an asynchronous standby that
-// had not received the last commits, or a crash with synchronous_commit
-// off, leaves a database without writes it had acknowledged: claims,
-// running writes, checkpoints, output, ends. The agent notices (a new
-// timeline, or a WAL position behind one it saw: internal/dbhistory), holds
-// back its claims and writes, compares what it knows it stored about every
-// attempt it holds, or ended a moment ago, with what the database now says
-// (decideRepair), and repairs each: it re-asserts lost claims and running
-// writes, stores lost ends again, hands resumable jobs whose checkpoint or
-// output was lost to a resume from the checkpoint the database kept (their
-// plugin writes that output again), stops what is no longer its own, and
-// marks on the job, never silently, whatever is lost for good.
+// When the database forgets. A failover to an asynchronous standby that had
+// not received the last commits, or a crash with synchronous_commit off,
+// leaves a database without writes it had acknowledged. Those are claims,
+// running writes, checkpoints, output and ends. The agent notices (a new
+// timeline, or a WAL position behind one it saw, see internal/dbhistory) and
+// holds back its claims and writes. It compares what it knows it stored about
+// every attempt it holds, or ended a moment ago, with what the database now
+// says (decideRepair), and repairs each. It re-asserts lost claims and
+// running writes and stores lost ends again. It hands resumable jobs whose
+// checkpoint or output was lost to a resume from the checkpoint the database
+// kept (their plugin writes that output again). It stops what is no longer
+// its own. It marks on the job, never silently, whatever is lost for good.
 
 // Why a job's context was cancelled by the reconcile.
 var (
-	// errHistoryLost: the job is not this process's any more in the
-	// database that lost its history: stop, write nothing.
+	// errHistoryLost means the job is not this process's any more in the
+	// database that lost its history. Stop, and write nothing.
 	errHistoryLost = errors.New("the database lost this agent's lease with its history")
-	// errHistoryResume: a resumable job whose checkpoint or output the
-	// database lost: release it to be resumed from the checkpoint it kept.
+	// errHistoryResume marks a resumable job whose checkpoint or output the
+	// database lost. Release it to be resumed from the checkpoint it kept.
 	errHistoryResume = errors.New("the database lost this job's latest checkpoint with its history")
 )
 
 const (
 	// recentEndsKeep is how long an acknowledged end or release is
-	// remembered, so a database that lost it can be given it again: longer
-	// than a failover takes to be noticed (the outage, then a keepalive).
+	// remembered, so a database that lost it can be given it again. It is
+	// longer than a failover takes to be noticed (the outage, then a
+	// keepalive).
 	recentEndsKeep = 5 * time.Minute
 	// recentEndsMax bounds the memory of them.
 	recentEndsMax = 10000
-	// reconcileTimeout bounds one reconcile; what it could not check waits
+	// reconcileTimeout bounds one reconcile. What it could not check waits
 	// for the janitor's rules, fenced as ever.
 	reconcileTimeout = 30 * time.Second
 )
@@ -54,7 +55,8 @@ type recentEnd struct {
 	at    time.Time
 }
 
-// rememberEnd records an acknowledged end or release of j (release: e nil).
+// rememberEnd records an acknowledged end or release of j (a release passes e
+// nil).
 func (s *Service) rememberEnd(j *runningJob, e *store.End) {
 	k := s.knownOf(j)
 	k.Ended, k.Released = e, e == nil
@@ -75,9 +77,9 @@ func (s *Service) knownOf(j *runningJob) known {
 		StoredSeq: s.logs.storedSeq(j.key), Handle: j.lastHandle()}
 }
 
-// onHistoryChange is the tracker's OnChange: it hands the change to the
-// reconcile loop without waiting (it runs on a heartbeat or a new
-// connection); a newer change replaces one not yet read.
+// onHistoryChange is the tracker's OnChange. It hands the change to the
+// reconcile loop without waiting, because it runs on a heartbeat or a new
+// connection. A newer change replaces one not yet read.
 func (s *Service) onHistoryChange(e dbhistory.Event) {
 	for {
 		select {
@@ -92,9 +94,9 @@ func (s *Service) onHistoryChange(e dbhistory.Event) {
 	}
 }
 
-// historySettled reports whether claims may go ahead: no reconcile pending,
-// and the pause after the last one over (every holder gets that long to
-// re-assert what the database lost before anyone claims it).
+// historySettled reports whether claims may go ahead. They may when no
+// reconcile is pending and the pause after the last one is over. Every holder
+// gets that long to re-assert what the database lost before anyone claims it.
 func (s *Service) historySettled() bool {
 	select {
 	case <-s.cfg.History.Pending():
@@ -203,7 +205,7 @@ func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k 
 	return true
 }
 
-// repairer carries out one attempt's repair (j nil: an ended attempt).
+// repairer carries out one attempt's repair (j is nil for an ended attempt).
 type repairer struct {
 	s   *Service
 	ctx context.Context
@@ -274,8 +276,8 @@ func (rp *repairer) settle(k known, r repair) {
 	}
 }
 
-// retryFor runs fn until it succeeds, its fence refuses it, or ctx ends,
-// with a short backoff: the database has just come back.
+// retryFor runs fn until it succeeds, its fence refuses it, or ctx ends, with
+// a short backoff. The database has just come back.
 func retryFor(ctx context.Context, fn func(context.Context) error) error {
 	wait := 50 * time.Millisecond
 	for {

@@ -16,9 +16,9 @@ import (
 )
 
 // forget makes the database look as if it lost a job's claim with its
-// history: unowned again under the lease before, queued, its output gone.
-// With hold, the job is not due for an hour, so the agent cannot claim it
-// again before the test has told it of the change.
+// history. The job is unowned again under the lease before, queued, and its
+// output is gone. With hold, the job is not due for an hour, so the agent
+// cannot claim it again before the test has told it of the change.
 func forget(t *testing.T, st *store.Store, id string, hold bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -51,10 +51,10 @@ func rewind(t *testing.T, tr *dbhistory.Tracker, done <-chan dbhistory.Event) {
 	}
 }
 
-// TestReconcileReassertsALostClaim: the database forgot a running shell
-// job's claim and output. The agent gives the claim back to itself under
-// the lease it had, stores running again, says on the job which output is
-// lost, and the job runs on to success: not stopped, not run twice.
+// TestReconcileReassertsALostClaim covers a database that forgot a running
+// shell job's claim and output. The agent gives the claim back to itself
+// under the lease it had, stores running again, and says on the job which
+// output is lost. The job runs on to success, neither stopped nor run twice.
 func TestReconcileReassertsALostClaim(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	tr := dbhistory.NewTracker()
@@ -93,17 +93,17 @@ func TestReconcileReassertsALostClaim(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(out, "three"))
 }
 
-// TestReclaimOfALeaseItRunsRepairs: the database forgot a running job's
-// claim, and the agent, not told of any change (through a pooler, before
-// its next heartbeat), claims the job again — under the very lease its
-// runner holds. It keeps the runner (never a second one), and the
-// reconcile that claim starts stores running again and names the lost
-// output; the job runs on to success.
+// TestReclaimOfALeaseItRunsRepairs covers a database that forgot a running
+// job's claim. The agent, not told of any change (through a pooler, before
+// its next heartbeat), claims the job again — under the very lease its runner
+// holds. It keeps the runner (never a second one). The reconcile that claim
+// starts stores running again and names the lost output. The job runs on to
+// success.
 func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	done := make(chan dbhistory.Event, 4)
-	// No heartbeat in the test's time: a real loss of history also moves
-	// the WAL position, which the heartbeat sees before the leases.
+	// No heartbeat in the test's time. A real loss of history also moves the
+	// WAL position, which the heartbeat sees before the leases.
 	a := startAgent(t, st, "reclaim", 2, func(c *claim.Config) { c.Keepalive, c.TestSignals.Reconciled = time.Minute, done })
 	j := submit(t, st, "shell", `{"script":"echo one; sleep 1; echo two; sleep 1; echo three"}`)
 	a.waitCalled(t, st, j.ID)
@@ -123,8 +123,8 @@ func TestReclaimOfALeaseItRunsRepairs(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logText(t, st, j.ID), "three"), "one runner: its line once")
 }
 
-// TestReconcileStopsAJobAnotherProcessHolds: the database that lost its
-// history gave the job's lease number to another process. The agent stops
+// TestReconcileStopsAJobAnotherProcessHolds covers a database that lost its
+// history and gave the job's lease number to another process. The agent stops
 // its runner and writes nothing more for it, and says so on the job.
 func TestReconcileStopsAJobAnotherProcessHolds(t *testing.T) {
 	st := store.New(pgtest.DB(t))

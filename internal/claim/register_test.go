@@ -19,7 +19,7 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// logBuffer collects an agent's log lines; the service logs from many
+// logBuffer collects an agent's log lines. The service logs from many
 // goroutines.
 type logBuffer struct {
 	mu sync.Mutex
@@ -64,7 +64,7 @@ func agentRow(t *testing.T, st *store.Store, name string) (generation, state str
 func TestDeletedAgentRowRegistersAgainAndCarriesOn(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	ctx := context.Background()
-	// Buffered well past the test's beats: an unread answer never stalls
+	// Buffered well past the test's beats, so an unread answer never stalls
 	// the heartbeat.
 	beats := make(chan store.HeartbeatResult, 1000)
 	logs := &logBuffer{}

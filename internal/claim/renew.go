@@ -12,16 +12,16 @@ import (
 // The plugin processes' side of the self-fence. The agent's own fence
 // (fenceLoop) cannot run while the agent is frozen (SIGSTOP, a paused VM),
 // but its plugin processes and their jobs go on. So every Execute and Resume
-// carries how long the job's lease is good (runtime.LeaseDeadline), every
+// carries how long the job's lease is good (runtime.LeaseDeadline). Every
 // successful heartbeat moves that deadline in every plugin process
-// (renewLoop), and a plugin's SDK stops the call itself when its deadline
-// passes with no renewal: at the agent's self-fence point (less a margin),
+// (renewLoop). A plugin's SDK stops the call itself when its deadline passes
+// with no renewal. That is at the agent's self-fence point (less a margin),
 // before any other agent may take the job.
 
-// renewLoop passes every successful heartbeat on to the plugin processes,
-// off the heartbeat goroutine: a plugin that is slow to answer must never
-// delay a heartbeat. The newest heartbeat wins: one that succeeds while a
-// renewal is being sent is sent next, those in between are skipped.
+// renewLoop passes every successful heartbeat on to the plugin processes, off
+// the heartbeat goroutine. A plugin that is slow to answer must never delay a
+// heartbeat. The newest heartbeat wins. One that succeeds while a renewal is
+// being sent is sent next, and those in between are skipped.
 func (s *Service) renewLoop(ctx context.Context) {
 	if s.cfg.SelfFenceAfter <= 0 {
 		return // the calls carry no deadline to move
@@ -45,9 +45,9 @@ func (s *Service) renewLoop(ctx context.Context) {
 	}
 }
 
-// pluginFencedError is the cause of a job whose plugin's SDK stopped the
-// call because no lease renewal reached it in time. It is a self-fence
-// (errors.Is errSelfFenced): the job ends as one, saying who stopped it.
+// pluginFencedError is the cause of a job whose plugin's SDK stopped the call
+// because no lease renewal reached it in time. It is a self-fence (errors.Is
+// errSelfFenced). The job ends as one, saying who stopped it.
 type pluginFencedError struct {
 	silent time.Duration
 }
@@ -60,7 +60,7 @@ func (e *pluginFencedError) Error() string {
 func (e *pluginFencedError) Is(target error) bool { return target == errSelfFenced }
 
 // pluginFenced turns a plugin call's lease-expired error into the job's
-// cause; nil for any other error.
+// cause. It returns nil for any other error.
 func pluginFenced(err error) error {
 	var le *plugin.LeaseExpiredError
 	if !errors.As(err, &le) {
@@ -69,9 +69,9 @@ func pluginFenced(err error) error {
 	return &pluginFencedError{silent: le.Silent}
 }
 
-// fenceCause is the account of a self-fence to record: the plugin's, when
-// its SDK stopped the call (it did so first, whichever fence the agent
-// noticed first after a freeze), else cause.
+// fenceCause is the account of a self-fence to record. It is the plugin's
+// when its SDK stopped the call, else cause. The SDK did so first, whichever
+// fence the agent noticed first after a freeze.
 func (e *executor) fenceCause(cause error) error {
 	if e.fenced != nil && errors.Is(cause, errSelfFenced) {
 		return e.fenced
@@ -80,8 +80,8 @@ func (e *executor) fenceCause(cause error) error {
 }
 
 // selfFencedError is the failure a self-fenced, non-resumable job is stored
-// with, and selfFencedReason the release reason of a resumable one, for
-// either fence: the agent's own timer or its plugin's SDK.
+// with, and selfFencedReason the release reason of a resumable one. Both
+// serve either fence, the agent's own timer or its plugin's SDK.
 func selfFencedError(agent string, cause error) string {
 	var pf *pluginFencedError
 	if errors.As(cause, &pf) {

@@ -115,8 +115,8 @@ func runFenced(t *testing.T, p *fencingPlugin) Ended {
 
 func TestPluginFencedJobFailsRetriably(t *testing.T) {
 	e := runFenced(t, newFencingPlugin(plugin.CapCleanup))
-	// The default limits allow no retry: the attempt fails, retriable,
-	// saying that the plugin stopped it and why.
+	// The default limits allow no retry. The attempt fails, retriable, saying
+	// that the plugin stopped it and why.
 	assert.Contains(t, []string{string(store.StatusFailed), string(store.StatusQueued)}, e.Status, "%+v", e)
 	assert.Contains(t, e.Error, "its plugin stopped the job before its lease could expire (no lease renewal had reached it for 1.5s)", "error %q", e.Error)
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// known is what this process knows it stored about one attempt it holds,
-// or ended a moment ago: what a database that lost its history may have
+// known is what this process knows it stored about one attempt it holds, or
+// ended a moment ago. It is what a database that lost its history may have
 // forgotten.
 type known struct {
 	Lease     int64
@@ -17,16 +17,16 @@ type known struct {
 	Resumable bool
 	StoredSeq int64  // the highest log record number the database acknowledged
 	Handle    []byte // the last checkpoint the database acknowledged
-	// Ended is the end the database acknowledged, for an attempt that
-	// ended; Released says it was a release instead.
+	// Ended is the end the database acknowledged, for an attempt that ended.
+	// Released says it was a release instead.
 	Ended    *store.End
 	Released bool
 }
 
 // repair is what the reconcile does about one attempt. Steps run in field
-// order: Reassert, MarkRunning, then one of Stop, Release, RestoreEnd and
-// Rerelease; Lost says something the database had acknowledged is gone (a
-// database_history_lost event on the job, and the metric).
+// order. Reassert and MarkRunning come first, then one of Stop, Release,
+// RestoreEnd and Rerelease. Lost says something the database had acknowledged
+// is gone (a database_history_lost event on the job, and the metric).
 type repair struct {
 	Reassert    bool // the claim was lost: give the lease back to this holder
 	MarkRunning bool // the running write was lost: store it again
@@ -41,9 +41,9 @@ type repair struct {
 	Why              string
 }
 
-// decideRepair compares what this process (generation gen) knows it
-// stored about an attempt with what the database now says (db; nil when
-// the database does not have the job). Pure: every case is in its table
+// decideRepair compares what this process (generation gen) knows it stored
+// about an attempt with what the database now says. db is nil when the
+// database does not have the job. It is pure. Every case is in its table
 // test.
 func decideRepair(gen string, k known, db *store.HeldState) repair {
 	if db == nil {

@@ -65,9 +65,10 @@ func (r *runtime) checkpoint(ctx context.Context, handle []byte, described *stor
 
 func (r *runtime) Handle() []byte { return r.e.j.lastHandle() }
 
-// LeaseDeadline is how long the job's lease is good from now: until the
-// self-fence point, SelfFenceAfter after the last successful heartbeat was
-// sent. 0 when self-fencing is off; negative once that point has passed.
+// LeaseDeadline is how long the job's lease is good from now. It lasts until
+// the self-fence point, SelfFenceAfter after the last successful heartbeat
+// was sent. It is 0 when self-fencing is off, and negative once that point
+// has passed.
 func (r *runtime) LeaseDeadline() time.Duration {
 	after := r.e.selfFenceAfter
 	if after <= 0 {

@@ -13,17 +13,17 @@ import (
 
 // Limits on what a plugin's answer may put into the database.
 const (
-	// MaxErrorBytes bounds a stored error or event message; the start and
-	// the end of a longer one are kept (a stderr tail ends with the cause).
+	// MaxErrorBytes bounds a stored error or event message. The start and the
+	// end of a longer one are kept (a stderr tail ends with the cause).
 	MaxErrorBytes = 64 << 10
 	// MaxResultBytes bounds a job's JSON result.
 	MaxResultBytes = 1 << 20
 )
 
 // sanitize makes an outcome storable at the host boundary, so a plugin's
-// answer can never become a write the database refuses forever: text gets
+// answer can never become a write the database refuses forever. Text gets
 // valid UTF-8 without NUL bytes (PostgreSQL text cannot hold them) and a
-// bounded size; a result that is not JSON, or too large, or holds a \u0000
+// bounded size. A result that is not JSON, or too large, or holds a \u0000
 // escape (jsonb refuses it), turns the outcome into a permanent failure
 // saying so.
 func sanitize(o store.Outcome) store.Outcome {
@@ -74,9 +74,9 @@ func firstLine(s string) string {
 // MaxResourceFieldBytes bounds each text of a resource a plugin describes.
 const MaxResourceFieldBytes = 4 << 10
 
-// cleanResources makes a plugin's description storable: each field valid
+// cleanResources makes a plugin's description storable. Each field gets valid
 // UTF-8 without NUL bytes (job_resources reads the event as jsonb, which
-// refuses \u0000) and at most MaxResourceFieldBytes; at most
+// refuses \u0000) and at most MaxResourceFieldBytes. It keeps at most
 // plugin.MaxResources of them.
 func cleanResources(rs []plugin.Resource) []store.Resource {
 	rs = rs[:min(len(rs), plugin.MaxResources)]

@@ -1,7 +1,7 @@
-// Package claim runs an agent's share of the work: it claims jobs under fenced
-// leases, keeps those leases alive with one heartbeat statement per tick, runs
-// each job through its plugin, streams the job's output into job_logs, and
-// writes each job's final status exactly once.
+// Package claim runs an agent's share of the work. It claims jobs under
+// fenced leases, keeps those leases alive with one heartbeat statement per
+// tick, runs each job through its plugin, streams the job's output into
+// job_logs, and writes each job's final status exactly once.
 package claim
 
 import (
@@ -32,8 +32,8 @@ type Plugins interface {
 	Execute(ctx context.Context, name string, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error)
 	Resume(ctx context.Context, name string, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error)
 	Cleanup(ctx context.Context, name string, job *plugin.Job) error
-	// Renew tells the plugin processes with calls in flight that their
-	// leases are good for validFor from now; it must return soon.
+	// Renew tells the plugin processes with calls in flight that their leases
+	// are good for validFor from now. It must return soon.
 	Renew(ctx context.Context, validFor time.Duration)
 }
 
@@ -54,10 +54,10 @@ type Config struct {
 	LogFlush     time.Duration // log batch period (200ms)
 	LogMaxBytes  int64         // cap per job per stream (10 MiB)
 	FinalTimeout time.Duration // bound on final writes after shutdown began (10s)
-	// BatchWindow and BatchMax shape the batches of running and final
-	// writes (group commit): the writes that arrive while one statement
-	// runs share the next, at most BatchMax (DefaultBatchMax); a
-	// BatchWindow > 0 also waits that long for more (0: never waits).
+	// BatchWindow and BatchMax shape the batches of running and final writes
+	// (group commit). The writes that arrive while one statement runs share
+	// the next, at most BatchMax (DefaultBatchMax). A BatchWindow > 0 also
+	// waits that long for more. At 0 it never waits.
 	BatchWindow time.Duration
 	BatchMax    int
 	// FinalWindow is BatchWindow for the final writes (DefaultFinalWindow):
@@ -65,8 +65,8 @@ type Config struct {
 	// for more costs only the end's latency, and saves statements.
 	FinalWindow time.Duration
 	// SelfFenceAfter stops every job when no heartbeat has succeeded for this
-	// long (config.SelfFenceAfter: stale_job − 2×keepalive − the longest
-	// kill_grace), before the janitor could act on them: resumable jobs are
+	// long (config.SelfFenceAfter is stale_job − 2×keepalive − the longest
+	// kill_grace), before the janitor could act on them. Resumable jobs are
 	// detached, others stopped. Its own timer fires it, whatever the
 	// heartbeat is doing. 0 disables it.
 	SelfFenceAfter time.Duration
@@ -74,21 +74,22 @@ type Config struct {
 	// CleanupRetryIn is when a Cleanup that failed here is due again for the
 	// queue's workers (cleanupRetryIn).
 	CleanupRetryIn time.Duration
-	// Liveness renews leases: a store on a pool of its own, so heartbeats
-	// never wait for a connection the jobs' writes hold. Nil: the main store.
+	// Liveness renews leases. It is a store on a pool of its own, so
+	// heartbeats never wait for a connection the jobs' writes hold. Nil means
+	// the main store.
 	Liveness *store.Store
 	// ListenConnect opens the LISTEN connection, a session of its own
-	// (database_direct_url: a transaction pooler drops LISTEN state). Nil:
-	// one taken out of the main store's pool.
+	// (database_direct_url, because a transaction pooler drops LISTEN state).
+	// Nil means one taken out of the main store's pool.
 	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
 	// Follow, if set, receives the log and job-end notifications the API's
 	// followers wait for, over the same LISTEN connection.
 	Follow *notify.Hub
 	// History tells when the database's history changed (a failover, lost
-	// commits): the service reconciles what it holds (reconcile.go) and is
+	// commits). The service reconciles what it holds (reconcile.go) and is
 	// the tracker's OnChange. The agent's pools observe it on every new
-	// connection; the heartbeat on every beat. Nil: a tracker of its own,
-	// fed by the heartbeat only.
+	// connection, and the heartbeat on every beat. Nil means a tracker of its
+	// own, fed by the heartbeat only.
 	History *dbhistory.Tracker
 	// Registration is what the agent registered at start (its Holder is
 	// Holder's). The service registers it again if the agents row is
@@ -143,8 +144,8 @@ func orDefault[T ~int | ~int64](v *T, d T) {
 	}
 }
 
-// Service is one agent's producer: its claim loop, heartbeat and the loops
-// beside them. Each job it claims runs in an executor (executor.go).
+// Service is one agent's producer. It runs its claim loop, heartbeat and the
+// loops beside them. Each job it claims runs in an executor (executor.go).
 type Service struct {
 	cfg     Config
 	store   *store.Store
@@ -158,7 +159,7 @@ type Service struct {
 	mu   sync.Mutex
 	jobs map[jobKey]*runningJob // one runner per (job, lease)
 	// ending counts the jobs whose plugin call has returned and whose final
-	// write waits in the finals batch: they hold their lease, not a slot.
+	// write waits in the finals batch. They hold their lease, not a slot.
 	ending int
 
 	draining       atomic.Bool   // no more claims
@@ -171,13 +172,13 @@ type Service struct {
 
 	// beats is when the last successful heartbeat was sent.
 	beats *beatClock
-	// orphanReports carries each heartbeat's orphan leases to the orphan
-	// loop (the newest only); orphans is that loop's memory of them.
+	// orphanReports carries each heartbeat's orphan leases to the orphan loop
+	// (the newest only). orphans is that loop's memory of them.
 	orphanReports chan []store.Lease
 	orphans       orphanWatch
-	// historyChanges carries the tracker's changes to the reconcile loop
-	// (the newest only); claimsPausedUntil holds claims back a little after
-	// a reconcile (historySettled). recent remembers acknowledged ends and
+	// historyChanges carries the tracker's changes to the reconcile loop (the
+	// newest only). claimsPausedUntil holds claims back a little after a
+	// reconcile (historySettled). recent remembers acknowledged ends and
 	// releases a database that loses its history may need again.
 	historyChanges    chan dbhistory.Event
 	claimsPausedUntil time.Time // under mu
@@ -334,8 +335,8 @@ func (s *Service) executorDeps(writes context.Context) *executorDeps {
 // holds and returns when they are all accounted for. It returns an error if
 // the agent must exit (another process took its name).
 func (s *Service) Run(ctx context.Context) error {
-	// The write batches outlive ctx: the runners' last writes go through
-	// them after it ends, so they stop only once every runner has returned.
+	// The write batches outlive ctx. The runners' last writes go through them
+	// after it ends, so they stop only once every runner has returned.
 	batches := []startstop.Service{
 		startstop.Func("running writes", s.running.loop),
 		startstop.Func("final writes", s.finals.loop),
@@ -363,7 +364,8 @@ func (s *Service) Run(ctx context.Context) error {
 		time.AfterFunc(s.cfg.FinalTimeout, func() { s.stopWrites(errors.New("the agent is shutting down")) })
 	})
 
-	// Shutdown: stop every job, wait for the runners to write what they can.
+	// Shutdown. Stop every job, and wait for the runners to write what they
+	// can.
 	cause := errShutdown
 	if err != nil {
 		cause = errSuperseded
@@ -407,15 +409,15 @@ func (s *Service) free() int {
 
 // freeSlots is how many jobs an agent of capacity may claim while it holds
 // held leases, ending of them only waiting for their final write. Capacity
-// counts the jobs that have not reached their final write (a plugin call,
-// or one about to be made); those in the finals batch hold a lease but no
-// slot, and at most another capacity's worth of them is held.
+// counts the jobs that have not reached their final write (a plugin call, or
+// one about to be made). Those in the finals batch hold a lease but no slot,
+// and at most another capacity's worth of them is held.
 func freeSlots(capacity, held, ending int) int {
 	return max(0, min(capacity-(held-ending), 2*capacity-held))
 }
 
-// freeSlot gives j's slot to the next claim: its plugin call has returned
-// and only its final write is left.
+// freeSlot gives j's slot to the next claim. Its plugin call has returned and
+// only its final write is left.
 func (s *Service) freeSlot(j *runningJob) {
 	s.mu.Lock()
 	if !j.ending {
@@ -487,9 +489,9 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
-// jobKey names one runner: a job under one lease. The same agent may hold
-// a job again under a newer lease (it re-claimed a job it released); the
-// older runner is stopped and can neither write nor unregister the newer.
+// jobKey names one runner, a job under one lease. The same agent may hold a
+// job again under a newer lease (it re-claimed a job it released). The older
+// runner is stopped and can neither write nor unregister the newer.
 type jobKey struct {
 	ID    string
 	Lease int64
@@ -504,9 +506,9 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 		resumable: info.Has(plugin.CapResume), hasCleanup: info.Has(plugin.CapCleanup), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.jobs[key] != nil {
-		// The database handed this process a lease it already runs under:
-		// it lost the claim with its history, and this claim gave it back.
-		// The runner goes on; the reconcile stores what else was lost.
+		// The database handed this process a lease it already runs under. It
+		// lost the claim with its history, and this claim gave it back. The
+		// runner goes on. The reconcile stores what else was lost.
 		s.mu.Unlock()
 		cancel(nil)
 		s.log.Error("claimed a job under a lease this agent already runs: the database lost its history", "job", key.ID, "lease", key.Lease)

@@ -14,9 +14,8 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// blockingPlugin runs every job until its context ends; it declares
-// neither resume nor Cleanup, so a job it ran ends through the batched
-// final write.
+// blockingPlugin runs every job until its context ends. It declares neither
+// resume nor Cleanup, so a job it ran ends through the batched final write.
 type blockingPlugin struct{ started chan string }
 
 func (blockingPlugin) Info(string) (plugin.Info, bool) { return plugin.Info{Name: "block"}, true }
@@ -31,9 +30,9 @@ func (blockingPlugin) Resume(context.Context, string, *plugin.Job, plugin.Runtim
 func (blockingPlugin) Cleanup(context.Context, string, *plugin.Job) error { return nil }
 func (blockingPlugin) Renew(context.Context, time.Duration)               {}
 
-// TestShutdownStoresTheStoppedJobsEnd: when Run's context ends, the jobs it
-// stops still get their final write through the write batches, which
-// outlive that context (they stop only once every runner has returned).
+// TestShutdownStoresTheStoppedJobsEnd checks that, when Run's context ends,
+// the jobs it stops still get their final write through the write batches.
+// Those outlive that context (they stop only once every runner has returned).
 func TestShutdownStoresTheStoppedJobsEnd(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(pgtest.DB(t))

@@ -89,10 +89,10 @@ type stopDecision struct {
 	Level slog.Level
 }
 
-// decideStop maps why an attempt whose plugin call was under way stopped
-// to what it comes to. The outcome table (lifecycle.Stopped) decides what
-// is written. This function adds the agent's words, its metrics reason and
-// which of the writes of nothing it is. Pure: every cause is in its table
+// decideStop maps why an attempt whose plugin call was under way stopped to
+// what it comes to. The outcome table (lifecycle.Stopped) decides what is
+// written. This function adds the agent's words, its metrics reason and which
+// of the writes of nothing it is. It is pure. Every cause is in its table
 // test.
 func decideStop(in stopInput) stopDecision {
 	c := causeOf(in.Cause)

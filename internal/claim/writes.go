@@ -26,9 +26,9 @@ func (e *executor) retryWrite(what string, write func(context.Context) error) er
 func (d *executorDeps) untilWritten(stop context.Context, log *slog.Logger, what string, write func(context.Context) error) error {
 	wait := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		// After the database's history changed, nothing is written before
-		// the reconcile has compared what it holds (bounded: the fences
-		// still hold if it takes longer).
+		// After the database's history changed, nothing is written before the
+		// reconcile has compared what it holds. This is bounded, because the
+		// fences still hold if it takes longer.
 		if err := d.history.Wait(stop, dbhistory.SettleBound); err != nil && !errors.Is(err, dbhistory.ErrNotSettled) {
 			return fmt.Errorf("%s: gave up (%v)", what, context.Cause(stop))
 		}

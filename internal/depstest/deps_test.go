@@ -1,8 +1,8 @@
-// Package depstest checks which way the module's imports point: the product
+// Package depstest checks which way the module's imports point. The product
 // (the agent, the plugins, the SDK and the packages they are built from)
-// never imports a package that exists for tests, and only the plugins'
-// own binaries import a plugin. It also checks that only internal/store
-// runs SQL (sql_test.go).
+// never imports a package that exists for tests, and only the plugins' own
+// binaries import a plugin. It also checks that only internal/store runs SQL
+// (sql_test.go).
 package depstest
 
 import (
@@ -19,14 +19,14 @@ import (
 
 const module = "github.com/tetherjobs/tether"
 
-// testSuite reports whether pkg holds tests, not product: nothing imports
-// it, and it may import test-support packages outside its _test files.
+// testSuite reports whether pkg holds tests, not product. Nothing imports it,
+// and it may import test-support packages outside its _test files.
 func testSuite(pkg string) bool {
 	return pkg == "internal/e2e" || pkg == "internal/bench"
 }
 
 // testSupport reports whether pkg (relative to the module) exists for
-// tests. Such a package says so in its name: one of its path elements ends
+// tests. Such a package says so in its name. One of its path elements ends
 // in "test" (pgtest, kubetest, bintest, fakeplugintest, plugintest).
 func testSupport(pkg string) bool {
 	return slices.ContainsFunc(strings.Split(pkg, "/"), func(e string) bool { return strings.HasSuffix(e, "test") })
@@ -86,7 +86,7 @@ func TestProductImportsNoTestSupport(t *testing.T) {
 	}
 }
 
-// The agent runs plugins as processes: no package of it imports one.
+// The agent runs plugins as processes. No package of it imports one.
 func TestOnlyPluginBinariesImportPlugins(t *testing.T) {
 	all := deps(t)
 	for _, pkg := range slices.Sorted(maps.Keys(all)) {

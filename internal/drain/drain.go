@@ -1,12 +1,12 @@
 // Package drain is what an agent does between SIGTERM and exit, so that a
 // rolling deploy neither fails nor delays remote work:
 //
-//  1. stop claiming (the agent is already marked draining and not ready);
-//  2. hand resumable jobs to other agents at once (or at the deadline, or
-//     leave them to the janitor, per drain.handoff);
-//  3. wait for the other jobs up to shutdown_timeout, or until hurried by a
-//     second signal;
-//  4. stop what is left: the plugin cancels it, it is recorded failed
+//  1. Stop claiming (the agent is already marked draining and not ready).
+//  2. Hand resumable jobs to other agents at once (or at the deadline, or
+//     leave them to the janitor, per drain.handoff).
+//  3. Wait for the other jobs up to shutdown_timeout, or until hurried by a
+//     second signal.
+//  4. Stop what is left. The plugin cancels it, it is recorded failed
 //     ("agent shut down before the job finished", retriable) and cleaned up.
 //
 // The caller then shuts the HTTP server down, marks the agent stopped and exits.
@@ -35,8 +35,8 @@ type Jobs interface {
 type Config struct {
 	Handoff         string        // config.HandoffImmediate, HandoffDeadline or HandoffNever
 	ShutdownTimeout time.Duration // how long jobs may run on after the signal
-	// StopTimeout bounds step 4: the plugin's own grace (shell: kill_grace)
-	// plus the final writes.
+	// StopTimeout bounds step 4. It covers the plugin's own grace (kill_grace
+	// for shell) plus the final writes.
 	StopTimeout time.Duration
 	AgentName   string
 	Logger      *slog.Logger
@@ -80,8 +80,9 @@ func Run(ctx context.Context, jobs Jobs, hurry <-chan struct{}, cfg Config) (Res
 		res.Detached = jobs.Detach(ctx)
 	}
 
-	// Wait for what is left: the other jobs, and with handoff at the deadline
-	// the resumable ones too (they may finish on their own meanwhile).
+	// Wait for what is left. That is the other jobs, and with handoff at the
+	// deadline the resumable ones too (they may finish on their own
+	// meanwhile).
 	waitCtx, cancel := context.WithDeadline(ctx, deadline)
 	idle := make(chan error, 1)
 	go func() { idle <- jobs.WaitIdle(waitCtx, cfg.Handoff == config.HandoffDeadline) }()

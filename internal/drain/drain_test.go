@@ -12,7 +12,7 @@ import (
 	"github.com/tetherjobs/tether/internal/config"
 )
 
-// fakeJobs records the drain's calls; other jobs end when finish is closed.
+// fakeJobs records the drain's calls. Other jobs end when finish is closed.
 type fakeJobs struct {
 	mu        sync.Mutex
 	calls     []string

@@ -91,8 +91,8 @@ func kinds(t *testing.T, st *store.Store, id string) []string {
 	return out
 }
 
-// A drains with B running: the resumable job moves to B at once, the shell
-// job that ends in time succeeds, the one that does not is stopped.
+// A drains with B running. The resumable job moves to B at once, the shell
+// job that ends in time succeeds, and the one that does not is stopped.
 func TestDrainHandsOffAndStops(t *testing.T) {
 	st := store.New(pgtest.DB(t))
 	a, _ := startService(t, st, "a")

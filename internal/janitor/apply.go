@@ -15,7 +15,7 @@ type candidate struct {
 	JobID string
 	Lease int64
 	Input Input
-	// SelfRegistered: this process has its agents row, which the query
+	// SelfRegistered says this process has its agents row, which the query
 	// already counted among the live agents (or not, when it is draining).
 	SelfRegistered bool
 }
@@ -32,8 +32,8 @@ func candidateOf(r store.JanitorCandidate) candidate {
 	}}
 }
 
-// fence is what the candidate's write is fenced by: the lease and status
-// read under lock.
+// fence is what the candidate's write is fenced by. It is the lease and
+// status read under lock.
 func (c candidate) fence() store.JanitorFence {
 	return store.JanitorFence{JobID: c.JobID, Lease: c.Lease, Status: c.Input.Status}
 }
@@ -95,10 +95,9 @@ func (a Action) stop() (cause lifecycle.Cause, resumable, ok bool) {
 	return lifecycle.CauseUnknown, false, false
 }
 
-// end applies an action that ends the attempt as e says: the levers are
-// read under the row lock the candidate query took, the plan decided in Go,
-// and the transition stores it. The Cleanup, when due, is queued for any
-// worker.
+// end applies an action that ends the attempt as e says. The levers are read
+// under the row lock the candidate query took, the plan is decided in Go, and
+// the transition stores it. The Cleanup, when due, is queued for any worker.
 func end(ctx context.Context, tx store.JanitorTx, actor store.Holder, c candidate, a Action, e lifecycle.Ending) (bool, error) {
 	attempt, levers, err := tx.Levers(ctx, c.JobID)
 	if err != nil {

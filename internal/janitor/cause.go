@@ -1,8 +1,8 @@
 package janitor
 
-// Cause is why the janitor acted, from a small fixed set: the cause label
-// of tether_janitor_actions_total (Action.Reason is free text and would make
-// the label set unbounded).
+// Cause is why the janitor acted, from a small fixed set. It is the cause
+// label of tether_janitor_actions_total (Action.Reason is free text and would
+// make the label set unbounded).
 type Cause string
 
 // The causes.

@@ -13,9 +13,9 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// The Cleanup worker's defaults (Config): the backoff after a failed
-// Cleanup starts at a second and doubles up to five minutes, and four
-// Cleanup calls run at once.
+// The Cleanup worker's defaults (Config). The backoff after a failed Cleanup
+// starts at a second and doubles up to five minutes. Four Cleanup calls run
+// at once.
 const (
 	defaultCleanupBackoffMin  = time.Second
 	defaultCleanupBackoffMax  = 5 * time.Minute

@@ -8,9 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestHeartbeatCoversLeases: a lease is as fresh as its holder's agents row
-// (its heartbeats renew every lease it holds), unless the heartbeat detached
-// it; then only its own last_heartbeat (the claim time) counts.
+// TestHeartbeatCoversLeases checks that a lease is as fresh as its holder's
+// agents row (its heartbeats renew every lease it holds), unless the
+// heartbeat detached it. Then only its own last_heartbeat (the claim time)
+// counts.
 func TestHeartbeatCoversLeases(t *testing.T) {
 	f := newFixture(t)
 	janitor := f.agent("janitor", "janitor-g1", map[string][]string{"res": resCaps})
@@ -19,7 +20,8 @@ func TestHeartbeatCoversLeases(t *testing.T) {
 	covered, coveredLease := f.claimed(holder, "c", "res", true)
 	detached, detachedLease := f.claimed(holder, "c", "res", true)
 	fresh, _ := f.claimed(holder, "c", "res", true)
-	// Two claimed 10 minutes ago, one just now; the holder heartbeat just now.
+	// Two were claimed 10 minutes ago, one just now. The holder heartbeat
+	// just now.
 	f.exec(`UPDATE active_jobs SET last_heartbeat = now() - interval '10 minutes', claimed_at = now() - interval '10 minutes'
 	        WHERE job_id IN ($1, $2)`, covered, detached)
 	f.exec(`UPDATE active_jobs SET detached = true WHERE job_id = $1`, detached)
@@ -39,7 +41,7 @@ func TestHeartbeatCoversLeases(t *testing.T) {
 	require.NotNil(t, r.Reason)
 	assert.Regexp(t, `^stale for (599|6\d\d)s$`, *r.Reason)
 
-	// The holder falls silent: its covered lease goes stale with it, while
+	// The holder falls silent. Its covered lease goes stale with it, while
 	// the lease it claimed just now stays fresh until stale_job after that
 	// claim.
 	f.agentSilence("holder", 10*time.Minute)

@@ -20,16 +20,16 @@ const (
 	Fail     Kind = "fail"      // failed (retriable), then Cleanup
 	FailAWOL Kind = "fail_awol" // released and not resumed within awol_timeout: failed, then Cleanup
 	Cancel   Kind = "cancel"    // canceling with no live owner: canceled, then Cleanup if the plugin ran
-	// FailPending: queued past its pending_timeout: failed (permanent, never
-	// retried), no Cleanup (nothing ran).
+	// FailPending is for a job queued past its pending_timeout. It is failed
+	// (permanent, never retried), with no Cleanup (nothing ran).
 	FailPending Kind = "fail_pending"
-	// FailActiveTimeout: running past active_timeout + grace under a live
-	// owner that did not stop it: failed (retriable, retried if allowed),
-	// then Cleanup.
+	// FailActiveTimeout is for a job running past active_timeout + grace
+	// under a live owner that did not stop it. It is failed (retriable,
+	// retried if allowed), then Cleanup runs.
 	FailActiveTimeout Kind = "fail_active_timeout"
-	// FailUnclaimed: queued, due for awol_timeout, no pending_timeout, and no
-	// live agent serves its command: failed (permanent, never retried), no
-	// Cleanup (nothing ran).
+	// FailUnclaimed is for a queued job, due for awol_timeout, with no
+	// pending_timeout, whose command no live agent serves. It is failed
+	// (permanent, never retried), with no Cleanup (nothing ran).
 	FailUnclaimed Kind = "fail_unclaimed"
 )
 
@@ -51,8 +51,8 @@ type Owner = store.JobOwner
 type Rules struct {
 	StaleJob     time.Duration // running jobs of a silent owner are released or failed
 	OfflineAfter time.Duration // accepted jobs of a silent owner are requeued
-	// AWOLTimeout: a released job not resumed by then is failed, and so is a
-	// queued job (without a pending_timeout) of a command no live agent
+	// AWOLTimeout is when a released job not resumed by then is failed. So is
+	// a queued job (without a pending_timeout) of a command no live agent
 	// serves that has been due that long.
 	AWOLTimeout time.Duration
 	// ActiveTimeoutGrace is how long past a job's active_timeout the janitor
@@ -77,12 +77,12 @@ type Input struct {
 
 	Owner Owner
 
-	// What the live agents serve ("live": state running — not draining,
-	// not stopped — and seen within stale_job; this janitor's own agent
-	// counts for the commands it serves):
-	// Served: a live agent serves the job's command (it would claim it);
-	// PluginLoaded: one of those has the job's plugin;
-	// Resumable: one of those's copy of the plugin declares resume.
+	// What the live agents serve. "Live" means state running (not draining,
+	// not stopped) and seen within stale_job. This janitor's own agent
+	// counts for the commands it serves.
+	// Served says a live agent serves the job's command (it would claim it).
+	// PluginLoaded says one of those has the job's plugin.
+	// Resumable says one of those's copy of the plugin declares resume.
 	Served       bool
 	PluginLoaded bool
 	Resumable    bool
@@ -120,21 +120,21 @@ func (in Input) owner() ownerCondition {
 	return ownerLive
 }
 
-// Decide returns what the janitor does to one job. It is pure: the caller
+// Decide returns what the janitor does to one job. It is pure. The caller
 // reads the rows under lock, decides, and applies the action in the same
 // transaction.
 //
-// A restarted, stopped or vanished owner is acted on at once; a live owner
-// only once its lease has been silent for offline_after (accepted jobs) or
-// stale_job (running and canceling jobs). A dead owner (Owner.Dead: name
-// lock free and silent for dead_after) has its accepted jobs requeued and its
-// resumable running jobs released at once; its other jobs wait as a live
-// owner's do. A running job is released only when
-// a live agent serves its command with a copy of its plugin that can resume
-// it — only such an agent would claim it — and is failed otherwise, with the
-// reason, rather than released to wait out awol_timeout. A queued job nobody
-// can claim (no live agent serves its command) fails after awol_timeout
-// unless its own pending_timeout governs.
+// A restarted, stopped or vanished owner is acted on at once. A live owner is
+// acted on only once its lease has been silent for offline_after (accepted
+// jobs) or stale_job (running and canceling jobs). A dead owner (Owner.Dead,
+// with its name lock free and silent for dead_after) has its accepted jobs
+// requeued and its resumable running jobs released at once. Its other jobs
+// wait as a live owner's do. A running job is released only when a live agent
+// serves its command with a copy of its plugin that can resume it — only such
+// an agent would claim it. Otherwise it is failed, with the reason, rather
+// than released to wait out awol_timeout. A queued job nobody can claim (no
+// live agent serves its command) fails after awol_timeout unless its own
+// pending_timeout governs.
 func Decide(in Input) Action {
 	switch in.Status {
 	case jobstate.StatusQueued, jobstate.StatusAccepted:
@@ -153,10 +153,10 @@ func Decide(in Input) Action {
 	return Action{Kind: None} // terminal, or a status this version does not know
 }
 
-// decideQueued: an unowned queued job waits for a claim. Only its
-// pending_timeout, or — without one — the lack of any live agent serving
-// its command for awol_timeout, ends the wait. A backlog of a served
-// command is never failed here.
+// decideQueued decides an unowned queued job, which waits for a claim. Only
+// its pending_timeout, or — without one — the lack of any live agent serving
+// its command for awol_timeout, ends the wait. A backlog of a served command
+// is never failed here.
 func decideQueued(in Input) Action {
 	switch {
 	case in.PendingTimeout > 0:
@@ -205,15 +205,15 @@ func decideRunning(in Input) Action {
 		failMsg = "agent restarted"
 	default:
 		if in.Owner.Dead && in.resumable() {
-			// Early: another agent can take the remote work over. A job
-			// nobody can resume waits for stale_job, which the owner's
-			// self-fence bounds: a free lock does not prove that a local
+			// Early, because another agent can take the remote work over. A
+			// job nobody can resume waits for stale_job, which the owner's
+			// self-fence bounds. A free lock does not prove that a local
 			// process stopped.
 			return Action{Kind: Release, Reason: in.goneWhy()}
 		}
 		if in.HeartbeatAge < in.Rules.StaleJob {
 			if in.ActiveTimeout > 0 && in.AttemptAge >= in.ActiveTimeout+in.Rules.ActiveTimeoutGrace {
-				// The owner is alive but did not enforce it: back it up.
+				// The owner is alive but did not enforce it. Back it up.
 				return Action{Kind: FailActiveTimeout, Cleanup: true, Reason: fmt.Sprintf(
 					"active_timeout of %s exceeded (running for %s; agent %s did not stop it, so the janitor failed it)",
 					limits.Format(in.ActiveTimeout), seconds(in.AttemptAge), in.AgentName)}
@@ -229,7 +229,7 @@ func decideRunning(in Input) Action {
 	return Action{Kind: Fail, Reason: failMsg + " (" + whyNotResumable(in) + ", so the job cannot be resumed)", Cleanup: true}
 }
 
-// resumable: a live agent would claim the job and resume it.
+// resumable reports whether a live agent would claim the job and resume it.
 func (in Input) resumable() bool { return in.Served && in.PluginLoaded && in.Resumable }
 
 // goneWhy is the reason for acting early on a dead owner's job.

@@ -22,9 +22,9 @@ func activeFor(timeout, age time.Duration) func(*Input) {
 	return func(in *Input) { in.ActiveTimeout, in.AttemptAge = timeout, age }
 }
 
-// owned is a job of command c held by agent a1 (generation g1), whose
-// agents row is live, silent for hb; a live agent serves c, and its plugin p
-// is loaded and resumable, unless a case says not.
+// owned is a job of command c held by agent a1 (generation g1), whose agents
+// row is live, silent for hb. A live agent serves c, and its plugin p is
+// loaded and resumable, unless a case says not.
 func owned(status jobstate.JobStatus, hb time.Duration) Input {
 	return Input{
 		Status: status, Command: "c", Plugin: "p", Started: status == "running" || status == "canceling",
@@ -86,10 +86,11 @@ func TestDecide(t *testing.T) {
 		{"canceled", unowned("canceled"), Action{Kind: None}},
 		{"unknown status", unowned("archived"), Action{Kind: None}},
 
-		// Queued and accepted: nothing ran, requeue when the owner is not live.
+		// Queued and accepted jobs ran nothing. Requeue when the owner is not
+		// live.
 		{"queued unowned", unowned("queued"), Action{Kind: None}},
 
-		// pending_timeout: counted from when the job became due.
+		// pending_timeout is counted from when the job became due.
 		{"queued, pending_timeout off", with(unowned("queued"), queuedFor(0, 48*time.Hour)), Action{Kind: None}},
 		{"queued, within pending_timeout", with(unowned("queued"), queuedFor(time.Minute, time.Minute-time.Millisecond)), Action{Kind: None}},
 		{"queued, past pending_timeout", with(unowned("queued"), queuedFor(time.Minute, time.Minute)),
@@ -98,7 +99,7 @@ func TestDecide(t *testing.T) {
 			Action{Kind: FailPending, Reason: "pending timeout: not started within pending_timeout (2d)"}},
 		{"accepted past pending_timeout: claimed, not pending", with(owned("accepted", time.Second), queuedFor(time.Minute, time.Hour)), Action{Kind: None}},
 
-		// Nobody can claim it: no live agent serves the command.
+		// Nobody can claim it, because no live agent serves the command.
 		{"queued backlog of a served command, due for days", with(unowned("queued"), queuedFor(0, 72*time.Hour)), Action{Kind: None}},
 		{"queued, unserved, due just under awol_timeout", with(unowned("queued"), unserved, queuedFor(0, time.Hour-time.Millisecond)), Action{Kind: None}},
 		{"queued, unserved, due for awol_timeout", with(unowned("queued"), unserved, queuedFor(0, time.Hour)),
@@ -111,7 +112,7 @@ func TestDecide(t *testing.T) {
 		{"queued but owned, unserved: the owner's rules", with(owned("queued", time.Second), unserved, queuedFor(0, 2*time.Hour)), Action{Kind: None}},
 		{"accepted unowned, unserved", with(unowned("accepted"), unserved, queuedFor(0, 2*time.Hour)), Action{Kind: None}},
 
-		// active_timeout backup: a live owner gets active_timeout + grace.
+		// active_timeout backup. A live owner gets active_timeout + grace.
 		{"running, owner fresh, within active_timeout + grace", with(owned("running", time.Second), activeFor(time.Minute, time.Minute+testRules.ActiveTimeoutGrace-time.Millisecond)), Action{Kind: None}},
 		{"running, owner fresh, past active_timeout + grace", with(owned("running", time.Second), activeFor(time.Minute, time.Minute+testRules.ActiveTimeoutGrace)),
 			Action{Kind: FailActiveTimeout, Cleanup: true, Reason: "active_timeout of 1m0s exceeded (running for 80s; agent a1 did not stop it, so the janitor failed it)"}},
@@ -132,20 +133,22 @@ func TestDecide(t *testing.T) {
 		{"queued but owned, owner offline", owned("queued", time.Minute),
 			Action{Kind: Requeue, Reason: "requeued: agent a1 offline, silent for 60s; the job never started"}},
 
-		// Running with a live owner: nothing, the owner enforces active_timeout.
+		// Running with a live owner does nothing. The owner enforces
+		// active_timeout.
 		{"running, owner fresh", owned("running", time.Second), Action{Kind: None}},
 		{"running, offline but not stale", owned("running", 60*time.Second), Action{Kind: None}},
 		{"running, owner draining and fresh", with(owned("running", time.Second), draining), Action{Kind: None}},
 		{"running, fresh, plugin gone", with(owned("running", time.Second), notLoaded), Action{Kind: None}},
 
-		// Running, owner stale / gone / restarted, resumable: release.
+		// Running, owner stale / gone / restarted, resumable. Release.
 		{"running, stale, resumable", owned("running", stale), Action{Kind: Release, Reason: "stale for 130s"}},
 		{"running, exactly stale_job", owned("running", 120*time.Second), Action{Kind: Release, Reason: "stale for 120s"}},
 		{"running, restarted, resumable (no wait)", with(owned("running", 0), restarted), Action{Kind: Release, Reason: "agent restarted"}},
 		{"running, gone, resumable", with(owned("running", 0), gone), Action{Kind: Release, Reason: "agent gone"}},
 		{"running, stopped, resumable", with(owned("running", 0), stopped), Action{Kind: Release, Reason: "agent stopped"}},
 
-		// Running, owner stale / gone / restarted, not resumable: fail + Cleanup.
+		// Running, owner stale / gone / restarted, not resumable. Fail +
+		// Cleanup.
 		{"running, stale, not resumable", with(owned("running", stale), notResum),
 			Action{Kind: Fail, Reason: noResume("awol: agent a1 silent for 130s"), Cleanup: true}},
 		{"running, restarted, not resumable (no wait)", with(owned("running", 0), restarted, notResum),
@@ -163,7 +166,7 @@ func TestDecide(t *testing.T) {
 		{"running, stale, resumable flag but not loaded", with(owned("running", stale), func(in *Input) { in.PluginLoaded = false }),
 			Action{Kind: Fail, Reason: notLoadedMsg("awol: agent a1 silent for 130s"), Cleanup: true}},
 
-		// No live agent serves the command: nobody would claim a release,
+		// No live agent serves the command. Nobody would claim a release,
 		// whatever the plugin could do.
 		{"running, stale, command served by no live agent", with(owned("running", stale), unserved),
 			Action{Kind: Fail, Reason: `awol: agent a1 silent for 130s (no live agent serves command "c", so the job cannot be resumed)`, Cleanup: true}},

@@ -10,7 +10,7 @@ import (
 )
 
 // refreshGauges sets the cluster-wide backlog gauges (queue per configured
-// command, cleanup backlog) once per janitor pass: a scrape reads the last
+// command, cleanup backlog) once per janitor pass. A scrape reads the last
 // values and never queries the database.
 func (s *Service) refreshGauges(ctx context.Context) {
 	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), s.cfg.StaleJob); err == nil {
@@ -35,11 +35,11 @@ func (s *Service) commandNames() []string {
 	return names
 }
 
-// QueueCountCap is the most due jobs per command QueueStats counts: a
-// count of QueueCountCap means at least that many. Every agent measures the
-// queue every janitor pass, and counting a backlog of 1,000,000 jobs read
-// every one of them; the cap bounds the pass's cost whatever the backlog
-// (docs/operations.md, Metrics; tether_queue_jobs's help says it too).
+// QueueCountCap is the most due jobs per command QueueStats counts. A count
+// of QueueCountCap means at least that many. Every agent measures the queue
+// every janitor pass, and counting a backlog of 1,000,000 jobs read every one
+// of them. The cap bounds the pass's cost whatever the backlog
+// (docs/operations.md, Metrics, and tether_queue_jobs's help says it too).
 const QueueCountCap = 10000
 
 // QueueStats measures the due, unowned jobs of each command (at most

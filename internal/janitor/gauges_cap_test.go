@@ -12,9 +12,9 @@ import (
 	"github.com/tetherjobs/tether/internal/metrics"
 )
 
-// queueSome puts n due queued jobs of command c in the database, the k-th
-// due k × 0.1 s later than the first, which has waited an hour (jobs,
-// active rows and events as a submit writes them; see job_submit.sql).
+// queueSome puts n due queued jobs of command c in the database, the k-th due
+// k × 0.1 s later than the first, which has waited an hour. It writes jobs,
+// active rows and events as a submit writes them (see job_submit.sql).
 func (f *fixture) queueSome(c string, n int) {
 	f.t.Helper()
 	f.exec(`WITH j AS (
@@ -30,9 +30,9 @@ func (f *fixture) queueSome(c string, n int) {
 }
 
 // The queue gauge counts at most QueueCountCap due jobs per command, so a
-// pass costs the same at 10,005 queued jobs as at a million; the count then
-// reads "at least the cap" (the metric's help says so), and the oldest
-// job's age is still exact: it is among the rows counted.
+// pass costs the same at 10,005 queued jobs as at a million. The count then
+// reads "at least the cap" (the metric's help says so). The oldest job's age
+// is still exact, because it is among the rows counted.
 func TestQueueGaugeCountsUpToTheCap(t *testing.T) {
 	f := newFixture(t)
 	h := f.agentServing("a", "a-g1", []string{"c", "few"}, map[string][]string{"sh": shCaps})
@@ -51,7 +51,7 @@ func TestQueueGaugeCountsUpToTheCap(t *testing.T) {
 	assert.InDelta(t, 3600, age, 60, "the job queued an hour ago, the first of the index range")
 
 	// The head of the range is a job released for resuming 10 s ago (its
-	// run_after is older than any): it waits since its release, and the
+	// run_after is older than any). It waits since its release, and the
 	// oldest wait is the next job's, queued 3599.9 s ago (not the release's
 	// 10 s, nor the first run_after's 7200 s).
 	f.exec(`UPDATE active_jobs SET run_after = now() - interval '2 hours', released_at = now() - interval '10 seconds',

@@ -11,9 +11,9 @@ import (
 	"github.com/tetherjobs/tether/internal/metrics"
 )
 
-// A pass sets the queue gauges of every configured command from the
-// database: due unowned jobs count, a claimed one or one not yet due does
-// not, and the oldest due job's age is by the database clock.
+// A pass sets the queue gauges of every configured command from the database.
+// Due unowned jobs count, and a claimed one or one not yet due does not. The
+// oldest due job's age is by the database clock.
 func TestPassSetsQueueGauges(t *testing.T) {
 	f := newFixture(t)
 	h := f.agentServing("a", "a-g1", []string{"c", "idle"}, map[string][]string{"sh": shCaps})
@@ -61,7 +61,7 @@ func TestPassSetsQueueGauges(t *testing.T) {
 	assert.GreaterOrEqual(t, age, 10.0)
 	assert.Equal(t, 0.0, metricValue(t, m, "tether_cleanups_oldest_seconds", ""), "no Cleanup queued")
 
-	// Agent a goes silent past stale_job: nobody serves the commands now.
+	// Agent a goes silent past stale_job. Nobody serves the commands now.
 	f.agentSilence("a", 10*time.Minute)
 	_, err = svc.Pass(f.ctx)
 	require.NoError(t, err)

@@ -12,11 +12,10 @@ import (
 	"github.com/tetherjobs/tether/internal/jobstate"
 )
 
-// TestFrozenPassDoesNotHoldRows: a janitor pass that stops inside its
-// transaction with rows locked (its agent frozen, say) has its session
-// ended by PostgreSQL after IdleInTransaction, so the rows are free for
-// everyone else long before the agent wakes; the pass fails and changes
-// nothing.
+// TestFrozenPassDoesNotHoldRows checks a janitor pass that stops inside its
+// transaction with rows locked (its agent frozen, say). PostgreSQL ends its
+// session after IdleInTransaction, so the rows are free for everyone else
+// long before the agent wakes. The pass fails and changes nothing.
 func TestFrozenPassDoesNotHoldRows(t *testing.T) {
 	f := newFixture(t)
 	gone := f.agent("gone", "g1", map[string][]string{"p": nil})
@@ -42,7 +41,7 @@ func TestFrozenPassDoesNotHoldRows(t *testing.T) {
 		t.Fatal("the pass never locked its candidates")
 	}
 
-	// Another session waits for the row the frozen pass holds; it gets it
+	// Another session waits for the row the frozen pass holds. It gets it
 	// once the server ended the idle transaction (well before the 20 s).
 	conn, err := f.pool.Acquire(f.ctx)
 	require.NoError(t, err)

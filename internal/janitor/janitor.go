@@ -3,12 +3,12 @@
 //
 // Every agent runs a Service. Each pass locks a bounded batch of suspicious
 // active rows with FOR UPDATE SKIP LOCKED, decides each with the pure Decide,
-// and applies the decisions in the same short transaction, so janitors on many
-// agents share the work without acting twice. Every action bumps the job's
-// lease, so a late write of the old holder is refused. Cleanup calls never run
-// inside a transaction: a terminal status and its queued Cleanup commit
-// together, and a worker loop calls the plugin afterwards, with a timeout,
-// retrying with backoff until it succeeds.
+// and applies the decisions in the same short transaction, so janitors on
+// many agents share the work without acting twice. Every action bumps the
+// job's lease, so a late write of the old holder is refused. Cleanup calls
+// never run inside a transaction. A terminal status and its queued Cleanup
+// commit together, and a worker loop calls the plugin afterwards, with a
+// timeout, retrying with backoff until it succeeds.
 //
 // Each service is in a file of its own. PassLoop (pass.go) runs the passes,
 // whose later steps are in retention.go, prune.go and gauges.go.
@@ -62,14 +62,14 @@ type Config struct {
 	RetentionMaxBatches int
 	RetentionBudget     time.Duration
 
-	// AgentRetention is how long an agents row that stopped or went silent
-	// is kept once it holds no job (DefaultAgentRetention); see PruneAgents.
+	// AgentRetention is how long an agents row that stopped or went silent is
+	// kept once it holds no job (DefaultAgentRetention). See PruneAgents.
 	AgentRetention time.Duration
 
 	BatchSize int // active rows per transaction (100)
-	// IdleInTransaction ends a janitor transaction that sits idle between
-	// its statements this long (DefaultIdleInTransaction): the locks of a
-	// frozen agent's pass do not outlive the bound.
+	// IdleInTransaction ends a janitor transaction that sits idle between its
+	// statements this long (DefaultIdleInTransaction). The locks of a frozen
+	// agent's pass do not outlive the bound.
 	IdleInTransaction  time.Duration
 	CleanupTimeout     time.Duration // bound on one Cleanup call (2m)
 	CleanupBackoffMin  time.Duration // wait after the first failed Cleanup (1s)
@@ -144,7 +144,7 @@ func (c *Config) rules() Rules {
 }
 
 // activeTimeoutGrace is how long past active_timeout the janitor leaves a
-// live owner to enforce it: two heartbeats and a janitor period.
+// live owner to enforce it. It is two heartbeats and a janitor period.
 func (c *Config) activeTimeoutGrace() time.Duration {
 	return 2*c.Keepalive + c.CleanInterval
 }

@@ -76,10 +76,10 @@ func (f *fixture) exec(sql string, args ...any) {
 	require.NoError(f.t, err)
 }
 
-// silence makes a job's lease look silent for d by the database clock: its
+// silence makes a job's lease look silent for d by the database clock. Its
 // own last_heartbeat and its holder's last_seen (whose heartbeats renew every
-// lease it holds) at least d ago. The holder's other leases keep their claim
-// time, so a lease claimed just now stays fresh.
+// lease it holds) are set at least d ago. The holder's other leases keep
+// their claim time, so a lease claimed just now stays fresh.
 func (f *fixture) silence(id string, d time.Duration) {
 	f.exec(`UPDATE active_jobs SET last_heartbeat = now() - $2::float8 * interval '1 second' WHERE job_id = $1`, id, d.Seconds())
 	f.exec(`UPDATE agents g SET last_seen = least(g.last_seen, now() - $2::float8 * interval '1 second')
@@ -135,8 +135,8 @@ func (f *fixture) cleanupQueued(id string) bool {
 	return n == 1
 }
 
-// fakePlugins is the plugin manager's unit boundary: capabilities and a
-// Cleanup that fails a set number of times per job before it succeeds.
+// fakePlugins is the plugin manager's unit boundary. It has capabilities and
+// a Cleanup that fails a set number of times per job before it succeeds.
 type fakePlugins struct {
 	infos map[string]plugin.Info
 
@@ -228,7 +228,8 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 9, n, "actions applied")
 
-	// Released: claimable, still running, lease bumped, reason recorded.
+	// Released. It is claimable, still running, with its lease bumped and its
+	// reason recorded.
 	r, ok := f.active(staleRes)
 	require.True(t, ok)
 	assert.Nil(t, r.Agent)
@@ -246,7 +247,8 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	// The old holder's fenced writes are refused.
 	assert.ErrorIs(t, f.st.Finish(f.ctx, dead, staleRes, staleResLease, store.Outcome{Status: store.StatusSucceeded}), store.ErrLeaseLost)
 
-	// Failed, not resumable: awol message, Cleanup queued, active row gone.
+	// Failed, not resumable. It has the awol message, its Cleanup is queued
+	// and its active row is gone.
 	j := f.job(staleSh)
 	assert.Equal(t, store.StatusFailed, j.Status)
 	assert.Regexp(t, `^awol: agent dead silent for 2\d\ds \(plugin "sh" does not declare resume on any live agent serving command "c", so the job cannot be resumed\)$`, j.Error)
@@ -257,7 +259,7 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	assert.True(t, f.cleanupQueued(staleSh))
 	assert.Len(t, f.events(staleSh, "failed"), 1)
 
-	// Requeued: queued, unowned, claimable again.
+	// Requeued. It is queued, unowned and claimable again.
 	for _, id := range []string{offlineAcc, restartedAcc} {
 		assert.Equal(t, store.StatusQueued, f.job(id).Status, id)
 		r, ok := f.active(id)
@@ -269,7 +271,8 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	assert.Contains(t, f.events(offlineAcc, "requeued")[0].Message, "agent dead offline, silent for 30s")
 	assert.Contains(t, f.events(restartedAcc, "requeued")[0].Message, "agent rest restarted")
 
-	// Restarted owner: acted on at once although its heartbeat is fresh.
+	// Restarted owner. It is acted on at once although its heartbeat is
+	// fresh.
 	r, ok = f.active(restartedRes)
 	require.True(t, ok)
 	require.NotNil(t, r.Reason)
@@ -278,7 +281,7 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	assert.Equal(t, shNoResume("agent restarted"), f.job(restartedSh).Error)
 	assert.True(t, f.cleanupQueued(restartedSh))
 
-	// Fresh owner and merely offline running owner: untouched.
+	// Fresh owner and merely offline running owner. Both are untouched.
 	r, ok = f.active(fresh)
 	require.True(t, ok)
 	require.NotNil(t, r.Agent)
@@ -287,7 +290,8 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	require.True(t, ok)
 	assert.NotNil(t, r.Agent)
 
-	// Released past awol_timeout: failed + Cleanup; recent release untouched.
+	// Released past awol_timeout means failed + Cleanup. A recent release is
+	// untouched.
 	assert.Equal(t, store.StatusFailed, f.job(awol).Status)
 	assert.Equal(t, "awol: not resumed within awol_timeout (1h0m0s)", f.job(awol).Error)
 	assert.True(t, f.cleanupQueued(awol))
@@ -295,16 +299,16 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	_, ok = f.active(releasedRecent)
 	assert.True(t, ok)
 
-	// Canceling with a silent owner: canceled, then Cleanup.
+	// Canceling with a silent owner. It is canceled, then Cleanup runs.
 	assert.Equal(t, store.StatusCanceled, f.job(canceling).Status)
 	assert.Len(t, f.events(canceling, "canceled"), 1)
 	assert.True(t, f.cleanupQueued(canceling))
 
-	// Plugin no live agent loads: failed, not released.
+	// Plugin no live agent loads. It is failed, not released.
 	assert.Equal(t, store.StatusFailed, f.job(pluginGone).Status)
 	assert.Contains(t, f.job(pluginGone).Error, `plugin "gone" is not loaded by any live agent`)
 
-	// Terminal: untouched.
+	// Terminal jobs are untouched.
 	assert.Equal(t, store.StatusSucceeded, f.job(finished).Status)
 	assert.Empty(t, f.events(finished, "failed"))
 
@@ -315,7 +319,8 @@ func TestPassAppliesEachActionOnce(t *testing.T) {
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_janitor_actions_total", "fail_awol"))
 	assert.Equal(t, 1.0, metricValue(t, m, "tether_janitor_actions_total", "cancel"))
 	assert.Equal(t, 5.0, metricValue(t, m, "tether_cleanups_pending", ""))
-	// By cause: the stale owner's release and the restarted owner's.
+	// By cause. These are the stale owner's release and the restarted
+	// owner's.
 	actions, err := m.Registry().Gather()
 	require.NoError(t, err)
 	byCause := map[string]float64{}
@@ -433,7 +438,7 @@ func TestCleanupRetriesWithBackoffUntilItSucceeds(t *testing.T) {
 		assert.Equal(t, id, list[0].JobID)
 		assert.Equal(t, attempt+1, list[0].Attempts)
 
-		// Not due yet: nothing is attempted.
+		// Not due yet, so nothing is attempted.
 		got, err = svc.CleanupPass(f.ctx)
 		require.NoError(t, err)
 		assert.Zero(t, got)
@@ -473,7 +478,7 @@ func TestCleanupClaimLapsesAndOtherPluginsWait(t *testing.T) {
 	}
 	require.NoError(t, f.st.EnqueueCleanup(f.ctx, done, "again"), "enqueueing twice keeps one row")
 
-	// A worker that died holding a claim: its claim lapses.
+	// A worker died holding a claim. Its claim lapses.
 	claimed, err := f.st.ClaimCleanups(f.ctx, "crashed", []string{"sh"}, 10, 200*time.Millisecond)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
@@ -486,7 +491,8 @@ func TestCleanupClaimLapsesAndOtherPluginsWait(t *testing.T) {
 	assert.False(t, f.cleanupQueued(bare))
 	assert.Len(t, f.events(bare, "cleanup_skipped"), 1)
 
-	// The crashed worker's 200 ms claim lapses: a real duration, not a poll.
+	// The crashed worker's 200 ms claim lapses. It is a real duration, not a
+	// poll.
 	time.Sleep(200 * time.Millisecond)
 	n, err = svc.CleanupPass(f.ctx)
 	require.NoError(t, err)
@@ -552,7 +558,8 @@ func TestReleasePrevious(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, otherLease, r.Lease, "another agent's job is untouched")
 
-	// The new generation's own jobs are not touched; a second call is a no-op.
+	// The new generation's own jobs are not touched. A second call is a
+	// no-op.
 	mine, mineLease := f.claimed(g2, "c2", "sh", true)
 	n, err = ReleasePrevious(f.ctx, f.pool, g2, caps)
 	require.NoError(t, err)

@@ -31,7 +31,7 @@ func (f *fixture) runAfter(id string) (finite bool, wait time.Duration) {
 	return finite, time.Duration(secs * float64(time.Second))
 }
 
-// An awol failure of a non-resumable job with retries left is retried: the
+// An awol failure of a non-resumable job with retries left is retried. The
 // next attempt waits for the Cleanup of the last one, then for its backoff.
 func TestAWOLFailureIsRetriedAfterItsCleanup(t *testing.T) {
 	f := newFixture(t)
@@ -70,7 +70,7 @@ func TestAWOLFailureIsRetriedAfterItsCleanup(t *testing.T) {
 	assert.False(t, finite, "held until the Cleanup is done")
 	assert.ErrorIs(t, f.st.Finish(f.ctx, dead, id, cs[0].Lease, store.Outcome{Status: store.StatusSucceeded}), store.ErrLeaseLost)
 
-	// The Cleanup (of attempt 1) runs; then the retry waits out its backoff.
+	// The Cleanup (of attempt 1) runs. Then the retry waits out its backoff.
 	got, err := svc.CleanupPass(f.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, got)
@@ -121,7 +121,7 @@ func TestPendingTimeoutAndActiveTimeoutBackup(t *testing.T) {
 	require.NotZero(t, lease)
 	_, err = f.st.MarkRunning(f.ctx, slow, lease, "")
 	require.NoError(t, err)
-	// The claim took the pending jobs too; put them back in the queue.
+	// The claim took the pending jobs too. Put them back in the queue.
 	f.exec(`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL WHERE job_id = ANY($1)`, []string{pending, young})
 	f.exec(`UPDATE jobs SET status = 'queued' WHERE id = ANY($1)`, []string{pending, young})
 	f.exec(`UPDATE jobs SET attempt_started_at = now() - interval '2 minutes' WHERE id = $1`, slow)
@@ -168,7 +168,7 @@ func TestRetentionAndOrphanGates(t *testing.T) {
 	uncleaned := finish(limits.Set{TTLFailed: day}, bad)
 	require.NoError(t, f.st.EnqueueCleanup(f.ctx, uncleaned, "cleanup after the job ended failed: boom"))
 	f.exec(`UPDATE cleanups SET next_at = now() + interval '1 hour' WHERE job_id = $1`, uncleaned) // not due this pass
-	// Finished 25 hours ago: the expiry the ending statement stamped moves
+	// Finished 25 hours ago. The expiry the ending statement stamped moves
 	// with it (tether_expiry, the rule it applies).
 	f.exec(`UPDATE jobs SET finished_at = now() - interval '25 hours',
 	        expires_at = tether_expiry(status, now() - interval '25 hours', ttl_succeeded, ttl_failed) WHERE id = ANY($1)`,

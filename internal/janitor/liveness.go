@@ -13,13 +13,13 @@ import (
 	"github.com/tetherjobs/tether/internal/startstop"
 )
 
-// deadAfterKeepalives is dead_after's default in keepalives: an agent that
+// deadAfterKeepalives is dead_after's default in keepalives. An agent that
 // lost its lock with the database (a restart) has heartbeat again by then.
 const deadAfterKeepalives = 2
 
-// dueMargin is how long after an agent may be found dead the follow-up
-// check runs: past F + dead_after by the database clock despite the
-// scheduling of the statement.
+// dueMargin is how long after an agent may be found dead the follow-up check
+// runs. It puts the check past F + dead_after by the database clock despite
+// the scheduling of the statement.
 const dueMargin = 20 * time.Millisecond
 
 // LivenessConfig configures a Liveness. Zero values take the defaults.
@@ -41,7 +41,7 @@ func (c *LivenessConfig) setDefaults() {
 }
 
 // LivenessSignals lets tests observe a Liveness. Each is nil (and costs
-// nothing) in production; a set channel must be read, or the check blocks.
+// nothing) in production. A set channel must be read, or the check blocks.
 type LivenessSignals struct {
 	// Checked receives the outcome of every check.
 	Checked chan<- Checked
@@ -56,7 +56,7 @@ type Checked struct {
 	Free       []FreeLock
 	Dead       []DeadAgent
 	Remembered int // agents with a first-free time after the check
-	// Pending: a remembered agent may be found dead Due after Now, when
+	// Pending says a remembered agent may be found dead Due after Now, when
 	// the next check then runs (if sooner than a keepalive).
 	Pending bool
 	Due     time.Duration
@@ -71,15 +71,15 @@ type Acted struct {
 	Other      int // other actions (active_timeout backup) the pass applied
 }
 
-// Liveness reads the second liveness signal: an agent's session advisory
-// lock on its name, which PostgreSQL frees the moment the agent's connection
-// dies. Every keepalive it lists the agents holding work whose lock is free,
-// remembers when it first saw each (lockWatch), and runs a janitor pass
-// restricted to those that stayed silent for dead_after since: their
-// accepted jobs are requeued and their resumable running jobs released
-// (Decide with Owner.Dead), long before stale_job. The pass is the janitor's
-// own (same candidates query, same fenced writes, SKIP LOCKED), so every
-// agent's check running side by side acts on each job once.
+// Liveness reads the second liveness signal, an agent's session advisory lock
+// on its name, which PostgreSQL frees the moment the agent's connection dies.
+// Every keepalive it lists the agents holding work whose lock is free and
+// remembers when it first saw each (lockWatch). It then runs a janitor pass
+// restricted to those that stayed silent for dead_after since. Their accepted
+// jobs are requeued and their resumable running jobs released (Decide with
+// Owner.Dead), long before stale_job. The pass is the janitor's own (same
+// candidates query, same fenced writes, SKIP LOCKED), so every agent's check
+// running side by side acts on each job once.
 type Liveness struct {
 	jan  *Service
 	cfg  LivenessConfig
@@ -114,8 +114,8 @@ func (l *Liveness) Start(ctx context.Context) error { return l.loop.Start(ctx) }
 // Stop ends the checks and waits for the one in flight.
 func (l *Liveness) Stop() { l.loop.Stop() }
 
-// check runs one check and returns when to run the next: a keepalive
-// later, sooner when an agent may be found dead before then.
+// check runs one check and returns when to run the next. That is a keepalive
+// later, or sooner when an agent may be found dead before then.
 func (l *Liveness) check(ctx context.Context) time.Duration {
 	wait := l.cfg.Keepalive
 	c, err := l.Check(ctx)
@@ -130,7 +130,7 @@ func (l *Liveness) check(ctx context.Context) time.Duration {
 	return wait
 }
 
-// Check runs one check: it reads which agents holding work have a free name
+// Check runs one check. It reads which agents holding work have a free name
 // lock, updates the first-free memory, and settles the jobs of those found
 // dead.
 func (l *Liveness) Check(ctx context.Context) (Checked, error) {
@@ -148,7 +148,8 @@ func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 	if len(dead) > 0 {
 		acted, err = l.settle(ctx, dead)
 	}
-	// Acted before Checked: a test that received a check has its actions.
+	// Acted comes before Checked, so a test that received a check has its
+	// actions.
 	for _, a := range acted {
 		signal(ctx, l.cfg.TestSignals.Acted, a)
 	}
@@ -156,9 +157,9 @@ func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 	return out, err
 }
 
-// freeLocks lists the agents holding work whose name lock is free. With
-// none, now is zero: no row carried the clock, and nothing is remembered
-// against it.
+// freeLocks lists the agents holding work whose name lock is free. With none,
+// now is zero. No row carried the clock, and nothing is remembered against
+// it.
 func (l *Liveness) freeLocks(ctx context.Context) (time.Time, []FreeLock, error) {
 	return l.jan.store.FreeNameLocks(ctx, l.jan.cfg.Holder.Name)
 }

@@ -127,9 +127,9 @@ func (f *fixture) heartbeats(h store.Holder, leases []store.Lease) (stop func())
 var bothPlugins = map[string][]string{"res": resCaps, "sh": shCaps}
 
 // An agent whose process died (its lock connection closed, no heartbeat
-// since) has its resumable running job released and its accepted job
-// requeued after dead_after, long before stale_job; its running job nobody
-// can resume waits for stale_job.
+// since) has its resumable running job released and its accepted job requeued
+// after dead_after, long before stale_job. Its running job nobody can resume
+// waits for stale_job.
 func TestLivenessSettlesADeadAgentsJobsEarly(t *testing.T) {
 	f := newFixture(t)
 	live := f.agent("live", "live-g1", bothPlugins)
@@ -158,7 +158,7 @@ func TestLivenessSettlesADeadAgentsJobsEarly(t *testing.T) {
 		}
 	}
 	// Dead at the first check at or after F + dead_after, F being the first
-	// check after the lock freed: within a keepalive + dead_after.
+	// check after the lock freed. That is within a keepalive + dead_after.
 	assert.GreaterOrEqual(t, time.Since(died), testDeadAfter, "not before dead_after")
 	assert.Less(t, time.Since(died), testKeepalive+testDeadAfter+500*time.Millisecond, "the follow-up check runs at F + dead_after")
 	assert.Equal(t, []Acted{{Agent: "v1", Generation: "v1-g1", Released: 1, Requeued: 1}}, acted)
@@ -190,8 +190,8 @@ func TestLivenessSettlesADeadAgentsJobsEarly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, dead, "the release is counted under the liveness check's cause")
 
-	// Still dead while it holds the job nobody can resume: counted once,
-	// nothing more done.
+	// Still dead while it holds the job nobody can resume. It is counted
+	// once, and nothing more is done.
 	for range 2 {
 		c, a := p.next()
 		require.Len(t, c.Dead, 1)
@@ -203,8 +203,8 @@ func TestLivenessSettlesADeadAgentsJobsEarly(t *testing.T) {
 	assert.Equal(t, shLease, r.Lease)
 }
 
-// A stopped process (SIGSTOP: connection alive, lock held, silent) is not
-// dead: nothing happens before stale_job.
+// A stopped process (SIGSTOP, with its connection alive, lock held, silent)
+// is not dead. Nothing happens before stale_job.
 func TestLivenessLeavesASilentAgentHoldingItsLock(t *testing.T) {
 	f := newFixture(t)
 	live := f.agent("live", "live-g1", bothPlugins)
@@ -231,7 +231,7 @@ func TestLivenessLeavesASilentAgentHoldingItsLock(t *testing.T) {
 }
 
 // An agent whose lock connection was lost (pg_terminate_backend, a pooler
-// hiccup) while it still heartbeats is not dead; the memory is dropped once
+// hiccup) while it still heartbeats is not dead. The memory is dropped once
 // it takes its lock again.
 func TestLivenessLeavesAHeartbeatingAgentWithoutItsLock(t *testing.T) {
 	f := newFixture(t)
@@ -272,9 +272,8 @@ func TestLivenessLeavesAHeartbeatingAgentWithoutItsLock(t *testing.T) {
 	assert.Equal(t, accLease, r.Lease)
 }
 
-// A database restart frees every lock at once; the agents take them again
-// and heartbeat within a keepalive, so nothing is released and no lease
-// changes.
+// A database restart frees every lock at once. The agents take them again and
+// heartbeat within a keepalive, so nothing is released and no lease changes.
 func TestLivenessNoStampedeWhenEveryLockFreesAtOnce(t *testing.T) {
 	f := newFixture(t)
 	live := f.agent("live", "live-g1", bothPlugins)
@@ -299,7 +298,7 @@ func TestLivenessNoStampedeWhenEveryLockFreesAtOnce(t *testing.T) {
 
 	p := f.startLiveness(live, metrics.New(), LivenessConfig{Keepalive: testKeepalive, DeadAfter: testDeadAfter})
 	p.next()
-	// The outage: no heartbeat gets through and every session is gone.
+	// The outage. No heartbeat gets through and every session is gone.
 	for _, s := range agents {
 		s.stop()
 		require.NoError(t, s.lock.Close(f.ctx))
@@ -309,7 +308,7 @@ func TestLivenessNoStampedeWhenEveryLockFreesAtOnce(t *testing.T) {
 			break // the check saw every lock free
 		}
 	}
-	// Back within a keepalive: locks re-taken, heartbeats resumed.
+	// Back within a keepalive. Locks are re-taken and heartbeats resumed.
 	for _, s := range agents {
 		s.lock = f.nameLock(s.h.Name)
 		s.stop = f.heartbeats(s.h, s.leases)
@@ -334,8 +333,8 @@ func TestLivenessNoStampedeWhenEveryLockFreesAtOnce(t *testing.T) {
 	assert.Zero(t, changed, "lease changes")
 }
 
-// simAgent is one simulated agent of the randomized test: its sessions and
-// heartbeats, as the checker of the invariants later needs them.
+// simAgent is one simulated agent of the randomized test. It holds its
+// sessions and heartbeats, as the checker of the invariants later needs them.
 type simAgent struct {
 	h       store.Holder
 	plan    string // healthy, dies, pauses, flaps
@@ -358,10 +357,11 @@ func (s *simAgent) record(f func()) {
 	f()
 }
 
-// live reports whether the agent was live at t, with slack for the
-// statement in flight: it held its lock over [t-slack, t], or a heartbeat
-// answered before t-slack was sent after t-deadAfter+slack (its last_seen is
-// then after any first-free time a correct check could have used).
+// live reports whether the agent was live at t, with slack for the statement
+// in flight. It was when it held its lock over [t-slack, t], or when a
+// heartbeat answered before t-slack was sent after t-deadAfter+slack. Its
+// last_seen is then after any first-free time a correct check could have
+// used.
 func (s *simAgent) live(t time.Time, deadAfter, slack time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -402,7 +402,8 @@ func (s *simAgent) run(ctx context.Context, f *fixture, start time.Time) {
 			release()
 			lockFree = true
 		case s.plan == "flaps" && !inEvent && lockFree:
-			// Re-take it as watch() does; the old backend may linger a moment.
+			// Re-take it as watch() does. The old backend may linger a
+			// moment.
 			conn, err := pgx.ConnectConfig(ctx, f.pool.Config().ConnConfig.Copy())
 			if err == nil {
 				var ok bool
@@ -443,10 +444,10 @@ func (s *simAgent) run(ctx context.Context, f *fixture, start time.Time) {
 
 // Many agents die, pause, lose and re-take their locks or stay healthy, at
 // random times, while two agents' checks run side by side. Afterwards the
-// tables must show: nothing of a live agent settled early, every resumable
-// job of a dead agent released within dead_after + 2×keepalive of its death
-// (accepted ones requeued), each job acted on at most once, and leases
-// never reused.
+// tables must show these. Nothing of a live agent is settled early. Every
+// resumable job of a dead agent is released within dead_after + 2×keepalive
+// of its death (accepted ones requeued). Each job is acted on at most once.
+// Leases are never reused.
 func TestLivenessRandomized(t *testing.T) {
 	f := newFixture(t)
 	seed := time.Now().UnixNano()

@@ -26,7 +26,7 @@ func (s *Service) PassLoop() *startstop.Loop {
 
 // Pass settles every job that needs it now, a bounded batch per transaction,
 // and returns how many actions it applied. A full batch is followed by the
-// next one at once; rows a batch looked at and left alone (nothing to do, or
+// next one at once. Rows a batch looked at and left alone (nothing to do, or
 // changed since they were read) are not read again in the same pass, so a
 // pass always ends. Then it lifts orphaned retry gates, deletes expired jobs
 // and prunes long-gone agents.
@@ -58,8 +58,8 @@ type settled struct {
 	cause Cause // the metrics label
 }
 
-// batches runs batches until one is not full. With dead set, only the jobs
-// of those agents are read (a liveness pass); otherwise every candidate.
+// batches runs batches until one is not full. With dead set, only the jobs of
+// those agents are read (a liveness pass). Otherwise every candidate is.
 func (s *Service) batches(ctx context.Context, dead []DeadAgent) ([]settled, error) {
 	var all []settled
 	skip := []string{}
@@ -76,9 +76,9 @@ func (s *Service) batches(ctx context.Context, dead []DeadAgent) ([]settled, err
 	}
 }
 
-// selfCommands is what this process serves by its configuration: the
-// commands it knows (Config.Commands). They count only while it has no
-// agents row of its own, which otherwise speaks for it.
+// selfCommands is what this process serves by its configuration, the commands
+// it knows (Config.Commands). They count only while it has no agents row of
+// its own, which otherwise speaks for it.
 func (s *Service) selfCommands() []string {
 	out := make([]string, 0, len(s.cfg.Commands))
 	for name := range s.cfg.Commands {
@@ -89,7 +89,7 @@ func (s *Service) selfCommands() []string {
 }
 
 // countSelf adds this process to what the live agents serve for c, when its
-// own agents row did not already count (not registered yet): it serves c's
+// own agents row did not already count (not registered yet). It serves c's
 // command if it is configured here and c's plugin is loaded here.
 func countSelf(in *Input, commands map[string]bool, caps func(string) (plugin.Info, bool)) {
 	if commands != nil && !commands[in.Command] {

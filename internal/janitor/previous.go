@@ -11,13 +11,13 @@ import (
 )
 
 // ReleasePrevious settles, before the agent claims anything, every job an
-// earlier generation of holder.Name still holds: accepted → requeued;
-// running that a live agent or this process can resume → released "agent
-// restarted"; running otherwise → failed "agent restarted" with a Cleanup
-// queued; canceling → canceled (Cleanup queued if the plugin ran). caps
-// reports this process's plugins; it counts for every command they can run
-// (see ReleasePreviousWith to name its commands). It returns how many jobs
-// it settled.
+// earlier generation of holder.Name still holds. An accepted job is requeued.
+// A running one that a live agent or this process can resume is released
+// "agent restarted". Any other running one is failed "agent restarted" with a
+// Cleanup queued. A canceling one is canceled (Cleanup queued if the plugin
+// ran). caps reports this process's plugins. It counts for every command they
+// can run (see ReleasePreviousWith to name its commands). It returns how many
+// jobs it settled.
 func ReleasePrevious(ctx context.Context, pool *pgxpool.Pool, holder store.Holder, caps func(plugin string) (plugin.Info, bool)) (int, error) {
 	return ReleasePreviousWith(ctx, pool, PreviousConfig{Holder: holder, Caps: caps})
 }
@@ -27,10 +27,10 @@ type PreviousConfig struct {
 	Holder store.Holder // this process: its name and new generation
 	// Caps reports this process's plugins.
 	Caps func(plugin string) (plugin.Info, bool)
-	// Commands are the commands this process serves; nil counts it for
-	// every command whose plugin it has.
+	// Commands are the commands this process serves. nil counts it for every
+	// command whose plugin it has.
 	Commands []string
-	// StaleJob is the live-agent window (agent.stale_job; 120s).
+	// StaleJob is the live-agent window (agent.stale_job, 120s).
 	StaleJob time.Duration
 }
 
@@ -38,7 +38,7 @@ type PreviousConfig struct {
 // resumed is judged from the live agents that serve its command — another
 // agent may resume it although this process lost the plugin — and from this
 // process (Caps, for Commands). The earlier generation's own agents row does
-// not count: it is the process being replaced.
+// not count. It is the process being replaced.
 func ReleasePreviousWith(ctx context.Context, pool *pgxpool.Pool, p PreviousConfig) (int, error) {
 	if p.StaleJob <= 0 {
 		p.StaleJob = defaultStaleJob

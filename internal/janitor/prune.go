@@ -8,10 +8,10 @@ import (
 
 // DefaultAgentRetention is how long the agents row of an agent that stopped
 // or went silent is kept (Config.AgentRetention), so `tether agents` still
-// shows it for a day; once it holds no job it is deleted.
+// shows it for a day. Once it holds no job it is deleted.
 const DefaultAgentRetention = defaults.AgentRetention
 
-// agentPruneBatch bounds the rows one prune deletes; a pass runs one.
+// agentPruneBatch bounds the rows one prune deletes. A pass runs one.
 const agentPruneBatch = 100
 
 // PruneAgents deletes up to agentPruneBatch agents rows whose last_seen is

@@ -47,7 +47,7 @@ func TestPruneAgents(t *testing.T) {
 	assert.Equal(t, []string{"me", "silent-holding", "stopped-recent"}, f.agentNames(),
 		"an agent holding a job is kept however long it is silent")
 
-	// A shorter retention, configured; a pass prunes too.
+	// A shorter retention, configured. A pass prunes too.
 	svc = New(f.pool, newFakePlugins(), Config{Logger: quiet, Holder: me, AgentRetention: time.Hour})
 	f.agent("silent-2h", "g1", nil)
 	f.agentSilence("silent-2h", 2*time.Hour)

@@ -41,9 +41,9 @@ func (f *fixture) due(id string, d time.Duration) {
 	f.exec(`UPDATE active_jobs SET run_after = now() - $2::float8 * interval '1 second' WHERE job_id = $1`, id, d.Seconds())
 }
 
-// A running job of a silent holder is released only when a live,
-// non-draining agent serves its command with a copy of its plugin that can
-// resume; otherwise it fails, saying which part is missing.
+// A running job of a silent holder is released only when a live, non-draining
+// agent serves its command with a copy of its plugin that can resume.
+// Otherwise it fails, saying which part is missing.
 func TestReleaseNeedsALiveAgentServingTheCommand(t *testing.T) {
 	f := newFixture(t)
 	me := f.agentServing("me", "me-g1", []string{"c"}, map[string][]string{"res": resCaps, "sh": shCaps})
@@ -62,7 +62,7 @@ func TestReleaseNeedsALiveAgentServingTheCommand(t *testing.T) {
 	f.agentSilence("silent", 10*time.Minute)
 	f.agentSilence("dead", 10*time.Minute)
 
-	// This janitor loads res itself, but its agents row speaks for it: it
+	// This janitor loads res itself, but its agents row speaks for it. It
 	// serves only c.
 	plugins := newFakePlugins(plugin.Info{Name: "res", Capabilities: resCaps})
 	svc := New(f.pool, plugins, Config{Logger: quiet, Holder: me, Commands: map[string]json.RawMessage{"c": nil, "x": nil}})
@@ -133,7 +133,7 @@ func TestDrainingJanitorIsNotAResumer(t *testing.T) {
 	assert.Contains(t, f.job(id).Error, `no live agent serves command "c"`)
 }
 
-// A queued job nobody can claim fails after awol_timeout; a backlog of a
+// A queued job nobody can claim fails after awol_timeout. A backlog of a
 // served command never does, and a pending_timeout governs when set.
 func TestQueuedJobsOfUnservedCommandsFailAfterAWOLTimeout(t *testing.T) {
 	f := newFixture(t)
@@ -194,7 +194,7 @@ func TestQueuedJobsOfUnservedCommandsFailAfterAWOLTimeout(t *testing.T) {
 	assert.Equal(t, store.StatusQueued, f.job(recent).Status)
 }
 
-// A pass that meets rows it leaves alone (here: corrupt rows whose job is
+// A pass that meets rows it leaves alone (here corrupt rows whose job is
 // already terminal) still ends, and still settles the rest.
 func TestPassEndsWhenBatchesHoldRowsItLeavesAlone(t *testing.T) {
 	f := newFixture(t)
@@ -227,9 +227,9 @@ func TestPassEndsWhenBatchesHoldRowsItLeavesAlone(t *testing.T) {
 	assert.Equal(t, store.StatusFailed, f.job(real).Status)
 }
 
-// ReleasePrevious judges resumability from the live agents too: this
-// process lost the plugin, another live agent serving the command can
-// resume it. The earlier generation's own row does not count.
+// ReleasePrevious judges resumability from the live agents too. This process
+// lost the plugin, and another live agent serving the command can resume it.
+// The earlier generation's own row does not count.
 func TestReleasePreviousCountsOtherLiveAgents(t *testing.T) {
 	f := newFixture(t)
 	g1 := f.agentServing("a", "a-g1", []string{"c", "c2"}, map[string][]string{"res": resCaps})
@@ -250,7 +250,7 @@ func TestReleasePreviousCountsOtherLiveAgents(t *testing.T) {
 	require.NotNil(t, r.Reason)
 	assert.Equal(t, "agent restarted", *r.Reason)
 
-	// a-g1's row (still fresh, state running) announced c2 and res: it is the
+	// a-g1's row (still fresh, state running) announced c2 and res. It is the
 	// process being replaced, not a resumer.
 	assert.Equal(t, store.StatusFailed, f.job(lonely).Status)
 	assert.Equal(t, `agent restarted (no live agent serves command "c2", so the job cannot be resumed)`, f.job(lonely).Error)
@@ -280,7 +280,7 @@ func TestReleasePreviousWithCommands(t *testing.T) {
 	assert.Contains(t, f.job(dropped).Error, `no live agent serves command "c2"`)
 }
 
-// Found by the ECS outage test: when the database returns after an outage
+// Found by the ECS outage test. When the database returns after an outage
 // longer than stale_job, every agents row looks silent until the heartbeats
 // get through. The janitor's own agent is alive (it runs the pass), so a
 // stale resumable job of a command it serves is released, not failed.
@@ -304,7 +304,7 @@ func TestJanitorCountsItselfLiveAfterAnOutage(t *testing.T) {
 }
 
 // A command whose agents went silent only recently (as every agent looks
-// right after a database restart) is not unserved: its backlog waits.
+// right after a database restart) is not unserved. Its backlog waits.
 func TestUnclaimedRuleWaitsOutRecentSilence(t *testing.T) {
 	f := newFixture(t)
 	me := f.agentServing("me", "me-g1", []string{"c"}, map[string][]string{"sh": shCaps})

@@ -14,13 +14,13 @@ type FreeLock = store.FreeLock
 type DeadAgent struct {
 	Name       string
 	Generation string
-	// FreeSince is when its lock was first seen free (database clock); it
-	// has not heartbeat since.
+	// FreeSince is when its lock was first seen free (database clock). It has
+	// not heartbeat since.
 	FreeSince time.Time
 	LastSeen  time.Time
 	// Silence is now - last_seen at the check that found it dead.
 	Silence time.Duration
-	// First: this is the first check that found this generation dead.
+	// First says this is the first check that found this generation dead.
 	First bool
 }
 
@@ -31,14 +31,14 @@ type watchEntry struct {
 	reported bool
 }
 
-// lockWatch is the first-free memory of one checking agent. It is pure:
-// the caller feeds it each check's database time and free set.
+// lockWatch is the first-free memory of one checking agent. It is pure. The
+// caller feeds it each check's database time and free set.
 //
 // An agent is dead when, at a later check, its lock is still free, at least
 // deadAfter has passed since the first check that saw it free (F), and its
-// last_seen is not after F: it has not heartbeat since. Requiring a second
+// last_seen is not after F, so it has not heartbeat since. Requiring a second
 // look and a silence since F is what keeps a database restart (every lock
-// freed at once) from releasing anything: the agents re-take their locks and
+// freed at once) from releasing anything. The agents re-take their locks and
 // heartbeat within a keepalive, well inside deadAfter.
 type lockWatch struct {
 	deadAfter time.Duration
@@ -51,7 +51,7 @@ func newLockWatch(deadAfter time.Duration) *lockWatch {
 
 // observe records one check at now that found free, and returns the agents
 // dead as of it. Agents no longer in free (lock taken again, no work left,
-// row gone) are forgotten; one that heartbeat since F starts over at now.
+// row gone) are forgotten. One that heartbeat since F starts over at now.
 func (w *lockWatch) observe(now time.Time, free []FreeLock) []DeadAgent {
 	next := make(map[agentKey]watchEntry, len(free))
 	var dead []DeadAgent
@@ -95,7 +95,7 @@ func (w *lockWatch) due(now time.Time) (time.Duration, bool) {
 }
 
 // reset forgets every first-free time. A check that could not run (the
-// database unreachable) breaks the watch: the agents could not heartbeat
+// database unreachable) breaks the watch. The agents could not heartbeat
 // either, so a silence across the gap proves nothing.
 func (w *lockWatch) reset() { w.seen = map[agentKey]watchEntry{} }
 

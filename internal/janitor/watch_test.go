@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// deadOwner: the liveness check found a1 dead, silent for 11s.
+// deadOwner says the liveness check found a1 dead, silent for 11s.
 var deadOwner = func(in *Input) { in.Owner.Dead, in.Owner.LastSeenAge = true, 11*time.Second }
 
 func TestDecideDeadOwner(t *testing.T) {
@@ -19,21 +19,21 @@ func TestDecideDeadOwner(t *testing.T) {
 		in   Input
 		want Action
 	}{
-		// Accepted (and held queued): nothing ran, requeue at once.
+		// Accepted (and held queued). Nothing ran, so requeue at once.
 		{"accepted, dead", with(owned("accepted", time.Second), deadOwner), requeued},
 		{"held queued, dead", with(owned("queued", time.Second), deadOwner), requeued},
 		{"accepted, dead, lease silent past offline_after", with(owned("accepted", 20*time.Second), deadOwner), requeued},
 		{"accepted, dead but restarted: the restart rule", with(owned("accepted", 0), deadOwner, restarted),
 			Action{Kind: Requeue, Reason: "requeued: agent a1 restarted; the job never started"}},
 
-		// Running and resumable: released at once.
+		// Running and resumable. Released at once.
 		{"running, dead, resumable", with(owned("running", time.Second), deadOwner), Action{Kind: Release, Reason: goneWhy}},
 		{"running, dead, draining, resumable", with(owned("running", time.Second), deadOwner, draining), Action{Kind: Release, Reason: goneWhy}},
 		{"running, dead, resumable, past active_timeout + grace", with(owned("running", time.Second), deadOwner, activeFor(time.Minute, time.Hour)),
 			Action{Kind: Release, Reason: goneWhy}},
 		{"running, dead and gone: the gone rule", with(owned("running", 0), deadOwner, gone), Action{Kind: Release, Reason: "agent gone"}},
 
-		// Running and not resumable: only the self-fence proves a local
+		// Running and not resumable. Only the self-fence proves a local
 		// process stopped, so stale_job still governs.
 		{"running, dead, not resumable", with(owned("running", time.Second), deadOwner, notResum), Action{Kind: None}},
 		{"running, dead, plugin not loaded", with(owned("running", time.Second), deadOwner, notLoaded), Action{Kind: None}},
@@ -43,7 +43,7 @@ func TestDecideDeadOwner(t *testing.T) {
 		{"running, dead, not resumable, past active_timeout + grace: the backup", with(owned("running", time.Second), deadOwner, notResum, activeFor(time.Minute, time.Hour)),
 			Action{Kind: FailActiveTimeout, Cleanup: true, Reason: "active_timeout of 1m0s exceeded (running for 3600s; agent a1 did not stop it, so the janitor failed it)"}},
 
-		// Canceling: unchanged, the owner's rules.
+		// Canceling stays unchanged, under the owner's rules.
 		{"canceling, dead", with(owned("canceling", time.Second), deadOwner), Action{Kind: None}},
 		{"canceling, dead, never started", with(owned("canceling", time.Second), deadOwner, notStart), Action{Kind: None}},
 		{"canceling, dead, stale", with(owned("canceling", stale), deadOwner),
@@ -143,8 +143,8 @@ func TestLockWatch(t *testing.T) {
 	}
 }
 
-// Each agent generation has its own memory: a new generation under the
-// same name starts over, and agents do not affect each other.
+// Each agent generation has its own memory. A new generation under the same
+// name starts over, and agents do not affect each other.
 func TestLockWatchPerGeneration(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	w := newLockWatch(10 * time.Second)
@@ -169,7 +169,8 @@ func TestLockWatchResetAfterAFailedCheck(t *testing.T) {
 	assert.Empty(t, w.observe(t0.Add(time.Second), free))
 	w.reset()
 	assert.Zero(t, w.remembered())
-	// Back after a 30 s outage, before a1 heartbeat again: a first sighting.
+	// Back after a 30 s outage, before a1 heartbeat again. It is a first
+	// sighting.
 	assert.Empty(t, w.observe(t0.Add(31*time.Second), free))
 	assert.Len(t, w.observe(t0.Add(41*time.Second), free), 1, "dead_after after the new sighting")
 }

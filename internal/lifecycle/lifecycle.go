@@ -1,8 +1,8 @@
-// Package lifecycle decides how an attempt ends. It is pure: the agent's
+// Package lifecycle decides how an attempt ends. It is pure. The agent's
 // runner, its deferred writes, drain and the janitor all describe what
 // happened to an attempt as an Input, get a Plan back, and store that plan
-// with one fenced statement (store.EndAttempt). Nothing else decides
-// retries or Cleanups.
+// with one fenced statement (store.EndAttempt). Nothing else decides retries
+// or Cleanups.
 package lifecycle
 
 import (
@@ -21,8 +21,9 @@ type Input struct {
 	// NoRetry forbids a retry whatever the levers say (a job failed for
 	// waiting too long in the queue would only wait again).
 	NoRetry bool
-	// PluginCalled: Execute or Resume was called for this attempt, so
-	// remote work may exist. HasCleanup: the job's plugin declares Cleanup.
+	// PluginCalled says Execute or Resume was called for this attempt, so
+	// remote work may exist. HasCleanup says the job's plugin declares
+	// Cleanup.
 	PluginCalled bool
 	HasCleanup   bool
 	// Jitter in [0, 1) spreads a retry's backoff over [half, all] of it.
@@ -31,15 +32,15 @@ type Input struct {
 
 // Plan is how the attempt ends.
 type Plan struct {
-	// Retry: the job goes back to the queue as attempt+1 after Wait. The
+	// Retry sends the job back to the queue as attempt+1 after Wait. The
 	// database still lets a cancel request win over it (the job then ends
-	// canceled): a cancel can arrive while the write is on its way.
+	// canceled), because a cancel can arrive while the write is on its way.
 	Retry bool
 	Wait  time.Duration
-	// Cleanup: the plugin's Cleanup must run for this attempt. Its durable
-	// row is written in the same statement as the outcome; a retry (or an
-	// operator's requeue) waits until it has succeeded, so remote work never
-	// runs for two attempts at once.
+	// Cleanup says the plugin's Cleanup must run for this attempt. Its
+	// durable row is written in the same statement as the outcome. A retry
+	// (or an operator's requeue) waits until it has succeeded, so remote work
+	// never runs for two attempts at once.
 	Cleanup bool
 }
 
@@ -47,7 +48,7 @@ type Plan struct {
 //
 // A failed attempt is retried when its class is retriable and it was not the
 // last one max_retry allows (attempt <= max_retry). Cleanup is due when the
-// plugin was called and declares Cleanup, for every outcome but success: a
+// plugin was called and declares Cleanup, for every outcome but success. A
 // failed or canceled attempt may have left remote work running, and a
 // succeeded one ended its work itself.
 func Decide(in Input) Plan {

@@ -11,46 +11,46 @@ type Cause int
 const (
 	// CauseUnknown is a stop nobody explained. Nothing is written.
 	CauseUnknown Cause = iota
-	// CauseCancelRequested: someone asked to cancel the job.
+	// CauseCancelRequested means someone asked to cancel the job.
 	CauseCancelRequested
-	// CauseActiveTimeout: the attempt ran past its active_timeout. The
-	// agent stops the call itself, and the janitor backs up a live owner
-	// that did not.
+	// CauseActiveTimeout means the attempt ran past its active_timeout. The
+	// agent stops the call itself, and the janitor backs up a live owner that
+	// did not.
 	CauseActiveTimeout
-	// CauseLeaseLost: the heartbeat found the lease gone, or another
+	// CauseLeaseLost means the heartbeat found the lease gone, or another
 	// process registered under the agent's name.
 	CauseLeaseLost
-	// CauseSelfFenced: the agent could not renew its leases in time.
+	// CauseSelfFenced means the agent could not renew its leases in time.
 	CauseSelfFenced
-	// CauseShutdown: the agent shut down before the job finished.
+	// CauseShutdown means the agent shut down before the job finished.
 	CauseShutdown
-	// CauseHandedOff: a drain or a shutdown stopped watching a resumable
+	// CauseHandedOff means a drain or a shutdown stopped watching a resumable
 	// job. Its remote work goes on, and the release is the drain's (or,
 	// detached, the janitor's).
 	CauseHandedOff
-	// CauseHistoryLost: the database lost the agent's lease with its
+	// CauseHistoryLost means the database lost the agent's lease with its
 	// history, so the job is not the agent's any more.
 	CauseHistoryLost
-	// CauseHistoryResume: the database lost the job's latest checkpoint or
-	// output with its history.
+	// CauseHistoryResume means the database lost the job's latest checkpoint
+	// or output with its history.
 	CauseHistoryResume
-	// CausePluginCrashed: the plugin process crashed or the call to it
-	// broke, and resuming the same attempt (for a resumable plugin) is
-	// over.
+	// CausePluginCrashed means the plugin process crashed or the call to it
+	// broke, and resuming the same attempt (for a resumable plugin) is over.
 	CausePluginCrashed
-	// CauseOwnerLost: the holder is gone, stopped, restarted, dead or
+	// CauseOwnerLost means the holder is gone, stopped, restarted, dead or
 	// silent past stale_job after its plugin was called.
 	CauseOwnerLost
-	// CauseOwnerLostUnstarted: the holder was lost before it called the
+	// CauseOwnerLostUnstarted means the holder was lost before it called the
 	// plugin. Nothing ran.
 	CauseOwnerLostUnstarted
-	// CauseNotResumed: a released job nobody resumed within awol_timeout.
+	// CauseNotResumed is for a released job nobody resumed within
+	// awol_timeout.
 	CauseNotResumed
-	// CausePendingTimeout: a queued job not started within its
+	// CausePendingTimeout is for a queued job not started within its
 	// pending_timeout.
 	CausePendingTimeout
-	// CauseUnclaimed: a queued job due for awol_timeout that no live agent
-	// serves.
+	// CauseUnclaimed is for a queued job due for awol_timeout that no live
+	// agent serves.
 	CauseUnclaimed
 )
 
@@ -85,18 +85,18 @@ type Write int
 
 // The writes.
 const (
-	// WriteNothing: the job is not the actor's to write any more (someone
-	// else holds it, or it is being handed on), or the stop is not
+	// WriteNothing means the job is not the actor's to write any more
+	// (someone else holds it, or it is being handed on), or the stop is not
 	// understood.
 	WriteNothing Write = iota
-	// WriteEnd: the attempt ends with Ending's status and class, through
-	// the one transition (store.EndAttempt), whose retry and Cleanup
-	// Decide then plans.
+	// WriteEnd means the attempt ends with Ending's status and class, through
+	// the one transition (store.EndAttempt), whose retry and Cleanup Decide
+	// then plans.
 	WriteEnd
-	// WriteRelease: the lease is released and the job stays running, so
+	// WriteRelease means the lease is released and the job stays running, so
 	// that another agent resumes its remote work.
 	WriteRelease
-	// WriteRequeue: the job goes back to the queue in the same attempt.
+	// WriteRequeue means the job goes back to the queue in the same attempt.
 	WriteRequeue
 )
 
@@ -119,8 +119,9 @@ var (
 )
 
 // Stopped returns how an attempt stopped for cause ends. Resumable says
-// that a holder can take its remote work over: the plugin declares resume
-// (and, for the janitor, a live agent serving the command would claim it).
+// that a holder can take its remote work over. That holds when the plugin
+// declares resume (and, for the janitor, when a live agent serving the
+// command would claim it).
 //
 //	cause                    resumable        not resumable
 //	cancel_requested         canceled         canceled
@@ -143,7 +144,7 @@ var (
 // Waiting longer would not help a job that waited too long in the queue, so
 // those failures are never retried. A cancel wins over a retry. The rule is
 // stored in the one transition (queries/attempt_end.sql), because a cancel
-// can arrive while the end is on its way: a retry of a job whose cancel was
+// can arrive while the end is on its way. A retry of a job whose cancel was
 // requested is stored as canceled instead.
 func Stopped(cause Cause, resumable bool) Ending {
 	switch cause {

@@ -25,7 +25,7 @@ type Service interface {
 var ErrStarted = errors.New("already started")
 
 // Loop runs one function with the Service shape. Its zero value is not
-// usable; build it with New or Func.
+// usable. Build it with New or Func.
 type Loop struct {
 	name string
 	fn   func(context.Context) error

@@ -55,8 +55,8 @@ func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, erro
 // RegisterAgain records this process again under its name and generation
 // after its agents row was deleted (by an operator, or agent retention while
 // the process was silent), in state (running or draining). It never replaces
-// a row: false means the name has one again (another process registered
-// under it meanwhile, which wins), and the next heartbeat says whose.
+// a row. false means the name has one again (another process registered under
+// it meanwhile, which wins), and the next heartbeat says whose.
 func (s *Store) RegisterAgain(ctx context.Context, r Registration, state string) (bool, error) {
 	commands, plugins := r.columns()
 	st := queries.Named("agent_reregister")

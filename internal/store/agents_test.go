@@ -22,7 +22,7 @@ func TestHeartbeatTellsDeletedRowFromSuperseded(t *testing.T) {
 	require.Len(t, got, 1)
 	leases := []store.Lease{{JobID: got[0].Job.ID, Lease: got[0].Lease}}
 
-	// An operator deletes the row: the answer says so, renews nothing and
+	// An operator deletes the row. The answer says so, renews nothing and
 	// lists no lease.
 	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET last_heartbeat = now() - interval '1 minute'`)
 	require.NoError(t, err)
@@ -38,8 +38,8 @@ func TestHeartbeatTellsDeletedRowFromSuperseded(t *testing.T) {
 		`SELECT extract(epoch FROM now() - last_heartbeat) FROM active_jobs`).Scan(&silent))
 	assert.GreaterOrEqual(t, silent, 59.0, "a heartbeat without its agents row renews no lease")
 
-	// Registering again restores the row under the same generation, with
-	// the data given; the next heartbeat renews the lease.
+	// Registering again restores the row under the same generation, with the
+	// data given. The next heartbeat renews the lease.
 	reg := store.Registration{Holder: a, Version: "v9", Capacity: 7, Commands: []string{"c"},
 		Plugins: json.RawMessage(`{"noop":{"version":"1"}}`)}
 	written, err := st.RegisterAgain(ctx, reg, "draining")
@@ -107,7 +107,7 @@ func TestListAgentsLiveByDefaultAllOnRequest(t *testing.T) {
 	assert.Equal(t, map[string]bool{"busy": true, "draining": true, "idle": true, "silent": false, "stopped": false}, names(all))
 
 	// Live is measured against the bound given (the answering agent's
-	// stale_job): a longer one counts the silent agent in.
+	// stale_job). A longer one counts the silent agent in.
 	live, err = st.ListAgents(ctx, store.AgentListParams{LiveWithin: time.Hour})
 	require.NoError(t, err)
 	assert.True(t, names(live)["silent"])

@@ -18,10 +18,10 @@ type Running struct {
 	Message    string
 }
 
-// MarkRunningBatch is MarkRunning for many jobs in one statement, each
-// fenced by its own lease (which names its holder: the running event takes
-// the holder its claim recorded). It returns each job's status
-// afterwards, in the order given: running, "" when the lease no longer holds
+// MarkRunningBatch is MarkRunning for many jobs in one statement, each fenced
+// by its own lease (which names its holder, so the running event takes the
+// holder its claim recorded). It returns each job's status afterwards, in the
+// order given. That is running, "" when the lease no longer holds
 // (ErrLeaseLost for MarkRunning), or the status that stopped the change.
 func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]jobstate.JobStatus, error) {
 	ids, leases, msgs := make([]string, len(rs)), make([]int64, len(rs)), make([]string, len(rs))
@@ -55,18 +55,18 @@ func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]jobstate.
 	return out, nil
 }
 
-// FinalBatchable reports whether e can be stored by EndFinalBatch: a final
-// plan, with no retry and no Cleanup (the hot path).
+// FinalBatchable reports whether e can be stored by EndFinalBatch. It can
+// when e is a final plan, with no retry and no Cleanup (the hot path).
 func FinalBatchable(e End) bool {
 	return !e.Plan.Retry && !e.Plan.Cleanup
 }
 
 // EndFinalBatch stores many final ends of one actor's (each FinalBatchable,
 // all with Actor h) in one statement, each fenced by its own lease (and
-// expected status, when it has one) exactly as EndAttempt. stored[i] is
-// false when e[i]'s fence no longer held (ErrLeaseLost for EndAttempt). An
-// error means nothing was stored; a *DataError then says the database
-// refused one of the outcomes.
+// expected status, when it has one) exactly as EndAttempt. stored[i] is false
+// when e[i]'s fence no longer held (ErrLeaseLost for EndAttempt). An error
+// means nothing was stored. A *DataError then says the database refused one
+// of the outcomes.
 func (s *Store) EndFinalBatch(ctx context.Context, h Holder, es []End) (stored []bool, err error) {
 	st, args, err := finalEnds(h, es)
 	if err != nil {

@@ -13,9 +13,10 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// TestMarkRunningBatchFencesEachJob: in one statement, a job whose lease
-// still holds is marked running, one whose lease was taken is refused (""),
-// and one whose cancel was requested answers canceling; each alone.
+// TestMarkRunningBatchFencesEachJob checks one statement that carries three
+// jobs. A job whose lease still holds is marked running. One whose lease was
+// taken is refused (""). One whose cancel was requested answers canceling.
+// Each answers as it would alone.
 func TestMarkRunningBatchFencesEachJob(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -47,9 +48,9 @@ func TestMarkRunningBatchFencesEachJob(t *testing.T) {
 	assert.NotNil(t, j.AttemptStartedAt)
 }
 
-// TestEndFinalBatchFencesEachJob: a batch of final ends stores each whose
-// lease holds and nothing for one whose lease was taken; a value the
-// database refuses fails the whole statement as a DataError, storing
+// TestEndFinalBatchFencesEachJob checks that a batch of final ends stores
+// each whose lease holds and nothing for one whose lease was taken. A value
+// the database refuses fails the whole statement as a DataError, storing
 // nothing.
 func TestEndFinalBatchFencesEachJob(t *testing.T) {
 	ctx := context.Background()

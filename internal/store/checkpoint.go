@@ -17,17 +17,17 @@ func (s *Store) Checkpoint(ctx context.Context, jobID string, lease int64, handl
 }
 
 // CheckpointWithOutput stores a job's output written since its last
-// checkpoint and its new handle in one transaction, fenced by lease: a
-// handle that points past output (a log position) is never stored without
-// that output, and the output never without the handle, so a resuming agent
+// checkpoint and its new handle in one transaction, fenced by lease. A handle
+// that points past output (a log position) is never stored without that
+// output, and the output never without the handle, so a resuming agent
 // neither skips nor copies a line. ErrLeaseLost means nothing was stored.
 func (s *Store) CheckpointWithOutput(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte) error {
 	return s.CheckpointDescribed(ctx, out, maxPerStream, handle, nil)
 }
 
 // CheckpointDescribed is CheckpointWithOutput that also records, under the
-// same fence, what the plugin said the handle points at (a remote event,
-// when it changed; see recordRemote). described nil records nothing.
+// same fence, what the plugin said the handle points at (a remote event, when
+// it changed, see recordRemote). described nil records nothing.
 func (s *Store) CheckpointDescribed(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte, described *Described) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if len(out.Records) > 0 || len(out.Stdout) > 0 || len(out.Stderr) > 0 {

@@ -20,14 +20,14 @@ type Claimed struct {
 	// Resume is true when the job was already running under an earlier lease:
 	// the plugin must reattach, not start it again.
 	Resume bool
-	// ActiveTimeout is the job's stamped active_timeout (0 = off);
-	// AttemptAge is how long ago this attempt first called the plugin (0 if
-	// it has not), by the database clock: a resumed attempt has that much
-	// less time left.
+	// ActiveTimeout is the job's stamped active_timeout (0 = off). AttemptAge
+	// is how long ago this attempt first called the plugin (0 if it has not),
+	// by the database clock. A resumed attempt has that much less time left.
 	ActiveTimeout time.Duration
 	AttemptAge    time.Duration
 	// QueueWait is how long the job had been due when claimed, JobAge how
-	// long since it was submitted (database clock; for the metrics).
+	// long since it was submitted. Both use the database clock and serve the
+	// metrics.
 	QueueWait time.Duration
 	JobAge    time.Duration
 }
@@ -36,22 +36,22 @@ type Claimed struct {
 type ClaimParams struct {
 	Limit    int      // at most this many jobs
 	Commands []string // of these commands
-	// Ready, if set, is asked once the claim has its connection, right
-	// before it runs: false claims nothing. Acquiring a connection may wait
-	// (after a failover the agent holds new connections back until it has
-	// checked what the database lost), so a check made before it may be
-	// stale by the time the claim would run.
+	// Ready, if set, is asked once the claim has its connection, right before
+	// it runs. false claims nothing. Acquiring a connection may wait (after a
+	// failover the agent holds new connections back until it has checked what
+	// the database lost), so a check made before it may be stale by the time
+	// the claim would run.
 	Ready func() bool
 	// Resumable lists the plugins this agent can Resume with (its copy
 	// declares the resume capability). A job that must be resumed (it was
 	// released while running) is taken only if its plugin is listed, so an
 	// agent never takes over work it could only fail. nil means any plugin
-	// (the behaviour of Claim); an empty, non-nil list takes no such job.
+	// (the behaviour of Claim). An empty, non-nil list takes no such job.
 	Resumable []string
 }
 
 // Claim takes leases on up to limit claimable jobs of the given commands,
-// including jobs that must be resumed whatever their plugin: it is ClaimWith
+// including jobs that must be resumed whatever their plugin. It is ClaimWith
 // with Resumable nil.
 func (s *Store) Claim(ctx context.Context, h Holder, limit int, commands []string) ([]Claimed, error) {
 	return s.ClaimWith(ctx, h, ClaimParams{Limit: limit, Commands: commands})
@@ -107,12 +107,13 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 	return out, nil
 }
 
-// MarkRunning moves a job from accepted to running under lease and returns the
-// job's status afterwards: running, or the status that stopped the change (a
-// cancel arrived: canceling). ErrLeaseLost means the lease no longer holds.
+// MarkRunning moves a job from accepted to running under lease and returns
+// the job's status afterwards. That is running, or the status that stopped
+// the change (canceling when a cancel arrived). ErrLeaseLost means the lease
+// no longer holds.
 func (s *Store) MarkRunning(ctx context.Context, jobID string, lease int64, message string) (jobstate.JobStatus, error) {
-	// The batch statement with one row: one statement, one fence, and the
-	// status that stopped the change read in the same snapshot.
+	// The batch statement with one row. It makes one statement, one fence,
+	// and reads the status that stopped the change in the same snapshot.
 	statuses, err := s.MarkRunningBatch(ctx, []Running{{JobID: jobID, Lease: lease, Message: message}})
 	if err != nil {
 		return "", fmt.Errorf("marking job %s running: %w", jobID, err)

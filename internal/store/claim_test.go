@@ -15,7 +15,7 @@ import (
 )
 
 // releasedRunning submits a job of command c on plugin p, has h claim it,
-// mark it running and release it: it must now be resumed.
+// mark it running and release it. The job must now be resumed.
 func releasedRunning(t *testing.T, st *store.Store, h store.Holder, c, p string) store.Job {
 	t.Helper()
 	ctx := context.Background()
@@ -46,7 +46,7 @@ func TestClaimWithTakesJobsToResumeOnlyForResumablePlugins(t *testing.T) {
 	assert.Equal(t, queued.ID, got[0].Job.ID)
 	assert.False(t, got[0].Resume)
 
-	// An empty list: no job to resume is taken.
+	// An empty list takes no job to resume.
 	got, err = st.ClaimWith(ctx, b, store.ClaimParams{Limit: 5, Commands: []string{"c"}, Resumable: []string{}})
 	require.NoError(t, err)
 	assert.Empty(t, got)
@@ -84,8 +84,8 @@ func TestClaimReturnsTheStampedLimits(t *testing.T) {
 	assert.JSONEq(t, `{"k":"v"}`, string(got[0].Job.Context))
 }
 
-// The oldest due jobs of the agent's commands, however the commands'
-// backlogs compare; jobs not yet due and other commands wait.
+// The oldest due jobs of the agent's commands are claimed, however the
+// commands' backlogs compare. Jobs not yet due and other commands wait.
 func TestClaimTakesTheOldestAcrossCommands(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.DB(t)
@@ -101,7 +101,7 @@ func TestClaimTakesTheOldestAcrossCommands(t *testing.T) {
 		require.NoError(t, err)
 		ids[name] = j.ID
 	}
-	// Due order: y1, x1, y2, x2, x3; z is not ours; later is not due.
+	// The due order is y1, x1, y2, x2, x3. z is not ours. later is not due.
 	for name, ago := range map[string]int{"y1": 50, "x1": 40, "y2": 30, "x2": 20, "x3": 10, "z1": 60, "later": -60} {
 		_, err := pool.Exec(ctx, `UPDATE active_jobs SET run_after = now() - $2 * interval '1 minute' WHERE job_id = $1`, ids[name], ago)
 		require.NoError(t, err)
@@ -120,8 +120,8 @@ func TestClaimTakesTheOldestAcrossCommands(t *testing.T) {
 	assert.Empty(t, claimIDs(3))
 }
 
-// A cancel that commits while a claim waits for the job row: the claim
-// takes neither the job nor its active row.
+// A cancel commits while a claim waits for the job row. The claim takes
+// neither the job nor its active row.
 func TestClaimRacingACancelTakesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -165,8 +165,9 @@ func TestClaimRacingACancelTakesNothing(t *testing.T) {
 	assert.NotContains(t, kinds(t, st, j.ID)[4:], "claimed")
 }
 
-// TestClaimAsksReadyOnItsConnection: the claim's gate is asked once it has
-// its connection (acquiring may have waited), and a no takes nothing.
+// TestClaimAsksReadyOnItsConnection checks that the claim's gate is asked
+// once it has its connection (acquiring may have waited), and that a no takes
+// nothing.
 func TestClaimAsksReadyOnItsConnection(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)

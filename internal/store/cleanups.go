@@ -129,10 +129,9 @@ func (s *Store) ClaimCleanups(ctx context.Context, worker string, plugins []stri
 	return out, nil
 }
 
-// CleanupDone records a successful Cleanup, fenced by the claim. kind is
-// the event's: cleanup_ok, or cleanup_skipped when none was needed. The row
-// goes, and a retry or requeue waiting for it becomes claimable at its
-// retry_at.
+// CleanupDone records a successful Cleanup, fenced by the claim. kind is the
+// event's, cleanup_ok, or cleanup_skipped when none was needed. The row goes,
+// and a retry or requeue waiting for it becomes claimable at its retry_at.
 func (s *Store) CleanupDone(ctx context.Context, jobID string, claim CleanupClaim, generation, kind, msg string) error {
 	if _, err := s.pool.Exec(ctx, queries.Get("cleanup_done"), jobID, claim.Worker, claim.Attempts, generation, kind, msg); err != nil {
 		return fmt.Errorf("recording cleanup of job %s: %w", jobID, err)

@@ -15,10 +15,10 @@ import (
 type CommandStatus struct {
 	Name   string `json:"name"`
 	Plugin string `json:"plugin"` // from the asking agent's config, else the command's latest job
-	// Configured: the command is in the asking agent's config.
+	// Configured says the command is in the asking agent's config.
 	Configured bool `json:"configured"`
 	// Agents are the live agents (state running, seen within the liveness
-	// window) that claim the command's jobs; Draining the live ones that
+	// window) that claim the command's jobs. Draining are the live ones that
 	// announce it but claim nothing more.
 	Agents   []string `json:"agents"`
 	Draining []string `json:"draining"`
@@ -26,8 +26,8 @@ type CommandStatus struct {
 	// backoff or Cleanup among them).
 	Queued int `json:"queued"`
 	// OldestQueuedSeconds is how long the longest-waiting due queued job has
-	// waited since it became claimable (its submit, or its retry's due
-	// time), by the database clock; nil when no queued job is due.
+	// waited since it became claimable (its submit, or its retry's due time),
+	// by the database clock. It is nil when no queued job is due.
 	OldestQueuedSeconds *float64 `json:"oldest_queued_seconds"`
 }
 

@@ -31,47 +31,48 @@ type Outcome struct {
 type End struct {
 	JobID string
 	Lease int64
-	// ExpectStatus, when set, is part of the fence: the janitor decided on
+	// ExpectStatus, when set, is part of the fence. The janitor decided on
 	// the status it read under lock.
 	ExpectStatus jobstate.JobStatus
-	// HolderGeneration, when set, is part of the fence: the holder ends its
+	// HolderGeneration, when set, is part of the fence. The holder ends its
 	// own attempt (see LogBatch.Generation). The janitor leaves it empty.
 	HolderGeneration string
 	Actor            Holder
-	// EventLease is the lease recorded on the final event; 0 = Lease. The
+	// EventLease is the lease recorded on the final event. 0 means Lease. The
 	// janitor records Lease+1 so its event outranks the old holder's.
 	EventLease int64
 	Outcome    Outcome
 	Plan       lifecycle.Plan
-	// CleanupBy names the agent that runs the Cleanup itself right after
-	// the write; its cleanups row is written claimed by it for CleanupHold.
-	// "" leaves the Cleanup to the queue's workers.
+	// CleanupBy names the agent that runs the Cleanup itself right after the
+	// write. Its cleanups row is written claimed by it for CleanupHold. ""
+	// leaves the Cleanup to the queue's workers.
 	CleanupBy   string
 	CleanupHold time.Duration
 }
 
 // Ended is what an End wrote.
 type Ended struct {
-	// Status is the status stored: the outcome's, "queued" for a retry, or
-	// "canceled" when a cancel request won over a retry.
+	// Status is the status stored. It is the outcome's, "queued" for a retry,
+	// or "canceled" when a cancel request won over a retry.
 	Status  jobstate.JobStatus
 	Retried bool
 	Attempt int // the job's attempt now
-	// RunAfter is when a retry becomes due; nil while it waits for Cleanup.
+	// RunAfter is when a retry becomes due. It is nil while it waits for
+	// Cleanup.
 	RunAfter *time.Time
-	// Cleanup is the claim on the Cleanup row when CleanupBy holds it: the
-	// agent completes it with CleanupDone or CleanupFailed. Zero when
-	// no Cleanup was due or the queue holds it.
+	// Cleanup is the claim on the Cleanup row when CleanupBy holds it. The
+	// agent completes it with CleanupDone or CleanupFailed. Zero when no
+	// Cleanup was due or the queue holds it.
 	Cleanup CleanupClaim
 }
 
-// Querier runs a statement returning one row: a pool or a transaction.
+// Querier runs a statement returning one row. A pool or a transaction fits.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // DataError is a write PostgreSQL refused for what it carried (a value it
-// cannot store), not for how it was reached: retrying it cannot help.
+// cannot store), not for how it was reached. Retrying it cannot help.
 type DataError struct{ Err error }
 
 func (e *DataError) Error() string { return "the database refused the data: " + e.Err.Error() }
@@ -128,8 +129,8 @@ func EndAttempt(ctx context.Context, q Querier, e End) (Ended, error) {
 }
 
 // endFinal stores a plan with neither retry nor Cleanup (the hot path)
-// through q: the agent's batch statement with one row, which skips the
-// statement nodes such a plan could never use.
+// through q. It uses the agent's batch statement with one row, which skips
+// the statement nodes such a plan could never use.
 func endFinal(ctx context.Context, q Querier, e End) (Ended, error) {
 	st, args, err := finalEnds(e.Actor, []End{e})
 	if err != nil {
@@ -178,7 +179,7 @@ func Levers(ctx context.Context, q Querier, jobID string) (attempt int, l limits
 
 // Finish ends an attempt whose plugin left nothing to clean up, deciding a
 // retry from the job's stamped levers (read first). The agent does not use
-// it: it decides with the levers its claim returned. ErrLeaseLost means
+// it. It decides with the levers its claim returned. ErrLeaseLost means
 // nothing was written.
 func (s *Store) Finish(ctx context.Context, h Holder, jobID string, lease int64, o Outcome) error {
 	attempt, l, err := Levers(ctx, s.pool, jobID)
@@ -197,14 +198,13 @@ func nullText(s string) any {
 	return s
 }
 
-// PriorEnd reports whether h already ended (or released) its attempt of
-// jobID under lease: a fenced end or release sent again after its
-// acknowledgement was lost finds its own earlier write, not a lost lease.
-// kind is the event that write recorded (succeeded, failed, canceled,
-// retry_scheduled or released); ended is what it stored as far as the
-// runner needs it, with the Cleanup claim it gave cleanupBy if that claim
-// still holds. found is false when h wrote no such event: the lease was
-// really lost.
+// PriorEnd reports whether h already ended (or released) its attempt of jobID
+// under lease. A fenced end or release sent again after its acknowledgement
+// was lost finds its own earlier write, not a lost lease. kind is the event
+// that write recorded (succeeded, failed, canceled, retry_scheduled or
+// released). ended is what it stored as far as the runner needs it, with the
+// Cleanup claim it gave cleanupBy if that claim still holds. found is false
+// when h wrote no such event. Then the lease was really lost.
 func (s *Store) PriorEnd(ctx context.Context, h Holder, jobID string, lease int64, cleanupBy string) (kind string, ended Ended, found bool, err error) {
 	st := queries.Named("attempt_end_prior")
 	err = s.pool.QueryRow(ctx, st.SQL, st.Args(map[string]any{

@@ -81,7 +81,7 @@ func TestCancelWinsOverARetry(t *testing.T) {
 	require.NoError(t, err)
 
 	// The attempt failed retriably just as the cancel came in (an
-	// active_timeout looks the same): the plan says retry.
+	// active_timeout looks the same). The plan says retry.
 	plan := lifecycle.Decide(lifecycle.Input{Status: store.StatusFailed, ErrorClass: "retriable", Attempt: 1,
 		Levers: limits.Set{MaxRetry: 3, RetryBackoff: time.Second, RetryBackoffMax: time.Second}})
 	require.True(t, plan.Retry)
@@ -102,9 +102,9 @@ func TestCancelWinsOverARetry(t *testing.T) {
 	assert.Equal(t, "canceled", kinds(t, st, j.ID)[len(kinds(t, st, j.ID))-1])
 }
 
-// An outcome whose Cleanup the agent runs itself writes the
-// durable cleanups row in the same statement, claimed by that agent; the
-// retry waits until it is done, and a lapsed claim is any worker's.
+// An outcome whose Cleanup the agent runs itself writes the durable cleanups
+// row in the same statement, claimed by that agent. The retry waits until it
+// is done, and a lapsed claim is any worker's.
 func TestEndWithCleanupWritesTheQueueRowAndGatesTheRetry(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -167,7 +167,7 @@ func TestEndRefusedForItsDataIsADataError(t *testing.T) {
 	require.NoError(t, err, "the fence still holds after refused writes")
 }
 
-// Found by the invariant test: a job canceled while queued (here a retry
+// Found by the invariant test. A job canceled while queued (here a retry
 // waiting for its Cleanup) then requeued must not start below its leases.
 func TestCancelWhileQueuedThenRequeueKeepsLeasesMonotonic(t *testing.T) {
 	ctx := context.Background()
@@ -191,8 +191,8 @@ func TestCancelWhileQueuedThenRequeueKeepsLeasesMonotonic(t *testing.T) {
 }
 
 // The janitor's final ends carry the status it decided on as part of the
-// fence (End.ExpectStatus): a job that moved on since writes nothing, in
-// the one-row path (EndAttempt) as in a batch with ends that do land.
+// fence (End.ExpectStatus). A job that moved on since writes nothing, in the
+// one-row path (EndAttempt) as in a batch with ends that do land.
 func TestFinalEndFencedByExpectedStatus(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -224,10 +224,10 @@ func TestFinalEndFencedByExpectedStatus(t *testing.T) {
 	assert.Equal(t, store.StatusFailed, ended.Status)
 }
 
-// TestPriorEndFindsTheHoldersOwnEarlierWrite: an end or release sent again
-// after its answer was lost finds the fence gone; PriorEnd tells its own
-// earlier write (final, retry with its Cleanup claim, release) from a lease
-// someone else ended.
+// TestPriorEndFindsTheHoldersOwnEarlierWrite checks that an end or release
+// sent again after its answer was lost finds the fence gone. PriorEnd tells
+// its own earlier write (final, retry with its Cleanup claim, release) from a
+// lease someone else ended.
 func TestPriorEndFindsTheHoldersOwnEarlierWrite(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -250,7 +250,7 @@ func TestPriorEndFindsTheHoldersOwnEarlierWrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, found, "another holder did not end it")
 
-	// A release; and a lease the janitor ended is not the holder's.
+	// A release. A lease the janitor ended is not the holder's.
 	j = submit(t, st, "rel")
 	c = claimCmd(t, st, a, "rel")
 	_, err = st.MarkRunning(ctx, j.ID, c.Lease, "")
@@ -269,7 +269,7 @@ func TestPriorEndFindsTheHoldersOwnEarlierWrite(t *testing.T) {
 	_, _, found, err = st.PriorEnd(ctx, a, j.ID, c.Lease, "")
 	require.NoError(t, err)
 	assert.False(t, found, "the janitor's end is a lost lease for the holder")
-	// A retry whose Cleanup this agent runs itself: the claim comes back.
+	// A retry whose Cleanup this agent runs itself. The claim comes back.
 	j = submitWith(t, st, limits.Set{MaxRetry: 2})
 	c = claimOne(t, st, a, j.ID)
 	_, err = st.MarkRunning(ctx, j.ID, c.Lease, "")

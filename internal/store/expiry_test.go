@@ -14,10 +14,10 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// TestExpiryStampedByTheEndingStatement: every way a job ends stamps
-// expires_at = finished_at + the ttl of the status stored (none for a ttl of
-// 0), and a requeue clears it — the rule the schema's trigger applied before
-// v11, now in the statements themselves.
+// TestExpiryStampedByTheEndingStatement checks that every way a job ends
+// stamps expires_at = finished_at + the ttl of the status stored (none for a
+// ttl of 0), and that a requeue clears it. That is the rule the schema's
+// trigger applied before v11, now in the statements themselves.
 func TestExpiryStampedByTheEndingStatement(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -60,8 +60,8 @@ func TestExpiryStampedByTheEndingStatement(t *testing.T) {
 	check("failed in a batch", c1.Job.ID, ttl.TTLFailed)
 	check("succeeded with ttl_succeeded 0", c2.Job.ID, 0)
 
-	// The full transition: a final failure with a Cleanup, and a retry of
-	// a job whose cancel was requested (stored canceled).
+	// The full transition. It covers a final failure with a Cleanup, and a
+	// retry of a job whose cancel was requested (stored canceled).
 	_, c3 := newJob(ttl)
 	_, err = st.EndAttempt(ctx, store.End{JobID: c3.Job.ID, Lease: c3.Lease, Actor: a,
 		Outcome: store.Outcome{Status: store.StatusFailed, Error: "x"}, Plan: lifecycle.Plan{Cleanup: true}})
@@ -76,7 +76,7 @@ func TestExpiryStampedByTheEndingStatement(t *testing.T) {
 	require.Equal(t, store.StatusCanceled, ended.Status)
 	check("canceled instead of retried", c4.Job.ID, ttl.TTLFailed)
 
-	// A retry is not finished; a queued job canceled at once is.
+	// A retry is not finished. A queued job canceled at once is.
 	_, c5 := newJob(ttl)
 	_, err = st.EndAttempt(ctx, store.End{JobID: c5.Job.ID, Lease: c5.Lease, Actor: a,
 		Outcome: store.Outcome{Status: store.StatusFailed, Error: "x"}, Plan: lifecycle.Plan{Retry: true, Wait: time.Hour}})
@@ -90,7 +90,8 @@ func TestExpiryStampedByTheEndingStatement(t *testing.T) {
 	require.NoError(t, err)
 	check("queued job canceled", q.ID, ttl.TTLFailed)
 
-	// A requeue brings the failed job back: no expiry until it ends again.
+	// A requeue brings the failed job back. It has no expiry until it ends
+	// again.
 	_, _, err = st.Requeue(ctx, store.RequeueParams{JobID: c1.Job.ID, Reason: "again"})
 	require.NoError(t, err)
 	finished, expires = expiry(c1.Job.ID)

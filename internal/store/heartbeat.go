@@ -22,17 +22,17 @@ type HeartbeatResult struct {
 	// nothing was then, and Held is empty whatever the leases are.
 	Registered bool
 	// Missing, when Registered is false, says the name has no agents row at
-	// all (an operator or agent retention deleted it): the process registers
+	// all (an operator or agent retention deleted it). The process registers
 	// again (RegisterAgain) and carries on. Otherwise another process
-	// registered under the name since: this process must stop.
+	// registered under the name since, and this process must stop.
 	Missing bool
 	Held    []Held
 	// Orphans are leases the database says this generation holds that the
-	// call did not list (and that are not detached): a claim whose answer
-	// was lost, or one committed while the list was being made.
+	// call did not list (and that are not detached). Such a lease is a claim
+	// whose answer was lost, or one committed while the list was being made.
 	Orphans []Lease
 	// Position is where the server's history was when it answered
-	// (dbhistory.Position): a failover or lost commits show in it.
+	// (dbhistory.Position). A failover or lost commits show in it.
 	Position dbhistory.Position
 }
 
@@ -87,9 +87,9 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	return res, nil
 }
 
-// Detach stops the agents row from renewing a lease its holder's process
-// does not know it holds (an orphan on consecutive heartbeats): the janitor
-// then judges it by its claim time. Fenced by holder and lease; it reports
+// Detach stops the agents row from renewing a lease its holder's process does
+// not know it holds (an orphan on consecutive heartbeats). The janitor then
+// judges it by its claim time. It is fenced by holder and lease. It reports
 // whether the row still matched.
 func (s *Store) Detach(ctx context.Context, h Holder, l Lease) (bool, error) {
 	st := queries.Named("lease_detach")

@@ -11,9 +11,10 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// TestHeartbeatWritesOneRow: however many leases are held, a heartbeat
-// rewrites the agents row only (no active_jobs row gets a new version), and
-// still answers which leases are held and which the process did not list.
+// TestHeartbeatWritesOneRow checks that, however many leases are held, a
+// heartbeat rewrites the agents row only (no active_jobs row gets a new
+// version). It still answers which leases are held and which the process did
+// not list.
 func TestHeartbeatWritesOneRow(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -47,7 +48,7 @@ func TestHeartbeatWritesOneRow(t *testing.T) {
 	assert.Equal(t, jobsBefore, versions("active_jobs", "job_id"), "no lease row was rewritten")
 	assert.NotEqual(t, agentBefore, versions("agents", "name"), "the agents row was renewed")
 
-	// Detaching is fenced by holder and lease; a detached lease is neither
+	// Detaching is fenced by holder and lease. A detached lease is neither
 	// held nor an orphan any more.
 	other := store.Holder{Name: "a", Generation: "other"}
 	ok, err := st.Detach(ctx, other, want[0])

@@ -14,11 +14,10 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// No index of jobs may name its status column: a job's claim and running
-// write change only status (among indexed values, indexed_status stays
-// NULL), and PostgreSQL makes an update HOT only when no indexed column
-// changed. An index added on status would silently triple the index writes
-// of every job.
+// No index of jobs may name its status column. A job's claim and running
+// write change only status (among indexed values, indexed_status stays NULL),
+// and PostgreSQL makes an update HOT only when no indexed column changed. An
+// index added on status would silently triple the index writes of every job.
 func TestNoIndexOfJobsNamesStatus(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.DB(t)
@@ -39,8 +38,8 @@ func TestNoIndexOfJobsNamesStatus(t *testing.T) {
 }
 
 // The claim and the running write of a job are HOT updates of its jobs row
-// (no new index entries); the end, which sets indexed_status and
-// expires_at, is not. Read from PostgreSQL's own counters.
+// (no new index entries). The end, which sets indexed_status and expires_at,
+// is not. Read from PostgreSQL's own counters.
 func TestClaimAndRunningAreHOTUpdates(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.DB(t)
@@ -82,8 +81,8 @@ func TestClaimAndRunningAreHOTUpdates(t *testing.T) {
 	assert.EqualValues(t, 2*n, hot, "the claim and the running write are HOT, the end is not")
 }
 
-// The live statuses are listed through active_jobs, the others through
-// jobs' own index: each filter finds exactly its jobs, newest first, in pages.
+// The live statuses are listed through active_jobs, the others through jobs'
+// own index. Each filter finds exactly its jobs, newest first, in pages.
 func TestListJobsByEveryStatus(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -92,8 +91,8 @@ func TestListJobsByEveryStatus(t *testing.T) {
 	for i := 0; i < 7; i++ {
 		ids = append(ids, submit(t, st, "c").ID)
 	}
-	// Oldest first: ids[0..1] succeed, ids[2] fails, ids[3] runs, ids[4]
-	// is accepted, ids[5] is canceling, ids[6] stays queued.
+	// Oldest first. ids[0..1] succeed, ids[2] fails, ids[3] runs, ids[4] is
+	// accepted, ids[5] is canceling, ids[6] stays queued.
 	claimed, err := st.Claim(ctx, h, 6, []string{"c"})
 	require.NoError(t, err)
 	require.Len(t, claimed, 6)

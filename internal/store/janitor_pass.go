@@ -12,13 +12,13 @@ import (
 	"github.com/tetherjobs/tether/queries"
 )
 
-// JanitorTx is one janitor transaction: it locks a batch of suspicious
-// active rows and writes what the janitor decided for them.
+// JanitorTx is one janitor transaction. It locks a batch of suspicious active
+// rows and writes what the janitor decided for them.
 type JanitorTx struct{ tx pgx.Tx }
 
 // InJanitorTx runs fn in a transaction set up for the janitor by
-// queries/janitor_tx.sql: no JIT, and idle as the bound on idling between its
-// statements. It commits when fn returns nil and rolls back otherwise.
+// queries/janitor_tx.sql, with no JIT and idle as the bound on idling between
+// its statements. It commits when fn returns nil and rolls back otherwise.
 func (s *Store) InJanitorTx(ctx context.Context, idle time.Duration, fn func(JanitorTx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		st := queries.Named("janitor_tx")
@@ -39,7 +39,7 @@ type JobOwner struct {
 	// look at the job's own lease, which the owner's heartbeat renews
 	// together with last_seen. A dead owner's reasons quote this silence.
 	LastSeenAge time.Duration
-	// Dead: the liveness check found this generation's name lock free and
+	// Dead says the liveness check found this generation's name lock free and
 	// its agents row silent for dead_after since (CandidateQuery.Dead). Its
 	// accepted jobs are requeued and its resumable running jobs released at
 	// once.
@@ -73,7 +73,7 @@ type JanitorCandidate struct {
 	ActiveTimeout  time.Duration
 	AttemptAge     time.Duration
 
-	// SelfRegistered: the acting process has its agents row, which the
+	// SelfRegistered says the acting process has its agents row, which the
 	// query counted among the live agents (or not, when it is draining).
 	SelfRegistered bool
 }
@@ -99,7 +99,7 @@ type CandidateQuery struct {
 // Candidates locks and returns the next batch of active rows that may need
 // the janitor, skipping rows other transactions hold.
 func (t JanitorTx) Candidates(ctx context.Context, q CandidateQuery) ([]JanitorCandidate, error) {
-	// Empty, never nil: a NULL array would turn the regular parts off.
+	// Empty, never nil. A NULL array would turn the regular parts off.
 	deadNames, deadGens, deadSince := []string{}, []string{}, []time.Time{}
 	for _, d := range q.Dead {
 		deadNames = append(deadNames, d.Name)
@@ -175,8 +175,8 @@ func secondsDuration(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second))
 }
 
-// JanitorFence is the fence of a janitor's write: the lease and status it
-// read under lock.
+// JanitorFence is the fence of a janitor's write. It holds the lease and
+// status it read under lock.
 type JanitorFence struct {
 	JobID  string
 	Lease  int64

@@ -24,13 +24,13 @@ import (
 	"github.com/tetherjobs/tether/queries"
 )
 
-// forceJIT makes every statement of the database at u a JIT candidate
-// (jit on, jit_above_cost 0; inlining and optimization off, which only cost
-// time) and has auto_explain send the plan of every statement a session of
-// it runs to the client as a NOTICE, in JSON: its "JIT" section counts the
+// forceJIT makes every statement of the database at u a JIT candidate (jit
+// on, jit_above_cost 0, and inlining and optimization off, which only cost
+// time). It has auto_explain send the plan of every statement a session of it
+// runs to the client as a NOTICE, in JSON. Its "JIT" section counts the
 // functions PostgreSQL compiled, and is there only when it compiled some.
-// Database settings, so every new connection has them, as a server
-// configured that way would; auto_explain's settings need a superuser (the
+// They are database settings, so every new connection has them, as a server
+// configured that way would. auto_explain's settings need a superuser (the
 // test cluster's role is one).
 func forceJIT(t *testing.T, u string) {
 	t.Helper()
@@ -115,13 +115,13 @@ func (noPlugins) Info(string) (plugin.Info, bool)                    { return pl
 func (noPlugins) Infos() map[string]plugin.Info                      { return nil }
 func (noPlugins) Cleanup(context.Context, string, *plugin.Job) error { return nil }
 
-// TestHotStatementsRunWithoutJIT: the statements agents run all the time —
-// the claim, the running and final batches, the heartbeat, the liveness
-// check's read of pg_locks and agents, the queue gauges — compile nothing
-// even on a database that makes every statement a JIT candidate. At a
-// backlog of ~600,000 jobs of one command the claim's estimate passes the
-// default jit_above_cost and PostgreSQL compiled ~66 functions per claim
-// (34 of its 35 ms at 1,000,000 queued; issue 25). The evidence is
+// TestHotStatementsRunWithoutJIT checks that the statements agents run all
+// the time compile nothing, even on a database that makes every statement a
+// JIT candidate. Those are the claim, the running and final batches, the
+// heartbeat, the liveness check's read of pg_locks and agents, and the queue
+// gauges. At a backlog of ~600,000 jobs of one command the claim's estimate
+// passes the default jit_above_cost and PostgreSQL compiled ~66 functions per
+// claim (34 of its 35 ms at 1,000,000 queued, issue 25). The evidence is
 // PostgreSQL's own count of compiled functions for each real statement
 // (auto_explain), and the same count is above zero for the gauges' statement
 // run bare, so the test sees JIT where there is some.
@@ -154,7 +154,7 @@ func TestHotStatementsRunWithoutJIT(t *testing.T) {
 	gauges := queries.Named("queue_stats")
 	gaugeArgs := map[string]any{"commands": []string{"c"}, "live_s": 60.0, "cap": janitor.QueueCountCap}
 
-	// The control: the gauges' statement run bare, as before this change.
+	// The control is the gauges' statement run bare, as before this change.
 	plans := log.during(t, func() {
 		rows, err := pool.Query(ctx, gauges.SQL, gauges.Args(gaugeArgs)...)
 		require.NoError(t, err)

@@ -27,12 +27,13 @@ type SubmitParams struct {
 	Submitter      string
 	IdempotencyKey string // optional
 	// Limits are stamped on the job as given. The zero value means no
-	// retries, no timeouts and kept forever; callers resolve them first
+	// retries, no timeouts and kept forever. Callers resolve them first
 	// (limits.Resolve).
 	Limits limits.Set
-	// Override is the request's own "limits" object, as sent; it is part of
-	// the idempotency check (the resolved Limits are not: a command edit
-	// between a request and its retry must not make the retry a conflict).
+	// Override is the request's own "limits" object, as sent. It is part of
+	// the idempotency check. The resolved Limits are not, because a command
+	// edit between a request and its retry must not make the retry a
+	// conflict.
 	Override limits.Override
 }
 
@@ -65,8 +66,8 @@ func (p SubmitParams) requestHash() (string, error) {
 
 // Submit inserts a queued job. With an idempotency key the same submitter
 // already used for an identical request it returns that job and
-// created=false; with a different request it returns ErrIdempotencyConflict.
-// Keys are per submitter: another submitter's key is never seen.
+// created=false. With a different request it returns ErrIdempotencyConflict.
+// Keys are per submitter. Another submitter's key is never seen.
 func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 	hash, err := p.requestHash()
 	if err != nil {
@@ -97,7 +98,7 @@ func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 	case !errors.Is(err, pgx.ErrNoRows):
 		return Job{}, false, fmt.Errorf("inserting job: %w", err)
 	}
-	// The key was taken: replay or conflict.
+	// The key was taken. This is a replay or a conflict.
 	var existingHash string
 	if err := s.pool.QueryRow(ctx, queries.Get("job_get_by_key"), p.Submitter, p.IdempotencyKey).Scan(&got, &existingHash); err != nil {
 		return Job{}, false, fmt.Errorf("looking up idempotency key: %w", err)
@@ -150,7 +151,7 @@ type ListParams struct {
 	Status             jobstate.JobStatus
 	Command, Submitter string
 	IdempotencyKey     string // exact; '' = any
-	// Since and Until bound created_at: since ≤ created_at < until; zero
+	// Since and Until bound created_at, as since ≤ created_at < until. Zero
 	// means unbounded.
 	Since, Until time.Time
 	After        string // cursor: the last ID of the previous page
@@ -159,7 +160,7 @@ type ListParams struct {
 
 // IDClockSkew is how far an agent's clock (which makes the UUIDv7 job IDs)
 // may be from the database's (which stamps created_at) for a time-bounded
-// list to still find every job: the ID bounds are widened by it.
+// list to still find every job. The ID bounds are widened by it.
 const IDClockSkew = time.Hour
 
 // uuidV7Floor is the smallest UUIDv7 text made at t (its 48-bit millisecond
@@ -176,10 +177,10 @@ func uuidV7Floor(t time.Time) string {
 	return h[:8] + "-" + h[8:] + "-0000-0000-000000000000"
 }
 
-// listStatement is the list query for a status filter: the live statuses,
+// listStatement is the list query for a status filter. The live statuses,
 // which no index of jobs names (so that a job's claim and running write are
-// HOT updates), are listed through active_jobs; every other filter through
-// jobs' own indexes.
+// HOT updates), are listed through active_jobs. Every other filter is listed
+// through jobs' own indexes.
 func listStatement(status jobstate.JobStatus) string {
 	switch status {
 	case StatusQueued, StatusAccepted, StatusRunning:
@@ -222,8 +223,8 @@ func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, erro
 }
 
 // Cancel cancels a queued job at once and asks the owner of a claimed one to
-// stop it (status canceling). Canceling twice is harmless; a finished job gives
-// a *TransitionError.
+// stop it (status canceling). Canceling twice is harmless. A finished job
+// gives a *TransitionError.
 func (s *Store) Cancel(ctx context.Context, id, reason string) (Job, error) {
 	if reason == "" {
 		reason = "canceled by request"
@@ -283,7 +284,7 @@ func (s *Store) Events(ctx context.Context, jobID string, after int64, limit int
 }
 
 // Logs returns up to limit chunks of a job's output after seq, in write
-// order; stream "" means both.
+// order. stream "" means both.
 func (s *Store) Logs(ctx context.Context, jobID, stream string, after int64, limit int) ([]LogChunk, error) {
 	if limit <= 0 {
 		limit = 1000
@@ -306,7 +307,7 @@ func (s *Store) Logs(ctx context.Context, jobID, stream string, after int64, lim
 
 // JobStatus returns a job's status, or ErrNotFound.
 // AddFollower records that a stream follows job id, so the job's end sends
-// its NOTIFY (see migration 0008); RemoveFollower with the returned id
+// its NOTIFY (see migration 0008). Call RemoveFollower with the returned id
 // when the stream ends.
 func (s *Store) AddFollower(ctx context.Context, id string) (int64, error) {
 	var fid int64
@@ -339,8 +340,8 @@ func (s *Store) JobStatus(ctx context.Context, id string) (jobstate.JobStatus, e
 
 // AgentListParams say which agents ListAgents returns.
 type AgentListParams struct {
-	// All lists every row, stopped and long-silent agents too; otherwise
-	// only the live ones.
+	// All lists every row, stopped and long-silent agents too. Otherwise it
+	// lists only the live ones.
 	All bool
 	// LiveWithin is how recently a running or draining agent must have been
 	// seen to be live (the answering agent's stale_job).

@@ -29,16 +29,16 @@ func (p RequeueParams) hash() string {
 }
 
 // Requeue puts a failed or canceled job back in the queue as a new attempt,
-// with an event recording who, why and the key. With a key it is idempotent:
-// the same request again returns the first answer and replayed=true; the key
-// with a different request is ErrIdempotencyConflict. Keys are per By: one
-// operator's key never answers, or conflicts with, another's. A job in any other
-// status is a *TransitionError; an unknown job ErrNotFound.
+// with an event recording who, why and the key. With a key it is idempotent.
+// The same request again returns the first answer and replayed=true. The key
+// with a different request is ErrIdempotencyConflict. Keys are per By. One
+// operator's key never answers, or conflicts with, another's. A job in any
+// other status is a *TransitionError, and an unknown job ErrNotFound.
 func (s *Store) Requeue(ctx context.Context, p RequeueParams) (job Job, replayed bool, err error) {
 	hash := p.hash()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The job's row lock first: a concurrent duplicate waits here and
-		// then finds the key taken.
+		// The job's row lock comes first. A concurrent duplicate waits here
+		// and then finds the key taken.
 		var status jobstate.JobStatus
 		err := tx.QueryRow(ctx, queries.Get("requeue_lock"), p.JobID).Scan(&status)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -18,11 +18,11 @@ type FreeLock struct {
 	LastSeen   time.Time // its agents row's last_seen (database clock)
 }
 
-// FreeNameLocks lists the agents other than selfName that hold work and
-// whose name lock is free (queries/agents_lock_free.sql), with the database
-// clock's now. now is zero when the list is empty: no row carried the clock.
+// FreeNameLocks lists the agents other than selfName that hold work and whose
+// name lock is free (queries/agents_lock_free.sql), with the database clock's
+// now. now is zero when the list is empty, because no row carried the clock.
 func (s *Store) FreeNameLocks(ctx context.Context, selfName string) (time.Time, []FreeLock, error) {
-	// JIT off: every agent runs it every keepalive (QueryHot).
+	// JIT is off, because every agent runs it every keepalive (QueryHot).
 	st := queries.Named("agents_lock_free")
 	rows, err := QueryHot(ctx, s.pool, st.SQL, st.Args(map[string]any{"self_name": selfName})...)
 	if err != nil {

@@ -23,10 +23,10 @@ func recs(first int64, stream string, lines ...string) []store.LogRecord {
 	return out
 }
 
-// TestAppendLogsResendIsStoredOnce: a batch sent again after its
+// TestAppendLogsResendIsStoredOnce checks a batch sent again after its
 // acknowledgement was lost — whole, overlapping the next one, inside a
-// checkpoint, or racing its first send on another connection — stores each
-// record once and counts its bytes once; a new lease numbers from 1 again.
+// checkpoint, or racing its first send on another connection. It stores each
+// record once and counts its bytes once. A new lease numbers from 1 again.
 func TestAppendLogsResendIsStoredOnce(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -49,14 +49,14 @@ func TestAppendLogsResendIsStoredOnce(t *testing.T) {
 	assert.Equal(t, "a\nb\nd\n", readStream(t, st, j.ID, "stdout"))
 	assert.Equal(t, "c\n", readStream(t, st, j.ID, "stderr"))
 
-	// A checkpoint sent twice: its output once, its handle as sent.
+	// A checkpoint sent twice stores its output once and its handle as sent.
 	for range 2 {
 		require.NoError(t, st.CheckpointWithOutput(ctx, store.LogBatch{JobID: j.ID, Lease: lease, Records: recs(5, "stdout", "e\n")}, 1<<20, []byte("h5")))
 	}
 	assert.Equal(t, "a\nb\nd\ne\n", readStream(t, st, j.ID, "stdout"))
 
-	// Two sends of the same records at once: the second waits for the
-	// first's row lock, and then skips what the first stored.
+	// Two sends of the same records at once. The second waits for the first's
+	// row lock, and then skips what the first stored.
 	watch, err := pgx.Connect(ctx, st.Pool().Config().ConnString()) // not the pool's: it is full
 	require.NoError(t, err)
 	defer watch.Close(ctx)
@@ -101,9 +101,9 @@ func TestAppendLogsResendIsStoredOnce(t *testing.T) {
 	assert.True(t, strings.HasSuffix(readStream(t, st, j.ID, "stdout"), "g\nh\n"))
 }
 
-// TestWritesFencedByHolderGeneration: a database that lost its history can
-// hand a lease number out again, to another process. Every write a holder
-// makes about its job is fenced by its generation too, so the earlier
+// TestWritesFencedByHolderGeneration covers a database that lost its history
+// and can hand a lease number out again, to another process. Every write a
+// holder makes about its job is fenced by its generation too, so the earlier
 // holder's writes never land in the new holder's attempt.
 func TestWritesFencedByHolderGeneration(t *testing.T) {
 	ctx := context.Background()
@@ -113,7 +113,8 @@ func TestWritesFencedByHolderGeneration(t *testing.T) {
 	got, err := st.Claim(ctx, a, 1, []string{"c"})
 	require.NoError(t, err)
 	lease := got[0].Lease
-	// What a lost claim and a new one look like: the same lease, b's.
+	// This is what a lost claim and a new one look like. The lease is the
+	// same, b's.
 	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET agent_name = $2, agent_generation = $3 WHERE job_id = $1`, j.ID, b.Name, b.Generation)
 	require.NoError(t, err)
 

@@ -14,25 +14,25 @@ import (
 type LogBatch struct {
 	JobID string
 	Lease int64
-	// Generation, when set, is part of the fence: the holder's process
-	// generation. A database that lost its history can hand the same
-	// lease number to another process; the agent always sets it. "" (tests,
-	// tools) fences by lease alone.
+	// Generation, when set, is part of the fence. It is the holder's process
+	// generation. A database that lost its history can hand the same lease
+	// number to another process. The agent always sets it. "" (tests, tools)
+	// fences by lease alone.
 	Generation string
 	// Records are the writes in the order they arrived, both streams
 	// interleaved. Stdout and Stderr are a shorthand for callers with no
-	// order to keep and nothing to send twice (tests, tools): appended after
-	// Records, all of stdout then all of stderr, stamped with the time of
-	// the append, with no identity (Seq 0).
+	// order to keep and nothing to send twice (tests, tools). They are
+	// appended after Records, all of stdout then all of stderr, stamped with
+	// the time of the append, with no identity (Seq 0).
 	Records        []LogRecord
 	Stdout, Stderr []byte
 }
 
 // LogRecord is one write of a plugin's output as the agent received it.
 type LogRecord struct {
-	// Seq numbers the record in its runner's write order (1, 2, … per job
-	// and lease): a record sent again after a lost acknowledgement is
-	// stored once. 0 means no identity: stored every time it is sent.
+	// Seq numbers the record in its runner's write order (1, 2, … per job and
+	// lease). A record sent again after a lost acknowledgement is stored
+	// once. 0 means no identity, so it is stored every time it is sent.
 	Seq    int64
 	Stream string    // stdout or stderr
 	At     time.Time // the agent's clock at receipt
@@ -40,11 +40,11 @@ type LogRecord struct {
 }
 
 // AppendLogs writes many jobs' output in one fenced statement, capping each
-// stream at maxPerStream bytes per job. It returns the IDs whose lease held;
-// the output of the others was dropped. The jobs' followers are notified
+// stream at maxPerStream bytes per job. It returns the IDs whose lease held.
+// The output of the others was dropped. The jobs' followers are notified
 // (tether_logs) when it commits. Records with a Seq at or below the highest
-// one already stored for their job's lease are skipped: sending a batch
-// again after its acknowledgement was lost stores nothing twice.
+// one already stored for their job's lease are skipped. Sending a batch again
+// after its acknowledgement was lost stores nothing twice.
 func (s *Store) AppendLogs(ctx context.Context, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
 	return appendLogs(ctx, s.pool, batches, maxPerStream)
 }
@@ -116,8 +116,8 @@ func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream
 	return held, nil
 }
 
-// nonNilSlice passes an empty array, not NULL, for no records: unnest of
-// NULL yields no rows either, but its element type would be unknown.
+// nonNilSlice passes an empty array, not NULL, for no records. unnest of NULL
+// yields no rows either, but its element type would be unknown.
 func nonNilSlice[T any](s []T) []T {
 	if s == nil {
 		return []T{}
@@ -125,7 +125,7 @@ func nonNilSlice[T any](s []T) []T {
 	return s
 }
 
-// RecordEvent appends an event to a job's timeline. It is not fenced: use it
+// RecordEvent appends an event to a job's timeline. It is not fenced. Use it
 // only for what an agent observed (lease_lost), never for a change of state.
 func (s *Store) RecordEvent(ctx context.Context, h Holder, jobID string, lease int64, kind, message string) error {
 	if _, err := s.pool.Exec(ctx, queries.Get("event_insert"), jobID, kind, h.Name, h.Generation, lease, message); err != nil {

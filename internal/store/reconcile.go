@@ -25,8 +25,8 @@ type HeldState struct {
 	Handle            []byte
 }
 
-// ReadHeld reads the state of the jobs ids; a job the database does not
-// have is missing from the answer.
+// ReadHeld reads the state of the jobs ids. A job the database does not have
+// is missing from the answer.
 func (s *Store) ReadHeld(ctx context.Context, ids []string) (map[string]HeldState, error) {
 	st := queries.Named("reconcile_read")
 	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"ids": ids})...)
@@ -49,10 +49,11 @@ func (s *Store) ReadHeld(ctx context.Context, ids []string) (map[string]HeldStat
 }
 
 // Reassert gives h back its claim of jobID under lease in attempt, which the
-// database lost with its history (queries/lease_reassert.sql): only while
-// the job is unowned under a lower lease of that attempt and not ended.
-// running says the plugin was called. ErrLeaseLost means the database has
-// moved on (another holder, another attempt, an end): nothing was written.
+// database lost with its history (queries/lease_reassert.sql). It does so
+// only while the job is unowned under a lower lease of that attempt and not
+// ended. running says the plugin was called. ErrLeaseLost means the database
+// has moved on (another holder, another attempt, an end) and nothing was
+// written.
 func (s *Store) Reassert(ctx context.Context, h Holder, jobID string, lease int64, attempt int, running bool) error {
 	st := queries.Named("lease_reassert")
 	var id string

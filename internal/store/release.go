@@ -9,7 +9,7 @@ import (
 	"github.com/tetherjobs/tether/queries"
 )
 
-// Release gives up a job this holder leases without finishing it: the job
+// Release gives up a job this holder leases without finishing it. The job
 // stays running, becomes claimable at once, and the next holder resumes it.
 // ErrLeaseLost means someone else already holds it.
 func (s *Store) Release(ctx context.Context, h Holder, jobID string, lease int64, reason string) error {
@@ -23,8 +23,8 @@ func (s *Store) Release(ctx context.Context, h Holder, jobID string, lease int64
 	return nil
 }
 
-// ReleaseMany releases many leases in one fenced statement and returns the IDs
-// it released; the others had already been taken over.
+// ReleaseMany releases many leases in one fenced statement and returns the
+// IDs it released. The others had already been taken over.
 func (s *Store) ReleaseMany(ctx context.Context, h Holder, leases []Lease, reason string) (map[string]bool, error) {
 	ids := make([]string, len(leases))
 	nums := make([]int64, len(leases))

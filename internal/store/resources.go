@@ -34,9 +34,9 @@ type Described struct {
 	Resources []Resource // their Attempt is ignored: the event's is Attempt
 }
 
-// remoteMessage is a remote event's message; its encoding is deterministic
-// (fields in order, empty ones left out), so equal descriptions compare
-// equal as text.
+// remoteMessage is a remote event's message. Its encoding is deterministic
+// (fields in order, empty ones left out), so equal descriptions compare equal
+// as text.
 type remoteMessage struct {
 	Attempt   int              `json:"attempt"`
 	Resources []remoteResource `json:"resources"`

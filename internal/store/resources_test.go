@@ -56,7 +56,8 @@ func TestRemoteEventOnlyOnChangeAndUnderTheLease(t *testing.T) {
 	require.NoError(t, checkpoint(a, first.Lease, 1, "h4", task))
 	assert.Len(t, remoteEvents(t, st, j.ID), 3, "compared with the newest one only")
 
-	// b takes the job over; a's late checkpoint writes neither handle nor event.
+	// b takes the job over. a's late checkpoint writes neither handle nor
+	// event.
 	require.NoError(t, st.Release(ctx, a, j.ID, first.Lease, "draining"))
 	second := claimOne(t, st, b, j.ID)
 	require.True(t, second.Resume)
@@ -66,7 +67,7 @@ func TestRemoteEventOnlyOnChangeAndUnderTheLease(t *testing.T) {
 	require.NoError(t, checkpoint(b, second.Lease, 1, "h5", task))
 	assert.Len(t, remoteEvents(t, st, j.ID), 3, "the new holder re-describing the same tasks adds nothing")
 
-	// Attempt 2 reports its own resources; each attempt's newest are listed.
+	// Attempt 2 reports its own resources. Each attempt's newest are listed.
 	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: second.Lease, Actor: b,
 		Outcome: store.Outcome{Status: store.StatusFailed, Error: "boom", ErrorClass: "permanent"}})
 	require.NoError(t, err)

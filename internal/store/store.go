@@ -1,10 +1,10 @@
-// Package store is tether's access to PostgreSQL: jobs, leases, agents, events
-// and logs. Every statement comes from the queries package. Every write about a
-// job that an agent makes is fenced by (job_id, lease): when it matches no row
-// the lease was lost and the write changes nothing.
+// Package store is tether's access to PostgreSQL for jobs, leases, agents,
+// events and logs. Every statement comes from the queries package. Every
+// write about a job that an agent makes is fenced by (job_id, lease). When it
+// matches no row the lease was lost and the write changes nothing.
 //
-// Lock order, to keep concurrent statements deadlock-free: an active_jobs row
-// is locked before its jobs row.
+// The lock order keeps concurrent statements deadlock-free. An active_jobs
+// row is locked before its jobs row.
 package store
 
 import (
@@ -88,11 +88,12 @@ type Job struct {
 	// AttemptStartedAt is when the plugin was first called for this attempt
 	// (active_timeout counts from it).
 	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
-	// ExpiresAt is when retention deletes the finished job; nil = kept.
+	// ExpiresAt is when retention deletes the finished job. nil means kept.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// RunAfter is when a queued retry becomes due, while it is in the future.
 	RunAfter *time.Time `json:"run_after,omitempty"`
-	// WaitingForCleanup: the next attempt waits for the last one's Cleanup.
+	// WaitingForCleanup says the next attempt waits for the last one's
+	// Cleanup.
 	WaitingForCleanup bool `json:"waiting_for_cleanup,omitempty"`
 }
 
@@ -108,13 +109,14 @@ type Event struct {
 	Message    string    `json:"message,omitempty"`
 }
 
-// LogChunk is one stored piece of a job's output: one write of the plugin's,
-// or what a flush cut of it at the stream's cap.
+// LogChunk is one stored piece of a job's output. It is one write of the
+// plugin's, or what a flush cut of it at the stream's cap.
 type LogChunk struct {
 	Seq    int64     `json:"seq"`
 	Stream string    `json:"stream"`
 	At     time.Time `json:"at"` // the agent's clock when it received the write
-	// Attempt that wrote it; 0 for output stored before schema v7.
+	// Attempt is the attempt that wrote it. It is 0 for output stored before
+	// schema v7.
 	Attempt int    `json:"attempt"`
 	Data    []byte `json:"-"`
 }
@@ -132,7 +134,7 @@ type Agent struct {
 	Commands   []string        `json:"commands"`
 	Plugins    json.RawMessage `json:"plugins"`
 	ActiveJobs int             `json:"active_jobs"`
-	// Live: running or draining and seen within the answering agent's
+	// Live means running or draining and seen within the answering agent's
 	// stale_job, by the database clock.
 	Live bool `json:"live"`
 }
@@ -157,51 +159,51 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// genericPlan is the first statement of queryGeneric's pipeline: for the
-// rest of its (implicit) transaction, prepared statements use their generic
-// plan and JIT is off (queries/hot_generic_plan.sql).
+// genericPlan is the first statement of queryGeneric's pipeline. For the rest
+// of its (implicit) transaction, prepared statements use their generic plan
+// and JIT is off (queries/hot_generic_plan.sql).
 var genericPlan = queries.Named("hot_generic_plan").SQL
 
-// noJIT is the first statement of QueryHot's pipeline: for the rest of its
+// noJIT is the first statement of QueryHot's pipeline. For the rest of its
 // transaction, JIT is off (queries/hot_no_jit.sql).
 var noJIT = queries.Named("hot_no_jit").SQL
 
 // queryGeneric runs one statement with the generic plan of its prepared
-// statement, and without JIT. The hot path's multi-row statements (claim,
-// the running and final batches) take array arguments, and PostgreSQL's
-// default plan cache mode kept re-planning them on every call: measured,
+// statement, and without JIT. The hot path's multi-row statements (claim, the
+// running and final batches) take array arguments, and PostgreSQL's default
+// plan cache mode kept re-planning them on every call. That was measured at
 // 0.6 ms of planning per claim, more than the claim itself. Their SQL is
 // written so that the generic plan is the index plan (ANY (ARRAY(...))
 // joins). That plan's cost estimate grows with the backlog and passed
-// jit_above_cost at ~600,000 queued jobs of one command: JIT then cost 34 ms
+// jit_above_cost at ~600,000 queued jobs of one command. JIT then cost 34 ms
 // of a 35 ms claim (issue 25). The settings are local to the pipeline's
 // implicit transaction (one round trip, one Sync), so they never leak into
-// other statements on the connection, also through PgBouncer in
-// transaction mode.
+// other statements on the connection, also through PgBouncer in transaction
+// mode.
 func (s *Store) queryGeneric(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	return queryAfter(ctx, s.pool, genericPlan, sql, args...)
 }
 
-// Batcher runs a pipeline of statements: a pool, a connection or a
-// transaction.
+// Batcher runs a pipeline of statements. A pool, a connection or a
+// transaction fits.
 type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// QueryHot runs one hot statement with JIT off: a statement every agent
-// runs often whose planner estimate grows with a backlog or with held
+// QueryHot runs one hot statement with JIT off. A hot statement is one every
+// agent runs often whose planner estimate grows with a backlog or with held
 // leases while it reads few rows (the heartbeat, the liveness check, the
 // queue gauges), where compiling would cost more than running. It keeps the
-// statement's usual plan (see queryGeneric for the statements that also
-// force the generic one). JIT is off for the rest of the transaction: the
-// pipeline's implicit one on a pool or connection (one round trip), the
+// statement's usual plan (see queryGeneric for the statements that also force
+// the generic one). JIT is off for the rest of the transaction. That is the
+// pipeline's implicit one on a pool or connection (one round trip), and the
 // caller's own on a transaction.
 func QueryHot(ctx context.Context, db Batcher, sql string, args ...any) (pgx.Rows, error) {
 	return queryAfter(ctx, db, noJIT, sql, args...)
 }
 
 // queryAfter runs setup and then sql in one pipeline and returns the rows of
-// sql; closing them (or reading them to the end) closes the pipeline.
+// sql. Closing them (or reading them to the end) closes the pipeline.
 func queryAfter(ctx context.Context, db Batcher, setup, sql string, args ...any) (pgx.Rows, error) {
 	var b pgx.Batch
 	b.Queue(setup)
@@ -219,8 +221,8 @@ func queryAfter(ctx context.Context, db Batcher, setup, sql string, args ...any)
 	return &batchRows{Rows: rows, br: br}, nil
 }
 
-// batchRows is the rows of the last statement of a batch; closing them
-// closes the batch, whose error Err reports.
+// batchRows is the rows of the last statement of a batch. Closing them closes
+// the batch, whose error Err reports.
 type batchRows struct {
 	pgx.Rows
 	br       pgx.BatchResults

@@ -59,7 +59,7 @@ func TestSubmitIdempotency(t *testing.T) {
 	assert.True(t, created)
 	assert.Equal(t, store.StatusQueued, first.Status)
 
-	// Same body, keys in another order: the same job.
+	// Same body, keys in another order, gives the same job.
 	p.Context = json.RawMessage(`{"y":2,"x":1}`)
 	again, created, err := st.Submit(ctx, p)
 	require.NoError(t, err)
@@ -103,7 +103,7 @@ func TestClaimFencesAndFinishes(t *testing.T) {
 
 	require.NoError(t, st.Checkpoint(ctx, j.ID, c.Lease, []byte("handle-1")))
 	require.NoError(t, st.Finish(ctx, a, j.ID, c.Lease, store.Outcome{Status: store.StatusSucceeded, Result: json.RawMessage(`{"ok":true}`)}))
-	// Exactly once: the second final write finds no lease.
+	// Exactly once. The second final write finds no lease.
 	assert.ErrorIs(t, st.Finish(ctx, a, j.ID, c.Lease, store.Outcome{Status: store.StatusFailed, Error: "late"}), store.ErrLeaseLost)
 
 	done, err := st.GetJob(ctx, j.ID)
@@ -165,7 +165,8 @@ func TestHeartbeatReportsLostLeasesAndCancel(t *testing.T) {
 	assert.True(t, res.Registered)
 	assert.Len(t, res.Held, 2)
 
-	// Someone bumps j1's lease (as the janitor does); j2 gets a cancel request.
+	// Someone bumps j1's lease (as the janitor does). j2 gets a cancel
+	// request.
 	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET lease = lease + 1, agent_name = NULL WHERE job_id = $1`, j1.ID)
 	require.NoError(t, err)
 	_, err = st.Cancel(ctx, j2.ID, "")

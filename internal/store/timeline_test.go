@@ -34,8 +34,8 @@ func TestTimelineKeepsClaimAndRunningAcrossReclaims(t *testing.T) {
 	before, err := st.Events(ctx, j.ID, 0, 0)
 	require.NoError(t, err)
 
-	// Released and claimed again by b: a's claim becomes event rows, with
-	// the ids and times it had.
+	// Released and claimed again by b. a's claim becomes event rows, with the
+	// ids and times it had.
 	require.NoError(t, st.Release(ctx, a, j.ID, first[0].Lease, "handoff: test"))
 	second, err := st.Claim(ctx, b, 1, []string{"c"})
 	require.NoError(t, err)

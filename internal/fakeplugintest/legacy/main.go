@@ -1,5 +1,5 @@
 // Command legacy is a test plugin that speaks the protocol as it was before
-// Validate existed: it serves the Plugin service directly, without
+// Validate existed. It serves the Plugin service directly, without
 // pkg/plugin's server, so Validate answers codes.Unimplemented. It answers
 // Info and nothing else.
 package main

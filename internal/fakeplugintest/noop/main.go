@@ -7,16 +7,16 @@
 //	 "print_env": true, "cleanup_file": "/path", "cleanup_sleep_ms": 0,
 //	 "cleanup_started_file": "/path", "stdout2": ["c"], "checkpoint2": "h2"}
 //
-// stdout2 and checkpoint2 come after the sleep. Without "output", the result is {"pid": <plugin process id>}.
-// wait blocks until the call's context is cancelled (writing waiting_file
-// first, if given); cancel_file is written
+// stdout2 and checkpoint2 come after the sleep. Without "output", the result
+// is {"pid": <plugin process id>}. wait blocks until the call's context is
+// cancelled (writing waiting_file first, if given). cancel_file is written
 // when the context is cancelled before the call returns, so a test can see
-// the cancellation reached the plugin. panic
-// crashes the whole process mid-job; panic_once does so only if its file does
-// not exist yet (creating it first), so a Resume after the crash goes on.
-// Resume reports the handle it was given; Cleanup writes cleanup_started_file,
-// sleeps cleanup_sleep_ms (until its context ends) and then writes
-// cleanup_file, each if set.
+// the cancellation reached the plugin. panic crashes the whole process
+// mid-job. panic_once does so only if its file does not exist yet (creating
+// it first), so a Resume after the crash goes on. Resume reports the handle
+// it was given. Cleanup writes cleanup_started_file, sleeps
+// cleanup_sleep_ms (until its context ends) and then writes cleanup_file,
+// each if set.
 package main
 
 import (
@@ -46,13 +46,13 @@ type script struct {
 	CleanupMS   int    `json:"cleanup_sleep_ms"`
 	CleanupSeen string `json:"cleanup_started_file"`
 	Wait        bool   `json:"wait"`
-	// WaitingFile is written when wait begins: the call is past every
+	// WaitingFile is written when wait begins. The call is then past every
 	// checkpoint and blocked on its context (tests take a job over then).
 	WaitingFile string `json:"waiting_file"`
 	CancelFile  string `json:"cancel_file"`
 	PrintEnv    bool   `json:"print_env"`
 	CleanupFile string `json:"cleanup_file"`
-	// After the sleep: more stdout, then a second checkpoint.
+	// After the sleep come more stdout, then a second checkpoint.
 	Stdout2     []string `json:"stdout2"`
 	Checkpoint2 string   `json:"checkpoint2"`
 }
@@ -174,7 +174,7 @@ func run(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Resul
 		}
 	}
 	if s.Panic {
-		// From a fresh goroutine, as a bug in plugin code would: nothing can
+		// From a fresh goroutine, as a bug in plugin code would. Nothing can
 		// recover it, and the whole process dies.
 		go func() { panic("noop: panic requested by job " + job.ID) }()
 		<-ctx.Done()

@@ -1,8 +1,8 @@
 // Command resumable is a test plugin whose "remote work" outlives the agent
-// and the plugin process: Execute starts a detached process (its own session,
+// and the plugin process. Execute starts a detached process (its own session,
 // re-executing this binary in work mode) that sleeps for the job's
 // duration_ms and then writes an outcome record. Resume reattaches to that
-// work by names derived from the job ID and the checkpointed handle; it never
+// work by names derived from the job ID and the checkpointed handle. It never
 // starts work that already exists. Cleanup kills the work and removes its
 // files.
 //
@@ -15,9 +15,10 @@
 // and checkpoints, so the output is stored as it is written.
 //
 // With "fail" the work ends with a failure record, which the plugin reports
-// with "fail_class" (retriable or permanent, the default); "fail_attempts"
+// with "fail_class" (retriable or permanent, the default). "fail_attempts"
 // limits the failure to those attempts (plugin.Job.Attempt), empty = all.
-// work_dir may also come from the plugin config (plugins.resumable.config.work_dir).
+// work_dir may also come from the plugin config
+// (plugins.resumable.config.work_dir).
 // Files under work_dir, per job:
 //
 //	<job_id>.starts   one line per start of work (O_APPEND, by the work
@@ -56,7 +57,7 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// Work mode: the re-executed binary reads these instead of serving a plugin.
+// Work mode. The re-executed binary reads these instead of serving a plugin.
 const (
 	envWorkRecord   = "TETHER_RESUMABLE_WORK_RECORD"
 	envWorkDuration = "TETHER_RESUMABLE_WORK_DURATION_MS"
@@ -88,14 +89,14 @@ type journalLine struct {
 	Attempt int    `json:"attempt"` // plugin.Job.Attempt of the start (killed: of the Cleanup call)
 	PID     int    `json:"pid"`     // the work process
 	TimeNS  int64  `json:"time_ns"`
-	// end: ok, retriable or permanent; checkpoint: accepted or refused.
+	// end is ok, retriable or permanent. checkpoint is accepted or refused.
 	Outcome string `json:"outcome,omitempty"`
 	Message string `json:"message,omitempty"`
-	// The plugin process that wrote the line (start: that launched the
-	// work) and its parent, the agent.
+	// The plugin process that wrote the line (for start, the one that
+	// launched the work) and its parent, the agent.
 	PluginPID int `json:"plugin_pid,omitempty"`
 	AgentPID  int `json:"agent_pid,omitempty"`
-	// checkpoint: when the call was made (TimeNS: when it returned).
+	// For checkpoint, when the call was made (TimeNS is when it returned).
 	CalledNS int64 `json:"called_ns,omitempty"`
 }
 
@@ -179,7 +180,7 @@ func newWork(job *plugin.Job) (*work, error) {
 	if s.DurationMS < 0 {
 		return nil, plugin.Errorf(plugin.Permanent, "resumable: duration_ms must be >= 0, got %d", s.DurationMS)
 	}
-	// Job IDs are UUIDs; refuse anything that could escape work_dir.
+	// Job IDs are UUIDs. Refuse anything that could escape work_dir.
 	if job.ID == "" || strings.ContainsAny(job.ID, `/\`) || strings.HasPrefix(job.ID, ".") {
 		return nil, plugin.Errorf(plugin.Permanent, "resumable: unusable job id %q", job.ID)
 	}
@@ -225,9 +226,9 @@ func (resumable) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 	if err != nil {
 		return nil, err
 	}
-	// Execute always starts: a second Execute for the same job shows up as a
+	// Execute always starts. A second Execute for the same job shows up as a
 	// second line in the starts file, which is what tests look for. It takes
-	// the lock when it is free, so that a Resume can see the start; when an
+	// the lock when it is free, so that a Resume can see the start. When an
 	// earlier start's work still holds it, it starts anyway (unlocked).
 	lock, err := w.tryLock()
 	if err != nil {
@@ -269,9 +270,9 @@ func (resumable) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 	case h != nil:
 		return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s (pid %d) was started but no trace of it is left", h.Name, h.PID)
 	}
-	// No pid file: either nobody started the work, or a start (perhaps of
-	// a plugin process that is dying with its agent) is under way. The lock
-	// tells them apart: a start holds it, and then the work does.
+	// No pid file. Either nobody started the work, or a start (perhaps of a
+	// plugin process that is dying with its agent) is under way. The lock
+	// tells them apart. A start holds it, and then the work does.
 	lock, err := w.tryLock()
 	if err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func (resumable) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 		}
 		return w.wait(ctx, rt)
 	}
-	// Under the lock nobody else can be starting it: look again.
+	// Under the lock nobody else can be starting it. Look again.
 	if pid, err := w.readPID(); err != nil || pid != 0 {
 		lock.Close()
 		if err != nil {
@@ -300,15 +301,15 @@ func (resumable) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 		lock.Close()
 		return nil, plugin.Errorf(plugin.OutcomeUnknown, "resumable: work %s was started (%d start(s)) but its pid file is gone", w.name, n)
 	}
-	// Never submitted: start it now.
+	// Never submitted, so start it now.
 	if err := w.start(ctx, rt, lock); err != nil {
 		return nil, err
 	}
 	return w.wait(ctx, rt)
 }
 
-// tryLock takes the work's start lock without waiting; nil when someone
-// (a start, or the running work) holds it.
+// tryLock takes the work's start lock without waiting. It returns nil when
+// someone (a start, or the running work) holds it.
 func (w *work) tryLock() (*os.File, error) {
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return nil, plugin.Errorf(plugin.Retriable, "resumable: creating work_dir: %v", err)
@@ -328,7 +329,7 @@ func (w *work) tryLock() (*os.File, error) {
 }
 
 // awaitPID waits, while someone holds the lock, for the work to record its
-// pid (a start under way); a start whose work never appears is unknown.
+// pid (a start under way). A start whose work never appears is unknown.
 func (w *work) awaitPID(ctx context.Context) error {
 	deadline := time.Now().Add(readyTimeout)
 	t := time.NewTicker(pollInterval)
@@ -362,7 +363,7 @@ func (resumable) Cleanup(_ context.Context, job *plugin.Job) error {
 		return plugin.WithClass(plugin.Retriable, err)
 	}
 	if pid > 0 && alive(pid) {
-		// The work leads its own session: kill the whole group.
+		// The work leads its own session. Kill the whole group.
 		err := syscall.Kill(-pid, syscall.SIGKILL)
 		if err != nil && !errors.Is(err, syscall.ESRCH) {
 			return plugin.Errorf(plugin.Retriable, "resumable: killing work %s (pid %d): %v", w.name, pid, err)
@@ -383,13 +384,14 @@ func (resumable) Cleanup(_ context.Context, job *plugin.Job) error {
 }
 
 // start launches the detached work, records it and checkpoints its handle.
-// lock, when not nil, is the held start lock: the work inherits it and holds
-// it for its life; start closes this process's descriptor.
+// lock, when not nil, is the held start lock. The work inherits it and holds
+// it for its life. start closes this process's descriptor.
 func (w *work) start(ctx context.Context, rt plugin.Runtime, lock *os.File) error {
 	if lock != nil {
 		defer lock.Close()
 	}
-	// Left over from an earlier start, if any: this start's outcome is what counts.
+	// Left over from an earlier start, if any. This start's outcome is what
+	// counts.
 	if err := os.Remove(w.record); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return plugin.Errorf(plugin.Retriable, "resumable: removing old record: %v", err)
 	}
@@ -397,14 +399,15 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime, lock *os.File) erro
 	if err != nil {
 		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: finding own binary: %v", err)
 	}
-	// The work journals its own start, then says so on this pipe (its fd
-	// 3): the start is on record before Execute can return.
+	// The work journals its own start, then says so on this pipe (its fd 3).
+	// The start is on record before Execute can return.
 	ready, readyW, err := os.Pipe()
 	if err != nil {
 		return plugin.Errorf(plugin.Retriable, "resumable: creating a pipe: %v", err)
 	}
 	defer ready.Close()
-	// Not CommandContext: the work must survive the call, the plugin and the agent.
+	// Not CommandContext. The work must survive the call, the plugin and the
+	// agent.
 	cmd := exec.Command(exe, w.name)
 	class := w.spec.FailClass
 	if class == "" {
@@ -432,9 +435,9 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime, lock *os.File) erro
 		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: starting work %s: %v", w.name, err)
 	}
 	pid := cmd.Process.Pid
-	// Reap it if it ends while this plugin lives; otherwise init does.
+	// Reap it if it ends while this plugin lives. Otherwise init does.
 	go func() { _ = cmd.Wait() }()
-	// A line, or EOF if the work died first; either way its start is over.
+	// A line, or EOF if the work died first. Either way its start is over.
 	_ = ready.SetReadDeadline(time.Now().Add(readyTimeout))
 	_, _ = ready.Read(make([]byte, 16))
 	if got, err := w.readPID(); err != nil || got != pid {
@@ -458,7 +461,7 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime, lock *os.File) erro
 		return plugin.Errorf(plugin.OutcomeUnknown, "resumable: journaling the checkpoint of %s: %v", w.name, jerr)
 	}
 	if err != nil {
-		// The work runs on; a later Resume finds it by name.
+		// The work runs on. A later Resume finds it by name.
 		return plugin.WithClass(plugin.Retriable, fmt.Errorf("checkpointing work %s: %w", w.name, err))
 	}
 	fmt.Fprintf(rt.Stdout(), "started %s pid %d\n", w.name, pid)
@@ -466,7 +469,7 @@ func (w *work) start(ctx context.Context, rt plugin.Runtime, lock *os.File) erro
 }
 
 // wait polls for the record. On ctx cancellation it returns and leaves the
-// work running: it is remote work, detached from whoever watches it.
+// work running. It is remote work, detached from whoever watches it.
 func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, error) {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
@@ -506,7 +509,7 @@ func (w *work) wait(ctx context.Context, rt plugin.Runtime) (*plugin.Result, err
 			return nil, w.unwatched(ctx, pid)
 		case <-t.C:
 		case now := <-tick:
-			// Unique text, so a test can tell a line printed twice; the
+			// Unique text, so a test can tell a line printed twice. The
 			// checkpoint stores it now (a resumable job's output is held
 			// until the next checkpoint).
 			fmt.Fprintf(rt.Stdout(), "tick %d by plugin %d\n", now.UnixNano(), os.Getpid())
@@ -640,15 +643,15 @@ func writeAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// runWork is the detached work: journal the start, sleep, journal the end,
-// then write the outcome.
+// runWork is the detached work. It journals the start, sleeps, journals the
+// end, then writes the outcome.
 func runWork(recordPath string) int {
 	ms, _ := strconv.Atoi(os.Getenv(envWorkDuration))
 	attempt, _ := strconv.Atoi(os.Getenv(envWorkAttempt))
 	agentPID, _ := strconv.Atoi(os.Getenv(envWorkAgentPID))
 	w := &work{journal: os.Getenv(envWorkJournal)}
-	// Findable by name first, then counted: a Resume that sees the lock
-	// held waits for this pid file.
+	// Findable by name first, then counted. A Resume that sees the lock held
+	// waits for this pid file.
 	if p := os.Getenv(envWorkPID); p != "" {
 		if err := writeAtomic(p, []byte(strconv.Itoa(os.Getpid()))); err != nil {
 			fmt.Fprintf(os.Stderr, "resumable work: recording pid: %v\n", err)
@@ -666,8 +669,9 @@ func runWork(recordPath string) int {
 			fmt.Fprintf(os.Stderr, "resumable work: journaling the start: %v\n", err)
 		}
 	}
-	// Tell the plugin the start is on record (fd 3, when it gave one; a
-	// write to a pipe nobody reads fails with EPIPE on fds other than 1 and 2).
+	// Tell the plugin the start is on record (fd 3, when it gave one). A
+	// write to a pipe nobody reads fails with EPIPE on fds other than 1 and
+	// 2.
 	if f := os.NewFile(3, "ready"); f != nil {
 		_, _ = f.Write([]byte("started\n"))
 		_ = f.Close()
@@ -682,7 +686,8 @@ func runWork(recordPath string) int {
 		if !rec.OK {
 			end.Outcome = rec.Class
 		}
-		// Before the record: once the record exists the next attempt may start.
+		// Before the record, because once the record exists the next attempt
+		// may start.
 		if err := w.journalAppend(end); err != nil {
 			fmt.Fprintf(os.Stderr, "resumable work: journaling the end: %v\n", err)
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // The plugin starts its work by re-executing its own binary, which here is
-// the test binary: serve work mode before running tests.
+// the test binary. Serve work mode before running tests.
 func TestMain(m *testing.M) {
 	if p := os.Getenv(envWorkRecord); p != "" {
 		os.Exit(runWork(p))
@@ -53,7 +53,7 @@ func starts(t *testing.T, _ string, job *plugin.Job) int {
 	return n
 }
 
-// Execute's work survives the cancelled call; Resume with the checkpointed
+// Execute's work survives the cancelled call. Resume with the checkpointed
 // handle reattaches and waits for it without starting it again.
 func TestExecuteDetachesAndResumeReattaches(t *testing.T) {
 	dir := t.TempDir()
@@ -83,7 +83,7 @@ func TestExecuteDetachesAndResumeReattaches(t *testing.T) {
 	assert.JSONEq(t, `{"name":"resumable-`+job.ID+`"}`, string(res.Output))
 	assert.Equal(t, 1, starts(t, dir, job))
 
-	// Resuming a finished job reads its record; still one start.
+	// Resuming a finished job reads its record. There is still one start.
 	_, err = p.Resume(context.Background(), job, plugintest.NewRuntime(rt.Checkpoints()[0]))
 	require.NoError(t, err)
 	assert.Equal(t, 1, starts(t, dir, job))

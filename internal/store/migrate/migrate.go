@@ -17,7 +17,7 @@ import (
 // migrators. Other advisory locks in tether must not use it.
 const LockKey int64 = 0x7465_7468_6572_0001 // "tether" + 1
 
-// DB is what migrations need; *pgxpool.Pool and *pgx.Conn both fit.
+// DB is what migrations need. *pgxpool.Pool and *pgx.Conn both fit.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -33,9 +33,9 @@ func (e *TooNewError) Error() string {
 	return fmt.Sprintf("database schema is at version %d but this tether knows up to %d; upgrade tether", e.Database, e.Known)
 }
 
-// Migrate applies all pending migrations in one transaction under an
-// advisory lock and returns the versions it applied (none when the database
-// is current). Concurrent callers wait for each other; the later ones find
+// Migrate applies all pending migrations in one transaction under an advisory
+// lock and returns the versions it applied (none when the database is
+// current). Concurrent callers wait for each other. The later ones find
 // nothing to do.
 func Migrate(ctx context.Context, db DB, logger *slog.Logger) (applied []int, err error) {
 	if logger == nil {

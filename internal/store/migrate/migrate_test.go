@@ -142,7 +142,7 @@ func TestRefusesNewerDatabase(t *testing.T) {
 func TestFailedMigrationRollsBack(t *testing.T) {
 	ctx := ctxT(t)
 	pool := emptyPool(t)
-	// A table the first migration wants to create already exists: the
+	// A table the first migration wants to create already exists. The
 	// migration fails and leaves no version recorded.
 	_, err := pool.Exec(ctx, "CREATE TABLE jobs (x int)")
 	require.NoError(t, err)

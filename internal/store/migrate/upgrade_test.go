@@ -12,8 +12,8 @@ import (
 )
 
 // A database at schema v11 with a finished job and one still running is
-// upgraded to the current schema: the timelines read the same (event rows
-// from before v13 stay rows, nothing is shown twice), the running job can
+// upgraded to the current schema. The timelines read the same (event rows
+// from before v13 stay rows, nothing is shown twice). The running job can
 // still be ended by its holder, and the status lists find both.
 func TestUpgradeFromV11KeepsTimelinesAndLeases(t *testing.T) {
 	ctx := ctxT(t)
