@@ -138,8 +138,11 @@ func releaseDecision(c lifecycle.Cause, in stopInput) stopDecision {
 	case lifecycle.CauseShutdown:
 		// The remote work goes on. It is handed to another agent at once.
 		return stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseHandoff, ReleaseReason: "handoff: agent " + in.Agent + " shutting down"}
+	case lifecycle.CauseHistoryResume:
+		return stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseHistoryLost, ReleaseReason: historyResumeReason}
 	}
-	return stopDecision{Action: actRelease, ReleaseWhy: metrics.ReleaseHistoryLost, ReleaseReason: historyResumeReason}
+	// causeOf names no other cause the table releases for.
+	return nothingDecision(lifecycle.CauseUnknown)
 }
 
 // nothingDecision is which of the writes of nothing an attempt stopped for

@@ -2,7 +2,6 @@ package janitor
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/metrics"
@@ -24,15 +23,6 @@ func (s *Service) refreshGauges(ctx context.Context) {
 	} else {
 		s.log.Warn("measuring the cleanup backlog", "err", err)
 	}
-}
-
-func (s *Service) commandNames() []string {
-	names := make([]string, 0, len(s.cfg.Commands))
-	for name := range s.cfg.Commands {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // QueueCountCap is the most due jobs per command QueueStats counts. A count

@@ -3,6 +3,7 @@ package janitor
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/tetherjobs/tether/internal/startstop"
@@ -76,16 +77,12 @@ func (s *Service) batches(ctx context.Context, dead []DeadAgent) ([]settled, err
 	}
 }
 
-// selfCommands is what this process serves by its configuration, the commands
-// it knows (Config.Commands). They count only while it has no agents row of
+// commandNames is what this process serves by its configuration, the
+// commands it knows (Config.Commands), sorted. The gauges measure these.
+// A pass counts them for this process only while it has no agents row of
 // its own, which otherwise speaks for it.
-func (s *Service) selfCommands() []string {
-	out := make([]string, 0, len(s.cfg.Commands))
-	for name := range s.cfg.Commands {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
+func (s *Service) commandNames() []string {
+	return slices.Sorted(maps.Keys(s.cfg.Commands))
 }
 
 // countSelf adds this process to what the live agents serve for c, when its
@@ -110,7 +107,7 @@ func (s *Service) candidateQuery(skip []string, dead []DeadAgent) store.Candidat
 		OfflineAfter: s.cfg.OfflineAfter, AWOLTimeout: s.cfg.AWOLTimeout,
 		StaleJob: s.cfg.StaleJob, ActiveGrace: s.cfg.activeTimeoutGrace(),
 		Batch: s.cfg.BatchSize, Skip: skip,
-		Self: s.cfg.Holder, SelfCommands: s.selfCommands(),
+		Self: s.cfg.Holder, SelfCommands: s.commandNames(),
 	}
 	for _, d := range dead {
 		q.Dead = append(q.Dead, store.DeadGeneration{Name: d.Name, Generation: d.Generation, FreeSince: d.FreeSince})
