@@ -326,6 +326,20 @@ func TestInvariantCheckerOutputAndHistory(t *testing.T) {
 		ev(6100, "succeeded", "a1", "gen-a1", 1, "").
 		ev(6101, "database_history_lost", "a1", "gen-a1", 0, "").
 		job("succeeded", 1)
+	restarted := func(secondStart int) invJob {
+		return new(tl).
+			ev(0, "submitted", "", "", 0, "").
+			work("start", 1500, 2, 7, "").work("end", 2500, 2, 7, "killed").
+			ev(2300, "claimed", "a1", "gen-a1", 1, "attempt 2").
+			ev(2310, "running", "a1", "gen-a1", 1, "").
+			work("start", secondStart, 2, 8, "").work("end", 4000, 2, 8, "ok").
+			ev(4100, "succeeded", "a1", "gen-a1", 1, "").
+			job("succeeded", 2)
+	}
+	lost := []lossWindow{{at(1000), at(2000)}}
+	check("one resumable attempt started twice", restarted(2600), nil, 3)
+	check("an attempt started again after the database forgot its start", restarted(2600), lost)
+	check("an attempt the database forgot, started again beside itself", restarted(2400), lost, 3)
 	check("a checkpoint the database forgot", lateCheckpoint, nil, 2)
 	check("a checkpoint the database forgot, in the lost window", lateCheckpoint, []lossWindow{{at(1000), at(2000)}})
 }
