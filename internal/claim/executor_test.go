@@ -96,7 +96,11 @@ func newExecutorFixture(t *testing.T, p Plugins) *executorFixture {
 
 // claim submits one job and claims it as the producer would, returning its
 // record for an executor.
-func (f *executorFixture) claim(t *testing.T) *runningJob {
+func (f *executorFixture) claim(t *testing.T) *runningJob { return f.claimAs(t, false) }
+
+// claimAs is claim, of a job whose plugin can resume (its output held until
+// its checkpoints) or not.
+func (f *executorFixture) claimAs(t *testing.T, resumable bool) *runningJob {
 	t.Helper()
 	ctx := context.Background()
 	_, _, err := f.st.Submit(ctx, store.SubmitParams{Command: "scripted", Plugin: "scripted", Context: json.RawMessage(`{}`)})
@@ -108,8 +112,8 @@ func (f *executorFixture) claim(t *testing.T) *runningJob {
 	t.Cleanup(func() { cancel(nil) })
 	c := cs[0]
 	j := &runningJob{key: jobKey{c.Job.ID, c.Lease}, claimed: c, claimedAt: time.Now(), ctx: jctx, cancelFn: cancel,
-		hasCleanup: true, done: make(chan struct{})}
-	f.deps.logs.track(j.key, false)
+		resumable: resumable, hasCleanup: !resumable, done: make(chan struct{})}
+	f.deps.logs.track(j.key, resumable)
 	return j
 }
 

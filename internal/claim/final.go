@@ -29,6 +29,13 @@ func (e *executor) end(o store.Outcome) {
 	case errors.Is(err, store.ErrLeaseLost):
 		e.recordLeaseLost(metrics.LeaseLostWrite, "its outcome was: "+describe(o))
 		return
+	case errors.Is(err, store.ErrOutputGap):
+		// The database lost output it had acknowledged. The end would seal
+		// the gap. The resume reads that output again and reports the
+		// outcome again.
+		e.log.Warn("the database lost output of the job it had acknowledged; releasing it to be resumed from its checkpoint", "status", o.Status, "err", err)
+		e.release(metrics.ReleaseHistoryLost, historyResumeReason)
+		return
 	case err != nil:
 		e.log.Error("could not record the job's end; the janitor settles it after stale_job", "status", o.Status, "err", err)
 		signal(e.signals.Ended, Ended{JobID: c.Job.ID, Lease: c.Lease, Status: "unrecorded", Error: err.Error()})
@@ -64,7 +71,7 @@ func (e *executor) storeEnd(end *store.End, in lifecycle.Input) (store.Ended, er
 func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 	var ended store.Ended
 	err := e.retryWrite("writing final status", func(ctx context.Context) error {
-		if err := e.logs.flush(ctx, &e.j.key); err != nil { // output before the end
+		if err := e.flushBeforeEnd(ctx, &end); err != nil {
 			return err
 		}
 		var err error
@@ -83,6 +90,21 @@ func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 		}
 	}
 	return ended, err
+}
+
+// flushBeforeEnd stores the runner's output before its end. A resumable
+// runner's output and end are fenced against a gap the database's lost
+// history left (end.LogAfter): the resume writes that output again.
+func (e *executor) flushBeforeEnd(ctx context.Context, end *store.End) error {
+	k := e.j.key
+	if !e.j.resumable {
+		return e.logs.flush(ctx, &k)
+	}
+	if err := e.logs.flushResumable(ctx, k); err != nil {
+		return err
+	}
+	end.LogAfter = e.logs.storedSeq(k)
+	return nil
 }
 
 // sendEnd tries the end once. It goes alone when it carries more than the

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -262,27 +263,60 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, de
 	}
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
+	lb, b := f.takeOne(k)
+	err := f.store.CheckpointDescribed(ctx, lb, f.max, handle, described)
+	f.settleOne(lb, b, err)
+	return err
+}
+
+// flushResumable stores what a resumable runner holds at its attempt's end,
+// fenced like a checkpoint (store.AppendResumable): never past output the
+// database lost.
+func (f *logFlusher) flushResumable(ctx context.Context, k jobKey) error {
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	lb, b := f.takeOne(k)
+	if len(lb.Records) == 0 {
+		return nil
+	}
+	err := f.store.AppendResumable(ctx, lb, f.max)
+	f.settleOne(lb, b, err)
+	return err
+}
+
+// takeOne empties k's buffer into a batch that carries, as After, the
+// highest record number the database acknowledged before it. b is nil when
+// the runner has ended.
+func (f *logFlusher) takeOne(k jobKey) (store.LogBatch, *jobBuf) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	lb := store.LogBatch{JobID: k.ID, Lease: k.Lease, Generation: f.generation}
 	b := f.bufs[k]
 	if b != nil {
 		var n int
+		lb.After = b.stored
 		lb.Records, n = b.take()
 		if !b.gated {
 			f.pending -= n
 		}
 	}
-	f.mu.Unlock()
-	err := f.store.CheckpointDescribed(ctx, lb, f.max, handle, described)
-	if err != nil && b != nil {
+	return lb, b
+}
+
+// settleOne records what became of a batch takeOne made: stored, kept for
+// the next try, or (a gap: the job is resumed, which writes it again)
+// dropped.
+func (f *logFlusher) settleOne(lb store.LogBatch, b *jobBuf, err error) {
+	switch {
+	case b == nil:
+	case errors.Is(err, store.ErrOutputGap):
+	case err != nil:
 		f.putBack([]store.LogBatch{lb})
-	}
-	if err == nil && b != nil && len(lb.Records) > 0 {
+	case len(lb.Records) > 0:
 		f.mu.Lock()
 		b.stored = max(b.stored, lb.Records[len(lb.Records)-1].Seq)
 		f.mu.Unlock()
 	}
-	return err
 }
 
 // add buffers p, cut at the stream's cap of limit bytes (one byte past it

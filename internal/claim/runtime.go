@@ -59,6 +59,11 @@ func (r *runtime) checkpoint(ctx context.Context, handle []byte, described *stor
 	case errors.Is(err, store.ErrLeaseLost):
 		j.cancel(errLeaseLost)
 		return plugin.Errorf(plugin.Retriable, "checkpoint of job %s rejected: lease %d lost", c.Job.ID, c.Lease)
+	case errors.Is(err, store.ErrOutputGap):
+		// Prepared before the database lost its history, stored after: it
+		// would point past the lost output. Resume from the one it kept.
+		j.cancel(errHistoryResume)
+		return plugin.Errorf(plugin.Retriable, "checkpoint of job %s rejected: %v", c.Job.ID, err)
 	}
 	return plugin.Errorf(plugin.Retriable, "checkpoint of job %s: %v", c.Job.ID, err)
 }

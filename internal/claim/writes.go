@@ -20,7 +20,7 @@ func (e *executor) retryWrite(what string, write func(context.Context) error) er
 // untilWritten runs write, each try bounded by FinalTimeout, while the
 // database cannot be reached. It tries again at the next successful
 // heartbeat or after a short backoff, until the write lands, its fence
-// refuses it (ErrLeaseLost), the database refuses its data (*DataError), or
+// refuses it (ErrLeaseLost, ErrOutputGap), the database refuses its data (*DataError), or
 // stop ends. It is the one way the host waits out an outage, for final
 // writes, releases and checkpoints alike.
 func (d *executorDeps) untilWritten(stop context.Context, log *slog.Logger, what string, write func(context.Context) error) error {
@@ -57,7 +57,7 @@ func (d *executorDeps) tryWrite(stop context.Context, write func(context.Context
 // landed, when its fence refused it, and when the database refused its data.
 func settled(err error) bool {
 	var de *store.DataError
-	return err == nil || errors.Is(err, store.ErrLeaseLost) || errors.As(err, &de)
+	return err == nil || errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrOutputGap) || errors.As(err, &de)
 }
 
 // waitForDatabase waits for the next successful heartbeat or wait,

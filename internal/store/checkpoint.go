@@ -30,6 +30,9 @@ func (s *Store) CheckpointWithOutput(ctx context.Context, out LogBatch, maxPerSt
 // it changed, see recordRemote). described nil records nothing.
 func (s *Store) CheckpointDescribed(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte, described *Described) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkNoGap(ctx, tx, out); err != nil {
+			return err // a handle past output the database lost is never stored
+		}
 		if len(out.Records) > 0 || len(out.Stdout) > 0 || len(out.Stderr) > 0 {
 			held, err := appendLogs(ctx, tx, []LogBatch{out}, maxPerStream)
 			if err != nil {
@@ -50,8 +53,8 @@ func (s *Store) CheckpointDescribed(ctx context.Context, out LogBatch, maxPerStr
 		}
 		return recordRemote(ctx, tx, out.JobID, out.Lease, described)
 	})
-	if errors.Is(err, ErrLeaseLost) {
-		return ErrLeaseLost
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrOutputGap) {
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("checkpointing job %s: %w", out.JobID, err)

@@ -48,6 +48,12 @@ type End struct {
 	// leaves the Cleanup to the queue's workers.
 	CleanupBy   string
 	CleanupHold time.Duration
+	// LogAfter, when set, is part of the fence of a resumable runner's end.
+	// It is the highest output record number the runner saw the database
+	// acknowledge. A database that holds fewer lost them with its history,
+	// and the end is refused (ErrOutputGap): the job is resumed instead, and
+	// its plugin writes that output again.
+	LogAfter int64
 }
 
 // Ended is what an End wrote.
@@ -91,9 +97,24 @@ func dataError(err error) error {
 	return err
 }
 
-// EndAttempt stores e on the pool. ErrLeaseLost means nothing was written.
+// EndAttempt stores e on the pool. ErrLeaseLost means nothing was written,
+// and so does ErrOutputGap (e.LogAfter).
 func (s *Store) EndAttempt(ctx context.Context, e End) (Ended, error) {
-	return EndAttempt(ctx, s.pool, e)
+	if e.LogAfter <= 0 {
+		return EndAttempt(ctx, s.pool, e)
+	}
+	var out Ended
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkNoGap(ctx, tx, LogBatch{JobID: e.JobID, Lease: e.Lease, Generation: e.HolderGeneration, After: e.LogAfter}); err != nil {
+			return err
+		}
+		plain := e
+		plain.LogAfter = 0 // checked: the end itself goes as any other
+		var err error
+		out, err = EndAttempt(ctx, tx, plain)
+		return err
+	})
+	return out, err
 }
 
 // EndAttempt stores e through q (a transaction, for the janitor).

@@ -23,6 +23,14 @@ func recs(first int64, stream string, lines ...string) []store.LogRecord {
 	return out
 }
 
+// registerAndClaim submits a job of command c and claims it as agent a.
+func registerAndClaim(t *testing.T, st *store.Store) (store.Holder, store.Job, int64) {
+	t.Helper()
+	a := register(t, st, "a")
+	j := submit(t, st, "c")
+	return a, j, claimOne(t, st, a, j.ID).Lease
+}
+
 // TestAppendLogsResendIsStoredOnce checks a batch sent again after its
 // acknowledgement was lost — whole, overlapping the next one, inside a
 // checkpoint, or racing its first send on another connection. It stores each
@@ -30,11 +38,7 @@ func recs(first int64, stream string, lines ...string) []store.LogRecord {
 func TestAppendLogsResendIsStoredOnce(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
-	a := register(t, st, "a")
-	j := submit(t, st, "c")
-	got, err := st.Claim(ctx, a, 1, []string{"c"})
-	require.NoError(t, err)
-	lease := got[0].Lease
+	a, j, lease := registerAndClaim(t, st)
 	send := func(rs []store.LogRecord) {
 		t.Helper()
 		held, err := st.AppendLogs(ctx, []store.LogBatch{{JobID: j.ID, Lease: lease, Records: rs}}, 1<<20)
@@ -140,4 +144,59 @@ func TestWritesFencedByHolderGeneration(t *testing.T) {
 	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: b.Generation, Actor: b, Outcome: store.Outcome{Status: store.StatusSucceeded}})
 	require.NoError(t, err)
 	assert.Equal(t, "b's\n", readStream(t, st, j.ID, ""))
+}
+
+// TestResumableWritesRefuseAGap covers a database that lost output it had
+// acknowledged (a standby promoted without the newest history). A resumable
+// runner's checkpoint, end-of-attempt output and end carry the highest
+// record number they saw acknowledged. Stored past the gap, the handle would
+// point beyond lines that are gone, so each is refused with ErrOutputGap and
+// stores nothing; without a gap they go through as before.
+func TestResumableWritesRefuseAGap(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a, j, lease := registerAndClaim(t, st)
+	_, err := st.MarkRunning(ctx, j.ID, lease, "")
+	require.NoError(t, err)
+	out := func(after int64, rs []store.LogRecord) store.LogBatch {
+		return store.LogBatch{JobID: j.ID, Lease: lease, Generation: a.Generation, After: after, Records: rs}
+	}
+	handle := func() string {
+		t.Helper()
+		var h []byte
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT coalesce(handle, '') FROM active_jobs WHERE job_id = $1`, j.ID).Scan(&h))
+		return string(h)
+	}
+
+	require.NoError(t, st.CheckpointDescribed(ctx, out(0, recs(1, "stdout", "1\n", "2\n")), 1<<20, []byte("h2"), nil))
+	require.NoError(t, st.CheckpointDescribed(ctx, out(2, recs(3, "stdout", "3\n")), 1<<20, []byte("h3"), nil))
+	// The history since record 1 is lost: the row says 1, line 2 and 3 are gone.
+	_, err = st.Pool().Exec(ctx, `DELETE FROM job_logs WHERE job_id = $1 AND data <> $2`, j.ID, []byte("1\n"))
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `UPDATE active_jobs SET log_seq = 1, handle = 'h1' WHERE job_id = $1`, j.ID)
+	require.NoError(t, err)
+
+	err = st.CheckpointDescribed(ctx, out(3, recs(4, "stdout", "4\n")), 1<<20, []byte("h4"), nil)
+	require.ErrorIs(t, err, store.ErrOutputGap, "checkpoint")
+	assert.Equal(t, "h1", handle(), "the kept checkpoint stands")
+	require.ErrorIs(t, st.AppendResumable(ctx, out(3, recs(4, "stdout", "4\n")), 1<<20), store.ErrOutputGap, "end-of-attempt output")
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 3, Outcome: store.Outcome{Status: store.StatusSucceeded}})
+	require.ErrorIs(t, err, store.ErrOutputGap, "end")
+	assert.Equal(t, "1\n", readStream(t, st, j.ID, "stdout"), "nothing stored past the gap")
+	var status string
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1`, j.ID).Scan(&status))
+	assert.Equal(t, "running", status, "the refused end wrote nothing")
+
+	// A runner that agrees with the database (the resume, writing 2 and 3
+	// again from the kept checkpoint) goes through, and so does its end.
+	require.NoError(t, st.CheckpointDescribed(ctx, out(1, recs(2, "stdout", "2\n", "3\n")), 1<<20, []byte("h3"), nil))
+	require.NoError(t, st.AppendResumable(ctx, out(3, recs(4, "stdout", "4\n")), 1<<20))
+	assert.Equal(t, "h3", handle())
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 4, Outcome: store.Outcome{Status: store.StatusSucceeded}})
+	require.NoError(t, err)
+	assert.Equal(t, "1\n2\n3\n4\n", readStream(t, st, j.ID, "stdout"))
+
+	// A lease that no longer holds is lost, not a gap.
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 4, Outcome: store.Outcome{Status: store.StatusSucceeded}})
+	require.ErrorIs(t, err, store.ErrLeaseLost)
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,6 +27,12 @@ type LogBatch struct {
 	// the time of the append, with no identity (Seq 0).
 	Records        []LogRecord
 	Stdout, Stderr []byte
+	// After, when set, is the highest record number the runner saw the
+	// database acknowledge under this lease before this batch. The
+	// statements that store a resumable runner's output (CheckpointDescribed,
+	// AppendResumable) refuse the batch with ErrOutputGap when the database
+	// holds fewer. Plain flushes ignore it.
+	After int64
 }
 
 // LogRecord is one write of a plugin's output as the agent received it.
@@ -132,4 +139,60 @@ func (s *Store) RecordEvent(ctx context.Context, h Holder, jobID string, lease i
 		return fmt.Errorf("recording %s event for %s: %w", kind, jobID, err)
 	}
 	return nil
+}
+
+// AppendResumable stores a resumable runner's output at its attempt's end,
+// fenced like a checkpoint: only when the database still holds every record
+// the runner had seen acknowledged (out.After). Else it returns ErrOutputGap
+// and stores nothing, so no line follows a gap its resume would fill again.
+// ErrLeaseLost means the lease no longer holds.
+func (s *Store) AppendResumable(ctx context.Context, out LogBatch, maxPerStream int64) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkNoGap(ctx, tx, out); err != nil {
+			return err
+		}
+		held, err := appendLogs(ctx, tx, []LogBatch{out}, maxPerStream)
+		if err == nil && !held[out.JobID] {
+			err = ErrLeaseLost
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrOutputGap) {
+		return fmt.Errorf("storing the output of job %s: %w", out.JobID, err)
+	}
+	return err
+}
+
+// checkNoGap returns ErrOutputGap when the database holds fewer of the
+// lease's records than out.After, and ErrLeaseLost when the lease no longer
+// holds. A zero After checks nothing. The stored number only grows under
+// one lease, so a check that passes still holds when the statements after
+// it in the transaction run.
+func checkNoGap(ctx context.Context, q Querier, out LogBatch) error {
+	if out.After <= 0 {
+		return nil
+	}
+	stored, err := storedSeq(ctx, q, out.JobID, out.Lease, out.Generation)
+	if err != nil {
+		return err
+	}
+	if stored < out.After {
+		return fmt.Errorf("job %s, lease %d: %w (it holds records up to %d, %d had been acknowledged)", out.JobID, out.Lease, ErrOutputGap, stored, out.After)
+	}
+	return nil
+}
+
+// storedSeq reads the highest output record number the database holds for a
+// job's lease. ErrLeaseLost means the lease (or generation) no longer holds.
+func storedSeq(ctx context.Context, q Querier, jobID string, lease int64, generation string) (int64, error) {
+	st := queries.Named("log_stored_seq")
+	var n int64
+	err := q.QueryRow(ctx, st.SQL, st.Args(map[string]any{"job_id": jobID, "lease": lease, "generation": generation})...).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrLeaseLost
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the output stored for job %s: %w", jobID, err)
+	}
+	return n, nil
 }

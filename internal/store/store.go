@@ -28,6 +28,13 @@ var (
 	ErrIdempotencyConflict = errors.New("idempotency key already used with a different request")
 	ErrInvalidTransition   = errors.New("invalid transition")
 	ErrLeaseLost           = errors.New("lease lost")
+	// ErrOutputGap refuses a resumable runner's checkpoint or end: the
+	// database holds fewer of its output records than it had acknowledged
+	// (it lost them with its history). Stored, the write would point past
+	// output that is gone. Nothing was stored. The runner releases the job
+	// to be resumed from the checkpoint the database kept, whose plugin
+	// writes that output again.
+	ErrOutputGap = errors.New("the database lost output it had acknowledged")
 )
 
 // TransitionError says which state a job was in when an operation did not apply.
