@@ -231,6 +231,11 @@ func (a *agent) register(ctx context.Context) error {
 	a.reg = store.Registration{
 		Holder: a.holder, Version: Version, Capacity: a.cfg.Agent.Capacity,
 		Commands: sortedKeys(a.commands), Plugins: pluginsJSON(a.plugins),
+		CommandSpecs: commandSpecs(a.cfg, a.commands),
+		Timings: store.Timings{
+			Keepalive: a.cfg.Agent.Keepalive.Std(), DeadAfter: a.cfg.Agent.DeadAfter.Std(),
+			StaleJob: a.cfg.Agent.StaleJob.Std(), SelfFenceAfter: a.cfg.SelfFenceAfter(a.graces),
+		},
 	}
 	if _, err := a.st.RegisterAgent(ctx, a.reg); err != nil {
 		return err
@@ -582,6 +587,17 @@ func claimCommands(cfg *config.Config, plugins *pluginhost.Manager, log *slog.Lo
 		out[name] = claim.Command{Plugin: c.Plugin, Context: raw}
 	}
 	return out, nil
+}
+
+// commandSpecs is what this agent announces of the commands it serves, so
+// that any agent accepts their submits as this one would.
+func commandSpecs(cfg *config.Config, served map[string]claim.Command) map[string]store.CommandSpec {
+	out := make(map[string]store.CommandSpec, len(served))
+	for name := range served {
+		c := cfg.Commands[name]
+		out[name] = store.CommandSpec{Plugin: c.Plugin, Defaults: cfg.Defaults.Set(), Limits: c.Limits.Partial(), Max: c.Limits.MaxPartial()}
+	}
+	return out
 }
 
 func pluginsJSON(m *pluginhost.Manager) json.RawMessage {

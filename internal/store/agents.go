@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -24,29 +26,70 @@ type Registration struct {
 	Capacity int
 	Commands []string
 	Plugins  json.RawMessage // plugin name -> {"version", "capabilities"}
+	// CommandSpecs is, per command it serves, what a submit of it needs.
+	// Other agents accept submits for these commands by it.
+	CommandSpecs map[string]CommandSpec
+	// Timings are the agent's own. Other agents judge it by them.
+	Timings Timings
 }
 
-// columns returns the commands and plugins as the agents row stores them:
-// empty, never NULL.
-func (r Registration) columns() ([]string, json.RawMessage) {
-	commands, plugins := r.Commands, r.Plugins
+// CommandSpec is what an agent announces of a command it serves: its
+// plugin, and the levers a job of it is resolved with (the agent's
+// defaults, the command's limits and their maximum, as config.Command's
+// ResolveLimits takes them).
+type CommandSpec struct {
+	Plugin   string         `json:"plugin"`
+	Defaults limits.Set     `json:"defaults"`
+	Limits   limits.Partial `json:"limits"`
+	Max      limits.Partial `json:"max"`
+}
+
+// Timings are the intervals by which the rest of the fleet judges an agent
+// (schema v15). A zero one is not announced, and checkers use their own.
+type Timings struct {
+	Keepalive      time.Duration
+	DeadAfter      time.Duration
+	StaleJob       time.Duration
+	SelfFenceAfter time.Duration
+}
+
+// args returns the registration as agent_register.sql and
+// agent_reregister.sql take it. Lists are empty, never NULL. Timings are
+// seconds, NULL when unset.
+func (r Registration) args() map[string]any {
+	commands, plugins, specs := r.Commands, r.Plugins, r.CommandSpecs
 	if commands == nil {
 		commands = []string{}
 	}
 	if len(plugins) == 0 {
 		plugins = json.RawMessage(`{}`)
 	}
-	return commands, plugins
+	if specs == nil {
+		specs = map[string]CommandSpec{}
+	}
+	return map[string]any{
+		"name": r.Name, "generation": r.Generation, "version": r.Version, "capacity": r.Capacity,
+		"commands": commands, "plugins": plugins, "command_specs": specs,
+		"keepalive": optSecs(r.Timings.Keepalive), "dead_after": optSecs(r.Timings.DeadAfter),
+		"stale_job": optSecs(r.Timings.StaleJob), "self_fence_after": optSecs(r.Timings.SelfFenceAfter),
+	}
+}
+
+// optSecs is d in seconds, or nil (SQL NULL) when d is not positive.
+func optSecs(d time.Duration) *float64 {
+	if d <= 0 {
+		return nil
+	}
+	v := d.Seconds()
+	return &v
 }
 
 // RegisterAgent records this process under its name with its generation and
 // returns the generation the name had before ("" if new).
 func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, error) {
-	commands, plugins := r.columns()
+	st := queries.Named("agent_register")
 	var prev string
-	err := s.pool.QueryRow(ctx, queries.Get("agent_register"),
-		r.Name, r.Generation, r.Version, r.Capacity, commands, plugins).Scan(&prev)
-	if err != nil {
+	if err := s.pool.QueryRow(ctx, st.SQL, st.Args(r.args())...).Scan(&prev); err != nil {
 		return "", fmt.Errorf("registering agent %s: %w", r.Name, err)
 	}
 	return prev, nil
@@ -58,13 +101,11 @@ func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, erro
 // a row. false means the name has one again (another process registered under
 // it meanwhile, which wins), and the next heartbeat says whose.
 func (s *Store) RegisterAgain(ctx context.Context, r Registration, state string) (bool, error) {
-	commands, plugins := r.columns()
 	st := queries.Named("agent_reregister")
+	args := r.args()
+	args["state"] = state
 	var name string
-	err := s.pool.QueryRow(ctx, st.SQL, st.Args(map[string]any{
-		"name": r.Name, "generation": r.Generation, "version": r.Version, "capacity": r.Capacity,
-		"commands": commands, "plugins": plugins, "state": state,
-	})...).Scan(&name)
+	err := s.pool.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

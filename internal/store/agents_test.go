@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -111,4 +112,41 @@ func TestListAgentsLiveByDefaultAllOnRequest(t *testing.T) {
 	live, err = st.ListAgents(ctx, store.AgentListParams{LiveWithin: time.Hour})
 	require.NoError(t, err)
 	assert.True(t, names(live)["silent"])
+}
+
+// TestRegistrationAnnouncesTimingsAndCommands checks that an agent's row
+// carries what the rest of the fleet judges it and routes submits by: its
+// timings (NULL when unset, for agents older than schema v15) and, per
+// command, its plugin and levers. Registering again replaces them.
+func TestRegistrationAnnouncesTimingsAndCommands(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	three := 3
+	reg := store.Registration{Holder: store.Holder{Name: "a", Generation: "g1"}, Capacity: 1, Commands: []string{"c"},
+		CommandSpecs: map[string]store.CommandSpec{"c": {Plugin: "ecs", Limits: limits.Partial{MaxRetry: &three}}},
+		Timings:      store.Timings{Keepalive: 3 * time.Second, DeadAfter: 6 * time.Second, StaleJob: 2 * time.Minute, SelfFenceAfter: 100 * time.Second}}
+	_, err := st.RegisterAgent(ctx, reg)
+	require.NoError(t, err)
+	read := func() (keepalive, deadAfter, staleJob, fence *float64, specs map[string]store.CommandSpec) {
+		t.Helper()
+		var raw []byte
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT extract(epoch FROM keepalive)::float8, extract(epoch FROM dead_after)::float8,
+			extract(epoch FROM stale_job)::float8, extract(epoch FROM self_fence_after)::float8, command_specs FROM agents WHERE name = 'a'`).
+			Scan(&keepalive, &deadAfter, &staleJob, &fence, &raw))
+		require.NoError(t, json.Unmarshal(raw, &specs))
+		return
+	}
+	k, d, s, f, specs := read()
+	assert.Equal(t, []float64{3, 6, 120, 100}, []float64{*k, *d, *s, *f})
+	require.Contains(t, specs, "c")
+	assert.Equal(t, "ecs", specs["c"].Plugin)
+	require.NotNil(t, specs["c"].Limits.MaxRetry)
+	assert.Equal(t, 3, *specs["c"].Limits.MaxRetry)
+
+	reg.Generation, reg.Timings, reg.CommandSpecs = "g2", store.Timings{}, nil
+	_, err = st.RegisterAgent(ctx, reg)
+	require.NoError(t, err)
+	k, d, s, f, specs = read()
+	assert.Equal(t, []*float64{nil, nil, nil, nil}, []*float64{k, d, s, f}, "unset timings are not announced")
+	assert.Empty(t, specs)
 }
