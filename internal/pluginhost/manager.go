@@ -24,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -534,7 +533,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 	}
 	ccfg, exit := plugin.NewClientConfig(plugin.Process{
 		Path:         p.path,
-		Env:          p.env,
+		Env:          pluginLogEnv(p.env, p.log),
 		SHA256:       want,
 		StartTimeout: p.startTimeout,
 		// The process's own stderr carries go-plugin's JSON logs, and panics.
@@ -542,15 +541,8 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 		// os.Stdout/os.Stderr inside the plugin, forwarded by go-plugin.
 		SyncStdout: pluginOutput("stdout"),
 		SyncStderr: pluginOutput("stderr"),
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name:        p.name,
-			Level:       hclog.Info,
-			DisableTime: true,
-			Output: &lineWriter{fn: func(line string) {
-				level, msg := hclogLevel(line)
-				p.log.Log(context.Background(), level, msg)
-			}},
-		}),
+		// What the plugin logged, and go-plugin's own messages.
+		Logger: newHostLogger(p.log),
 	})
 	client := goplugin.NewClient(ccfg)
 	fail := func(err error) (*instance, plugin.Info, error) {

@@ -196,9 +196,10 @@ func TestScrubbedEnvironment(t *testing.T) {
 	}
 	for k := range env {
 		if strings.HasPrefix(k, "TETHER_") {
-			assert.Equal(t, "TETHER_PLUGIN", k, "only go-plugin's handshake cookie may start with TETHER_")
+			assert.Contains(t, []string{"TETHER_PLUGIN", plugin.LogLevelEnv}, k, "only the host's own variables (go-plugin's handshake cookie, the log level) may start with TETHER_")
 		}
 	}
+	assert.Equal(t, "info", env[plugin.LogLevelEnv], "the agent's log level")
 	assert.NotContains(t, rt.StdoutString(), "secret")
 }
 

@@ -5,7 +5,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 )
 
@@ -24,6 +23,9 @@ const ShutdownGrace = 5 * time.Second
 // Serve runs impl as a tether plugin. Call it from the plugin binary's main.
 // It returns when the host has closed the plugin, and main should then return.
 //
+// The standard loggers (log, slog's default, hclog's default) are routed to
+// the agent's log at their levels, with their fields (see LogLevelEnv).
+//
 // Info's Capabilities are filled from the optional interfaces impl satisfies
 // (Resumer, Cleaner, HealthChecker).
 //
@@ -39,17 +41,15 @@ func Serve(impl Plugin) {
 		life.stop = s.Shutdown
 	}
 	watchHost(life)
+	// Taken before go-plugin points os.Stderr at the host's output stream.
+	logger := newPluginLogger(os.Getenv(LogLevelEnv), os.Stderr)
+	routeLogs(logger)
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: Handshake(),
 		Plugins:         goplugin.PluginSet{PluginKey: &GRPCPlugin{Impl: impl, life: life}},
 		GRPCServer:      goplugin.DefaultGRPCServer,
 		// JSON on the process's real stderr, which the host parses into its log.
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name:       "plugin",
-			Level:      hclog.Info,
-			JSONFormat: true,
-			Output:     os.Stderr,
-		}),
+		Logger: logger,
 	})
 	life.shutdown(ShutdownGrace)
 }

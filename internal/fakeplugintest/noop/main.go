@@ -5,7 +5,8 @@
 //	 "output": {...}, "fail": {"class": "retriable", "message": "m"},
 //	 "panic": true, "panic_once": "/path", "wait": true, "cancel_file": "/path",
 //	 "print_env": true, "cleanup_file": "/path", "cleanup_sleep_ms": 0,
-//	 "cleanup_started_file": "/path", "stdout2": ["c"], "checkpoint2": "h2"}
+//	 "cleanup_started_file": "/path", "stdout2": ["c"], "checkpoint2": "h2",
+//	 "log": true}
 //
 // stdout2 and checkpoint2 come after the sleep. Without "output", the result
 // is {"pid": <plugin process id>}. wait blocks until the call's context is
@@ -16,17 +17,23 @@
 // it first), so a Resume after the crash goes on. Resume reports the handle
 // it was given. Cleanup writes cleanup_started_file, sleeps
 // cleanup_sleep_ms (until its context ends) and then writes cleanup_file,
-// each if set.
+// each if set. log writes one line through each logger a plugin author may
+// use (log, slog at debug, info and with a group, hclog's default, an hclog
+// logger of its own in text format), each naming the job.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -55,6 +62,7 @@ type script struct {
 	// After the sleep come more stdout, then a second checkpoint.
 	Stdout2     []string `json:"stdout2"`
 	Checkpoint2 string   `json:"checkpoint2"`
+	Log         bool     `json:"log"`
 }
 
 type noop struct{}
@@ -101,6 +109,15 @@ func (noop) Cleanup(ctx context.Context, job *plugin.Job) error {
 
 func (noop) HealthCheck(context.Context, json.RawMessage) error { return nil }
 
+// logEverywhere logs one line through each logger a plugin author may use.
+func logEverywhere(id string) {
+	log.Printf("std log line of %s", id)
+	slog.Debug("slog debug line", "job", id)
+	slog.Info("slog info line", "job", id, slog.Group("g", "n", 1))
+	hclog.Default().Warn("hclog warn line", "job", id)
+	hclog.New(&hclog.LoggerOptions{Name: "own"}).Error("own hclog error line of " + id)
+}
+
 func parse(job *plugin.Job) (script, error) {
 	var s script
 	if len(job.Context) > 0 {
@@ -129,6 +146,9 @@ func run(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Resul
 				<-written // it started: let it finish before the process may exit
 			}
 		}()
+	}
+	if s.Log {
+		logEverywhere(job.ID)
 	}
 	for _, l := range s.Stdout {
 		fmt.Fprintln(rt.Stdout(), l)
