@@ -543,12 +543,25 @@ func newPluginManager(cfg *config.Config, log *slog.Logger, met *metrics.Metrics
 		}
 		pcs[name] = pluginhost.PluginConfig{SHA256: p.SHA256, Env: p.Env, PassEnv: p.PassEnv, Config: raw}
 	}
-	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log,
+	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log, Only: commandPlugins(cfg),
 		OnCrash: func(plugin string) { met.PluginRestarts.WithLabelValues(plugin).Inc() }})
 	if err != nil {
 		return nil, "", fmt.Errorf("plugins: %w", err)
 	}
 	return m, dir, nil
+}
+
+// commandPlugins names the plugins the configured commands use, the only
+// ones the agent starts (never nil).
+func commandPlugins(cfg *config.Config) []string {
+	out := []string{}
+	for _, c := range cfg.Commands {
+		if !slices.Contains(out, c.Plugin) {
+			out = append(out, c.Plugin)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // pluginContexts returns the default context of every command whose plugin

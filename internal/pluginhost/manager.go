@@ -53,6 +53,10 @@ type Config struct {
 	// OnCrash is called with the plugin's name each time one of its
 	// processes crashes (the next call starts another). nil: nothing.
 	OnCrash func(plugin string)
+	// Only, when not nil, names the plugins to start: those the agent's
+	// commands use. Other binaries in Dir are left alone, so a broken or
+	// unrelated one cannot stop the agent. nil starts every one found.
+	Only []string
 }
 
 // PluginConfig is one plugin's section of the agent's config.
@@ -135,11 +139,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("plugins.%s: no binary %s%s in plugin dir %s", name, BinaryPrefix, name, m.cfg.Dir))
 		}
 	}
-	names := make([]string, 0, len(found))
-	for name := range found {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := m.toStart(found)
 
 	procs := map[string]*proc{}
 	for _, name := range names {
@@ -173,6 +173,21 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// toStart returns the names of the found plugins to start, sorted: all of
+// them, or those in cfg.Only.
+func (m *Manager) toStart(found map[string]string) []string {
+	names := make([]string, 0, len(found))
+	for name := range found {
+		if m.cfg.Only != nil && !slices.Contains(m.cfg.Only, name) {
+			m.log.Info("plugin not started: no command of this agent uses it", "plugin", name)
+			continue
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // KillGraces are the longest stop times the plugins reported through

@@ -452,3 +452,17 @@ func BenchmarkExecuteNoop(b *testing.B) {
 		})
 	}
 }
+
+// Only names the plugins to start. A binary in the directory that is not
+// named is never started, even when it could not start at all.
+func TestOnlyTheNamedPluginsStart(t *testing.T) {
+	dir := pluginDir(t, map[string]string{"noop": "noop", "bare": "bare"})
+	require.NoError(t, os.WriteFile(bintest.PluginPath(dir, "broken"), []byte("#!/bin/sh\nexit 3\n"), 0o755))
+	m := start(t, pluginhost.Config{Dir: dir, Only: []string{"noop"}})
+	_, ok := m.Info("noop")
+	assert.True(t, ok, "noop is named")
+	_, ok = m.Info("bare")
+	assert.False(t, ok, "bare is not named, so not started")
+	_, ok = m.Info("broken")
+	assert.False(t, ok)
+}

@@ -67,9 +67,12 @@ func (r Registration) args() map[string]any {
 	if specs == nil {
 		specs = map[string]CommandSpec{}
 	}
+	// As JSON text: a map has no encoding in pgx's simple protocol (a
+	// transaction pooler), where a jsonb parameter's OID is not known.
+	specsJSON, _ := json.Marshal(specs) // plain fields: cannot fail
 	return map[string]any{
 		"name": r.Name, "generation": r.Generation, "version": r.Version, "capacity": r.Capacity,
-		"commands": commands, "plugins": plugins, "command_specs": specs,
+		"commands": commands, "plugins": plugins, "command_specs": json.RawMessage(specsJSON),
 		"keepalive": optSecs(r.Timings.Keepalive), "dead_after": optSecs(r.Timings.DeadAfter),
 		"stale_job": optSecs(r.Timings.StaleJob), "self_fence_after": optSecs(r.Timings.SelfFenceAfter),
 	}
