@@ -81,6 +81,23 @@ type Runtime interface {
 	Handle() []byte
 }
 
+// MaxHandleBytes is the largest handle a plugin may checkpoint. A handle
+// crosses gRPC (whose messages stop at 4 MiB) and is stored in the job's
+// active row, which every heartbeat and claim of the job touches. Keep the
+// handle to what Resume needs to find the work (IDs, positions), never the
+// work's output.
+const MaxHandleBytes = 1 << 20
+
+// CheckHandle refuses a handle larger than MaxHandleBytes, with a permanent
+// error saying so. The SDK checks every Checkpoint with it, and
+// plugintest's direct mode does too, so a test sees what the agent would.
+func CheckHandle(handle []byte) error {
+	if len(handle) > MaxHandleBytes {
+		return Errorf(Permanent, "checkpoint refused: the handle is %d bytes, above plugin.MaxHandleBytes (%d); keep in it only what Resume needs to find the work", len(handle), MaxHandleBytes)
+	}
+	return nil
+}
+
 // Plugin is implemented by every plugin.
 type Plugin interface {
 	Info(ctx context.Context) (Info, error)

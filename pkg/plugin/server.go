@@ -350,6 +350,9 @@ func (r *remoteRuntime) Stdout() io.Writer { return r.stdout }
 func (r *remoteRuntime) Stderr() io.Writer { return r.stderr }
 
 func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
+	if err := CheckHandle(handle); err != nil {
+		return err
+	}
 	// A frozen host cannot answer. Past the deadline the handle is not ours
 	// to store, even for a plugin that checkpoints on an uncancelled context.
 	if r.leasePassed != nil {

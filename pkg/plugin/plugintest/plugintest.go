@@ -34,6 +34,8 @@ type Runtime struct {
 	gated   bool
 	heldOut bytes.Buffer
 	heldErr bytes.Buffer
+	// checkpointed is closed and replaced at each checkpoint.
+	checkpointed chan struct{}
 }
 
 // NewRuntime returns a Runtime whose Handle starts as handle (nil for a
@@ -120,6 +122,9 @@ func (r *Runtime) checkpointLocked(handle []byte) error {
 	if r.failCkpt != nil {
 		return r.failCkpt
 	}
+	if err := plugin.CheckHandle(handle); err != nil {
+		return err // as the SDK refuses it before it reaches the agent
+	}
 	h := append([]byte(nil), handle...)
 	r.handle = h
 	r.stdout.Write(r.heldOut.Bytes())
@@ -127,7 +132,33 @@ func (r *Runtime) checkpointLocked(handle []byte) error {
 	r.heldOut.Reset()
 	r.heldErr.Reset()
 	r.checkpoints = append(r.checkpoints, h)
+	if r.checkpointed != nil {
+		close(r.checkpointed)
+		r.checkpointed = nil
+	}
 	return nil
+}
+
+// WaitCheckpoints waits until n checkpoints in all were stored, or ctx
+// ends.
+func (r *Runtime) WaitCheckpoints(ctx context.Context, n int) error {
+	for {
+		r.mu.Lock()
+		if len(r.checkpoints) >= n {
+			r.mu.Unlock()
+			return nil
+		}
+		if r.checkpointed == nil {
+			r.checkpointed = make(chan struct{})
+		}
+		ch := r.checkpointed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for checkpoint %d: %w", n, context.Cause(ctx))
+		}
+	}
 }
 
 func (r *Runtime) Handle() []byte {
@@ -177,6 +208,9 @@ type Client interface {
 	plugin.Resumer
 	plugin.Cleaner
 	plugin.HealthChecker
+	// Validate checks a config and the commands' default contexts as the
+	// agent does at start, with the longest stop time the plugin reports.
+	Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (plugin.Validation, error)
 }
 
 // Direct returns a Client that calls impl in-process, behaving like the host
@@ -227,6 +261,28 @@ func (d direct) HealthCheck(ctx context.Context, config json.RawMessage) error {
 	return h.HealthCheck(ctx, config)
 }
 
+func (d direct) Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (plugin.Validation, error) {
+	v := plugin.Validation{Checked: true}
+	if val, ok := d.impl.(plugin.Validator); ok {
+		problems, err := val.Validate(ctx, config, contexts)
+		if err != nil {
+			return v, err
+		}
+		v.Problems = problems
+	}
+	if len(v.Problems) > 0 {
+		return v, nil // the grace of a config with problems means nothing
+	}
+	if g, ok := d.impl.(plugin.KillGracer); ok {
+		grace, err := g.MaxKillGrace(config)
+		if err != nil {
+			return v, err
+		}
+		v.MaxKillGrace, v.HasMaxKillGrace = grace, true
+	}
+	return v, nil
+}
+
 // describing mirrors the SDK: when the plugin is a Describer and the host
 // records descriptions, each checkpoint carries what Describe made of it.
 func (d direct) describing(job *plugin.Job, rt plugin.Runtime) plugin.Runtime {
@@ -274,13 +330,21 @@ func orEmpty(ctx context.Context, op string, res *plugin.Result, err error) (*pl
 // connection is closed when the test ends.
 func Connect(t testing.TB, impl plugin.Plugin) Client {
 	t.Helper()
+	c, _ := connect(t, impl)
+	return c
+}
+
+// connect is Connect, also returning a func that cuts the connection.
+func connect(t testing.TB, impl plugin.Plugin) (Client, func()) {
+	t.Helper()
 	// Multiplexed broker, as the agent runs plugins.
 	client, server := goplugin.TestPluginGRPCConn(t, true, plugin.PluginSet(impl))
-	t.Cleanup(func() {
+	var once sync.Once
+	cut := func() {
 		// Close shuts the server down through go-plugin's controller.
-		_ = client.Close()
-		_ = server
-	})
+		once.Do(func() { _ = client.Close(); _ = server })
+	}
+	t.Cleanup(cut)
 	raw, err := client.Dispense(plugin.PluginKey)
 	if err != nil {
 		t.Fatalf("dispensing plugin: %v", err)
@@ -289,7 +353,7 @@ func Connect(t testing.TB, impl plugin.Plugin) Client {
 	if !ok {
 		t.Fatalf("dispensed %T, want *plugin.GRPCClient", raw)
 	}
-	return c
+	return c, cut
 }
 
 // StartBinary starts a built plugin binary the way the agent does, with the
