@@ -215,7 +215,14 @@ func (a *agent) startPlugins(ctx context.Context) error {
 		return fmt.Errorf("invalid timings with the kill graces the plugins report:\n%w", err)
 	}
 	a.commands, err = claimCommands(a.cfg, plugins, a.log)
-	return err
+	if err != nil {
+		return err
+	}
+	a.metrics.Known(metrics.Agent{
+		Version: Version, Capacity: a.cfg.Agent.Capacity,
+		Commands: sortedKeys(a.commands), Plugins: sortedKeys(plugins.Infos()),
+	})
+	return nil
 }
 
 // register settles whatever this name's previous process held, so restart
