@@ -50,5 +50,8 @@ WORKDIR /var/lib/tether
 EXPOSE 9090
 # -s: stay a child subreaper when ECS's own init (initProcessEnabled) is PID 1,
 # so orphans are reaped here either way. tini forwards SIGTERM to tether only;
-# the agent decides when its plugins stop.
-ENTRYPOINT ["/usr/bin/tini", "-s", "--", "/usr/local/bin/tether", "run"]
+# the agent decides when its plugins stop. The subcommand is CMD, so a task
+# can run `tether migrate` with the same image and task definition (an ECS
+# command override, deploy/README.md, Migrations).
+ENTRYPOINT ["/usr/bin/tini", "-s", "--", "/usr/local/bin/tether"]
+CMD ["run"]

@@ -60,12 +60,14 @@ test: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 	$(MAKE) fuzz
 	$(MAKE) check-deploy
 
-## check-deploy: promtool checks deploy/prometheus-alerts.yml (Debian's
-## prometheus package has promtool; part of `make test`; the Go test in
-## internal/metrics checks the metric names the rules and dashboard use)
+## check-deploy: promtool checks deploy/prometheus-alerts.yml and runs its
+## cases, deploy/prometheus-alerts.test.yml (Debian's prometheus package has
+## promtool; part of `make test`; the Go tests in internal/metrics run the
+## same and check the metric names the rules and dashboard use)
 check-deploy:
 	@command -v promtool >/dev/null || { echo "promtool not found: apt-get install -y prometheus (it provides promtool; make test checks the alert rules with it)"; exit 1; }
 	promtool check rules deploy/prometheus-alerts.yml
+	cd deploy && promtool test rules prometheus-alerts.test.yml
 
 ## fuzz: the API's submit and list handlers under Go's fuzzer for FUZZTIME
 ## each (asserts no 5xx and no panic; part of `make test`)

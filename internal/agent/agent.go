@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,10 @@ type Options struct {
 	NoMigrate bool
 	// Getenv reads the environment (nil = os.Getenv). Tests pass their own.
 	Getenv func(string) string
-	// Started, if set, is called once the API is listening, with its address.
+	// Listening, if set, is called once the HTTP port is open (before the
+	// database is), with its address: /healthz answers from then on.
+	Listening func(addr string)
+	// Started, if set, is called once the API is serving, with its address.
 	Started func(addr string)
 	// QuietRequests logs the API's request lines at debug (tether dev).
 	QuietRequests bool
@@ -71,6 +75,7 @@ func Run(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts Opti
 	}
 	defer a.close()
 	for _, step := range []func(context.Context) error{
+		a.listen,
 		a.openDatabase,
 		a.startPlugins,
 		a.register,
@@ -115,6 +120,12 @@ type agent struct {
 	draining atomic.Bool
 	stopping chan struct{} // closed at shutdown: followed log streams end
 
+	// handler is what the HTTP server serves: api.BootHandler from the
+	// start, the API once serveAPI built it. boot is what BootHandler says.
+	handler atomic.Pointer[http.Handler]
+	bootMu  sync.Mutex
+	boot    api.Boot
+
 	// The services. Any of api, claims and lockWatch returning on its own
 	// ends Run.
 	api       *apiServer
@@ -145,7 +156,82 @@ func newAgent(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 		cfg: cfg, opts: opts, name: name, log: log, logger: logger,
 		holder:   store.Holder{Name: name, Generation: gen},
 		stopping: make(chan struct{}),
+		metrics:  metrics.New(),
+		boot:     api.Boot{Status: "starting", Detail: "connecting to the database"},
 	}, nil
+}
+
+// listen opens the HTTP port and serves api.BootHandler on it until
+// serveAPI hands it the API: /healthz answers from process start, so a
+// container health check does not replace a task that waits for the
+// database or a migration, and /readyz says what it waits for.
+func (a *agent) listen(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", a.cfg.HTTP.Listen, err)
+	}
+	var boot http.Handler = api.BootHandler(a.bootState, a.metrics.Handler())
+	a.handler.Store(&boot)
+	// A slow or idle client holds a connection only this long. Followed log
+	// streams last as long as their job. The logs handler lifts the write
+	// deadline for them (net/http drops the read deadline itself once a
+	// request's body is read).
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			(*a.handler.Load()).ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: a.cfg.HTTP.ReadHeaderTimeout.Std(),
+		ReadTimeout:       a.cfg.HTTP.ReadTimeout.Std(),
+		WriteTimeout:      a.cfg.HTTP.WriteTimeout.Std(),
+		IdleTimeout:       a.cfg.HTTP.IdleTimeout.Std(),
+	}
+	a.api = newAPIServer(srv, ln, a.stopping, a.cfg.HTTP.ShutdownGrace.Std(), a.log)
+	if err := a.api.Start(ctx); err != nil {
+		return err
+	}
+	a.onClose(a.api.Stop)
+	a.log.Info("HTTP listening (starting: /healthz answers, /readyz 503 until the API is up)", "addr", ln.Addr().String())
+	if a.opts.Listening != nil {
+		a.opts.Listening(ln.Addr().String())
+	}
+	return nil
+}
+
+// bootState is what /readyz says before the API is up.
+func (a *agent) bootState() api.Boot {
+	a.bootMu.Lock()
+	defer a.bootMu.Unlock()
+	return a.boot
+}
+
+func (a *agent) setBoot(b api.Boot) {
+	a.bootMu.Lock()
+	defer a.bootMu.Unlock()
+	a.boot = b
+}
+
+// migrate migrates the schema, telling /readyz who holds the migration
+// lock while it waits for it (migrate.Run logs it too).
+func (a *agent) migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	a.setBoot(api.Boot{Status: "migrating", Detail: "migrating the database schema"})
+	applied, err := migrate.Run(ctx, pool, migrate.Options{Logger: a.log, Waiting: func(h *migrate.Holder) {
+		b := api.Boot{Status: "migrating", Detail: "waiting for the schema migration lock, held by another session"}
+		if h != nil {
+			b.Detail = fmt.Sprintf("waiting for the schema migration lock, held by pid %d (application %q, client %s) for %s",
+				h.PID, h.ApplicationName, h.ClientAddr, h.For.Round(time.Second))
+			b.MigrationLock = &api.MigrationLock{PID: h.PID, ApplicationName: h.ApplicationName,
+				ClientAddr: h.ClientAddr, HeldSeconds: h.For.Seconds()}
+		}
+		a.setBoot(b)
+	}})
+	if err != nil {
+		return fmt.Errorf("migrating the database: %w", err)
+	}
+	if len(applied) > 0 {
+		a.log.Info("applied migrations", "versions", applied)
+	}
+	a.setBoot(api.Boot{Status: "starting", Detail: "taking the agent's name lock, starting plugins, registering"})
+	return nil
 }
 
 // onClose adds f to what Run closes when it returns, before what was added
@@ -178,12 +264,8 @@ func (a *agent) openDatabase(ctx context.Context) error {
 	a.onClose(pool.Close)
 	a.pool, a.st = pool, store.New(pool)
 	if !a.opts.NoMigrate {
-		applied, err := migrate.Migrate(ctx, pool, a.log)
-		if err != nil {
-			return fmt.Errorf("migrating the database: %w", err)
-		}
-		if len(applied) > 0 {
-			a.log.Info("applied migrations", "versions", applied)
+		if err := a.migrate(ctx, pool); err != nil {
+			return err
 		}
 	}
 	// The name lock and LISTEN need a session of their own. They bypass a
@@ -204,7 +286,6 @@ func (a *agent) openDatabase(ctx context.Context) error {
 // the self-fence arithmetic with the kill graces they report, and picks the
 // commands this agent runs.
 func (a *agent) startPlugins(ctx context.Context) error {
-	a.metrics = metrics.New()
 	plugins, graces, err := startPlugins(ctx, a.cfg, a.log, a.metrics)
 	if err != nil {
 		return err
@@ -215,7 +296,14 @@ func (a *agent) startPlugins(ctx context.Context) error {
 		return fmt.Errorf("invalid timings with the kill graces the plugins report:\n%w", err)
 	}
 	a.commands, err = claimCommands(a.cfg, plugins, a.log)
-	return err
+	if err != nil {
+		return err
+	}
+	a.metrics.Known(metrics.Agent{
+		Version: Version, Capacity: a.cfg.Agent.Capacity,
+		Commands: sortedKeys(a.commands), Plugins: sortedKeys(plugins.Infos()),
+	})
+	return nil
 }
 
 // register settles whatever this name's previous process held, so restart
@@ -303,7 +391,8 @@ func (a *agent) buildServices(ctx context.Context) error {
 	return nil
 }
 
-// serveAPI opens the API's pool and serves the API.
+// serveAPI opens the API's pool and serves the API on the port listen
+// opened.
 func (a *agent) serveAPI(ctx context.Context) error {
 	ready := func(context.Context) error {
 		if a.draining.Load() {
@@ -316,17 +405,12 @@ func (a *agent) serveAPI(ctx context.Context) error {
 		return err
 	}
 	a.onClose(apiPool.Close)
-	srv, ln, err := listen(a.cfg, store.New(apiPool), ready, a.stopping, a.metrics, a.logger, a.follow, a.opts.QuietRequests)
-	if err != nil {
-		return err
-	}
-	a.api = newAPIServer(srv, ln, a.stopping, a.cfg.HTTP.ShutdownGrace.Std(), a.log)
-	if err := a.api.Start(ctx); err != nil {
-		return err
-	}
-	a.log.Info("API listening", "addr", ln.Addr().String())
+	h := apiHandler(a.cfg, store.New(apiPool), ready, a.stopping, a.metrics, a.logger, a.follow, a.opts.QuietRequests)
+	a.handler.Store(&h)
+	addr := a.api.Addr()
+	a.log.Info("API listening", "addr", addr)
 	if a.opts.Started != nil {
-		a.opts.Started(ln.Addr().String())
+		a.opts.Started(addr)
 	}
 	return nil
 }
@@ -626,12 +710,12 @@ func pluginsJSON(m *pluginhost.Manager) json.RawMessage {
 	return b
 }
 
-func listen(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger, follow *notify.Hub, quiet bool) (*http.Server, net.Listener, error) {
+func apiHandler(cfg *config.Config, st *store.Store, ready func(context.Context) error, stopping <-chan struct{}, m *metrics.Metrics, logger *slog.Logger, follow *notify.Hub, quiet bool) http.Handler {
 	var console http.Handler
 	if cfg.HTTP.ConsoleOn() {
 		console = ui.Handler()
 	}
-	handler := api.New(api.Options{
+	return api.New(api.Options{
 		Store:          st,
 		Commands:       cfg.Commands,
 		Defaults:       &cfg.Defaults,
@@ -649,22 +733,6 @@ func listen(cfg *config.Config, st *store.Store, ready func(context.Context) err
 		QuietRequests:  quiet,
 		Console:        console,
 	})
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return nil, nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-	}
-	// A slow or idle client holds a connection only this long. Followed log
-	// streams last as long as their job. The logs handler lifts the write
-	// deadline for them (net/http drops the read deadline itself once a
-	// request's body is read).
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout.Std(),
-		ReadTimeout:       cfg.HTTP.ReadTimeout.Std(),
-		WriteTimeout:      cfg.HTTP.WriteTimeout.Std(),
-		IdleTimeout:       cfg.HTTP.IdleTimeout.Std(),
-	}
-	return srv, ln, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

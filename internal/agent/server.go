@@ -14,6 +14,7 @@ import (
 // apiServer serves the API from Start to Stop.
 type apiServer struct {
 	srv      *http.Server
+	addr     string
 	stopping chan struct{} // closed at Stop: followed log streams end
 	grace    time.Duration // http.shutdown_grace: what in-flight requests get at Stop
 	log      *slog.Logger
@@ -23,10 +24,13 @@ type apiServer struct {
 
 func newAPIServer(srv *http.Server, ln net.Listener, stopping chan struct{}, grace time.Duration, log *slog.Logger) *apiServer {
 	return &apiServer{
-		srv: srv, stopping: stopping, grace: grace, log: log,
+		srv: srv, addr: ln.Addr().String(), stopping: stopping, grace: grace, log: log,
 		serve: startstop.New("API server", func(context.Context) error { return srv.Serve(ln) }),
 	}
 }
+
+// Addr is the address it listens on.
+func (s *apiServer) Addr() string { return s.addr }
 
 // Start serves the API until Stop.
 func (s *apiServer) Start(ctx context.Context) error { return s.serve.Start(ctx) }

@@ -122,7 +122,7 @@ func New(opts Options) http.Handler {
 	}
 	sort.Strings(s.commandNames)
 
-	mux := http.NewServeMux()
+	mux := &routes{mux: http.NewServeMux()}
 	auth := s.authenticate
 	post := func(h http.HandlerFunc) http.Handler { return auth(s.stateChanging(h)) }
 	mux.Handle("POST /api/v1/jobs", post(s.submit))
@@ -136,8 +136,8 @@ func New(opts Options) http.Handler {
 	mux.Handle("GET /api/v1/commands", auth(s.commands))
 	mux.Handle("GET /api/v1/cleanups", auth(s.cleanups))
 	mux.Handle("GET /api/v1/openapi.json", auth(s.openAPIHandler()))
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /healthz", http.HandlerFunc(s.healthz))
+	mux.Handle("GET /readyz", http.HandlerFunc(s.readyz))
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
@@ -145,7 +145,22 @@ func New(opts Options) http.Handler {
 		mux.Handle("GET /{$}", opts.Console)
 		mux.Handle("GET /ui/", opts.Console)
 	}
-	return s.logRequests(s.checkHost(checkQueryText(jsonRouteErrors(mux))))
+	if opts.RequestMetrics != nil {
+		opts.RequestMetrics.KnownRoutes(append(mux.patterns, metrics.UnmatchedRoute))
+	}
+	return s.logRequests(s.checkHost(checkQueryText(jsonRouteErrors(mux.mux))))
+}
+
+// routes is the API's mux and the patterns registered on it, the route
+// label's values.
+type routes struct {
+	mux      *http.ServeMux
+	patterns []string
+}
+
+func (r *routes) Handle(pattern string, h http.Handler) {
+	r.mux.Handle(pattern, h)
+	r.patterns = append(r.patterns, pattern)
 }
 
 // checkQueryText refuses a query string PostgreSQL could not compare:

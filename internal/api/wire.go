@@ -83,6 +83,19 @@ type Status struct {
 	// Warnings (readyz) are conditions that do not make this agent unready
 	// but leave work undone, such as a command no live agent serves.
 	Warnings []string `json:"warnings,omitempty"`
+	// MigrationLock (readyz, status "migrating") is the session holding
+	// the schema migration lock this agent waits for, when it can tell.
+	MigrationLock *MigrationLock `json:"migration_lock,omitempty"`
+}
+
+// MigrationLock is who holds the schema migration lock, as the database's
+// pg_locks and pg_stat_activity say (empty where it hides another role's
+// session).
+type MigrationLock struct {
+	PID             int     `json:"pid"`
+	ApplicationName string  `json:"application_name,omitempty"`
+	ClientAddr      string  `json:"client_addr,omitempty"`
+	HeldSeconds     float64 `json:"held_seconds"`
 }
 
 // Error is the body of every error answer. Field names the offending request

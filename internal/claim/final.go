@@ -134,7 +134,7 @@ func (e *executor) afterEnd(end store.End, ended store.Ended, o store.Outcome) {
 	e.remember(e.j, &end)
 	e.observeEnd(ended)
 	if ended.Retried {
-		e.metrics.JobsFinished.WithLabelValues("retried").Inc()
+		e.metrics.JobsFinished.WithLabelValues(metrics.FinishedRetried).Inc()
 		e.log.Info("attempt failed; retry scheduled", "error", o.Error, "next_attempt", ended.Attempt, "run_after", ended.RunAfter, "after_cleanup", end.Plan.Cleanup)
 	} else {
 		e.metrics.JobsFinished.WithLabelValues(string(ended.Status)).Inc()

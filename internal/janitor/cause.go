@@ -17,6 +17,25 @@ const (
 	CauseNone           Cause = "none"
 )
 
+// actionCauses are the (action, cause) pairs CauseOf gives: the label
+// values of tether_janitor_actions_total, exported at 0 from the start.
+func actionCauses() [][2]string {
+	var out [][2]string
+	add := func(k Kind, causes ...Cause) {
+		for _, c := range causes {
+			out = append(out, [2]string{string(k), string(c)})
+		}
+	}
+	add(Cancel, CauseCanceled)
+	for _, k := range []Kind{FailPending, FailUnclaimed, FailAWOL, FailActiveTimeout} {
+		add(k, CauseTimeout)
+	}
+	for _, k := range []Kind{Requeue, Release, Fail} {
+		add(k, CauseAgentGone, CauseAgentStopped, CauseAgentRestarted, CauseAgentDead, CauseAgentSilent)
+	}
+	return out
+}
+
 // CauseOf classifies the action Decide chose for in.
 func CauseOf(k Kind, in Input) Cause {
 	switch k {

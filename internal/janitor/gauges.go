@@ -8,14 +8,19 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// refreshGauges sets the cluster-wide backlog gauges (queue per configured
-// command, cleanup backlog) once per janitor pass. A scrape reads the last
-// values and never queries the database.
+// refreshGauges sets the cluster-wide gauges (queue per command the
+// database knows, agents by state, cleanup backlog) once per janitor pass.
+// A scrape reads the last values and never queries the database.
 func (s *Service) refreshGauges(ctx context.Context) {
 	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), s.cfg.StaleJob); err == nil {
 		s.cfg.Metrics.SetQueue(stats)
 	} else {
 		s.log.Warn("measuring the queue", "err", err)
+	}
+	if agents, err := s.store.ListAgents(ctx, store.AgentListParams{All: true, LiveWithin: s.cfg.StaleJob}); err == nil {
+		s.cfg.Metrics.SetAgents(agentStates(agents))
+	} else {
+		s.log.Warn("counting the agents", "err", err)
 	}
 	if n, oldest, err := s.store.CleanupBacklog(ctx); err == nil {
 		s.pending.Set(float64(n))
@@ -25,6 +30,25 @@ func (s *Service) refreshGauges(ctx context.Context) {
 	}
 }
 
+// agentStates counts agents by the states of tether_agents. Who is live is
+// the store's judgement (store.Agent.Live). A row neither live nor stopped
+// went silent without stopping: lost while its silence is younger than
+// metrics.LostWindow (older ones wait for pruning, counted nowhere).
+func agentStates(agents []store.Agent) map[string]int {
+	out := map[string]int{}
+	for _, a := range agents {
+		switch {
+		case a.Live && a.State == "draining":
+			out[metrics.AgentDraining]++
+		case a.Live:
+			out[metrics.AgentRunning]++
+		case a.State != "stopped" && time.Duration(a.SilentFor*float64(time.Second)) < metrics.LostWindow:
+			out[metrics.AgentLost]++
+		}
+	}
+	return out
+}
+
 // QueueCountCap is the most due jobs per command QueueStats counts. A count
 // of QueueCountCap means at least that many. Every agent measures the queue
 // every janitor pass, and counting a backlog of 1,000,000 jobs read every one
@@ -32,15 +56,24 @@ func (s *Service) refreshGauges(ctx context.Context) {
 // (docs/operations.md, Metrics, and tether_queue_jobs's help says it too).
 const QueueCountCap = 10000
 
-// QueueStats measures the due, unowned jobs of each command (at most
-// QueueCountCap of them), how long the oldest has waited, and the live
-// agents (seen within liveWithin) claiming it (see queries/queue_stats.sql:
-// the head of one index range per command), with JIT off.
+// QueueCommandCap is the most commands QueueStats measures (the configured
+// ones first): it bounds both the pass's cost and the series of the queue
+// gauges, whatever a database holds.
+const QueueCommandCap = 500
+
+// QueueStats measures, for the configured commands and every other command
+// the database knows (announced by an agents row, or with unowned jobs), at
+// most QueueCommandCap in all: the due, unowned jobs (at most QueueCountCap
+// of them), how long the oldest has waited, and the live agents (seen
+// within liveWithin) claiming it. It is one statement (see
+// queries/queue_stats.sql: the head of one index range per command), with
+// JIT off.
 func QueueStats(ctx context.Context, db store.Batcher, commands []string, liveWithin time.Duration) ([]metrics.QueueStat, error) {
-	if len(commands) == 0 {
-		return nil, nil
+	if commands == nil {
+		commands = []string{}
 	}
-	stats, err := store.QueueStats(ctx, db, commands, liveWithin, QueueCountCap)
+	stats, err := store.QueueStats(ctx, db, store.QueueParams{
+		Commands: commands, MaxCommands: QueueCommandCap, LiveWithin: liveWithin, Cap: QueueCountCap})
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func TestPassSetsQueueGauges(t *testing.T) {
 	f.exec(`UPDATE active_jobs SET run_after = now() - interval '90 seconds' WHERE job_id = $1`, old)
 	later := f.submit("c", "sh")
 	f.exec(`UPDATE active_jobs SET run_after = now() + interval '1 hour' WHERE job_id = $1`, later)
-	f.submit("other", "sh") // not configured here: not exported by this agent
+	f.submit("other", "sh") // not configured here, but queued: exported too
 
 	_, err := svc.Pass(f.ctx)
 	require.NoError(t, err)
@@ -46,7 +46,9 @@ func TestPassSetsQueueGauges(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, []string{"c", "idle"}, commands, "one series per configured command, none for others")
+	assert.Equal(t, []string{"c", "idle", "other"}, commands, "one series per command the database knows")
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_queue_jobs", "other"))
+	assert.Equal(t, 0.0, metricValue(t, m, "tether_command_live_agents", "other"), "no agent serves other")
 
 	age := metricValue(t, m, "tether_queue_oldest_seconds", "c")
 	assert.GreaterOrEqual(t, age, 90.0)
@@ -66,6 +68,108 @@ func TestPassSetsQueueGauges(t *testing.T) {
 	_, err = svc.Pass(f.ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 0.0, metricValue(t, m, "tether_command_live_agents", "c"))
+}
+
+// The incident of issue 27: the only agents of command report are gone
+// (one stopped, one killed long ago, and one whose row was pruned), 20 of
+// its jobs have waited 18 minutes, and the agent measuring serves only c.
+// The gauges still say so, for TetherCommandUnserved and TetherQueueTooOld
+// to fire: every command an agents row announces or with queued jobs is
+// measured, not only the configured ones.
+func TestQueueGaugesCoverCommandsWhoseAgentsAreGone(t *testing.T) {
+	f := newFixture(t)
+	h := f.agentServing("a", "a-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	stopped := f.agentServing("r1", "r1-g1", []string{"report"}, map[string][]string{"sh": shCaps})
+	require.NoError(t, f.st.SetAgentState(f.ctx, stopped, "stopped"))
+	f.agentServing("r2", "r2-g1", []string{"report", "audit"}, map[string][]string{"sh": shCaps})
+	f.agentSilence("r2", 3*time.Hour)
+	m := metrics.New()
+	svc := New(f.pool, newFakePlugins(), Config{Logger: quiet, Holder: h, Metrics: m,
+		Commands: map[string]json.RawMessage{"c": nil}})
+	for range 20 {
+		f.due(f.submit("report", "sh"), 18*time.Minute)
+	}
+	f.due(f.submit("pruned", "sh"), time.Minute) // no agents row announces it any more
+
+	_, err := svc.Pass(f.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 20.0, metricValue(t, m, "tether_queue_jobs", "report"))
+	assert.InDelta(t, 18*60, metricValue(t, m, "tether_queue_oldest_seconds", "report"), 30)
+	assert.Equal(t, 0.0, metricValue(t, m, "tether_command_live_agents", "report"), "its agents are stopped or silent")
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_queue_jobs", "pruned"))
+	assert.Equal(t, 0.0, metricValue(t, m, "tether_command_live_agents", "pruned"))
+	assert.Equal(t, 0.0, metricValue(t, m, "tether_queue_jobs", "audit"), "announced by an agents row, nothing queued")
+	assert.Equal(t, 0.0, metricValue(t, m, "tether_command_live_agents", "audit"))
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_command_live_agents", "c"))
+}
+
+// The commands measured are capped, the configured ones first: a database
+// with more distinct commands than QueueCommandCap costs one bounded
+// statement and exports at most that many series.
+func TestQueueGaugesCapTheCommands(t *testing.T) {
+	f := newFixture(t)
+	h := f.agentServing("a", "a-g1", []string{"zz-mine"}, map[string][]string{"sh": shCaps})
+	m := metrics.New()
+	svc := New(f.pool, newFakePlugins(), Config{Logger: quiet, Holder: h, Metrics: m,
+		Commands: map[string]json.RawMessage{"zz-mine": nil}})
+	f.exec(`WITH j AS (
+	    INSERT INTO jobs (id, command, plugin, status, created_at, updated_at)
+	    SELECT 'many-' || g, 'c-' || lpad(g::text, 4, '0'), 'sh', 'queued', now(), now()
+	    FROM generate_series(1, $1) g
+	    RETURNING id, command, plugin, created_at
+	)
+	INSERT INTO active_jobs (job_id, command, plugin, run_after) SELECT id, command, plugin, created_at FROM j`, QueueCommandCap+20)
+
+	_, err := svc.Pass(f.ctx)
+	require.NoError(t, err)
+	mfs, err := m.Registry().Gather()
+	require.NoError(t, err)
+	var series int
+	for _, mf := range mfs {
+		if mf.GetName() == "tether_queue_jobs" {
+			series = len(mf.GetMetric())
+		}
+	}
+	assert.Equal(t, QueueCommandCap, series)
+	assert.Equal(t, 0.0, metricValue(t, m, "tether_queue_jobs", "zz-mine"), "the configured command is measured first")
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_queue_jobs", "c-0001"))
+}
+
+// tether_agents counts the cluster's agents by state, as the store judges
+// who is live: a killed agent (silent, never marked stopped) is lost for
+// an hour, then counted nowhere while its row waits for pruning; a drained
+// one that marked itself stopped is never lost.
+func TestPassSetsAgentGauges(t *testing.T) {
+	f := newFixture(t)
+	h := f.agentServing("a", "a-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	f.agentServing("b", "b-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	d := f.agentServing("d", "d-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	require.NoError(t, f.st.SetAgentState(f.ctx, d, "draining"))
+	f.agentServing("killed", "k-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	f.agentSilence("killed", 5*time.Minute)
+	f.agentServing("ancient", "x-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	f.agentSilence("ancient", 2*time.Hour)
+	s := f.agentServing("drained", "s-g1", []string{"c"}, map[string][]string{"sh": shCaps})
+	require.NoError(t, f.st.SetAgentState(f.ctx, s, "stopped"))
+	f.agentSilence("drained", 5*time.Minute)
+	m := metrics.New()
+	assert.Equal(t, 0.0, metricValue(t, m, "tether_agents", metrics.AgentLost), "exported at 0 before the first pass")
+	svc := New(f.pool, newFakePlugins(), Config{Logger: quiet, Holder: h, Metrics: m, StaleJob: time.Minute,
+		Commands: map[string]json.RawMessage{"c": nil}})
+
+	_, err := svc.Pass(f.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2.0, metricValue(t, m, "tether_agents", metrics.AgentRunning))
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_agents", metrics.AgentDraining))
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_agents", metrics.AgentLost), "killed only")
+
+	// b is killed too; killed comes back.
+	f.agentSilence("b", 2*time.Minute)
+	f.agentSilence("killed", 0)
+	_, err = svc.Pass(f.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2.0, metricValue(t, m, "tether_agents", metrics.AgentRunning))
+	assert.Equal(t, 1.0, metricValue(t, m, "tether_agents", metrics.AgentLost), "b")
 }
 
 func TestCauseOf(t *testing.T) {

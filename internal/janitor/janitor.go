@@ -189,7 +189,7 @@ type Service struct {
 func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 	cfg.setDefaults()
 	reg := cfg.Metrics.Registerer()
-	return &Service{
+	s := &Service{
 		pool:    pool,
 		store:   store.New(pool),
 		plugins: plugins,
@@ -209,6 +209,14 @@ func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 			Name: "tether_retention_deleted_total", Help: "Terminal jobs this agent's janitor deleted after their ttl.",
 		})),
 	}
+	// At 0 from the start, so increase() sees the first (metrics package).
+	for _, ac := range actionCauses() {
+		s.actions.WithLabelValues(ac[0], ac[1])
+	}
+	for _, r := range []string{"ok", "failed", "skipped"} {
+		s.cleanupAttempts.WithLabelValues(r)
+	}
+	return s
 }
 
 // register adds c to reg, or returns the collector already registered under

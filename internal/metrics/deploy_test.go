@@ -254,7 +254,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"TetherQueueTooOld", "TetherCommandUnserved", "TetherLeaseLosses", "TetherCleanupBacklogGrowing",
-		"TetherPluginRestartLoop", "TetherAgentDown", "TetherNoAgent", "TetherHTTP5xx"} {
+		"TetherCleanupStuck", "TetherPluginRestartLoop", "TetherAgentDown", "TetherAgentUnreachable", "TetherNoAgent", "TetherHTTP5xx"} {
 		assert.Contains(t, alerts, want)
 	}
 }

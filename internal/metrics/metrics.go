@@ -3,14 +3,21 @@
 // several agents in one process never share state.
 //
 // Cardinality is bounded by construction. Command labels take the names of
-// the commands in the agent's config, plugin labels the configured plugins,
-// route labels the API's fixed route patterns, and every other label a small
-// fixed set listed in docs/operations.md (section Metrics).
+// the commands in the agent's config, and the cluster gauges those of the
+// commands the database knows (at most janitor.QueueCommandCap); plugin
+// labels the configured plugins, route labels the API's fixed route
+// patterns, and every other label a small fixed set listed in
+// docs/operations.md (section Metrics).
+//
+// Every labelled counter is exported at 0 for its known label values from
+// the start (New, Known), so increase() sees its first event: a series
+// that appears at 5 has no increase.
 package metrics
 
 import (
 	"net/http"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,7 +37,34 @@ const (
 	ReleaseHandoff     = "handoff"      // the agent shut down and handed the job off
 	ReleaseSelfFenced  = "self_fenced"  // the agent could not renew its leases
 	ReleaseHistoryLost = "history_lost" // the database lost the job's latest checkpoint: resume from the one it kept
+
+	// FinishedRetried is the status label of an attempt that failed and was
+	// scheduled again (tether_jobs_finished_total).
+	FinishedRetried = "retried"
 )
+
+// The fixed label values of the counters, exported at 0 from New.
+var (
+	leaseLossReasons = []string{LeaseLostHeartbeat, LeaseLostWrite, LeaseLostHandoff}
+	releaseReasons   = []string{ReleaseHandoff, ReleaseSelfFenced, ReleaseHistoryLost}
+	finishedStatuses = []string{"succeeded", "failed", "canceled", FinishedRetried}
+)
+
+// Agent states of tether_agents, the cluster's agents rows as the janitor
+// counts them.
+const (
+	AgentRunning  = "running"  // live, claiming
+	AgentDraining = "draining" // live, handing off before it stops
+	// AgentLost is an agent that neither is live nor said it stopped, and
+	// went silent within LostWindow: killed, out of memory, its host gone,
+	// or hung. A drained agent marks itself stopped and is never lost.
+	AgentLost = "lost"
+)
+
+// LostWindow is how long an agent that went silent without stopping counts
+// as lost (tether_agents{state="lost"}): long enough for TetherAgentDown to
+// fire, short enough that it resolves while the row waits for pruning.
+const LostWindow = time.Hour
 
 // UnmatchedRoute is the route label of a request no API route matched
 // (404, 405, or refused before routing: Host check, bad query text).
@@ -56,13 +90,15 @@ type Metrics struct {
 	// dead (name lock free, silent for dead_after), once each.
 	AgentsDead prometheus.Counter
 
-	// QueueJobs and QueueOldest are the due, unowned jobs per configured
-	// command and how long the oldest has been due, for the whole cluster,
-	// as of this agent's last janitor pass.
+	// QueueJobs and QueueOldest are the due, unowned jobs per command and
+	// how long the oldest has been due, for the whole cluster, as of this
+	// agent's last janitor pass. The commands are every one the database
+	// knows (configured here, announced by an agents row, or with jobs
+	// queued), so a command whose agents are all gone still has its series.
 	QueueJobs   *prometheus.GaugeVec // by command
 	QueueOldest *prometheus.GaugeVec // by command
-	// CommandAgents is the live agents claiming each configured command
-	// (0: its jobs wait), as of this agent's last janitor pass.
+	// CommandAgents is the live agents claiming each of those commands (0:
+	// its jobs wait), as of this agent's last janitor pass.
 	CommandAgents *prometheus.GaugeVec // by command
 	// AttemptDuration is observed when this agent records an attempt's end
 	// (by command and outcome: the status stored, "retried" for a retry).
@@ -86,6 +122,16 @@ type Metrics struct {
 	// of (each has a database_history_lost event).
 	DatabaseHistory *prometheus.CounterVec
 	HistoryLost     prometheus.Counter
+
+	// BuildInfo is 1, labelled with the agent's version and Go version
+	// (Known sets it).
+	BuildInfo *prometheus.GaugeVec
+	// Capacity is this agent's agent.capacity: tether_running_jobs /
+	// tether_capacity is its saturation (Known sets it).
+	Capacity prometheus.Gauge
+	// Agents is the cluster's agents by state (AgentRunning, AgentDraining,
+	// AgentLost), as of this agent's last janitor pass.
+	Agents *prometheus.GaugeVec
 }
 
 // jobBuckets span half a second to 4.5 hours. claimBuckets span 10 ms to
@@ -130,13 +176,13 @@ func New() *Metrics {
 			Name: "tether_agents_dead_total", Help: "Agent generations this agent found dead: name lock free and silent for dead_after (their jobs settled early).",
 		}),
 		QueueJobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_queue_jobs", Help: "Due jobs no agent holds (queued, or released for resuming), counted up to 10000 per command (10000 means at least that many), cluster-wide, by configured command, as of this agent's last janitor pass.",
+			Name: "tether_queue_jobs", Help: "Due jobs no agent holds (queued, or released for resuming), counted up to 10000 per command (10000 means at least that many), cluster-wide, by command the database knows, as of this agent's last janitor pass.",
 		}, []string{"command"}),
 		QueueOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_queue_oldest_seconds", Help: "How long the longest-waiting due job has been claimable (0 when none), cluster-wide, by configured command, as of this agent's last janitor pass.",
+			Name: "tether_queue_oldest_seconds", Help: "How long the longest-waiting due job has been claimable (0 when none), cluster-wide, by command the database knows, as of this agent's last janitor pass.",
 		}, []string{"command"}),
 		CommandAgents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_command_live_agents", Help: "Live agents (running, seen within stale_job) claiming the command's jobs, by configured command, as of this agent's last janitor pass; 0 means its jobs wait queued.",
+			Name: "tether_command_live_agents", Help: "Live agents (running, seen within stale_job) claiming the command's jobs, by command the database knows, as of this agent's last janitor pass; 0 means its jobs wait queued.",
 		}, []string{"command"}),
 		AttemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tether_attempt_duration_seconds", Help: "Duration of the attempts this agent ended, from the plugin's first call (across resumes), by command and outcome (the status stored, retried for a retry).",
@@ -175,10 +221,29 @@ func New() *Metrics {
 		HistoryLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tether_database_history_lost_total", Help: "Jobs whose acknowledged writes (claim, running, checkpoint, output, end) this agent found the database had lost with its history; each has a database_history_lost event saying what and what was done.",
 		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_build_info", Help: "1, labelled with the agent's version and the Go version it was built with.",
+		}, []string{"version", "goversion"}),
+		Capacity: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tether_capacity", Help: "Jobs this agent holds at most at once (agent.capacity); tether_running_jobs / tether_capacity is its saturation.",
+		}),
+		Agents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_agents", Help: "The cluster's agents by state: running and draining (live), lost (neither live nor stopped, silent for less than an hour: killed, crashed or hung), as of this agent's last janitor pass.",
+		}, []string{"state"}),
 	}
-	// Both series exist from the start, so increase() sees the first one.
-	m.DatabaseHistory.WithLabelValues("failover")
-	m.DatabaseHistory.WithLabelValues("rewound")
+	// Every series of a fixed label set exists from the start, so
+	// increase() sees the first event.
+	for _, v := range [][]string{{"failover"}, {"rewound"}} {
+		m.DatabaseHistory.WithLabelValues(v...)
+	}
+	zero(m.LeasesLost, leaseLossReasons)
+	zero(m.Releases, releaseReasons)
+	zero(m.JobsFinished, finishedStatuses)
+	zero(m.Heartbeats, []string{"ok", "error"})
+	zero(m.LogBytes, []string{"stdout", "stderr"})
+	for _, s := range []string{AgentRunning, AgentDraining, AgentLost} {
+		m.Agents.WithLabelValues(s)
+	}
 	m.Registerer().MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -186,9 +251,53 @@ func New() *Metrics {
 		m.RunningJobs, m.LogBytes, m.CleanupFailures, m.AgentsDead,
 		m.QueueJobs, m.QueueOldest, m.CommandAgents, m.AttemptDuration, m.JobDuration, m.ClaimLatency,
 		m.Resumes, m.Releases, m.CleanupsOldest, m.PluginRestarts, m.HTTPRequests, m.HTTPDuration,
-		m.DatabaseHistory, m.HistoryLost,
+		m.DatabaseHistory, m.HistoryLost, m.BuildInfo, m.Capacity, m.Agents,
 	)
 	return m
+}
+
+// zero creates c's series for each of values (of its one label) at 0.
+func zero(c *prometheus.CounterVec, values []string) {
+	for _, v := range values {
+		c.WithLabelValues(v)
+	}
+}
+
+// Agent is what an agent knows of itself at start: the label values of its
+// counters that depend on its configuration.
+type Agent struct {
+	Version  string
+	Capacity int
+	Commands []string // the commands it claims
+	Plugins  []string // the plugins it started
+}
+
+// Known exports the build info and capacity of a, and its per-command and
+// per-plugin counters at 0, so the first resume or plugin crash is an
+// increase.
+func (m *Metrics) Known(a Agent) {
+	m.BuildInfo.Reset()
+	m.BuildInfo.WithLabelValues(a.Version, runtime.Version()).Set(1)
+	m.Capacity.Set(float64(a.Capacity))
+	zero(m.Resumes, a.Commands)
+	zero(m.PluginRestarts, a.Plugins)
+}
+
+// KnownRoutes exports tether_http_requests_total at 0 for code 500 of each
+// route pattern, so the first internal error is an increase. Codes are not
+// a closed set: the others appear at their first request.
+func (m *Metrics) KnownRoutes(routes []string) {
+	for _, r := range routes {
+		m.HTTPRequests.WithLabelValues(r, strconv.Itoa(http.StatusInternalServerError))
+	}
+}
+
+// SetAgents sets tether_agents to counts, by state; a state missing from
+// counts is 0.
+func (m *Metrics) SetAgents(counts map[string]int) {
+	for _, s := range []string{AgentRunning, AgentDraining, AgentLost} {
+		m.Agents.WithLabelValues(s).Set(float64(counts[s]))
+	}
 }
 
 // Registry is the registry to gather from.
@@ -269,8 +378,8 @@ type QueueStat struct {
 	Agents  int // live agents claiming it
 }
 
-// SetQueue replaces the queue gauges with stats, so a command dropped from
-// the config stops being exported.
+// SetQueue replaces the queue gauges with stats, so a command the database
+// no longer knows stops being exported.
 func (m *Metrics) SetQueue(stats []QueueStat) {
 	m.QueueJobs.Reset()
 	m.QueueOldest.Reset()

@@ -18,14 +18,26 @@ type QueueStat struct {
 	Agents  int           // live agents claiming the command
 }
 
-// QueueStats measures the due, unowned jobs of each command (at most limit
-// of them), how long the oldest has waited, and the live agents (seen within
-// liveWithin) claiming it, with JIT off (queries/queue_stats.sql reads the
-// head of one index range per command).
-func QueueStats(ctx context.Context, db Batcher, commands []string, liveWithin time.Duration, limit int) ([]QueueStat, error) {
+// QueueParams say what QueueStats measures.
+type QueueParams struct {
+	// Commands are measured whatever the database holds (the configured
+	// ones). Every command an agents row announces or with unowned jobs is
+	// measured too, MaxCommands in all at most (Commands first).
+	Commands    []string
+	MaxCommands int
+	LiveWithin  time.Duration // how recently a live agent was seen
+	Cap         int           // the most due jobs counted per command
+}
+
+// QueueStats measures, for every command the database knows (see
+// QueueParams), the due, unowned jobs (at most p.Cap of them), how long the
+// oldest has waited, and the live agents claiming it, in one statement with
+// JIT off (queries/queue_stats.sql reads the head of one index range per
+// command).
+func QueueStats(ctx context.Context, db Batcher, p QueueParams) ([]QueueStat, error) {
 	st := queries.Named("queue_stats")
 	rows, err := QueryHot(ctx, db, st.SQL, st.Args(map[string]any{
-		"commands": commands, "live_s": liveWithin.Seconds(), "cap": limit})...)
+		"commands": p.Commands, "max_commands": p.MaxCommands, "live_s": p.LiveWithin.Seconds(), "cap": p.Cap})...)
 	if err != nil {
 		return nil, fmt.Errorf("measuring the queue: %w", err)
 	}

@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetherjobs/tether/queries"
 )
 
-// LockKey is the pg_advisory_xact_lock key (bigint form) that serialises
+// LockKey is the pg_try_advisory_xact_lock key (bigint form) that serialises
 // migrators. Other advisory locks in tether must not use it.
 const LockKey int64 = 0x7465_7468_6572_0001 // "tether" + 1
 
@@ -33,14 +34,55 @@ func (e *TooNewError) Error() string {
 	return fmt.Sprintf("database schema is at version %d but this tether knows up to %d; upgrade tether", e.Database, e.Known)
 }
 
+// Holder is the session holding the migration lock, as pg_locks and
+// pg_stat_activity tell (empty text where the database hides it).
+type Holder struct {
+	PID             int
+	ApplicationName string
+	ClientAddr      string
+	For             time.Duration // how long its transaction (or session) has run
+}
+
+// Options are Run's knobs. The zero value is Migrate's.
+type Options struct {
+	Logger *slog.Logger
+	// Waiting, if set, is called each time the lock is found held by
+	// another session, with who holds it (nil when it cannot tell).
+	Waiting func(*Holder)
+	// Poll is how often the lock is tried again while held elsewhere
+	// (DefaultPoll), LogEvery how often the wait is logged again after the
+	// first line, at once (DefaultLogEvery).
+	Poll     time.Duration
+	LogEvery time.Duration
+}
+
+// The defaults of Options.
+const (
+	DefaultPoll     = 500 * time.Millisecond
+	DefaultLogEvery = 15 * time.Second
+)
+
 // Migrate applies all pending migrations in one transaction under an advisory
 // lock and returns the versions it applied (none when the database is
 // current). Concurrent callers wait for each other. The later ones find
 // nothing to do.
 func Migrate(ctx context.Context, db DB, logger *slog.Logger) (applied []int, err error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	return Run(ctx, db, Options{Logger: logger})
+}
+
+// Run is Migrate with options. While another session holds the migration
+// lock it logs who at once, and again every o.LogEvery, and tells o.Waiting.
+func Run(ctx context.Context, db DB, o Options) (applied []int, err error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.LogEvery <= 0 {
+		o.LogEvery = DefaultLogEvery
+	}
+	logger := o.Logger
 	migrations, err := queries.Migrations()
 	if err != nil {
 		return nil, err
@@ -54,8 +96,8 @@ func Migrate(ctx context.Context, db DB, logger *slog.Logger) (applied []int, er
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, err := tx.Exec(ctx, queries.Get("migrate_lock"), LockKey); err != nil {
-		return nil, fmt.Errorf("migrating: taking the migration lock: %w", err)
+	if err := waitForLock(ctx, tx, o); err != nil {
+		return nil, err
 	}
 	if _, err := tx.Exec(ctx, queries.Get("migrate_create_table")); err != nil {
 		return nil, fmt.Errorf("migrating: creating tether_schema_migrations: %w", err)
@@ -85,6 +127,71 @@ func Migrate(ctx context.Context, db DB, logger *slog.Logger) (applied []int, er
 		logger.Info("schema migrated", "from", current, "to", applied[len(applied)-1], "applied", applied)
 	}
 	return applied, nil
+}
+
+// waitForLock takes the migration lock in tx, trying every o.Poll while
+// another session holds it. A blocking pg_advisory_xact_lock would wait
+// without a word: on first boot an agent then answered nothing and logged
+// nothing until the holder was done.
+func waitForLock(ctx context.Context, tx pgx.Tx, o Options) error {
+	lock := queries.Named("migrate_lock")
+	var began, logged time.Time
+	for {
+		var got bool
+		if err := tx.QueryRow(ctx, lock.SQL, lock.Args(map[string]any{"key": LockKey})...).Scan(&got); err != nil {
+			return fmt.Errorf("migrating: taking the migration lock: %w", err)
+		}
+		if got {
+			if !began.IsZero() {
+				o.Logger.Info("took the migration lock", "waited", time.Since(began).Round(time.Millisecond))
+			}
+			return nil
+		}
+		h, err := lockHolder(ctx, tx)
+		if err != nil {
+			o.Logger.Warn("reading who holds the migration lock", "err", err)
+		}
+		if o.Waiting != nil {
+			o.Waiting(h)
+		}
+		now := time.Now()
+		if began.IsZero() {
+			began = now
+		}
+		if logged.IsZero() || now.Sub(logged) >= o.LogEvery {
+			logged = now
+			attrs := []any{"waited", now.Sub(began).Round(time.Second)}
+			if h != nil {
+				attrs = append(attrs, "holder_pid", h.PID, "holder_application", h.ApplicationName,
+					"holder_addr", h.ClientAddr, "held_for", h.For.Round(time.Second))
+			}
+			o.Logger.Warn("waiting for the migration lock: another session is migrating the schema (or holds its lock)", attrs...)
+		}
+		t := time.NewTimer(o.Poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("migrating: waiting for the migration lock: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// lockHolder returns who holds the migration lock, nil when nobody (it was
+// just released) or when the database does not show it.
+func lockHolder(ctx context.Context, tx pgx.Tx) (*Holder, error) {
+	st := queries.Named("migrate_lock_holder")
+	var h Holder
+	var secs float64
+	err := tx.QueryRow(ctx, st.SQL, st.Args(map[string]any{"key": LockKey})...).Scan(&h.PID, &h.ApplicationName, &h.ClientAddr, &secs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_locks: %w", err)
+	}
+	h.For = time.Duration(secs * float64(time.Second))
+	return &h, nil
 }
 
 // Status reports the database's schema version and the versions Migrate
