@@ -611,8 +611,7 @@ func claimCommands(cfg *config.Config, plugins *pluginhost.Manager, log *slog.Lo
 func commandSpecs(cfg *config.Config, served map[string]claim.Command) map[string]store.CommandSpec {
 	out := make(map[string]store.CommandSpec, len(served))
 	for name := range served {
-		c := cfg.Commands[name]
-		out[name] = store.CommandSpec{Plugin: c.Plugin, Defaults: cfg.Defaults.Set(), Limits: c.Limits.Partial(), Max: c.Limits.MaxPartial()}
+		out[name] = api.SpecOf(cfg.Commands[name], cfg.Defaults)
 	}
 	return out
 }

@@ -122,3 +122,47 @@ func (s *Store) SetAgentState(ctx context.Context, h Holder, state string) error
 	}
 	return nil
 }
+
+// ResolveLimits returns what a job submitted under this spec runs under,
+// exactly as config.Command's ResolveLimits does on the announcing agent:
+// its defaults, then the command's limits, then the override, each lever of
+// which must be within the command's maximum.
+func (c CommandSpec) ResolveLimits(override limits.Partial) (limits.Set, []*limits.FieldError) {
+	return limits.Resolve(c.Defaults, c.Limits, c.Max, override)
+}
+
+// AnnouncedCommand is a command live agents announce in their command
+// specs.
+type AnnouncedCommand struct {
+	// Spec is what a submit of it resolves with, Agent's: see
+	// queries/command_specs_live.sql for which agent's when they differ.
+	Spec  CommandSpec
+	Agent string
+	// Agents are all the live agents announcing it, by name.
+	Agents []string
+}
+
+// LiveCommandSpecs returns, by command, what the agents seen within
+// liveWithin (state running or draining) announce of the commands they
+// serve. Agents older than schema v15 announce none.
+func (s *Store) LiveCommandSpecs(ctx context.Context, liveWithin time.Duration) (map[string]AnnouncedCommand, error) {
+	st := queries.Named("command_specs_live")
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"live_s": liveWithin.Seconds()})...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the command specs live agents announce: %w", err)
+	}
+	out := map[string]AnnouncedCommand{}
+	var (
+		command string
+		a       AnnouncedCommand
+	)
+	_, err = pgx.ForEachRow(rows, []any{&command, &a.Spec, &a.Agent, &a.Agents}, func() error {
+		out[command] = a
+		a = AnnouncedCommand{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the command specs live agents announce: %w", err)
+	}
+	return out, nil
+}
