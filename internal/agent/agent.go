@@ -456,6 +456,8 @@ func (a *agent) openPool(ctx context.Context, pool string, maxConns int32, what 
 	}
 	SetApplicationName(&pc.ConnConfig.Config, a.name, pool)
 	pc.MaxConns = maxConns // the budget's: a pool_max_conns in the URL does not widen it
+	pc.MinConns = 0
+	pc.MaxConnIdleTime = defaults.ConnMaxIdleTime
 	pc.AfterConnect = afterConnect
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -59,4 +59,7 @@ const (
 	// HeartbeatConns are the heartbeat's own pool. It is never delayed
 	// by a connection the jobs' writes hold.
 	HeartbeatConns = 2
+	// ConnMaxIdleTime closes a pool's connection idle this long (pgx's
+	// health check looks every minute).
+	ConnMaxIdleTime = 30 * time.Minute
 )
