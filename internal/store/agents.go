@@ -56,7 +56,7 @@ type Timings struct {
 // args returns the registration as agent_register.sql and
 // agent_reregister.sql take it. Lists are empty, never NULL. Timings are
 // seconds, NULL when unset.
-func (r Registration) args() map[string]any {
+func (r Registration) args() (map[string]any, error) {
 	commands, plugins, specs := r.Commands, r.Plugins, r.CommandSpecs
 	if commands == nil {
 		commands = []string{}
@@ -67,12 +67,19 @@ func (r Registration) args() map[string]any {
 	if specs == nil {
 		specs = map[string]CommandSpec{}
 	}
+	// As JSON text, not a map: through a pooler (default_query_exec_mode
+	// exec or simple_protocol) pgx does not know the parameter is jsonb and
+	// has no text encoding for a map.
+	specsJSON, err := json.Marshal(specs)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the command specs: %w", err)
+	}
 	return map[string]any{
 		"name": r.Name, "generation": r.Generation, "version": r.Version, "capacity": r.Capacity,
-		"commands": commands, "plugins": plugins, "command_specs": specs,
+		"commands": commands, "plugins": plugins, "command_specs": string(specsJSON),
 		"keepalive": optSecs(r.Timings.Keepalive), "dead_after": optSecs(r.Timings.DeadAfter),
 		"stale_job": optSecs(r.Timings.StaleJob), "self_fence_after": optSecs(r.Timings.SelfFenceAfter),
-	}
+	}, nil
 }
 
 // optSecs is d in seconds, or nil (SQL NULL) when d is not positive.
@@ -88,8 +95,12 @@ func optSecs(d time.Duration) *float64 {
 // returns the generation the name had before ("" if new).
 func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, error) {
 	st := queries.Named("agent_register")
+	args, err := r.args()
+	if err != nil {
+		return "", fmt.Errorf("registering agent %s: %w", r.Name, err)
+	}
 	var prev string
-	if err := s.pool.QueryRow(ctx, st.SQL, st.Args(r.args())...).Scan(&prev); err != nil {
+	if err := s.pool.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&prev); err != nil {
 		return "", fmt.Errorf("registering agent %s: %w", r.Name, err)
 	}
 	return prev, nil
@@ -102,10 +113,13 @@ func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, erro
 // it meanwhile, which wins), and the next heartbeat says whose.
 func (s *Store) RegisterAgain(ctx context.Context, r Registration, state string) (bool, error) {
 	st := queries.Named("agent_reregister")
-	args := r.args()
+	args, err := r.args()
+	if err != nil {
+		return false, fmt.Errorf("registering agent %s again: %w", r.Name, err)
+	}
 	args["state"] = state
 	var name string
-	err := s.pool.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&name)
+	err = s.pool.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
