@@ -156,7 +156,7 @@ func TestSubmitWaitRejectedIsUnknown(t *testing.T) {
 	c := newCLI(t)
 	r := c.run(t, "submit", "nope", "--wait")
 	assert.Equal(t, exitUnknown, r.code)
-	assert.Contains(t, r.stderr, `unknown command "nope"; known commands: hello`)
+	assert.Contains(t, r.stderr, `unknown command "nope": neither this agent's config nor any live agent serves it; configured on this agent: hello`)
 
 	r = c.run(t, "submit", "nope")
 	assert.Equal(t, 1, r.code, "without --wait an error is exit 1")

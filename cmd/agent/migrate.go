@@ -30,6 +30,13 @@ func (a *app) migrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// tether/<agent.name>/migrate, or tether/cli/migrate: no agent
+			// name is resolved for a one-off command.
+			who := cfg.Agent.Name
+			if who == "" {
+				who = "cli"
+			}
+			agent.SetApplicationName(&pc.ConnConfig.Config, who, "migrate")
 			pool, err := pgxpool.NewWithConfig(ctx, pc)
 			if err != nil {
 				return fmt.Errorf("database_url %s: %w", config.RedactURL(cfg.DatabaseURL), err)

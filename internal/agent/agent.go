@@ -210,9 +210,16 @@ func (a *agent) setBoot(b api.Boot) {
 	a.boot = b
 }
 
-// migrate migrates the schema, telling /readyz who holds the migration
-// lock while it waits for it (migrate.Run logs it too).
-func (a *agent) migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// migrate migrates the schema on a connection of its own, closed after, so
+// pg_stat_activity tells a migration from the work pool's traffic. While it
+// waits for the migration lock, /readyz says who holds it (migrate.Run logs
+// it too).
+func (a *agent) migrate(ctx context.Context) error {
+	pool, err := a.openPool(ctx, poolMigrate, 1, "the migrations' database connection", a.history.AfterConnect(false))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 	a.setBoot(api.Boot{Status: "migrating", Detail: "migrating the database schema"})
 	applied, err := migrate.Run(ctx, pool, migrate.Options{Logger: a.log, Waiting: func(h *migrate.Holder) {
 		b := api.Boot{Status: "migrating", Detail: "waiting for the schema migration lock, held by another session"}
@@ -257,20 +264,20 @@ func (a *agent) close() {
 // report it.
 func (a *agent) openDatabase(ctx context.Context) error {
 	a.history = dbhistory.NewTracker()
-	pool, err := openPool(ctx, a.cfg, int32(a.cfg.DatabaseMaxConns), "database pool", a.history.AfterConnect(true))
+	pool, err := a.openPool(ctx, poolWork, int32(a.cfg.DatabaseMaxConns), "database pool", a.history.AfterConnect(true))
 	if err != nil {
 		return err
 	}
 	a.onClose(pool.Close)
 	a.pool, a.st = pool, store.New(pool)
 	if !a.opts.NoMigrate {
-		if err := a.migrate(ctx, pool); err != nil {
+		if err := a.migrate(ctx); err != nil {
 			return err
 		}
 	}
 	// The name lock and LISTEN need a session of their own. They bypass a
 	// transaction pooler through database_direct_url.
-	if a.lockConn, err = directConfig(a.cfg); err != nil {
+	if a.lockConn, err = directConfig(a.cfg, a.name); err != nil {
 		return err
 	}
 	lock, err := acquireNameLock(ctx, a.lockConn, a.name, a.cfg.Agent.StaleJob.Std(), a.log)
@@ -281,6 +288,7 @@ func (a *agent) openDatabase(ctx context.Context) error {
 	a.lock = lock
 	return lock.verifySession(ctx)
 }
+
 
 // startPlugins starts the plugins, has them check their settings, checks
 // the self-fence arithmetic with the kill graces they report, and picks the
@@ -338,7 +346,7 @@ func (a *agent) buildServices(ctx context.Context) error {
 	cfg := a.cfg
 	// Heartbeats get a pool of their own, so a connection the jobs' writes
 	// hold can never delay a renewal.
-	livePool, err := openPool(ctx, cfg, defaults.HeartbeatConns, "the heartbeat's database pool", a.history.AfterConnect(false))
+	livePool, err := a.openPool(ctx, poolHeartbeat, defaults.HeartbeatConns, "the heartbeat's database pool", a.history.AfterConnect(false))
 	if err != nil {
 		return err
 	}
@@ -400,7 +408,7 @@ func (a *agent) serveAPI(ctx context.Context) error {
 		}
 		return a.plugins.Ready()
 	}
-	apiPool, err := openPool(ctx, a.cfg, int32(a.cfg.HTTP.DatabaseMaxConns), "the API's database pool", a.history.AfterConnect(false))
+	apiPool, err := a.openPool(ctx, poolAPI, int32(a.cfg.HTTP.DatabaseMaxConns), "the API's database pool", a.history.AfterConnect(false))
 	if err != nil {
 		return err
 	}
@@ -514,25 +522,30 @@ func logDumpable(log *slog.Logger) {
 	}
 }
 
-// openPool opens a pool on database_url with maxConns connections and checks
-// it answers. what names it in errors. Each connection attempt is bounded by
-// database_connect_timeout (see PoolConfig).
-func openPool(ctx context.Context, cfg *config.Config, maxConns int32, what string, afterConnect func(context.Context, *pgx.Conn) error) (*pgxpool.Pool, error) {
+// openPool opens the pool named pool on database_url with maxConns
+// connections and checks it answers. what names it in errors. Each
+// connection attempt is bounded by database_connect_timeout (see
+// PoolConfig), and each says its agent and pool in application_name.
+func (a *agent) openPool(ctx context.Context, pool string, maxConns int32, what string, afterConnect func(context.Context, *pgx.Conn) error) (*pgxpool.Pool, error) {
+	cfg := a.cfg
 	pc, err := PoolConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
+	SetApplicationName(&pc.ConnConfig.Config, a.name, pool)
 	pc.MaxConns = maxConns // the budget's: a pool_max_conns in the URL does not widen it
+	pc.MinConns = 0
+	pc.MaxConnIdleTime = defaults.ConnMaxIdleTime
 	pc.AfterConnect = afterConnect
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", what, err)
 	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
+	if err := p.Ping(ctx); err != nil {
+		p.Close()
 		return nil, ConnectError(pc.ConnConfig, cfg.DatabaseURL, err)
 	}
-	return pool, nil
+	return p, nil
 }
 
 // PoolConfig parses database_url and bounds each connection attempt by
@@ -691,8 +704,7 @@ func claimCommands(cfg *config.Config, plugins *pluginhost.Manager, log *slog.Lo
 func commandSpecs(cfg *config.Config, served map[string]claim.Command) map[string]store.CommandSpec {
 	out := make(map[string]store.CommandSpec, len(served))
 	for name := range served {
-		c := cfg.Commands[name]
-		out[name] = store.CommandSpec{Plugin: c.Plugin, Defaults: cfg.Defaults.Set(), Limits: c.Limits.Partial(), Max: c.Limits.MaxPartial()}
+		out[name] = api.SpecOf(cfg.Commands[name], cfg.Defaults)
 	}
 	return out
 }

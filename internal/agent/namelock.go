@@ -56,7 +56,7 @@ func acquireNameLock(ctx context.Context, dc directConn, name string, wait time.
 
 func (l *nameLock) try(ctx context.Context) (bool, error) {
 	if l.conn == nil || l.conn.IsClosed() {
-		conn, err := l.dc.connect(ctx, "connecting for the agent name lock")
+		conn, err := l.dc.connect(ctx, poolLock, "connecting for the agent name lock")
 		if err != nil {
 			return false, err
 		}

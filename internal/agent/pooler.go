@@ -18,13 +18,15 @@ import (
 // pooler in front of PostgreSQL breaks both, so they may bypass it while the
 // pools keep using it.
 type directConn struct {
-	cc      *pgx.ConnConfig
-	setting string // the setting the URL came from, for messages
+	cc      *pgx.ConnConfig // as parsed: each session copies it
+	setting string          // the setting the URL came from, for messages
 	url     string
+	agent   string // the agent's name, for application_name
 }
 
 // directConfig parses cfg.DirectURL() with the pool's connect-timeout rules.
-func directConfig(cfg *config.Config) (directConn, error) {
+// agent is the agent's name, which the sessions report in application_name.
+func directConfig(cfg *config.Config, agent string) (directConn, error) {
 	setting := "database_url"
 	if cfg.DatabaseDirectURL != "" {
 		setting = "database_direct_url"
@@ -33,12 +35,15 @@ func directConfig(cfg *config.Config) (directConn, error) {
 	if err != nil {
 		return directConn{}, err
 	}
-	return directConn{cc: pc.ConnConfig, setting: setting, url: cfg.DirectURL()}, nil
+	return directConn{cc: pc.ConnConfig, setting: setting, url: cfg.DirectURL(), agent: agent}, nil
 }
 
-// connect opens one session. what says what it is for.
-func (d directConn) connect(ctx context.Context, what string) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, d.cc)
+// connect opens one session, named pool in application_name. what says
+// what it is for.
+func (d directConn) connect(ctx context.Context, pool, what string) (*pgx.Conn, error) {
+	cc := d.cc.Copy()
+	SetApplicationName(&cc.Config, d.agent, pool)
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, connectErrorFor(d.cc, d.setting, d.url, err))
 	}
@@ -47,7 +52,7 @@ func (d directConn) connect(ctx context.Context, what string) (*pgx.Conn, error)
 
 // listenConnect opens the claim loop's LISTEN connection.
 func (d directConn) listenConnect(ctx context.Context) (*pgx.Conn, error) {
-	return d.connect(ctx, "connecting for notifications (LISTEN)")
+	return d.connect(ctx, poolListen, "connecting for notifications (LISTEN)")
 }
 
 // session is what the server says about the name-lock connection's session,

@@ -53,7 +53,7 @@ func TestJudgeSession(t *testing.T) {
 
 func lockFor(t *testing.T, cfg *config.Config, name string) *nameLock {
 	t.Helper()
-	dc, err := directConfig(cfg)
+	dc, err := directConfig(cfg, "a")
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -59,8 +59,14 @@ type Options struct {
 	// shutdown is not held by clients tailing a long job. Nil: never.
 	Stopping <-chan struct{}
 	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands and
-	// GET /api/v1/agents count an agent seen within it as live. 0 means DefaultStaleJob.
+	// GET /api/v1/agents count an agent seen within it as live, and a
+	// submit of a command not in Commands is accepted when such an agent
+	// announces it. 0 means DefaultStaleJob.
 	StaleJob time.Duration
+	// AnnouncedTTL is how long what live agents announce of their commands
+	// is reused by submits (a read costs several times a submit). 0 means
+	// DefaultAnnouncedTTL.
+	AnnouncedTTL time.Duration
 	// ListenAddr is the agent's http.listen. When its host is a name, that
 	// name is an allowed Host.
 	ListenAddr string
@@ -94,6 +100,7 @@ type server struct {
 	log          *slog.Logger
 	commandNames []string
 	hosts        hostPolicy
+	announced    *announced // what live agents announce, for submits of commands not configured here
 }
 
 // New returns the API handler.
@@ -116,7 +123,11 @@ func New(opts Options) http.Handler {
 	if opts.StaleJob <= 0 {
 		opts.StaleJob = DefaultStaleJob
 	}
-	s := &server{opts: opts, log: opts.Logger, hosts: newHostPolicy(opts.AllowedHosts, opts.ListenAddr, len(opts.Tokens) > 0)}
+	if opts.AnnouncedTTL <= 0 {
+		opts.AnnouncedTTL = DefaultAnnouncedTTL
+	}
+	s := &server{opts: opts, log: opts.Logger, hosts: newHostPolicy(opts.AllowedHosts, opts.ListenAddr, len(opts.Tokens) > 0),
+		announced: newAnnounced(opts.Store, opts.StaleJob, opts.AnnouncedTTL)}
 	for name := range opts.Commands {
 		s.commandNames = append(s.commandNames, name)
 	}

@@ -56,7 +56,12 @@ type testEnv struct {
 
 func newEnv(t *testing.T, mod func(*api.Options)) *testEnv {
 	t.Helper()
-	st := store.New(pgtest.DB(t))
+	return newEnvOn(t, store.New(pgtest.DB(t)), mod)
+}
+
+// newEnvOn is newEnv on st's database: another agent's API beside one.
+func newEnvOn(t *testing.T, st *store.Store, mod func(*api.Options)) *testEnv {
+	t.Helper()
 	logs := &syncBuffer{}
 	opts := api.Options{
 		Store:           st,
@@ -212,7 +217,7 @@ func TestSubmitBadInput(t *testing.T) {
 		field      string
 		contains   string
 	}{
-		{"unknown command", `{"command":"nope"}`, 400, "command", `unknown command "nope"; known commands: hello, sleep`},
+		{"unknown command", `{"command":"nope"}`, 400, "command", `unknown command "nope": neither this agent's config nor any live agent serves it; configured on this agent: hello, sleep; no live agent announces other commands`},
 		{"missing command", `{"context":{}}`, 400, "command", "command is required"},
 		{"malformed JSON", `{"command":"hello",`, 400, "", "malformed JSON"},
 		{"not JSON", `command=hello`, 400, "", "malformed JSON"},

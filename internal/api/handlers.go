@@ -119,13 +119,16 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Command == "" {
-		badRequest(w, "command", "command is required; %s", s.knownCommands())
+		s.unknownCommand(w, r, CodeBadRequest, "command is required")
 		return
 	}
-	cmd, ok := s.opts.Commands[req.Command]
+	spec, ok, err := s.commandSpec(r.Context(), req.Command)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	if !ok {
-		writeError(w, http.StatusBadRequest, CodeUnknownCommand, "command",
-			fmt.Sprintf("unknown command %q; %s", req.Command, s.knownCommands()))
+		s.unknownCommand(w, r, CodeUnknownCommand, fmt.Sprintf("unknown command %q: neither this agent's config nor any live agent serves it", req.Command))
 		return
 	}
 	jobCtx := bytes.TrimSpace(req.Context)
@@ -156,7 +159,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "limits."+ferr.Field, "limits.%s", ferr)
 		return
 	}
-	resolved, ferrs := cmd.ResolveLimits(*s.opts.Defaults, partial)
+	resolved, ferrs := spec.ResolveLimits(partial)
 	if len(ferrs) > 0 {
 		msgs := make([]string, len(ferrs))
 		for i, fe := range ferrs {
@@ -167,7 +170,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	job, created, err := s.opts.Store.Submit(r.Context(), store.SubmitParams{
 		Command:        req.Command,
-		Plugin:         cmd.Plugin,
+		Plugin:         spec.Plugin,
 		Context:        json.RawMessage(jobCtx),
 		Submitter:      submitter,
 		IdempotencyKey: req.IdempotencyKey,
@@ -191,11 +194,32 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, job)
 }
 
-func (s *server) knownCommands() string {
-	if len(s.commandNames) == 0 {
-		return "no commands are configured on this agent"
+// commandSpec returns what a submit of command resolves with: this agent's
+// config when it has the command, else what the live agents serving it
+// announce (see store.LiveCommandSpecs for whose when they differ). false
+// means nobody serves it.
+func (s *server) commandSpec(ctx context.Context, command string) (store.CommandSpec, bool, error) {
+	if c, ok := s.opts.Commands[command]; ok {
+		return SpecOf(c, *s.opts.Defaults), true, nil
 	}
-	return "known commands: " + strings.Join(s.commandNames, ", ")
+	live, err := s.announced.get(ctx)
+	if err != nil {
+		return store.CommandSpec{}, false, err
+	}
+	a, ok := live[command]
+	return a.Spec, ok, nil
+}
+
+// unknownCommand refuses a submit whose command nobody serves, saying what
+// is served and by whom.
+func (s *server) unknownCommand(w http.ResponseWriter, r *http.Request, code, why string) {
+	live, err := s.announced.get(r.Context())
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeError(w, http.StatusBadRequest, code, "command",
+		why+"; "+servedCommands(s.commandNames, live)+"; submit one of these, or start an agent that configures the command")
 }
 
 // jobID returns the canonical job ID of the request's path. A path ID that
@@ -526,9 +550,17 @@ func (s *server) commandList(ctx context.Context) ([]Command, error) {
 	if err != nil {
 		return nil, err
 	}
+	live, err := s.announced.get(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Command, 0, len(list))
 	for _, c := range list {
-		cmd := Command{CommandStatus: c, Served: len(c.Agents) > 0}
+		a, announced := live[c.Name]
+		if !c.Configured && announced {
+			c.Plugin = a.Spec.Plugin // what a submit here would store, not the latest job's
+		}
+		cmd := Command{CommandStatus: c, Served: len(c.Agents) > 0, Accepted: c.Configured || announced}
 		if !cmd.Served {
 			cmd.Hint = commandHint(c)
 		}

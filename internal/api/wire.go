@@ -72,8 +72,11 @@ type CommandList struct {
 // what to do about it.
 type Command struct {
 	store.CommandStatus
-	Served bool   `json:"served"`
-	Hint   string `json:"hint,omitempty"`
+	Served bool `json:"served"`
+	// Accepted says a submit of it to this agent is accepted: it is
+	// configured here, or a live agent announces it.
+	Accepted bool   `json:"accepted"`
+	Hint     string `json:"hint,omitempty"`
 }
 
 // Status is the answer of /healthz and /readyz.

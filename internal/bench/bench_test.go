@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/claim"
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/pluginhost"
@@ -69,7 +71,9 @@ func runOnce(b *testing.B, agents, jobs int) {
 	b.ReportMetric(r.rate, "jobs/s")
 	b.ReportMetric(r.p50, "claim-to-running-p50-ms")
 	b.ReportMetric(r.p99, "claim-to-running-p99-ms")
-	b.Logf("agents=%d jobs=%d elapsed=%s rate=%.0f jobs/s claim->running p50=%.2fms p99=%.2fms", agents, jobs, r.elapsed.Round(time.Millisecond), r.rate, r.p50, r.p99)
+	b.ReportMetric(float64(r.conns.open), "conns/agent")
+	b.ReportMetric(float64(r.conns.busy), "busy-conns/agent")
+	b.Logf("agents=%d jobs=%d elapsed=%s rate=%.0f jobs/s claim->running p50=%.2fms p99=%.2fms backends per agent: open %d busy %d (most seen)", agents, jobs, r.elapsed.Round(time.Millisecond), r.rate, r.p50, r.p99, r.conns.open, r.conns.busy)
 }
 
 // monitorEvery is how often a round counts the jobs left. The count scans
@@ -86,6 +90,7 @@ type round struct {
 	walBytes  float64 // the server's WAL during the run
 	db        dbCost  // what PostgreSQL spent on the run
 	clientCPU float64 // the agents' process and its plugin processes, s
+	conns     connPeak
 }
 
 // progressQuery is how a round counts the jobs left. It is not counted as the
@@ -131,10 +136,22 @@ func runRound(b *testing.B, agents, jobs int) round {
 		if _, err := st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 32, Commands: []string{"noop"}}); err != nil {
 			b.Fatal(err)
 		}
-		svc := claim.New(st, m, claim.Config{
+		// The pools an agent opens (internal/agent), named as it names them.
+		work := agentPool(b, pool, h.Name, "work", defaults.DatabaseMaxConns)
+		heartbeat := agentPool(b, pool, h.Name, "heartbeat", defaults.HeartbeatConns)
+		listen := agentPool(b, pool, h.Name, "listen", 1)
+		svc := claim.New(store.New(work), m, claim.Config{
 			Holder: h, Capacity: 32,
 			Commands: map[string]claim.Command{"noop": {Plugin: "noop"}},
 			Logger:   slog.New(slog.DiscardHandler),
+			Liveness: store.New(heartbeat),
+			ListenConnect: func(ctx context.Context) (*pgx.Conn, error) {
+				c, err := listen.Acquire(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return c.Hijack(), nil
+			},
 		})
 		ch := make(chan error, 1)
 		done = append(done, ch)
@@ -150,6 +167,7 @@ func runRound(b *testing.B, agents, jobs int) round {
 	b.ResetTimer()
 	start := time.Now()
 	tick := time.NewTicker(monitorEvery)
+	var conns connPeak
 	for {
 		var left int
 		if err := pool.QueryRow(ctx, progressQuery).Scan(&left); err != nil {
@@ -158,6 +176,7 @@ func runRound(b *testing.B, agents, jobs int) round {
 		if left == 0 {
 			break
 		}
+		conns.sample(ctx, b, pool)
 		<-tick.C
 	}
 	elapsed := time.Since(start)
@@ -197,5 +216,43 @@ func runRound(b *testing.B, agents, jobs int) round {
 		b.Fatal(err)
 	}
 	return round{elapsed: elapsed, rate: float64(jobs) / elapsed.Seconds(), p50: p50, p99: p99, walBytes: walBytes,
-		db: db, clientCPU: self1 - self0 + children1 - children0}
+		db: db, clientCPU: self1 - self0 + children1 - children0, conns: conns}
+}
+
+// agentPool opens a pool on db's database of maxConns connections named
+// tether/<agent>/<pool> with the agent's pool settings, closed when the
+// benchmark ends.
+func agentPool(b *testing.B, db *pgxpool.Pool, agent, pool string, maxConns int32) *pgxpool.Pool {
+	b.Helper()
+	pc := db.Config().Copy()
+	pc.MaxConns = maxConns
+	pc.MinConns = 0
+	pc.MaxConnIdleTime = defaults.ConnMaxIdleTime
+	pc.ConnConfig.RuntimeParams["application_name"] = "tether/" + agent + "/" + pool
+	p, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	return p
+}
+
+// connPeak is the most backends one agent held, open and busy (not idle), in
+// the samples of pg_stat_activity a round took.
+type connPeak struct{ open, busy int }
+
+func (c *connPeak) sample(ctx context.Context, b *testing.B, db *pgxpool.Pool) {
+	b.Helper()
+	var open, busy int
+	err := db.QueryRow(ctx, `
+		SELECT coalesce(max(n), 0), coalesce(max(busy), 0) FROM (
+			SELECT split_part(application_name, '/', 2) AS agent, count(*) AS n,
+			       count(*) FILTER (WHERE state <> 'idle') AS busy
+			FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'tether/%'
+			GROUP BY 1) x`).Scan(&open, &busy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.open, c.busy = max(c.open, open), max(c.busy, busy)
 }

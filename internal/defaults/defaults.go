@@ -52,11 +52,17 @@ const (
 // An agent's connection budget, whatever its capacity: the work pool
 // (claiming, the janitor, the jobs' writes, which are batched) and the API's
 // own pool. The heartbeat has 2 of its own, and the name lock and LISTEN one
-// session each: 18 connections per agent with the defaults.
+// session each: 14 connections per agent at most with the defaults. An agent
+// running no-op jobs as fast as PostgreSQL takes them held 3 of the work
+// pool (BenchmarkEndToEnd, docs/operations.md "Connections").
 const (
-	DatabaseMaxConns     = 10
+	DatabaseMaxConns     = 6
 	HTTPDatabaseMaxConns = 4
 	// HeartbeatConns are the heartbeat's own pool. It is never delayed
 	// by a connection the jobs' writes hold.
 	HeartbeatConns = 2
+	// ConnMaxIdleTime closes a pool's connection idle this long (pgx's
+	// health check looks every minute), so a quiet agent gives back what a
+	// burst opened within two minutes instead of pgx's 30.
+	ConnMaxIdleTime = time.Minute
 )

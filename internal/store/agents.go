@@ -56,7 +56,7 @@ type Timings struct {
 // args returns the registration as agent_register.sql and
 // agent_reregister.sql take it. Lists are empty, never NULL. Timings are
 // seconds, NULL when unset.
-func (r Registration) args() map[string]any {
+func (r Registration) args() (map[string]any, error) {
 	commands, plugins, specs := r.Commands, r.Plugins, r.CommandSpecs
 	if commands == nil {
 		commands = []string{}
@@ -67,15 +67,19 @@ func (r Registration) args() map[string]any {
 	if specs == nil {
 		specs = map[string]CommandSpec{}
 	}
-	// As JSON text: a map has no encoding in pgx's simple protocol (a
-	// transaction pooler), where a jsonb parameter's OID is not known.
-	specsJSON, _ := json.Marshal(specs) // plain fields: cannot fail
+	// As JSON text, not a map: through a pooler (default_query_exec_mode
+	// exec or simple_protocol) pgx does not know the parameter is jsonb and
+	// has no text encoding for a map.
+	specsJSON, err := json.Marshal(specs)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the command specs: %w", err)
+	}
 	return map[string]any{
 		"name": r.Name, "generation": r.Generation, "version": r.Version, "capacity": r.Capacity,
-		"commands": commands, "plugins": plugins, "command_specs": json.RawMessage(specsJSON),
+		"commands": commands, "plugins": plugins, "command_specs": string(specsJSON),
 		"keepalive": optSecs(r.Timings.Keepalive), "dead_after": optSecs(r.Timings.DeadAfter),
 		"stale_job": optSecs(r.Timings.StaleJob), "self_fence_after": optSecs(r.Timings.SelfFenceAfter),
-	}
+	}, nil
 }
 
 // optSecs is d in seconds, or nil (SQL NULL) when d is not positive.
@@ -91,8 +95,12 @@ func optSecs(d time.Duration) *float64 {
 // returns the generation the name had before ("" if new).
 func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, error) {
 	st := queries.Named("agent_register")
+	args, err := r.args()
+	if err != nil {
+		return "", fmt.Errorf("registering agent %s: %w", r.Name, err)
+	}
 	var prev string
-	if err := s.pool.QueryRow(ctx, st.SQL, st.Args(r.args())...).Scan(&prev); err != nil {
+	if err := s.pool.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&prev); err != nil {
 		return "", fmt.Errorf("registering agent %s: %w", r.Name, err)
 	}
 	return prev, nil
@@ -105,10 +113,13 @@ func (s *Store) RegisterAgent(ctx context.Context, r Registration) (string, erro
 // it meanwhile, which wins), and the next heartbeat says whose.
 func (s *Store) RegisterAgain(ctx context.Context, r Registration, state string) (bool, error) {
 	st := queries.Named("agent_reregister")
-	args := r.args()
+	args, err := r.args()
+	if err != nil {
+		return false, fmt.Errorf("registering agent %s again: %w", r.Name, err)
+	}
 	args["state"] = state
 	var name string
-	err := s.pool.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&name)
+	err = s.pool.QueryRow(ctx, st.SQL, st.Args(args)...).Scan(&name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -124,4 +135,48 @@ func (s *Store) SetAgentState(ctx context.Context, h Holder, state string) error
 		return fmt.Errorf("setting agent %s state %s: %w", h.Name, state, err)
 	}
 	return nil
+}
+
+// ResolveLimits returns what a job submitted under this spec runs under,
+// exactly as config.Command's ResolveLimits does on the announcing agent:
+// its defaults, then the command's limits, then the override, each lever of
+// which must be within the command's maximum.
+func (c CommandSpec) ResolveLimits(override limits.Partial) (limits.Set, []*limits.FieldError) {
+	return limits.Resolve(c.Defaults, c.Limits, c.Max, override)
+}
+
+// AnnouncedCommand is a command live agents announce in their command
+// specs.
+type AnnouncedCommand struct {
+	// Spec is what a submit of it resolves with, Agent's: see
+	// queries/command_specs_live.sql for which agent's when they differ.
+	Spec  CommandSpec
+	Agent string
+	// Agents are all the live agents announcing it, by name.
+	Agents []string
+}
+
+// LiveCommandSpecs returns, by command, what the agents seen within
+// liveWithin (state running or draining) announce of the commands they
+// serve. Agents older than schema v15 announce none.
+func (s *Store) LiveCommandSpecs(ctx context.Context, liveWithin time.Duration) (map[string]AnnouncedCommand, error) {
+	st := queries.Named("command_specs_live")
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"live_s": liveWithin.Seconds()})...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the command specs live agents announce: %w", err)
+	}
+	out := map[string]AnnouncedCommand{}
+	var (
+		command string
+		a       AnnouncedCommand
+	)
+	_, err = pgx.ForEachRow(rows, []any{&command, &a.Spec, &a.Agent, &a.Agents}, func() error {
+		out[command] = a
+		a = AnnouncedCommand{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the command specs live agents announce: %w", err)
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/limits"
+	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -149,4 +151,88 @@ func TestRegistrationAnnouncesTimingsAndCommands(t *testing.T) {
 	k, d, s, f, specs = read()
 	assert.Equal(t, []*float64{nil, nil, nil, nil}, []*float64{k, d, s, f}, "unset timings are not announced")
 	assert.Empty(t, specs)
+}
+
+// TestLiveCommandSpecs checks which agent's spec a submit resolves with when
+// live agents disagree (running before draining, then the latest started),
+// and that silent, stopped and pre-v15 agents announce nothing.
+func TestLiveCommandSpecs(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	spec := func(plugin string, maxRetry int) store.CommandSpec {
+		return store.CommandSpec{Plugin: plugin, Limits: limits.Partial{MaxRetry: &maxRetry}}
+	}
+	register := func(name, state, started string, specs map[string]store.CommandSpec) {
+		t.Helper()
+		h := store.Holder{Name: name, Generation: "g-" + name}
+		_, err := st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 1, CommandSpecs: specs})
+		require.NoError(t, err)
+		if state != "running" {
+			require.NoError(t, st.SetAgentState(ctx, h, state))
+		}
+		_, err = st.Pool().Exec(ctx, `UPDATE agents SET started_at = now() - $2::interval WHERE name = $1`, name, started)
+		require.NoError(t, err)
+	}
+	register("old", "running", "1 hour", map[string]store.CommandSpec{"c": spec("ecs", 1), "d": spec("shell", 1)})
+	register("new", "running", "1 minute", map[string]store.CommandSpec{"c": spec("ecs", 2)})
+	register("leaving", "draining", "1 second", map[string]store.CommandSpec{"c": spec("ecs", 3), "e": spec("k8s", 3)})
+	register("gone", "stopped", "1 second", map[string]store.CommandSpec{"f": spec("ecs", 4)})
+	register("silent", "running", "1 second", map[string]store.CommandSpec{"g": spec("ecs", 5)})
+	register("pre-v15", "running", "1 second", nil)
+	_, err := st.Pool().Exec(ctx, `UPDATE agents SET last_seen = now() - interval '10 minutes' WHERE name = 'silent'`)
+	require.NoError(t, err)
+
+	got, err := st.LiveCommandSpecs(ctx, 2*time.Minute)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"c", "d", "e"}, keys(got))
+	assert.Equal(t, "new", got["c"].Agent, "running before draining, then the latest started")
+	assert.Equal(t, 2, *got["c"].Spec.Limits.MaxRetry)
+	assert.Equal(t, []string{"leaving", "new", "old"}, got["c"].Agents)
+	assert.Equal(t, "old", got["d"].Agent)
+	assert.Equal(t, "shell", got["d"].Spec.Plugin)
+	assert.Equal(t, "leaving", got["e"].Agent, "a draining agent's spec when it is the only one")
+
+	set, errs := got["c"].Spec.ResolveLimits(limits.Partial{})
+	require.Empty(t, errs)
+	assert.Equal(t, 2, set.MaxRetry)
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// BenchmarkLiveCommandSpecs reads the specs of 200 live agents serving 3
+// commands each, next to a submit, the write a routed submit adds it to.
+func BenchmarkLiveCommandSpecs(b *testing.B) {
+	ctx := context.Background()
+	st := store.New(pgtest.DB(b))
+	max := 5
+	for i := range 200 {
+		specs := map[string]store.CommandSpec{}
+		for c := range 3 {
+			specs[fmt.Sprintf("cmd-%d", (i+c)%20)] = store.CommandSpec{Plugin: "ecs", Defaults: limits.Defaults(), Max: limits.Partial{MaxRetry: &max}}
+		}
+		h := store.Holder{Name: fmt.Sprintf("agent-%03d", i), Generation: "g"}
+		if _, err := st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 1, CommandSpecs: specs}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("read", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := st.LiveCommandSpecs(ctx, 2*time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("submit", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := st.Submit(ctx, store.SubmitParams{Command: "cmd-1", Plugin: "ecs", Limits: limits.Defaults()}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
