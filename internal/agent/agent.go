@@ -289,7 +289,6 @@ func (a *agent) openDatabase(ctx context.Context) error {
 	return lock.verifySession(ctx)
 }
 
-
 // startPlugins starts the plugins, has them check their settings, checks
 // the self-fence arithmetic with the kill graces they report, and picks the
 // commands this agent runs.
@@ -406,7 +405,10 @@ func (a *agent) serveAPI(ctx context.Context) error {
 		if a.draining.Load() {
 			return fmt.Errorf("agent %s is draining", a.name)
 		}
-		return a.plugins.Ready()
+		if err := a.plugins.Ready(); err != nil {
+			return err
+		}
+		return unhealthyError(a.plugins.Unhealthy(), a.commands)
 	}
 	apiPool, err := a.openPool(ctx, poolAPI, int32(a.cfg.HTTP.DatabaseMaxConns), "the API's database pool", a.history.AfterConnect(false))
 	if err != nil {
@@ -442,7 +444,7 @@ func (a *agent) startLoops(ctx context.Context) error {
 			Keepalive: a.cfg.Agent.Keepalive.Std(), DeadAfter: a.cfg.Agent.DeadAfter.Std(),
 		}))
 	}
-	loops = append(loops, a.lockWatch)
+	loops = append(loops, a.lockWatch, startstop.Timer("plugin health", 0, a.checkPluginHealth))
 	// The lock's connection is closed (by openDatabase's closer) only after
 	// the watch stopped using it.
 	a.onClose(func() {
@@ -450,6 +452,36 @@ func (a *agent) startLoops(ctx context.Context) error {
 		startstop.StopAll(loops...)
 	})
 	return startstop.StartAll(runCtx, loops...)
+}
+
+// checkPluginHealth runs the plugins' health checks once, exports their
+// outcome, and returns when to check again.
+func (a *agent) checkPluginHealth(ctx context.Context) time.Duration {
+	for _, h := range a.plugins.CheckHealth(ctx, pluginhost.HealthTimeout) {
+		ok := 0.0
+		if h.Err == nil {
+			ok = 1
+		}
+		a.metrics.PluginHealthy.WithLabelValues(h.Plugin).Set(ok)
+	}
+	return a.cfg.Agent.HealthInterval.Std()
+}
+
+// unhealthyError names each plugin whose latest health check failed, with
+// the commands it serves here. nil when none failed.
+func unhealthyError(bad map[string]error, commands map[string]claim.Command) error {
+	var errs []error
+	for _, name := range sortedKeys(bad) {
+		var cmds []string
+		for c, cmd := range commands {
+			if cmd.Plugin == name {
+				cmds = append(cmds, c)
+			}
+		}
+		slices.Sort(cmds)
+		errs = append(errs, fmt.Errorf("plugin %q (commands %s) is unhealthy: %w", name, strings.Join(cmds, ", "), bad[name]))
+	}
+	return errors.Join(errs...)
 }
 
 // wait runs until ctx ends (then drains) or a service fails, and returns

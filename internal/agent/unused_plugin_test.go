@@ -1,13 +1,11 @@
 package agent
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -30,20 +28,5 @@ func TestBrokenUnusedPluginDoesNotStopTheAgent(t *testing.T) {
 	cfg.Commands = map[string]config.Command{"n": {Plugin: "noop"}}
 	require.NoError(t, cfg.Validate())
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	started := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Started: func(a string) { started <- a }})
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("the agent did not start: %v", err)
-	case <-ctx.Done():
-		t.Fatal("the agent did not start within a minute")
-	}
-	cancel()
-	<-done
+	startAgent(t, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }

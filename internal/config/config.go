@@ -160,6 +160,9 @@ type Agent struct {
 	// AgentRetention is how long the row of an agent that stopped or went
 	// silent, and holds no job, stays listed before the janitor prunes it.
 	AgentRetention Duration `yaml:"agent_retention"`
+	// HealthInterval is the period of the plugins' health checks (those
+	// that declare HealthCheck). A failing plugin makes /readyz answer 503.
+	HealthInterval Duration `yaml:"health_interval"`
 }
 
 // DefaultCleanupTimeout bounds one plugin Cleanup call unless
@@ -259,6 +262,7 @@ func Default() *Config {
 			AWOLTimeout:     Duration(defaults.AWOLTimeout),
 			ShutdownTimeout: Duration(defaults.ShutdownTimeout),
 			AgentRetention:  Duration(defaults.AgentRetention),
+			HealthInterval:  Duration(defaults.HealthInterval),
 		},
 		HTTP: HTTP{
 			Listen:        defaults.Listen,

@@ -228,6 +228,7 @@ func TestEnvVarNames(t *testing.T) {
 		"agent.shutdown_timeout":     "TETHER_AGENT_SHUTDOWN_TIMEOUT",
 		"agent.cleanup_timeout":      "TETHER_AGENT_CLEANUP_TIMEOUT",
 		"agent.agent_retention":      "TETHER_AGENT_AGENT_RETENTION",
+		"agent.health_interval":      "TETHER_AGENT_HEALTH_INTERVAL",
 		"http.listen":                "TETHER_HTTP_LISTEN",
 		"http.max_body_bytes":        "TETHER_HTTP_MAX_BODY_BYTES",
 		"http.shutdown_grace":        "TETHER_HTTP_SHUTDOWN_GRACE",

@@ -129,6 +129,7 @@ func (c *Config) checkPositiveDurations() []error {
 		{"agent.clean_interval", a.CleanInterval},
 		{"agent.awol_timeout", a.AWOLTimeout},
 		{"agent.agent_retention", a.AgentRetention},
+		{"agent.health_interval", a.HealthInterval},
 		{"logs.flush_interval", c.Logs.FlushInterval},
 		{"database_connect_timeout", c.DatabaseConnectTimeout},
 		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},

@@ -24,6 +24,8 @@ const (
 	// AgentRetention is how long a stopped or silent agent holding nothing
 	// stays listed before the janitor prunes it.
 	AgentRetention = 24 * time.Hour
+	// HealthInterval is the period of the plugins' health checks.
+	HealthInterval = 30 * time.Second
 )
 
 // Job output.

@@ -114,6 +114,7 @@ type Metrics struct {
 	// (cluster-wide, 0 when none), as of this agent's last janitor pass.
 	CleanupsOldest prometheus.Gauge
 	PluginRestarts *prometheus.CounterVec // crashed plugin processes, by plugin
+	PluginHealthy  *prometheus.GaugeVec   // 1 when the plugin's latest health check passed, by plugin
 	HTTPRequests   *prometheus.CounterVec // by route pattern and code
 	HTTPDuration   *prometheus.HistogramVec
 	// DatabaseHistory counts changes of the database's history this agent
@@ -208,6 +209,9 @@ func New() *Metrics {
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_plugin_restarts_total", Help: "Plugin processes that crashed and are started again for the next call, by plugin.",
 		}, []string{"plugin"}),
+		PluginHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_plugin_healthy", Help: "1 when the plugin's latest HealthCheck passed, 0 when it failed or did not answer in time, by plugin (only plugins that declare HealthCheck).",
+		}, []string{"plugin"}),
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_http_requests_total", Help: "API requests answered, by route pattern (\"unmatched\" for none) and status code.",
 		}, []string{"route", "code"}),
@@ -250,7 +254,7 @@ func New() *Metrics {
 		m.JobsClaimed, m.JobsFinished, m.LeasesLost, m.Heartbeats, m.HeartbeatTime,
 		m.RunningJobs, m.LogBytes, m.CleanupFailures, m.AgentsDead,
 		m.QueueJobs, m.QueueOldest, m.CommandAgents, m.AttemptDuration, m.JobDuration, m.ClaimLatency,
-		m.Resumes, m.Releases, m.CleanupsOldest, m.PluginRestarts, m.HTTPRequests, m.HTTPDuration,
+		m.Resumes, m.Releases, m.CleanupsOldest, m.PluginRestarts, m.PluginHealthy, m.HTTPRequests, m.HTTPDuration,
 		m.DatabaseHistory, m.HistoryLost, m.BuildInfo, m.Capacity, m.Agents,
 	)
 	return m

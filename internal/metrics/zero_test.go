@@ -34,10 +34,13 @@ func TestLabelledCountersStartAtZero(t *testing.T) {
 			// Not gathered: a vector with no series. Only histograms by
 			// command and outcome may wait for their first observation, and
 			// the queue gauges for the first janitor pass (a 0 before it
-			// would claim an empty queue and no live agent).
+			// would claim an empty queue and no live agent), and a plugin's
+			// health for its first check, which runs at start (a 0 or a 1
+			// before it would claim an answer).
 			assert.Contains(t, []string{"tether_attempt_duration_seconds", "tether_job_duration_seconds",
 				"tether_claim_latency_seconds", "tether_http_request_duration_seconds",
-				"tether_queue_jobs", "tether_queue_oldest_seconds", "tether_command_live_agents"}, name,
+				"tether_queue_jobs", "tether_queue_oldest_seconds", "tether_command_live_agents",
+				"tether_plugin_healthy"}, name,
 				"%s has no series at start: export it at 0 for its known label values", name)
 			continue
 		}

@@ -471,11 +471,12 @@ type proc struct {
 	log          *slog.Logger
 	onCrash      func(plugin string) // nil: nothing
 
-	mu      sync.Mutex
-	info    plugin.Info
-	cur     *instance
-	lastErr error
-	closed  bool
+	mu        sync.Mutex
+	info      plugin.Info
+	cur       *instance
+	lastErr   error
+	unhealthy error // the latest health check's failure (CheckHealth)
+	closed    bool
 }
 
 type instance struct {

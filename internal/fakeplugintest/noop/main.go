@@ -107,7 +107,25 @@ func (noop) Cleanup(ctx context.Context, job *plugin.Job) error {
 	return nil
 }
 
-func (noop) HealthCheck(context.Context, json.RawMessage) error { return nil }
+// HealthCheck fails, saying what it holds, while the file the config's
+// unhealthy_file names exists.
+func (noop) HealthCheck(_ context.Context, config json.RawMessage) error {
+	var c struct {
+		UnhealthyFile string `json:"unhealthy_file"`
+	}
+	if len(config) > 0 {
+		if err := json.Unmarshal(config, &c); err != nil {
+			return plugin.Errorf(plugin.Permanent, "noop: bad config: %v", err)
+		}
+	}
+	if c.UnhealthyFile == "" {
+		return nil
+	}
+	if why, err := os.ReadFile(c.UnhealthyFile); err == nil {
+		return plugin.Errorf(plugin.Retriable, "noop: %s", strings.TrimSpace(string(why)))
+	}
+	return nil
+}
 
 // logEverywhere logs one line through each logger a plugin author may use.
 func logEverywhere(id string) {
