@@ -21,7 +21,7 @@ ENV CGO_ENABLED=0
 RUN set -eu; \
     mkdir -p /out; \
     go build -trimpath \
-        -ldflags "-s -w -X github.com/tetherjobs/tether/internal/agent.Version=${VERSION}" \
+        -ldflags "-s -w -X github.com/tetherjobs/tether/internal/agent.buildVersion=${VERSION}" \
         -o /out/tether ./cmd/agent; \
     for dir in plugins/*/; do \
         name="$(basename "$dir")"; \

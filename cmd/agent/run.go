@@ -28,7 +28,7 @@ and TETHER_* environment variables; see docs/configuration.md.`,
 				return err
 			}
 			logger := a.logger()
-			logger.Info("starting tether agent", "version", agent.Version, "config", cfg)
+			logger.Info("starting tether agent", "version", agent.Version(), "config", cfg)
 			ctx, hurry, stop := drainSignals(cmd.Context(), logger)
 			defer stop()
 			return agent.Run(ctx, cfg, logger, agent.Options{NoMigrate: noMigrate, Getenv: a.getenv, Hurry: hurry})

@@ -24,7 +24,7 @@ func (a *app) versionCmd() *cobra.Command {
 					}
 				}
 			}
-			fmt.Fprintf(a.stdout, "tether %s%s (%s %s/%s)\n", agent.Version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(a.stdout, "tether %s%s (%s %s/%s)\n", agent.Version(), rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},
 	}

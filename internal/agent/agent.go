@@ -40,9 +40,6 @@ import (
 	"github.com/tetherjobs/tether/internal/ui"
 )
 
-// Version is the agent's version, recorded in its registration.
-var Version = "dev"
-
 // Options are the knobs of Run that are not configuration.
 type Options struct {
 	// Hurry, closed by a second signal, cuts the drain's wait short.
@@ -307,7 +304,7 @@ func (a *agent) startPlugins(ctx context.Context) error {
 		return err
 	}
 	a.metrics.Known(metrics.Agent{
-		Version: Version, Capacity: a.cfg.Agent.Capacity,
+		Version: Version(), Capacity: a.cfg.Agent.Capacity,
 		Commands: sortedKeys(a.commands), Plugins: sortedKeys(plugins.Infos()),
 	})
 	return nil
@@ -324,7 +321,7 @@ func (a *agent) register(ctx context.Context) error {
 		a.log.Info("settled jobs of this agent's previous process", "jobs", n)
 	}
 	a.reg = store.Registration{
-		Holder: a.holder, Version: Version, Capacity: a.cfg.Agent.Capacity,
+		Holder: a.holder, Version: Version(), Capacity: a.cfg.Agent.Capacity,
 		Commands: sortedKeys(a.commands), Plugins: pluginsJSON(a.plugins),
 		CommandSpecs: commandSpecs(a.cfg, a.commands),
 		Timings: store.Timings{
