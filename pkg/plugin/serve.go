@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -36,6 +37,12 @@ const ShutdownGrace = 5 * time.Second
 // SIGTERM and SIGINT while the host lives are ignored. The host decides when
 // its plugins stop (a rollout drains jobs first).
 func Serve(impl Plugin) {
+	if err := CheckWrapped(impl); err != nil {
+		// Before the handshake: the agent reports this line as the reason
+		// the plugin did not start.
+		fmt.Fprintln(os.Stderr, "tether plugin:", err)
+		os.Exit(1)
+	}
 	life := newLifecycle()
 	if s, ok := impl.(Shutdowner); ok {
 		life.stop = s.Shutdown

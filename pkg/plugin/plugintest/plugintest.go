@@ -387,6 +387,9 @@ func StartBinary(t testing.TB, path string, env []string) Client {
 // checkpoints, handles).
 func Run(t *testing.T, impl plugin.Plugin, f func(t *testing.T, c Client)) {
 	t.Helper()
+	if err := plugin.CheckWrapped(impl); err != nil {
+		t.Fatalf("plugintest: %v", err) // Serve refuses it too
+	}
 	t.Run("direct", func(t *testing.T) { f(t, Direct(impl)) })
 	t.Run("grpc", func(t *testing.T) { f(t, Connect(t, impl)) })
 }
