@@ -239,6 +239,11 @@ type Plugin struct {
 	PassEnv []string `yaml:"pass_env"`
 	// Config is free-form and given to the plugin as JSON.
 	Config map[string]any `yaml:"config"`
+	// MaxKillGrace is the longest the plugin may take to stop its local
+	// work after a cancel, for the self-fence arithmetic. It is the agent's
+	// key, never passed to the plugin (whose strict decoding would refuse
+	// it). 0: what the plugin reports, or its config's max_kill_grace.
+	MaxKillGrace Duration `yaml:"max_kill_grace"`
 }
 
 // Command is a named kind of job: the plugin that runs it and its default

@@ -526,6 +526,12 @@ func TestTimingRelations(t *testing.T) {
 			want: "agent.stale_job (12s) − 2×agent.keepalive (2s) − longest kill_grace (plugins.shell.config.max_kill_grace 10s, the default) = 0s must be at least 2×keepalive (2s): an agent without a successful heartbeat stops its own jobs at that point, so that every plugin has its kill_grace and one more keepalive to stop local work before the janitor may act at stale_job, and one missed heartbeat must never fence it; raise agent.stale_job to at least 4×keepalive + kill_grace = 14s"},
 		{name: "other plugin's max_kill_grace", yaml: "plugins: {ecs: {config: {max_kill_grace: 2m}}}\n",
 			want: "longest kill_grace (plugins.ecs.config.max_kill_grace 120s) = -10s must be at least 2×keepalive (10s)"},
+		{name: "agent-side max_kill_grace of a plugin", yaml: "plugins: {mine: {max_kill_grace: 2m}}\n",
+			want: "longest kill_grace (plugins.mine.max_kill_grace 120s) = -10s must be at least 2×keepalive (10s)"},
+		{name: "agent-side max_kill_grace longer than the config's", yaml: "plugins: {mine: {max_kill_grace: 105s, config: {max_kill_grace: 40s}}}\n",
+			want: "longest kill_grace (plugins.mine.max_kill_grace 105s) = 5s"},
+		{name: "agent-side max_kill_grace negative", yaml: "plugins: {mine: {max_kill_grace: -1s}}\n",
+			want: "plugins.mine.max_kill_grace: must not be negative, got -1s"},
 		{name: "longest of several plugins", yaml: shellCommand + "plugins: {ecs: {config: {max_kill_grace: 40s}}, spark: {config: {max_kill_grace: 105s}}}\n",
 			want: "longest kill_grace (plugins.spark.config.max_kill_grace 105s) = 5s"},
 		{name: "max_kill_grace not a duration", yaml: "plugins: {ecs: {config: {max_kill_grace: soon}}}\n",
@@ -841,4 +847,16 @@ func TestYAMLTypeErrorsLoseTheirValues(t *testing.T) {
 	require.Contains(t, err.Error(), "`sekrit`", "yaml.v3 quotes the value (its first characters, if long)")
 	got := withoutValues(err).Error()
 	assert.Equal(t, "line 1: cannot unmarshal !!str (value not shown) into []config.Token", got)
+}
+
+// plugins.<name>.max_kill_grace is the agent's key: it enters the
+// self-fence arithmetic and never reaches the plugin, whose strict decoding
+// of its config would refuse it.
+func TestAgentSideMaxKillGraceStaysWithTheAgent(t *testing.T) {
+	cfg, err := Parse([]byte("agent: {shutdown_timeout: 60s}\nplugins: {mine: {max_kill_grace: 30s, config: {region: eu-west-1}}}\n"))
+	require.NoError(t, err)
+	pc, err := cfg.Plugins["mine"].ConfigJSON()
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"region":"eu-west-1"}`, string(pc))
+	assert.Equal(t, 30*time.Second, cfg.LongestKillGrace(nil))
 }

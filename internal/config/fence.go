@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// maxKillGraceKey is the plugin config key naming the longest a plugin may
-// take to stop its local work after a cancel. A plugin reports its own value
-// at the agent's start (plugin.KillGracer: the shell plugin reports its
-// config.max_kill_grace or its default). Any plugin may declare it in its
-// config too. A plugin that does neither counts 0. It stops nothing local,
-// or at once.
+// maxKillGraceKey names the longest a plugin may take to stop its local
+// work after a cancel. A plugin reports its own value at the agent's start
+// (plugin.KillGracer: the shell plugin reports its config.max_kill_grace or
+// its default). An operator sets it for any plugin as the agent's key
+// plugins.<name>.max_kill_grace, which the plugin never sees. A plugin with
+// neither counts 0. It stops nothing local, or at once.
 const maxKillGraceKey = "max_kill_grace"
 
 // KillGraces are the longest stop times the plugins reported at the agent's
@@ -71,27 +71,31 @@ func (c *Config) killGraces(reported KillGraces) (killGrace, []error) {
 	return longest, errs
 }
 
-// killGraceOf is one plugin's kill grace. It is the longer of what its
-// config sets and what it reported. The zero killGrace means it has none.
+// killGraceOf is one plugin's kill grace. It is the longest of what the
+// agent's plugins.<name>.max_kill_grace sets, what its config's
+// max_kill_grace sets (the shell plugin's own key), and what it reported.
+// The zero killGrace means it has none.
 func (c *Config) killGraceOf(name string, reported KillGraces) (killGrace, error) {
-	key := "plugins." + name + ".config." + maxKillGraceKey
-	k := killGrace{key: key}
-	v, set := c.Plugins[name].Config[maxKillGraceKey]
-	if set {
+	var k killGrace
+	if d := c.Plugins[name].MaxKillGrace.Std(); d > 0 {
+		k = killGrace{d: d, key: "plugins." + name + "." + maxKillGraceKey}
+	}
+	if v, set := c.Plugins[name].Config[maxKillGraceKey]; set {
+		key := "plugins." + name + ".config." + maxKillGraceKey
 		d, err := parseKillGrace(v)
 		if err != nil {
 			return killGrace{}, fmt.Errorf("%s: %w", key, err)
 		}
-		k.d = d
+		if k.key == "" || d > k.d {
+			k = killGrace{d: d, key: key}
+		}
 	}
 	r, ok := reported[name]
 	switch {
-	case ok && !set:
-		k.d, k.from = r, "the default"
+	case ok && k.key == "":
+		k = killGrace{d: r, key: "plugins." + name + ".config." + maxKillGraceKey, from: "the default"}
 	case ok && r > k.d:
 		k.d, k.from = r, "as the plugin reports"
-	case !set && !ok:
-		return killGrace{}, nil // a plugin that stops nothing local, or at once
 	}
 	return k, nil
 }

@@ -154,6 +154,11 @@ func (c *Config) checkNonNegativeDurations() []error {
 			p.add("%s: must not be negative, got %s", d.key, d.v)
 		}
 	}
+	for _, name := range sortedKeys(c.Plugins) {
+		if g := c.Plugins[name].MaxKillGrace; g < 0 {
+			p.add("plugins.%s.max_kill_grace: must not be negative, got %s", name, g)
+		}
+	}
 	return p
 }
 
