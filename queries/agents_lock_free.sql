@@ -1,7 +1,8 @@
 -- The liveness check, every keepalive in every agent: the agents that hold
 -- work (an active_jobs row under their name and generation, looked up
 -- through active_jobs_agent) and whose name lock nobody holds, with their
--- last_seen and the database clock. The caller (@self_name) is left out: it
+-- last_seen, their announced keepalive and dead_after (0 when not announced)
+-- and the database clock. The caller (@self_name) is left out: it
 -- is running this statement.
 --
 -- The name lock is pg_try_advisory_lock(hashtext('tether-agent-name'),
@@ -25,7 +26,10 @@ WITH held AS MATERIALIZED (
       AND l.objsubid = 2
       AND l.granted
 )
-SELECT g.name, g.generation, g.last_seen, now()
+SELECT g.name, g.generation, g.last_seen,
+       coalesce(extract(epoch FROM g.keepalive), 0)::float8,
+       coalesce(extract(epoch FROM g.dead_after), 0)::float8,
+       now()
 FROM agents g
 WHERE g.state <> 'stopped' -- a stopped agent's jobs are the janitor's at once
   AND g.name <> @self_name

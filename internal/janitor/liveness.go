@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherjobs/tether/internal/defaults"
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/startstop"
 )
 
@@ -101,7 +102,7 @@ func NewLiveness(jan *Service, cfg LivenessConfig) *Liveness {
 		cfg:   cfg,
 		log:   jan.log.With("service", "liveness"),
 		dead:  jan.cfg.Metrics.AgentsDead,
-		watch: newLockWatch(cfg.DeadAfter),
+		watch: newLockWatch(fleet.Timings{Keepalive: cfg.Keepalive, DeadAfter: cfg.DeadAfter}),
 	}
 	l.loop = startstop.Timer("liveness check", cfg.Keepalive, l.check)
 	return l

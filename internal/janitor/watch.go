@@ -3,6 +3,7 @@ package janitor
 import (
 	"time"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -27,26 +28,32 @@ type DeadAgent struct {
 type agentKey struct{ name, generation string }
 
 type watchEntry struct {
-	since    time.Time // first seen free, or last restarted by a heartbeat
-	reported bool
+	since     time.Time     // first seen free, or last restarted by a heartbeat
+	deadAfter time.Duration // the agent is judged by (fleet.Judge)
+	reported  bool
 }
 
 // lockWatch is the first-free memory of one checking agent. It is pure. The
 // caller feeds it each check's database time and free set.
 //
 // An agent is dead when, at a later check, its lock is still free, at least
-// deadAfter has passed since the first check that saw it free (F), and its
+// dead_after has passed since the first check that saw it free (F), and its
 // last_seen is not after F, so it has not heartbeat since. Requiring a second
 // look and a silence since F is what keeps a database restart (every lock
 // freed at once) from releasing anything. The agents re-take their locks and
-// heartbeat within a keepalive, well inside deadAfter.
+// heartbeat within a keepalive, well inside dead_after.
+//
+// The dead_after is the larger of the checker's own (own) and the one the
+// agent announced (fleet.Judge). An agent with a longer keepalive than the
+// checker's heartbeats that much less often, and must not be taken for dead
+// between two of its heartbeats.
 type lockWatch struct {
-	deadAfter time.Duration
-	seen      map[agentKey]watchEntry
+	own  fleet.Timings
+	seen map[agentKey]watchEntry
 }
 
-func newLockWatch(deadAfter time.Duration) *lockWatch {
-	return &lockWatch{deadAfter: deadAfter, seen: map[agentKey]watchEntry{}}
+func newLockWatch(own fleet.Timings) *lockWatch {
+	return &lockWatch{own: own, seen: map[agentKey]watchEntry{}}
 }
 
 // observe records one check at now that found free, and returns the agents
@@ -61,7 +68,8 @@ func (w *lockWatch) observe(now time.Time, free []FreeLock) []DeadAgent {
 		if !ok || f.LastSeen.After(e.since) {
 			e = watchEntry{since: now}
 		}
-		if now.Sub(e.since) >= w.deadAfter {
+		e.deadAfter = fleet.Judge(w.own, f.Timings).DeadAfter
+		if now.Sub(e.since) >= e.deadAfter {
 			dead = append(dead, DeadAgent{
 				Name: f.Name, Generation: f.Generation, FreeSince: e.since, LastSeen: f.LastSeen,
 				Silence: now.Sub(f.LastSeen), First: !e.reported,
@@ -84,7 +92,7 @@ func (w *lockWatch) due(now time.Time) (time.Duration, bool) {
 		if e.reported {
 			continue
 		}
-		if at := e.since.Add(w.deadAfter); first.IsZero() || at.Before(first) {
+		if at := e.since.Add(e.deadAfter); first.IsZero() || at.Before(first) {
 			first = at
 		}
 	}

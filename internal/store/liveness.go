@@ -16,6 +16,9 @@ type FreeLock struct {
 	Name       string
 	Generation string
 	LastSeen   time.Time // its agents row's last_seen (database clock)
+	// Timings are its announced keepalive and dead_after (zero: not
+	// announced). A checker judges it by the larger of its own and these.
+	Timings Timings
 }
 
 // FreeNameLocks lists the agents other than selfName that hold work and whose
@@ -31,7 +34,9 @@ func (s *Store) FreeNameLocks(ctx context.Context, selfName string) (time.Time, 
 	var now time.Time
 	free, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FreeLock, error) {
 		var f FreeLock
-		err := r.Scan(&f.Name, &f.Generation, &f.LastSeen, &now)
+		var keepalive, deadAfter float64
+		err := r.Scan(&f.Name, &f.Generation, &f.LastSeen, &keepalive, &deadAfter, &now)
+		f.Timings = Timings{Keepalive: secondsDuration(keepalive), DeadAfter: secondsDuration(deadAfter)}
 		return f, err
 	})
 	if err != nil {
