@@ -65,11 +65,15 @@ func (f *fixture) startLiveness(holder store.Holder, m *metrics.Metrics, cfg Liv
 	return p
 }
 
-// next waits for the next check and returns it with the actions it took.
+// next waits for the next check this agent ran (it took the fleet's turn)
+// and returns it with the actions it took.
 func (p *probe) next() (Checked, []Acted) {
 	p.t.Helper()
 	select {
 	case c := <-p.checked:
+		if !c.Turn {
+			return p.next()
+		}
 		var acted []Acted
 		for {
 			select {
