@@ -40,8 +40,9 @@
 -- applies to the announced timings returned in the last three columns.
 --
 -- "Live" agent: state 'running' (not draining, not stopped) and last_seen
--- within the larger of @stale_job and its own stale_job, or this process
--- itself. served/loaded/resumable: a live agent serves the job's
+-- within the larger of @stale_job and its own stale_job, and not found dead
+-- by the liveness check (agents.lock_found_dead, silent since), or this
+-- process itself. served/loaded/resumable: a live agent serves the job's
 -- command (agents.commands) / one of those has the job's plugin / one of
 -- those's copy of it declares resume. self_registered: this process
 -- (@self_name, @self_generation) has its agents row, which then speaks for
@@ -62,6 +63,8 @@ WITH dead AS MATERIALIZED (
       AND (l.last_seen > now() - greatest(@stale_job::float8 * interval '1 second', l.stale_job)
            OR (l.name = @self_name AND l.generation = @self_generation))
       AND NOT EXISTS (SELECT 1 FROM dead d WHERE d.name = l.name AND d.generation = l.generation)
+      -- Found dead by the liveness check and silent since (internal/fleet.Classify).
+      AND NOT (l.lock_found_dead AND l.last_seen <= l.lock_free_since)
 ), me AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM agents WHERE name = @self_name AND generation = @self_generation) AS registered
 ), unserved AS MATERIALIZED (

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/store"
@@ -58,9 +59,14 @@ type Options struct {
 	// Stopping, when closed, ends followed log streams, so a graceful
 	// shutdown is not held by clients tailing a long job. Nil: never.
 	Stopping <-chan struct{}
-	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands and
-	// GET /api/v1/agents count an agent seen within it as live. 0 means DefaultStaleJob.
-	StaleJob time.Duration
+	// StaleJob, Keepalive and DeadAfter are the agent's own: GET
+	// /api/v1/commands and GET /api/v1/agents judge the other agents by the
+	// larger of these and theirs (internal/fleet.Classify). StaleJob 0
+	// means DefaultStaleJob; Keepalive 0 DefaultKeepalive, DeadAfter 0
+	// 2 × Keepalive.
+	StaleJob  time.Duration
+	Keepalive time.Duration
+	DeadAfter time.Duration
 	// ListenAddr is the agent's http.listen. When its host is a name, that
 	// name is an allowed Host.
 	ListenAddr string
@@ -115,6 +121,12 @@ func New(opts Options) http.Handler {
 	}
 	if opts.StaleJob <= 0 {
 		opts.StaleJob = DefaultStaleJob
+	}
+	if opts.Keepalive <= 0 {
+		opts.Keepalive = defaults.Keepalive
+	}
+	if opts.DeadAfter <= 0 {
+		opts.DeadAfter = 2 * opts.Keepalive
 	}
 	s := &server{opts: opts, log: opts.Logger, hosts: newHostPolicy(opts.AllowedHosts, opts.ListenAddr, len(opts.Tokens) > 0)}
 	for name := range opts.Commands {

@@ -2,8 +2,8 @@ package janitor
 
 import (
 	"context"
-	"time"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -12,7 +12,8 @@ import (
 // command, cleanup backlog) once per janitor pass. A scrape reads the last
 // values and never queries the database.
 func (s *Service) refreshGauges(ctx context.Context) {
-	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), s.cfg.StaleJob); err == nil {
+	own := fleet.Timings{Keepalive: s.cfg.Keepalive, StaleJob: s.cfg.StaleJob}
+	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), own); err == nil {
 		s.cfg.Metrics.SetQueue(stats)
 	} else {
 		s.log.Warn("measuring the queue", "err", err)
@@ -34,13 +35,18 @@ const QueueCountCap = 10000
 
 // QueueStats measures the due, unowned jobs of each command (at most
 // QueueCountCap of them), how long the oldest has waited, and the live
-// agents (seen within liveWithin) claiming it (see queries/queue_stats.sql:
-// the head of one index range per command), with JIT off.
-func QueueStats(ctx context.Context, db store.Batcher, commands []string, liveWithin time.Duration) ([]metrics.QueueStat, error) {
+// agents claiming it, as a checker with own counts them by the fleet's rule
+// (fleet.Classify, read from agents_seen.sql), with JIT off (see
+// queries/queue_stats.sql: the head of one index range per command).
+func QueueStats(ctx context.Context, db store.Batcher, commands []string, own fleet.Timings) ([]metrics.QueueStat, error) {
 	if len(commands) == 0 {
 		return nil, nil
 	}
-	stats, err := store.QueueStats(ctx, db, commands, liveWithin, QueueCountCap)
+	agents, err := store.AgentsSeen(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := store.QueueStats(ctx, db, commands, fleet.LiveNames(own, agents), QueueCountCap)
 	if err != nil {
 		return nil, err
 	}

@@ -19,13 +19,13 @@ type QueueStat struct {
 }
 
 // QueueStats measures the due, unowned jobs of each command (at most limit
-// of them), how long the oldest has waited, and the live agents (seen within
-// liveWithin) claiming it, with JIT off (queries/queue_stats.sql reads the
-// head of one index range per command).
-func QueueStats(ctx context.Context, db Batcher, commands []string, liveWithin time.Duration, limit int) ([]QueueStat, error) {
+// of them), how long the oldest has waited, and the live agents (those of
+// live, as internal/fleet.Classify counts them) claiming it, with JIT off
+// (queries/queue_stats.sql reads the head of one index range per command).
+func QueueStats(ctx context.Context, db Batcher, commands, live []string, limit int) ([]QueueStat, error) {
 	st := queries.Named("queue_stats")
 	rows, err := QueryHot(ctx, db, st.SQL, st.Args(map[string]any{
-		"commands": commands, "live_s": liveWithin.Seconds(), "cap": limit})...)
+		"commands": commands, "live_names": nonNil(live), "cap": limit})...)
 	if err != nil {
 		return nil, fmt.Errorf("measuring the queue: %w", err)
 	}
