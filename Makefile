@@ -18,7 +18,7 @@ RIVERBENCH    := .tether/bin/riverbench-$(RIVER_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
+.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-fleet bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
 
 all: build
 
@@ -175,6 +175,16 @@ bench-spark: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 ## internal/e2e/liveness_bench_test.go)
 bench-liveness:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkLivenessKill9$$' -benchtime 1x -timeout 40m ./internal/e2e/
+
+## bench-fleet: what the liveness check, the heartbeats and the janitor
+## passes cost the database per agent at N = 10, 50 and 200 simulated agents
+## (agents rows, sessions holding their name locks, 5 running jobs each):
+## statements, shared buffers and DB time per agent per keepalive (per pass
+## for the janitor), medians of 7 keepalives, and the ratio 200/10 per agent
+## (target ≤ 1.5); pg_stat_statements figures (TETHER_BENCH_FLEET_ROUNDS,
+## see internal/bench/fleet_bench_test.go)
+bench-fleet:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 20m ./internal/bench/
 
 ## soak: the randomized invariant test (internal/e2e/invariant_test.go) in
 ## rounds of chaos until SOAK has passed, e.g. `make soak SOAK=30m`; each

@@ -1,8 +1,9 @@
 -- One row per command known to the answering agent's config (@config_names
 -- with @config_plugins, in the same order), announced by any agents row, or
--- with queued jobs: its plugin, the live agents claiming it (seen within
--- @live_s seconds, by state), and its queued jobs — how many, and how long
--- the longest-waiting one that is due has waited (NULL when none is due).
+-- with queued jobs: its plugin, the live agents claiming it (@live_names:
+-- those internal/fleet.Classify counts, the janitor's rule; by state), and
+-- its queued jobs — how many, and how long the longest-waiting one that is
+-- due has waited (NULL when none is due).
 WITH config AS (
     SELECT c.name, c.plugin
     FROM unnest(@config_names::text[], @config_plugins::text[]) AS c(name, plugin)
@@ -20,7 +21,7 @@ WITH config AS (
     SELECT a.name, a.state, unnest(a.commands) AS command
     FROM agents a
     WHERE a.state IN ('running', 'draining')
-      AND now() - a.last_seen < @live_s::float8 * interval '1 second'
+      AND a.name = ANY (@live_names::text[])
 )
 SELECT n.name,
        coalesce(c.plugin, (SELECT j.plugin FROM jobs j WHERE j.command = n.name ORDER BY j.id DESC LIMIT 1), ''),

@@ -32,8 +32,17 @@
 -- then, and the dead part is empty otherwise. "dead" marks each row of such a
 -- holder for Decide, and a dead holder does not count among the live agents.
 --
+-- Mixed configurations (internal/fleet, Judge): a holder is judged by the
+-- larger of this janitor's @stale_job and its own announced stale_job, and
+-- its accepted jobs by the larger of @offline_after and 3 × its announced
+-- keepalive (NULL, an agent older than v15: this janitor's own; greatest
+-- ignores NULL). The owned part reads by the same bounds that Decide
+-- applies to the announced timings returned in the last three columns.
+--
 -- "Live" agent: state 'running' (not draining, not stopped) and last_seen
--- within @stale_job, or this process itself. served/loaded/resumable: a live agent serves the job's
+-- within the larger of @stale_job and its own stale_job, and not found dead
+-- by the liveness check (agents.lock_found_dead, silent since), or this
+-- process itself. served/loaded/resumable: a live agent serves the job's
 -- command (agents.commands) / one of those has the job's plugin / one of
 -- those's copy of it declares resume. self_registered: this process
 -- (@self_name, @self_generation) has its agents row, which then speaks for
@@ -51,9 +60,11 @@ WITH dead AS MATERIALIZED (
     SELECT l.commands, l.plugins
     FROM agents l
     WHERE l.state = 'running'
-      AND (l.last_seen > now() - @stale_job::float8 * interval '1 second'
+      AND (l.last_seen > now() - greatest(@stale_job::float8 * interval '1 second', l.stale_job)
            OR (l.name = @self_name AND l.generation = @self_generation))
       AND NOT EXISTS (SELECT 1 FROM dead d WHERE d.name = l.name AND d.generation = l.generation)
+      -- Found dead by the liveness check and silent since (internal/fleet.Classify).
+      AND NOT (l.lock_found_dead AND l.last_seen <= l.lock_free_since)
 ), me AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM agents WHERE name = @self_name AND generation = @self_generation) AS registered
 ), unserved AS MATERIALIZED (
@@ -84,7 +95,10 @@ SELECT x.job_id, j.status, j.plugin, x.command, j.started_at IS NOT NULL,
        extract(epoch FROM j.active_timeout)::float8,
        coalesce(extract(epoch FROM now() - j.attempt_started_at), 0)::float8,
        (SELECT registered FROM me),
-       EXISTS (SELECT 1 FROM dead d WHERE d.name = x.agent_name AND d.generation = x.agent_generation)
+       EXISTS (SELECT 1 FROM dead d WHERE d.name = x.agent_name AND d.generation = x.agent_generation),
+       coalesce(extract(epoch FROM g.keepalive), 0)::float8,
+       coalesce(extract(epoch FROM g.dead_after), 0)::float8,
+       coalesce(extract(epoch FROM g.stale_job), 0)::float8
 FROM (
     SELECT * FROM (
         SELECT a.job_id, a.command, a.agent_name, a.agent_generation, a.lease,
@@ -111,8 +125,8 @@ FROM (
           AND (   g.name IS NULL
                OR g.generation IS DISTINCT FROM a.agent_generation
                OR g.state = 'stopped'
-               OR h.heard <= now() - @stale_job::float8 * interval '1 second'
-               OR (h.heard <= now() - @offline_after::float8 * interval '1 second'
+               OR h.heard <= now() - greatest(@stale_job::float8 * interval '1 second', g.stale_job)
+               OR (h.heard <= now() - greatest(@offline_after::float8 * interval '1 second', 3 * g.keepalive)
                    AND (j.status IN ('queued', 'accepted') OR (j.status = 'canceling' AND j.started_at IS NULL)))
                -- active_timeout backup for an owner that did not enforce it.
                OR (j.status = 'running' AND j.active_timeout > interval '0'

@@ -31,7 +31,10 @@ SELECT a.job_id, j.status, j.plugin, a.command, j.started_at IS NOT NULL,
        extract(epoch FROM j.active_timeout)::float8,
        coalesce(extract(epoch FROM now() - j.attempt_started_at), 0)::float8,
        false,
-       false -- dead: the previous generation is settled as restarted instead
+       false, -- dead: the previous generation is settled as restarted instead
+       coalesce(extract(epoch FROM g.keepalive), 0)::float8,
+       coalesce(extract(epoch FROM g.dead_after), 0)::float8,
+       coalesce(extract(epoch FROM g.stale_job), 0)::float8
 FROM active_jobs a
 JOIN jobs j ON j.id = a.job_id
 LEFT JOIN agents g ON g.name = a.agent_name

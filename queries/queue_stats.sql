@@ -4,9 +4,10 @@
 -- configured ones first, then by name): the due jobs no agent holds
 -- (queued, or released for resuming), counted up to @cap; how long the
 -- longest-waiting one has been due (a released job since its release; 0
--- when none); and the live agents claiming the command (state running, seen
--- within @live_s seconds). Every agent runs it every janitor pass. A command
--- whose agents are all gone keeps its series, at 0 live agents.
+-- when none); and the live agents claiming the command (state running, and
+-- in @live_names: those internal/fleet.Classify counts, the janitor's rule).
+-- Every agent runs it every janitor pass. A command whose agents are all
+-- gone keeps its series, at 0 live agents.
 --
 -- The commands with unowned jobs are a skip scan of the partial index
 -- active_jobs_claim (command, run_after, job_id) WHERE agent_name IS NULL:
@@ -47,7 +48,7 @@ WITH RECURSIVE unowned (command, n) AS (
 SELECT c.command, q.n, q.oldest_s,
        (SELECT count(*)::int FROM agents a
         WHERE a.state = 'running' AND c.command = ANY(a.commands)
-          AND now() - a.last_seen < @live_s::float8 * interval '1 second')
+          AND a.name = ANY (@live_names::text[]))
 FROM known c
 CROSS JOIN LATERAL (
     SELECT count(*)::int AS n,

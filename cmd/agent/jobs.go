@@ -299,10 +299,17 @@ func (a *app) agentsCmd() *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "agents",
-		Short: "List live agents (--all: every agents row) and their liveness",
-		Long: `List the live agents: running or draining, and seen within the server's
-agent.stale_job. --all lists every agents row, stopped and silent ones too,
-until agent.agent_retention prunes them. LIVE says which are live.`,
+		Short: "List agents (--all: every agents row) and their liveness",
+		Long: `List the agents running or draining and seen within agent.stale_job (the
+server's, or the agent's own when longer). --all lists every agents row,
+stopped and silent ones too, until agent.agent_retention prunes them.
+
+LIVENESS is the rule the janitor acts by (docs/operations.md, "Who is
+alive"): stopped (it stopped cleanly), dead (its name lock free and it
+silent past dead_after: the janitor has taken its resumable and accepted
+jobs), stale (silent past stale_job), late (silent past 3 of its
+keepalives: frozen or cut off when its name lock is held), live or
+draining. REASON says why.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -317,15 +324,11 @@ until agent.agent_retention prunes them. LIVE says which are live.`,
 				return emitList(a, "agents", agents, nil)
 			}
 			tw := a.table()
-			fmt.Fprintln(tw, "NAME\tSTATE\tLIVE\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS")
+			fmt.Fprintln(tw, "NAME\tSTATE\tLIVENESS\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS\tREASON")
 			for _, ag := range agents {
-				live := "stale"
-				if ag.Live {
-					live = "live"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\n", ag.Name, ag.State, live, ag.ActiveJobs, ag.Capacity,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\t%s\n", ag.Name, ag.State, orDash(ag.Liveness), ag.ActiveJobs, ag.Capacity,
 					(time.Duration(ag.SilentFor * float64(time.Second))).Round(time.Second), orDash(ag.Version),
-					orDash(strings.Join(ag.Commands, ",")))
+					orDash(strings.Join(ag.Commands, ",")), orDash(ag.Reason))
 			}
 			return tw.Flush()
 		},

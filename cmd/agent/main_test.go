@@ -448,13 +448,14 @@ func TestAgentsCommandLiveByDefaultAllWithFlag(t *testing.T) {
 
 	r := c.run(t, "agents")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Regexp(t, `NAME\s+STATE\s+LIVE\s+ACTIVE\s+CAPACITY\s+LAST SEEN`, r.stdout)
-	assert.Regexp(t, `agent-up\s+running\s+live\s+0\s+3\s`, r.stdout)
+	assert.Regexp(t, `NAME\s+STATE\s+LIVENESS\s+ACTIVE\s+CAPACITY\s+LAST SEEN\s+VERSION\s+COMMANDS\s+REASON`, r.stdout)
+	assert.Regexp(t, `agent-up\s+running\s+live\s+0\s+3\s.*\sheartbeating`, r.stdout)
 	assert.NotContains(t, r.stdout, "agent-gone", "a stopped agent is history: only with --all")
 
 	r = c.run(t, "agents", "--all")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Regexp(t, `agent-gone\s+stopped\s+stale\s+0\s+3\s`, r.stdout)
+	// A clean stop shows stopped, not stale (issue 27).
+	assert.Regexp(t, `agent-gone\s+stopped\s+stopped\s+0\s+3\s.*\sstopped cleanly`, r.stdout)
 	assert.Regexp(t, `agent-up\s+running\s+live\s`, r.stdout)
 
 	r = c.run(t, "agents", "--all", "-o", "json")

@@ -766,6 +766,8 @@ func apiHandler(cfg *config.Config, st *store.Store, ready func(context.Context)
 		ListenAddr:     cfg.HTTP.Listen,
 		AllowedHosts:   cfg.HTTP.AllowedHosts,
 		StaleJob:       cfg.Agent.StaleJob.Std(),
+		Keepalive:      cfg.Agent.Keepalive.Std(),
+		DeadAfter:      cfg.Agent.DeadAfter.Std(),
 		MaxBodyBytes:   cfg.HTTP.MaxBodyBytes,
 		Logger:         logger,
 		Metrics:        m.Handler(),

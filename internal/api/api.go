@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/config"
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/store"
@@ -58,11 +59,14 @@ type Options struct {
 	// Stopping, when closed, ends followed log streams, so a graceful
 	// shutdown is not held by clients tailing a long job. Nil: never.
 	Stopping <-chan struct{}
-	// StaleJob is the agent's agent.stale_job: GET /api/v1/commands and
-	// GET /api/v1/agents count an agent seen within it as live, and a
-	// submit of a command not in Commands is accepted when such an agent
-	// announces it. 0 means DefaultStaleJob.
-	StaleJob time.Duration
+	// StaleJob, Keepalive and DeadAfter are the agent's own: GET
+	// /api/v1/commands and GET /api/v1/agents judge the other agents by the
+	// larger of these and theirs (internal/fleet.Classify). StaleJob 0
+	// means DefaultStaleJob; Keepalive 0 DefaultKeepalive, DeadAfter 0
+	// 2 × Keepalive.
+	StaleJob  time.Duration
+	Keepalive time.Duration
+	DeadAfter time.Duration
 	// AnnouncedTTL is how long what live agents announce of their commands
 	// is reused by submits (a read costs several times a submit). 0 means
 	// DefaultAnnouncedTTL.
@@ -122,6 +126,12 @@ func New(opts Options) http.Handler {
 	}
 	if opts.StaleJob <= 0 {
 		opts.StaleJob = DefaultStaleJob
+	}
+	if opts.Keepalive <= 0 {
+		opts.Keepalive = defaults.Keepalive
+	}
+	if opts.DeadAfter <= 0 {
+		opts.DeadAfter = 2 * opts.Keepalive
 	}
 	if opts.AnnouncedTTL <= 0 {
 		opts.AnnouncedTTL = DefaultAnnouncedTTL

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
@@ -505,8 +506,15 @@ func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool)
 	return v, true
 }
 
-// agents answers the live agents (running or draining, seen within
-// stale_job), or every agents row with all=true.
+// ownTimings are this agent's own, by which it judges the others
+// (fleet.Classify).
+func (s *server) ownTimings() fleet.Timings {
+	return fleet.Timings{Keepalive: s.opts.Keepalive, DeadAfter: s.opts.DeadAfter, StaleJob: s.opts.StaleJob}
+}
+
+// agents answers the agents not stopped and seen within stale_job, or
+// every agents row with all=true, each with its liveness and the reason by
+// the fleet's rule (fleet.Classify, the one the janitor acts by).
 func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 	var all bool
 	switch raw := r.URL.Query().Get("all"); raw {
@@ -524,6 +532,10 @@ func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 	}
 	if agents == nil {
 		agents = []store.Agent{}
+	}
+	for i, a := range agents {
+		v := fleet.Classify(s.ownTimings(), fleet.SeenOf(a.Seen))
+		agents[i].Liveness, agents[i].Reason, agents[i].Live = string(v.Liveness), v.Reason, v.Counts()
 	}
 	writeJSON(w, http.StatusOK, AgentList{Agents: agents})
 }
@@ -546,7 +558,11 @@ func (s *server) commandList(ctx context.Context) ([]Command, error) {
 	for name, c := range s.opts.Commands {
 		config[name] = c.Plugin
 	}
-	list, err := s.opts.Store.ListCommands(ctx, store.CommandListParams{Config: config, LiveWithin: s.opts.StaleJob})
+	seen, err := store.AgentsSeen(ctx, s.opts.Store.Pool())
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.opts.Store.ListCommands(ctx, store.CommandListParams{Config: config, Live: fleet.LiveNames(s.ownTimings(), seen)})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/janitor"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgtest"
@@ -318,7 +319,7 @@ func (d *backlogDB) round(b *testing.B, ctx context.Context, f *backlogFigures) 
 	}
 	for range gaugeSamples {
 		start := time.Now()
-		stats, err := janitor.QueueStats(ctx, d.st.Pool(), []string{backlogCommand}, time.Minute)
+		stats, err := janitor.QueueStats(ctx, d.st.Pool(), []string{backlogCommand}, fleet.Timings{StaleJob: time.Minute})
 		f.gauge = append(f.gauge, ms(time.Since(start)))
 		if err != nil {
 			b.Fatal(err)

@@ -145,7 +145,9 @@ type Agent struct {
 	// DeadAfter sets when an agent is dead. An agent whose name lock has
 	// been seen free and that has not heartbeat for this long is dead. Its
 	// accepted jobs are requeued and its resumable running jobs released at
-	// once, without waiting for stale_job. 0 = 2 × keepalive.
+	// once, without waiting for stale_job. 0 = 2 × keepalive. Agents
+	// announce it (and keepalive, stale_job) in their agents row, and each
+	// judges another by the larger of its own and the other's.
 	DeadAfter Duration `yaml:"dead_after"`
 	// NameLockLiveness turns that early detection on (default true). Off,
 	// only stale_job and offline_after apply.

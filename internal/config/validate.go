@@ -183,7 +183,7 @@ func (c *Config) checkKeepaliveRelations() []error {
 			secs(a.OfflineAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
 	}
 	if a.DeadAfter > 0 && a.DeadAfter < 2*a.Keepalive {
-		p.add("agent.dead_after (%s) must be at least 2×agent.keepalive (2×%s = %s): an agent whose name lock was lost (a database restart) re-takes it and heartbeats within a keepalive, and must not be taken for dead meanwhile; raise dead_after (default 2×keepalive) or lower keepalive",
+		p.add("agent.dead_after (%s) must be at least 2×agent.keepalive (2×%s = %s): an agent whose name lock was lost (a database restart) re-takes it and heartbeats within a keepalive, and must not be taken for dead meanwhile. Other agents judge this one by the larger of their dead_after and its own, which it announces, so agents with other keepalives may share the database; raise dead_after (default 2×keepalive) or lower keepalive",
 			secs(a.DeadAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
 	}
 	return p

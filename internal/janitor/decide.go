@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
@@ -58,6 +59,16 @@ type Rules struct {
 	// ActiveTimeoutGrace is how long past a job's active_timeout the janitor
 	// waits for the owner to enforce it itself (2×keepalive + clean_interval).
 	ActiveTimeoutGrace time.Duration
+}
+
+// judging returns the rules by which a janitor with rules r judges the jobs
+// of an owner that announced theirs: stale_job the larger of the two,
+// offline_after no sooner than three of the owner's keepalives
+// (internal/fleet). The candidates query reads by the same bounds.
+func (r Rules) judging(theirs store.Timings) Rules {
+	r.StaleJob = fleet.Judge(store.Timings{StaleJob: r.StaleJob}, theirs).StaleJob
+	r.OfflineAfter = fleet.OfflineAfter(r.OfflineAfter, theirs)
+	return r
 }
 
 // Input is everything Decide looks at for one job. Ages come from the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetherjobs/tether/internal/jobctx"
 	"github.com/tetherjobs/tether/internal/jobstate"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 var testRules = Rules{StaleJob: 120 * time.Second, OfflineAfter: 15 * time.Second, AWOLTimeout: time.Hour, ActiveTimeoutGrace: 20 * time.Second}
@@ -225,4 +226,35 @@ func TestMergeContext(t *testing.T) {
 	assert.JSONEq(t, `{}`, string(got))
 	_, err = jobctx.Merge([]byte(`[1]`), nil)
 	assert.Error(t, err)
+}
+
+// A janitor judges the jobs of an owner by the larger of its own stale_job
+// and the owner's announced one, and requeues its accepted jobs no sooner
+// than three of its keepalives (internal/fleet). An owner older than v15
+// announced nothing and is judged by the janitor's own.
+func TestDecideJudgesByTheOwnersTimings(t *testing.T) {
+	const s = time.Second
+	fast := Rules{StaleJob: 20 * s, OfflineAfter: 1500 * time.Millisecond, AWOLTimeout: time.Hour, ActiveTimeoutGrace: 2 * s}
+	slow := store.Timings{Keepalive: 3 * s, DeadAfter: 6 * s, StaleJob: 120 * s}
+	judged := func(theirs store.Timings) func(*Input) {
+		return func(in *Input) { in.Rules = fast.judging(theirs) }
+	}
+	tests := []struct {
+		name string
+		in   Input
+		want Kind
+	}{
+		{"running, silent 30s, slow owner: within its stale_job", with(owned("running", 30*s), judged(slow)), None},
+		{"running, silent 120s, slow owner: past its stale_job", with(owned("running", 120*s), judged(slow)), Release},
+		{"running, silent 30s, owner announced nothing: the janitor's 20s", with(owned("running", 30*s), judged(store.Timings{})), Release},
+		{"accepted, silent 5s, slow owner: within 3 of its keepalives", with(owned("accepted", 5*s), judged(slow)), None},
+		{"accepted, silent 9s, slow owner: 3 of its keepalives", with(owned("accepted", 9*s), judged(slow)), Requeue},
+		{"accepted, silent 2s, owner announced nothing", with(owned("accepted", 2*s), judged(store.Timings{})), Requeue},
+		{"canceling, silent 30s, slow owner", with(owned("canceling", 30*s), judged(slow)), None},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, Decide(tt.in).Kind)
+		})
+	}
 }

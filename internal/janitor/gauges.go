@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 )
@@ -12,13 +13,14 @@ import (
 // database knows, agents by state, cleanup backlog) once per janitor pass.
 // A scrape reads the last values and never queries the database.
 func (s *Service) refreshGauges(ctx context.Context) {
-	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), s.cfg.StaleJob); err == nil {
+	own := fleet.Timings{Keepalive: s.cfg.Keepalive, StaleJob: s.cfg.StaleJob}
+	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), own); err == nil {
 		s.cfg.Metrics.SetQueue(stats)
 	} else {
 		s.log.Warn("measuring the queue", "err", err)
 	}
 	if agents, err := s.store.ListAgents(ctx, store.AgentListParams{All: true, LiveWithin: s.cfg.StaleJob}); err == nil {
-		s.cfg.Metrics.SetAgents(agentStates(agents))
+		s.cfg.Metrics.SetAgents(agentStates(own, agents))
 	} else {
 		s.log.Warn("counting the agents", "err", err)
 	}
@@ -30,19 +32,22 @@ func (s *Service) refreshGauges(ctx context.Context) {
 	}
 }
 
-// agentStates counts agents by the states of tether_agents. Who is live is
-// the store's judgement (store.Agent.Live). A row neither live nor stopped
-// went silent without stopping: lost while its silence is younger than
-// metrics.LostWindow (older ones wait for pruning, counted nowhere).
-func agentStates(agents []store.Agent) map[string]int {
+// agentStates counts agents by the states of tether_agents, judged by the
+// fleet's rule (fleet.Classify, the one the janitor acts by and the views
+// show). A draining agent that counts is draining, any other that counts
+// (live, late) running. One that went silent without stopping (dead,
+// stale) is lost while its silence is younger than metrics.LostWindow
+// (older ones wait for pruning, counted nowhere).
+func agentStates(own fleet.Timings, agents []store.Agent) map[string]int {
 	out := map[string]int{}
 	for _, a := range agents {
+		v := fleet.Classify(own, fleet.SeenOf(a.Seen))
 		switch {
-		case a.Live && a.State == "draining":
+		case v.Liveness == fleet.Draining:
 			out[metrics.AgentDraining]++
-		case a.Live:
+		case v.Counts():
 			out[metrics.AgentRunning]++
-		case a.State != "stopped" && time.Duration(a.SilentFor*float64(time.Second)) < metrics.LostWindow:
+		case v.Liveness != fleet.Stopped && time.Duration(a.SilentFor*float64(time.Second)) < metrics.LostWindow:
 			out[metrics.AgentLost]++
 		}
 	}
@@ -64,16 +69,21 @@ const QueueCommandCap = 500
 // QueueStats measures, for the configured commands and every other command
 // the database knows (announced by an agents row, or with unowned jobs), at
 // most QueueCommandCap in all: the due, unowned jobs (at most QueueCountCap
-// of them), how long the oldest has waited, and the live agents (seen
-// within liveWithin) claiming it. It is one statement (see
-// queries/queue_stats.sql: the head of one index range per command), with
-// JIT off.
-func QueueStats(ctx context.Context, db store.Batcher, commands []string, liveWithin time.Duration) ([]metrics.QueueStat, error) {
+// of them), how long the oldest has waited, and the live agents claiming
+// it, as a checker with own counts them by the fleet's rule
+// (fleet.Classify, read from agents_seen.sql). It is one statement for the
+// agents and one for the queues (see queries/queue_stats.sql: the head of
+// one index range per command), with JIT off.
+func QueueStats(ctx context.Context, db store.Batcher, commands []string, own fleet.Timings) ([]metrics.QueueStat, error) {
 	if commands == nil {
 		commands = []string{}
 	}
+	agents, err := store.AgentsSeen(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 	stats, err := store.QueueStats(ctx, db, store.QueueParams{
-		Commands: commands, MaxCommands: QueueCommandCap, LiveWithin: liveWithin, Cap: QueueCountCap})
+		Commands: commands, MaxCommands: QueueCommandCap, Live: fleet.LiveNames(own, agents), Cap: QueueCountCap})
 	if err != nil {
 		return nil, err
 	}

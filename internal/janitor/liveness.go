@@ -10,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherjobs/tether/internal/defaults"
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/startstop"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 // deadAfterKeepalives is dead_after's default in keepalives. An agent that
@@ -52,6 +54,9 @@ type LivenessSignals struct {
 
 // Checked is one liveness check.
 type Checked struct {
+	// Turn says this agent took the fleet's turn and checked. Without it
+	// another agent checked this keepalive, and the rest is zero.
+	Turn       bool
 	Now        time.Time // database clock
 	Free       []FreeLock
 	Dead       []DeadAgent
@@ -73,21 +78,24 @@ type Acted struct {
 
 // Liveness reads the second liveness signal, an agent's session advisory lock
 // on its name, which PostgreSQL frees the moment the agent's connection dies.
-// Every keepalive it lists the agents holding work whose lock is free and
-// remembers when it first saw each (lockWatch). It then runs a janitor pass
-// restricted to those that stayed silent for dead_after since. Their accepted
-// jobs are requeued and their resumable running jobs released (Decide with
-// Owner.Dead), long before stale_job. The pass is the janitor's own (same
-// candidates query, same fenced writes, SKIP LOCKED), so every agent's check
-// running side by side acts on each job once.
+// One agent of the fleet checks per keepalive: every agent tries to take the
+// fleet's turn (liveness_turn.sql) every keepalive of its own, and the first
+// whose keepalive has passed since the last check lists the agents whose lock
+// is free, updates the first-free memory stored in their agents rows
+// (lockWatch), and stores it again. It then runs a janitor pass restricted to
+// those that stayed silent for dead_after since (each judged by the larger of
+// the checker's and its own, fleet.Judge). Their accepted jobs are requeued
+// and their resumable running jobs released (Decide with Owner.Dead), long
+// before stale_job. The pass is the janitor's own (same candidates query,
+// same fenced writes, SKIP LOCKED), so two checks that overlap act on each
+// job once.
 type Liveness struct {
 	jan  *Service
 	cfg  LivenessConfig
 	log  *slog.Logger
 	dead prometheus.Counter
 
-	mu    sync.Mutex // one check at a time owns watch
-	watch *lockWatch
+	mu sync.Mutex // one check at a time
 
 	loop *startstop.Loop // runs the checks from Start to Stop
 }
@@ -97,11 +105,10 @@ type Liveness struct {
 func NewLiveness(jan *Service, cfg LivenessConfig) *Liveness {
 	cfg.setDefaults()
 	l := &Liveness{
-		jan:   jan,
-		cfg:   cfg,
-		log:   jan.log.With("service", "liveness"),
-		dead:  jan.cfg.Metrics.AgentsDead,
-		watch: newLockWatch(cfg.DeadAfter),
+		jan:  jan,
+		cfg:  cfg,
+		log:  jan.log.With("service", "liveness"),
+		dead: jan.cfg.Metrics.AgentsDead,
 	}
 	l.loop = startstop.Timer("liveness check", cfg.Keepalive, l.check)
 	return l
@@ -130,23 +137,49 @@ func (l *Liveness) check(ctx context.Context) time.Duration {
 	return wait
 }
 
-// Check runs one check. It reads which agents holding work have a free name
-// lock, updates the first-free memory, and settles the jobs of those found
-// dead.
+// turnPeriod is how old the last check must be for this agent to take the
+// turn: its keepalive, less a fifth so that its own timer's jitter does not
+// hand the turn on every other keepalive.
+func (c LivenessConfig) turnPeriod() time.Duration { return c.Keepalive - c.Keepalive/5 }
+
+// Check runs one check, if this agent takes the fleet's turn. It reads which
+// agents have a free name lock, updates the stored first-free memory, and
+// settles the jobs of those found dead.
 func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now, free, err := l.freeLocks(ctx)
+	var out Checked
+	err := l.jan.store.InLivenessTx(ctx, func(tx store.LivenessTx) error {
+		out = Checked{}
+		self := l.jan.cfg.Holder.Name
+		turn, ok, err := tx.TakeTurn(ctx, self, l.cfg.turnPeriod())
+		if err != nil || !ok {
+			return err
+		}
+		free, err := tx.FreeNameLocks(ctx, self)
+		if err != nil {
+			return err
+		}
+		w := newLockWatch(fleet.Timings{Keepalive: l.cfg.Keepalive, DeadAfter: l.cfg.DeadAfter})
+		if !forgets(turn, l.cfg.Keepalive) {
+			w.recall(free)
+		}
+		out = Checked{Turn: true, Now: turn.Now, Free: free}
+		out.Dead = w.observe(turn.Now, free)
+		out.Remembered = w.remembered()
+		out.Due, out.Pending = w.due(turn.Now)
+		var dueAt time.Time
+		if out.Pending {
+			dueAt = turn.Now.Add(out.Due)
+		}
+		return tx.Remember(ctx, w.memory(), dueAt)
+	})
 	if err != nil {
-		l.watch.reset()
-		return Checked{}, err
+		return Checked{}, fmt.Errorf("liveness check: %w", err)
 	}
-	dead := l.watch.observe(now, free)
-	out := Checked{Now: now, Free: free, Dead: dead, Remembered: l.watch.remembered()}
-	out.Due, out.Pending = l.watch.due(now)
 	var acted []Acted
-	if len(dead) > 0 {
-		acted, err = l.settle(ctx, dead)
+	if len(out.Dead) > 0 {
+		acted, err = l.settle(ctx, out.Dead, holdingWork(out.Dead, out.Free))
 	}
 	// Acted comes before Checked, so a test that received a check has its
 	// actions.
@@ -157,25 +190,44 @@ func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 	return out, err
 }
 
-// freeLocks lists the agents holding work whose name lock is free. With none,
-// now is zero. No row carried the clock, and nothing is remembered against
-// it.
-func (l *Liveness) freeLocks(ctx context.Context) (time.Time, []FreeLock, error) {
-	return l.jan.store.FreeNameLocks(ctx, l.jan.cfg.Holder.Name)
+// holdingWork is those of dead that hold work, by the check's free list.
+func holdingWork(dead []DeadAgent, free []FreeLock) []DeadAgent {
+	work := make(map[agentKey]bool, len(free))
+	for _, f := range free {
+		work[agentKey{f.Name, f.Generation}] = f.HasWork
+	}
+	var out []DeadAgent
+	for _, d := range dead {
+		if work[agentKey{d.Name, d.Generation}] {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
-// settle runs the janitor's pass over the dead agents' jobs and logs, once
-// per dead generation, what it did.
-func (l *Liveness) settle(ctx context.Context, dead []DeadAgent) ([]Acted, error) {
-	done, err := l.jan.batches(ctx, dead)
-	byAgent := tally(dead, done)
-	out := make([]Acted, 0, len(dead))
+// settle runs the janitor's pass over the jobs of the dead agents that hold
+// work and logs, once per dead generation, what it did.
+func (l *Liveness) settle(ctx context.Context, dead, withWork []DeadAgent) ([]Acted, error) {
+	var done []settled
+	var err error
+	if len(withWork) > 0 {
+		done, err = l.jan.batches(ctx, withWork)
+	}
+	byAgent := tally(withWork, done)
+	var out []Acted
 	for _, d := range dead {
-		a := *byAgent[d.Name]
-		out = append(out, a)
 		if d.First {
 			l.dead.Inc()
 		}
+		a, ok := byAgent[d.Name]
+		if !ok {
+			if d.First {
+				l.log.Info(fmt.Sprintf("agent gone: name lock free, silent %s; it holds no jobs", seconds(d.Silence)),
+					"dead_agent", d.Name, "generation", d.Generation, "free_since", d.FreeSince)
+			}
+			continue
+		}
+		out = append(out, *a)
 		if d.First || a.Released+a.Requeued+a.Other > 0 {
 			l.log.Info(fmt.Sprintf("agent gone: name lock free, silent %s; releasing %d resumable jobs, requeueing %d accepted",
 				seconds(d.Silence), a.Released, a.Requeued),

@@ -65,11 +65,15 @@ func (f *fixture) startLiveness(holder store.Holder, m *metrics.Metrics, cfg Liv
 	return p
 }
 
-// next waits for the next check and returns it with the actions it took.
+// next waits for the next check this agent ran (it took the fleet's turn)
+// and returns it with the actions it took.
 func (p *probe) next() (Checked, []Acted) {
 	p.t.Helper()
 	select {
 	case c := <-p.checked:
+		if !c.Turn {
+			return p.next()
+		}
 		var acted []Acted
 		for {
 			select {
@@ -105,23 +109,7 @@ func freeNames(c Checked) []string {
 // heartbeats renews h and its leases every keepalive, with the agent's own
 // statement, until the returned stop is called.
 func (f *fixture) heartbeats(h store.Holder, leases []store.Lease) (stop func()) {
-	ctx, cancel := context.WithCancel(f.ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		ticker := time.NewTicker(testKeepalive)
-		defer ticker.Stop()
-		for {
-			if _, err := f.st.Heartbeat(ctx, h, leases); err != nil && ctx.Err() == nil {
-				f.t.Errorf("heartbeat of %s: %v", h.Name, err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
+	return f.heartbeatsEvery(testKeepalive, h, leases)
 }
 
 var bothPlugins = map[string][]string{"res": resCaps, "sh": shCaps}

@@ -140,7 +140,7 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 			if !c.SelfRegistered {
 				countSelf(&c.Input, served, s.plugins.Info)
 			}
-			c.Input.Rules = s.cfg.rules()
+			c.Input.Rules = s.cfg.rules().judging(c.Input.Owner.Timings)
 			a := Decide(c.Input)
 			ok, err := apply(ctx, tx, s.cfg.Holder, c, a)
 			if err != nil {

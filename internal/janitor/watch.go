@@ -3,6 +3,7 @@ package janitor
 import (
 	"time"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -27,26 +28,33 @@ type DeadAgent struct {
 type agentKey struct{ name, generation string }
 
 type watchEntry struct {
-	since    time.Time // first seen free, or last restarted by a heartbeat
-	reported bool
+	since     time.Time     // first seen free, or last restarted by a heartbeat
+	deadAfter time.Duration // the agent is judged by (fleet.Judge)
+	reported  bool
 }
 
-// lockWatch is the first-free memory of one checking agent. It is pure. The
-// caller feeds it each check's database time and free set.
+// lockWatch is the first-free memory of the fleet for one check. It is
+// pure. The caller seeds it with what the previous check stored (recall),
+// feeds it the check's database time and free set, and stores its memory.
 //
 // An agent is dead when, at a later check, its lock is still free, at least
-// deadAfter has passed since the first check that saw it free (F), and its
+// dead_after has passed since the first check that saw it free (F), and its
 // last_seen is not after F, so it has not heartbeat since. Requiring a second
 // look and a silence since F is what keeps a database restart (every lock
 // freed at once) from releasing anything. The agents re-take their locks and
-// heartbeat within a keepalive, well inside deadAfter.
+// heartbeat within a keepalive, well inside dead_after.
+//
+// The dead_after is the larger of the checker's own (own) and the one the
+// agent announced (fleet.Judge). An agent with a longer keepalive than the
+// checker's heartbeats that much less often, and must not be taken for dead
+// between two of its heartbeats.
 type lockWatch struct {
-	deadAfter time.Duration
-	seen      map[agentKey]watchEntry
+	own  fleet.Timings
+	seen map[agentKey]watchEntry
 }
 
-func newLockWatch(deadAfter time.Duration) *lockWatch {
-	return &lockWatch{deadAfter: deadAfter, seen: map[agentKey]watchEntry{}}
+func newLockWatch(own fleet.Timings) *lockWatch {
+	return &lockWatch{own: own, seen: map[agentKey]watchEntry{}}
 }
 
 // observe records one check at now that found free, and returns the agents
@@ -61,7 +69,8 @@ func (w *lockWatch) observe(now time.Time, free []FreeLock) []DeadAgent {
 		if !ok || f.LastSeen.After(e.since) {
 			e = watchEntry{since: now}
 		}
-		if now.Sub(e.since) >= w.deadAfter {
+		e.deadAfter = fleet.Judge(w.own, f.Timings).DeadAfter
+		if now.Sub(e.since) >= e.deadAfter {
 			dead = append(dead, DeadAgent{
 				Name: f.Name, Generation: f.Generation, FreeSince: e.since, LastSeen: f.LastSeen,
 				Silence: now.Sub(f.LastSeen), First: !e.reported,
@@ -84,7 +93,7 @@ func (w *lockWatch) due(now time.Time) (time.Duration, bool) {
 		if e.reported {
 			continue
 		}
-		if at := e.since.Add(w.deadAfter); first.IsZero() || at.Before(first) {
+		if at := e.since.Add(e.deadAfter); first.IsZero() || at.Before(first) {
 			first = at
 		}
 	}
@@ -94,10 +103,37 @@ func (w *lockWatch) due(now time.Time) (time.Duration, bool) {
 	return max(first.Sub(now), 0), true
 }
 
-// reset forgets every first-free time. A check that could not run (the
-// database unreachable) breaks the watch. The agents could not heartbeat
-// either, so a silence across the gap proves nothing.
-func (w *lockWatch) reset() { w.seen = map[agentKey]watchEntry{} }
+// recall seeds the watch with the memory the previous check stored in the
+// agents rows, which may have been another agent's check.
+func (w *lockWatch) recall(free []FreeLock) {
+	for _, f := range free {
+		if !f.FreeSince.IsZero() {
+			w.seen[agentKey{f.Name, f.Generation}] = watchEntry{since: f.FreeSince, reported: f.FoundDead}
+		}
+	}
+}
+
+// memory is what the check stores for the next one, whichever agent runs it.
+func (w *lockWatch) memory() []store.LockMemory {
+	out := make([]store.LockMemory, 0, len(w.seen))
+	for k, e := range w.seen {
+		out = append(out, store.LockMemory{Name: k.name, Generation: k.generation, FreeSince: e.since, FoundDead: e.reported})
+	}
+	return out
+}
+
+// forgets reports whether a check that took turn must start without the
+// stored memory. A restart or failover since the previous check freed
+// every lock and stopped every heartbeat, and so does a gap in the checks
+// longer than two of this checker's keepalives (the database was
+// unreachable, or no agent checked): the agents could not heartbeat
+// through it either, so a silence across it proves nothing. An agent that
+// checks steadily takes the turn within its period plus a keepalive of the
+// previous check, whoever ran it, so the bound never voids a memory that
+// steady checks kept.
+func forgets(turn store.LivenessTurn, keepalive time.Duration) bool {
+	return turn.ServerChanged || turn.PrevChecked.IsZero() || turn.Now.Sub(turn.PrevChecked) > 2*keepalive
+}
 
 // remembered is how many agents the watch holds a first-free time for.
 func (w *lockWatch) remembered() int { return len(w.seen) }

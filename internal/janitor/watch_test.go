@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/tetherjobs/tether/internal/fleet"
+	"github.com/tetherjobs/tether/internal/store"
 )
 
 // deadOwner says the liveness check found a1 dead, silent for 11s.
@@ -125,7 +128,7 @@ func TestLockWatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := newLockWatch(10 * time.Second)
+			w := newLockWatch(fleet.Timings{DeadAfter: 10 * time.Second})
 			for i, s := range tt.steps {
 				dead := w.observe(at(s.now), s.free)
 				if s.dead {
@@ -147,7 +150,7 @@ func TestLockWatch(t *testing.T) {
 // name starts over, and agents do not affect each other.
 func TestLockWatchPerGeneration(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	w := newLockWatch(10 * time.Second)
+	w := newLockWatch(fleet.Timings{DeadAfter: 10 * time.Second})
 	old := FreeLock{Name: "a1", Generation: "g1", LastSeen: t0}
 	other := FreeLock{Name: "b", Generation: "b1", LastSeen: t0}
 	assert.Empty(t, w.observe(t0.Add(time.Second), []FreeLock{old, other}))
@@ -160,24 +163,101 @@ func TestLockWatchPerGeneration(t *testing.T) {
 	assert.Equal(t, 2, w.remembered())
 }
 
-// A check that failed (the database was unreachable) forgets everything:
-// the agents could not heartbeat through the outage either.
-func TestLockWatchResetAfterAFailedCheck(t *testing.T) {
+// The memory a check stores is the next check's, whichever agent runs it:
+// a sighting by one checker and a later check by another find the agent dead
+// as one checker would have.
+func TestLockWatchMemoryMovesBetweenCheckers(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	w := newLockWatch(10 * time.Second)
+	own := fleet.Timings{DeadAfter: 10 * time.Second}
+	one := newLockWatch(own)
 	free := []FreeLock{{Name: "a1", Generation: "g1", LastSeen: t0}}
-	assert.Empty(t, w.observe(t0.Add(time.Second), free))
-	w.reset()
-	assert.Zero(t, w.remembered())
-	// Back after a 30 s outage, before a1 heartbeat again. It is a first
-	// sighting.
-	assert.Empty(t, w.observe(t0.Add(31*time.Second), free))
-	assert.Len(t, w.observe(t0.Add(41*time.Second), free), 1, "dead_after after the new sighting")
+	assert.Empty(t, one.observe(t0.Add(time.Second), free))
+	mem := one.memory()
+	if assert.Len(t, mem, 1) {
+		assert.Equal(t, store.LockMemory{Name: "a1", Generation: "g1", FreeSince: t0.Add(time.Second)}, mem[0])
+	}
+	// The agents rows carry it to the next checker.
+	free[0].FreeSince, free[0].FoundDead = mem[0].FreeSince, mem[0].FoundDead
+	other := newLockWatch(own)
+	other.recall(free)
+	assert.Empty(t, other.observe(t0.Add(6*time.Second), free))
+	dead := other.observe(t0.Add(11*time.Second), free)
+	if assert.Len(t, dead, 1) {
+		assert.True(t, dead[0].First)
+		assert.Equal(t, t0.Add(time.Second), dead[0].FreeSince)
+	}
+	// Reported once: the next checker does not count it again.
+	free[0].FoundDead = other.memory()[0].FoundDead
+	third := newLockWatch(own)
+	third.recall(free)
+	dead = third.observe(t0.Add(12*time.Second), free)
+	if assert.Len(t, dead, 1) {
+		assert.False(t, dead[0].First)
+	}
+}
+
+// A check starts without the stored memory after a restart or failover, or
+// after a gap in the checks (the database was unreachable, or no agent
+// checked): the agents could not heartbeat through it either.
+func TestForgets(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	const k = 5 * time.Second
+	for _, tc := range []struct {
+		name string
+		turn store.LivenessTurn
+		want bool
+	}{
+		{"steady checks", store.LivenessTurn{Now: t0.Add(k), PrevChecked: t0}, false},
+		{"the turn taken late, within two keepalives", store.LivenessTurn{Now: t0.Add(2 * k), PrevChecked: t0}, false},
+		{"a gap past two keepalives", store.LivenessTurn{Now: t0.Add(2*k + time.Millisecond), PrevChecked: t0}, true},
+		{"the server restarted", store.LivenessTurn{Now: t0.Add(k), PrevChecked: t0, ServerChanged: true}, true},
+		{"the first check ever", store.LivenessTurn{Now: t0}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, forgets(tc.turn, k))
+		})
+	}
+}
+
+// A checker judges each agent by the larger of its own dead_after and the
+// one the agent announced. A fast checker (keepalive 500 ms, dead_after 1 s)
+// does not take a slow agent (keepalive 3 s, dead_after 6 s) for dead between
+// two of its heartbeats, and still finds it dead after its own dead_after. A
+// slow checker keeps its own for a fast agent, and an agent that announced
+// nothing is judged by the checker's.
+func TestLockWatchJudgesByTheLargerDeadAfter(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	fast := fleet.Timings{Keepalive: 500 * time.Millisecond, DeadAfter: time.Second}
+	slow := fleet.Timings{Keepalive: 3 * time.Second, DeadAfter: 6 * time.Second}
+	for _, tc := range []struct {
+		name      string
+		own, them fleet.Timings
+		deadAt    float64 // seconds after the first sighting at 1
+	}{
+		{"fast checker, slow agent: the agent's", fast, slow, 6},
+		{"slow checker, fast agent: the checker's", slow, fast, 6},
+		{"fast checker, agent older than v15: the checker's", fast, fleet.Timings{}, 1},
+		{"same configuration", fast, fast, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newLockWatch(tc.own)
+			free := []FreeLock{{Name: "a", Generation: "a1", LastSeen: at(0), Timings: tc.them}}
+			assert.Empty(t, w.observe(at(1), free))
+			d, ok := w.due(at(1))
+			assert.True(t, ok)
+			assert.Equal(t, time.Duration(tc.deadAt*float64(time.Second)), d)
+			for s := 1.5; s < 1+tc.deadAt; s += 0.5 {
+				assert.Empty(t, w.observe(at(s), free), "at %.1fs", s)
+			}
+			assert.Len(t, w.observe(at(1+tc.deadAt), free), 1)
+		})
+	}
 }
 
 func TestLockWatchDue(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	w := newLockWatch(10 * time.Second)
+	w := newLockWatch(fleet.Timings{DeadAfter: 10 * time.Second})
 	_, ok := w.due(t0)
 	assert.False(t, ok, "nothing remembered")
 	a := FreeLock{Name: "a", Generation: "a1", LastSeen: t0}

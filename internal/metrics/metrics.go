@@ -183,7 +183,7 @@ func New() *Metrics {
 			Name: "tether_queue_oldest_seconds", Help: "How long the longest-waiting due job has been claimable (0 when none), cluster-wide, by command the database knows, as of this agent's last janitor pass.",
 		}, []string{"command"}),
 		CommandAgents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_command_live_agents", Help: "Live agents (running, seen within stale_job) claiming the command's jobs, by command the database knows, as of this agent's last janitor pass; 0 means its jobs wait queued.",
+			Name: "tether_command_live_agents", Help: "Live agents (running, and not dead, stale or stopped by the janitor's liveness rule) claiming the command's jobs, by command the database knows, as of this agent's last janitor pass; 0 means its jobs wait queued.",
 		}, []string{"command"}),
 		AttemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tether_attempt_duration_seconds", Help: "Duration of the attempts this agent ended, from the plugin's first call (across resumes), by command and outcome (the status stored, retried for a retry).",

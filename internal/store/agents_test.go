@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,28 +94,36 @@ func TestListAgentsLiveByDefaultAllOnRequest(t *testing.T) {
 	_, err = st.Claim(ctx, busy, 5, []string{"c"})
 	require.NoError(t, err)
 
-	names := func(agents []store.Agent) map[string]bool {
-		out := map[string]bool{}
+	// The store lists; internal/fleet.Classify (in the API) judges from
+	// Seen.
+	names := func(agents []store.Agent) map[string]store.AgentSeen {
+		out := map[string]store.AgentSeen{}
 		for _, a := range agents {
-			out[a.Name] = a.Live
+			assert.Equal(t, a.Name, a.Seen.Name)
+			out[a.Name] = a.Seen
 		}
 		return out
 	}
 	live, err := st.ListAgents(ctx, store.AgentListParams{LiveWithin: time.Minute})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]bool{"busy": true, "draining": true, "idle": true}, names(live))
+	assert.ElementsMatch(t, []string{"busy", "draining", "idle"}, slices.Collect(maps.Keys(names(live))))
 	require.Equal(t, "busy", live[0].Name, "sorted by name")
 	assert.Equal(t, 2, live[0].ActiveJobs)
 
 	all, err := st.ListAgents(ctx, store.AgentListParams{All: true, LiveWithin: time.Minute})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]bool{"busy": true, "draining": true, "idle": true, "silent": false, "stopped": false}, names(all))
+	seen := names(all)
+	assert.ElementsMatch(t, []string{"busy", "draining", "idle", "silent", "stopped"}, slices.Collect(maps.Keys(seen)))
+	assert.Equal(t, "stopped", seen["stopped"].State)
+	assert.Equal(t, "draining", seen["draining"].State)
+	assert.GreaterOrEqual(t, seen["silent"].SilentFor, 10*time.Minute)
+	assert.True(t, seen["busy"].LockFreeSince.IsZero(), "no liveness check ran")
 
-	// Live is measured against the bound given (the answering agent's
-	// stale_job). A longer one counts the silent agent in.
+	// Listed within the bound given (the answering agent's stale_job). A
+	// longer one lists the silent agent.
 	live, err = st.ListAgents(ctx, store.AgentListParams{LiveWithin: time.Hour})
 	require.NoError(t, err)
-	assert.True(t, names(live)["silent"])
+	assert.Contains(t, names(live), "silent")
 }
 
 // TestRegistrationAnnouncesTimingsAndCommands checks that an agent's row

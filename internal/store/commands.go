@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,9 +16,9 @@ type CommandStatus struct {
 	Plugin string `json:"plugin"` // from the asking agent's config, else the command's latest job
 	// Configured says the command is in the asking agent's config.
 	Configured bool `json:"configured"`
-	// Agents are the live agents (state running, seen within the liveness
-	// window) that claim the command's jobs. Draining are the live ones that
-	// announce it but claim nothing more.
+	// Agents are the live agents (state running, counted live by
+	// internal/fleet.Classify: live or late) that claim the command's jobs.
+	// Draining are the live ones that announce it but claim nothing more.
 	Agents   []string `json:"agents"`
 	Draining []string `json:"draining"`
 	// Queued counts the command's queued jobs (retries waiting for their
@@ -35,9 +34,8 @@ type CommandStatus struct {
 type CommandListParams struct {
 	// Config maps the asking agent's configured commands to their plugins.
 	Config map[string]string
-	// LiveWithin is how recently an agent must have been seen to count as
-	// live (the agent's stale_job).
-	LiveWithin time.Duration
+	// Live names the agents that count as live (internal/fleet.Classify).
+	Live []string
 }
 
 // ListCommands returns every command known to p.Config, announced by an
@@ -53,7 +51,7 @@ func (s *Store) ListCommands(ctx context.Context, p CommandListParams) ([]Comman
 		plugins[i] = p.Config[name]
 	}
 	rows, err := s.pool.Query(ctx, queries.Get("command_list"), pgx.NamedArgs{
-		"config_names": names, "config_plugins": plugins, "live_s": p.LiveWithin.Seconds(),
+		"config_names": names, "config_plugins": plugins, "live_names": nonNil(p.Live),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing commands: %w", err)
@@ -67,4 +65,13 @@ func (s *Store) ListCommands(ctx context.Context, p CommandListParams) ([]Comman
 		return nil, fmt.Errorf("listing commands: %w", err)
 	}
 	return out, nil
+}
+
+// nonNil is names, or an empty list for nil: a NULL array matches nothing
+// with ANY but reads as unknown.
+func nonNil(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
 }

@@ -25,19 +25,19 @@ type QueueParams struct {
 	// measured too, MaxCommands in all at most (Commands first).
 	Commands    []string
 	MaxCommands int
-	LiveWithin  time.Duration // how recently a live agent was seen
-	Cap         int           // the most due jobs counted per command
+	Live        []string // the live agents, as internal/fleet.Classify counts them
+	Cap         int      // the most due jobs counted per command
 }
 
 // QueueStats measures, for every command the database knows (see
 // QueueParams), the due, unowned jobs (at most p.Cap of them), how long the
-// oldest has waited, and the live agents claiming it, in one statement with
-// JIT off (queries/queue_stats.sql reads the head of one index range per
-// command).
+// oldest has waited, and the live agents (of p.Live) claiming it, in one
+// statement with JIT off (queries/queue_stats.sql reads the head of one
+// index range per command).
 func QueueStats(ctx context.Context, db Batcher, p QueueParams) ([]QueueStat, error) {
 	st := queries.Named("queue_stats")
 	rows, err := QueryHot(ctx, db, st.SQL, st.Args(map[string]any{
-		"commands": p.Commands, "max_commands": p.MaxCommands, "live_s": p.LiveWithin.Seconds(), "cap": p.Cap})...)
+		"commands": p.Commands, "max_commands": p.MaxCommands, "live_names": nonNil(p.Live), "cap": p.Cap})...)
 	if err != nil {
 		return nil, fmt.Errorf("measuring the queue: %w", err)
 	}

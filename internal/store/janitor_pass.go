@@ -44,6 +44,10 @@ type JobOwner struct {
 	// accepted jobs are requeued and its resumable running jobs released at
 	// once.
 	Dead bool
+	// Timings are what the owner announced (zero: not announced). The
+	// janitor judges its jobs by the larger of its own and these
+	// (internal/fleet).
+	Timings Timings
 }
 
 // JanitorCandidate is one locked active row with what the janitor decides
@@ -153,13 +157,16 @@ func scanCandidates(rows pgx.Rows) ([]JanitorCandidate, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (JanitorCandidate, error) {
 		var c JanitorCandidate
 		var hbAge, relAge, seenAge, pending, queuedAge, active, attemptAge float64
+		var keepalive, deadAfter, staleJob float64
 		err := r.Scan(&c.JobID, &c.Status, &c.Plugin, &c.Command, &c.Started,
 			&c.AgentName, &c.AgentGeneration, &c.Lease,
 			&hbAge, &c.Released, &relAge,
 			&c.Owner.Exists, &c.Owner.Generation, &c.Owner.State, &seenAge,
 			&c.Served, &c.PluginLoaded, &c.Resumable,
 			&pending, &queuedAge, &active, &attemptAge,
-			&c.SelfRegistered, &c.Owner.Dead)
+			&c.SelfRegistered, &c.Owner.Dead, &keepalive, &deadAfter, &staleJob)
+		c.Owner.Timings = Timings{Keepalive: secondsDuration(keepalive), DeadAfter: secondsDuration(deadAfter),
+			StaleJob: secondsDuration(staleJob)}
 		c.PendingTimeout, c.QueuedAge = secondsDuration(pending), secondsDuration(queuedAge)
 		c.ActiveTimeout, c.AttemptAge = secondsDuration(active), secondsDuration(attemptAge)
 		c.HeartbeatAge = secondsDuration(hbAge)

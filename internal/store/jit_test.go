@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/fleet"
 	"github.com/tetherjobs/tether/internal/janitor"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
@@ -202,7 +203,7 @@ func TestHotStatementsRunWithoutJIT(t *testing.T) {
 		}},
 		{"queue_stats", func(t *testing.T) {
 			submit(t, st, "c")
-			stats, err := janitor.QueueStats(ctx, pool, []string{"c"}, time.Minute)
+			stats, err := janitor.QueueStats(ctx, pool, []string{"c"}, fleet.Timings{StaleJob: time.Minute})
 			require.NoError(t, err)
 			require.Len(t, stats, 1)
 			assert.Equal(t, 1, stats[0].Jobs)

@@ -344,12 +344,15 @@ type AgentListParams struct {
 	// lists only the live ones.
 	All bool
 	// LiveWithin is how recently a running or draining agent must have been
-	// seen to be live (the answering agent's stale_job).
+	// seen to be listed without All (the answering agent's stale_job; the
+	// agent's own when longer).
 	LiveWithin time.Duration
 }
 
-// ListAgents returns the live agents (or all of them), sorted by name, each
-// with whether it is live by the database clock.
+// ListAgents returns the agents not stopped and seen within
+// p.LiveWithin (or all of them), sorted by name, each with what
+// internal/fleet.Classify judges it by (Seen). The caller fills Liveness,
+// Reason and Live.
 func (s *Store) ListAgents(ctx context.Context, p AgentListParams) ([]Agent, error) {
 	st := queries.Named("agent_list")
 	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"all": p.All, "live_s": p.LiveWithin.Seconds()})...)
@@ -358,8 +361,12 @@ func (s *Store) ListAgents(ctx context.Context, p AgentListParams) ([]Agent, err
 	}
 	agents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Agent, error) {
 		var a Agent
-		err := r.Scan(&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
-			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs, &a.Live)
+		t := seenScan{a: &a.Seen}
+		err := r.Scan(append([]any{&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
+			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs}, t.targets()...)...)
+		t.done()
+		a.Seen.Name, a.Seen.State, a.Seen.Commands, a.Seen.LastSeen = a.Name, a.State, a.Commands, a.LastSeen
+		a.Seen.SilentFor = secondsDuration(a.SilentFor)
 		return a, err
 	})
 	if err != nil {

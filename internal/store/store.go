@@ -141,9 +141,16 @@ type Agent struct {
 	Commands   []string        `json:"commands"`
 	Plugins    json.RawMessage `json:"plugins"`
 	ActiveJobs int             `json:"active_jobs"`
-	// Live means running or draining and seen within the answering agent's
-	// stale_job, by the database clock.
+	// Liveness is what the fleet's rule (internal/fleet.Classify, the one
+	// the janitor acts by) says of the agent: live, draining, late, stale,
+	// dead or stopped. Reason says why, in words.
+	Liveness string `json:"liveness"`
+	Reason   string `json:"reason"`
+	// Live says it counts among the live agents of its commands: live,
+	// draining or late.
 	Live bool `json:"live"`
+	// Seen is what the rule judges by.
+	Seen AgentSeen `json:"-"`
 }
 
 // Store wraps a connection pool.

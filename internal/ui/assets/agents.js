@@ -1,5 +1,6 @@
 // Agents: live ones by default (all=true in the hash adds stopped and
-// stale ones, marked with a "stale" badge), refreshed every 3 s.
+// stale ones), each not plainly live marked with its liveness (late, stale,
+// dead, stopped) and the reason as its title, refreshed every 3 s.
 
 import {isAbort} from './api.js';
 import {h, timeEl, duration, syncRows, tableWrap, head, every} from './dom.js';
@@ -35,10 +36,14 @@ export async function mount(ctx) {
   every(3000, ctx.signal, load);
 }
 
+// The liveness badge is the fleet's rule, the one the janitor acts by
+// (docs/operations.md, "Who is alive"); its title is the reason.
 function row(a) {
-  const stale = !a.live;
-  return h('tr', {'data-agent': a.name, 'data-live': String(a.live), class: stale ? 'stale' : ''},
-    h('td', {}, h('span', {class: 'mono'}, a.name), stale ? h('span', {class: 'badge badge-stale'}, 'stale') : ''),
+  const quiet = !a.live;
+  const badge = a.liveness && a.liveness !== 'live' && a.liveness !== 'draining'
+    ? h('span', {class: `badge badge-${a.live ? 'late' : 'stale'}`, title: a.reason, 'data-liveness': a.liveness}, a.liveness) : '';
+  return h('tr', {'data-agent': a.name, 'data-live': String(a.live), 'data-liveness': a.liveness, title: a.reason, class: quiet ? 'stale' : ''},
+    h('td', {}, h('span', {class: 'mono'}, a.name), badge),
     h('td', {class: 'mono'}, a.generation),
     h('td', {}, h('span', {class: `state state-${a.state}`}, a.state)),
     h('td', {class: 'num'}, `${a.active_jobs}/${a.capacity}`),
