@@ -124,7 +124,9 @@ func fleetRun(b *testing.B, n int) fleetCost {
 			}
 			a.leases = append(a.leases, store.Lease{JobID: c.Job.ID, Lease: c.Lease})
 		}
-		a.jan = janitor.New(pool, noopPlugins{}, janitor.Config{Holder: h, Keepalive: fleetKeepalive, Metrics: metrics.New(),
+		// clean_interval = one round, so each round's pass phase is one
+		// interval of the fleet: the agents' loops each take a Turn.
+		a.jan = janitor.New(pool, noopPlugins{}, janitor.Config{Holder: h, Keepalive: fleetKeepalive, CleanInterval: fleetKeepalive, Metrics: metrics.New(),
 			Logger: slog.New(slog.DiscardHandler)})
 		a.live = janitor.NewLiveness(a.jan, janitor.LivenessConfig{Keepalive: fleetKeepalive, DeadAfter: 2 * fleetKeepalive})
 		agents[i] = a
@@ -153,7 +155,7 @@ func fleetRun(b *testing.B, n int) fleetCost {
 		}))
 		pass = append(pass, measurePhase(b, admin, n, func() {
 			for _, a := range agents {
-				if _, err := a.jan.Pass(ctx); err != nil {
+				if _, _, err := a.jan.Turn(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -9,27 +9,63 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 )
 
-// refreshGauges sets the cluster-wide gauges (queue per command the
-// database knows, agents by state, cleanup backlog) once per janitor pass.
-// A scrape reads the last values and never queries the database.
-func (s *Service) refreshGauges(ctx context.Context) {
+// clusterStats are the cluster-wide gauges one pass measures: the queue per
+// command the database knows, agents by state, the Cleanup backlog. The
+// janitor turn's pass publishes them and every agent exports them. Each Has
+// says the measurement succeeded (a failed one leaves its gauges alone).
+type clusterStats struct {
+	HasQueue        bool                `json:"has_queue"`
+	Queue           []metrics.QueueStat `json:"queue"`
+	HasAgents       bool                `json:"has_agents"`
+	Agents          map[string]int      `json:"agents"`
+	HasCleanups     bool                `json:"has_cleanups"`
+	CleanupsPending int                 `json:"cleanups_pending"`
+	CleanupsOldest  time.Duration       `json:"cleanups_oldest"`
+}
+
+// measureGauges measures the cluster-wide gauges. A measurement that fails
+// is logged and left out.
+func (s *Service) measureGauges(ctx context.Context) clusterStats {
+	var c clusterStats
 	own := fleet.Timings{Keepalive: s.cfg.Keepalive, StaleJob: s.cfg.StaleJob}
 	if stats, err := QueueStats(ctx, s.pool, s.commandNames(), own); err == nil {
-		s.cfg.Metrics.SetQueue(stats)
+		c.HasQueue, c.Queue = true, stats
 	} else {
 		s.log.Warn("measuring the queue", "err", err)
 	}
 	if agents, err := s.store.ListAgents(ctx, store.AgentListParams{All: true, LiveWithin: s.cfg.StaleJob}); err == nil {
-		s.cfg.Metrics.SetAgents(agentStates(own, agents))
+		c.HasAgents, c.Agents = true, agentStates(own, agents)
 	} else {
 		s.log.Warn("counting the agents", "err", err)
 	}
 	if n, oldest, err := s.store.CleanupBacklog(ctx); err == nil {
-		s.pending.Set(float64(n))
-		s.cfg.Metrics.CleanupsOldest.Set(oldest.Seconds())
+		c.HasCleanups, c.CleanupsPending, c.CleanupsOldest = true, n, oldest
 	} else {
 		s.log.Warn("measuring the cleanup backlog", "err", err)
 	}
+	return c
+}
+
+// exportGauges sets this agent's cluster-wide gauges to c. A scrape reads
+// the last values and never queries the database.
+func (s *Service) exportGauges(c clusterStats) {
+	if c.HasQueue {
+		s.cfg.Metrics.SetQueue(c.Queue)
+	}
+	if c.HasAgents {
+		s.cfg.Metrics.SetAgents(c.Agents)
+	}
+	if c.HasCleanups {
+		s.pending.Set(float64(c.CleanupsPending))
+		s.cfg.Metrics.CleanupsOldest.Set(c.CleanupsOldest.Seconds())
+	}
+}
+
+// refreshGauges measures the cluster-wide gauges and exports them.
+func (s *Service) refreshGauges(ctx context.Context) clusterStats {
+	c := s.measureGauges(ctx)
+	s.exportGauges(c)
+	return c
 }
 
 // agentStates counts agents by the states of tether_agents, judged by the

@@ -202,7 +202,7 @@ func New(pool *pgxpool.Pool, plugins Plugins, cfg Config) *Service {
 			Name: "tether_cleanup_attempts_total", Help: "Queued Cleanup calls this agent made, by result: ok, failed, skipped.",
 		}, []string{"result"})),
 		pending: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tether_cleanups_pending", Help: "Cleanup calls queued and not yet successful (all agents), as of this agent's last janitor pass.",
+			Name: "tether_cleanups_pending", Help: "Cleanup calls queued and not yet successful (all agents), as of the fleet's last janitor pass.",
 		})),
 		cleanupFailures: cfg.Metrics.CleanupFailures,
 		deleted: register(reg, prometheus.NewCounter(prometheus.CounterOpts{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/tetherjobs/tether/internal/startstop"
 	"github.com/tetherjobs/tether/internal/store"
@@ -15,41 +16,109 @@ import (
 // (Config.BatchSize).
 const defaultBatchSize = 100
 
-// PassLoop is the service that runs a Pass at once and then every jittered
-// clean_interval. Database errors are logged and retried next pass.
+// PassLoop is the service that, at once and then every jittered
+// clean_interval, takes the fleet's janitor turn and, when it got it, runs
+// a Pass and publishes the cluster gauges it measured. Every agent, turn or
+// not, exports the last published gauges. One pass per interval serves the
+// whole fleet, so a pass's cost per agent does not grow with the number of
+// agents. Database errors are logged and retried next interval.
 func (s *Service) PassLoop() *startstop.Loop {
 	return s.periodic("janitor pass", func(ctx context.Context) (int, error) {
-		n, err := s.Pass(ctx)
-		signal(ctx, s.cfg.TestSignals.Passed, Passed{Actions: n, Err: err})
+		n, took, err := s.Turn(ctx)
+		if took {
+			signal(ctx, s.cfg.TestSignals.Passed, Passed{Actions: n, Err: err})
+		}
 		return n, err
 	})
+}
+
+// turnMargin is how much sooner than its clean_interval an agent may take
+// the turn: the timers are jittered ±20%, so the next agent's tick comes
+// a little early.
+const turnMargin = 0.75
+
+// gapPasses is how many clean_intervals without a pass mean the fleet's
+// janitors were cut off (a database outage, every agent down). The first
+// pass after such a gap judges nobody: every agent's last_seen is old until
+// its heartbeats get through, and a pass that counted only its own agent
+// live would take the other agents' commands for unserved and their
+// resumable jobs for unresumable.
+const gapPasses = 3
+
+// Turn is one step of PassLoop: it takes the janitor turn and, when it got
+// it, passes and publishes the gauges. It then exports the last published
+// gauges. took says whether this agent passed.
+func (s *Service) Turn(ctx context.Context) (n int, took bool, err error) {
+	t, took, err := s.store.TakeJanitorTurn(ctx, s.cfg.Holder.Name, time.Duration(turnMargin*float64(s.cfg.CleanInterval)))
+	if err != nil {
+		return 0, false, err
+	}
+	if took {
+		var stats clusterStats
+		if gap := afterGap(t, s.cfg.CleanInterval); gap > 0 {
+			s.log.Info("first janitor pass after a gap: judging agents from the next pass, once their heartbeats are through", "gap", gap.Round(time.Second), "server_changed", t.ServerChanged)
+			stats = s.measureGauges(ctx)
+		} else {
+			n, stats, err = s.pass(ctx)
+		}
+		if stats.HasQueue || stats.HasAgents || stats.HasCleanups {
+			if perr := s.store.PublishClusterStats(ctx, stats); perr != nil {
+				s.log.Warn("publishing the cluster gauges", "err", perr)
+			}
+		}
+	}
+	var stats clusterStats
+	if _, ok, rerr := s.store.ClusterStats(ctx, &stats); rerr != nil {
+		s.log.Warn("reading the cluster gauges", "err", rerr)
+	} else if ok {
+		s.exportGauges(stats)
+	}
+	return n, took, err
+}
+
+// afterGap is how long the fleet went without a pass before t, when that is
+// a gap (gapPasses intervals, or the server restarted or changed since),
+// else 0. The first pass ever is no gap.
+func afterGap(t store.JanitorTurn, interval time.Duration) time.Duration {
+	if t.PrevPassed.IsZero() {
+		return 0
+	}
+	since := t.Now.Sub(t.PrevPassed)
+	if t.ServerChanged || since >= gapPasses*interval {
+		return max(since, time.Nanosecond)
+	}
+	return 0
 }
 
 // Pass settles every job that needs it now, a bounded batch per transaction,
 // and returns how many actions it applied. A full batch is followed by the
 // next one at once. Rows a batch looked at and left alone (nothing to do, or
 // changed since they were read) are not read again in the same pass, so a
-// pass always ends. Then it lifts orphaned retry gates, deletes expired jobs
-// and prunes long-gone agents.
+// pass always ends. Then it lifts orphaned retry gates, deletes expired jobs,
+// prunes long-gone agents and refreshes this agent's cluster gauges.
 func (s *Service) Pass(ctx context.Context) (int, error) {
+	n, _, err := s.pass(ctx)
+	return n, err
+}
+
+func (s *Service) pass(ctx context.Context) (int, clusterStats, error) {
 	done, err := s.batches(ctx, nil)
 	total := len(done)
 	if err != nil {
-		return total, err
+		return total, clusterStats{}, err
 	}
 	if n, err := s.store.LiftOrphanGates(ctx, s.cfg.BatchSize); err != nil {
-		return total, err
+		return total, clusterStats{}, err
 	} else if n > 0 {
 		s.log.Info("released retries whose Cleanup is no longer queued", "jobs", n)
 	}
 	if _, err := s.Retention(ctx); err != nil {
-		return total, err
+		return total, clusterStats{}, err
 	}
 	if _, err := s.PruneAgents(ctx); err != nil {
 		s.log.Warn("pruning agents", "err", err)
 	}
-	s.refreshGauges(ctx)
-	return total, nil
+	return total, s.refreshGauges(ctx), nil
 }
 
 // settled is one action a batch applied, to the job of agent.

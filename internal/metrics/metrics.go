@@ -98,7 +98,7 @@ type Metrics struct {
 	QueueJobs   *prometheus.GaugeVec // by command
 	QueueOldest *prometheus.GaugeVec // by command
 	// CommandAgents is the live agents claiming each of those commands (0:
-	// its jobs wait), as of this agent's last janitor pass.
+	// its jobs wait), as of the fleet's last janitor pass.
 	CommandAgents *prometheus.GaugeVec // by command
 	// AttemptDuration is observed when this agent records an attempt's end
 	// (by command and outcome: the status stored, "retried" for a retry).
@@ -111,7 +111,7 @@ type Metrics struct {
 	Resumes      *prometheus.CounterVec // claims of released running jobs, by command
 	Releases     *prometheus.CounterVec // jobs this agent gave up for resuming, by reason
 	// CleanupsOldest is how long the oldest queued Cleanup has waited
-	// (cluster-wide, 0 when none), as of this agent's last janitor pass.
+	// (cluster-wide, 0 when none), as of the fleet's last janitor pass.
 	CleanupsOldest prometheus.Gauge
 	PluginRestarts *prometheus.CounterVec // crashed plugin processes, by plugin
 	PluginHealthy  *prometheus.GaugeVec   // 1 when the plugin's latest health check passed, by plugin
@@ -131,7 +131,7 @@ type Metrics struct {
 	// tether_capacity is its saturation (Known sets it).
 	Capacity prometheus.Gauge
 	// Agents is the cluster's agents by state (AgentRunning, AgentDraining,
-	// AgentLost), as of this agent's last janitor pass.
+	// AgentLost), as of the fleet's last janitor pass.
 	Agents *prometheus.GaugeVec
 }
 
@@ -177,13 +177,13 @@ func New() *Metrics {
 			Name: "tether_agents_dead_total", Help: "Agent generations this agent found dead: name lock free and silent for dead_after (their jobs settled early).",
 		}),
 		QueueJobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_queue_jobs", Help: "Due jobs no agent holds (queued, or released for resuming), counted up to 10000 per command (10000 means at least that many), cluster-wide, by command the database knows, as of this agent's last janitor pass.",
+			Name: "tether_queue_jobs", Help: "Due jobs no agent holds (queued, or released for resuming), counted up to 10000 per command (10000 means at least that many), cluster-wide, by command the database knows, as of the fleet's last janitor pass.",
 		}, []string{"command"}),
 		QueueOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_queue_oldest_seconds", Help: "How long the longest-waiting due job has been claimable (0 when none), cluster-wide, by command the database knows, as of this agent's last janitor pass.",
+			Name: "tether_queue_oldest_seconds", Help: "How long the longest-waiting due job has been claimable (0 when none), cluster-wide, by command the database knows, as of the fleet's last janitor pass.",
 		}, []string{"command"}),
 		CommandAgents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_command_live_agents", Help: "Live agents (running, and not dead, stale or stopped by the janitor's liveness rule) claiming the command's jobs, by command the database knows, as of this agent's last janitor pass; 0 means its jobs wait queued.",
+			Name: "tether_command_live_agents", Help: "Live agents (running, and not dead, stale or stopped by the janitor's liveness rule) claiming the command's jobs, by command the database knows, as of the fleet's last janitor pass; 0 means its jobs wait queued.",
 		}, []string{"command"}),
 		AttemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tether_attempt_duration_seconds", Help: "Duration of the attempts this agent ended, from the plugin's first call (across resumes), by command and outcome (the status stored, retried for a retry).",
@@ -204,7 +204,7 @@ func New() *Metrics {
 			Name: "tether_job_releases_total", Help: "Running jobs this agent released for another agent to resume, by reason: handoff, self_fenced (the janitor's releases: tether_janitor_actions_total{action=\"release\"}).",
 		}, []string{"reason"}),
 		CleanupsOldest: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tether_cleanups_oldest_seconds", Help: "Age of the oldest queued Cleanup call (0 when none), cluster-wide, as of this agent's last janitor pass.",
+			Name: "tether_cleanups_oldest_seconds", Help: "Age of the oldest queued Cleanup call (0 when none), cluster-wide, as of the fleet's last janitor pass.",
 		}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_plugin_restarts_total", Help: "Plugin processes that crashed and are started again for the next call, by plugin.",
@@ -232,7 +232,7 @@ func New() *Metrics {
 			Name: "tether_capacity", Help: "Jobs this agent holds at most at once (agent.capacity); tether_running_jobs / tether_capacity is its saturation.",
 		}),
 		Agents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_agents", Help: "The cluster's agents by state: running and draining (live), lost (neither live nor stopped, silent for less than an hour: killed, crashed or hung), as of this agent's last janitor pass.",
+			Name: "tether_agents", Help: "The cluster's agents by state: running and draining (live), lost (neither live nor stopped, silent for less than an hour: killed, crashed or hung), as of the fleet's last janitor pass.",
 		}, []string{"state"}),
 	}
 	// Every series of a fixed label set exists from the start, so

@@ -2,12 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tetherjobs/tether/queries"
 )
@@ -63,20 +61,12 @@ func (s *Store) InLivenessTx(ctx context.Context, fn func(LivenessTx) error) err
 // false means another agent checks this keepalive.
 func (t LivenessTx) TakeTurn(ctx context.Context, selfName string, period time.Duration) (LivenessTurn, bool, error) {
 	st := queries.Named("liveness_turn")
-	var turn LivenessTurn
-	var prev pgtype.Timestamptz
-	err := t.tx.QueryRow(ctx, st.SQL, st.Args(map[string]any{"self_name": selfName, "period": period.Seconds()})...).
-		Scan(&turn.Now, &prev, &turn.ServerChanged)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return LivenessTurn{}, false, nil
-	}
+	row := t.tx.QueryRow(ctx, st.SQL, st.Args(map[string]any{"self_name": selfName, "period": period.Seconds()})...)
+	now, prev, changed, took, err := scanTurn(row)
 	if err != nil {
 		return LivenessTurn{}, false, fmt.Errorf("taking the liveness turn: %w", err)
 	}
-	if prev.Valid && prev.InfinityModifier == pgtype.Finite {
-		turn.PrevChecked = prev.Time
-	}
-	return turn, true, nil
+	return LivenessTurn{Now: now, PrevChecked: prev, ServerChanged: changed}, took, nil
 }
 
 // FreeNameLocks lists the agents not stopped, other than selfName, whose
