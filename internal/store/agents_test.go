@@ -189,7 +189,12 @@ func TestLiveCommandSpecs(t *testing.T) {
 	register("gone", "stopped", "1 second", map[string]store.CommandSpec{"f": spec("ecs", 4)})
 	register("silent", "running", "1 second", map[string]store.CommandSpec{"g": spec("ecs", 5)})
 	register("pre-v15", "running", "1 second", nil)
+	register("found-dead", "running", "1 second", map[string]store.CommandSpec{"h": spec("ecs", 6)})
 	_, err := st.Pool().Exec(ctx, `UPDATE agents SET last_seen = now() - interval '10 minutes' WHERE name = 'silent'`)
+	require.NoError(t, err)
+	// The liveness check found its name lock free and it silent since: dead,
+	// whatever stale_job says.
+	_, err = st.Pool().Exec(ctx, `UPDATE agents SET last_seen = now() - interval '5 seconds', lock_free_since = now() - interval '4 seconds', lock_found_dead = true WHERE name = 'found-dead'`)
 	require.NoError(t, err)
 
 	got, err := st.LiveCommandSpecs(ctx, 2*time.Minute)
