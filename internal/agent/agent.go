@@ -669,7 +669,7 @@ func newPluginManager(cfg *config.Config, log *slog.Logger, met *metrics.Metrics
 		}
 		pcs[name] = pluginhost.PluginConfig{SHA256: p.SHA256, Env: p.Env, PassEnv: p.PassEnv, Config: raw}
 	}
-	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log, Only: commandPlugins(cfg),
+	m, err := pluginhost.New(pluginhost.Config{Dir: dir, Plugins: pcs, Logger: log, Only: commandPlugins(cfg), HostVersion: Version(),
 		OnCrash: func(plugin string) { met.PluginRestarts.WithLabelValues(plugin).Inc() }})
 	if err != nil {
 		return nil, "", fmt.Errorf("plugins: %w", err)

@@ -53,6 +53,9 @@ type Config struct {
 	// OnCrash is called with the plugin's name each time one of its
 	// processes crashes (the next call starts another). nil: nothing.
 	OnCrash func(plugin string)
+	// HostVersion is the agent's version, told to every plugin process
+	// (plugin.HostEnv).
+	HostVersion string
 	// Only, when not nil, names the plugins to start: those the agent's
 	// commands use. Other binaries in Dir are left alone, so a broken or
 	// unrelated one cannot stop the agent. nil starts every one found.
@@ -150,6 +153,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			cfg:          pc,
 			env:          scrubbedEnv(os.Environ(), pc.PassEnv, pc.Env),
 			startTimeout: m.cfg.StartTimeout,
+			hostVersion:  m.cfg.HostVersion,
 			log:          m.log.With("plugin", name),
 			onCrash:      m.cfg.OnCrash,
 		}
@@ -468,6 +472,7 @@ type proc struct {
 	cfg          PluginConfig
 	env          []string
 	startTimeout time.Duration
+	hostVersion  string
 	log          *slog.Logger
 	onCrash      func(plugin string) // nil: nothing
 
@@ -549,7 +554,7 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 	}
 	ccfg, exit := plugin.NewClientConfig(plugin.Process{
 		Path:         p.path,
-		Env:          pluginLogEnv(p.env, p.log),
+		Env:          hostEnv(p.env, p.log, p.hostVersion),
 		SHA256:       want,
 		StartTimeout: p.startTimeout,
 		// The process's own stderr carries go-plugin's JSON logs, and panics.

@@ -196,10 +196,14 @@ func TestScrubbedEnvironment(t *testing.T) {
 	}
 	for k := range env {
 		if strings.HasPrefix(k, "TETHER_") {
-			assert.Contains(t, []string{"TETHER_PLUGIN", plugin.LogLevelEnv}, k, "only the host's own variables (go-plugin's handshake cookie, the log level) may start with TETHER_")
+			assert.Contains(t, []string{"TETHER_PLUGIN", plugin.LogLevelEnv, plugin.HostEnv}, k, "only the host's own variables (go-plugin's handshake cookie, the log level, what the host is) may start with TETHER_")
 		}
 	}
 	assert.Equal(t, "info", env[plugin.LogLevelEnv], "the agent's log level")
+	var host plugin.HostInfo
+	require.NoError(t, json.Unmarshal([]byte(env[plugin.HostEnv]), &host), "what the host is")
+	assert.Equal(t, plugin.ProtocolVersion, host.Protocol)
+	assert.True(t, host.Has(plugin.FeatureHeldOutput))
 	assert.NotContains(t, rt.StdoutString(), "secret")
 }
 

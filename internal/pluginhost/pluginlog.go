@@ -27,9 +27,11 @@ func hostLogLevel(log *slog.Logger) string {
 	return "error"
 }
 
-// pluginLogEnv is env with the plugin's log level set as the host's.
-func pluginLogEnv(env []string, log *slog.Logger) []string {
-	return append(append([]string(nil), env...), plugin.LogLevelEnv+"="+hostLogLevel(log))
+// hostEnv is env with what the host tells every plugin process: its log
+// level (plugin.LogLevelEnv) and what it is (plugin.HostEnv).
+func hostEnv(env []string, log *slog.Logger, version string) []string {
+	info, _ := json.Marshal(plugin.HostInfo{Version: version, Protocol: plugin.ProtocolVersion, Features: plugin.HostFeatures()})
+	return append(append([]string(nil), env...), plugin.LogLevelEnv+"="+hostLogLevel(log), plugin.HostEnv+"="+string(info))
 }
 
 // newHostLogger is go-plugin's logger on the host side of one plugin. It
