@@ -95,7 +95,7 @@ func TestSubmitGetListCancel(t *testing.T) {
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, http.StatusBadRequest, ae.Status)
 	assert.Equal(t, "command", ae.Field)
-	assert.Contains(t, ae.Message, "known commands: echo")
+	assert.Contains(t, ae.Message, "configured on this agent: echo")
 	assert.Contains(t, err.Error(), "field command")
 
 	got, err := c.Get(ctx, j.ID)
