@@ -9,8 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -27,7 +26,7 @@ func (t *timeline) header() {
 	fmt.Fprintf(t.w, "%-24s %8s  %-16s %-14s %s\n", "TIME", "+", "KIND", "AGENT", "MESSAGE")
 }
 
-func (t *timeline) row(e store.Event) error {
+func (t *timeline) row(e api.Event) error {
 	delta := "-"
 	if t.rows > 0 {
 		delta = "+" + fmtDelta(e.At.Sub(t.prev))
@@ -107,7 +106,7 @@ func (a *app) runEvents(ctx context.Context, id string, follow bool, timeout tim
 
 // printEvents prints the job's timeline as it is now.
 func (a *app) printEvents(ctx context.Context, fo *client.Failover, id string) error {
-	var evs []store.Event
+	var evs []api.Event
 	err := fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
 		var err error
 		evs, err = c.Events(ctx, id)
@@ -135,7 +134,7 @@ func (a *app) followEvents(ctx context.Context, fo *client.Failover, id string) 
 	t := &timeline{w: a.stdout}
 	emit := t.row
 	if a.machine() {
-		emit = func(e store.Event) error { return a.emit(e) }
+		emit = func(e api.Event) error { return a.emit(e) }
 	} else {
 		t.header()
 	}
@@ -146,7 +145,7 @@ func (a *app) followEvents(ctx context.Context, fo *client.Failover, id string) 
 	if err != nil {
 		return gaveUp(ctx, id, err)
 	}
-	return a.exitOutcome(j)
+	return a.exitOutcome(j.Job)
 }
 
 func (a *app) cleanupsCmd() *cobra.Command {
@@ -183,7 +182,7 @@ func (a *app) runCleanups(ctx context.Context, limit int, after string, all bool
 	if err != nil {
 		return err
 	}
-	list, next, err := fetchPages(after, all, func(after string) ([]store.Cleanup, string, error) {
+	list, next, err := fetchPages(after, all, func(after string) ([]api.Cleanup, string, error) {
 		return c.Cleanups(ctx, after, limit)
 	})
 	if err != nil {

@@ -12,14 +12,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tetherjobs/tether/internal/jobstate"
-	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
 // outcome is the one line that ends a follow, and the exit code that goes
 // with it: 0 succeeded, 1 failed, 2 canceled, 3 anything else.
-func outcome(j store.Job) (string, int) {
+func outcome(j api.Job) (string, int) {
 	took := ""
 	if j.FinishedAt != nil {
 		// Since it was submitted: what the person waiting experienced.
@@ -28,15 +27,15 @@ func outcome(j store.Job) (string, int) {
 	tail := fmt.Sprintf(" (attempt %d%s)", j.Attempt, took)
 	head := fmt.Sprintf("job %s: %s", j.ID, j.Status)
 	switch j.Status {
-	case store.StatusSucceeded:
+	case api.StatusSucceeded:
 		return head + tail, exitSucceeded
-	case store.StatusFailed:
+	case api.StatusFailed:
 		line := head + ": " + orDash(j.Error)
 		if j.ErrorClass != "" {
 			line += " [" + string(j.ErrorClass) + "]"
 		}
 		return line + tail, exitFailed
-	case store.StatusCanceled:
+	case api.StatusCanceled:
 		if j.Error != "" {
 			head += ": " + j.Error
 		}
@@ -49,8 +48,8 @@ func outcome(j store.Job) (string, int) {
 // finish prints the outcome line of a finished job on stderr and returns the
 // matching exitError (nil for success). Under a machine -o the job goes to
 // stdout too.
-func (a *app) finish(j store.Job) error {
-	line, code := outcome(j)
+func (a *app) finish(j api.JobDetail) error {
+	line, code := outcome(j.Job)
 	fmt.Fprintln(a.stderr, line)
 	if a.machine() {
 		if err := a.emit(j); err != nil {
@@ -65,7 +64,7 @@ func (a *app) finish(j store.Job) error {
 
 // exitOutcome prints the job's outcome on stderr and returns it as the exit
 // code, with nothing on stdout (the output was the stream itself).
-func (a *app) exitOutcome(j store.Job) error {
+func (a *app) exitOutcome(j api.Job) error {
 	line, code := outcome(j)
 	fmt.Fprintln(a.stderr, line)
 	if code != exitSucceeded {
@@ -100,7 +99,7 @@ type logPrinter struct {
 	midLine              bool // the last record was partial: no prefix, no separator
 }
 
-func (p *logPrinter) print(r client.LogRecord) error {
+func (p *logPrinter) print(r api.LogLine) error {
 	if p.attempt != 0 && r.Attempt != p.attempt {
 		if p.midLine {
 			fmt.Fprintln(p.notices)
@@ -141,7 +140,7 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	defer stopStatus()
 	p := a.followPrinter(split, stamps, statuses)
 	enc := json.NewEncoder(a.stdout)
-	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, func(r client.LogRecord) error {
+	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, func(r api.LogLine) error {
 		if p == nil {
 			return enc.Encode(r)
 		}
@@ -157,10 +156,10 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	j, err := fo.Get(ctx, id)
 	if err != nil {
 		// The end record says how it ended. Details are lost, not the outcome.
-		j = store.Job{ID: id, Status: jobstate.JobStatus(end.Status), Attempt: end.Attempt}
+		j = api.JobDetail{Job: api.Job{ID: id, Status: end.Status, Attempt: end.Attempt}}
 	}
 	if p == nil {
-		return a.exitOutcome(j)
+		return a.exitOutcome(j.Job)
 	}
 	return a.finish(j)
 }
@@ -171,9 +170,9 @@ func (a *app) printStatuses(ctx context.Context, fo *client.Failover, id string)
 	var wg sync.WaitGroup
 	statusCtx, cancel := context.WithCancel(ctx)
 	wg.Go(func() {
-		_, _ = fo.Wait(statusCtx, id, func(j store.Job) {
-			if !store.Terminal(j.Status) {
-				fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
+		_, _ = fo.Wait(statusCtx, id, func(j api.JobDetail) {
+			if !j.Status.Terminal() {
+				fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j.Job))
 			}
 		})
 	})
@@ -222,9 +221,9 @@ printed on stdout.`,
 			}
 			ctx, cancel := waitTimeout(cmd.Context(), timeout)
 			defer cancel()
-			j, err := fo.Wait(ctx, args[0], func(j store.Job) {
-				if !store.Terminal(j.Status) {
-					fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j))
+			j, err := fo.Wait(ctx, args[0], func(j api.JobDetail) {
+				if !j.Status.Terminal() {
+					fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j.Job))
 				}
 			})
 			if err != nil {
@@ -311,7 +310,7 @@ func (a *app) printLogs(ctx context.Context, id, stream string, stamps bool) err
 	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
 	enc := json.NewEncoder(a.stdout)
 	err = fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
-		_, err := c.LogRecords(ctx, id, client.LogQuery{Stream: stream}, func(r client.LogRecord) error {
+		_, err := c.LogRecords(ctx, id, client.LogQuery{Stream: stream}, func(r api.LogLine) error {
 			if a.machine() {
 				return enc.Encode(r)
 			}

@@ -10,10 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/jobstate"
-	"github.com/tetherjobs/tether/internal/limits"
-	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -69,8 +66,11 @@ func (a *app) getCmd() *cobra.Command {
 			}
 			l := j.Limits
 			row("Limits", fmt.Sprintf("max_retry=%d retry_backoff=%s retry_backoff_max=%s pending_timeout=%s active_timeout=%s ttl_succeeded=%s ttl_failed=%s",
-				l.MaxRetry, limits.Format(l.RetryBackoff), limits.Format(l.RetryBackoffMax), limits.Format(l.PendingTimeout),
-				limits.Format(l.ActiveTimeout), limits.Format(l.TTLSucceeded), limits.Format(l.TTLFailed)))
+				l.MaxRetry, api.FormatDuration(l.RetryBackoff), api.FormatDuration(l.RetryBackoffMax), api.FormatDuration(l.PendingTimeout),
+				api.FormatDuration(l.ActiveTimeout), api.FormatDuration(l.TTLSucceeded), api.FormatDuration(l.TTLFailed)))
+			for _, r := range j.Resources {
+				row("Resource", fmt.Sprintf("#%d %s %s", r.Attempt, r.Kind, r.Name)+orEmpty(r.URL, " "+r.URL))
+			}
 			if j.RunAfter != nil {
 				row("Next attempt", fmtTime(j.RunAfter))
 			}
@@ -92,7 +92,7 @@ func (a *app) getCmd() *cobra.Command {
 // jobStatuses are the job statuses --status accepts, as the API does.
 func jobStatuses() []string {
 	var out []string
-	for _, s := range jobstate.Statuses() {
+	for _, s := range api.Statuses() {
 		out = append(out, string(s))
 	}
 	return out
@@ -151,7 +151,7 @@ func (a *app) cancelCmd() *cobra.Command {
 				return a.emit(j)
 			}
 			switch j.Status {
-			case store.StatusCanceling:
+			case api.StatusCanceling:
 				fmt.Fprintf(a.stdout, "job %s: canceling (its agent is stopping it)\n", j.ID)
 			default:
 				fmt.Fprintf(a.stdout, "job %s: %s\n", j.ID, j.Status)
@@ -212,7 +212,7 @@ func (a *app) jobsCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Status, "status", "", "only jobs in this status (queued, accepted, running, canceling, succeeded, failed, canceled)")
+	f.StringVar((*string)(&o.Status), "status", "", "only jobs in this status (queued, accepted, running, canceling, succeeded, failed, canceled)")
 	f.StringVar(&o.Command, "command", "", "only jobs of this command")
 	f.StringVar(&o.Submitter, "submitter", "", "only jobs of this submitter")
 	f.StringVar(&o.IdempotencyKey, "key", "", "only jobs submitted with this idempotency key")
@@ -233,7 +233,7 @@ func (a *app) runJobs(ctx context.Context, o client.ListOptions, all bool, since
 	if err != nil {
 		return err
 	}
-	jobs, next, err := fetchPages(o.After, all, func(after string) ([]store.Job, string, error) {
+	jobs, next, err := fetchPages(o.After, all, func(after string) ([]api.Job, string, error) {
 		o.After = after
 		return c.List(ctx, o)
 	})
@@ -282,7 +282,7 @@ func listFilters(o *client.ListOptions, since, until string) error {
 	if err := checkLimit(o.Limit); err != nil {
 		return err
 	}
-	if o.Status != "" && !validStatus(o.Status) {
+	if o.Status != "" && !validStatus(string(o.Status)) {
 		// The API's words, with the flag and the field named.
 		return fmt.Errorf("--status must be one of %s, got %q (field status)", strings.Join(jobStatuses(), ", "), o.Status)
 	}

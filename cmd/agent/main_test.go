@@ -22,6 +22,7 @@ import (
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -235,7 +236,7 @@ func TestClientCommands(t *testing.T) {
 	assert.NotContains(t, r.stdout, j.ID)
 	assert.Contains(t, r.stderr, "more jobs: --after")
 	r = c.run(t, "jobs", "--limit", "1", "--all", "-o", "json")
-	var list api.JobList
+	var list wire.JobList
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
 	assert.Len(t, list.Jobs, 2)
 
@@ -281,7 +282,7 @@ func TestCommandsCommand(t *testing.T) {
 
 	r = c.run(t, "commands", "-o", "json")
 	require.Equal(t, 0, r.code, r.stderr)
-	var list api.CommandList
+	var list wire.CommandList
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
 	require.Len(t, list.Commands, 1)
 	assert.True(t, list.Commands[0].Served)
@@ -460,7 +461,7 @@ func TestAgentsCommandLiveByDefaultAllWithFlag(t *testing.T) {
 
 	r = c.run(t, "agents", "--all", "-o", "json")
 	require.Equal(t, 0, r.code, r.stderr)
-	var list api.AgentList
+	var list wire.AgentList
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
 	require.Len(t, list.Agents, 2)
 	assert.Equal(t, "agent-gone", list.Agents[0].Name)
@@ -482,4 +483,34 @@ func TestSubmitWarnsWhenNoAgentServesTheCommand(t *testing.T) {
 	r = c.run(t, "submit", "hello")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.NotContains(t, r.stderr, "no live agent")
+}
+
+// get shows the remote resources the plugin reported, as GET /jobs/{id}
+// answers them: in the table and under -o json.
+func TestGetShowsResources(t *testing.T) {
+	c := newCLI(t)
+	ctx := context.Background()
+	j, _, err := c.st.Submit(ctx, store.SubmitParams{Command: "hello", Plugin: "shell"})
+	require.NoError(t, err)
+	h := store.Holder{Name: "agent-1", Generation: "gen-1"}
+	_, err = c.st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 1, Commands: []string{"hello"}})
+	require.NoError(t, err)
+	claimed, err := c.st.Claim(ctx, h, 1, []string{"hello"})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	task := store.Resource{Kind: "ecs_task", Name: "arn:aws:ecs:eu-west-1:123456789012:task/c/abc",
+		URL: "https://eu-west-1.console.aws.amazon.com/ecs/v2/clusters/c/tasks/abc"}
+	require.NoError(t, c.st.CheckpointDescribed(ctx, store.LogBatch{JobID: j.ID, Lease: claimed[0].Lease}, 0, []byte("h"),
+		&store.Described{Holder: h, Attempt: 1, Resources: []store.Resource{task}}))
+
+	r := c.run(t, "get", j.ID, "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var got wire.JobDetail
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	task.Attempt = 1
+	assert.Equal(t, []wire.Resource{task}, got.Resources)
+
+	r = c.run(t, "get", j.ID)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "Resource:   #1 ecs_task "+task.Name+" "+task.URL+"\n")
 }

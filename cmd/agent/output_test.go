@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tetherjobs/tether/internal/store"
-	"github.com/tetherjobs/tether/pkg/client"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 // Every read command's machine output parses, alone on stdout, in each
@@ -99,7 +99,7 @@ func TestMachineOutputParses(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
-		var rec client.LogRecord
+		var rec api.LogLine
 		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
 		lines = append(lines, rec.Stream+":"+rec.Line)
 	}
@@ -188,7 +188,7 @@ func TestLogPrinter(t *testing.T) {
 	at := time.Date(2026, 1, 1, 12, 0, 0, 5e6, time.UTC)
 	var out, errOut, notices bytes.Buffer
 	p := &logPrinter{out: &out, errOut: &errOut, notices: &notices, stamps: true}
-	for _, r := range []client.LogRecord{
+	for _, r := range []api.LogLine{
 		{Seq: 1, Attempt: 1, Stream: "stdout", Time: at, Line: "one"},
 		{Seq: 2, Attempt: 1, Stream: "stderr", Time: at, Line: "warn"},
 		{Seq: 3, Attempt: 1, Stream: "stdout", Time: at, Line: "par", Partial: true},

@@ -13,9 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/limits"
-	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -97,7 +96,7 @@ func (a *app) runSubmit(ctx context.Context, command string, sf submitFlags) err
 	if err != nil {
 		return fail(sf.wait, fmt.Errorf("submitting: %w", err))
 	}
-	if job.Status == store.StatusQueued {
+	if job.Status == api.StatusQueued {
 		a.warnUnserved(ctx, c, job.Command)
 	}
 	if !sf.wait {
@@ -119,7 +118,7 @@ func (sf submitFlags) check() error {
 
 // waitSubmitted says on stderr which job it waits for, then follows it to
 // its end (--wait).
-func (a *app) waitSubmitted(ctx context.Context, job store.Job, created bool, sf submitFlags) error {
+func (a *app) waitSubmitted(ctx context.Context, job api.Job, created bool, sf submitFlags) error {
 	if created {
 		fmt.Fprintf(a.stderr, "submitted job %s (%s)\n", job.ID, job.Command)
 	} else {
@@ -146,7 +145,7 @@ func (sf submitFlags) request(command string) (api.SubmitRequest, error) {
 }
 
 // reportSubmitted prints the job submit returned, without --wait.
-func (a *app) reportSubmitted(job store.Job, created bool) error {
+func (a *app) reportSubmitted(job api.Job, created bool) error {
 	if a.machine() {
 		return a.emit(job)
 	}
@@ -188,12 +187,12 @@ func (a *app) waitForJob(ctx context.Context, id string, stamps bool) error {
 	return a.followJob(ctx, id, "", true, stamps, true)
 }
 
-func describeStatus(j store.Job) string {
+func describeStatus(j api.Job) string {
 	s := string(j.Status)
 	if j.Attempt > 1 {
 		s += fmt.Sprintf(" (attempt %d)", j.Attempt)
 	}
-	if j.Agent != "" && !store.Terminal(j.Status) {
+	if j.Agent != "" && !j.Status.Terminal() {
 		s += " on " + j.Agent
 	}
 	if j.Error != "" {
@@ -311,7 +310,7 @@ func setPath(obj map[string]any, key string, val any) error {
 // parseLimitFlags turns --limit lever=value flags into the request's limits
 // object. Lever names are checked here. Values are checked by the server,
 // which knows the command's maxima.
-func parseLimitFlags(args []string) (*limits.Override, error) {
+func parseLimitFlags(args []string) (*api.LimitsOverride, error) {
 	if len(args) == 0 {
 		return nil, nil
 	}
@@ -337,7 +336,7 @@ func parseLimitFlags(args []string) (*limits.Override, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var o limits.Override
+	var o api.LimitsOverride
 	if err := dec.Decode(&o); err != nil {
 		return nil, fmt.Errorf("--limit: %w (levers: max_retry, retry_backoff, retry_backoff_max, pending_timeout, active_timeout, ttl_succeeded, ttl_failed)", err)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/internal/store/migrate"
 	"github.com/tetherjobs/tether/internal/ui"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // Options are the knobs of Run that are not configuration.
@@ -223,7 +224,7 @@ func (a *agent) migrate(ctx context.Context) error {
 		if h != nil {
 			b.Detail = fmt.Sprintf("waiting for the schema migration lock, held by pid %d (application %q, client %s) for %s",
 				h.PID, h.ApplicationName, h.ClientAddr, h.For.Round(time.Second))
-			b.MigrationLock = &api.MigrationLock{PID: h.PID, ApplicationName: h.ApplicationName,
+			b.MigrationLock = &wire.MigrationLock{PID: h.PID, ApplicationName: h.ApplicationName,
 				ClientAddr: h.ClientAddr, HeldSeconds: h.For.Seconds()}
 		}
 		a.setBoot(b)

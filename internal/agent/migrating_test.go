@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store/migrate"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 // lines is an io.Writer handing each JSON log line to a channel (dropped

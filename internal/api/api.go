@@ -90,8 +90,6 @@ type Options struct {
 const (
 	DefaultMaxBodyBytes    = 1 << 20
 	DefaultLogPollInterval = 250 * time.Millisecond
-	DefaultListLimit       = 50
-	MaxListLimit           = 1000
 	DefaultStaleJob        = 120 * time.Second // agent.stale_job's default
 )
 

@@ -22,6 +22,7 @@ import (
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -86,9 +87,9 @@ type response struct {
 	body   []byte
 }
 
-func (r response) errBody(t *testing.T) api.Error {
+func (r response) errBody(t *testing.T) wire.Error {
 	t.Helper()
-	var e api.Error
+	var e wire.Error
 	require.NoError(t, json.Unmarshal(r.body, &e), "body: %s", r.body)
 	require.NotEmpty(t, e.Error)
 	return e
@@ -200,11 +201,11 @@ func TestSubmitIdempotency(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.status)
 	er := r.errBody(t)
 	assert.Equal(t, "idempotency_key", er.Field)
-	assert.Equal(t, api.CodeIdempotencyConflict, er.Code)
+	assert.Equal(t, wire.CodeIdempotencyConflict, er.Code)
 	assert.Contains(t, er.Error, `"k-1"`)
 
 	// Exactly one job exists.
-	list := decode[api.JobList](t, e.do(t, "GET", "/api/v1/jobs", ""))
+	list := decode[wire.JobList](t, e.do(t, "GET", "/api/v1/jobs", ""))
 	assert.Len(t, list.Jobs, 1)
 }
 
@@ -240,7 +241,7 @@ func TestSubmitBadInput(t *testing.T) {
 			assert.Contains(t, er.Error, tc.contains)
 		})
 	}
-	list := decode[api.JobList](t, e.do(t, "GET", "/api/v1/jobs", ""))
+	list := decode[wire.JobList](t, e.do(t, "GET", "/api/v1/jobs", ""))
 	assert.Empty(t, list.Jobs, "no bad request created a job")
 	assert.Equal(t, "[]", string(mustRaw(t, e.do(t, "GET", "/api/v1/jobs", "").body, "jobs")))
 }
@@ -266,7 +267,7 @@ func TestGetUnknownJob(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, r.status, path)
 		er := r.errBody(t)
 		assert.Equal(t, `job "nope" not found`, er.Error)
-		assert.Equal(t, api.CodeNotFound, er.Code)
+		assert.Equal(t, wire.CodeNotFound, er.Code)
 	}
 	r := e.do(t, "POST", "/api/v1/jobs/nope/cancel", "")
 	require.Equal(t, http.StatusNotFound, r.status)
@@ -283,12 +284,12 @@ func TestListJobs(t *testing.T) {
 	canceled := decode[store.Job](t, e.do(t, "POST", "/api/v1/jobs/"+ids[0]+"/cancel", ""))
 	require.Equal(t, store.StatusCanceled, canceled.Status)
 
-	list := func(q string) api.JobList {
+	list := func(q string) wire.JobList {
 		r := e.do(t, "GET", "/api/v1/jobs"+q, "")
 		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-		return decode[api.JobList](t, r)
+		return decode[wire.JobList](t, r)
 	}
-	idsOf := func(l api.JobList) []string {
+	idsOf := func(l wire.JobList) []string {
 		var out []string
 		for _, j := range l.Jobs {
 			out = append(out, j.ID)
@@ -339,7 +340,7 @@ func TestCancel(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	j := decode[store.Job](t, r)
 	assert.Equal(t, store.StatusCanceled, j.Status, "a queued job is canceled at once")
-	evs := decode[api.EventList](t, e.do(t, "GET", "/api/v1/jobs/"+queued.ID+"/events", ""))
+	evs := decode[wire.EventList](t, e.do(t, "GET", "/api/v1/jobs/"+queued.ID+"/events", ""))
 	require.NotEmpty(t, evs.Events)
 	last := evs.Events[len(evs.Events)-1]
 	assert.Equal(t, "canceled", last.Kind)
@@ -349,7 +350,7 @@ func TestCancel(t *testing.T) {
 	r = e.do(t, "POST", "/api/v1/jobs/"+queued.ID+"/cancel", "")
 	require.Equal(t, http.StatusConflict, r.status)
 	er := r.errBody(t)
-	assert.Equal(t, api.CodeInvalidTransition, er.Code)
+	assert.Equal(t, wire.CodeInvalidTransition, er.Code)
 	assert.Equal(t, store.StatusCanceled, er.Status, "the answer carries the job's status")
 	assert.Contains(t, er.Error, "already canceled")
 
@@ -372,13 +373,13 @@ func TestEvents(t *testing.T) {
 	j := e.submit(t, `{"command":"hello","submitter":"bob"}`)
 	r := e.do(t, "GET", "/api/v1/jobs/"+j.ID+"/events", "")
 	require.Equal(t, http.StatusOK, r.status)
-	evs := decode[api.EventList](t, r)
+	evs := decode[wire.EventList](t, r)
 	require.Len(t, evs.Events, 1)
 	assert.Equal(t, "submitted", evs.Events[0].Kind)
 	assert.Equal(t, j.ID, evs.Events[0].JobID)
 	assert.Equal(t, "by bob", evs.Events[0].Message)
 
-	after := decode[api.EventList](t, e.do(t, "GET", fmt.Sprintf("/api/v1/jobs/%s/events?after=%d", j.ID, evs.Events[0].ID), ""))
+	after := decode[wire.EventList](t, e.do(t, "GET", fmt.Sprintf("/api/v1/jobs/%s/events?after=%d", j.ID, evs.Events[0].ID), ""))
 	assert.Empty(t, after.Events)
 	r = e.do(t, "GET", "/api/v1/jobs/"+j.ID+"/events?after=-1", "")
 	require.Equal(t, http.StatusBadRequest, r.status)
@@ -393,7 +394,7 @@ func TestAgents(t *testing.T) {
 
 	j := e.submit(t, `{"command":"hello"}`)
 	e.claim(t, j.ID)
-	agents := decode[api.AgentList](t, e.do(t, "GET", "/api/v1/agents", ""))
+	agents := decode[wire.AgentList](t, e.do(t, "GET", "/api/v1/agents", ""))
 	require.Len(t, agents.Agents, 1)
 	assert.Equal(t, "a1", agents.Agents[0].Name)
 	assert.Equal(t, 1, agents.Agents[0].ActiveJobs)
@@ -442,7 +443,7 @@ func TestAuth(t *testing.T) {
 	r := e.do(t, "POST", "/api/v1/jobs", body)
 	require.Equal(t, http.StatusUnauthorized, r.status)
 	assert.Equal(t, `Bearer realm="tether"`, r.header.Get("WWW-Authenticate"))
-	assert.Equal(t, api.CodeUnauthorized, r.errBody(t).Code)
+	assert.Equal(t, wire.CodeUnauthorized, r.errBody(t).Code)
 
 	r = e.do(t, "POST", "/api/v1/jobs", body, "Authorization", "Bearer wrong-token-0123456")
 	require.Equal(t, http.StatusUnauthorized, r.status)
@@ -463,7 +464,7 @@ func TestAuth(t *testing.T) {
 
 	r = e.do(t, "GET", "/api/v1/jobs?submitter=ops", "", "Authorization", "bearer tok-ops-0123456789")
 	require.Equal(t, http.StatusOK, r.status)
-	assert.Len(t, decode[api.JobList](t, r).Jobs, 1)
+	assert.Len(t, decode[wire.JobList](t, r).Jobs, 1)
 
 	// Probes stay open for load balancers and orchestrators.
 	assert.Equal(t, http.StatusOK, e.do(t, "GET", "/healthz", "").status)

@@ -4,19 +4,12 @@ import (
 	"net/http"
 
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
-
-// CleanupList is the answer of GET /api/v1/cleanups. It lists the plugin
-// Cleanup calls still pending, so one that keeps failing stays visible. Next
-// is the cursor of the next page (pass it as ?after=), "" on the last page.
-type CleanupList struct {
-	Cleanups []store.Cleanup `json:"cleanups"`
-	Next     string          `json:"next"`
-}
 
 // cleanups lists pending Cleanups in job ID order.
 func (s *server) cleanups(w http.ResponseWriter, r *http.Request) {
-	limit, err := intParam(r, "limit", DefaultListLimit, 1, MaxListLimit)
+	limit, err := intParam(r, "limit", wire.DefaultListLimit, 1, wire.MaxListLimit)
 	if err != nil {
 		badRequest(w, "limit", "%v", err)
 		return
@@ -34,5 +27,5 @@ func (s *server) cleanups(w http.ResponseWriter, r *http.Request) {
 	if list == nil {
 		list = []store.Cleanup{}
 	}
-	writeJSON(w, http.StatusOK, CleanupList{Cleanups: list, Next: next})
+	writeJSON(w, http.StatusOK, wire.CleanupList{Cleanups: list, Next: next})
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 func TestListCleanups(t *testing.T) {

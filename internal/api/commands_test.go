@@ -12,14 +12,15 @@ import (
 
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
-func commandsByName(t *testing.T, e *testEnv) map[string]api.Command {
+func commandsByName(t *testing.T, e *testEnv) map[string]wire.Command {
 	t.Helper()
 	r := e.do(t, "GET", "/api/v1/commands", "")
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-	out := map[string]api.Command{}
-	for _, c := range decode[api.CommandList](t, r).Commands {
+	out := map[string]wire.Command{}
+	for _, c := range decode[wire.CommandList](t, r).Commands {
 		out[c.Name] = c
 	}
 	return out
@@ -31,7 +32,7 @@ func TestCommandsWithNoAgents(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	assert.Contains(t, string(r.body), `"agents":[]`, "empty lists are lists, not null")
 	assert.Contains(t, string(r.body), `"oldest_queued_seconds":null`)
-	list := decode[api.CommandList](t, r)
+	list := decode[wire.CommandList](t, r)
 	require.Len(t, list.Commands, 2, "the configured commands")
 	hello := list.Commands[0]
 	assert.Equal(t, "hello", hello.Name)
@@ -141,7 +142,7 @@ func TestCancelConflictCarriesStatus(t *testing.T) {
 	r := e.do(t, "POST", "/api/v1/jobs/"+j.ID+"/cancel", "")
 	require.Equal(t, http.StatusConflict, r.status, "body: %s", r.body)
 	er := r.errBody(t)
-	assert.Equal(t, api.CodeInvalidTransition, er.Code)
+	assert.Equal(t, wire.CodeInvalidTransition, er.Code)
 	assert.Equal(t, store.StatusSucceeded, er.Status)
 	assert.Equal(t, `"succeeded"`, string(mustRaw(t, r.body, "status")))
 	assert.Contains(t, er.Error, "is already succeeded; only unfinished jobs can be canceled")

@@ -11,6 +11,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/ui"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // TestConsoleServedBesideTheAPI checks that the console's files need no
@@ -42,6 +43,6 @@ func TestConsoleServedBesideTheAPI(t *testing.T) {
 	for _, path := range []string{"/", "/ui/app.js"} {
 		r := off.do(t, "GET", path, "")
 		require.Equal(t, http.StatusNotFound, r.status, path)
-		assert.Equal(t, api.CodeNotFound, r.errBody(t).Code, path)
+		assert.Equal(t, wire.CodeNotFound, r.errBody(t).Code, path)
 	}
 }

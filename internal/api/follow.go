@@ -12,6 +12,7 @@ import (
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/notify"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // eventPollInterval bounds how long a followed event stream waits while
@@ -103,25 +104,6 @@ type rawSink struct{ w io.Writer }
 func (r rawSink) chunk(c store.LogChunk) error    { _, err := r.w.Write(c.Data); return err }
 func (rawSink) end(jobstate.JobStatus, int) error { return nil }
 
-// LogLine is one line of a format=jsonl log. Lines of one chunk share its
-// seq.
-type LogLine struct {
-	Seq     int64     `json:"seq"`
-	Attempt int       `json:"attempt"`
-	Stream  string    `json:"stream"`
-	Time    time.Time `json:"time"`
-	Line    string    `json:"line"`
-	Partial bool      `json:"partial"`
-}
-
-// StreamEnd is the last record of a followed jsonl log or event stream. The
-// job is finished and everything was sent.
-type StreamEnd struct {
-	End     bool               `json:"end"`
-	Status  jobstate.JobStatus `json:"status"`
-	Attempt int                `json:"attempt"`
-}
-
 type jsonlSink struct{ enc *json.Encoder }
 
 func newJSONLSink(w io.Writer) jsonlSink {
@@ -132,7 +114,7 @@ func newJSONLSink(w io.Writer) jsonlSink {
 
 func (j jsonlSink) chunk(c store.LogChunk) error {
 	for _, l := range splitLines(c.Data) {
-		if err := j.enc.Encode(LogLine{Seq: c.Seq, Attempt: c.Attempt, Stream: c.Stream, Time: c.At.UTC(),
+		if err := j.enc.Encode(wire.LogLine{Seq: c.Seq, Attempt: c.Attempt, Stream: c.Stream, Time: c.At.UTC(),
 			Line: string(l.text), Partial: l.partial}); err != nil {
 			return err
 		}
@@ -141,7 +123,7 @@ func (j jsonlSink) chunk(c store.LogChunk) error {
 }
 
 func (j jsonlSink) end(status jobstate.JobStatus, attempt int) error {
-	return j.enc.Encode(StreamEnd{End: true, Status: status, Attempt: attempt})
+	return j.enc.Encode(wire.StreamEnd{End: true, Status: status, Attempt: attempt})
 }
 
 type line struct {
@@ -270,7 +252,7 @@ func (s *server) followEvents(ctx context.Context, rc *http.ResponseController, 
 		}
 		if finished {
 			s.endStream(ctx, id, status, func(status jobstate.JobStatus, attempt int) error {
-				return enc.Encode(StreamEnd{End: true, Status: status, Attempt: attempt})
+				return enc.Encode(wire.StreamEnd{End: true, Status: status, Attempt: attempt})
 			})
 			return
 		}

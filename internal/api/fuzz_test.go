@@ -12,6 +12,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // fuzzHandler is the real handler on a real database, for the fuzz tests.
@@ -32,7 +33,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 		t.Fatalf("%s: %d %s", what, rec.Code, rec.Body)
 	}
 	if rec.Code >= 400 {
-		var e api.Error
+		var e wire.Error
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" || e.Code == "" {
 			t.Fatalf("%s: %d answer is not the JSON error shape: %s", what, rec.Code, rec.Body)
 		}

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // Cross-site and DNS-rebinding defences. A web page the operator opens can
@@ -106,7 +108,7 @@ func (p hostPolicy) listed(hostport string) bool {
 func (s *server) checkHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hosts.allowedHost(r.Host) {
-			writeError(w, http.StatusMisdirectedRequest, CodeForbiddenHost, "Host", fmt.Sprintf(
+			writeError(w, http.StatusMisdirectedRequest, wire.CodeForbiddenHost, "Host", fmt.Sprintf(
 				"this agent does not answer to Host %q: add it to http.allowed_hosts (env TETHER_HTTP_ALLOWED_HOSTS), or use the agent's IP address or localhost", r.Host))
 			return
 		}
@@ -120,12 +122,12 @@ func (s *server) checkHost(next http.Handler) http.Handler {
 func (s *server) stateChanging(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if origin := r.Header.Get("Origin"); origin != "" && !s.sameOrigin(origin, r.Host) {
-			writeError(w, http.StatusForbidden, CodeForbiddenOrigin, "Origin", fmt.Sprintf(
+			writeError(w, http.StatusForbidden, wire.CodeForbiddenOrigin, "Origin", fmt.Sprintf(
 				"cross-site request refused: Origin %q is not this agent (%s); the API takes no requests from web pages of other sites (add the page's host to http.allowed_hosts to allow it)", origin, r.Host))
 			return
 		}
 		if why := jsonContentType(r.Header.Values("Content-Type")); why != "" {
-			writeError(w, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type",
+			writeError(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "Content-Type",
 				why+`; send "Content-Type: application/json" (with a JSON body; an empty body is allowed only for cancel)`)
 			return
 		}
@@ -183,12 +185,12 @@ func jsonRouteErrors(mux *http.ServeMux) http.Handler {
 		h.ServeHTTP(probe, r)
 		switch probe.status {
 		case http.StatusNotFound:
-			writeError(w, http.StatusNotFound, CodeNotFound, "",
+			writeError(w, http.StatusNotFound, wire.CodeNotFound, "",
 				fmt.Sprintf("no such route: %s %s (docs/api.md lists the routes)", r.Method, r.URL.EscapedPath()))
 		case http.StatusMethodNotAllowed:
 			allow := probe.header.Get("Allow")
 			w.Header().Set("Allow", allow)
-			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "",
+			writeError(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "",
 				fmt.Sprintf("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.EscapedPath(), allow))
 		default:
 			h.ServeHTTP(w, r)

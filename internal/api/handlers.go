@@ -17,6 +17,7 @@ import (
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 const (
@@ -34,21 +35,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, field, msg string) {
-	writeJSON(w, status, Error{Error: msg, Field: field, Code: code})
+	writeJSON(w, status, wire.Error{Error: msg, Field: field, Code: code})
 }
 
 func badRequest(w http.ResponseWriter, field, format string, args ...any) {
-	writeError(w, http.StatusBadRequest, CodeBadRequest, field, fmt.Sprintf(format, args...))
+	writeError(w, http.StatusBadRequest, wire.CodeBadRequest, field, fmt.Sprintf(format, args...))
 }
 
 // internalError logs err and answers 500 without database details.
 func (s *server) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	s.log.ErrorContext(r.Context(), "http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, CodeInternal, "", "internal error; the agent's log has the details")
+	writeError(w, http.StatusInternalServerError, wire.CodeInternal, "", "internal error; the agent's log has the details")
 }
 
 func jobNotFound(w http.ResponseWriter, id string) {
-	writeError(w, http.StatusNotFound, CodeNotFound, "", fmt.Sprintf("job %q not found", id))
+	writeError(w, http.StatusNotFound, wire.CodeNotFound, "", fmt.Sprintf("job %q not found", id))
 }
 
 // decode reads a JSON object body into v. Unknown fields, trailing data and
@@ -90,7 +91,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpt
 	)
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "",
+		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "",
 			fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit))
 	case errors.Is(err, io.EOF):
 		badRequest(w, "", "request body is empty; send a JSON object")
@@ -115,12 +116,12 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpt
 }
 
 func (s *server) submit(w http.ResponseWriter, r *http.Request) {
-	var req SubmitRequest
+	var req wire.SubmitRequest
 	if !s.decode(w, r, &req, false) {
 		return
 	}
 	if req.Command == "" {
-		s.unknownCommand(w, r, CodeBadRequest, "command is required")
+		s.unknownCommand(w, r, wire.CodeBadRequest, "command is required")
 		return
 	}
 	spec, ok, err := s.commandSpec(r.Context(), req.Command)
@@ -129,7 +130,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		s.unknownCommand(w, r, CodeUnknownCommand, fmt.Sprintf("unknown command %q: neither this agent's config nor any live agent serves it", req.Command))
+		s.unknownCommand(w, r, wire.CodeUnknownCommand, fmt.Sprintf("unknown command %q: neither this agent's config nor any live agent serves it", req.Command))
 		return
 	}
 	jobCtx := bytes.TrimSpace(req.Context)
@@ -153,7 +154,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	var override limits.Override
 	if req.Limits != nil {
-		override = *req.Limits
+		override = limits.Override(*req.Limits)
 	}
 	partial, ferr := override.Partial()
 	if ferr != nil {
@@ -180,7 +181,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, store.ErrIdempotencyConflict):
-		writeError(w, http.StatusConflict, CodeIdempotencyConflict, "idempotency_key",
+		writeError(w, http.StatusConflict, wire.CodeIdempotencyConflict, "idempotency_key",
 			fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key or resend the original request", req.IdempotencyKey))
 		return
 	case err != nil:
@@ -259,13 +260,7 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobWithResources{Job: job, Resources: resources})
-}
-
-// jobWithResources is a Job with the resources its plugin reported.
-type jobWithResources struct {
-	store.Job
-	Resources []store.Resource `json:"resources,omitempty"`
+	writeJSON(w, http.StatusOK, wire.JobDetail{Job: job, Resources: resources})
 }
 
 // intParam parses an optional integer query parameter within [lo, hi].
@@ -288,7 +283,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "status", "unknown status %q; use one of %s", status, statusList())
 		return
 	}
-	limit, err := intParam(r, "limit", DefaultListLimit, 1, MaxListLimit)
+	limit, err := intParam(r, "limit", wire.DefaultListLimit, 1, wire.MaxListLimit)
 	if err != nil {
 		badRequest(w, "limit", "%v", err)
 		return
@@ -334,7 +329,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	if jobs == nil {
 		jobs = []store.Job{}
 	}
-	writeJSON(w, http.StatusOK, JobList{Jobs: jobs, Next: next})
+	writeJSON(w, http.StatusOK, wire.JobList{Jobs: jobs, Next: next})
 }
 
 // timeParam reads an optional RFC 3339 timestamp query parameter. Absent is
@@ -370,7 +365,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req CancelRequest
+	var req wire.CancelRequest
 	if !s.decode(w, r, &req, true) {
 		return
 	}
@@ -391,7 +386,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound):
 		jobNotFound(w, id)
 	case errors.As(err, &te):
-		writeJSON(w, http.StatusConflict, Error{Code: CodeInvalidTransition, Status: te.Status,
+		writeJSON(w, http.StatusConflict, wire.Error{Code: wire.CodeInvalidTransition, Status: te.Status,
 			Error: fmt.Sprintf("job %s is already %s; only unfinished jobs can be canceled", id, te.Status)})
 	case err != nil:
 		s.internalError(w, r, err)
@@ -407,7 +402,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req RequeueRequest
+	var req wire.RequeueRequest
 	if !s.decode(w, r, &req, false) {
 		return
 	}
@@ -435,19 +430,19 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound):
 		jobNotFound(w, id)
 	case errors.Is(err, store.ErrIdempotencyConflict):
-		writeError(w, http.StatusConflict, CodeIdempotencyConflict, "key",
+		writeError(w, http.StatusConflict, wire.CodeIdempotencyConflict, "key",
 			fmt.Sprintf("key %q was already used for a different requeue request; use a new key or resend the original request", req.Key))
 	case errors.As(err, &te):
-		writeJSON(w, http.StatusConflict, Error{Code: CodeInvalidTransition, Status: te.Status,
+		writeJSON(w, http.StatusConflict, wire.Error{Code: wire.CodeInvalidTransition, Status: te.Status,
 			Error: fmt.Sprintf("job %s is %s; only failed or canceled jobs can be requeued", id, te.Status)})
 	case err != nil:
 		s.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, RequeueResponse{Job: job, Replayed: replayed})
+		writeJSON(w, http.StatusOK, wire.RequeueResponse{Job: job, Replayed: replayed})
 	}
 }
 
-// events answers a job's events as an EventList, or with follow=true as
+// events answers a job's events as an wire.EventList, or with follow=true as
 // NDJSON until the job is finished (then an end record; see followEvents).
 func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
@@ -488,7 +483,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	if evs == nil {
 		evs = []store.Event{}
 	}
-	writeJSON(w, http.StatusOK, EventList{Events: evs})
+	writeJSON(w, http.StatusOK, wire.EventList{Events: evs})
 }
 
 // boolParam parses an optional true/false query parameter. On a bad value
@@ -533,11 +528,13 @@ func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 	if agents == nil {
 		agents = []store.Agent{}
 	}
+	out := make([]wire.Agent, len(agents))
 	for i, a := range agents {
 		v := fleet.Classify(s.ownTimings(), fleet.SeenOf(a.Seen))
-		agents[i].Liveness, agents[i].Reason, agents[i].Live = string(v.Liveness), v.Reason, v.Counts()
+		a.Liveness, a.Reason, a.Live = string(v.Liveness), v.Reason, v.Counts()
+		out[i] = a.Agent
 	}
-	writeJSON(w, http.StatusOK, AgentList{Agents: agents})
+	writeJSON(w, http.StatusOK, wire.AgentList{Agents: out})
 }
 
 // commands answers every command known to this agent's config or announced
@@ -549,11 +546,11 @@ func (s *server) commands(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, CommandList{Commands: out})
+	writeJSON(w, http.StatusOK, wire.CommandList{Commands: out})
 }
 
 // commandList is GET /api/v1/commands' answer. /readyz warns from it too.
-func (s *server) commandList(ctx context.Context) ([]Command, error) {
+func (s *server) commandList(ctx context.Context) ([]wire.Command, error) {
 	config := make(map[string]string, len(s.opts.Commands))
 	for name, c := range s.opts.Commands {
 		config[name] = c.Plugin
@@ -570,13 +567,13 @@ func (s *server) commandList(ctx context.Context) ([]Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Command, 0, len(list))
+	out := make([]wire.Command, 0, len(list))
 	for _, c := range list {
 		a, announced := live[c.Name]
 		if !c.Configured && announced {
 			c.Plugin = a.Spec.Plugin // what a submit here would store, not the latest job's
 		}
-		cmd := Command{CommandStatus: c, Served: len(c.Agents) > 0, Accepted: c.Configured || announced}
+		cmd := wire.Command{CommandStatus: c, Served: len(c.Agents) > 0, Accepted: c.Configured || announced}
 		if !cmd.Served {
 			cmd.Hint = commandHint(c)
 		}
@@ -650,23 +647,23 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, Status{Status: "ok"})
+	writeJSON(w, http.StatusOK, wire.Status{Status: "ok"})
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	if err := s.opts.Store.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, Status{Status: "not ready", Error: "database: " + err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, wire.Status{Status: "not ready", Error: "database: " + err.Error()})
 		return
 	}
 	if s.opts.Ready != nil {
 		if err := s.opts.Ready(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, Status{Status: "not ready", Error: err.Error()})
+			writeJSON(w, http.StatusServiceUnavailable, wire.Status{Status: "not ready", Error: err.Error()})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, Status{Status: "ready", Warnings: s.readyWarnings(ctx)})
+	writeJSON(w, http.StatusOK, wire.Status{Status: "ready", Warnings: s.readyWarnings(ctx)})
 }
 
 // readyWarnings names the commands no live agent serves that this agent is

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // hostile is one request that must be refused.
@@ -56,30 +57,30 @@ func hostileSubmitBodies() []hostile {
 			status: http.StatusBadRequest, code: code, field: field})
 	}
 	for _, s := range badStrings {
-		add("command "+s.name, `{"command":`+s.lit+`}`, api.CodeBadRequest, "command")
-		add("idempotency_key "+s.name, `{"command":"hello","idempotency_key":`+s.lit+`}`, api.CodeBadRequest, "idempotency_key")
-		add("submitter "+s.name, `{"command":"hello","submitter":`+s.lit+`}`, api.CodeBadRequest, "submitter")
-		add("context value "+s.name, `{"command":"hello","context":{"a":`+s.lit+`}}`, api.CodeBadRequest, "context.a")
-		add("context key "+s.name, `{"command":"hello","context":{"env":{`+s.lit+`:"x"}}}`, api.CodeBadRequest, "context.env")
-		add("context array "+s.name, `{"command":"hello","context":{"l":[1,`+s.lit+`]}}`, api.CodeBadRequest, "context.l[1]")
-		add("limits "+s.name, `{"command":"hello","limits":{"active_timeout":`+s.lit+`}}`, api.CodeBadRequest, "limits.active_timeout")
+		add("command "+s.name, `{"command":`+s.lit+`}`, wire.CodeBadRequest, "command")
+		add("idempotency_key "+s.name, `{"command":"hello","idempotency_key":`+s.lit+`}`, wire.CodeBadRequest, "idempotency_key")
+		add("submitter "+s.name, `{"command":"hello","submitter":`+s.lit+`}`, wire.CodeBadRequest, "submitter")
+		add("context value "+s.name, `{"command":"hello","context":{"a":`+s.lit+`}}`, wire.CodeBadRequest, "context.a")
+		add("context key "+s.name, `{"command":"hello","context":{"env":{`+s.lit+`:"x"}}}`, wire.CodeBadRequest, "context.env")
+		add("context array "+s.name, `{"command":"hello","context":{"l":[1,`+s.lit+`]}}`, wire.CodeBadRequest, "context.l[1]")
+		add("limits "+s.name, `{"command":"hello","limits":{"active_timeout":`+s.lit+`}}`, wire.CodeBadRequest, "limits.active_timeout")
 	}
 	for _, n := range []string{"1e400", "-1e400", "1e-16384", "0." + strings.Repeat("7", 17000), "1" + strings.Repeat("0", 400), "0e2147483648", "0e99999999999999999999"} {
-		add(fmt.Sprintf("context number %.12s", n), `{"command":"hello","context":{"n":`+n+`}}`, api.CodeBadRequest, "context.n")
+		add(fmt.Sprintf("context number %.12s", n), `{"command":"hello","context":{"n":`+n+`}}`, wire.CodeBadRequest, "context.n")
 	}
-	add("nested number", `{"command":"hello","context":{"a":{"b":[{"c":1e999}]}}}`, api.CodeBadRequest, "context.a.b[0].c")
+	add("nested number", `{"command":"hello","context":{"a":{"b":[{"c":1e999}]}}}`, wire.CodeBadRequest, "context.a.b[0].c")
 	for _, mr := range []string{"3000000000", "2147483648", "-1", "9223372036854775808", "1.5", "1e400", `"3"`} {
-		add("max_retry "+mr, `{"command":"hello","limits":{"max_retry":`+mr+`}}`, api.CodeBadRequest, "limits.max_retry")
+		add("max_retry "+mr, `{"command":"hello","limits":{"max_retry":`+mr+`}}`, wire.CodeBadRequest, "limits.max_retry")
 	}
 	for _, d := range []struct{ field, v string }{
 		{"active_timeout", "-100000d2000000h"}, {"active_timeout", "300000000h"}, {"ttl_failed", "9999999999d"},
 		{"ttl_succeeded", "100001d"}, {"pending_timeout", "-1s"}, {"retry_backoff", "-5d"},
 		{"retry_backoff_max", "9223372036854775807ns1h"}, {"active_timeout", "1e3s"}, {"ttl_failed", "24hh"},
 	} {
-		add(d.field+" "+d.v, `{"command":"hello","limits":{"`+d.field+`":"`+d.v+`"}}`, api.CodeBadRequest, "limits."+d.field)
+		add(d.field+" "+d.v, `{"command":"hello","limits":{"`+d.field+`":"`+d.v+`"}}`, wire.CodeBadRequest, "limits."+d.field)
 	}
-	add("raw NUL byte", "{\"command\":\"hel\x00lo\"}", api.CodeBadRequest, "")
-	add("context too deep", `{"command":"hello","context":`+strings.Repeat(`{"a":`, 10001)+`1`+strings.Repeat(`}`, 10001)+`}`, api.CodeBadRequest, "")
+	add("raw NUL byte", "{\"command\":\"hel\x00lo\"}", wire.CodeBadRequest, "")
+	add("context too deep", `{"command":"hello","context":`+strings.Repeat(`{"a":`, 10001)+`1`+strings.Repeat(`}`, 10001)+`}`, wire.CodeBadRequest, "")
 	return out
 }
 
@@ -87,7 +88,7 @@ func hostileRequests(queued, failed string) []hostile {
 	cases := hostileSubmitBodies()
 	add := func(h hostile) { cases = append(cases, h) }
 	bad := func(name, method, path, body, field string) {
-		add(hostile{name: name, method: method, path: path, body: body, status: 400, code: api.CodeBadRequest, field: field})
+		add(hostile{name: name, method: method, path: path, body: body, status: 400, code: wire.CodeBadRequest, field: field})
 	}
 	for _, s := range badStrings {
 		bad("cancel reason "+s.name, "POST", "/api/v1/jobs/"+queued+"/cancel", `{"reason":`+s.lit+`}`, "reason")
@@ -130,7 +131,7 @@ func hostileRequests(queued, failed string) []hostile {
 	// Path IDs that are not UUIDs name no job: 404 before any query.
 	for _, id := range []string{"%00", "%ff", "a%00b", "%ed%a0%80", "nope", "12345", queued + "x", "00000000-0000-0000-0000-000000000000"} {
 		nf := func(method, path, body string) {
-			add(hostile{name: method + " " + path, method: method, path: path, body: body, status: 404, code: api.CodeNotFound})
+			add(hostile{name: method + " " + path, method: method, path: path, body: body, status: 404, code: wire.CodeNotFound})
 		}
 		nf("GET", "/api/v1/jobs/"+id, "")
 		nf("GET", "/api/v1/jobs/"+id+"/logs", "")
@@ -150,13 +151,13 @@ func hostileRequests(queued, failed string) []hostile {
 		for _, ct := range []string{"", "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
 			"multipart/form-data; boundary=x", "text/json", "application/jsonp", "application/json; charset=iso-8859-1", "application/json;;"} {
 			add(hostile{name: "content type " + ct + " " + p.path, method: "POST", path: p.path, body: p.body,
-				header: map[string]string{"Content-Type": ct}, status: 415, code: api.CodeUnsupportedMediaType, field: "Content-Type"})
+				header: map[string]string{"Content-Type": ct}, status: 415, code: wire.CodeUnsupportedMediaType, field: "Content-Type"})
 		}
 		add(hostile{name: "cancel with no body and no content type " + p.path, method: "POST", path: p.path,
-			header: map[string]string{"Content-Type": ""}, status: 415, code: api.CodeUnsupportedMediaType, field: "Content-Type"})
+			header: map[string]string{"Content-Type": ""}, status: 415, code: wire.CodeUnsupportedMediaType, field: "Content-Type"})
 		for _, origin := range []string{"null", "http://evil.example", "http://127.0.0.1:1", "http://localhost", "file://", "%%"} {
 			add(hostile{name: "origin " + origin + " " + p.path, method: "POST", path: p.path, body: p.body,
-				header: map[string]string{"Origin": origin}, status: 403, code: api.CodeForbiddenOrigin, field: "Origin"})
+				header: map[string]string{"Origin": origin}, status: 403, code: wire.CodeForbiddenOrigin, field: "Origin"})
 		}
 	}
 	// DNS rebinding. A name that is not the agent's.
@@ -169,10 +170,10 @@ func hostileRequests(queued, failed string) []hostile {
 		{"GET", "/healthz", "", "evil.example"},
 	} {
 		add(hostile{name: "host " + h.host + " " + h.path, method: h.method, path: h.path, body: h.body,
-			header: map[string]string{"Host": h.host}, status: 421, code: api.CodeForbiddenHost, field: "Host"})
+			header: map[string]string{"Host": h.host}, status: 421, code: wire.CodeForbiddenHost, field: "Host"})
 	}
 	for _, p := range []string{"/", "/api", "/api/v1", "/api/v1/nope", "/api/v2/jobs", "/jobs", "/api/v1/jobs/" + queued + "/retry", "/api/v1/jobs/", "/metrics"} {
-		add(hostile{name: "unknown route " + p, method: "GET", path: p, status: 404, code: api.CodeNotFound})
+		add(hostile{name: "unknown route " + p, method: "GET", path: p, status: 404, code: wire.CodeNotFound})
 	}
 	for _, m := range []struct{ method, path string }{
 		{"DELETE", "/api/v1/jobs"}, {"PUT", "/api/v1/jobs"}, {"PATCH", "/api/v1/jobs/" + queued},
@@ -181,7 +182,7 @@ func hostileRequests(queued, failed string) []hostile {
 		{"PUT", "/api/v1/jobs/" + queued + "/logs"},
 	} {
 		add(hostile{name: "method " + m.method + " " + m.path, method: m.method, path: m.path, body: `{}`,
-			status: 405, code: api.CodeMethodNotAllowed})
+			status: 405, code: wire.CodeMethodNotAllowed})
 	}
 	return cases
 }
@@ -253,7 +254,7 @@ func TestHostileRequests(t *testing.T) {
 		r := e.send(t, tc)
 		ok := assert.Equal(t, tc.status, r.status, "%s: %s", tc.name, r.body)
 		ok = assert.Equal(t, "application/json", r.header.Get("Content-Type"), tc.name) && ok
-		var er api.Error
+		var er wire.Error
 		if ok && assert.NoError(t, json.Unmarshal(r.body, &er), "%s: %s", tc.name, r.body) {
 			assert.NotEmpty(t, er.Error, tc.name)
 			assert.Equal(t, tc.code, er.Code, "%s: %s", tc.name, r.body)
@@ -380,7 +381,7 @@ func TestIdempotencyHashIsExact(t *testing.T) {
 	} {
 		r := e.do(t, "POST", "/api/v1/jobs", body)
 		require.Equal(t, http.StatusConflict, r.status, "%s: %s", body, r.body)
-		assert.Equal(t, api.CodeIdempotencyConflict, r.errBody(t).Code)
+		assert.Equal(t, wire.CodeIdempotencyConflict, r.errBody(t).Code)
 	}
 	// Key order, whitespace and string escapes are not part of the request.
 	r := e.do(t, "POST", "/api/v1/jobs", `{ "context" : { "s" : "\u0078", "n" : 1 }, "idempotency_key":"k", "command":"hello" }`)
@@ -408,7 +409,7 @@ func TestRequeueKeysPerRequester(t *testing.T) {
 	// alice's.
 	r = e.do(t, "POST", "/api/v1/jobs/"+j2+"/requeue", `{"reason":"r","key":"same","submitter":"bob"}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.False(t, decode[api.RequeueResponse](t, r).Replayed)
+	assert.False(t, decode[wire.RequeueResponse](t, r).Replayed)
 	// alice reusing her key for another job is her conflict.
 	r = e.do(t, "POST", "/api/v1/jobs/"+j2+"/requeue", `{"reason":"r","key":"same","submitter":"alice"}`)
 	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
@@ -481,7 +482,7 @@ func TestUnauthenticatedVariantsRefused(t *testing.T) {
 			if !assert.Equal(t, http.StatusUnauthorized, r.status, "%s: %s", name, r.body) {
 				continue
 			}
-			assert.Equal(t, api.CodeUnauthorized, r.errBody(t).Code, name)
+			assert.Equal(t, wire.CodeUnauthorized, r.errBody(t).Code, name)
 			assert.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer", name)
 			assert.NotContains(t, string(r.body), token, "%s: the answer never echoes a token", name)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 func TestSubmitStampsLimitsAndRequeueRecordsWho(t *testing.T) {
@@ -42,7 +43,7 @@ func TestSubmitStampsLimitsAndRequeueRecordsWho(t *testing.T) {
 		store.Outcome{Status: store.StatusFailed, Error: "lost", ErrorClass: "outcome_unknown"}))
 	r = e.do(t, "POST", "/api/v1/jobs/"+j.ID+"/requeue", `{"reason": "checked by hand", "key": "k", "submitter": "ignored with auth"}`, auth...)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	res := decode[api.RequeueResponse](t, r)
+	res := decode[wire.RequeueResponse](t, r)
 	assert.False(t, res.Replayed)
 	assert.Equal(t, 2, res.Job.Attempt)
 	assert.Equal(t, jobstate.OutcomeUnknown, res.Job.ErrorClass, "kept for the record")
@@ -53,10 +54,10 @@ func TestSubmitStampsLimitsAndRequeueRecordsWho(t *testing.T) {
 
 	r = e.do(t, "POST", "/api/v1/jobs/"+j.ID+"/requeue", `{"reason": "checked by hand", "key": "k", "submitter": "ignored with auth"}`, auth...)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.True(t, decode[api.RequeueResponse](t, r).Replayed)
+	assert.True(t, decode[wire.RequeueResponse](t, r).Replayed)
 	r = e.do(t, "POST", "/api/v1/jobs/"+j.ID+"/requeue", `{"reason": "another", "key": "k"}`, auth...)
 	assert.Equal(t, http.StatusConflict, r.status)
-	assert.Equal(t, api.CodeIdempotencyConflict, r.errBody(t).Code)
+	assert.Equal(t, wire.CodeIdempotencyConflict, r.errBody(t).Code)
 	r = e.do(t, "POST", "/api/v1/jobs/"+j.ID+"/requeue", `{"key": "k2"}`, auth...)
 	assert.Equal(t, http.StatusBadRequest, r.status)
 	assert.Equal(t, "reason", r.errBody(t).Field)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 // TestListJobsByTimeAndKey checks that since/until bound created_at exactly

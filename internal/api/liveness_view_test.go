@@ -17,6 +17,7 @@ import (
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/plugin"
 	"github.com/tetherjobs/tether/queries"
 )
@@ -80,10 +81,10 @@ func TestViewsShowTheJanitorsVerdict(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE agents SET last_seen = now() - interval '2 seconds' WHERE name = $1`, frozen.Name)
 	require.NoError(t, err)
 
-	liveness := func() map[string]store.Agent {
+	liveness := func() map[string]wire.Agent {
 		t.Helper()
-		list := decode[api.AgentList](t, e.do(t, "GET", "/api/v1/agents?all=true", ""))
-		out := map[string]store.Agent{}
+		list := decode[wire.AgentList](t, e.do(t, "GET", "/api/v1/agents?all=true", ""))
+		out := map[string]wire.Agent{}
 		for _, a := range list.Agents {
 			out[a.Name] = a
 		}
@@ -91,7 +92,7 @@ func TestViewsShowTheJanitorsVerdict(t *testing.T) {
 	}
 	served := func() []string {
 		t.Helper()
-		list := decode[api.CommandList](t, e.do(t, "GET", "/api/v1/commands", ""))
+		list := decode[wire.CommandList](t, e.do(t, "GET", "/api/v1/commands", ""))
 		for _, c := range list.Commands {
 			if c.Name == "hello" {
 				return c.Agents

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // requestInfo is filled in by inner handlers for the request log.
@@ -46,7 +48,7 @@ func (s *server) authenticate(h http.HandlerFunc) http.Handler {
 		scheme, token, _ := strings.Cut(header, " ")
 		if header == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "",
+			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "",
 				"missing bearer token: send the header \"Authorization: Bearer <token>\" (tether CLI: --token or TETHER_TOKEN)")
 			return
 		}
@@ -59,7 +61,7 @@ func (s *server) authenticate(h http.HandlerFunc) http.Handler {
 		}
 		if found == 0 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tether", error="invalid_token"`)
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "", "invalid bearer token")
+			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "", "invalid bearer token")
 			return
 		}
 		if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {

@@ -29,6 +29,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 const ndjson = "application/x-ndjson"
@@ -403,9 +404,9 @@ func TestOpenAPIStreams(t *testing.T) {
 		lines := strings.Split(strings.TrimSuffix(string(r.body), "\n"), "\n")
 		require.GreaterOrEqual(t, len(lines), 2, "%s: %s", path, r.body)
 		if strings.Contains(path, "follow=true") {
-			var end api.StreamEnd
+			var end wire.StreamEnd
 			require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &end))
-			assert.Equal(t, api.StreamEnd{End: true, Status: store.StatusSucceeded, Attempt: 1}, end, path)
+			assert.Equal(t, wire.StreamEnd{End: true, Status: store.StatusSucceeded, Attempt: 1}, end, path)
 		}
 	}
 }
@@ -456,4 +457,21 @@ func TestValidatedServerReports(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The description's statuses are pkg/api's (the one list jobstate and the
+// store alias), so a status added to one is not missing in the other.
+func TestOpenAPIJobStatusesAreTheWireTypes(t *testing.T) {
+	c := loadContract(t)
+	ref := c.doc.Components.Schemas["JobStatus"]
+	require.NotNil(t, ref, "components.schemas.JobStatus")
+	var described []string
+	for _, v := range ref.Value.Enum {
+		described = append(described, fmt.Sprint(v))
+	}
+	var declared []string
+	for _, s := range wire.Statuses() {
+		declared = append(declared, string(s))
+	}
+	assert.Equal(t, declared, described)
 }

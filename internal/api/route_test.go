@@ -13,6 +13,7 @@ import (
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // routeAgent is one agent of a mixed fleet: its config, its agents row
@@ -69,7 +70,7 @@ commands:
 		owner   routeAgent
 	}{{"alpha", a}, {"beta", b}} {
 		two := 2
-		want := tc.owner.resolved(t, tc.command, limits.Partial{MaxRetry: &two})
+		want := wire.Limits(tc.owner.resolved(t, tc.command, limits.Partial{MaxRetry: &two}))
 		for _, via := range []routeAgent{a, b} {
 			job := via.env.submit(t, `{"command":"`+tc.command+`","limits":{"max_retry":2}}`)
 			assert.Equal(t, tc.owner.cfg.Commands[tc.command].Plugin, job.Plugin, "%s via %s", tc.command, via.name)
@@ -95,7 +96,7 @@ commands:
 		require.Equal(t, http.StatusBadRequest, r.status, "via %s: %s", via.name, r.body)
 		er := r.errBody(t)
 		assert.Equal(t, "command", er.Field)
-		assert.Equal(t, api.CodeUnknownCommand, er.Code)
+		assert.Equal(t, wire.CodeUnknownCommand, er.Code)
 		assert.Contains(t, er.Error, `unknown command "gamma"`)
 		assert.Contains(t, er.Error, "announced by live agents: alpha (agent-a), beta (agent-b)")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
 // /readyz stays 200 ready but warns about each configured command no live
@@ -21,7 +22,7 @@ func TestReadyzWarnsAboutUnservedCommands(t *testing.T) {
 	e := newEnv(t, nil)
 	r := e.do(t, "GET", "/readyz", "")
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-	st := decode[api.Status](t, r)
+	st := decode[wire.Status](t, r)
 	assert.Equal(t, "ready", st.Status)
 	assert.Equal(t, []string{
 		"command hello: no live agent serves it; jobs wait queued",
@@ -33,7 +34,7 @@ func TestReadyzWarnsAboutUnservedCommands(t *testing.T) {
 	require.NoError(t, err)
 	r = e.do(t, "GET", "/readyz", "")
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-	assert.Equal(t, []string{"command sleep: no live agent serves it; jobs wait queued"}, decode[api.Status](t, r).Warnings)
+	assert.Equal(t, []string{"command sleep: no live agent serves it; jobs wait queued"}, decode[wire.Status](t, r).Warnings)
 
 	// A job of a command this agent does not configure, queued with nobody
 	// to run it, is warned about too.
@@ -43,7 +44,7 @@ func TestReadyzWarnsAboutUnservedCommands(t *testing.T) {
 	assert.Equal(t, []string{
 		"command report: no live agent serves it; jobs wait queued",
 		"command sleep: no live agent serves it; jobs wait queued",
-	}, decode[api.Status](t, r).Warnings)
+	}, decode[wire.Status](t, r).Warnings)
 
 	_, err = e.st.RegisterAgent(context.Background(), store.Registration{Holder: store.Holder{Name: "a2", Generation: "g1"}, Capacity: 1, Commands: []string{"sleep", "report"}})
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/tetherjobs/tether/internal/lifecycle"
+	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/metrics"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -20,7 +21,7 @@ import (
 func (e *executor) end(o store.Outcome) {
 	c := e.j.claimed
 	o = sanitize(o)
-	in := lifecycle.Input{Status: o.Status, ErrorClass: o.ErrorClass, Attempt: c.Job.Attempt, Levers: c.Job.Limits,
+	in := lifecycle.Input{Status: o.Status, ErrorClass: o.ErrorClass, Attempt: c.Job.Attempt, Levers: limits.Set(c.Job.Limits),
 		PluginCalled: e.called, HasCleanup: e.j.hasCleanup, Jitter: rand.Float64()}
 	end := store.End{JobID: c.Job.ID, Lease: c.Lease, HolderGeneration: e.holder.Generation, Actor: e.holder, Outcome: o,
 		Plan: lifecycle.Decide(in), CleanupBy: e.holder.Name, CleanupHold: e.cleanupTimeout + e.finalTimeout}

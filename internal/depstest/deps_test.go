@@ -114,3 +114,19 @@ func TestClassification(t *testing.T) {
 		}
 	}
 }
+
+// pkg/api and pkg/client are for other modules, which cannot import an
+// internal package (examples/client builds as one: internal/moduletest).
+func TestClientImportsNoInternal(t *testing.T) {
+	all := deps(t)
+	for _, pkg := range []string{"pkg/api", "pkg/client"} {
+		if _, ok := all[pkg]; !ok {
+			t.Fatalf("go list did not list %s: the check would see nothing", pkg)
+		}
+		for _, d := range all[pkg] {
+			if strings.HasPrefix(d, "internal/") || d == "internal" {
+				t.Errorf("%s depends on %s: another module could not build it", pkg, d)
+			}
+		}
+	}
+}

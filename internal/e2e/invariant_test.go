@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgcluster"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 

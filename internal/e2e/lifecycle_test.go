@@ -23,12 +23,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tetherjobs/tether/internal/api"
 	"github.com/tetherjobs/tether/internal/bintest"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/limits"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -372,7 +372,7 @@ func TestLifecycleStampedLimitsSurviveCommandEdit(t *testing.T) {
 	before, _, err := c.Submit(ctx, api.SubmitRequest{Command: "edited"})
 	require.NoError(t, err)
 	ov := "90m"
-	override, _, err := c.Submit(ctx, api.SubmitRequest{Command: "edited", Limits: &limits.Override{ActiveTimeout: &ov}})
+	override, _, err := c.Submit(ctx, api.SubmitRequest{Command: "edited", Limits: &api.LimitsOverride{ActiveTimeout: &ov}})
 	require.NoError(t, err)
 	assert.Equal(t, 90*time.Minute, override.Limits.ActiveTimeout)
 	h.waitTerminal(ctx, []string{before.ID, override.ID}, 20*time.Second)
@@ -468,7 +468,7 @@ func TestLifecycleValidation(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	var j store.Job
 	require.NoError(t, json.Unmarshal(r.body, &j))
-	assert.Equal(t, limits.Set{MaxRetry: 3, RetryBackoff: 10 * time.Second, RetryBackoffMax: 10 * time.Minute,
+	assert.Equal(t, api.Limits{MaxRetry: 3, RetryBackoff: 10 * time.Second, RetryBackoffMax: 10 * time.Minute,
 		ActiveTimeout: 2 * time.Hour, TTLSucceeded: 7 * 24 * time.Hour, TTLFailed: 7 * 24 * time.Hour}, j.Limits)
 }
 

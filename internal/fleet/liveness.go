@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 // Liveness is what the fleet's rule says of one agent. Every view of an
@@ -14,13 +15,15 @@ import (
 type Liveness string
 
 // The liveness values, as the API's liveness field carries them.
+// They are the API's (pkg/api's Liveness constants), which clients compare
+// with.
 const (
-	Live     Liveness = "live"     // running and heartbeating
-	Draining Liveness = "draining" // draining and heartbeating: claims nothing more
-	Late     Liveness = "late"     // silent past lateKeepalives of its keepalive, not yet stale or dead
-	Stale    Liveness = "stale"    // silent past stale_job: its running jobs are the janitor's
-	Dead     Liveness = "dead"     // the liveness check found its name lock free and it silent past dead_after
-	Stopped  Liveness = "stopped"  // it stopped cleanly (state stopped)
+	Live     Liveness = api.LivenessLive     // running and heartbeating
+	Draining Liveness = api.LivenessDraining // draining and heartbeating: claims nothing more
+	Late     Liveness = api.LivenessLate     // silent past lateKeepalives of its keepalive, not yet stale or dead
+	Stale    Liveness = api.LivenessStale    // silent past stale_job: its running jobs are the janitor's
+	Dead     Liveness = api.LivenessDead     // the liveness check found its name lock free and it silent past dead_after
+	Stopped  Liveness = api.LivenessStopped  // it stopped cleanly (state stopped)
 )
 
 // lateKeepalives is how many of its keepalives an agent may be silent

@@ -1,50 +1,37 @@
 // Package jobstate names the statuses a job passes through and the classes
 // of its errors, as the database stores them, the API shows them and the
-// plugin SDK speaks them. It has no dependencies, so every layer shares it.
+// plugin SDK speaks them. They are defined once, in pkg/api (the wire
+// types, importable from any module). These are the same types and values
+// under the names the agent's packages know them by.
 package jobstate
+
+import "github.com/tetherjobs/tether/pkg/api"
 
 // JobStatus is a job's status as the database stores it and the API shows
 // it. Its values are the status column's.
-type JobStatus string
+type JobStatus = api.JobStatus
 
 // The statuses a job passes through.
 const (
-	StatusQueued    JobStatus = "queued"
-	StatusAccepted  JobStatus = "accepted"
-	StatusRunning   JobStatus = "running"
-	StatusCanceling JobStatus = "canceling"
-	StatusSucceeded JobStatus = "succeeded"
-	StatusFailed    JobStatus = "failed"
-	StatusCanceled  JobStatus = "canceled"
+	StatusQueued    = api.StatusQueued
+	StatusAccepted  = api.StatusAccepted
+	StatusRunning   = api.StatusRunning
+	StatusCanceling = api.StatusCanceling
+	StatusSucceeded = api.StatusSucceeded
+	StatusFailed    = api.StatusFailed
+	StatusCanceled  = api.StatusCanceled
 )
 
 // Statuses lists every status in the order a job passes through them.
-func Statuses() []JobStatus {
-	return []JobStatus{StatusQueued, StatusAccepted, StatusRunning, StatusCanceling,
-		StatusSucceeded, StatusFailed, StatusCanceled}
-}
-
-// Terminal reports whether s is final.
-func (s JobStatus) Terminal() bool {
-	return s == StatusSucceeded || s == StatusFailed || s == StatusCanceled
-}
+func Statuses() []JobStatus { return api.Statuses() }
 
 // ErrorClass tells what a failure means for retries. The plugin SDK
 // (pkg/plugin.ErrorClass) and the error_class column share it.
-type ErrorClass string
+type ErrorClass = api.ErrorClass
 
 // The error classes.
 const (
-	// Retriable failures may be retried automatically (the job's max_retry).
-	Retriable ErrorClass = "retriable"
-	// Permanent failures are never retried automatically.
-	Permanent ErrorClass = "permanent"
-	// OutcomeUnknown means the work may or may not have happened. It is
-	// never retried automatically, since a retry could run it twice.
-	OutcomeUnknown ErrorClass = "outcome_unknown"
+	Retriable      = api.Retriable
+	Permanent      = api.Permanent
+	OutcomeUnknown = api.OutcomeUnknown
 )
-
-// Valid reports whether c is one of the known classes.
-func (c ErrorClass) Valid() bool {
-	return c == Retriable || c == Permanent || c == OutcomeUnknown
-}

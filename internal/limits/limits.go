@@ -9,22 +9,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
-// Set is a complete set of levers. It is what a job runs under.
-type Set struct {
-	MaxRetry        int           // automatic retries of a retriable failure; 0 = none
-	RetryBackoff    time.Duration // first wait between attempts; doubles per attempt
-	RetryBackoffMax time.Duration // cap of the wait
-	PendingTimeout  time.Duration // longest wait in the queue; 0 = off
-	ActiveTimeout   time.Duration // longest execution per attempt; 0 = off
-	TTLSucceeded    time.Duration // how long a succeeded job is kept; 0 = forever
-	TTLFailed       time.Duration // how long a failed or canceled job is kept; 0 = forever
-}
+// Set is a complete set of levers. It is what a job runs under: the
+// api.Limits a job shows, with the methods the agent resolves and applies
+// them with.
+type Set api.Limits
 
 // Defaults are the built-in global defaults.
 func Defaults() Set {
@@ -193,136 +186,39 @@ func (s Set) Backoff(attempt int, jitter float64) time.Duration {
 	return time.Duration(d * (0.5 + 0.5*jitter))
 }
 
-// MaxDuration is the longest duration ParseDuration accepts, 100000 days
-// (about 273 years). That is within time.Duration (about 292 years) and
-// PostgreSQL's interval, so a lever never overflows on its way to the database.
-const MaxDuration = 100000 * 24 * time.Hour
+// MaxDuration is the longest duration ParseDuration accepts (about 273
+// years), so a lever never overflows on its way to the database.
+const MaxDuration = api.MaxDuration
 
 // MaxRetryLimit is the largest max_retry. The column is a PostgreSQL integer.
 const MaxRetryLimit = math.MaxInt32
 
-// goDuration is the syntax of an unsigned Go duration string.
-var goDuration = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*$`)
-
-// ParseDuration parses a Go duration string ("90s", "1h30m"), "0", or a
-// whole number of days with an optional Go duration after it ("7d",
-// "1d12h"). A leading "-" negates the whole value (callers that take no
-// negative durations check the sign. config reports it with the key's own
-// rule). The magnitude is at most MaxDuration. Anything longer, including
-// values that would overflow, is an error.
-func ParseDuration(s string) (time.Duration, error) {
-	bad := fmt.Errorf("%q is not a duration: use a Go duration string like \"5s\", \"90s\" or \"5m\", or days like \"7d\"", s)
-	tooLong := fmt.Errorf("%q is too long: durations are at most %s (about 273 years)", s, Format(MaxDuration))
-	if s == "0" {
-		return 0, nil
-	}
-	body, neg := strings.CutPrefix(s, "-")
-	var days time.Duration
-	hasDays := false
-	if i := strings.IndexByte(body, 'd'); i >= 0 {
-		hasDays = true
-		digits := body[:i]
-		if digits == "" || strings.Trim(digits, "0123456789") != "" {
-			return 0, bad
-		}
-		n, err := strconv.ParseUint(digits, 10, 64)
-		if err != nil || n > uint64(MaxDuration/(24*time.Hour)) {
-			return 0, tooLong
-		}
-		days = time.Duration(n) * 24 * time.Hour
-		body = body[i+1:]
-	}
-	var d time.Duration
-	if body != "" || !hasDays {
-		if !goDuration.MatchString(body) {
-			return 0, bad
-		}
-		var err error
-		if d, err = time.ParseDuration(body); err != nil {
-			return 0, tooLong // well-formed, so beyond time.Duration
-		}
-	}
-	if d > MaxDuration-days {
-		return 0, tooLong
-	}
-	d += days
-	if neg {
-		d = -d
-	}
-	return d, nil
-}
+// ParseDuration parses a duration of the configuration or the API (see
+// api.ParseDuration). Callers that take no negative durations check the
+// sign. config reports it with the key's own rule.
+func ParseDuration(s string) (time.Duration, error) { return api.ParseDuration(s) }
 
 // Format writes d as ParseDuration reads it, in days when it is whole days.
-func Format(d time.Duration) string {
-	const day = 24 * time.Hour
-	switch {
-	case d == 0:
-		return "0s"
-	case d%day == 0:
-		return strconv.FormatInt(int64(d/day), 10) + "d"
-	}
-	return d.String()
-}
+func Format(d time.Duration) string { return api.FormatDuration(d) }
 
-// wire is Set in JSON: durations as strings.
-type wire struct {
-	MaxRetry        int    `json:"max_retry"`
-	RetryBackoff    string `json:"retry_backoff"`
-	RetryBackoffMax string `json:"retry_backoff_max"`
-	PendingTimeout  string `json:"pending_timeout"`
-	ActiveTimeout   string `json:"active_timeout"`
-	TTLSucceeded    string `json:"ttl_succeeded"`
-	TTLFailed       string `json:"ttl_failed"`
-}
-
-// MarshalJSON writes durations as strings ("10s", "7d").
-func (s Set) MarshalJSON() ([]byte, error) {
-	return json.Marshal(wire{
-		MaxRetry: s.MaxRetry, RetryBackoff: Format(s.RetryBackoff), RetryBackoffMax: Format(s.RetryBackoffMax),
-		PendingTimeout: Format(s.PendingTimeout), ActiveTimeout: Format(s.ActiveTimeout),
-		TTLSucceeded: Format(s.TTLSucceeded), TTLFailed: Format(s.TTLFailed),
-	})
-}
+// MarshalJSON writes s as the API shows a job's limits (durations as
+// strings, "10s", "7d").
+func (s Set) MarshalJSON() ([]byte, error) { return json.Marshal(api.Limits(s)) }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (s *Set) UnmarshalJSON(b []byte) error {
-	var w wire
-	if err := json.Unmarshal(b, &w); err != nil {
+	var l api.Limits
+	if err := json.Unmarshal(b, &l); err != nil {
 		return err
 	}
-	out := Set{MaxRetry: w.MaxRetry}
-	for _, f := range []struct {
-		dst *time.Duration
-		raw string
-	}{
-		{&out.RetryBackoff, w.RetryBackoff}, {&out.RetryBackoffMax, w.RetryBackoffMax},
-		{&out.PendingTimeout, w.PendingTimeout}, {&out.ActiveTimeout, w.ActiveTimeout},
-		{&out.TTLSucceeded, w.TTLSucceeded}, {&out.TTLFailed, w.TTLFailed},
-	} {
-		if f.raw == "" {
-			continue
-		}
-		d, err := ParseDuration(f.raw)
-		if err != nil {
-			return err
-		}
-		*f.dst = d
-	}
-	*s = out
+	*s = Set(l)
 	return nil
 }
 
-// Override is the "limits" object of a submit request. Every lever is
-// optional, and durations are strings.
-type Override struct {
-	MaxRetry        *int    `json:"max_retry,omitempty"`
-	RetryBackoff    *string `json:"retry_backoff,omitempty"`
-	RetryBackoffMax *string `json:"retry_backoff_max,omitempty"`
-	PendingTimeout  *string `json:"pending_timeout,omitempty"`
-	ActiveTimeout   *string `json:"active_timeout,omitempty"`
-	TTLSucceeded    *string `json:"ttl_succeeded,omitempty"`
-	TTLFailed       *string `json:"ttl_failed,omitempty"`
-}
+// Override is the "limits" object of a submit request (api.LimitsOverride,
+// with the methods the agent needs). Every lever is optional, and durations
+// are strings.
+type Override api.LimitsOverride
 
 // Partial parses the override's durations. The first malformed or negative
 // one is reported by field name.

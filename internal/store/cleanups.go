@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -30,18 +31,7 @@ type CleanupClaim struct {
 func (c CleanupClaim) Held() bool { return c.Worker != "" }
 
 // Cleanup is one pending Cleanup call, as the API lists it.
-type Cleanup struct {
-	JobID        string     `json:"job_id"`
-	Plugin       string     `json:"plugin"`
-	Command      string     `json:"command"`
-	Reason       string     `json:"reason"`
-	Attempts     int        `json:"attempts"`
-	NextAt       time.Time  `json:"next_at"`
-	LastError    string     `json:"last_error,omitempty"`
-	CreatedAt    time.Time  `json:"created_at"`
-	ClaimedBy    string     `json:"claimed_by,omitempty"`
-	ClaimedUntil *time.Time `json:"claimed_until,omitempty"`
-}
+type Cleanup = api.Cleanup
 
 // ClaimedCleanup is a Cleanup a worker holds.
 type ClaimedCleanup struct {

@@ -7,28 +7,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/queries"
 )
 
 // CommandStatus is one command as the agents and the queue see it.
-type CommandStatus struct {
-	Name   string `json:"name"`
-	Plugin string `json:"plugin"` // from the asking agent's config, else the command's latest job
-	// Configured says the command is in the asking agent's config.
-	Configured bool `json:"configured"`
-	// Agents are the live agents (state running, counted live by
-	// internal/fleet.Classify: live or late) that claim the command's jobs.
-	// Draining are the live ones that announce it but claim nothing more.
-	Agents   []string `json:"agents"`
-	Draining []string `json:"draining"`
-	// Queued counts the command's queued jobs (retries waiting for their
-	// backoff or Cleanup among them).
-	Queued int `json:"queued"`
-	// OldestQueuedSeconds is how long the longest-waiting due queued job has
-	// waited since it became claimable (its submit, or its retry's due time),
-	// by the database clock. It is nil when no queued job is due.
-	OldestQueuedSeconds *float64 `json:"oldest_queued_seconds"`
-}
+type CommandStatus = api.CommandStatus
 
 // CommandListParams say what ListCommands knows besides the database.
 type CommandListParams struct {

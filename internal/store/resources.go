@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -17,14 +18,7 @@ const EventRemote = "remote"
 // Resource is one remote thing a plugin reported for an attempt of a job
 // (an ECS task, a log stream, a Spark application), as GET /jobs/{id}
 // shows it.
-type Resource struct {
-	Attempt int    `json:"attempt"`
-	Kind    string `json:"kind"`
-	Name    string `json:"name"`
-	Label   string `json:"label,omitempty"`
-	URL     string `json:"url,omitempty"`
-	Command string `json:"command,omitempty"`
-}
+type Resource = api.Resource
 
 // Described is what a plugin said a checkpointed handle points at, with
 // who checkpointed it, for the remote event written with the handle.

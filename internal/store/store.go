@@ -9,7 +9,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -18,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tetherjobs/tether/internal/jobstate"
-	"github.com/tetherjobs/tether/internal/limits"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/queries"
 )
 
@@ -71,50 +70,12 @@ const NotifyChannel = "tether_jobs"
 // owner acts before its next heartbeat.
 const CancelChannel = "tether_cancel"
 
-// Job is a job as submitters see it.
-type Job struct {
-	ID             string              `json:"id"`
-	Command        string              `json:"command"`
-	Plugin         string              `json:"plugin"`
-	Status         jobstate.JobStatus  `json:"status"`
-	Context        json.RawMessage     `json:"context"`
-	Attempt        int                 `json:"attempt"`
-	Error          string              `json:"error,omitempty"`
-	ErrorClass     jobstate.ErrorClass `json:"error_class,omitempty"`
-	Result         json.RawMessage     `json:"result,omitempty"`
-	Submitter      string              `json:"submitter,omitempty"`
-	IdempotencyKey string              `json:"idempotency_key,omitempty"`
-	CreatedAt      time.Time           `json:"created_at"`
-	UpdatedAt      time.Time           `json:"updated_at"`
-	StartedAt      *time.Time          `json:"started_at,omitempty"`
-	FinishedAt     *time.Time          `json:"finished_at,omitempty"`
-	Agent          string              `json:"agent,omitempty"` // current holder, if any
-	Lease          int64               `json:"lease,omitempty"`
-	// Limits are the levers stamped on the job at submit.
-	Limits limits.Set `json:"limits"`
-	// AttemptStartedAt is when the plugin was first called for this attempt
-	// (active_timeout counts from it).
-	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
-	// ExpiresAt is when retention deletes the finished job. nil means kept.
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	// RunAfter is when a queued retry becomes due, while it is in the future.
-	RunAfter *time.Time `json:"run_after,omitempty"`
-	// WaitingForCleanup says the next attempt waits for the last one's
-	// Cleanup.
-	WaitingForCleanup bool `json:"waiting_for_cleanup,omitempty"`
-}
+// Job is a job as submitters see it. Its JSON is the API's (pkg/api), so
+// the store's rows and the wire format cannot drift apart.
+type Job = api.Job
 
 // Event is one entry in a job's timeline.
-type Event struct {
-	ID         int64     `json:"id"`
-	JobID      string    `json:"job_id"`
-	At         time.Time `json:"at"`
-	Kind       string    `json:"kind"`
-	Agent      string    `json:"agent,omitempty"`
-	Generation string    `json:"generation,omitempty"`
-	Lease      int64     `json:"lease,omitempty"`
-	Message    string    `json:"message,omitempty"`
-}
+type Event = api.Event
 
 // LogChunk is one stored piece of a job's output. It is one write of the
 // plugin's, or what a flush cut of it at the stream's cap.
@@ -129,27 +90,11 @@ type LogChunk struct {
 }
 
 // Agent is an agent's registration and liveness.
+// Agent is one agents row as the API lists it (api.Agent), with what
+// internal/fleet.Classify judges it by (Seen). The caller fills Liveness,
+// Reason and Live.
 type Agent struct {
-	Name       string          `json:"name"`
-	Generation string          `json:"generation"`
-	StartedAt  time.Time       `json:"started_at"`
-	LastSeen   time.Time       `json:"last_seen"`
-	SilentFor  float64         `json:"silent_seconds"` // now() - last_seen, by the database clock
-	State      string          `json:"state"`          // running, draining, stopped
-	Version    string          `json:"version"`
-	Capacity   int             `json:"capacity"`
-	Commands   []string        `json:"commands"`
-	Plugins    json.RawMessage `json:"plugins"`
-	ActiveJobs int             `json:"active_jobs"`
-	// Liveness is what the fleet's rule (internal/fleet.Classify, the one
-	// the janitor acts by) says of the agent: live, draining, late, stale,
-	// dead or stopped. Reason says why, in words.
-	Liveness string `json:"liveness"`
-	Reason   string `json:"reason"`
-	// Live says it counts among the live agents of its commands: live,
-	// draining or late.
-	Live bool `json:"live"`
-	// Seen is what the rule judges by.
+	api.Agent
 	Seen AgentSeen `json:"-"`
 }
 

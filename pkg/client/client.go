@@ -1,5 +1,8 @@
 // Package client is a typed Go client for tether's HTTP API, used by the
-// tether CLI, by tests and by services that submit and follow jobs.
+// tether CLI, by tests and by services that submit and follow jobs. Its
+// requests and answers are the wire types of package
+// github.com/tetherjobs/tether/pkg/api. It imports nothing else of tether,
+// so any module can use it.
 //
 // A Client talks to one server. A Failover spreads over several equivalent
 // servers (agents sharing one database) and follows a job's output, events or
@@ -20,8 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/api"
-	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 // APIError is an error answer from the API.
@@ -53,6 +55,20 @@ type Client struct {
 	pollInterval   time.Duration
 	requestTimeout time.Duration
 }
+
+// Jobs is what a Client does with jobs. Code that submits and follows jobs
+// can take a Jobs, and its tests can pass a fake.
+type Jobs interface {
+	Submit(ctx context.Context, req api.SubmitRequest) (job api.Job, created bool, err error)
+	Get(ctx context.Context, id string) (api.JobDetail, error)
+	List(ctx context.Context, o ListOptions) (jobs []api.Job, next string, err error)
+	Cancel(ctx context.Context, id, reason string) (api.Job, error)
+	Requeue(ctx context.Context, id string, req api.RequeueRequest) (api.RequeueResponse, error)
+	Events(ctx context.Context, id string) ([]api.Event, error)
+	Wait(ctx context.Context, id string, onChange func(api.JobDetail)) (api.JobDetail, error)
+}
+
+var _ Jobs = (*Client)(nil)
 
 // Option configures a Client.
 type Option func(*Client)
@@ -170,22 +186,23 @@ func jobPath(id string, rest ...string) string {
 
 // Submit submits a job. created is false when the idempotency key replayed an
 // earlier identical request.
-func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (job store.Job, created bool, err error) {
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (job api.Job, created bool, err error) {
 	status, err := c.call(ctx, http.MethodPost, "/api/v1/jobs", nil, req, &job)
 	return job, status == http.StatusCreated, err
 }
 
-// Get returns a job.
-func (c *Client) Get(ctx context.Context, id string) (store.Job, error) {
-	var j store.Job
+// Get returns a job with the remote resources its plugin reported.
+func (c *Client) Get(ctx context.Context, id string) (api.JobDetail, error) {
+	var j api.JobDetail
 	_, err := c.call(ctx, http.MethodGet, jobPath(id), nil, nil, &j)
 	return j, err
 }
 
 // ListOptions filter List. Empty fields match everything.
 type ListOptions struct {
-	Status, Command, Submitter string
-	IdempotencyKey             string // exact, any submitter's
+	Status             api.JobStatus
+	Command, Submitter string
+	IdempotencyKey     string // exact, any submitter's
 	// Since and Until bound the creation time (since ≤ created < until).
 	// Zero means unbounded.
 	Since, Until time.Time
@@ -195,9 +212,9 @@ type ListOptions struct {
 
 // List returns one page of jobs, newest first, and the cursor of the next
 // page ("" on the last).
-func (c *Client) List(ctx context.Context, o ListOptions) ([]store.Job, string, error) {
+func (c *Client) List(ctx context.Context, o ListOptions) ([]api.Job, string, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": o.Status, "command": o.Command, "submitter": o.Submitter,
+	for k, v := range map[string]string{"status": string(o.Status), "command": o.Command, "submitter": o.Submitter,
 		"idempotency_key": o.IdempotencyKey, "after": o.After} {
 		if v != "" {
 			q.Set(k, v)
@@ -217,8 +234,8 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]store.Job, string, 
 }
 
 // Cancel cancels a job. reason may be empty.
-func (c *Client) Cancel(ctx context.Context, id, reason string) (store.Job, error) {
-	var j store.Job
+func (c *Client) Cancel(ctx context.Context, id, reason string) (api.Job, error) {
+	var j api.Job
 	_, err := c.call(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, api.CancelRequest{Reason: reason}, &j)
 	return j, err
 }
@@ -255,21 +272,21 @@ func (c *Client) Logs(ctx context.Context, id, stream string, follow bool, w io.
 }
 
 // Events returns a job's timeline.
-func (c *Client) Events(ctx context.Context, id string) ([]store.Event, error) {
+func (c *Client) Events(ctx context.Context, id string) ([]api.Event, error) {
 	var l api.EventList
 	_, err := c.call(ctx, http.MethodGet, jobPath(id, "/events"), nil, nil, &l)
 	return l.Events, err
 }
 
 // Agents lists the live agents: ListAgents(ctx, false).
-func (c *Client) Agents(ctx context.Context) ([]store.Agent, error) {
+func (c *Client) Agents(ctx context.Context) ([]api.Agent, error) {
 	return c.ListAgents(ctx, false)
 }
 
 // ListAgents lists the live agents (running or draining, seen within the
 // server's stale_job), or every agents row, stopped and silent ones too,
 // when all is true.
-func (c *Client) ListAgents(ctx context.Context, all bool) ([]store.Agent, error) {
+func (c *Client) ListAgents(ctx context.Context, all bool) ([]api.Agent, error) {
 	var q url.Values
 	if all {
 		q = url.Values{"all": {"true"}}
@@ -290,7 +307,7 @@ func (c *Client) Commands(ctx context.Context) ([]api.Command, error) {
 // Cleanups returns one page of the pending plugin Cleanup calls, in job ID
 // order, and the cursor of the next page ("" on the last). limit 0 is the
 // server's default.
-func (c *Client) Cleanups(ctx context.Context, after string, limit int) ([]store.Cleanup, string, error) {
+func (c *Client) Cleanups(ctx context.Context, after string, limit int) ([]api.Cleanup, string, error) {
 	q := url.Values{}
 	if after != "" {
 		q.Set("after", after)
@@ -317,10 +334,10 @@ const maxWaitFailures = 20
 // is called with the job whenever its status (or attempt) changes, first with
 // its state when Wait starts. Network errors are retried a few times (the
 // server may be restarting). API errors end the wait.
-func (c *Client) Wait(ctx context.Context, id string, onChange func(store.Job)) (store.Job, error) {
+func (c *Client) Wait(ctx context.Context, id string, onChange func(api.JobDetail)) (api.JobDetail, error) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var last store.Job
+	var last api.JobDetail
 	seen, failures := false, 0
 	for {
 		select {
@@ -343,7 +360,7 @@ func (c *Client) Wait(ctx context.Context, id string, onChange func(store.Job)) 
 			onChange(j)
 		}
 		last, seen = j, true
-		if store.Terminal(j.Status) {
+		if j.Status.Terminal() {
 			return j, nil
 		}
 	}

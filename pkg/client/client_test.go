@@ -21,6 +21,7 @@ import (
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -75,27 +76,27 @@ func TestSubmitGetListCancel(t *testing.T) {
 	ctx := context.Background()
 	_, c, _ := setup(t)
 
-	j, created, err := c.Submit(ctx, api.SubmitRequest{Command: "echo", Context: json.RawMessage(`{"a":1}`), IdempotencyKey: "k"})
+	j, created, err := c.Submit(ctx, wire.SubmitRequest{Command: "echo", Context: json.RawMessage(`{"a":1}`), IdempotencyKey: "k"})
 	require.NoError(t, err)
 	assert.True(t, created)
 	assert.Equal(t, "tester", j.Submitter)
-	again, created, err := c.Submit(ctx, api.SubmitRequest{Command: "echo", Context: json.RawMessage(`{"a":1}`), IdempotencyKey: "k"})
+	again, created, err := c.Submit(ctx, wire.SubmitRequest{Command: "echo", Context: json.RawMessage(`{"a":1}`), IdempotencyKey: "k"})
 	require.NoError(t, err)
 	assert.False(t, created, "replayed")
 	assert.Equal(t, j.ID, again.ID)
 
-	_, _, err = c.Submit(ctx, api.SubmitRequest{Command: "echo", Context: json.RawMessage(`{"a":2}`), IdempotencyKey: "k"})
+	_, _, err = c.Submit(ctx, wire.SubmitRequest{Command: "echo", Context: json.RawMessage(`{"a":2}`), IdempotencyKey: "k"})
 	var ae *client.APIError
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, http.StatusConflict, ae.Status)
 	assert.Equal(t, "idempotency_key", ae.Field)
-	assert.Equal(t, api.CodeIdempotencyConflict, ae.Code)
+	assert.Equal(t, wire.CodeIdempotencyConflict, ae.Code)
 
-	_, _, err = c.Submit(ctx, api.SubmitRequest{Command: "nope"})
+	_, _, err = c.Submit(ctx, wire.SubmitRequest{Command: "nope"})
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, http.StatusBadRequest, ae.Status)
 	assert.Equal(t, "command", ae.Field)
-	assert.Contains(t, ae.Message, "known commands: echo")
+	assert.Contains(t, ae.Message, "configured on this agent: echo")
 	assert.Contains(t, err.Error(), "field command")
 
 	got, err := c.Get(ctx, j.ID)
@@ -104,7 +105,7 @@ func TestSubmitGetListCancel(t *testing.T) {
 	_, err = c.Get(ctx, "missing")
 	assert.True(t, client.IsNotFound(err))
 
-	second, _, err := c.Submit(ctx, api.SubmitRequest{Command: "echo"})
+	second, _, err := c.Submit(ctx, wire.SubmitRequest{Command: "echo"})
 	require.NoError(t, err)
 	page, next, err := c.List(ctx, client.ListOptions{Limit: 1})
 	require.NoError(t, err)
@@ -171,14 +172,14 @@ func TestLogsWaitAndAgents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, c, _ := setup(t)
-	j, _, err := c.Submit(ctx, api.SubmitRequest{Command: "echo"})
+	j, _, err := c.Submit(ctx, wire.SubmitRequest{Command: "echo"})
 	require.NoError(t, err)
 
 	var statuses []jobstate.JobStatus
 	var mu sync.Mutex
-	waited := make(chan store.Job, 1)
+	waited := make(chan wire.JobDetail, 1)
 	go func() {
-		final, err := c.Wait(ctx, j.ID, func(j store.Job) {
+		final, err := c.Wait(ctx, j.ID, func(j wire.JobDetail) {
 			mu.Lock()
 			statuses = append(statuses, j.Status)
 			mu.Unlock()
@@ -227,7 +228,7 @@ func TestLogsWaitAndAgents(t *testing.T) {
 
 func TestWaitGivesUpOnContext(t *testing.T) {
 	_, c, _ := setup(t)
-	j, _, err := c.Submit(context.Background(), api.SubmitRequest{Command: "echo"})
+	j, _, err := c.Submit(context.Background(), wire.SubmitRequest{Command: "echo"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -239,7 +240,7 @@ func TestWaitGivesUpOnContext(t *testing.T) {
 func TestCommands(t *testing.T) {
 	ctx := context.Background()
 	st, c, _ := setup(t)
-	_, _, err := c.Submit(ctx, api.SubmitRequest{Command: "echo"})
+	_, _, err := c.Submit(ctx, wire.SubmitRequest{Command: "echo"})
 	require.NoError(t, err)
 	cmds, err := c.Commands(ctx)
 	require.NoError(t, err)
@@ -266,12 +267,12 @@ func TestCommands(t *testing.T) {
 func TestStateChangingRequestsAreJSON(t *testing.T) {
 	ctx := context.Background()
 	_, c, _ := setup(t)
-	j, _, err := c.Submit(ctx, api.SubmitRequest{Command: "echo"})
+	j, _, err := c.Submit(ctx, wire.SubmitRequest{Command: "echo"})
 	require.NoError(t, err)
 	canceled, err := c.Cancel(ctx, j.ID, "")
 	require.NoError(t, err, "cancel without a reason is still a JSON request")
 	assert.Equal(t, store.StatusCanceled, canceled.Status)
-	res, err := c.Requeue(ctx, j.ID, api.RequeueRequest{Reason: "again"})
+	res, err := c.Requeue(ctx, j.ID, wire.RequeueRequest{Reason: "again"})
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Job.Attempt)
 }
@@ -297,4 +298,50 @@ func TestListAgentsLiveOrAll(t *testing.T) {
 	assert.Equal(t, []string{"gone", "up"}, []string{all[0].Name, all[1].Name})
 	assert.False(t, all[0].Live, "a stopped agent is listed with all, not live")
 	assert.True(t, all[1].Live)
+}
+
+// Get answers what GET /api/v1/jobs/{id} does, the plugin's remote
+// resources included, and Wait hands them on. A submit sets the job's
+// levers through the limits override.
+func TestGetReturnsResourcesAndLimits(t *testing.T) {
+	st, c, _ := setup(t)
+	ctx := context.Background()
+	j, created, err := c.Submit(ctx, wire.SubmitRequest{Command: "echo",
+		Limits: &wire.LimitsOverride{MaxRetry: new(0), ActiveTimeout: new("90m"), TTLFailed: new("3d")}})
+	require.NoError(t, err)
+	require.True(t, created)
+	assert.Equal(t, 0, j.Limits.MaxRetry)
+	assert.Equal(t, 90*time.Minute, j.Limits.ActiveTimeout)
+	assert.Equal(t, 3*24*time.Hour, j.Limits.TTLFailed)
+
+	got, err := c.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Empty(t, got.Resources, "none reported yet")
+	assert.Equal(t, j.Limits, got.Limits)
+
+	task := wire.Resource{Kind: "ecs_task", Name: "arn:aws:ecs:eu-west-1:123456789012:task/c/abc", Label: "ECS task 0",
+		URL: "https://eu-west-1.console.aws.amazon.com/ecs/v2/clusters/c/tasks/abc"}
+	h, lease := run(t, st, j.ID, func(lease int64) {
+		require.NoError(t, st.CheckpointDescribed(ctx, store.LogBatch{JobID: j.ID, Lease: lease}, 0, []byte("h"),
+			&store.Described{Holder: store.Holder{Name: "agent-1", Generation: "gen-1"}, Attempt: 1, Resources: []store.Resource{task}}))
+	})
+	require.NoError(t, st.Finish(ctx, h, j.ID, lease, store.Outcome{Status: store.StatusSucceeded}))
+	task.Attempt = 1
+
+	got, err = c.Get(ctx, j.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []wire.Resource{task}, got.Resources)
+	final, err := c.Wait(ctx, j.ID, nil)
+	require.NoError(t, err)
+	assert.Equal(t, wire.StatusSucceeded, final.Status)
+	assert.Equal(t, []wire.Resource{task}, final.Resources)
+
+	var kinds []string
+	end, err := c.EventRecords(ctx, j.ID, 0, true, func(e wire.Event) error {
+		kinds = append(kinds, e.Kind)
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Contains(t, kinds, store.EventRemote)
+	assert.Equal(t, wire.StreamEnd{End: true, Status: wire.StatusSucceeded, Attempt: 1}, end)
 }

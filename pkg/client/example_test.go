@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/api"
+	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -31,19 +31,33 @@ func Example_submitAndWait() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var job struct{ ID string }
-	err = fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
+	req := api.SubmitRequest{
+		Command: "report",
 		// The idempotency key makes a retried submit return the same job.
-		j, _, err := c.Submit(ctx, api.SubmitRequest{Command: "report", IdempotencyKey: "report-2026-12-01"})
-		job.ID = j.ID
+		IdempotencyKey: "report-2026-12-01",
+		// Levers of this job, within the command's limits.max.
+		Limits: &api.LimitsOverride{MaxRetry: new(1), ActiveTimeout: new("90m")},
+	}
+	var job api.Job
+	err = fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
+		var err error
+		job, _, err = c.Submit(ctx, req)
 		return err
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	final, err := fo.Wait(ctx, job.ID, nil)
+	final, err := fo.Wait(ctx, job.ID, func(j api.JobDetail) {
+		log.Printf("job %s: %s (attempt %d)", j.ID, j.Status, j.Attempt)
+	})
 	if err != nil {
 		log.Fatal(err) // ctx ended, or the job is unknown
+	}
+	if final.Status == api.StatusFailed && final.ErrorClass == api.Retriable {
+		log.Printf("failed after %d attempts: %s", final.Attempt, final.Error)
+	}
+	for _, r := range final.Resources {
+		fmt.Println(r.Kind, r.Name, r.URL)
 	}
 	fmt.Println(final.Status, final.Error)
 }
@@ -60,12 +74,36 @@ func Example_followLogs() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	end, err := fo.FollowLogs(ctx, "0190f6a2-…", client.LogQuery{}, func(r client.LogRecord) error {
-		fmt.Printf("%s #%d %s: %s\n", r.Time.Format(time.RFC3339), r.Attempt, r.Stream, r.Line)
+	end, err := fo.FollowLogs(ctx, "0190f6a2-…", client.LogQuery{}, func(l api.LogLine) error {
+		fmt.Printf("%s #%d %s: %s\n", l.Time.Format(time.RFC3339), l.Attempt, l.Stream, l.Line)
 		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("job ended:", end.Status)
+}
+
+// Code that works with jobs can take a client.Jobs, which a *client.Client
+// is and a test can fake.
+func Example_jobsInterface() {
+	rerunFailed := func(ctx context.Context, jobs client.Jobs, command string) error {
+		failed, _, err := jobs.List(ctx, client.ListOptions{Status: api.StatusFailed, Command: command})
+		if err != nil {
+			return fmt.Errorf("listing failed %s jobs: %w", command, err)
+		}
+		for _, j := range failed {
+			if _, err := jobs.Requeue(ctx, j.ID, api.RequeueRequest{Reason: "rerun after the fix", Key: "rerun-" + j.ID}); err != nil {
+				return fmt.Errorf("requeueing %s: %w", j.ID, err)
+			}
+		}
+		return nil
+	}
+	c, err := client.New("http://agent-a:9090")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := rerunFailed(context.Background(), c, "report"); err != nil {
+		log.Fatal(err)
+	}
 }

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 // Failover sends requests to one of several equivalent servers (agents of one
@@ -117,13 +117,13 @@ func (f *Failover) Do(ctx context.Context, fn func(context.Context, *Client) err
 // FollowLogs follows a job's output until its end record, calling fn once
 // per line in write order across reconnects, and returns the end record.
 // q.After is where it starts. q.Follow is implied.
-func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn func(LogRecord) error) (LogRecord, error) {
+func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn func(api.LogLine) error) (api.StreamEnd, error) {
 	r := &retrier{f: f}
 	q.Follow = true
 	cur := &logCursor{done: q.After}
 	for {
 		q.After = cur.reconnect()
-		end, err := r.client().LogRecords(ctx, id, q, func(rec LogRecord) error {
+		end, err := r.client().LogRecords(ctx, id, q, func(rec api.LogLine) error {
 			if !cur.admit(rec.Seq) {
 				return nil
 			}
@@ -141,10 +141,10 @@ func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn fun
 
 // FollowEvents follows a job's events after seq after until the end record,
 // calling fn once per event across reconnects.
-func (f *Failover) FollowEvents(ctx context.Context, id string, after int64, fn func(store.Event) error) (EventRecord, error) {
+func (f *Failover) FollowEvents(ctx context.Context, id string, after int64, fn func(api.Event) error) (api.StreamEnd, error) {
 	r := &retrier{f: f}
 	for {
-		end, err := r.client().EventRecords(ctx, id, after, true, func(e store.Event) error {
+		end, err := r.client().EventRecords(ctx, id, after, true, func(e api.Event) error {
 			if e.ID <= after {
 				return nil
 			}
@@ -163,9 +163,9 @@ func (f *Failover) FollowEvents(ctx context.Context, id string, after int64, fn 
 
 // Wait polls a job until it is finished and returns it, riding out lost
 // servers. onChange is called as by Client.Wait.
-func (f *Failover) Wait(ctx context.Context, id string, onChange func(store.Job)) (store.Job, error) {
+func (f *Failover) Wait(ctx context.Context, id string, onChange func(api.JobDetail)) (api.JobDetail, error) {
 	r := &retrier{f: f}
-	var last store.Job
+	var last api.JobDetail
 	seen := false
 	for {
 		c := r.client()
@@ -181,7 +181,7 @@ func (f *Failover) Wait(ctx context.Context, id string, onChange func(store.Job)
 			onChange(j)
 		}
 		last, seen = j, true
-		if store.Terminal(j.Status) {
+		if j.Status.Terminal() {
 			return j, nil
 		}
 		t := time.NewTimer(c.pollInterval)
@@ -195,8 +195,8 @@ func (f *Failover) Wait(ctx context.Context, id string, onChange func(store.Job)
 }
 
 // Get returns a job from the first server that answers.
-func (f *Failover) Get(ctx context.Context, id string) (store.Job, error) {
-	var j store.Job
+func (f *Failover) Get(ctx context.Context, id string) (api.JobDetail, error) {
+	var j api.JobDetail
 	err := f.Do(ctx, func(ctx context.Context, c *Client) error {
 		var err error
 		j, err = c.Get(ctx, id)

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/internal/store"
+	wire "github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/pkg/client"
 )
 
@@ -69,7 +70,7 @@ func TestFailoverFollowLogsAcrossServers(t *testing.T) {
 
 	var got []string
 	cut := false
-	end, err := fo.FollowLogs(ctx, j.ID, client.LogQuery{}, func(r client.LogRecord) error {
+	end, err := fo.FollowLogs(ctx, j.ID, client.LogQuery{}, func(r wire.LogLine) error {
 		got = append(got, r.Line)
 		if len(got) == 2 && !cut {
 			// Mid-chunk. The first server goes away, like a killed agent.
@@ -83,7 +84,7 @@ func TestFailoverFollowLogsAcrossServers(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.True(t, end.End)
-	assert.Equal(t, string(store.StatusSucceeded), end.Status)
+	assert.Equal(t, store.StatusSucceeded, end.Status)
 	assert.Equal(t, []string{"line 0", "line 1", "line 2", "line 3", "line 4"}, got, "every line once, in order")
 	mu.Lock()
 	defer mu.Unlock()

@@ -10,32 +10,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
-	"github.com/tetherjobs/tether/internal/store"
+	"github.com/tetherjobs/tether/pkg/api"
 )
-
-// LogRecord is one line of a job's output as GET /jobs/{id}/logs?format=jsonl
-// sends it, or the end record of a followed stream (End set).
-type LogRecord struct {
-	Seq     int64     `json:"seq,omitempty"`
-	Attempt int       `json:"attempt,omitempty"`
-	Stream  string    `json:"stream,omitempty"`
-	Time    time.Time `json:"time,omitzero"`
-	Line    string    `json:"line,omitempty"`
-	Partial bool      `json:"partial,omitempty"` // the line has no newline (yet)
-
-	End    bool   `json:"end,omitempty"`
-	Status string `json:"status,omitempty"` // with End: the job's final status
-}
-
-// EventRecord is one record of a followed event stream. It is an event, or the
-// end record (End set) once the job is finished.
-type EventRecord struct {
-	store.Event
-	End    bool   `json:"end,omitempty"`
-	Status string `json:"status,omitempty"`
-}
 
 // ErrStreamCut says a followed stream ended before the job did (the agent
 // drained, restarted or died). Follow again with After set to the last seq.
@@ -51,7 +28,7 @@ type LogQuery struct {
 // LogRecords reads a job's output as records over one connection, calling fn
 // for each line in write order. It returns the end record of a followed
 // stream, or ErrStreamCut if a followed stream ended without one.
-func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(LogRecord) error) (LogRecord, error) {
+func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(api.LogLine) error) (api.StreamEnd, error) {
 	v := url.Values{"format": {"jsonl"}}
 	if q.Stream != "" {
 		v.Set("stream", q.Stream)
@@ -62,17 +39,17 @@ func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(
 	if q.After > 0 {
 		v.Set("after", strconv.FormatInt(q.After, 10))
 	}
-	var end LogRecord
+	var end api.StreamEnd
 	err := c.ndjson(ctx, jobPath(id, "/logs"), v, func(dec *json.Decoder) error {
-		var r LogRecord
+		var r api.LogRecord
 		if err := dec.Decode(&r); err != nil {
 			return err
 		}
 		if r.End {
-			end = r
+			end = r.EndRecord()
 			return errEnd
 		}
-		return fn(r)
+		return fn(r.LogLine)
 	})
 	if err == nil && q.Follow {
 		return end, ErrStreamCut
@@ -85,7 +62,7 @@ func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(
 
 // EventRecords reads a job's events after seq after over one connection. With
 // follow it returns the end record, or ErrStreamCut if the stream ended first.
-func (c *Client) EventRecords(ctx context.Context, id string, after int64, follow bool, fn func(store.Event) error) (EventRecord, error) {
+func (c *Client) EventRecords(ctx context.Context, id string, after int64, follow bool, fn func(api.Event) error) (api.StreamEnd, error) {
 	v := url.Values{"follow": {"true"}}
 	if after > 0 {
 		v.Set("after", strconv.FormatInt(after, 10))
@@ -94,23 +71,23 @@ func (c *Client) EventRecords(ctx context.Context, id string, after int64, follo
 		// Without follow the API answers a JSON list, not NDJSON.
 		evs, err := c.eventsAfter(ctx, id, after)
 		if err != nil {
-			return EventRecord{}, err
+			return api.StreamEnd{}, err
 		}
 		for _, e := range evs {
 			if err := fn(e); err != nil {
-				return EventRecord{}, err
+				return api.StreamEnd{}, err
 			}
 		}
-		return EventRecord{}, nil
+		return api.StreamEnd{}, nil
 	}
-	var end EventRecord
+	var end api.StreamEnd
 	err := c.ndjson(ctx, jobPath(id, "/events"), v, func(dec *json.Decoder) error {
-		var r EventRecord
+		var r api.EventRecord
 		if err := dec.Decode(&r); err != nil {
 			return err
 		}
 		if r.End {
-			end = r
+			end = r.EndRecord()
 			return errEnd
 		}
 		return fn(r.Event)
@@ -124,14 +101,12 @@ func (c *Client) EventRecords(ctx context.Context, id string, after int64, follo
 	return end, nil
 }
 
-func (c *Client) eventsAfter(ctx context.Context, id string, after int64) ([]store.Event, error) {
+func (c *Client) eventsAfter(ctx context.Context, id string, after int64) ([]api.Event, error) {
 	q := url.Values{}
 	if after > 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
 	}
-	var l struct {
-		Events []store.Event `json:"events"`
-	}
+	var l api.EventList
 	_, err := c.call(ctx, http.MethodGet, jobPath(id, "/events"), q, nil, &l)
 	return l.Events, err
 }
