@@ -78,7 +78,7 @@ func TestClaimReturnsTheStampedLimits(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	assert.Equal(t, j.ID, got[0].Job.ID)
-	assert.Equal(t, l, got[0].Job.Limits)
+	assert.Equal(t, l, limits.Set(got[0].Job.Limits))
 	assert.Equal(t, 90*time.Second, got[0].ActiveTimeout)
 	assert.Equal(t, 1, got[0].Job.Attempt)
 	assert.JSONEq(t, `{"k":"v"}`, string(got[0].Job.Context))
