@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -559,4 +560,21 @@ func TestInformer(t *testing.T) {
 		require.Equal(t, apps.ErrSince, h.ErrSince)
 		require.Greater(t, h.failingFor(time.Now()), time.Duration(0))
 	})
+}
+
+// The cache keeps no managed fields, and an object without any is not
+// written to (the watch may share it with whoever sent it).
+func TestStripManagedFields(t *testing.T) {
+	with := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{
+		"name": "a", "managedFields": []any{map[string]any{"manager": "spark-operator"}}}}}
+	got, err := stripManagedFields(with)
+	require.NoError(t, err)
+	assert.Empty(t, got.(*unstructured.Unstructured).GetManagedFields())
+	assert.Equal(t, "a", got.(*unstructured.Unstructured).GetName())
+
+	meta := map[string]any{"name": "b"}
+	without := &unstructured.Unstructured{Object: map[string]any{"metadata": meta}}
+	_, err = stripManagedFields(without)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"name": "b"}, meta, "left as it was")
 }
