@@ -393,7 +393,10 @@ func TestConsolePagesAndAccessibility(t *testing.T) {
 	if !evalJS[bool](br, `document.querySelector('#agents-all').checked`) {
 		br.click("#agents-all")
 	}
-	br.waitJS("the killed agent, stale", `(r => r && r.classList.contains('stale') && r.textContent.includes('stale'))(document.querySelector('tr[data-agent=ui-gone][data-live=false]'))`)
+	// The liveness check finds the killed agent dead (its name lock free,
+	// silent past dead_after): the console shows the janitor's verdict,
+	// with the reason as the badge's title.
+	br.waitJS("the killed agent, found dead", `(r => r && r.classList.contains('stale') && r.textContent.includes('dead') && r.querySelector('[data-liveness=dead]').title.includes('name lock free'))(document.querySelector('tr[data-agent=ui-gone][data-live=false][data-liveness=dead]'))`)
 	assert.Equal(t, 1, br.count(`tr[data-agent=ui-live][data-live=true]`))
 	assert.Contains(t, br.text(`tr[data-agent=ui-live]`), "/10", "load against capacity")
 	br.shot("agents.png")
