@@ -79,6 +79,11 @@ type Options struct {
 	// InfraStopDelay bounds the random time after RUNNING at which an
 	// infrastructure stop hits (default 10s).
 	InfraStopDelay time.Duration
+	// InfraStopGraceful makes every infrastructure stop graceful: SIGTERM,
+	// StopTimeout, then SIGKILL, with the containers' exit codes reported
+	// (what a program that traps SIGTERM answers, 0 included). Without it
+	// half of them lose the host: SIGKILL and no exit codes.
+	InfraStopGraceful bool
 	// RateLimits turns on the account-wide token buckets per API action.
 	RateLimits bool
 	// RateLimitFigures replace DefaultRateLimits' figures for the actions
@@ -115,6 +120,7 @@ type Faults struct {
 	RunTaskTransientRate  float64              `json:"runTaskTransientRate"`
 	InfraStopRate         float64              `json:"infraStopRate"`
 	InfraStopDelay        time.Duration        `json:"infraStopDelay"`
+	InfraStopGraceful     bool                 `json:"infraStopGraceful"`
 	RateLimits            bool                 `json:"rateLimits"`
 	RateLimitFigures      map[string]RateLimit `json:"rateLimitFigures"`
 	TokenReplayAfterPurge string               `json:"tokenReplayAfterPurge"`
@@ -134,6 +140,7 @@ func (o Options) faults() Faults {
 		RunTaskTransientRate:  o.RunTaskTransientRate,
 		InfraStopRate:         o.InfraStopRate,
 		InfraStopDelay:        o.InfraStopDelay,
+		InfraStopGraceful:     o.InfraStopGraceful,
 		RateLimits:            o.RateLimits,
 		RateLimitFigures:      o.RateLimitFigures,
 		TokenReplayAfterPurge: o.TokenReplayAfterPurge,

@@ -94,7 +94,7 @@ func (e *Emulator) pickInfraStop() *infraStop {
 	if d <= 0 {
 		d = defaultInfraStopDelay
 	}
-	s := &infraStop{after: e.upTo(d), exitCodes: e.rng.IntN(2) == 0}
+	s := &infraStop{after: e.upTo(d), exitCodes: e.faults.InfraStopGraceful || e.rng.IntN(2) == 0}
 	switch e.rng.IntN(3) {
 	case 0:
 		s.code, s.reason = "SpotInterruption", spotReason

@@ -380,3 +380,23 @@ func TestAwslogsRegionIsHonoured(t *testing.T) {
 	e.p.clients.mu.Unlock()
 	require.True(t, ok, "the log stream is read through an eu-west-1 client")
 }
+
+// A program that answers the infrastructure's SIGTERM (the Fargate Spot
+// two-minute warning) by exiting 0 was cut short, not done: the stop code
+// says the stop came first. The task is relaunched, and the job succeeds
+// only when a launch ran to its own end.
+func TestHostileSpotInterruptionAnsweredByExitZero(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{InfraStopRate: 1, InfraStopDelay: 100 * time.Millisecond, InfraStopGraceful: true})
+	job := e.job("trap 'echo interrupted; exit 0' TERM; echo started; sleep 2 & wait", map[string]any{"max_infra_relaunches": 3})
+	rt := plugintest.NewGatedRuntime(nil)
+	call := runAsync(func() (*plugin.Result, error) { return Direct(e.p).Execute(context.Background(), job, rt) })
+	waitStderr(t, rt, "exited 0 after the stop began")
+	e.em.SetFaults(emulator.Faults{})
+	call.wait(t, 60*time.Second)
+	require.NoError(t, call.err, "stderr: %s", rt.StderrString())
+	var out Output
+	require.NoError(t, json.Unmarshal(call.res.Output, &out))
+	require.GreaterOrEqual(t, out.Tasks[0].Relaunch, 1, "relaunched, not counted done")
+	require.Equal(t, 1+out.Tasks[0].Relaunch, e.em.Launches(StartedBy(job.ID, 0)))
+}

@@ -51,12 +51,18 @@ func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string)
 		return outcomeFailed, "failed to start: " + orUnknown(t.StoppedReason)
 	}
 	if infraStopCodes[t.StopCode] {
-		// Unless every essential container had already exited 0 (the work
-		// was done before the host went), the work was cut short.
+		// The stop code records what stopped the task first: a task whose
+		// essential container had exited on its own stops with
+		// EssentialContainerExited. So the infrastructure's stop came
+		// before the work ended, and ECS stops a task with SIGTERM
+		// (StopTask: "the equivalent of docker stop"). A program that
+		// handles it by exiting 0, as the Fargate Spot two-minute warning
+		// asks, was cut short all the same: never a success.
+		r := t.StopCode + ": " + orUnknown(t.StoppedReason)
 		if out, _ := evaluate(stoppedTask{Containers: t.Containers}, essential); out == outcomeSucceeded {
-			return outcomeSucceeded, ""
+			r += " (its containers exited 0 after the stop began: the work was cut short)"
 		}
-		return outcomeInfra, t.StopCode + ": " + orUnknown(t.StoppedReason)
+		return outcomeInfra, r
 	}
 	problems := essentialProblems(t.Containers, essential)
 	if len(problems) == 0 {

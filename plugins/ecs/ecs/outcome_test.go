@@ -31,6 +31,12 @@ func TestEvaluate(t *testing.T) {
 		}}, outcomeFailed, "container other exited with code 1"},
 		{"no containers", stoppedTask{}, outcomeFailed, "no essential container"},
 		{"only non-essential containers", stoppedTask{Containers: []containerResult{{Name: "sidecar", ExitCode: code(0)}}}, outcomeFailed, "no essential container"},
+		{"spot interruption answered by exit 0 is no success", stoppedTask{StopCode: "SpotInterruption", StoppedReason: "Your Spot Task was interrupted.",
+			Containers: []containerResult{{Name: "app", ExitCode: code(0)}}}, outcomeInfra, "exited 0 after the stop began"},
+		{"termination notice with exit 143", stoppedTask{StopCode: "TerminationNotice", Containers: []containerResult{{Name: "app", ExitCode: code(143)}}},
+			outcomeInfra, "TerminationNotice"},
+		{"host gone without exit codes", stoppedTask{StopCode: "InfrastructureHealth", Containers: []containerResult{{Name: "app"}}},
+			outcomeInfra, "InfrastructureHealth"},
 		{"stopped reason kept", stoppedTask{StoppedReason: "Task stopped by user", Containers: []containerResult{{Name: "app", ExitCode: code(143)}}},
 			outcomeFailed, "stopped: Task stopped by user"},
 	}
