@@ -131,12 +131,33 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	if err != nil {
 		return err
 	}
+	var unsure []int
 	for _, i := range list {
-		if err := stopStartedBy(ctx, cl, cluster, job, i, reason); err != nil {
+		found, err := stopStartedBy(ctx, cl, cluster, job, i, reason)
+		if err != nil {
 			return err
 		}
+		if !found && h != nil && launchedWithin(h, i, cfg.ConsistencyWindow, time.Now()) {
+			unsure = append(unsure, i)
+		}
+	}
+	if len(unsure) > 0 {
+		// ECS lists a task late after RunTask (eventual consistency): an
+		// empty listing inside the window does not mean nothing runs. Say
+		// so, and the agent's Cleanup queue calls again after a backoff.
+		return plugin.Errorf(plugin.Retriable, "ecs: cleanup of job %s: task index(es) %v were launched less than consistency_window (%s) ago and ECS does not list them yet; try again", job.ID, unsure, cfg.ConsistencyWindow)
 	}
 	return nil
+}
+
+// launchedWithin reports whether task index i's current launch was begun
+// less than window before now: ECS may not list it yet.
+func launchedWithin(h *Handle, i int, window time.Duration, now time.Time) bool {
+	ms := h.Tasks[i].LaunchedAt
+	if ms == 0 {
+		ms = h.StartedAt * 1000
+	}
+	return ms > 0 && now.Sub(time.UnixMilli(ms)) < window
 }
 
 // cleanupHandle decodes the job's handle for Cleanup. It is nil when there is
@@ -177,25 +198,26 @@ func stopHandled(ctx context.Context, cl *clients, cluster string, h *Handle, co
 }
 
 // stopStartedBy stops the running tasks of task index i listed by their
-// startedBy, except those of a later attempt of the job.
-func stopStartedBy(ctx context.Context, cl *clients, cluster string, job *plugin.Job, i int, reason string) error {
+// startedBy, except those of a later attempt of the job. found says the
+// listing named any task.
+func stopStartedBy(ctx context.Context, cl *clients, cluster string, job *plugin.Job, i int, reason string) (found bool, err error) {
 	arns, err := listTasks(ctx, cl, cluster, StartedBy(job.ID, i), types.DesiredStatusRunning)
 	if err != nil || len(arns) == 0 {
-		return err
+		return false, err
 	}
 	tasks, err := describeTagged(ctx, cl, cluster, arns)
 	if err != nil {
-		return classify("describing the tasks of job "+job.ID, err)
+		return true, classify("describing the tasks of job "+job.ID, err)
 	}
 	for _, task := range tasks {
 		if a := attemptTag(task); a > job.Attempt {
 			continue // a later attempt's: not this Cleanup's to stop
 		}
 		if err := stopTask(ctx, cl, cluster, aws.ToString(task.TaskArn), reason); err != nil {
-			return err
+			return true, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // HealthCheck checks that the configured cluster exists and is ACTIVE.

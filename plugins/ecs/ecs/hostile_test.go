@@ -400,3 +400,45 @@ func TestHostileSpotInterruptionAnsweredByExitZero(t *testing.T) {
 	require.GreaterOrEqual(t, out.Tasks[0].Relaunch, 1, "relaunched, not counted done")
 	require.Equal(t, 1+out.Tasks[0].Relaunch, e.em.Launches(StartedBy(job.ID, 0)))
 }
+
+// A job canceled right after launching many tasks: their ARNs may not have
+// reached the handle (more than 16 tasks ride the coalesced checkpoint),
+// and ECS does not list new tasks at once. Cleanup says so, retriably,
+// until it can see and stop them, never returning done while a task the
+// attempt launched may still run.
+func TestHostileCleanupRightAfterLaunchLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{ConsistencyWindow: 2 * time.Second})
+	job := e.job("echo started; sleep 120", map[string]any{"task_count": 20, "consistency_window": "10s"})
+	rt := plugintest.NewGatedRuntime(nil)
+	ctx := context.Background()
+	cctx, cancel := context.WithCancel(ctx)
+	call := runAsync(func() (*plugin.Result, error) { return Direct(e.p).Execute(cctx, job, rt) })
+	waitStderr(t, rt, "task 19 is")
+	cancel()
+	call.wait(t, 30*time.Second)
+
+	clean := *job
+	clean.Handle = rt.Handle()
+	retried := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := Direct(e.p).Cleanup(ctx, &clean)
+		if err == nil {
+			break
+		}
+		class, msg := plugintest.Error(t, err)
+		require.Equal(t, plugin.Retriable, class, msg)
+		require.Contains(t, msg, "consistency_window")
+		require.True(t, time.Now().Before(deadline), "Cleanup still unsure after a minute: %s", msg)
+		retried++
+		time.Sleep(500 * time.Millisecond) // the Cleanup queue's backoff, shortened
+	}
+	running := 0
+	for _, task := range e.em.Tasks() {
+		if strings.HasPrefix(task.StartedBy, jobStem(job.ID)+"-") && task.LastStatus == "RUNNING" && task.StopCode == "" {
+			running++
+		}
+	}
+	require.Zero(t, running, "no task of the attempt left running once Cleanup returned (after %d retriable answers)", retried)
+}
