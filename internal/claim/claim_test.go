@@ -221,7 +221,11 @@ func TestFencedOutAgentStopsTheJobAndWritesNothing(t *testing.T) {
 	_, err := st.Pool().Exec(ctx, `UPDATE active_jobs SET lease = lease + 1, agent_name = 'other', agent_generation = 'x' WHERE job_id = $1`, j.ID)
 	require.NoError(t, err)
 
-	// The next heartbeat finds the lease gone. The plugin call is cancelled.
+	// The next heartbeat finds the lease gone (under -race on a loaded
+	// machine a heartbeat, bounded by the 1 s keepalive, may time out a few
+	// times first), and the agent records the loss. The plugin call is
+	// cancelled.
+	a.waitEnd(t, st, j.ID, 30*time.Second, "lease_lost")
 	waitFile(t, cancelFile, 10*time.Second)
 	a.waitIdle(t)
 
