@@ -64,3 +64,45 @@ func TestFrozenPassDoesNotHoldRows(t *testing.T) {
 	}
 	assert.Equal(t, jobstate.StatusAccepted, f.job(id).Status, "nothing of the frozen pass was applied")
 }
+
+// TestFrozenLivenessCheckDoesNotHoldTheTurn checks a liveness check that
+// stops inside its transaction after taking the fleet's turn (its agent
+// frozen). PostgreSQL ends its session after the check's idle bound, so
+// another agent takes the turn and checks, long before the frozen one
+// wakes.
+func TestFrozenLivenessCheckDoesNotHoldTheTurn(t *testing.T) {
+	f := newFixture(t)
+	x := f.agent("x", "x-g1", bothPlugins)
+	y := f.agent("y", "y-g1", bothPlugins)
+	cfg := LivenessConfig{Keepalive: testKeepalive, DeadAfter: testDeadAfter}
+	lx := NewLiveness(New(f.pool, newFakePlugins(), Config{Holder: x, Logger: quiet, Keepalive: testKeepalive}), cfg)
+	ly := NewLiveness(New(f.pool, newFakePlugins(), Config{Holder: y, Logger: quiet, Keepalive: testKeepalive}), cfg)
+	locked, wake := make(chan struct{}), make(chan struct{})
+	lx.afterTurn = func(ctx context.Context) {
+		close(locked)
+		select { // frozen until the test says so
+		case <-wake:
+		case <-ctx.Done():
+		}
+	}
+	done := make(chan error, 1)
+	go func() { _, err := lx.Check(f.ctx); done <- err }()
+	select {
+	case <-locked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("x did not take the turn")
+	}
+	// y checks in turn once x's session is ended, within a few seconds.
+	deadline := time.Now().Add(lx.idleBound() + 10*time.Second)
+	for {
+		c, err := ly.Check(f.ctx)
+		require.NoError(t, err)
+		if c.Turn {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "y never got the turn while x was frozen in its check")
+		time.Sleep(testKeepalive / 2) // y's next tick
+	}
+	close(wake)
+	require.Error(t, <-done, "the frozen check's session was ended: it changed nothing")
+}

@@ -98,6 +98,10 @@ type Liveness struct {
 	mu sync.Mutex // one check at a time
 
 	loop *startstop.Loop // runs the checks from Start to Stop
+
+	// afterTurn, if set (tests), runs inside a check's transaction once it
+	// took the turn: a test freezes the check there.
+	afterTurn func(ctx context.Context)
 }
 
 // NewLiveness returns the liveness check of jan's agent. It does nothing
@@ -142,6 +146,12 @@ func (l *Liveness) check(ctx context.Context) time.Duration {
 // hand the turn on every other keepalive.
 func (c LivenessConfig) turnPeriod() time.Duration { return c.Keepalive - c.Keepalive/5 }
 
+// idleBound is how long the check's transaction may idle between its
+// statements (each takes well under a millisecond): a keepalive, at least
+// a second, so one GC pause does not end it and a frozen agent holds the
+// fleet's turn for no longer than that.
+func (l *Liveness) idleBound() time.Duration { return max(l.cfg.Keepalive, time.Second) }
+
 // Check runs one check, if this agent takes the fleet's turn. It reads which
 // agents have a free name lock, updates the stored first-free memory, and
 // settles the jobs of those found dead.
@@ -149,12 +159,15 @@ func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out Checked
-	err := l.jan.store.InLivenessTx(ctx, func(tx store.LivenessTx) error {
+	err := l.jan.store.InLivenessTx(ctx, l.idleBound(), func(tx store.LivenessTx) error {
 		out = Checked{}
 		self := l.jan.cfg.Holder.Name
 		turn, ok, err := tx.TakeTurn(ctx, self, l.cfg.turnPeriod())
 		if err != nil || !ok {
 			return err
+		}
+		if l.afterTurn != nil {
+			l.afterTurn(ctx)
 		}
 		free, err := tx.FreeNameLocks(ctx, self)
 		if err != nil {
