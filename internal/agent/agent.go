@@ -260,6 +260,11 @@ func (a *agent) close() {
 // back until the claim service has checked what the database may have lost
 // (docs/operations.md, "Failover"). The heartbeat's and the API's only
 // report it.
+// txIdle bounds idling inside the agent's transactions by its keepalive: a
+// frozen agent holds its jobs' rows no longer than that, well inside the
+// stale_job after which other agents' janitors act on them.
+func (a *agent) txIdle() store.Option { return store.TxIdle(a.cfg.Agent.Keepalive.Std()) }
+
 func (a *agent) openDatabase(ctx context.Context) error {
 	a.history = dbhistory.NewTracker()
 	pool, err := a.openPool(ctx, poolWork, int32(a.cfg.DatabaseMaxConns), "database pool", a.history.AfterConnect(true))
@@ -267,7 +272,7 @@ func (a *agent) openDatabase(ctx context.Context) error {
 		return err
 	}
 	a.onClose(pool.Close)
-	a.pool, a.st = pool, store.New(pool)
+	a.pool, a.st = pool, store.New(pool, a.txIdle())
 	if !a.opts.NoMigrate {
 		if err := a.migrate(ctx); err != nil {
 			return err
@@ -366,7 +371,7 @@ func (a *agent) buildServices(ctx context.Context) error {
 		// keepalive before that (see config.SelfFenceAfter).
 		SelfFenceAfter: cfg.SelfFenceAfter(a.graces),
 		CleanupTimeout: cfg.Agent.CleanupTimeout.Std(),
-		Liveness:       store.New(livePool),
+		Liveness:       store.New(livePool, a.txIdle()),
 		ListenConnect:  a.lockConn.listenConnect, // LISTEN is session state: not through a pooler
 		History:        a.history,
 		Follow:         a.follow,
@@ -413,7 +418,7 @@ func (a *agent) serveAPI(ctx context.Context) error {
 		return err
 	}
 	a.onClose(apiPool.Close)
-	h := apiHandler(a.cfg, store.New(apiPool), ready, a.stopping, a.metrics, a.logger, a.follow, a.opts.QuietRequests)
+	h := apiHandler(a.cfg, store.New(apiPool, a.txIdle()), ready, a.stopping, a.metrics, a.logger, a.follow, a.opts.QuietRequests)
 	a.handler.Store(&h)
 	addr := a.api.Addr()
 	a.log.Info("API listening", "addr", addr)

@@ -29,7 +29,7 @@ func (s *Store) CheckpointWithOutput(ctx context.Context, out LogBatch, maxPerSt
 // same fence, what the plugin said the handle points at (a remote event, when
 // it changed, see recordRemote). described nil records nothing.
 func (s *Store) CheckpointDescribed(ctx context.Context, out LogBatch, maxPerStream int64, handle []byte, described *Described) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := checkNoGap(ctx, tx, out); err != nil {
 			return err // a handle past output the database lost is never stored
 		}

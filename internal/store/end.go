@@ -104,7 +104,7 @@ func (s *Store) EndAttempt(ctx context.Context, e End) (Ended, error) {
 		return EndAttempt(ctx, s.pool, e)
 	}
 	var out Ended
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := checkNoGap(ctx, tx, LogBatch{JobID: e.JobID, Lease: e.Lease, Generation: e.HolderGeneration, After: e.LogAfter}); err != nil {
 			return err
 		}

@@ -229,7 +229,7 @@ func (s *Store) Cancel(ctx context.Context, id, reason string) (Job, error) {
 	if reason == "" {
 		reason = "canceled by request"
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, queries.Get("job_cancel_lock_active"), id); err != nil {
 			return fmt.Errorf("locking active job: %w", err)
 		}

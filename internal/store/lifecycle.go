@@ -36,7 +36,7 @@ func (p RequeueParams) hash() string {
 // other status is a *TransitionError, and an unknown job ErrNotFound.
 func (s *Store) Requeue(ctx context.Context, p RequeueParams) (job Job, replayed bool, err error) {
 	hash := p.hash()
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		// The job's row lock comes first. A concurrent duplicate waits here
 		// and then finds the key taken.
 		var status jobstate.JobStatus

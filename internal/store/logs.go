@@ -147,7 +147,7 @@ func (s *Store) RecordEvent(ctx context.Context, h Holder, jobID string, lease i
 // and stores nothing, so no line follows a gap its resume would fill again.
 // ErrLeaseLost means the lease no longer holds.
 func (s *Store) AppendResumable(ctx context.Context, out LogBatch, maxPerStream int64) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := checkNoGap(ctx, tx, out); err != nil {
 			return err
 		}

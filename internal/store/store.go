@@ -11,11 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/pkg/api"
 	"github.com/tetherjobs/tether/queries"
@@ -101,10 +104,51 @@ type Agent struct {
 // Store wraps a connection pool.
 type Store struct {
 	pool *pgxpool.Pool
+	// begin opens the store's own transactions (inTx) with their idle bound.
+	begin pgx.TxOptions
+}
+
+// DefaultTxIdle is the bound on idling inside the store's transactions
+// unless the caller sets one (TxIdle): the default keepalive.
+const DefaultTxIdle = defaults.Keepalive
+
+// minTxIdle is the least bound: one GC pause or a busy host must not end a
+// live agent's transaction.
+const minTxIdle = time.Second
+
+// Option configures a Store.
+type Option func(*Store)
+
+// TxIdle bounds how long a transaction the store opens may idle between
+// its statements (at least a second). An agent passes its keepalive, so a
+// frozen agent holds its jobs' rows for no longer than that: well inside
+// stale_job, after which another agent's janitor must be able to lock them.
+func TxIdle(d time.Duration) Option {
+	return func(s *Store) { s.begin = pgx.TxOptions{BeginQuery: beginSQL(d)} }
 }
 
 // New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool}
+	TxIdle(DefaultTxIdle)(s)
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// beginSQL is queries/tx_begin.sql with the bound idle written in. A begin
+// query takes no arguments, and a number formatted here cannot inject.
+func beginSQL(idle time.Duration) string {
+	ms := max(idle, minTxIdle).Milliseconds()
+	return strings.ReplaceAll(queries.Get("tx_begin"), "@idle_ms", "'"+strconv.FormatInt(ms, 10)+"'")
+}
+
+// inTx runs fn in a transaction whose idling is bounded (TxIdle). It
+// commits when fn returns nil and rolls back otherwise.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, s.begin, fn)
+}
 
 // Pool returns the underlying pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -141,9 +141,12 @@ func (l *callLease) fire() {
 	}
 	l.expired = true
 	l.silent = time.Since(l.renewed)
-	l.markPassed()
 	l.mu.Unlock()
+	// The call's context ends before its Runtime calls fail. A plugin that
+	// sees a checkpoint fail and asks ctx.Err() then learns it was stopped,
+	// not that its checkpoint failed on its own.
 	l.expire()
+	l.markPassed()
 }
 
 // renew moves the deadline to received + validFor − margin. It reports

@@ -226,3 +226,39 @@ func TestCheckpointStopsAtTheLeaseDeadline(t *testing.T) {
 	require.ErrorIs(t, got.err, plugin.ErrLeaseExpired)
 	assert.False(t, errors.Is(got.err, context.Canceled))
 }
+
+// ckptLooper checkpoints on its call's context until a checkpoint fails,
+// and reports whether that context had ended by then.
+type ckptLooper struct {
+	ended chan bool
+}
+
+func (*ckptLooper) Info(context.Context) (plugin.Info, error) {
+	return plugin.Info{Name: "ckpt-looper", Version: "test"}, nil
+}
+
+func (l *ckptLooper) Execute(ctx context.Context, _ *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
+	for {
+		if err := rt.Checkpoint(ctx, json.RawMessage(`{"h":1}`)); err != nil {
+			l.ended <- ctx.Err() != nil
+			return nil, plugin.WithClass(plugin.Retriable, err)
+		}
+	}
+}
+
+// A Runtime call that fails because the lease deadline passed does so only
+// once the call's context has ended. A plugin that tells "stopped" from "a
+// checkpoint failed" by ctx.Err() (the usual way) journals a stop, never a
+// failure of its own.
+func TestRuntimeCallsFailOnlyAfterTheContextEnds(t *testing.T) {
+	for i := range 20 {
+		l := &ckptLooper{ended: make(chan bool, 1)}
+		c := plugintest.Connect(t, l)
+		host := frozenHost{leased{plugintest.NewRuntime(nil), 20 * time.Millisecond}, make(chan struct{}), make(chan struct{})}
+		done := execute(c, host)
+		assert.True(t, wait(t, l.ended, "the checkpoint's failure"), "round %d: the checkpoint failed while the call's context was still live", i)
+		got := wait(t, done, "Execute")
+		close(host.thaw)
+		require.ErrorIs(t, got.err, plugin.ErrLeaseExpired)
+	}
+}

@@ -1,0 +1,11 @@
+-- The begin statement of every transaction the store opens on its own
+-- (store.inTx). It is sent with the simple protocol as one round trip, and
+-- the bound is written in as a literal (store.beginSQL): a begin query takes
+-- no arguments. For the rest of the transaction, it bounds idling between
+-- its statements (idle_ms). An agent frozen inside one (SIGSTOP, a paused
+-- VM) would otherwise hold the rows it locked — its job's row, say, which
+-- the other agents' janitors skip (SKIP LOCKED) — until it woke. PostgreSQL
+-- ends the session after the bound and rolls the transaction back.
+-- Transaction-local (set_config's is_local), never a session SET: through
+-- PgBouncer in transaction mode the server session is shared.
+BEGIN; SELECT set_config('idle_in_transaction_session_timeout', @idle_ms, true)
