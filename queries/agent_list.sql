@@ -2,7 +2,8 @@
 -- within the larger of @live_s seconds (the answering agent's stale_job)
 -- and the row's own stale_job, so the listing reads agents_last_seen and
 -- never the stopped history that retention has not pruned yet. The active
--- job count is a lookup through active_jobs_agent per listed agent. The
+-- job count is a lookup through active_jobs_agent per listed agent. Then
+-- come the plugins the agent announced as failing their health check. The
 -- last five columns feed internal/fleet.Classify, the rule the janitor
 -- judges by: the announced keepalive, dead_after and stale_job (0: not
 -- announced) and the liveness check's memory of the name lock.
@@ -10,6 +11,7 @@ SELECT a.name, a.generation, a.started_at, a.last_seen,
        extract(epoch FROM now() - a.last_seen)::float8,
        a.state, a.version, a.capacity, a.commands, a.plugins,
        (SELECT count(*) FROM active_jobs x WHERE x.agent_name = a.name)::int,
+       a.unhealthy_plugins,
        coalesce(extract(epoch FROM a.keepalive), 0)::float8,
        coalesce(extract(epoch FROM a.dead_after), 0)::float8,
        coalesce(extract(epoch FROM a.stale_job), 0)::float8,

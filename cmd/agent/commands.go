@@ -15,7 +15,9 @@ func (a *app) commandsCmd() *cobra.Command {
 		Long: `List every command the server's config knows or any agent announces: its
 plugin, the live agents serving it, the draining ones, its queued jobs and how
 long the oldest has waited. A command no live, non-draining agent serves is
-marked "no" with a hint: its jobs wait queued until one does.`,
+marked "no" with a hint: its jobs wait queued until one does. UNHEALTHY lists
+the live agents that serve it but claim none of its jobs because its plugin
+fails its health check there.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -30,7 +32,7 @@ marked "no" with a hint: its jobs wait queued until one does.`,
 				return emitList(a, "commands", cmds, nil)
 			}
 			tw := a.table()
-			fmt.Fprintln(tw, "NAME\tPLUGIN\tSERVED\tAGENTS\tDRAINING\tQUEUED\tOLDEST")
+			fmt.Fprintln(tw, "NAME\tPLUGIN\tSERVED\tAGENTS\tDRAINING\tUNHEALTHY\tQUEUED\tOLDEST")
 			for _, c := range cmds {
 				served := "yes"
 				if !c.Served {
@@ -40,8 +42,8 @@ marked "no" with a hint: its jobs wait queued until one does.`,
 				if c.OldestQueuedSeconds != nil {
 					oldest = (time.Duration(*c.OldestQueuedSeconds * float64(time.Second))).Round(time.Second).String()
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.Name, orDash(c.Plugin), served,
-					orDash(strings.Join(c.Agents, ",")), orDash(strings.Join(c.Draining, ",")), c.Queued, oldest)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.Name, orDash(c.Plugin), served,
+					orDash(strings.Join(c.Agents, ",")), orDash(strings.Join(c.Draining, ",")), orDash(strings.Join(c.Unhealthy, ",")), c.Queued, oldest)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -269,15 +269,15 @@ func TestCommandsCommand(t *testing.T) {
 
 	r := c.run(t, "commands")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Regexp(t, `NAME\s+PLUGIN\s+SERVED\s+AGENTS\s+DRAINING\s+QUEUED\s+OLDEST`, r.stdout)
-	assert.Regexp(t, `hello\s+shell\s+no\s+-\s+-\s+1\s+\d+s`, r.stdout)
+	assert.Regexp(t, `NAME\s+PLUGIN\s+SERVED\s+AGENTS\s+DRAINING\s+UNHEALTHY\s+QUEUED\s+OLDEST`, r.stdout)
+	assert.Regexp(t, `hello\s+shell\s+no\s+-\s+-\s+-\s+1\s+\d+s`, r.stdout)
 	assert.Contains(t, r.stdout, "no live agent serves command hello: jobs wait queued; start an agent with this command or check its plugin (shell) loaded")
 
 	_, err = c.st.RegisterAgent(ctx, store.Registration{Holder: store.Holder{Name: "agent-7", Generation: "g"}, Capacity: 3, Commands: []string{"hello"}})
 	require.NoError(t, err)
 	r = c.run(t, "commands")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Regexp(t, `hello\s+shell\s+yes\s+agent-7\s+-\s+1`, r.stdout)
+	assert.Regexp(t, `hello\s+shell\s+yes\s+agent-7\s+-\s+-\s+1`, r.stdout)
 	assert.NotContains(t, r.stdout, "no live agent")
 
 	r = c.run(t, "commands", "-o", "json")
@@ -287,6 +287,26 @@ func TestCommandsCommand(t *testing.T) {
 	require.Len(t, list.Commands, 1)
 	assert.True(t, list.Commands[0].Served)
 	assert.Equal(t, []string{"agent-7"}, list.Commands[0].Agents)
+
+	// Its plugin fails its health check there: it claims none of the
+	// command's jobs, and nobody else serves it.
+	h := store.Holder{Name: "agent-8", Generation: "g"}
+	_, err = c.st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 3, Commands: []string{"hello"},
+		CommandSpecs: map[string]store.CommandSpec{"hello": {Plugin: "shell"}}})
+	require.NoError(t, err)
+	require.NoError(t, c.st.SetUnhealthyPlugins(ctx, h, map[string]string{"shell": "backend unreachable"}))
+	_, err = c.st.Pool().Exec(ctx, `UPDATE agents SET state = 'stopped' WHERE name = 'agent-7'`)
+	require.NoError(t, err)
+	r = c.run(t, "commands")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `hello\s+shell\s+no\s+-\s+-\s+agent-8\s+1`, r.stdout)
+	assert.Contains(t, r.stdout, "no live agent serves command hello with a healthy plugin: its plugin (shell) fails its health check on agent-8")
+	r = c.run(t, "agents", "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var agents wire.AgentList
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &agents), r.stdout)
+	require.Len(t, agents.Agents, 1)
+	assert.Equal(t, map[string]string{"shell": "backend unreachable"}, agents.Agents[0].UnhealthyPlugins)
 }
 
 func TestLogsFollow(t *testing.T) {

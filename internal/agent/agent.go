@@ -111,6 +111,11 @@ type agent struct {
 	graces   config.KillGraces // what the plugins reported
 	commands map[string]claim.Command
 	reg      store.Registration
+	// announcedUnhealthy says the agents row names plugins failing their
+	// health check. pausedCommands are the commands not claimed for it.
+	// Both belong to checkPluginHealth's loop.
+	announcedUnhealthy bool
+	pausedCommands     []string
 
 	follow   *notify.Hub
 	svc      *claim.Service
@@ -458,16 +463,56 @@ func (a *agent) startLoops(ctx context.Context) error {
 }
 
 // checkPluginHealth runs the plugins' health checks once, exports their
-// outcome, and returns when to check again.
+// outcome, stops claiming the commands of the failing ones (and claims
+// again once they pass), announces them in the agents row, and returns when
+// to check again.
 func (a *agent) checkPluginHealth(ctx context.Context) time.Duration {
+	bad := map[string]bool{}
+	said := map[string]string{}
 	for _, h := range a.plugins.CheckHealth(ctx, pluginhost.HealthTimeout) {
 		ok := 0.0
 		if h.Err == nil {
 			ok = 1
+		} else {
+			bad[h.Plugin], said[h.Plugin] = true, h.Err.Error()
 		}
 		a.metrics.PluginHealthy.WithLabelValues(h.Plugin).Set(ok)
 	}
+	if ctx.Err() != nil {
+		return a.cfg.Agent.HealthInterval.Std() // stopping: a cancelled check says nothing of the plugin
+	}
+	a.svc.SetUnhealthy(bad)
+	// Announced while any fails (a re-registered row starts empty) and once
+	// more when all pass again.
+	if len(said) > 0 || a.announcedUnhealthy {
+		if err := a.st.SetUnhealthyPlugins(ctx, a.holder, said); err != nil {
+			a.log.Warn("announcing plugin health", "err", err)
+		} else {
+			a.announcedUnhealthy = len(said) > 0
+		}
+	}
+	if paused := a.commandsOf(bad); !slices.Equal(paused, a.pausedCommands) {
+		if len(paused) > 0 {
+			a.log.Warn("not claiming jobs of commands whose plugin fails its health check", "commands", paused)
+		} else {
+			a.log.Info("claiming jobs of every command again: their plugins pass their health checks")
+		}
+		a.pausedCommands = paused
+	}
 	return a.cfg.Agent.HealthInterval.Std()
+}
+
+// commandsOf returns this agent's commands served by the plugins named,
+// sorted.
+func (a *agent) commandsOf(plugins map[string]bool) []string {
+	var out []string
+	for name, c := range a.commands {
+		if plugins[c.Plugin] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // unhealthyError names each plugin whose latest health check failed, with

@@ -589,6 +589,10 @@ func commandHint(c store.CommandStatus) string {
 		plugin = "its plugin (" + c.Plugin + ")"
 	}
 	who := "no live agent serves command " + c.Name
+	if len(c.Unhealthy) > 0 {
+		return who + " with a healthy plugin: " + plugin + " fails its health check on " + strings.Join(c.Unhealthy, ", ") +
+			"; jobs wait queued until it passes again (tether agents -o json shows each agent's unhealthy_plugins)"
+	}
 	if len(c.Draining) > 0 {
 		who += " (only draining agents announce it: " + strings.Join(c.Draining, ", ") + ")"
 	}

@@ -155,6 +155,9 @@ type Service struct {
 
 	commands  []string
 	resumable []string // plugins of our commands whose copy here can Resume
+	// claimable is commands less those whose plugin fails its health check
+	// (SetUnhealthy).
+	claimable atomic.Pointer[[]string]
 
 	mu   sync.Mutex
 	jobs map[jobKey]*runningJob // one runner per (job, lease)
@@ -291,6 +294,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 		orphanReports:  make(chan []store.Lease, 1),
 		historyChanges: make(chan dbhistory.Event, 1),
 	}
+	s.claimable.Store(&cmds)
 	if s.cfg.History == nil {
 		s.cfg.History = dbhistory.NewTracker()
 	}
@@ -468,12 +472,33 @@ func (s *Service) claimWhileFree(ctx context.Context) {
 	}
 }
 
+// SetUnhealthy names the plugins whose latest health check failed. Until a
+// later call leaves them out, the service claims no job of their commands.
+// The jobs it holds run on: a failed check says new work would likely fail,
+// not that the work under way is lost.
+func (s *Service) SetUnhealthy(plugins map[string]bool) {
+	cmds := make([]string, 0, len(s.commands))
+	for _, name := range s.commands {
+		if !plugins[s.cfg.Commands[name].Plugin] {
+			cmds = append(cmds, name)
+		}
+	}
+	was := *s.claimable.Swap(&cmds)
+	if len(cmds) > len(was) {
+		s.kick(s.wake) // a plugin healthy again: its backlog waits no poll interval
+	}
+}
+
 func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	free := s.free()
 	if free <= 0 || s.draining.Load() || !s.historySettled() {
 		return 0, nil
 	}
-	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: s.commands, Resumable: s.resumable,
+	commands := *s.claimable.Load()
+	if len(commands) == 0 {
+		return 0, nil // every plugin fails its health check
+	}
+	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: commands, Resumable: s.resumable,
 		Ready: s.historySettled})
 	if err != nil {
 		return 0, err

@@ -254,7 +254,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"TetherQueueTooOld", "TetherCommandUnserved", "TetherLeaseLosses", "TetherCleanupBacklogGrowing",
-		"TetherCleanupStuck", "TetherPluginRestartLoop", "TetherAgentDown", "TetherAgentUnreachable", "TetherNoAgent", "TetherHTTP5xx"} {
+		"TetherCleanupStuck", "TetherPluginRestartLoop", "TetherPluginUnhealthy", "TetherAgentDown", "TetherAgentUnreachable", "TetherNoAgent", "TetherHTTP5xx"} {
 		assert.Contains(t, alerts, want)
 	}
 }

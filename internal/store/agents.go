@@ -137,6 +137,23 @@ func (s *Store) SetAgentState(ctx context.Context, h Holder, state string) error
 	return nil
 }
 
+// SetUnhealthyPlugins announces which of the agent's plugins fail their
+// health check (plugin name -> the check's error; empty: all healthy).
+func (s *Store) SetUnhealthyPlugins(ctx context.Context, h Holder, unhealthy map[string]string) error {
+	if unhealthy == nil {
+		unhealthy = map[string]string{}
+	}
+	raw, err := json.Marshal(unhealthy)
+	if err != nil {
+		return fmt.Errorf("encoding the unhealthy plugins: %w", err)
+	}
+	st := queries.Named("agent_health_set")
+	if _, err := s.pool.Exec(ctx, st.SQL, st.Args(map[string]any{"name": h.Name, "generation": h.Generation, "unhealthy": string(raw)})...); err != nil {
+		return fmt.Errorf("announcing the plugin health of agent %s: %w", h.Name, err)
+	}
+	return nil
+}
+
 // ResolveLimits returns what a job submitted under this spec runs under,
 // exactly as config.Command's ResolveLimits does on the announcing agent:
 // its defaults, then the command's limits, then the override, each lever of

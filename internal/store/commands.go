@@ -42,7 +42,7 @@ func (s *Store) ListCommands(ctx context.Context, p CommandListParams) ([]Comman
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CommandStatus, error) {
 		var c CommandStatus
-		err := r.Scan(&c.Name, &c.Plugin, &c.Configured, &c.Agents, &c.Draining, &c.Queued, &c.OldestQueuedSeconds)
+		err := r.Scan(&c.Name, &c.Plugin, &c.Configured, &c.Agents, &c.Draining, &c.Queued, &c.OldestQueuedSeconds, &c.Unhealthy)
 		return c, err
 	})
 	if err != nil {

@@ -363,7 +363,7 @@ func (s *Store) ListAgents(ctx context.Context, p AgentListParams) ([]Agent, err
 		var a Agent
 		t := seenScan{a: &a.Seen}
 		err := r.Scan(append([]any{&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
-			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs}, t.targets()...)...)
+			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs, &a.UnhealthyPlugins}, t.targets()...)...)
 		t.done()
 		a.Seen.Name, a.Seen.State, a.Seen.Commands, a.Seen.LastSeen = a.Name, a.State, a.Commands, a.LastSeen
 		a.Seen.SilentFor = secondsDuration(a.SilentFor)

@@ -19,6 +19,10 @@ type Agent struct {
 	Commands   []string        `json:"commands"`
 	Plugins    json.RawMessage `json:"plugins"`
 	ActiveJobs int             `json:"active_jobs"`
+	// UnhealthyPlugins maps each of its plugins whose latest health check
+	// failed to that check's error. The agent claims no job of their
+	// commands until they pass again.
+	UnhealthyPlugins map[string]string `json:"unhealthy_plugins,omitempty"`
 	// Liveness is what the fleet's rule (the one the janitor acts by) says
 	// of the agent: one of the Liveness constants. Reason says why, in
 	// words.
@@ -55,6 +59,10 @@ type CommandStatus struct {
 	// are the live ones that announce it but claim nothing more.
 	Agents   []string `json:"agents"`
 	Draining []string `json:"draining"`
+	// Unhealthy are the live running agents that serve it but claim none
+	// of its jobs, because its plugin fails its health check there
+	// (Agent.UnhealthyPlugins says why).
+	Unhealthy []string `json:"unhealthy"`
 	// Queued counts the command's queued jobs (retries waiting for their
 	// backoff or Cleanup among them).
 	Queued int `json:"queued"`

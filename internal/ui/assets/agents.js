@@ -36,6 +36,15 @@ export async function mount(ctx) {
   every(3000, ctx.signal, load);
 }
 
+// unhealthyNote names the plugins whose health check fails on the agent,
+// each with its error as the title. Their commands are not claimed there.
+function unhealthyNote(plugins) {
+  const names = Object.keys(plugins || {}).sort();
+  if (names.length === 0) return '';
+  return h('span', {'data-testid': 'unhealthy-plugins'}, ...names.map((p) =>
+    h('span', {class: 'badge badge-stale', title: plugins[p]}, `${p} unhealthy`)));
+}
+
 // The liveness badge is the fleet's rule, the one the janitor acts by
 // (docs/operations.md, "Who is alive"); its title is the reason.
 function row(a) {
@@ -47,7 +56,7 @@ function row(a) {
     h('td', {class: 'mono'}, a.generation),
     h('td', {}, h('span', {class: `state state-${a.state}`}, a.state)),
     h('td', {class: 'num'}, `${a.active_jobs}/${a.capacity}`),
-    h('td', {}, (a.commands || []).join(', ')),
+    h('td', {}, (a.commands || []).join(', '), unhealthyNote(a.unhealthy_plugins)),
     h('td', {}, `${duration(a.silent_seconds)} ago`, ' ', h('span', {class: 'muted'}, '(', timeEl(a.last_seen), ')')),
     h('td', {}, a.version),
     h('td', {}, timeEl(a.started_at)));

@@ -10,7 +10,7 @@ export async function mount(ctx) {
     h('h1', {}, 'Commands'),
     tableWrap('Commands', h('table', {'data-testid': 'commands-table'},
       h('caption', {class: 'visually-hidden'}, 'Commands'),
-      head('Command', 'Plugin', 'Served', 'Agents', 'Draining', 'Queued', 'Oldest queued', 'Configured here'),
+      head('Command', 'Plugin', 'Served', 'Agents', 'Draining', 'Unhealthy', 'Queued', 'Oldest queued', 'Configured here'),
       tbody)));
 
   async function load() {
@@ -36,6 +36,8 @@ function row(c) {
       : [h('span', {class: 'badge badge-stale'}, 'not served'), c.hint ? h('span', {class: 'hint-text'}, c.hint) : '']),
     h('td', {}, (c.agents || []).join(', ')),
     h('td', {}, (c.draining || []).join(', ')),
+    h('td', {'data-testid': 'unhealthy', title: (c.unhealthy || []).length ? 'its plugin fails its health check there: they claim none of its jobs' : ''},
+      (c.unhealthy || []).join(', ')),
     h('td', {class: 'num'}, String(c.queued)),
     h('td', {class: 'num'}, c.oldest_queued_seconds == null ? '' : duration(c.oldest_queued_seconds)),
     h('td', {}, c.configured ? 'yes' : 'no'));
