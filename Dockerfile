@@ -11,8 +11,13 @@
 
 FROM golang:1.26 AS build
 WORKDIR /src
-# Module downloads are cached in their own layer.
+# Module downloads are cached in their own layer. The modules of their own
+# under pkg/ (the SDK, the client, the wire types) are required from the
+# checkout (go.mod's replace), so their go.mod files come first too.
 COPY go.mod go.sum ./
+COPY pkg/api/go.mod pkg/api/
+COPY pkg/client/go.mod pkg/client/go.sum pkg/client/
+COPY pkg/plugin/go.mod pkg/plugin/go.sum pkg/plugin/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

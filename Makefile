@@ -18,7 +18,7 @@ RIVERBENCH    := .tether/bin/riverbench-$(RIVER_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run stop demo-reattach test vet bench bench-ecs bench-spark bench-liveness bench-fleet bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
+.PHONY: all build run stop demo-reattach test test-modules vet bench bench-ecs bench-spark bench-liveness bench-fleet bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
 
 all: build
 
@@ -57,8 +57,21 @@ test: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(SPARK_OPERATOR)
 	@command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || { echo "chromium not found: apt-get install -y chromium (the web console tests drive it headless)"; exit 1; }
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) vet -race ./...
+	$(MAKE) test-modules
 	$(MAKE) fuzz
 	$(MAKE) check-deploy
+
+## test-modules: the modules of their own that users import (the plugin
+## SDK, the client, the wire types they share), tested and vetted in their
+## own directories, with their own (older) dependency versions: vet's
+## stdversion check holds their code to the Go version each go.mod declares
+## (part of `make test`)
+SUBMODULES := pkg/api pkg/client pkg/plugin
+test-modules:
+	@for m in $(SUBMODULES); do \
+		echo "== $$m ($$(awk '$$1 == "go" {print "go " $$2}' $$m/go.mod))"; \
+		(cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./... && GOWORK=off $(GO) vet ./...) || exit 1; \
+	done
 
 ## check-deploy: promtool checks deploy/prometheus-alerts.yml and runs its
 ## cases, deploy/prometheus-alerts.test.yml (Debian's prometheus package has

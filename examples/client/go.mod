@@ -1,7 +1,13 @@
 module github.com/tetherjobs/tether/examples/client
 
-go 1.26.0
+go 1.22
 
-require github.com/tetherjobs/tether v0.0.0-00010101000000-000000000000
+require (
+	github.com/tetherjobs/tether/pkg/api v0.0.0
+	github.com/tetherjobs/tether/pkg/client v0.0.0
+)
 
-replace github.com/tetherjobs/tether => ../..
+replace (
+	github.com/tetherjobs/tether/pkg/api => ../../pkg/api
+	github.com/tetherjobs/tether/pkg/client => ../../pkg/client
+)

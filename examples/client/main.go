@@ -45,12 +45,13 @@ func main() {
 
 // run does the work through a client.Jobs, so a test could hand it a fake.
 func run(ctx context.Context, jobs client.Jobs, command, key string) (api.JobDetail, error) {
+	// No automatic retry: this program requeues by hand below.
+	maxRetry, activeTimeout := 0, "10m"
 	job, created, err := jobs.Submit(ctx, api.SubmitRequest{
 		Command:        command,
 		IdempotencyKey: key,
 		Context:        []byte(`{"from":"examples/client"}`),
-		// No automatic retry: this program requeues by hand below.
-		Limits: &api.LimitsOverride{MaxRetry: new(0), ActiveTimeout: new("10m")},
+		Limits:         &api.LimitsOverride{MaxRetry: &maxRetry, ActiveTimeout: &activeTimeout},
 	})
 	if err != nil {
 		return api.JobDetail{}, fmt.Errorf("submitting %s: %w", command, err)

@@ -80,6 +80,18 @@ func TestExampleLinksOnlyTheClient(t *testing.T) {
 	st, err := os.Stat(bin)
 	require.NoError(t, err)
 	t.Logf("examples/client: go list -m all lists %d modules; the binary is %.1f MB", len(mods), float64(st.Size())/1e6)
+	// pkg/client is a module of its own: a client program's module graph is
+	// it, the wire types and the client's test dependency (testify), not the
+	// agent's.
+	for _, m := range mods[1:] {
+		path := strings.Fields(m)[0]
+		switch path {
+		case "github.com/tetherjobs/tether/pkg/api", "github.com/tetherjobs/tether/pkg/client",
+			"github.com/stretchr/testify", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib", "gopkg.in/yaml.v3":
+		default:
+			t.Errorf("examples/client's module graph holds %s: a client program should need only pkg/client and pkg/api", m)
+		}
+	}
 
 	deps := strings.Fields(goCmd(t, dir, "list", "-deps", "."))
 	require.Contains(t, deps, "github.com/tetherjobs/tether/pkg/client", "the check would see nothing")

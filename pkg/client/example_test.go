@@ -31,12 +31,13 @@ func Example_submitAndWait() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Levers of this job, within the command's limits.max.
+	maxRetry, activeTimeout := 1, "90m"
 	req := api.SubmitRequest{
 		Command: "report",
 		// The idempotency key makes a retried submit return the same job.
 		IdempotencyKey: "report-2026-12-01",
-		// Levers of this job, within the command's limits.max.
-		Limits: &api.LimitsOverride{MaxRetry: new(1), ActiveTimeout: new("90m")},
+		Limits:         &api.LimitsOverride{MaxRetry: &maxRetry, ActiveTimeout: &activeTimeout},
 	}
 	var job api.Job
 	err = fo.Do(ctx, func(ctx context.Context, c *client.Client) error {

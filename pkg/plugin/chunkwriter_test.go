@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -93,7 +94,7 @@ func TestChunkWriterErrors(t *testing.T) {
 
 func TestLifecycleShutdownCancelsCalls(t *testing.T) {
 	l := newLifecycle()
-	ctx, done := l.begin(t.Context())
+	ctx, done := l.begin(context.Background())
 	returned := make(chan struct{})
 	go func() {
 		<-ctx.Done()
@@ -104,7 +105,7 @@ func TestLifecycleShutdownCancelsCalls(t *testing.T) {
 	<-returned
 
 	l = newLifecycle()
-	_, done = l.begin(t.Context())
+	_, done = l.begin(context.Background())
 	defer done()
 	assert.False(t, l.shutdown(50*time.Millisecond), "a call ignoring cancellation outlives the grace")
 }

@@ -4,22 +4,22 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tetherjobs/tether/internal/jobstate"
+	"github.com/tetherjobs/tether/pkg/api"
 )
 
 // ErrorClass tells the host what a failure means for retries. It is the
 // class the job's error_class stores and the API shows.
-type ErrorClass = jobstate.ErrorClass
+type ErrorClass = api.ErrorClass
 
 // The classes a plugin's error carries.
 const (
 	// Retriable failures may be retried automatically (the job's max_retry).
-	Retriable = jobstate.Retriable
+	Retriable = api.Retriable
 	// Permanent failures are never retried automatically.
-	Permanent = jobstate.Permanent
+	Permanent = api.Permanent
 	// OutcomeUnknown means the work may or may not have happened. It is never
 	// retried automatically, since a retry could run it twice.
-	OutcomeUnknown = jobstate.OutcomeUnknown
+	OutcomeUnknown = api.OutcomeUnknown
 )
 
 // Error is a classified failure. It crosses the plugin boundary with its class

@@ -1,4 +1,4 @@
-package plugintest_test
+package bintest_test
 
 import (
 	"context"

@@ -1,0 +1,3 @@
+module github.com/tetherjobs/tether/pkg/api
+
+go 1.22
