@@ -525,7 +525,7 @@ func (p *proc) acquire(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	p.cur, p.info, p.lastErr = inst, info, nil
-	p.log.Info("plugin process started", "version", info.Version, "capabilities", info.Capabilities, "path", p.path)
+	p.log.Info("plugin process started", "version", info.Version, "capabilities", info.Capabilities, "protocol", inst.client.NegotiatedVersion(), "path", p.path)
 	return inst, nil
 }
 
@@ -578,6 +578,11 @@ func (p *proc) launch(ctx context.Context) (*instance, plugin.Info, error) {
 		// Kill returns once the process is gone and its stderr is read (the
 		// runner cuts pipes a leftover child holds), so the tail is whole.
 		client.Kill()
+		if strings.Contains(err.Error(), "incompatible API version with plugin") {
+			// go-plugin's words (an untyped error) when the plugin's
+			// answer names a version the agent did not offer.
+			return nil, plugin.Info{}, fmt.Errorf("binary %s speaks none of this agent's protocol versions %v (%v): rebuild it with a tether SDK that serves one of them, or run an agent that speaks its version", p.path, plugin.ProtocolVersions(), err)
+		}
 		return nil, plugin.Info{}, handshakeError(p.path, err, exit, stderr)
 	}
 	raw, err := conn.Dispense(plugin.PluginKey)

@@ -31,7 +31,7 @@ var binDir string
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	dir, cleanup, err := bintest.TempPlugins(ctx, map[string]string{
-		"noop": bintest.Noop, "bare": bintest.Bare, "legacy": legacyPkg,
+		"noop": bintest.Noop, "bare": bintest.Bare, "legacy": legacyPkg, "protocols": protocolsPkg,
 		// The real plugins, for their validation at start.
 		"ecs": ecsPkg, "shell": shellPkg,
 	})

@@ -29,6 +29,17 @@ func PluginSet(impl Plugin) goplugin.PluginSet {
 	return goplugin.PluginSet{PluginKey: &GRPCPlugin{Impl: impl}}
 }
 
+// VersionedPluginSet is the set for impl under each of ProtocolVersions. The
+// host offers these versions and the plugin serves them. go-plugin's
+// handshake settles on the newest version both have.
+func VersionedPluginSet(impl Plugin) map[int]goplugin.PluginSet {
+	out := map[int]goplugin.PluginSet{}
+	for _, v := range ProtocolVersions() {
+		out[v] = PluginSet(impl)
+	}
+	return out
+}
+
 // Capabilities lists the optional interfaces impl satisfies. Serve reports
 // these in Info, whatever the implementation's own Info says.
 func Capabilities(impl Plugin) []string {

@@ -58,7 +58,10 @@ func NewClientConfig(p Process) (*goplugin.ClientConfig, *Exit) {
 	exit := newExit()
 	return &goplugin.ClientConfig{
 		HandshakeConfig: Handshake(),
-		Plugins:         PluginSet(nil),
+		// Every version this agent speaks: go-plugin hands the list to the
+		// plugin (PLUGIN_PROTOCOL_VERSIONS), which answers with the newest
+		// one it serves too.
+		VersionedPlugins: VersionedPluginSet(nil),
 		// go-plugin builds the environment (Env, then its handshake, AutoMTLS
 		// and socket variables) and hands it over in cmd.Env. The checksum
 		// is checked by the runner right before the exec. go-plugin's own

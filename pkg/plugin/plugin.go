@@ -16,8 +16,17 @@ import (
 	"time"
 )
 
-// ProtocolVersion is bumped on any incompatible change to the gRPC protocol.
+// ProtocolVersion is the newest version of the gRPC protocol this SDK
+// speaks. It is bumped on any incompatible change to the protocol. Features
+// added within a version are announced instead (HostInfo.Features).
 const ProtocolVersion = 1
+
+// ProtocolVersions are every protocol version this SDK speaks, newest
+// first: a plugin built with it serves each of them, and an agent built
+// with it accepts each of them. An SDK that moves to a new version keeps
+// serving the old one for a while, so a plugin and an agent one release
+// apart still agree on one.
+func ProtocolVersions() []int { return []int{ProtocolVersion} }
 
 // Capabilities a plugin declares in Info.
 const (
