@@ -3,6 +3,8 @@ package sparkeks
 import (
 	"fmt"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The policy decisions of the plugin, kept pure so they are tested as
@@ -120,6 +122,25 @@ func isStartupState(state string) bool {
 	switch state {
 	case stateNew, stateNewAlias, stateSubmitted, statePendingRerun:
 		return true
+	}
+	return false
+}
+
+// driverStarted reports whether a driver pod got past its startup: it is
+// running or has ended, or one of its containers has started. Such a pod's
+// application is past startup whatever state the operator still shows.
+func driverStarted(p *corev1.Pod) bool {
+	if p == nil {
+		return false
+	}
+	switch p.Status.Phase {
+	case corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed:
+		return true
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil {
+			return true
+		}
 	}
 	return false
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -51,6 +52,37 @@ func TestDecideExisting(t *testing.T) {
 			got, why := decideExisting(appStatus{State: tc.state, RestartPolicy: tc.restart, Deleting: tc.deleting})
 			assert.Equal(t, tc.want, got, "%s", why)
 			assert.NotEmpty(t, why)
+		})
+	}
+}
+
+func TestDriverStarted(t *testing.T) {
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}
+	ended := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	pod := func(phase corev1.PodPhase, states ...corev1.ContainerState) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase}}
+		for _, st := range states {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{State: st})
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"no pod", nil, false},
+		{"pending, image pull", pod(corev1.PodPending, waiting), false},
+		{"pending, nothing yet", pod(corev1.PodPending), false},
+		{"pending, container running", pod(corev1.PodPending, running), true},
+		{"running", pod(corev1.PodRunning, running), true},
+		{"succeeded", pod(corev1.PodSucceeded, ended), true},
+		{"failed", pod(corev1.PodFailed, ended), true},
+		{"unknown phase, container ended", pod(corev1.PodUnknown, ended), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, driverStarted(tc.pod))
 		})
 	}
 }

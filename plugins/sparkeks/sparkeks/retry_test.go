@@ -211,6 +211,46 @@ func TestStartupTimeout(t *testing.T) {
 		// The handle names the UID the host's Cleanup deletes.
 		assert.NotEmpty(t, lastHandle(t, rt.Handle()).UID)
 	})
+	// The operator fell behind (down, crash-looping, upgraded, or behind
+	// in its workqueue) while the application still says SUBMITTED: a
+	// driver that is running, or has finished the query, is past startup.
+	// The application is neither failed nor deleted, and once the operator
+	// catches up the job ends as the driver did.
+	for _, phase := range []corev1.PodPhase{corev1.PodRunning, corev1.PodSucceeded} {
+		t.Run("driver "+string(phase)+" under a lagging operator is not stuck", func(t *testing.T) {
+			e := newEnv(t)
+			job := newJob(t, map[string]any{"startup_timeout": "300ms"})
+			rt := plugintest.NewRuntime(nil)
+			ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
+			e.waitApp(t, job)
+			pod := AppName(job.ID) + "-driver"
+			state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+			if phase == corev1.PodSucceeded {
+				state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+			}
+			_, err := e.kube.CoreV1().Pods("spark").Create(context.Background(), &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "spark", Labels: map[string]string{
+					labelManagedBy: managedByTether, labelSparkRole: sparkRoleDriver, labelOperatorAppName: AppName(job.ID),
+				}},
+				Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{Name: driverContainer, State: state}}},
+			}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			e.setStatus(t, job, "SUBMITTED", "", pod)
+			require.Eventually(t, func() bool { return current(rt).EverRunning }, 10*time.Second, time.Millisecond,
+				"the started driver was not taken for past startup")
+			assert.Contains(t, rt.StderrString(), "spark-operator is behind; startup_timeout no longer applies")
+			// Well past startup_timeout, still SUBMITTED: the job waits.
+			select {
+			case r := <-ch:
+				t.Fatalf("the job ended while its driver was %s: %v", phase, r.err)
+			case <-time.After(time.Second):
+			}
+			_, err = e.dyn.Resource(GVR).Namespace("spark").Get(context.Background(), AppName(job.ID), metav1.GetOptions{})
+			require.NoError(t, err, "the application of a started driver was deleted")
+			e.setStatus(t, job, "COMPLETED", "", pod)
+			require.NoError(t, wait(t, ch).err)
+		})
+	}
 	t.Run("running is not stuck", func(t *testing.T) {
 		e := newEnv(t)
 		// Long enough for RUNNING to be seen first under -race on a busy

@@ -871,6 +871,16 @@ func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription
 		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log,
 			func() *corev1.Pod { p, _ := s.driverPod(); return p })
 	}
+	if !r.h.EverRunning {
+		// The operator may lag behind its driver (down, crash-looping,
+		// upgraded, behind in its workqueue): a driver that started is past
+		// startup whatever the application's state still says.
+		if p, _ := s.driverPod(); driverStarted(p) {
+			r.h.EverRunning, changed = true, true
+			r.notef("driver pod %s is %s while SparkApplication %s is still %s: spark-operator is behind; startup_timeout no longer applies",
+				p.Name, p.Status.Phase, r.ref(), orText(st.State, "new"))
+		}
+	}
 	return changed
 }
 
