@@ -84,6 +84,13 @@ type Options struct {
 	// (what a program that traps SIGTERM answers, 0 included). Without it
 	// half of them lose the host: SIGKILL and no exit codes.
 	InfraStopGraceful bool
+	// StartedByOnly makes ListTasks read the reference's words on startedBy
+	// literally: "When you specify startedBy as the filter, it must be the
+	// only filter that you use". A startedBy with a desiredStatus is then
+	// refused (InvalidParameterException), and a startedBy alone lists its
+	// tasks of every desired status. Without it (as moto does) the two
+	// combine.
+	StartedByOnly bool
 	// RateLimits turns on the account-wide token buckets per API action.
 	RateLimits bool
 	// RateLimitFigures replace DefaultRateLimits' figures for the actions
@@ -121,6 +128,7 @@ type Faults struct {
 	InfraStopRate         float64              `json:"infraStopRate"`
 	InfraStopDelay        time.Duration        `json:"infraStopDelay"`
 	InfraStopGraceful     bool                 `json:"infraStopGraceful"`
+	StartedByOnly         bool                 `json:"startedByOnly"`
 	RateLimits            bool                 `json:"rateLimits"`
 	RateLimitFigures      map[string]RateLimit `json:"rateLimitFigures"`
 	TokenReplayAfterPurge string               `json:"tokenReplayAfterPurge"`
@@ -141,6 +149,7 @@ func (o Options) faults() Faults {
 		InfraStopRate:         o.InfraStopRate,
 		InfraStopDelay:        o.InfraStopDelay,
 		InfraStopGraceful:     o.InfraStopGraceful,
+		StartedByOnly:         o.StartedByOnly,
 		RateLimits:            o.RateLimits,
 		RateLimitFigures:      o.RateLimitFigures,
 		TokenReplayAfterPurge: o.TokenReplayAfterPurge,

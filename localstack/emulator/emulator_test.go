@@ -388,6 +388,36 @@ func TestListTasks(t *testing.T) {
 	require.Len(t, fam.TaskArns, 3)
 }
 
+// StartedByOnly reads the ListTasks reference literally: a startedBy is the
+// only filter. With desiredStatus it is refused, and alone it lists the
+// tasks of every desired status.
+func TestListTasksStartedByOnly(t *testing.T) {
+	t.Parallel()
+	e := start(t, Options{StopTimeout: time.Second, StartedByOnly: true})
+	ctx := ctxT(t)
+	register(t, ctx, e.ecs, "sbo", shell("main", "sleep 30"))
+	out, err := e.ecs.RunTask(ctx, &ecs.RunTaskInput{TaskDefinition: aws.String("sbo"), StartedBy: aws.String("only"), Count: aws.Int32(2)})
+	require.NoError(t, err)
+	victim := aws.ToString(out.Tasks[0].TaskArn)
+	_, err = e.ecs.StopTask(ctx, &ecs.StopTaskInput{Task: aws.String(victim)})
+	require.NoError(t, err)
+	waitTask(t, ctx, e.ecs, victim, stopped)
+
+	var ipe *types.InvalidParameterException
+	for _, st := range []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped} {
+		_, err := e.ecs.ListTasks(ctx, &ecs.ListTasksInput{StartedBy: aws.String("only"), DesiredStatus: st})
+		require.ErrorAs(t, err, &ipe, "startedBy with desiredStatus %s", st)
+		require.Contains(t, ipe.ErrorMessage(), "startedBy must be the only filter")
+	}
+	all, err := e.ecs.ListTasks(ctx, &ecs.ListTasksInput{StartedBy: aws.String("only")})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{victim, aws.ToString(out.Tasks[1].TaskArn)}, all.TaskArns, "running and stopped alike")
+	// Without startedBy, desiredStatus filters as usual.
+	running, err := e.ecs.ListTasks(ctx, &ecs.ListTasksInput{Family: aws.String("sbo")})
+	require.NoError(t, err)
+	require.Equal(t, []string{aws.ToString(out.Tasks[1].TaskArn)}, running.TaskArns)
+}
+
 func TestStoppedTaskExpires(t *testing.T) {
 	t.Parallel()
 	e := start(t, Options{StoppedRetention: 300 * time.Millisecond})

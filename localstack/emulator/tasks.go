@@ -911,9 +911,18 @@ func (e *Emulator) listTasks(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	strict := e.faults.StartedByOnly
+	e.mu.Unlock()
+	if strict && req.StartedBy != "" && req.DesiredStatus != "" {
+		return nil, invalidParam("startedBy must be the only filter: it cannot be combined with desiredStatus")
+	}
 	limit, after, err := req.check()
 	if err != nil {
 		return nil, err
+	}
+	if strict && req.StartedBy != "" {
+		req.DesiredStatus = "" // every desired status
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -999,7 +1008,7 @@ func encodeTaskPageToken(seq uint64) string {
 // container instance, so that filter lists nothing either.
 func (req *listTasksReq) matches(t *task) bool {
 	switch {
-	case t.desiredStatus != req.DesiredStatus:
+	case req.DesiredStatus != "" && t.desiredStatus != req.DesiredStatus: // "": every status (StartedByOnly)
 		return false
 	case req.StartedBy != "" && t.startedBy != req.StartedBy:
 		return false

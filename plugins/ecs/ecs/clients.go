@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -73,6 +74,10 @@ type clients struct {
 
 	mu      sync.Mutex
 	pollers map[string]*poller
+
+	// startedByOnly is set once ECS refused a ListTasks that combined
+	// startedBy with desiredStatus (listTasks).
+	startedByOnly atomic.Bool
 }
 
 // wait takes one call of api from the process's budget.

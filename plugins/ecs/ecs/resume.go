@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -240,24 +241,69 @@ func describeTagged(ctx context.Context, cl *clients, cluster string, arns []str
 }
 
 // listTasks lists a startedBy's tasks of one desired status, every page.
-// startedBy cannot be combined with family, serviceName, launchType or
-// containerInstance, so the listing is by cluster and startedBy only.
+//
+// The ListTasks reference says of startedBy: "When you specify startedBy as
+// the filter, it must be the only filter that you use." ECS answers a
+// startedBy with desiredStatus all the same (moto, a second emulator,
+// combines them too), and the listing by status is what finds a stopped
+// task. So the combined request goes first. If ECS refuses it
+// (InvalidParameterException naming startedBy), the client lists by
+// startedBy alone from then on and keeps the tasks of the wanted desired
+// status by describing them (DescribeTasks returns desiredStatus). A
+// startedBy alone may list only RUNNING tasks (the default status filter):
+// a stopped task then goes unseen, and Resume falls back on reissuing the
+// launch under its client token.
 func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, status types.DesiredStatus) ([]string, error) {
+	if !cl.startedByOnly.Load() {
+		arns, err := listPages(ctx, cl, &ecs.ListTasksInput{Cluster: aws.String(cluster), StartedBy: aws.String(startedBy), DesiredStatus: status})
+		if err == nil || !refusesCombinedStartedBy(err) {
+			if err != nil {
+				return nil, classify("listing "+string(status)+" tasks started by "+startedBy, err)
+			}
+			return arns, nil
+		}
+		cl.startedByOnly.Store(true)
+		cl.log.Warn("ECS refused ListTasks with startedBy and desiredStatus together: listing by startedBy alone from now on", "err", errorMessage(err))
+	}
+	all, err := listPages(ctx, cl, &ecs.ListTasksInput{Cluster: aws.String(cluster), StartedBy: aws.String(startedBy)})
+	if err != nil {
+		return nil, classify("listing the tasks started by "+startedBy, err)
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	tasks, err := describeTagged(ctx, cl, cluster, all)
+	if err != nil {
+		return nil, classify("describing the tasks started by "+startedBy, err)
+	}
 	var arns []string
-	pages := ecs.NewListTasksPaginator(cl.ecs, &ecs.ListTasksInput{
-		Cluster:       aws.String(cluster),
-		StartedBy:     aws.String(startedBy),
-		DesiredStatus: status,
-	})
+	for _, t := range tasks {
+		if aws.ToString(t.DesiredStatus) == string(status) {
+			arns = append(arns, aws.ToString(t.TaskArn))
+		}
+	}
+	return arns, nil
+}
+
+// listPages runs a ListTasks request through every page.
+func listPages(ctx context.Context, cl *clients, in *ecs.ListTasksInput) ([]string, error) {
+	var arns []string
+	pages := ecs.NewListTasksPaginator(cl.ecs, in)
 	for pages.HasMorePages() {
 		if err := cl.wait(ctx, apiListTasks); err != nil {
 			return nil, err
 		}
 		out, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, classify("listing "+string(status)+" tasks started by "+startedBy, err)
+			return nil, err
 		}
 		arns = append(arns, out.TaskArns...)
 	}
 	return arns, nil
+}
+
+// refusesCombinedStartedBy reports whether ECS refused a ListTasks for
+// combining startedBy with another filter.
+func refusesCombinedStartedBy(err error) bool {
+	return errorCode(err) == "InvalidParameterException" && strings.Contains(strings.ToLower(errorMessage(err)), "startedby")
 }

@@ -149,9 +149,27 @@ func TestResumeExpiredWithoutOutcome(t *testing.T) {
 	})
 }
 
-func TestResumeFindsTaskByStartedBy(t *testing.T) {
+// listingModes are the two readings of ListTasks' startedBy: combined with
+// desiredStatus (what ECS answers, and moto), and the reference's "it must be
+// the only filter" taken literally (emulator.Options.StartedByOnly). The
+// plugin finds tasks under both.
+var listingModes = map[string]emulator.Options{"combined": {}, "startedBy only": {StartedByOnly: true}}
+
+// inListingModes runs fn once per listing mode, in parallel.
+func inListingModes(t *testing.T, fn func(*testing.T, emulator.Options)) {
 	t.Parallel()
-	e := newEnv(t, emulator.Options{})
+	for name, opts := range listingModes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, opts)
+		})
+	}
+}
+
+func TestResumeFindsTaskByStartedBy(t *testing.T) { inListingModes(t, resumeFindsTaskByStartedBy) }
+
+func resumeFindsTaskByStartedBy(t *testing.T, opts emulator.Options) {
+	e := newEnv(t, opts)
 	plugintest.Run(t, e.p, func(t *testing.T, c plugintest.Client) {
 		job := e.job("echo found", nil)
 		rt1 := plugintest.NewRuntime(nil)
@@ -213,8 +231,11 @@ func TestResumeKeepsMaxFailCount(t *testing.T) {
 }
 
 func TestResumeWithoutHandleAdoptsAndCountsAttempts(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, emulator.Options{})
+	inListingModes(t, resumeWithoutHandleAdoptsAndCountsAttempts)
+}
+
+func resumeWithoutHandleAdoptsAndCountsAttempts(t *testing.T, opts emulator.Options) {
+	e := newEnv(t, opts)
 	job := e.job("echo try; exit 1", map[string]any{"max_fail_count": 2})
 	_, err := Direct(e.p).Execute(context.Background(), job, plugintest.NewRuntime(nil))
 	require.Error(t, err)
