@@ -70,6 +70,10 @@ type Options struct {
 	// LogLag delays each log event's visibility to GetLogEvents by a random
 	// time in [0, LogLag], keeping order within a stream.
 	LogLag time.Duration
+	// LogStreamDelay makes every awslogs stream appear to readers at least
+	// this long after its first event was written: CloudWatch showing a
+	// stream late. Until then GetLogEvents answers ResourceNotFoundException.
+	LogStreamDelay time.Duration
 	// RunTaskTransientRate is the fraction of RunTask calls answered with a
 	// transient capacity or EC2 rate error, launching nothing.
 	RunTaskTransientRate float64
@@ -124,6 +128,7 @@ type Faults struct {
 	CapacityReasons       []string             `json:"capacityReasons"`
 	ConsistencyWindow     time.Duration        `json:"consistencyWindow"`
 	LogLag                time.Duration        `json:"logLag"`
+	LogStreamDelay        time.Duration        `json:"logStreamDelay"`
 	RunTaskTransientRate  float64              `json:"runTaskTransientRate"`
 	InfraStopRate         float64              `json:"infraStopRate"`
 	InfraStopDelay        time.Duration        `json:"infraStopDelay"`
@@ -145,6 +150,7 @@ func (o Options) faults() Faults {
 		CapacityReasons:       o.CapacityReasons,
 		ConsistencyWindow:     o.ConsistencyWindow,
 		LogLag:                o.LogLag,
+		LogStreamDelay:        o.LogStreamDelay,
 		RunTaskTransientRate:  o.RunTaskTransientRate,
 		InfraStopRate:         o.InfraStopRate,
 		InfraStopDelay:        o.InfraStopDelay,

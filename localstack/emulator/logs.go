@@ -23,8 +23,8 @@ type logStream struct {
 	created     time.Time
 	events      []logEvent
 	lastVisible time.Time
-	// hidden. An awslogs stream created under LogLag exists for readers
-	// only once its first event is visible.
+	// hidden. An awslogs stream created under LogLag or LogStreamDelay
+	// exists for readers only once its first event is visible.
 	hidden bool
 }
 
@@ -42,6 +42,9 @@ func (s *logStream) exists(now time.Time) bool {
 // [0, LogLag], never before the stream's earlier events. e.mu must be held.
 func (e *Emulator) add(s *logStream, ts int64, msg string, now time.Time) {
 	vis := now.Add(e.upTo(e.faults.LogLag))
+	if first := now.Add(e.faults.LogStreamDelay); len(s.events) == 0 && vis.Before(first) {
+		vis = first // the stream itself shows late
+	}
 	if vis.Before(s.lastVisible) {
 		vis = s.lastVisible
 	}
@@ -100,7 +103,7 @@ func (e *Emulator) ensureStreamLocked(group, stream string) *logStream {
 	}
 	s, ok := g.streams[stream]
 	if !ok {
-		s = &logStream{name: stream, created: time.Now(), hidden: e.faults.LogLag > 0}
+		s = &logStream{name: stream, created: time.Now(), hidden: e.faults.LogLag > 0 || e.faults.LogStreamDelay > 0}
 		g.streams[stream] = s
 	}
 	return s

@@ -119,6 +119,8 @@ func settings() []setting {
 			func(o *Options) *time.Duration { return &o.ConsistencyWindow }),
 		durationSetting("log-lag", "TETHER_EMULATOR_LOG_LAG", "each log event reaches GetLogEvents after a random delay up to this",
 			func(o *Options) *time.Duration { return &o.LogLag }),
+		durationSetting("log-stream-delay", "TETHER_EMULATOR_LOG_STREAM_DELAY", "each awslogs stream appears to readers this long after its first event",
+			func(o *Options) *time.Duration { return &o.LogStreamDelay }),
 		rateSetting("run-task-transient-rate", "TETHER_EMULATOR_RUN_TASK_TRANSIENT_RATE", "fraction of RunTask calls failing with a transient error",
 			func(o *Options) *float64 { return &o.RunTaskTransientRate }),
 		rateSetting("infra-stop-rate", "TETHER_EMULATOR_INFRA_STOP_RATE", "fraction of running tasks stopped by the infrastructure",

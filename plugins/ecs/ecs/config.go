@@ -41,6 +41,11 @@ const (
 	// (read errors, a budget shared by many jobs). The job then ends with a
 	// line saying its log may be incomplete.
 	DefaultLogDrainTimeout = 5 * time.Minute
+	// DefaultLogStreamWait is how long a stopped task's log stream that
+	// does not exist yet is looked for. awslogs creates a stream with its
+	// first event, and CloudWatch may show it later than log_settle under
+	// load. A container that never wrote a line costs this much.
+	DefaultLogStreamWait = 10 * time.Second
 	// DefaultStoppedTaskRetention is how long ECS is taken to keep a
 	// stopped task describable. A launch older than this whose task is not
 	// found is never reissued.
@@ -51,7 +56,7 @@ const (
 var configKeys = []string{
 	"api_rates", "cluster", "consistency_window", "container_overrides", "cpu",
 	"endpoint", "execution_role_arn", "launch_retry_timeout", "launch_type",
-	"log_drain_timeout", "log_settle", "max_fail_count", "max_infra_relaunches",
+	"log_drain_timeout", "log_settle", "log_stream_wait", "max_fail_count", "max_infra_relaunches",
 	"memory", "network_configuration", "poll_interval", "region",
 	"stopped_task_retention", "tags", "task_count", "task_definition",
 	"task_definition_template", "task_role_arn", "timeout",
@@ -91,6 +96,7 @@ type Config struct {
 	LaunchRetryTimeout   time.Duration
 	LogSettle            time.Duration
 	LogDrainTimeout      time.Duration
+	LogStreamWait        time.Duration
 	StoppedTaskRetention time.Duration
 	// APIRates are the process's calls per second per API (api_rates).
 	// Missing entries take DefaultAPIRates.
@@ -160,6 +166,7 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		LaunchRetryTimeout:   DefaultLaunchRetryTimeout,
 		LogSettle:            DefaultLogSettle,
 		LogDrainTimeout:      DefaultLogDrainTimeout,
+		LogStreamWait:        DefaultLogStreamWait,
 		StoppedTaskRetention: DefaultStoppedTaskRetention,
 	}
 	fields := c.fields()
@@ -229,6 +236,7 @@ func (c *Config) fields() map[string]fieldDecoder {
 		"launch_retry_timeout":     set(&c.LaunchRetryTimeout, duration(true)),
 		"log_settle":               set(&c.LogSettle, duration(true)),
 		"log_drain_timeout":        set(&c.LogDrainTimeout, duration(false)),
+		"log_stream_wait":          set(&c.LogStreamWait, duration(false)),
 		"stopped_task_retention":   set(&c.StoppedTaskRetention, duration(false)),
 		"api_rates":                set(&c.APIRates, unkeyed(parseRates)),
 		"region":                   set(&c.Region, dec.String),
@@ -286,6 +294,9 @@ func (c *Config) check() error {
 	}
 	if c.LogDrainTimeout <= c.LogSettle {
 		return dec.Errorf("log_drain_timeout (%s) must be longer than log_settle (%s)", c.LogDrainTimeout, c.LogSettle)
+	}
+	if c.LogStreamWait > c.LogDrainTimeout {
+		return dec.Errorf("log_stream_wait (%s) must not be longer than log_drain_timeout (%s)", c.LogStreamWait, c.LogDrainTimeout)
 	}
 	return checkTags(c.Tags)
 }

@@ -60,8 +60,10 @@ func newEnv(t *testing.T, opts emulator.Options) *env {
 func (e *env) job(script string, extra map[string]any) *plugin.Job {
 	ctx := map[string]any{
 		"poll_interval": "50ms",
-		// The kind emulator delivers log events at once.
-		"log_settle": "50ms",
+		// The kind emulator delivers log events at once, and shows a
+		// stream with its first event.
+		"log_settle":      "50ms",
+		"log_stream_wait": "200ms",
 		"task_definition_template": map[string]any{
 			"family": "tether-test",
 			"containerDefinitions": []any{map[string]any{

@@ -199,11 +199,25 @@ func TestHostileLogThrottlingDoesNotDecideTheJob(t *testing.T) {
 func TestHostileMissingStreamIsNamedOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, hostile(nil))
-	job := e.job("true", map[string]any{"log_settle": "2s"})
+	job := e.job("true", map[string]any{"log_settle": "2s", "log_stream_wait": "1s"})
 	rt := plugintest.NewGatedRuntime(nil)
 	_, err := Direct(e.p).Execute(context.Background(), job, rt)
 	require.NoError(t, err)
 	require.Equal(t, 1, strings.Count(rt.StderrString(), "no log stream"), "stderr: %s", rt.StderrString())
+}
+
+// A stream CloudWatch shows later than log_settle is looked for until
+// log_stream_wait, not given up at the first drain read: the job's line is
+// in its stdout, once.
+func TestHostileLateStreamIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{LogStreamDelay: 3 * time.Second})
+	job := e.job("echo late-line", map[string]any{"log_settle": "200ms", "log_stream_wait": "20s"})
+	rt := plugintest.NewGatedRuntime(nil)
+	_, err := Direct(e.p).Execute(context.Background(), job, rt)
+	require.NoError(t, err, "stderr: %s", rt.StderrString())
+	require.Equal(t, "late-line\n", rt.StdoutString(), "stderr: %s", rt.StderrString())
+	require.NotContains(t, rt.StderrString(), "no log stream")
 }
 
 // A launch begun longer ago than stopped_task_retention whose task is not

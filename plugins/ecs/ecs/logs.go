@@ -20,6 +20,9 @@ const (
 	// next try (throttling waits less: the budget paces it anyway).
 	logErrorRetry    = 10 * time.Second
 	logThrottleRetry = 2 * time.Second
+	// logMissingRetry is the longest wait before a stopped task's missing
+	// stream is looked for again (log_stream_wait).
+	logMissingRetry = time.Second
 )
 
 // stream is one container's awslogs stream of a task's current launch.
@@ -254,11 +257,17 @@ func (r *run) logReadFailed(ctx context.Context, s *stream, cur *LogCursor, prio
 	switch {
 	case code == "ResourceNotFoundException":
 		if prio <= prioDrain {
-			// The container never wrote a line (awslogs creates the stream
-			// with the first event), or the group is not where the task
-			// definition says.
+			// awslogs creates the stream with its first event, which
+			// CloudWatch may show later than log_settle. It is looked for
+			// until log_stream_wait from the first drain read. After that
+			// the container never wrote a line, or the group is not where
+			// the task definition says.
+			if now.Sub(s.drainAt) < r.cfg.LogStreamWait {
+				s.retryAt = now.Add(min(r.cfg.PollInterval, logMissingRetry))
+				return
+			}
 			s.done = true
-			r.stderrf("task %d: no log stream %s in group %s", s.task, s.name, s.group)
+			r.stderrf("task %d: no log stream %s in group %s after log_stream_wait %s", s.task, s.name, s.group, r.cfg.LogStreamWait)
 			return
 		}
 		s.nextTail = now.Add(r.cfg.PollInterval)
