@@ -57,6 +57,10 @@ type Options struct {
 	Latency time.Duration
 	// FailToStartRate is the fraction of tasks that stop with TaskFailedToStart.
 	FailToStartRate float64
+	// FailToStartReasons are the stopped reasons a failure to start picks
+	// from, uniformly per task (default: one injected CannotPullContainerError).
+	// The FailToStart* constants are real ones.
+	FailToStartReasons []string
 	// CapacityErrorRate is the fraction of RunTask task slots returned under
 	// failures instead of being launched.
 	CapacityErrorRate float64
@@ -124,6 +128,7 @@ type Faults struct {
 	ServerErrorsAfterRun  bool                 `json:"serverErrorsAfterRun"`
 	Latency               time.Duration        `json:"latency"`
 	FailToStartRate       float64              `json:"failToStartRate"`
+	FailToStartReasons    []string             `json:"failToStartReasons"`
 	CapacityErrorRate     float64              `json:"capacityErrorRate"`
 	CapacityReasons       []string             `json:"capacityReasons"`
 	ConsistencyWindow     time.Duration        `json:"consistencyWindow"`
@@ -146,6 +151,7 @@ func (o Options) faults() Faults {
 		ServerErrorsAfterRun:  o.ServerErrorsAfterRun,
 		Latency:               o.Latency,
 		FailToStartRate:       o.FailToStartRate,
+		FailToStartReasons:    o.FailToStartReasons,
 		CapacityErrorRate:     o.CapacityErrorRate,
 		CapacityReasons:       o.CapacityReasons,
 		ConsistencyWindow:     o.ConsistencyWindow,
@@ -165,6 +171,7 @@ func (o Options) faults() Faults {
 // clone copies the slice and map so the emulator never shares them with a caller.
 func (f Faults) clone() Faults {
 	f.CapacityReasons = slices.Clone(f.CapacityReasons)
+	f.FailToStartReasons = slices.Clone(f.FailToStartReasons)
 	f.RateLimitFigures = maps.Clone(f.RateLimitFigures)
 	return f
 }

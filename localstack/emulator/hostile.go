@@ -15,6 +15,21 @@ const (
 	ReasonFargateCapacity = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
 )
 
+// Stopped reasons of tasks that fail to start (stopCode TaskFailedToStart),
+// in the words of the developer guide's "Amazon ECS stopped task error
+// messages" pages (CannotPullContainer errors, ResourceInitializationError).
+// The first two are transient (a registry's pull rate limit, a network
+// timeout fetching a secret), the last two are not (no such image, no
+// permission to read a secret).
+const (
+	FailToStartPullRateLimit = "CannotPullContainerError: pull image manifest has been retried 5 time(s): failed to resolve ref docker.io/library/busybox:latest: unexpected status from HEAD request: 429 Too Many Requests: toomanyrequests: You have reached your pull rate limit."
+	FailToStartSecretTimeout = "ResourceInitializationError: unable to pull secrets or registry auth: execution resource retrieval failed: unable to retrieve secret from asm: service call has been retried 5 time(s): RequestError: send request failed caused by: Post \"https://secretsmanager.eu-west-1.amazonaws.com/\": dial tcp 10.0.0.1:443: i/o timeout"
+	FailToStartNoImage       = "CannotPullContainerError: pull image manifest has been retried 5 time(s): failed to resolve ref docker.io/library/no-such-image:latest: docker.io/library/no-such-image:latest: not found"
+	FailToStartSecretDenied  = "ResourceInitializationError: unable to pull secrets or registry auth: execution resource retrieval failed: unable to retrieve secret from asm: service call has been retried 1 time(s): failed to fetch secret arn:aws:secretsmanager:eu-west-1:123456789012:secret:db from secrets manager: AccessDeniedException: User is not authorized to perform secretsmanager:GetSecretValue"
+	// failToStartDefault is the reason when none is configured.
+	failToStartDefault = "CannotPullContainerError: injected failure to start"
+)
+
 // AllCapacityReasons lists every capacity failure reason the emulator knows.
 func AllCapacityReasons() []string {
 	return []string{ReasonResourceCPU, ReasonResourceMemory, ReasonAgent, ReasonFargateCapacity}
@@ -89,6 +104,15 @@ type infraStop struct {
 // pickInfraStop plans an infrastructure stop. e.mu must be held. The stop
 // codes are the TaskStopCode values that mean infrastructure. The reasons
 // follow what ECS reports (README.md says where each comes from).
+// pickFailToStartReason picks a failing start's stopped reason. e.mu must
+// be held.
+func (e *Emulator) pickFailToStartReason() string {
+	if rs := e.faults.FailToStartReasons; len(rs) > 0 {
+		return rs[e.rng.IntN(len(rs))]
+	}
+	return failToStartDefault
+}
+
 func (e *Emulator) pickInfraStop() *infraStop {
 	d := e.faults.InfraStopDelay
 	if d <= 0 {

@@ -110,6 +110,9 @@ func settings() []setting {
 			func(o *Options) *time.Duration { return &o.Latency }),
 		rateSetting("fail-to-start-rate", "TETHER_EMULATOR_FAIL_TO_START_RATE", "fraction of tasks stopping with TaskFailedToStart",
 			func(o *Options) *float64 { return &o.FailToStartRate }),
+		{flag: "fail-to-start-reasons", env: "TETHER_EMULATOR_FAIL_TO_START_REASONS",
+			usage: "'|'-separated stopped reasons a failure to start picks from: literal reasons, or real (the FailToStart* ones: two transient, two not)",
+			set:   setFailToStartReasons},
 		rateSetting("capacity-error-rate", "TETHER_EMULATOR_CAPACITY_ERROR_RATE", "fraction of RunTask slots returned under failures",
 			func(o *Options) *float64 { return &o.CapacityErrorRate }),
 		{flag: "capacity-reasons", env: "TETHER_EMULATOR_CAPACITY_REASONS",
@@ -173,6 +176,27 @@ func setCapacityReasons(o *Options, v string) error {
 			o.CapacityReasons = append(o.CapacityReasons, capacityAliases[r])
 		case r != "":
 			o.CapacityReasons = append(o.CapacityReasons, r)
+		}
+	}
+	return nil
+}
+
+// RealFailToStartReasons are the FailToStart* reasons, transient first.
+func RealFailToStartReasons() []string {
+	return []string{FailToStartPullRateLimit, FailToStartSecretTimeout, FailToStartNoImage, FailToStartSecretDenied}
+}
+
+// setFailToStartReasons reads '|'-separated reasons: the stopped reasons
+// contain commas.
+func setFailToStartReasons(o *Options, v string) error {
+	o.FailToStartReasons = nil
+	for r := range strings.SplitSeq(v, "|") {
+		switch r = strings.TrimSpace(r); r {
+		case "real":
+			o.FailToStartReasons = append(o.FailToStartReasons, RealFailToStartReasons()...)
+		case "":
+		default:
+			o.FailToStartReasons = append(o.FailToStartReasons, r)
 		}
 	}
 	return nil

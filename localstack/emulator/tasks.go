@@ -74,6 +74,7 @@ type task struct {
 	version       int64
 	containers    []*container
 	failStart     bool
+	failReason    string // its stopped reason, when failStart
 	stopReq       chan struct{}
 	// visibleAt is when DescribeTasks and ListTasks start seeing the task.
 	visibleAt time.Time
@@ -440,6 +441,9 @@ func (e *Emulator) newTask(c *cluster, td *taskDef, req runTaskReq, ov overrides
 		stopReq:   make(chan struct{}, 1),
 		visibleAt: now.Add(e.upTo(e.faults.ConsistencyWindow)),
 	}
+	if t.failStart {
+		t.failReason = e.pickFailToStartReason()
+	}
 	if e.chance(e.faults.InfraStopRate) {
 		t.infra = e.pickInfraStop()
 	}
@@ -588,12 +592,13 @@ func (e *Emulator) provision(t *task) bool {
 		return false
 	}
 	if t.failStart {
+		reason := t.failReason
 		e.setStatus(t, func() {
 			for _, c := range t.containers {
-				c.reason = "CannotPullContainerError: injected failure to start"
+				c.reason = reason
 			}
 		})
-		e.finish(t, "TaskFailedToStart", "CannotPullContainerError: injected failure to start")
+		e.finish(t, "TaskFailedToStart", reason)
 		return false
 	}
 	return true

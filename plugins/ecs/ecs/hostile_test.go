@@ -415,6 +415,37 @@ func TestHostileSpotInterruptionAnsweredByExitZero(t *testing.T) {
 	require.Equal(t, 1+out.Tasks[0].Relaunch, e.em.Launches(StartedBy(job.ID, 0)))
 }
 
+// A task that fails to start for a cause that passes on its own (a pull
+// rate limit) is relaunched on the infrastructure's budget, so
+// max_fail_count 1 does not end the job, and it succeeds once the cause
+// passed. One that fails for its own cause (no such image) ends it at once.
+func TestHostileTransientStartFailureIsRelaunched(t *testing.T) {
+	t.Parallel()
+	t.Run("transient", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, emulator.Options{FailToStartRate: 1, FailToStartReasons: []string{emulator.FailToStartPullRateLimit}})
+		job := e.job("echo ran", map[string]any{"max_fail_count": 1, "max_infra_relaunches": 5})
+		rt := plugintest.NewGatedRuntime(nil)
+		call := runAsync(func() (*plugin.Result, error) { return Direct(e.p).Execute(context.Background(), job, rt) })
+		waitStderr(t, rt, "failed to start, transiently: CannotPullContainerError")
+		e.em.SetFaults(emulator.Faults{})
+		call.wait(t, 60*time.Second)
+		require.NoError(t, call.err, "stderr: %s", rt.StderrString())
+		require.Equal(t, "ran\n", rt.StdoutString())
+		require.GreaterOrEqual(t, e.em.Launches(StartedBy(job.ID, 0)), 2, "relaunched")
+	})
+	t.Run("its own cause", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, emulator.Options{FailToStartRate: 1, FailToStartReasons: []string{emulator.FailToStartNoImage}})
+		job := e.job("echo ran", map[string]any{"max_fail_count": 1, "max_infra_relaunches": 5})
+		_, err := Direct(e.p).Execute(context.Background(), job, plugintest.NewGatedRuntime(nil))
+		class, msg := plugintest.Error(t, err)
+		require.Equal(t, plugin.Permanent, class)
+		require.Contains(t, msg, "failed after 1 launch attempt(s): failed to start: CannotPullContainerError")
+		require.Equal(t, 1, e.em.Launches(StartedBy(job.ID, 0)))
+	})
+}
+
 // A job canceled right after launching many tasks: their ARNs may not have
 // reached the handle (more than 16 tasks ride the coalesced checkpoint),
 // and ECS does not list new tasks at once. Cleanup says so, retriably,

@@ -48,6 +48,11 @@ type stoppedTask struct {
 // container exited 0. A missing exit code is not success.
 func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string) {
 	if t.StopCode == stopCodeFTS {
+		if transientStartFailure(t.StoppedReason) {
+			// Nothing of the work ran, and the cause passes on its own:
+			// relaunched on the infrastructure's budget, not max_fail_count.
+			return outcomeInfra, "failed to start, transiently: " + t.StoppedReason
+		}
 		return outcomeFailed, "failed to start: " + orUnknown(t.StoppedReason)
 	}
 	if infraStopCodes[t.StopCode] {
@@ -74,6 +79,46 @@ func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string)
 		r += "; stopped: " + t.StoppedReason
 	}
 	return outcomeFailed, r
+}
+
+// startFailureNotTransient are words of a TaskFailedToStart reason that say
+// the cause is the job's own and will not pass: no such image or tag, no
+// permission, a bad reference. They win over the transient words, which a
+// message may carry too ("retried 5 time(s)").
+var startFailureNotTransient = []string{
+	"not found", "manifest unknown", "accessdenied", "access denied", "not authorized", "unauthorized",
+	"invalid reference format", "no such", "denied:",
+}
+
+// startFailureTransient are words of a TaskFailedToStart reason whose cause
+// passes on its own, from the developer guide's "CannotPullContainer task
+// errors" and "ResourceInitializationError" pages: a registry's pull rate
+// limit (toomanyrequests, 429), a network timeout or reset reaching the
+// registry, Secrets Manager or SSM, throttling, and the ENI that took too
+// long to attach.
+var startFailureTransient = []string{
+	"toomanyrequests", "429 too many requests", "i/o timeout", "context deadline exceeded", "tls handshake timeout",
+	"connection reset by peer", "send request failed", "throttlingexception", "throttling: rate exceeded",
+	"timeout waiting for network interface", "requestlimitexceeded", "503 service unavailable",
+}
+
+// transientStartFailure reports whether a TaskFailedToStart reason has a
+// cause that passes on its own (startFailureTransient) and none that will
+// not (startFailureNotTransient). An unknown reason is not transient: it
+// counts against max_fail_count as before.
+func transientStartFailure(reason string) bool {
+	r := strings.ToLower(reason)
+	for _, w := range startFailureNotTransient {
+		if strings.Contains(r, w) {
+			return false
+		}
+	}
+	for _, w := range startFailureTransient {
+		if strings.Contains(r, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // essentialProblems says what is wrong with the essential containers'

@@ -4,9 +4,27 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/localstack/emulator"
 )
 
 func code(n int32) *int32 { return &n }
+
+func TestTransientStartFailure(t *testing.T) {
+	for reason, want := range map[string]bool{
+		emulator.FailToStartPullRateLimit: true,
+		emulator.FailToStartSecretTimeout: true,
+		emulator.FailToStartNoImage:       false,
+		emulator.FailToStartSecretDenied:  false,
+		"ResourceInitializationError: failed to configure ENI: Timeout waiting for network interface provisioning to complete.":                                                                  true,
+		"CannotPullContainerError: ref pull has been retried 1 time(s): failed to copy: httpReadSeeker: failed open: unexpected status code https://registry-1.docker.io: 429 Too Many Requests": true,
+		"CannotPullContainerError: pull access denied for private/app, repository does not exist or may require 'docker login': denied: requested access to the resource is denied":              false,
+		"CannotPullContainerError: injected failure to start": false, // unknown words: counted
+		"": false,
+	} {
+		require.Equal(t, want, transientStartFailure(reason), reason)
+	}
+}
 
 func TestEvaluate(t *testing.T) {
 	ess := map[string]bool{"app": true, "sidecar": false}
@@ -26,6 +44,14 @@ func TestEvaluate(t *testing.T) {
 			outcomeFailed, "container app has no exit code (CannotPullContainerError)"},
 		{"failed to start", stoppedTask{StopCode: "TaskFailedToStart", StoppedReason: "ResourceInitializationError: boom",
 			Containers: []containerResult{{Name: "app", ExitCode: code(0)}}}, outcomeFailed, "failed to start: ResourceInitializationError: boom"},
+		{"failed to start on a pull rate limit", stoppedTask{StopCode: "TaskFailedToStart", StoppedReason: emulator.FailToStartPullRateLimit},
+			outcomeInfra, "failed to start, transiently: CannotPullContainerError"},
+		{"failed to start on a secret's network timeout", stoppedTask{StopCode: "TaskFailedToStart", StoppedReason: emulator.FailToStartSecretTimeout},
+			outcomeInfra, "failed to start, transiently: ResourceInitializationError"},
+		{"failed to start: no such image", stoppedTask{StopCode: "TaskFailedToStart", StoppedReason: emulator.FailToStartNoImage},
+			outcomeFailed, "failed to start: CannotPullContainerError"},
+		{"failed to start: secret denied", stoppedTask{StopCode: "TaskFailedToStart", StoppedReason: emulator.FailToStartSecretDenied},
+			outcomeFailed, "AccessDeniedException"},
 		{"unknown container counts as essential", stoppedTask{Containers: []containerResult{
 			{Name: "app", ExitCode: code(0)}, {Name: "other", ExitCode: code(1)},
 		}}, outcomeFailed, "container other exited with code 1"},
