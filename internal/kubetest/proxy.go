@@ -152,6 +152,13 @@ func (p *Proxy) Inject(f Fault) {
 	p.faults = append(p.faults, &f)
 }
 
+// Clear removes every fault still to be injected.
+func (p *Proxy) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults = nil
+}
+
 // Injected is how many requests were answered with a fault.
 func (p *Proxy) Injected() int {
 	p.mu.Lock()

@@ -170,8 +170,20 @@ func TestFollowRefusedInformer(t *testing.T) {
 		assert.Contains(t, msg, "auth_grace 1s")
 		assert.Contains(t, msg, "keeps running")
 		assert.Equal(t, outcomeUnknown, lastHandle(t, rt.Handle()).Outcome)
+		assert.True(t, lastHandle(t, rt.Handle()).Blind, "decided blind")
 		_, err = k.env.Dynamic.Resource(GVR).Namespace(ns).Get(context.Background(), AppName(job.ID), metav1.GetOptions{})
 		assert.NoError(t, err, "left running: the host's Cleanup deletes it")
+
+		// The refusal ends and the application completes. A Resume (the
+		// agent died before storing the end) looks again instead of
+		// reporting the blind outcome: the job succeeded.
+		k.proxy.Clear()
+		k.setAppState(t, ns, AppName(job.ID), "COMPLETED", "")
+		rt2 := plugintest.NewRuntime(rt.Handle())
+		_, err = p.Resume(context.Background(), job, rt2)
+		require.NoError(t, err, rt2.StderrString())
+		assert.Contains(t, rt2.StderrString(), "was decided while the API server refused the plugin; looking at SparkApplication")
+		assert.Equal(t, outcomeSucceeded, lastHandle(t, rt2.Handle()).Outcome)
 	})
 	t.Run("within auth_grace", func(t *testing.T) {
 		p, ns, newJob := setup(t, "1m")

@@ -48,6 +48,10 @@ type Handle struct {
 	UIDMismatch string `json:"uid_mismatch,omitempty"`
 	Outcome     string `json:"outcome,omitempty"` // succeeded, failed, outcome_unknown
 	Message     string `json:"message,omitempty"` // why, for failed and outcome_unknown
+	// Blind says Outcome (outcome_unknown) was decided by losing sight of
+	// the application (the API server refused the plugin past auth_grace),
+	// not by anything it did. A Resume looks again before it reports it.
+	Blind bool `json:"blind,omitempty"`
 }
 
 // LogPosition is how far the driver's log has been copied. It holds the

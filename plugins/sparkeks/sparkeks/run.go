@@ -462,6 +462,12 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 	if r.h != nil {
 		// The application is where it was created, whatever the settings say now.
 		r.cfg.Namespace = r.h.Namespace
+		if r.h.Outcome != "" && r.h.Blind {
+			// Decided while the plugin could not see the application: it
+			// may have ended since (or be running on). Look again.
+			r.notef("the recorded outcome (%s) was decided while the API server refused the plugin; looking at SparkApplication %s again", r.h.Outcome, r.ref())
+			r.h.Outcome, r.h.Message, r.h.Blind = "", "", false
+		}
 		if r.h.Outcome != "" {
 			res, err := r.recorded()
 			return true, res, err
@@ -680,8 +686,10 @@ func (f *follower) withLog(now time.Time) bool {
 func (f *follower) step(ctx context.Context, now time.Time) (done bool, res *plugin.Result, err error) {
 	r, s := f.r, f.s
 	appsHealth, _ := s.health()
-	if appsHealth.refused() && appsHealth.failingFor(now) >= r.cfg.AuthGrace {
-		return true, nil, r.lostTrack(ctx, "listing and watching it", appsHealth.Err, appsHealth.failingFor(now))
+	// Each call gets its own auth_grace: a Resume after an outage may find
+	// the shared informer still failing from before, about to recover.
+	if refused := min(appsHealth.failingFor(now), now.Sub(f.subscribed)); appsHealth.refused() && refused >= r.cfg.AuthGrace {
+		return true, nil, r.lostTrack(ctx, "listing and watching it", appsHealth.Err, refused)
 	}
 	app, synced := s.app()
 	degraded := appsHealth.Err != nil || (!synced && now.Sub(f.subscribed) >= f.fallback)
@@ -792,7 +800,7 @@ func (r *run) lostTrack(ctx context.Context, what string, err error, refused tim
 	r.stopLogs()
 	msg := fmt.Sprintf("lost track of SparkApplication %s: the API server refused %s for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup deletes it)",
 		r.ref(), what, refused.Round(time.Millisecond), r.cfg.AuthGrace, err)
-	r.h.Outcome, r.h.Message = outcomeUnknown, msg
+	r.h.Outcome, r.h.Message, r.h.Blind = outcomeUnknown, msg, true
 	if cerr := r.checkpoint(ctx); cerr != nil {
 		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", cerr)
 	}
