@@ -151,9 +151,11 @@ func TestSucceeds(t *testing.T) {
 func TestFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name, outcome, want string
+		class               plugin.ErrorClass
 	}{
-		{"failed", "failed", "executor lost: boom"},
-		{"submission failed", "submission_failed", "spark-submit: no such image"},
+		{"failed", "failed", "executor lost: boom", plugin.Permanent},
+		// No driver ran: the job's max_retry may submit it again.
+		{"submission failed", "submission_failed", "spark-submit: no such image", plugin.Retriable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
@@ -162,7 +164,7 @@ func TestFailures(t *testing.T) {
 			_, err := c.Execute(ctx, job, plugintest.NewRuntime(nil))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
-			require.Equal(t, plugin.Permanent, plugin.ClassOf(err))
+			require.Equal(t, tc.class, plugin.ClassOf(err))
 		})
 	}
 }

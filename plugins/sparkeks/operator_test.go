@@ -449,9 +449,10 @@ func TestOperatorRetryAdoptsACompletedApplication(t *testing.T) {
 
 // spark-submit is refused (a ResourceQuota allows no pods, so creating the
 // driver pod fails): SUBMISSION_FAILED, then FAILED under restartPolicy
-// Never, never submitted again. The job fails permanently with the
-// operator's message.
-func TestOperatorSubmissionRefusedIsPermanent(t *testing.T) {
+// Never, never submitted again. The job fails retriably with the
+// operator's message: no driver ran, and a quota full for a moment must
+// not fail it for good.
+func TestOperatorSubmissionRefusedIsRetriable(t *testing.T) {
 	t.Parallel()
 	s := operatorStack(t)
 	ctx := testCtx(t)
@@ -473,7 +474,7 @@ func TestOperatorSubmissionRefusedIsPermanent(t *testing.T) {
 	name := "spark-sql-job-" + job.ID
 	w := watchApp(t, ctx, s, ns, name)
 	_, err = connect(t).Execute(ctx, job, plugintest.NewRuntime(nil))
-	requireClass(t, err, plugin.Permanent)
+	requireClass(t, err, plugin.Retriable)
 	require.Contains(t, err.Error(), "failed to submit spark application")
 	require.Contains(t, err.Error(), "exceeded quota: no-pods")
 	// The plugin ends on SUBMISSION_FAILED. The operator then makes it FAILED.

@@ -172,6 +172,26 @@ func addQueryVolume(spec, driver map[string]any, job *plugin.Job, cfg Config) {
 
 // dropNamed removes the entries named name from the list m[key], and the
 // key when nothing is left.
+// webhookVolumes names the volumes of an application's spec.volumes that
+// reach its pods only through spark-operator's mutating webhook: every one
+// but the spark-local-dir-* volumes, which spark-submit passes itself
+// (pkg/util GetLocalVolumes, v2.5.2), and the query's, which rides the
+// driver's pod template (addQueryVolume). Without the webhook they are
+// dropped with no word from the operator.
+func webhookVolumes(spec map[string]any) []string {
+	vols, _ := spec["volumes"].([]any)
+	var out []string
+	for _, v := range vols {
+		m, _ := v.(map[string]any)
+		name, _ := m["name"].(string)
+		if name == "" || name == queryVolume || strings.HasPrefix(name, "spark-local-dir-") {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
 func dropNamed(m map[string]any, key, name string) {
 	items, ok := m[key].([]any)
 	if !ok {

@@ -1,6 +1,7 @@
 package sparkeks
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
+	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
 )
 
 func TestNames(t *testing.T) {
@@ -264,4 +266,32 @@ func TestBuildConfigMap(t *testing.T) {
 	assert.Equal(t, Kind, ref.Kind)
 	assert.Equal(t, AppName(job.ID), ref.Name)
 	assert.EqualValues(t, "uid-1", ref.UID)
+}
+
+func TestWebhookVolumes(t *testing.T) {
+	spec := func(names ...string) map[string]any {
+		vols := []any{}
+		for _, n := range names {
+			vols = append(vols, map[string]any{"name": n, "emptyDir": map[string]any{}})
+		}
+		return map[string]any{"volumes": vols}
+	}
+	assert.Empty(t, webhookVolumes(map[string]any{}), "none")
+	assert.Empty(t, webhookVolumes(spec(queryVolume, "spark-local-dir-1")), "the query's and spark-submit's own")
+	assert.Equal(t, []string{"data", "certs"}, webhookVolumes(spec("data", queryVolume, "certs", "spark-local-dir-x")))
+}
+
+// A template's spec.volumes need the operator's webhook: the submit says so
+// on the job's stderr, since without it they vanish with no word.
+func TestSubmitNamesWebhookVolumes(t *testing.T) {
+	e := newEnv(t)
+	job := newJob(t, map[string]any{"template": map[string]any{"spec": map[string]any{
+		"volumes": []any{map[string]any{"name": "data", "emptyDir": map[string]any{}}},
+	}}})
+	rt := plugintest.NewRuntime(nil)
+	ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
+	e.waitApp(t, job)
+	assert.Contains(t, rt.StderrString(), "spec.volumes data reach the pods only through spark-operator's mutating webhook")
+	e.setStatus(t, job, "COMPLETED", "", "")
+	require.NoError(t, wait(t, ch).err)
 }

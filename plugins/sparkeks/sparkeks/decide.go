@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
 // The policy decisions of the plugin, kept pure so they are tested as
@@ -153,6 +155,21 @@ func decideStuck(state string, everRunning bool, createdAt, now time.Time, start
 		return false
 	}
 	return !now.Before(createdAt.Add(startupTimeout))
+}
+
+// failedClass is the error class of a job whose application ended FAILED
+// or SUBMISSION_FAILED (failedOutcome outcomeFailed). SUBMISSION_FAILED
+// under restartPolicy Never, the only policy the plugin submits, means
+// spark-submit started no driver and the operator will not submit again
+// (reconcileFailedSubmissionSparkApplication). The cause was a full
+// ResourceQuota, a webhook down or a refused API call, and nothing of the
+// query ran, so the job is retriable (its max_retry bounds it). FAILED means
+// the driver ran: permanent.
+func failedClass(state string) plugin.ErrorClass {
+	if state == stateSubmissionFailed {
+		return plugin.Retriable
+	}
+	return plugin.Permanent
 }
 
 // failedOutcome is the job's outcome of an application that ended FAILED or

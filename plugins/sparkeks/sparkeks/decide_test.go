@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
 func TestDecideExisting(t *testing.T) {
@@ -119,6 +121,11 @@ func TestFailedOutcome(t *testing.T) {
 	assert.Equal(t, outcomeUnknown, failedOutcome("FAILED", "driver pod not found"))
 	assert.Equal(t, outcomeFailed, failedOutcome("FAILED", "driver container failed with ExitCode: 1, Reason: Error"))
 	assert.Equal(t, outcomeFailed, failedOutcome("SUBMISSION_FAILED", "failed to submit spark application"))
+}
+
+func TestFailedClass(t *testing.T) {
+	assert.Equal(t, plugin.Retriable, failedClass("SUBMISSION_FAILED"), "no driver ran: a retry is safe")
+	assert.Equal(t, plugin.Permanent, failedClass("FAILED"), "the driver ran")
 }
 
 func TestBuildAppRestartPolicyAndTTL(t *testing.T) {

@@ -81,7 +81,8 @@ func TestExecuteSucceeds(t *testing.T) {
 }
 
 func TestExecuteFails(t *testing.T) {
-	for _, state := range []string{"FAILED", "SUBMISSION_FAILED"} {
+	// No driver ran after a failed submission, so it is retriable.
+	for state, want := range map[string]plugin.ErrorClass{"FAILED": plugin.Permanent, "SUBMISSION_FAILED": plugin.Retriable} {
 		t.Run(state, func(t *testing.T) {
 			e := newEnv(t)
 			job := newJob(t, nil)
@@ -91,7 +92,7 @@ func TestExecuteFails(t *testing.T) {
 			e.setStatus(t, job, state, "driver exited with code 1: Table or view not found: t", "")
 			o := wait(t, ch)
 			class, msg := plugintest.Error(t, o.err)
-			assert.Equal(t, plugin.Permanent, class)
+			assert.Equal(t, want, class)
 			assert.Contains(t, msg, state)
 			assert.Contains(t, msg, "Table or view not found: t")
 			h := lastHandle(t, rt.Handle())

@@ -220,6 +220,10 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 func (r *run) submit(ctx context.Context) error {
 	r.notef("submitting SparkApplication %s (job %s, attempt %d)", r.ref(), r.job.ID, r.job.Attempt)
 	obj := buildApp(r.job, r.cfg)
+	if spec, _ := obj.Object["spec"].(map[string]any); len(webhookVolumes(spec)) > 0 {
+		r.notef("spec.volumes %s reach the pods only through spark-operator's mutating webhook: without it they are dropped silently (put them in spec.driver.template and spec.executor.template to do without it)",
+			strings.Join(webhookVolumes(spec), ", "))
+	}
 	for {
 		var created *unstructured.Unstructured
 		err := r.call(ctx, "creating SparkApplication "+r.ref(), func(c context.Context) error {
@@ -954,7 +958,7 @@ func (r *run) outcome(ctx context.Context, st appStatus, s *appSubscription) (bo
 	case ph == phaseFailed:
 		msg := fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, orText(st.ErrorMessage, "no error message"))
 		r.end(ctx, outcomeFailed, msg)
-		return true, nil, plugin.Errorf(plugin.Permanent, "sparkeks: %s", msg)
+		return true, nil, plugin.Errorf(failedClass(st.State), "sparkeks: %s", msg)
 	case decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout):
 		return true, nil, r.stuck(ctx, st, s)
 	case ph == phaseUnknown && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace:
