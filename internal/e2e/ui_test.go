@@ -421,6 +421,15 @@ func TestConsolePagesAndAccessibility(t *testing.T) {
 	br.shot("commands.png")
 	checkAccessible(t, br, "commands")
 
+	// The live agent announces its shell plugin failing its health check:
+	// the command is served by nobody healthy, and both pages say who and why.
+	_, err = h.pool.Exec(ctx, `UPDATE agents SET unhealthy_plugins = '{"shell": "backend unreachable"}' WHERE name = 'ui-live'`)
+	require.NoError(t, err)
+	br.waitJS("the command served only by an unhealthy agent", `(r => r && r.querySelector('[data-testid=unhealthy]').textContent.includes('ui-live'))(document.querySelector('tr[data-command=shell][data-served=false]'))`)
+	assert.Contains(t, br.text(`tr[data-command=shell]`), "fails its health check on ui-live")
+	br.open(base+"/#/agents", "agents")
+	br.waitJS("the unhealthy plugin's badge", `(b => b && b.textContent.includes('shell unhealthy') && b.querySelector('[title="backend unreachable"]') !== null)(document.querySelector('tr[data-agent=ui-live] [data-testid=unhealthy-plugins]'))`)
+
 	br.open(base+"/#/cleanups", "cleanups")
 	crow := fmt.Sprintf(`table[data-testid=cleanups-table] tr[data-job-id=%q]`, orphan.ID)
 	br.waitJS("the pending cleanup", fmt.Sprintf(`!!document.querySelector('%s a[href="#/jobs/%s"]')`, crow, orphan.ID))
