@@ -1,11 +1,18 @@
 -- The begin statement of every transaction the store opens on its own
--- (store.inTx). It is sent with the simple protocol as one round trip, and
--- the bound is written in as a literal (store.beginSQL): a begin query takes
--- no arguments. For the rest of the transaction, it bounds idling between
--- its statements (idle_ms). An agent frozen inside one (SIGSTOP, a paused
--- VM) would otherwise hold the rows it locked — its job's row, say, which
--- the other agents' janitors skip (SKIP LOCKED) — until it woke. PostgreSQL
--- ends the session after the bound and rolls the transaction back.
--- Transaction-local (set_config's is_local), never a session SET: through
--- PgBouncer in transaction mode the server session is shared.
-BEGIN; SELECT set_config('idle_in_transaction_session_timeout', @idle_ms, true)
+-- (store.inTx: a checkpoint, an end, a cancel, a requeue, a janitor pass,
+-- a liveness check). It is sent with the simple protocol as one round trip,
+-- and the bound is written in as a literal (store.beginSQL): a begin query
+-- takes no arguments. For the rest of the transaction:
+--   * a bound on idling between its statements (idle_ms). An agent frozen
+--     inside one (SIGSTOP, a paused VM, a long GC stall) would otherwise
+--     hold the rows it locked until it woke: its job's row, which the other
+--     agents' janitors skip (SKIP LOCKED), or a pass's batch of other
+--     agents' jobs. PostgreSQL ends the session after the bound and rolls
+--     the transaction back;
+--   * no JIT: the janitor's candidate query looks expensive to the planner
+--     (it cannot know how few rows each part reads before the batch is
+--     full), and compiling it cost ~200 ms for a query that runs in well
+--     under 1 ms. The other transactions read a handful of rows by key.
+-- Both are transaction-local (set_config's is_local), never a session SET:
+-- through PgBouncer in transaction mode the server session is shared.
+BEGIN; SELECT set_config('idle_in_transaction_session_timeout', @idle_ms, true), set_config('jit', 'off', true)

@@ -155,7 +155,7 @@ func (c *Config) activeTimeoutGrace() time.Duration {
 const DefaultIdleInTransaction = 10 * time.Second
 
 // idleInTransaction is the bound on idling inside a janitor transaction
-// (queries/janitor_tx.sql sets it for each one).
+// (queries/tx_begin.sql sets it for each one).
 func (c *Config) idleInTransaction() time.Duration {
 	if c.IdleInTransaction <= 0 {
 		return DefaultIdleInTransaction

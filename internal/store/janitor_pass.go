@@ -16,17 +16,11 @@ import (
 // rows and writes what the janitor decided for them.
 type JanitorTx struct{ tx pgx.Tx }
 
-// InJanitorTx runs fn in a transaction set up for the janitor by
-// queries/janitor_tx.sql, with no JIT and idle as the bound on idling between
-// its statements. It commits when fn returns nil and rolls back otherwise.
+// InJanitorTx runs fn in a transaction opened by queries/tx_begin.sql, with
+// no JIT and idle as the bound on idling between its statements. It commits
+// when fn returns nil and rolls back otherwise.
 func (s *Store) InJanitorTx(ctx context.Context, idle time.Duration, fn func(JanitorTx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		st := queries.Named("janitor_tx")
-		if _, err := tx.Exec(ctx, st.SQL, st.Args(map[string]any{"idle_ms": idle.Milliseconds()})...); err != nil {
-			return fmt.Errorf("setting up the janitor's transaction: %w", err)
-		}
-		return fn(JanitorTx{tx: tx})
-	})
+	return s.inTxIdle(ctx, idle, func(tx pgx.Tx) error { return fn(JanitorTx{tx: tx}) })
 }
 
 // JobOwner is the agents row of an active job's holder, as the database

@@ -52,20 +52,14 @@ type LivenessTurn struct {
 type LivenessTx struct{ tx pgx.Tx }
 
 // InLivenessTx runs fn in one transaction, committed when fn returns nil.
-// It is set up as a janitor transaction (queries/janitor_tx.sql): no JIT,
-// and idle as the bound on idling between its statements. The check holds
+// It is opened as every store transaction is (queries/tx_begin.sql): no
+// JIT, and idle as the bound on idling between its statements. The check holds
 // the fleet's liveness turn and writes agents rows, so an agent frozen
 // inside it (SIGSTOP, a paused VM) would otherwise stop every agent's
 // liveness checks, and the heartbeats that update those rows, until it
 // woke.
 func (s *Store) InLivenessTx(ctx context.Context, idle time.Duration, fn func(LivenessTx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		st := queries.Named("janitor_tx")
-		if _, err := tx.Exec(ctx, st.SQL, st.Args(map[string]any{"idle_ms": idle.Milliseconds()})...); err != nil {
-			return fmt.Errorf("setting up the liveness check's transaction: %w", err)
-		}
-		return fn(LivenessTx{tx: tx})
-	})
+	return s.inTxIdle(ctx, idle, func(tx pgx.Tx) error { return fn(LivenessTx{tx: tx}) })
 }
 
 // TakeTurn takes the fleet's liveness turn when the last check is at least

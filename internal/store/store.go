@@ -124,7 +124,7 @@ type Option func(*Store)
 // frozen agent holds its jobs' rows for no longer than that: well inside
 // stale_job, after which another agent's janitor must be able to lock them.
 func TxIdle(d time.Duration) Option {
-	return func(s *Store) { s.begin = pgx.TxOptions{BeginQuery: beginSQL(d)} }
+	return func(s *Store) { s.begin = beginOptions(max(d, minTxIdle)) }
 }
 
 // New returns a Store on pool.
@@ -137,17 +137,24 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	return s
 }
 
-// beginSQL is queries/tx_begin.sql with the bound idle written in. A begin
-// query takes no arguments, and a number formatted here cannot inject.
-func beginSQL(idle time.Duration) string {
-	ms := max(idle, minTxIdle).Milliseconds()
-	return strings.ReplaceAll(queries.Get("tx_begin"), "@idle_ms", "'"+strconv.FormatInt(ms, 10)+"'")
+// beginOptions opens a transaction with queries/tx_begin.sql, the bound
+// idle written in. A begin query takes no arguments, and a number formatted
+// here cannot inject.
+func beginOptions(idle time.Duration) pgx.TxOptions {
+	ms := strconv.FormatInt(idle.Milliseconds(), 10)
+	return pgx.TxOptions{BeginQuery: strings.ReplaceAll(queries.Get("tx_begin"), "@idle_ms", "'"+ms+"'")}
 }
 
-// inTx runs fn in a transaction whose idling is bounded (TxIdle). It
-// commits when fn returns nil and rolls back otherwise.
+// inTx runs fn in a transaction whose idling is bounded (TxIdle) and
+// without JIT. It commits when fn returns nil and rolls back otherwise.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, s.pool, s.begin, fn)
+}
+
+// inTxIdle is inTx with a bound of the caller's (a janitor pass's, a
+// liveness check's).
+func (s *Store) inTxIdle(ctx context.Context, idle time.Duration, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, beginOptions(idle), fn)
 }
 
 // Pool returns the underlying pool.

@@ -37,6 +37,12 @@ func TestFrozenTransactionDoesNotHoldTheJobsRow(t *testing.T) {
 			if setting != "1s" {
 				t.Errorf("idle bound inside the transaction is %q, want 1s", setting)
 			}
+			if err := tx.QueryRow(ctx, `SELECT current_setting('jit')`).Scan(&setting); err != nil {
+				return err
+			}
+			if setting != "off" {
+				t.Errorf("jit inside the transaction is %q, want off", setting)
+			}
 			if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, j.ID); err != nil {
 				return err
 			}
@@ -80,7 +86,9 @@ func TestFrozenTransactionDoesNotHoldTheJobsRow(t *testing.T) {
 }
 
 func TestBeginSQLBound(t *testing.T) {
-	assert.Contains(t, beginSQL(250*time.Millisecond), "'1000'", "at least a second")
-	assert.Contains(t, beginSQL(5*time.Second), "'5000'")
-	assert.NotContains(t, beginSQL(5*time.Second), "@idle_ms")
+	begin := func(d time.Duration) string { return New(nil, TxIdle(d)).begin.BeginQuery }
+	assert.Contains(t, begin(250*time.Millisecond), "'1000'", "at least a second")
+	assert.Contains(t, begin(5*time.Second), "'5000'")
+	assert.NotContains(t, begin(5*time.Second), "@idle_ms")
+	assert.Contains(t, beginOptions(300*time.Millisecond).BeginQuery, "'300'", "a janitor's own bound is kept as given")
 }
