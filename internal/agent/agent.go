@@ -265,11 +265,6 @@ func (a *agent) close() {
 // back until the claim service has checked what the database may have lost
 // (docs/operations.md, "Failover"). The heartbeat's and the API's only
 // report it.
-// txIdle bounds idling inside the agent's transactions by its keepalive: a
-// frozen agent holds its jobs' rows no longer than that, well inside the
-// stale_job after which other agents' janitors act on them.
-func (a *agent) txIdle() store.Option { return store.TxIdle(a.cfg.Agent.Keepalive.Std()) }
-
 func (a *agent) openDatabase(ctx context.Context) error {
 	a.history = dbhistory.NewTracker()
 	pool, err := a.openPool(ctx, poolWork, int32(a.cfg.DatabaseMaxConns), "database pool", a.history.AfterConnect(true))
@@ -462,26 +457,30 @@ func (a *agent) startLoops(ctx context.Context) error {
 	return startstop.StartAll(runCtx, loops...)
 }
 
+// txIdle bounds idling inside the agent's transactions by its keepalive: a
+// frozen agent holds its jobs' rows no longer than that, well inside the
+// stale_job after which other agents' janitors act on them.
+func (a *agent) txIdle() store.Option { return store.TxIdle(a.cfg.Agent.Keepalive.Std()) }
+
 // checkPluginHealth runs the plugins' health checks once, exports their
 // outcome, stops claiming the commands of the failing ones (and claims
 // again once they pass), announces them in the agents row, and returns when
 // to check again.
 func (a *agent) checkPluginHealth(ctx context.Context) time.Duration {
-	bad := map[string]bool{}
-	said := map[string]string{}
+	said := map[string]string{} // the failing plugins, with their checks' errors
 	for _, h := range a.plugins.CheckHealth(ctx, pluginhost.HealthTimeout) {
 		ok := 0.0
 		if h.Err == nil {
 			ok = 1
 		} else {
-			bad[h.Plugin], said[h.Plugin] = true, h.Err.Error()
+			said[h.Plugin] = h.Err.Error()
 		}
 		a.metrics.PluginHealthy.WithLabelValues(h.Plugin).Set(ok)
 	}
 	if ctx.Err() != nil {
 		return a.cfg.Agent.HealthInterval.Std() // stopping: a cancelled check says nothing of the plugin
 	}
-	a.svc.SetUnhealthy(bad)
+	paused := a.svc.SetUnhealthy(said)
 	// Announced while any fails (a re-registered row starts empty) and once
 	// more when all pass again.
 	if len(said) > 0 || a.announcedUnhealthy {
@@ -491,7 +490,7 @@ func (a *agent) checkPluginHealth(ctx context.Context) time.Duration {
 			a.announcedUnhealthy = len(said) > 0
 		}
 	}
-	if paused := a.commandsOf(bad); !slices.Equal(paused, a.pausedCommands) {
+	if !slices.Equal(paused, a.pausedCommands) {
 		if len(paused) > 0 {
 			a.log.Warn("not claiming jobs of commands whose plugin fails its health check", "commands", paused)
 		} else {
@@ -500,19 +499,6 @@ func (a *agent) checkPluginHealth(ctx context.Context) time.Duration {
 		a.pausedCommands = paused
 	}
 	return a.cfg.Agent.HealthInterval.Std()
-}
-
-// commandsOf returns this agent's commands served by the plugins named,
-// sorted.
-func (a *agent) commandsOf(plugins map[string]bool) []string {
-	var out []string
-	for name, c := range a.commands {
-		if plugins[c.Plugin] {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // unhealthyError names each plugin whose latest health check failed, with

@@ -472,14 +472,17 @@ func (s *Service) claimWhileFree(ctx context.Context) {
 	}
 }
 
-// SetUnhealthy names the plugins whose latest health check failed. Until a
-// later call leaves them out, the service claims no job of their commands.
-// The jobs it holds run on: a failed check says new work would likely fail,
-// not that the work under way is lost.
-func (s *Service) SetUnhealthy(plugins map[string]bool) {
+// SetUnhealthy names the plugins whose latest health check failed (with
+// the check's error, unused here). Until a later call leaves them out, the
+// service claims no job of their commands, which it returns, sorted. The
+// jobs it holds run on: a failed check says new work would likely fail, not
+// that the work under way is lost.
+func (s *Service) SetUnhealthy(plugins map[string]string) (paused []string) {
 	cmds := make([]string, 0, len(s.commands))
 	for _, name := range s.commands {
-		if !plugins[s.cfg.Commands[name].Plugin] {
+		if _, bad := plugins[s.cfg.Commands[name].Plugin]; bad {
+			paused = append(paused, name)
+		} else {
 			cmds = append(cmds, name)
 		}
 	}
@@ -487,6 +490,7 @@ func (s *Service) SetUnhealthy(plugins map[string]bool) {
 	if len(cmds) > len(was) {
 		s.kick(s.wake) // a plugin healthy again: its backlog waits no poll interval
 	}
+	return paused
 }
 
 func (s *Service) claimOnce(ctx context.Context) (int, error) {

@@ -917,20 +917,18 @@ func (e *Emulator) listTasks(body []byte) (any, error) {
 		return nil, err
 	}
 	e.mu.Lock()
-	strict := e.faults.StartedByOnly
-	e.mu.Unlock()
-	if strict && req.StartedBy != "" && req.DesiredStatus != "" {
+	defer e.mu.Unlock()
+	strict := e.faults.StartedByOnly && req.StartedBy != ""
+	if strict && req.DesiredStatus != "" {
 		return nil, invalidParam("startedBy must be the only filter: it cannot be combined with desiredStatus")
 	}
 	limit, after, err := req.check()
 	if err != nil {
 		return nil, err
 	}
-	if strict && req.StartedBy != "" {
+	if strict {
 		req.DesiredStatus = "" // every desired status
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	c, err := e.lookupCluster(req.Cluster)
 	if err != nil {
 		return nil, err

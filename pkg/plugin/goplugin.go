@@ -32,10 +32,14 @@ func PluginSet(impl Plugin) goplugin.PluginSet {
 // VersionedPluginSet is the set for impl under each of ProtocolVersions. The
 // host offers these versions and the plugin serves them. go-plugin's
 // handshake settles on the newest version both have.
-func VersionedPluginSet(impl Plugin) map[int]goplugin.PluginSet {
+func VersionedPluginSet(impl Plugin) map[int]goplugin.PluginSet { return versionedSet(impl, nil) }
+
+// versionedSet is impl under every protocol version this SDK speaks, its
+// calls tracked by life (nil: each server its own).
+func versionedSet(impl Plugin, life *lifecycle) map[int]goplugin.PluginSet {
 	out := map[int]goplugin.PluginSet{}
 	for _, v := range ProtocolVersions() {
-		out[v] = PluginSet(impl)
+		out[v] = goplugin.PluginSet{PluginKey: &GRPCPlugin{Impl: impl, life: life}}
 	}
 	return out
 }

@@ -53,19 +53,10 @@ func Serve(impl Plugin) {
 	routeLogs(logger)
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  Handshake(),
-		VersionedPlugins: servedVersions(impl, life),
+		VersionedPlugins: versionedSet(impl, life),
 		GRPCServer:       goplugin.DefaultGRPCServer,
 		// JSON on the process's real stderr, which the host parses into its log.
 		Logger: logger,
 	})
 	life.shutdown(ShutdownGrace)
-}
-
-// servedVersions is impl under every protocol version this SDK speaks.
-func servedVersions(impl Plugin, life *lifecycle) map[int]goplugin.PluginSet {
-	out := map[int]goplugin.PluginSet{}
-	for _, v := range ProtocolVersions() {
-		out[v] = goplugin.PluginSet{PluginKey: &GRPCPlugin{Impl: impl, life: life}}
-	}
-	return out
 }

@@ -168,16 +168,14 @@ func (r *run) discover(ctx context.Context, i int) (bool, error) {
 // listStartedBy lists the ARNs of a startedBy's running, then stopped,
 // tasks, leaving out those in prev.
 func (r *run) listStartedBy(ctx context.Context, startedBy string, prev []string) ([]string, error) {
+	got, err := listTasks(ctx, r.cl, r.h.Cluster, startedBy, types.DesiredStatusRunning, types.DesiredStatusStopped)
+	if err != nil {
+		return nil, err
+	}
 	var arns []string
-	for _, st := range []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped} {
-		got, err := listTasks(ctx, r.cl, r.h.Cluster, startedBy, st)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range got {
-			if !slices.Contains(arns, a) && !slices.Contains(prev, a) {
-				arns = append(arns, a)
-			}
+	for _, a := range got {
+		if !slices.Contains(arns, a) && !slices.Contains(prev, a) {
+			arns = append(arns, a)
 		}
 	}
 	return arns, nil
@@ -240,7 +238,8 @@ func describeTagged(ctx context.Context, cl *clients, cluster string, arns []str
 	return tasks, nil
 }
 
-// listTasks lists a startedBy's tasks of one desired status, every page.
+// listTasks lists a startedBy's tasks of the desired statuses given, in
+// that order, every page.
 //
 // The ListTasks reference says of startedBy: "When you specify startedBy as
 // the filter, it must be the only filter that you use." ECS answers a
@@ -248,22 +247,31 @@ func describeTagged(ctx context.Context, cl *clients, cluster string, arns []str
 // combines them too), and the listing by status is what finds a stopped
 // task. So the combined request goes first. If ECS refuses it
 // (InvalidParameterException naming startedBy), the client lists by
-// startedBy alone from then on and keeps the tasks of the wanted desired
-// status by describing them (DescribeTasks returns desiredStatus). A
+// startedBy alone from then on, once for all the statuses, and keeps the
+// tasks of the wanted ones by describing them (DescribeTasks returns
+// desiredStatus). A
 // startedBy alone may list only RUNNING tasks (the default status filter):
 // a stopped task then goes unseen, and Resume falls back on reissuing the
 // launch under its client token.
-func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, status types.DesiredStatus) ([]string, error) {
-	if !cl.startedByOnly.Load() {
-		arns, err := listPages(ctx, cl, &ecs.ListTasksInput{Cluster: aws.String(cluster), StartedBy: aws.String(startedBy), DesiredStatus: status})
-		if err == nil || !refusesCombinedStartedBy(err) {
-			if err != nil {
-				return nil, classify("listing "+string(status)+" tasks started by "+startedBy, err)
-			}
-			return arns, nil
+func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, statuses ...types.DesiredStatus) ([]string, error) {
+	var arns []string
+	for _, status := range statuses {
+		if cl.startedByOnly.Load() {
+			break
+		}
+		got, err := listPages(ctx, cl, &ecs.ListTasksInput{Cluster: aws.String(cluster), StartedBy: aws.String(startedBy), DesiredStatus: status})
+		switch {
+		case err == nil:
+			arns = append(arns, got...)
+			continue
+		case !refusesCombinedStartedBy(err):
+			return nil, classify("listing "+string(status)+" tasks started by "+startedBy, err)
 		}
 		cl.startedByOnly.Store(true)
 		cl.log.Warn("ECS refused ListTasks with startedBy and desiredStatus together: listing by startedBy alone from now on", "err", errorMessage(err))
+	}
+	if !cl.startedByOnly.Load() {
+		return arns, nil
 	}
 	all, err := listPages(ctx, cl, &ecs.ListTasksInput{Cluster: aws.String(cluster), StartedBy: aws.String(startedBy)})
 	if err != nil {
@@ -276,10 +284,12 @@ func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, stat
 	if err != nil {
 		return nil, classify("describing the tasks started by "+startedBy, err)
 	}
-	var arns []string
-	for _, t := range tasks {
-		if aws.ToString(t.DesiredStatus) == string(status) {
-			arns = append(arns, aws.ToString(t.TaskArn))
+	arns = nil
+	for _, status := range statuses {
+		for _, t := range tasks {
+			if aws.ToString(t.DesiredStatus) == string(status) {
+				arns = append(arns, aws.ToString(t.TaskArn))
+			}
 		}
 	}
 	return arns, nil

@@ -220,9 +220,10 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 func (r *run) submit(ctx context.Context) error {
 	r.notef("submitting SparkApplication %s (job %s, attempt %d)", r.ref(), r.job.ID, r.job.Attempt)
 	obj := buildApp(r.job, r.cfg)
-	if spec, _ := obj.Object["spec"].(map[string]any); len(webhookVolumes(spec)) > 0 {
+	spec, _ := obj.Object["spec"].(map[string]any)
+	if vols := webhookVolumes(spec); len(vols) > 0 {
 		r.notef("spec.volumes %s reach the pods only through spark-operator's mutating webhook: without it they are dropped silently (put them in spec.driver.template and spec.executor.template to do without it)",
-			strings.Join(webhookVolumes(spec), ", "))
+			strings.Join(vols, ", "))
 	}
 	for {
 		var created *unstructured.Unstructured
