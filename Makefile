@@ -94,7 +94,7 @@ fuzz:
 ## functions above 120 lines, and the worst offenders (docs/design.md)
 METRICS_SKIP := e2e,pgtest,pgcluster,kubetest,bintest,fakeplugintest,bench,plugintest,tools
 metrics:
-	cd tools/funcmetrics && $(GO) run . -skip $(METRICS_SKIP) $(addprefix ../../,cmd internal pkg plugins localstack)
+	cd tools/funcmetrics && $(GO) run . -by-dir -skip $(METRICS_SKIP) $(addprefix ../../,cmd internal pkg plugins localstack)
 
 ## kube-apiserver: build the apiserver the Kubernetes tests use (about 5
 ## minutes the first time; kept under .tether/bin)

@@ -38,6 +38,7 @@ func (f function) complexity() int { return f.branches + 1 }
 func main() {
 	skip := flag.String("skip", "", "comma-separated directory names to leave out (matched against each path element)")
 	top := flag.Int("top", 10, "how many of the most complex and the longest functions to list")
+	byDir := flag.Bool("by-dir", false, "also print the figures of each directory, densest first")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: funcmetrics [-skip a,b] [-top N] DIR...")
@@ -59,6 +60,9 @@ func main() {
 		funcs = append(funcs, found...)
 	}
 	report(funcs, *top)
+	if *byDir {
+		reportByDir(funcs)
+	}
 }
 
 // scan parses every non-test, non-generated .go file under root.
@@ -182,4 +186,35 @@ func report(funcs []function, top int) {
 	}
 	list("most complex:", func(a, b function) bool { return a.complexity() > b.complexity() }, function.complexity)
 	list("longest:", func(a, b function) bool { return a.lines > b.lines }, func(f function) int { return f.lines })
+}
+
+// reportByDir prints each directory's branch density, densest first, so a
+// reader sees where the decisions are.
+func reportByDir(funcs []function) {
+	type totals struct{ lines, branches, complex int }
+	dirs := map[string]*totals{}
+	for _, f := range funcs {
+		dir := filepath.Dir(f.pos.Filename)
+		t := dirs[dir]
+		if t == nil {
+			t = &totals{}
+			dirs[dir] = t
+		}
+		t.lines += f.lines
+		t.branches += f.branches
+		if f.complexity() > complexityLimit {
+			t.complex++
+		}
+	}
+	names := make([]string, 0, len(dirs))
+	for d := range dirs {
+		names = append(names, d)
+	}
+	density := func(d string) float64 { return 100 * float64(dirs[d].branches) / float64(dirs[d].lines) }
+	sort.Slice(names, func(i, j int) bool { return density(names[i]) > density(names[j]) })
+	fmt.Println("by directory (density, branches, lines, above complexity 10):")
+	for _, d := range names {
+		t := dirs[d]
+		fmt.Printf("  %5.1f  %5d  %6d  %3d  %s\n", density(d), t.branches, t.lines, t.complex, d)
+	}
 }
