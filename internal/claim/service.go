@@ -5,6 +5,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,30 +118,21 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	orDefault(&c.Capacity, defaults.Capacity)
-	orDefault(&c.PollInterval, defaults.PollInterval)
-	orDefault(&c.Keepalive, defaults.Keepalive)
-	orDefault(&c.LogFlush, defaults.LogFlush)
-	orDefault(&c.LogMaxBytes, defaults.LogMaxBytesStream)
-	orDefault(&c.FinalTimeout, defaults.FinalTimeout)
-	orDefault(&c.CleanupTimeout, defaults.CleanupTimeout)
-	orDefault(&c.BatchMax, DefaultBatchMax)
-	orDefault(&c.CleanupRetryIn, cleanupRetryIn)
+	defaults.Fill(&c.Capacity, defaults.Capacity)
+	defaults.Fill(&c.PollInterval, defaults.PollInterval)
+	defaults.Fill(&c.Keepalive, defaults.Keepalive)
+	defaults.Fill(&c.LogFlush, defaults.LogFlush)
+	defaults.Fill(&c.LogMaxBytes, defaults.LogMaxBytesStream)
+	defaults.Fill(&c.FinalTimeout, defaults.FinalTimeout)
+	defaults.Fill(&c.CleanupTimeout, defaults.CleanupTimeout)
+	defaults.Fill(&c.BatchMax, DefaultBatchMax)
+	defaults.Fill(&c.CleanupRetryIn, cleanupRetryIn)
 	if c.FinalWindow == 0 { // negative: the batch does not wait
 		c.FinalWindow = DefaultFinalWindow
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()
-	}
-}
-
-// orDefault sets *v to d unless it is positive.
-func orDefault[T ~int | ~int64](v *T, d T) {
-	if *v <= 0 {
-		*v = d
 	}
 }
 

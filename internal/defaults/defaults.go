@@ -68,3 +68,11 @@ const (
 	// burst opened within two minutes instead of pgx's 30.
 	ConnMaxIdleTime = time.Minute
 )
+
+// Fill sets *v to d unless *v is positive. Services call it for each
+// setting a test or benchmark may leave at zero.
+func Fill[T ~int | ~int64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}

@@ -18,6 +18,7 @@
 package janitor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,37 +103,22 @@ type Passed struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.StaleJob, defaultStaleJob)
-	def(&c.OfflineAfter, defaults.OfflineAfter)
-	def(&c.CleanInterval, defaults.CleanInterval)
-	def(&c.AWOLTimeout, defaults.AWOLTimeout)
-	def(&c.Keepalive, defaults.Keepalive)
-	def(&c.AgentRetention, DefaultAgentRetention)
-	if c.RetentionBatch <= 0 {
-		c.RetentionBatch = defaultRetentionBatch
-	}
-	if c.RetentionMaxBatches <= 0 {
-		c.RetentionMaxBatches = defaultRetentionMaxBatches
-	}
-	def(&c.RetentionBudget, c.CleanInterval/retentionBudgetShare)
-	def(&c.CleanupTimeout, defaults.CleanupTimeout)
-	def(&c.IdleInTransaction, DefaultIdleInTransaction)
-	def(&c.CleanupBackoffMin, defaultCleanupBackoffMin)
-	def(&c.CleanupBackoffMax, defaultCleanupBackoffMax)
-	if c.BatchSize <= 0 {
-		c.BatchSize = defaultBatchSize
-	}
-	if c.CleanupConcurrency <= 0 {
-		c.CleanupConcurrency = defaultCleanupConcurrency
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	defaults.Fill(&c.StaleJob, defaultStaleJob)
+	defaults.Fill(&c.OfflineAfter, defaults.OfflineAfter)
+	defaults.Fill(&c.CleanInterval, defaults.CleanInterval)
+	defaults.Fill(&c.AWOLTimeout, defaults.AWOLTimeout)
+	defaults.Fill(&c.Keepalive, defaults.Keepalive)
+	defaults.Fill(&c.AgentRetention, DefaultAgentRetention)
+	defaults.Fill(&c.RetentionBatch, defaultRetentionBatch)
+	defaults.Fill(&c.RetentionMaxBatches, defaultRetentionMaxBatches)
+	defaults.Fill(&c.RetentionBudget, c.CleanInterval/retentionBudgetShare)
+	defaults.Fill(&c.CleanupTimeout, defaults.CleanupTimeout)
+	defaults.Fill(&c.IdleInTransaction, DefaultIdleInTransaction)
+	defaults.Fill(&c.CleanupBackoffMin, defaultCleanupBackoffMin)
+	defaults.Fill(&c.CleanupBackoffMax, defaultCleanupBackoffMax)
+	defaults.Fill(&c.BatchSize, defaultBatchSize)
+	defaults.Fill(&c.CleanupConcurrency, defaultCleanupConcurrency)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()
 	}

@@ -57,10 +57,7 @@ type Timings struct {
 // agent_reregister.sql take it. Lists are empty, never NULL. Timings are
 // seconds, NULL when unset.
 func (r Registration) args() (map[string]any, error) {
-	commands, plugins, specs := r.Commands, r.Plugins, r.CommandSpecs
-	if commands == nil {
-		commands = []string{}
-	}
+	commands, plugins, specs := nonNilSlice(r.Commands), r.Plugins, r.CommandSpecs
 	if len(plugins) == 0 {
 		plugins = json.RawMessage(`{}`)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/queries"
 )
@@ -35,17 +36,8 @@ func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]jobstate.
 	if err != nil {
 		return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), err)
 	}
-	defer rows.Close()
-	got := make(map[string]jobstate.JobStatus, len(rs))
-	for rows.Next() {
-		var id string
-		var status jobstate.JobStatus
-		if err := rows.Scan(&id, &status); err != nil {
-			return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), err)
-		}
-		got[id] = status
-	}
-	if err := rows.Err(); err != nil {
+	got, err := byJobID[jobstate.JobStatus](rows, len(rs))
+	if err != nil {
 		return nil, fmt.Errorf("marking %d jobs running: %w", len(rs), dataError(err))
 	}
 	out := make([]jobstate.JobStatus, len(rs))
@@ -77,16 +69,8 @@ func (s *Store) EndFinalBatch(ctx context.Context, h Holder, es []End) (stored [
 	if err != nil {
 		return nil, fmt.Errorf("ending %d attempts: %w", n, dataError(err))
 	}
-	defer rows.Close()
-	ended := make(map[string]bool, n)
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("ending %d attempts: %w", n, err)
-		}
-		ended[id] = true
-	}
-	if err := rows.Err(); err != nil {
+	ended, err := jobIDs(rows, n)
+	if err != nil {
 		return nil, fmt.Errorf("ending %d attempts: %w", n, dataError(err))
 	}
 	stored = make([]bool, n)
@@ -123,4 +107,27 @@ func textOrNil(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// jobIDs reads a result of one job ID per row into a set. It closes rows.
+func jobIDs(rows pgx.Rows, capacity int) (map[string]bool, error) {
+	set := make(map[string]bool, capacity)
+	var id string
+	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		set[id] = true
+		return nil
+	})
+	return set, err
+}
+
+// byJobID reads a result of (job ID, value) rows into a map. It closes rows.
+func byJobID[V any](rows pgx.Rows, capacity int) (map[string]V, error) {
+	m := make(map[string]V, capacity)
+	var id string
+	var v V
+	_, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error {
+		m[id] = v
+		return nil
+	})
+	return m, err
 }

@@ -65,10 +65,7 @@ func (s *Store) ClaimWith(ctx context.Context, h Holder, p ClaimParams) ([]Claim
 	if p.Limit <= 0 || len(p.Commands) == 0 {
 		return nil, nil
 	}
-	resumable := p.Resumable
-	if resumable == nil {
-		resumable = []string{}
-	}
+	resumable := nonNilSlice(p.Resumable)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs: %w", err)

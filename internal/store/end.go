@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -170,17 +171,7 @@ func endFinal(ctx context.Context, q Querier, e End) (Ended, error) {
 
 // event is the final event's kind, message and lease.
 func (e End) event() (kind, msg string, lease int64) {
-	kind, msg, lease = e.Outcome.EventKind, e.Outcome.Message, e.EventLease
-	if kind == "" {
-		kind = string(e.Outcome.Status)
-	}
-	if msg == "" {
-		msg = e.Outcome.Error
-	}
-	if lease == 0 {
-		lease = e.Lease
-	}
-	return kind, msg, lease
+	return cmp.Or(e.Outcome.EventKind, string(e.Outcome.Status)), cmp.Or(e.Outcome.Message, e.Outcome.Error), cmp.Or(e.EventLease, e.Lease)
 }
 
 // Levers returns a job's attempt and the stamped levers a retry decision

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/tetherjobs/tether/internal/dbhistory"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/queries"
@@ -58,17 +59,13 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
-	defer rows.Close()
 	var res HeartbeatResult
 	var named bool // the name has a row, of any generation
 	var lsn, timeline string
-	for rows.Next() {
-		var id, status *string
-		var lease *int64
-		var orphan *bool
-		if err := rows.Scan(&res.Registered, &named, &id, &lease, &status, &orphan, &lsn, &timeline); err != nil {
-			return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
-		}
+	var id, status *string
+	var lease *int64
+	var orphan *bool
+	_, err = pgx.ForEachRow(rows, []any{&res.Registered, &named, &id, &lease, &status, &orphan, &lsn, &timeline}, func() error {
 		switch {
 		case id == nil:
 		case *orphan:
@@ -76,8 +73,9 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 		default:
 			res.Held = append(res.Held, Held{JobID: *id, Lease: *lease, Status: jobstate.JobStatus(*status)})
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	res.Missing = !res.Registered && !named

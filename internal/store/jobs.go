@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -226,9 +227,7 @@ func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, erro
 // stop it (status canceling). Canceling twice is harmless. A finished job
 // gives a *TransitionError.
 func (s *Store) Cancel(ctx context.Context, id, reason string) (Job, error) {
-	if reason == "" {
-		reason = "canceled by request"
-	}
+	reason = cmp.Or(reason, "canceled by request")
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, queries.Get("job_cancel_lock_active"), id); err != nil {
 			return fmt.Errorf("locking active job: %w", err)

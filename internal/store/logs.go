@@ -108,16 +108,8 @@ func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream
 	if err != nil {
 		return nil, fmt.Errorf("appending logs: %w", err)
 	}
-	held := make(map[string]bool, len(batches))
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("appending logs: %w", err)
-		}
-		held[id] = true
-	}
-	if err := rows.Err(); err != nil {
+	held, err := jobIDs(rows, len(batches))
+	if err != nil {
 		return nil, fmt.Errorf("appending logs: %w", err)
 	}
 	return held, nil

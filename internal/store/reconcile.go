@@ -34,15 +34,13 @@ func (s *Store) ReadHeld(ctx context.Context, ids []string) (map[string]HeldStat
 		return nil, fmt.Errorf("reading %d held jobs: %w", len(ids), err)
 	}
 	out := make(map[string]HeldState, len(ids))
-	for rows.Next() {
-		var h HeldState
-		if err := rows.Scan(&h.JobID, &h.Status, &h.Attempt, &h.Active, &h.Agent, &h.Generation, &h.Lease, &h.LogSeq, &h.Handle); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("reading %d held jobs: %w", len(ids), err)
-		}
+	var h HeldState
+	_, err = pgx.ForEachRow(rows, []any{&h.JobID, &h.Status, &h.Attempt, &h.Active, &h.Agent, &h.Generation, &h.Lease, &h.LogSeq, &h.Handle}, func() error {
 		out[h.JobID] = h
-	}
-	if err := rows.Err(); err != nil {
+		h.Handle = nil // the next row scans into a fresh slice
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("reading %d held jobs: %w", len(ids), err)
 	}
 	return out, nil

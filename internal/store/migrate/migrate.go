@@ -3,6 +3,7 @@
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,17 +50,13 @@ type Options struct {
 	// Waiting, if set, is called each time the lock is found held by
 	// another session, with who holds it (nil when it cannot tell).
 	Waiting func(*Holder)
-	// Poll is how often the lock is tried again while held elsewhere
-	// (DefaultPoll), LogEvery how often the wait is logged again after the
-	// first line, at once (DefaultLogEvery).
-	Poll     time.Duration
-	LogEvery time.Duration
 }
 
-// The defaults of Options.
+// While another session holds the lock, it is tried again every lockPoll,
+// and the wait is logged at once, then again every lockLogEvery.
 const (
-	DefaultPoll     = 500 * time.Millisecond
-	DefaultLogEvery = 15 * time.Second
+	lockPoll     = 500 * time.Millisecond
+	lockLogEvery = 15 * time.Second
 )
 
 // Migrate applies all pending migrations in one transaction under an advisory
@@ -71,17 +68,9 @@ func Migrate(ctx context.Context, db DB, logger *slog.Logger) (applied []int, er
 }
 
 // Run is Migrate with options. While another session holds the migration
-// lock it logs who at once, and again every o.LogEvery, and tells o.Waiting.
+// lock it logs who at once, and again every 15s, and tells o.Waiting.
 func Run(ctx context.Context, db DB, o Options) (applied []int, err error) {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Poll <= 0 {
-		o.Poll = DefaultPoll
-	}
-	if o.LogEvery <= 0 {
-		o.LogEvery = DefaultLogEvery
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	logger := o.Logger
 	migrations, err := queries.Migrations()
 	if err != nil {
@@ -91,11 +80,8 @@ func Run(ctx context.Context, db DB, o Options) (applied []int, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrating: starting transaction: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
+	// After Commit, Rollback does nothing.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err := waitForLock(ctx, tx, o); err != nil {
 		return nil, err
 	}
@@ -129,20 +115,21 @@ func Run(ctx context.Context, db DB, o Options) (applied []int, err error) {
 	return applied, nil
 }
 
-// waitForLock takes the migration lock in tx, trying every o.Poll while
+// waitForLock takes the migration lock in tx, trying every lockPoll while
 // another session holds it. A blocking pg_advisory_xact_lock would wait
 // without a word: on first boot an agent then answered nothing and logged
 // nothing until the holder was done.
 func waitForLock(ctx context.Context, tx pgx.Tx, o Options) error {
 	lock := queries.Named("migrate_lock")
-	var began, logged time.Time
-	for {
+	began := time.Now()
+	var nextLog time.Time // zero: the first wait is logged at once
+	for waited := false; ; waited = true {
 		var got bool
 		if err := tx.QueryRow(ctx, lock.SQL, lock.Args(map[string]any{"key": LockKey})...).Scan(&got); err != nil {
 			return fmt.Errorf("migrating: taking the migration lock: %w", err)
 		}
 		if got {
-			if !began.IsZero() {
+			if waited {
 				o.Logger.Info("took the migration lock", "waited", time.Since(began).Round(time.Millisecond))
 			}
 			return nil
@@ -154,12 +141,8 @@ func waitForLock(ctx context.Context, tx pgx.Tx, o Options) error {
 		if o.Waiting != nil {
 			o.Waiting(h)
 		}
-		now := time.Now()
-		if began.IsZero() {
-			began = now
-		}
-		if logged.IsZero() || now.Sub(logged) >= o.LogEvery {
-			logged = now
+		if now := time.Now(); !now.Before(nextLog) {
+			nextLog = now.Add(lockLogEvery)
 			attrs := []any{"waited", now.Sub(began).Round(time.Second)}
 			if h != nil {
 				attrs = append(attrs, "holder_pid", h.PID, "holder_application", h.ApplicationName,
@@ -167,7 +150,7 @@ func waitForLock(ctx context.Context, tx pgx.Tx, o Options) error {
 			}
 			o.Logger.Warn("waiting for the migration lock: another session is migrating the schema (or holds its lock)", attrs...)
 		}
-		t := time.NewTimer(o.Poll)
+		t := time.NewTimer(lockPoll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
