@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -23,11 +24,9 @@ func main() {
 	}
 }
 
+// envString is the variable key, or def when it is unset or empty.
 func envString(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok && v != "" {
-		return v
-	}
-	return def
+	return cmp.Or(os.Getenv(key), def)
 }
 
 func run() error {
@@ -49,9 +48,7 @@ func run() error {
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	// A random seed is picked here, not in the emulator, so the settings
 	// line below is enough to reproduce a run.
-	if opts.Seed == 0 {
-		opts.Seed = time.Now().UnixNano()
-	}
+	opts.Seed = cmp.Or(opts.Seed, time.Now().UnixNano())
 	opts.Logger.Info("emulator settings", "profile", profile, "settings", opts)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

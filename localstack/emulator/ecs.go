@@ -2,9 +2,10 @@ package emulator
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -65,9 +66,7 @@ type taskDef struct {
 
 func (td *taskDef) render() map[string]any {
 	m := make(map[string]any, len(td.raw)+6)
-	for k, v := range td.raw {
-		m[k] = v
-	}
+	maps.Copy(m, td.raw)
 	m["taskDefinitionArn"] = td.arn
 	m["family"] = td.family
 	m["revision"] = td.revision
@@ -103,13 +102,17 @@ func (e *Emulator) ecsOps() map[string]func([]byte) (any, error) {
 
 // clusterName accepts a short name or a cluster ARN. Empty means "default".
 func clusterName(s string) string {
-	if s == "" {
-		return "default"
+	if name, ok := arnTail(s, ":cluster/"); ok {
+		return name
 	}
-	if i := strings.Index(s, ":cluster/"); i >= 0 && strings.HasPrefix(s, "arn:") {
-		return s[i+len(":cluster/"):]
-	}
-	return s
+	return cmp.Or(s, "default")
+}
+
+// arnTail is what follows marker in s. ok is false unless s is an ARN
+// holding marker.
+func arnTail(s, marker string) (tail string, ok bool) {
+	_, tail, found := strings.Cut(s, marker)
+	return tail, found && strings.HasPrefix(s, "arn:")
 }
 
 // lookupCluster needs e.mu held.
@@ -126,7 +129,7 @@ func validateTags(tags []tag) error {
 		return invalidParam("Tags: at most 50 tags are allowed")
 	}
 	for _, t := range tags {
-		if t.Key == "" || len(t.Key) > 128 || len(t.Value) > 256 {
+		if !inRange(len(t.Key), 1, 128) || len(t.Value) > 256 {
 			return invalidParam("Tag key must be 1-128 characters and value at most 256 characters")
 		}
 		if strings.HasPrefix(strings.ToLower(t.Key), "aws:") {
@@ -177,9 +180,9 @@ func nonNilTags(t []tag) []tag {
 }
 
 func (e *Emulator) clusterCounts(name string) (running, pending int) {
-	now := time.Now()
 	for _, t := range e.tasks {
-		if t.cluster != name || e.expired(t, now) {
+		// An expired task is STOPPED, so neither count holds it.
+		if t.cluster != name {
 			continue
 		}
 		switch t.lastStatus {
@@ -230,7 +233,7 @@ func (e *Emulator) describeClusters(body []byte) (any, error) {
 	if len(req.Clusters) > 100 {
 		return nil, invalidParam("clusters: at most 100 clusters can be described")
 	}
-	withTags := contains(req.Include, "TAGS")
+	withTags := slices.Contains(req.Include, "TAGS")
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	clusters := []map[string]any{}
@@ -249,15 +252,6 @@ func (e *Emulator) describeClusters(body []byte) (any, error) {
 		clusters = append(clusters, renderCluster(c, r, p, withTags))
 	}
 	return map[string]any{"clusters": clusters, "failures": failures}, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 type registerTaskDefReq struct {
@@ -312,7 +306,7 @@ func (e *Emulator) registerTaskDefinition(body []byte) (any, error) {
 const familyChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 
 func checkFamily(family string) error {
-	if family == "" || len(family) > 255 {
+	if !inRange(len(family), 1, 255) {
 		return clientErr("Family must be 1-255 characters")
 	}
 	if strings.Trim(family, familyChars) != "" {
@@ -327,7 +321,6 @@ func checkContainerDefs(defs []containerDef) error {
 	if len(defs) == 0 {
 		return clientErr("Container list cannot be empty.")
 	}
-	essential := false
 	seen := map[string]bool{}
 	for _, c := range defs {
 		switch {
@@ -339,9 +332,8 @@ func checkContainerDefs(defs []containerDef) error {
 			return clientErr("Duplicate container name %q", c.Name)
 		}
 		seen[c.Name] = true
-		essential = essential || c.essential()
 	}
-	if !essential {
+	if !slices.ContainsFunc(defs, containerDef.essential) {
 		return clientErr("Task definition must have at least one essential container.")
 	}
 	return nil
@@ -365,8 +357,8 @@ func echoEssential(raw map[string]any, defs []containerDef) {
 // lookupTaskDef resolves family, family:revision or an ARN. e.mu must be held.
 // A bare family means its latest ACTIVE revision.
 func (e *Emulator) lookupTaskDef(s string) (*taskDef, bool) {
-	if i := strings.Index(s, ":task-definition/"); i >= 0 && strings.HasPrefix(s, "arn:") {
-		s = s[i+len(":task-definition/"):]
+	if tail, ok := arnTail(s, ":task-definition/"); ok {
+		s = tail
 	}
 	family, revStr, hasRev := strings.Cut(s, ":")
 	defs := e.families[family]
@@ -379,7 +371,7 @@ func (e *Emulator) lookupTaskDef(s string) (*taskDef, bool) {
 		return nil, false
 	}
 	rev, err := strconv.Atoi(revStr)
-	if err != nil || rev < 1 || rev > len(defs) {
+	if err != nil || !inRange(rev, 1, len(defs)) {
 		return nil, false
 	}
 	return defs[rev-1], true
@@ -400,7 +392,7 @@ func (e *Emulator) describeTaskDefinition(body []byte) (any, error) {
 		return nil, clientErr("Unable to describe task definition.")
 	}
 	out := map[string]any{"taskDefinition": td.render()}
-	if contains(req.Include, "TAGS") {
+	if slices.Contains(req.Include, "TAGS") {
 		out["tags"] = nonNilTags(td.tags)
 	}
 	return out, nil
@@ -417,26 +409,23 @@ func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if req.Status == "" {
-		req.Status = "ACTIVE"
-	}
 	limit, err := pageSize(req.MaxResults, 100, "maxResults")
 	if err != nil {
 		return nil, err
 	}
-	arns := e.taskDefARNs(req.FamilyPrefix, req.Status)
+	arns := e.taskDefARNs(req.FamilyPrefix, cmp.Or(req.Status, "ACTIVE"))
 	if strings.EqualFold(req.Sort, "DESC") {
 		slices.Reverse(arns)
 	}
-	page, next, err := paginate(arns, req.NextToken, limit)
+	page, next, err := paginate(arns, req.NextToken, limit, "Invalid nextToken")
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]any{"taskDefinitionArns": page}
-	if next != "" {
-		out["nextToken"] = next
-	}
-	return out, nil
+	// Fields in name order, as a map would marshal them.
+	return struct {
+		NextToken          string   `json:"nextToken,omitempty"`
+		TaskDefinitionArns []string `json:"taskDefinitionArns"`
+	}{next, page}, nil
 }
 
 // taskDefARNs lists the ARNs of the revisions in status of the families
@@ -444,17 +433,10 @@ func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
 func (e *Emulator) taskDefARNs(prefix, status string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	families := make([]string, 0, len(e.families))
-	for f := range e.families {
-		if strings.HasPrefix(f, prefix) {
-			families = append(families, f)
-		}
-	}
-	sort.Strings(families)
 	var arns []string
-	for _, f := range families {
+	for _, f := range slices.Sorted(maps.Keys(e.families)) {
 		for _, td := range e.families[f] {
-			if td.status == status {
+			if td.status == status && strings.HasPrefix(f, prefix) {
 				arns = append(arns, td.arn)
 			}
 		}
@@ -462,18 +444,19 @@ func (e *Emulator) taskDefARNs(prefix, status string) []string {
 	return arns
 }
 
-// paginate pages a stable list by offset.
-func paginate(list []string, token string, limit int) ([]string, string, error) {
+// paginate pages a stable list by offset, with "o/<offset>" tokens.
+// badToken is the message for a token it cannot read.
+func paginate[T any](list []T, token string, limit int, badToken string) ([]T, string, error) {
 	start := 0
 	if token != "" {
 		n, err := strconv.Atoi(strings.TrimPrefix(token, "o/"))
 		if err != nil || n < 0 {
-			return nil, "", invalidParam("Invalid nextToken")
+			return nil, "", invalidParam("%s", badToken)
 		}
 		start = min(n, len(list))
 	}
 	end := min(start+limit, len(list))
-	page := append([]string{}, list[start:end]...)
+	page := append([]T{}, list[start:end]...)
 	if end < len(list) {
 		return page, "o/" + strconv.Itoa(end), nil
 	}
@@ -522,8 +505,7 @@ func (e *Emulator) resourceTags(arn string) (*[]tag, error) {
 			}
 		}
 	case strings.Contains(arn, ":task/"):
-		id := arn[strings.LastIndex(arn, "/")+1:]
-		if t, ok := e.tasks[id]; ok && !e.expired(t, time.Now()) {
+		if t, ok := e.liveTask(refID(arn), time.Now()); ok {
 			return &t.tags, nil
 		}
 	default:
@@ -568,13 +550,8 @@ func (e *Emulator) untagResource(body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var kept []tag
-	for _, t := range *tags {
-		if !contains(req.TagKeys, t.Key) {
-			kept = append(kept, t)
-		}
-	}
-	*tags = kept
+	// A copy: rendered responses may still share the old list.
+	*tags = slices.DeleteFunc(slices.Clone(*tags), func(t tag) bool { return slices.Contains(req.TagKeys, t.Key) })
 	return map[string]any{}, nil
 }
 

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,6 +39,7 @@ func (e *Emulator) SetEKSClusterStatus(name, status string) bool {
 	c, ok := e.eks[name]
 	if ok {
 		c.status = status
+		e.eks[name] = c
 	}
 	return ok
 }
@@ -53,15 +55,13 @@ func (e *Emulator) DeleteEKSCluster(name string) {
 func (e *Emulator) putEKSCluster(name, endpoint, caData, status string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.eks[name] = &eksCluster{name: name, status: status, endpoint: endpoint, caData: caData, version: eksVersion, created: time.Now()}
+	e.eks[name] = eksCluster{name: name, status: status, endpoint: endpoint, caData: caData, version: eksVersion, created: time.Now()}
 }
 
 // handleDescribeEKSCluster is EKS DescribeCluster: GET /clusters/{name}.
 func (e *Emulator) handleDescribeEKSCluster(w http.ResponseWriter, r *http.Request) {
 	if !e.admit("DescribeCluster") {
-		throttled := rateExceeded()
-		throttled.status = http.StatusTooManyRequests
-		writeRESTError(w, throttled)
+		writeRESTError(w, rateExceeded())
 		return
 	}
 	fault, ok := e.injectFault(r, "eks")
@@ -69,28 +69,12 @@ func (e *Emulator) handleDescribeEKSCluster(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	if fault != nil {
-		if fault.typ == "ThrottlingException" {
-			// REST-JSON services throttle with 429.
-			fault.status = http.StatusTooManyRequests
-		}
 		writeRESTError(w, fault)
 		return
 	}
 	name := r.PathValue("name")
 	e.mu.Lock()
-	c, found := e.eks[name]
-	var out map[string]any
-	if found {
-		out = map[string]any{"cluster": map[string]any{
-			"name":                 c.name,
-			"arn":                  fmt.Sprintf("arn:aws:eks:%s:%s:cluster/%s", region, account, c.name),
-			"status":               c.status,
-			"endpoint":             c.endpoint,
-			"certificateAuthority": map[string]any{"data": c.caData},
-			"version":              c.version,
-			"createdAt":            epoch(c.created),
-		}}
-	}
+	c, found := e.eks[name] // a copy, read without the lock below
 	e.mu.Unlock()
 	if !found {
 		e.log.Debug("aws request failed", "op", "DescribeCluster", "type", "ResourceNotFoundException", "cluster", name)
@@ -98,7 +82,15 @@ func (e *Emulator) handleDescribeEKSCluster(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	e.log.Debug("aws request", "op", "DescribeCluster", "cluster", name)
-	writeREST(w, http.StatusOK, out)
+	writeREST(w, http.StatusOK, map[string]any{"cluster": map[string]any{
+		"name":                 c.name,
+		"arn":                  fmt.Sprintf("arn:aws:eks:%s:%s:cluster/%s", region, account, c.name),
+		"status":               c.status,
+		"endpoint":             c.endpoint,
+		"certificateAuthority": map[string]any{"data": c.caData},
+		"version":              c.version,
+		"createdAt":            epoch(c.created),
+	}})
 }
 
 // handlePutEKSCluster registers a cluster over HTTP, for an emulator run as
@@ -119,9 +111,7 @@ func (e *Emulator) handlePutEKSCluster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "name is required"})
 		return
 	}
-	if req.Status == "" {
-		req.Status = "ACTIVE"
-	}
+	req.Status = cmp.Or(req.Status, "ACTIVE")
 	e.putEKSCluster(req.Name, req.Endpoint, req.CAData, req.Status)
 	writeJSON(w, http.StatusOK, req)
 }
@@ -129,8 +119,13 @@ func (e *Emulator) handlePutEKSCluster(w http.ResponseWriter, r *http.Request) {
 // writeRESTError is a REST-JSON error: the type in x-amzn-ErrorType, the
 // message in the body.
 func writeRESTError(w http.ResponseWriter, ae *apiError) {
+	status := ae.status
+	if ae.typ == "ThrottlingException" {
+		// REST-JSON services throttle with 429.
+		status = http.StatusTooManyRequests
+	}
 	w.Header().Set("X-Amzn-ErrorType", ae.typ)
-	writeREST(w, ae.status, map[string]string{"message": ae.msg})
+	writeREST(w, status, map[string]string{"message": ae.msg})
 }
 
 func writeREST(w http.ResponseWriter, status int, v any) {

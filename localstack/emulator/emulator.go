@@ -5,6 +5,7 @@
 package emulator
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -183,10 +184,8 @@ func (f Faults) validate() error {
 	default:
 		return fmt.Errorf("tokenReplayAfterPurge %q: want %q or %q", f.TokenReplayAfterPurge, TokenReplayMissing, TokenReplayRelaunch)
 	}
-	for _, r := range f.CapacityReasons {
-		if r == "" {
-			return errors.New("capacityReasons: empty reason")
-		}
+	if slices.Contains(f.CapacityReasons, "") {
+		return errors.New("capacityReasons: empty reason")
 	}
 	for k, l := range f.RateLimitFigures {
 		if err := l.validate(k); err != nil {
@@ -211,7 +210,7 @@ type Emulator struct {
 	launches map[string]int
 	seq      uint64
 	logs     map[string]*logGroup
-	eks      map[string]*eksCluster
+	eks      map[string]eksCluster
 	buckets  map[string]*bucket // by operation; nil when rate limits are off
 	calls    map[string]int
 	throttle map[string]int
@@ -225,14 +224,8 @@ type Emulator struct {
 // New returns an Emulator with the implicit "default" cluster.
 func New(opts Options) *Emulator {
 	opts = opts.withDefaults()
-	lg := opts.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
-	}
-	seed := uint64(opts.Seed)
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
+	lg := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	seed := uint64(cmp.Or(opts.Seed, time.Now().UnixNano()))
 	e := &Emulator{
 		opts:     opts,
 		log:      lg,
@@ -244,7 +237,7 @@ func New(opts Options) *Emulator {
 		tokens:   map[string]*tokenEntry{},
 		launches: map[string]int{},
 		logs:     map[string]*logGroup{},
-		eks:      map[string]*eksCluster{},
+		eks:      map[string]eksCluster{},
 		calls:    map[string]int{},
 		throttle: map[string]int{},
 		closing:  make(chan struct{}),
@@ -258,19 +251,19 @@ func New(opts Options) *Emulator {
 
 // withDefaults fills in the documented defaults of zero fields.
 func (o Options) withDefaults() Options {
-	if o.StoppedRetention <= 0 {
-		o.StoppedRetention = time.Hour
-	}
-	if o.StopTimeout <= 0 {
-		o.StopTimeout = 30 * time.Second
-	}
-	if o.InfraStopDelay <= 0 {
-		o.InfraStopDelay = defaultInfraStopDelay
-	}
-	if o.TokenReplayAfterPurge == "" {
-		o.TokenReplayAfterPurge = TokenReplayMissing
-	}
+	o.StoppedRetention = positiveOr(o.StoppedRetention, time.Hour)
+	o.StopTimeout = positiveOr(o.StopTimeout, 30*time.Second)
+	o.InfraStopDelay = positiveOr(o.InfraStopDelay, defaultInfraStopDelay)
+	o.TokenReplayAfterPurge = cmp.Or(o.TokenReplayAfterPurge, TokenReplayMissing)
 	return o
+}
+
+// positiveOr is d, or def when d is not positive.
+func positiveOr(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 // Handler serves the AWS JSON protocols on POST /, EKS DescribeCluster on
@@ -304,7 +297,8 @@ func (e *Emulator) Start(addr string) (string, error) {
 	e.srv = srv
 	e.mu.Unlock()
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// Serve always returns an error, ErrServerClosed after Shutdown.
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			e.log.Error("emulator server stopped", "err", err)
 		}
 	}()
@@ -404,16 +398,8 @@ func (e *Emulator) janitor() {
 			return
 		case now := <-t.C:
 			e.mu.Lock()
-			for id, tk := range e.tasks {
-				if e.expired(tk, now) {
-					delete(e.tasks, id)
-				}
-			}
-			for k, te := range e.tokens {
-				if now.Sub(te.at) > clientTokenTTL {
-					delete(e.tokens, k)
-				}
-			}
+			maps.DeleteFunc(e.tasks, func(_ string, tk *task) bool { return e.expired(tk, now) })
+			maps.DeleteFunc(e.tokens, func(_ string, te *tokenEntry) bool { return now.Sub(te.at) > clientTokenTTL })
 			e.mu.Unlock()
 		}
 	}
@@ -427,11 +413,7 @@ func (e *Emulator) handleLaunches(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"startedBy": sb, "count": e.launches[sb]})
 		return
 	}
-	counts := make(map[string]int, len(e.launches))
-	for k, v := range e.launches {
-		counts[k] = v
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"counts": counts})
+	writeJSON(w, http.StatusOK, map[string]any{"counts": maps.Clone(e.launches)})
 }
 
 func (e *Emulator) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
@@ -485,14 +467,23 @@ func invalidParam(format string, args ...any) *apiError {
 // pageSize reads a request's page size, named name in errors: most when
 // unset, else 1 to most.
 func pageSize(n *int, most int, name string) (int, error) {
+	return intParam(n, most, most, name)
+}
+
+// intParam reads a request's count, named name in errors: def when unset,
+// else 1 to most.
+func intParam(n *int, def, most int, name string) (int, error) {
 	if n == nil {
-		return most, nil
+		return def, nil
 	}
-	if *n < 1 || *n > most {
+	if !inRange(*n, 1, most) {
 		return 0, invalidParam("%s must be between 1 and %d", name, most)
 	}
 	return *n, nil
 }
+
+// inRange reports whether lo <= v <= hi.
+func inRange[T cmp.Ordered](v, lo, hi T) bool { return lo <= v && v <= hi }
 
 func clientErr(format string, args ...any) *apiError {
 	return errf("ClientException", format, args...)
@@ -591,21 +582,19 @@ func (e *Emulator) injectFault(r *http.Request, service string) (ae *apiError, o
 		}
 	}
 	e.mu.Lock()
-	throttle := e.chance(f.ThrottleRate)
-	fail5xx := !throttle && e.chance(f.ServerErrorRate)
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	// A throttled request draws no server error.
 	switch {
-	case throttle:
+	case e.chance(f.ThrottleRate):
 		return rateExceeded(), true
-	case fail5xx:
-		typ := "ServerException"
-		if service == "logs" {
-			typ = "ServiceUnavailableException"
-		}
-		return &apiError{status: http.StatusInternalServerError, typ: typ, msg: "injected server error"}, true
+	case e.chance(f.ServerErrorRate):
+		return &apiError{status: http.StatusInternalServerError, typ: serverErrorType[service], msg: "injected server error"}, true
 	}
 	return nil, true
 }
+
+// serverErrorType is the error type each service answers HTTP 500 with.
+var serverErrorType = map[string]string{"ecs": "ServerException", "logs": "ServiceUnavailableException", "eks": "ServerException"}
 
 // decode parses a request body. An empty body is an empty object.
 func decode(body []byte, v any) error {
@@ -620,9 +609,7 @@ func decode(body []byte, v any) error {
 
 func writeAPIError(w http.ResponseWriter, ae *apiError) {
 	m := map[string]any{"__type": ae.typ, "message": ae.msg}
-	for k, v := range ae.extra {
-		m[k] = v
-	}
+	maps.Copy(m, ae.extra)
 	w.Header().Set("X-Amzn-ErrorType", ae.typ)
 	writeAWS(w, ae.status, m)
 }

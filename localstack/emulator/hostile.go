@@ -82,15 +82,21 @@ func (e *Emulator) transientRunTaskError(netConf json.RawMessage) *apiError {
 // capacityFailure is a failures[] entry for a slot that found no capacity.
 // e.mu must be held. EC2 reasons name a container instance, as in ECS.
 func (e *Emulator) capacityFailure(clusterName string) failure {
-	reasons := e.faults.CapacityReasons
-	if len(reasons) == 0 {
-		reasons = []string{ReasonResourceCPU}
-	}
+	reasons := capacityReasons(e.faults.CapacityReasons)
 	f := failure{Reason: reasons[e.rng.IntN(len(reasons))]}
 	if f.Reason != ReasonFargateCapacity {
 		f.Arn = "arn:aws:ecs:" + region + ":" + account + ":container-instance/" + clusterName + "/" + newID()
 	}
 	return f
+}
+
+// capacityReasons is the reasons a capacity error picks from: rs, or
+// RESOURCE:CPU alone when rs is empty.
+func capacityReasons(rs []string) []string {
+	if len(rs) == 0 {
+		return []string{ReasonResourceCPU}
+	}
+	return rs
 }
 
 // infraStop is an infrastructure stop planned for a task.
@@ -101,9 +107,6 @@ type infraStop struct {
 	exitCodes bool // SIGTERM and exit codes, or the host vanished
 }
 
-// pickInfraStop plans an infrastructure stop. e.mu must be held. The stop
-// codes are the TaskStopCode values that mean infrastructure. The reasons
-// follow what ECS reports (README.md says where each comes from).
 // pickFailToStartReason picks a failing start's stopped reason. e.mu must
 // be held.
 func (e *Emulator) pickFailToStartReason() string {
@@ -113,11 +116,11 @@ func (e *Emulator) pickFailToStartReason() string {
 	return failToStartDefault
 }
 
+// pickInfraStop plans an infrastructure stop. e.mu must be held. The stop
+// codes are the TaskStopCode values that mean infrastructure. The reasons
+// follow what ECS reports (README.md says where each comes from).
 func (e *Emulator) pickInfraStop() *infraStop {
-	d := e.faults.InfraStopDelay
-	if d <= 0 {
-		d = defaultInfraStopDelay
-	}
+	d := positiveOr(e.faults.InfraStopDelay, defaultInfraStopDelay)
 	s := &infraStop{after: e.upTo(d), exitCodes: e.faults.InfraStopGraceful || e.rng.IntN(2) == 0}
 	switch e.rng.IntN(3) {
 	case 0:

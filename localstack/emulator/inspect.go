@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -45,12 +46,7 @@ func (e *Emulator) Task(ref string) (TaskInfo, bool) {
 func (e *Emulator) Tasks() []TaskInfo {
 	e.mu.Lock()
 	now := time.Now()
-	ts := make([]*task, 0, len(e.tasks))
-	for _, t := range e.tasks {
-		if !e.expired(t, now) {
-			ts = append(ts, t)
-		}
-	}
+	ts := slices.DeleteFunc(slices.Collect(maps.Values(e.tasks)), func(t *task) bool { return e.expired(t, now) })
 	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
 	out := make([]TaskInfo, len(ts))
 	for i, t := range ts {

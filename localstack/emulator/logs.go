@@ -1,6 +1,8 @@
 package emulator
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,7 +37,7 @@ func (s *logStream) visibleEvents(now time.Time) int {
 
 // exists reports whether readers see the stream at now.
 func (s *logStream) exists(now time.Time) bool {
-	return !s.hidden || (len(s.events) > 0 && !s.events[0].visible.After(now))
+	return !s.hidden || s.visibleEvents(now) > 0
 }
 
 // add appends an event that becomes visible after a random delay in
@@ -78,18 +80,19 @@ func logGroupArn(name string) string {
 
 // groupName accepts a name or, for logGroupIdentifier, an ARN.
 func groupName(name, identifier string) string {
-	if name != "" {
-		return name
+	if _, arnName, ok := strings.Cut(identifier, ":log-group:"); ok {
+		identifier = strings.TrimSuffix(arnName, ":*")
 	}
-	if i := strings.Index(identifier, ":log-group:"); i >= 0 {
-		return strings.TrimSuffix(identifier[i+len(":log-group:"):], ":*")
-	}
-	return identifier
+	return cmp.Or(name, identifier)
 }
 
 // ensureStream creates the group and stream if missing. awslogs in the
-// emulator always behaves as if awslogs-create-group were true.
+// emulator always behaves as if awslogs-create-group were true. A container
+// without awslogs has no group, and nothing is created.
 func (e *Emulator) ensureStream(group, stream string) {
+	if group == "" {
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.ensureStreamLocked(group, stream)
@@ -123,7 +126,7 @@ func (e *Emulator) createLogGroup(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if req.LogGroupName == "" || len(req.LogGroupName) > 512 {
+	if !inRange(len(req.LogGroupName), 1, 512) {
 		return nil, invalidParam("logGroupName must be 1-512 characters")
 	}
 	e.mu.Lock()
@@ -163,7 +166,7 @@ func (e *Emulator) createLogStream(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if req.LogStreamName == "" || len(req.LogStreamName) > 512 || strings.ContainsAny(req.LogStreamName, ":*") {
+	if !inRange(len(req.LogStreamName), 1, 512) || strings.ContainsAny(req.LogStreamName, ":*") {
 		return nil, invalidParam("logStreamName must be 1-512 characters without ':' or '*'")
 	}
 	e.mu.Lock()
@@ -181,23 +184,18 @@ func (e *Emulator) createLogStream(body []byte) (any, error) {
 
 func (e *Emulator) putLogEvents(body []byte) (any, error) {
 	var req struct {
-		LogGroupName  string `json:"logGroupName"`
-		LogStreamName string `json:"logStreamName"`
-		LogEvents     []struct {
-			Timestamp int64  `json:"timestamp"`
-			Message   string `json:"message"`
-		} `json:"logEvents"`
+		LogGroupName  string          `json:"logGroupName"`
+		LogStreamName string          `json:"logStreamName"`
+		LogEvents     []inputLogEvent `json:"logEvents"`
 	}
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if len(req.LogEvents) == 0 || len(req.LogEvents) > 10000 {
+	if !inRange(len(req.LogEvents), 1, 10000) {
 		return nil, invalidParam("logEvents must hold 1-10000 events")
 	}
-	for i := 1; i < len(req.LogEvents); i++ {
-		if req.LogEvents[i].Timestamp < req.LogEvents[i-1].Timestamp {
-			return nil, invalidParam("Log events in a single PutLogEvents request must be in chronological order.")
-		}
+	if !slices.IsSortedFunc(req.LogEvents, func(a, b inputLogEvent) int { return cmp.Compare(a.Timestamp, b.Timestamp) }) {
+		return nil, invalidParam("Log events in a single PutLogEvents request must be in chronological order.")
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -210,6 +208,11 @@ func (e *Emulator) putLogEvents(body []byte) (any, error) {
 		e.add(s, ev.Timestamp, ev.Message, now)
 	}
 	return map[string]any{"nextSequenceToken": strconv.Itoa(len(s.events))}, nil
+}
+
+type inputLogEvent struct {
+	Timestamp int64  `json:"timestamp"`
+	Message   string `json:"message"`
 }
 
 type eventOut struct {
@@ -226,7 +229,7 @@ func (e *Emulator) getLogEvents(body []byte) (any, error) {
 		LogGroupName       string `json:"logGroupName"`
 		LogGroupIdentifier string `json:"logGroupIdentifier"`
 		LogStreamName      string `json:"logStreamName"`
-		StartFromHead      *bool  `json:"startFromHead"`
+		StartFromHead      bool   `json:"startFromHead"`
 		NextToken          string `json:"nextToken"`
 		Limit              *int   `json:"limit"`
 		StartTime          *int64 `json:"startTime"`
@@ -250,7 +253,7 @@ func (e *Emulator) getLogEvents(body []byte) (any, error) {
 		return nil, errf("ResourceNotFoundException", "The specified log stream does not exist.")
 	}
 	lo, hi := s.window(now, req.StartTime, req.EndTime)
-	start, end, err := eventRange(req.NextToken, req.StartFromHead != nil && *req.StartFromHead, lo, hi, limit)
+	start, end, err := eventRange(req.NextToken, req.StartFromHead, lo, hi, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -288,9 +291,10 @@ func (s *logStream) window(now time.Time, startTime, endTime *int64) (lo, hi int
 func eventRange(token string, fromHead bool, lo, hi, limit int) (start, end int, err error) {
 	switch {
 	case token != "":
-		dir, nStr, ok := strings.Cut(token, "/")
-		n, perr := strconv.Atoi(nStr)
-		if !ok || perr != nil || n < 0 || (dir != "f" && dir != "b") {
+		// Without a "/", nStr is empty and fails to parse.
+		dir, nStr, _ := strings.Cut(token, "/")
+		n, err := strconv.Atoi(nStr)
+		if err != nil || n < 0 || (dir != "f" && dir != "b") {
 			return 0, 0, invalidParam("The specified nextToken is invalid.")
 		}
 		n = max(lo, min(n, hi))
@@ -326,19 +330,18 @@ func (s *logStream) describe(group string, now time.Time) streamOut {
 	return o
 }
 
-// streamBefore orders streams by name, or by last event time (name for a
-// tie) when orderBy is LastEventTime. descending reverses it.
-func streamBefore(a, b streamOut, orderBy string, descending bool) bool {
-	less := a.LogStreamName < b.LogStreamName
+// compareStreams orders streams by name, or by last event time (name for a
+// tie) when orderBy is LastEventTime. descending reverses it. Names are
+// unique in a group, so no two streams compare equal.
+func compareStreams(a, b streamOut, orderBy string, descending bool) int {
+	c := strings.Compare(a.LogStreamName, b.LogStreamName)
 	if orderBy == "LastEventTime" {
-		if la, lb := lastEventTime(a), lastEventTime(b); la != lb {
-			less = la < lb
-		}
+		c = cmp.Or(cmp.Compare(lastEventTime(a), lastEventTime(b)), c)
 	}
 	if descending {
-		return !less
+		return -c
 	}
-	return less
+	return c
 }
 
 func lastEventTime(o streamOut) int64 {
@@ -346,19 +349,6 @@ func lastEventTime(o streamOut) int64 {
 		return 0
 	}
 	return *o.LastEventTimestamp
-}
-
-// streamOffset reads a DescribeLogStreams nextToken, "o/<offset>", as an
-// offset into a list of n streams.
-func streamOffset(token string, n int) (int, error) {
-	if token == "" {
-		return 0, nil
-	}
-	off, err := strconv.Atoi(strings.TrimPrefix(token, "o/"))
-	if err != nil || off < 0 {
-		return 0, invalidParam("The specified nextToken is invalid.")
-	}
-	return min(off, n), nil
 }
 
 func (e *Emulator) describeLogStreams(body []byte) (any, error) {
@@ -395,15 +385,14 @@ func (e *Emulator) describeLogStreams(body []byte) (any, error) {
 			list = append(list, s.describe(name, now))
 		}
 	}
-	sort.Slice(list, func(i, j int) bool { return streamBefore(list[i], list[j], req.OrderBy, req.Descending) })
-	start, err := streamOffset(req.NextToken, len(list))
+	slices.SortFunc(list, func(a, b streamOut) int { return compareStreams(a, b, req.OrderBy, req.Descending) })
+	page, next, err := paginate(list, req.NextToken, limit, "The specified nextToken is invalid.")
 	if err != nil {
 		return nil, err
 	}
-	end := min(start+limit, len(list))
-	out := map[string]any{"logStreams": append([]streamOut{}, list[start:end]...)}
-	if end < len(list) {
-		out["nextToken"] = "o/" + strconv.Itoa(end)
-	}
-	return out, nil
+	// Fields in name order, as a map would marshal them.
+	return struct {
+		LogStreams []streamOut `json:"logStreams"`
+		NextToken  string      `json:"nextToken,omitempty"`
+	}{page, next}, nil
 }

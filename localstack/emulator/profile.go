@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -89,8 +90,9 @@ func boolSetter(field func(*Options) *bool) func(*Options, string) error {
 }
 
 // capacityAliases are short names for the documented capacity reasons.
-var capacityAliases = map[string]string{
-	"cpu": ReasonResourceCPU, "memory": ReasonResourceMemory, "agent": ReasonAgent, "fargate": ReasonFargateCapacity,
+var capacityAliases = map[string][]string{
+	"cpu": {ReasonResourceCPU}, "memory": {ReasonResourceMemory}, "agent": {ReasonAgent}, "fargate": {ReasonFargateCapacity},
+	"all": AllCapacityReasons(),
 }
 
 func settings() []setting {
@@ -145,7 +147,7 @@ func settings() []setting {
 		{flag: "token-replay-after-purge", env: "TETHER_EMULATOR_TOKEN_REPLAY_AFTER_PURGE",
 			usage: "what a clientToken replay returns once its tasks are purged: missing or relaunch (default missing)",
 			set: func(o *Options, v string) error {
-				if v != TokenReplayMissing && v != TokenReplayRelaunch {
+				if !slices.Contains([]string{TokenReplayMissing, TokenReplayRelaunch}, v) {
 					return fmt.Errorf("want %q or %q, got %q", TokenReplayMissing, TokenReplayRelaunch, v)
 				}
 				o.TokenReplayAfterPurge = v
@@ -170,10 +172,8 @@ func setCapacityReasons(o *Options, v string) error {
 	for r := range strings.SplitSeq(v, ",") {
 		r = strings.TrimSpace(r)
 		switch {
-		case r == "all":
-			o.CapacityReasons = append(o.CapacityReasons, AllCapacityReasons()...)
-		case capacityAliases[r] != "":
-			o.CapacityReasons = append(o.CapacityReasons, capacityAliases[r])
+		case capacityAliases[r] != nil:
+			o.CapacityReasons = append(o.CapacityReasons, capacityAliases[r]...)
 		case r != "":
 			o.CapacityReasons = append(o.CapacityReasons, r)
 		}
@@ -213,11 +213,11 @@ func addRateLimits(o *Options, v string) error {
 		if err != nil {
 			return err
 		}
-		o.RateLimitFigures = maps.Clone(o.RateLimitFigures)
-		if o.RateLimitFigures == nil {
-			o.RateLimitFigures = map[string]RateLimit{}
-		}
-		o.RateLimitFigures[key] = l
+		// A new map: the options may share the old one.
+		figures := make(map[string]RateLimit, len(o.RateLimitFigures)+1)
+		maps.Copy(figures, o.RateLimitFigures)
+		figures[key] = l
+		o.RateLimitFigures = figures
 	}
 	return nil
 }
@@ -236,12 +236,7 @@ func ParseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (Op
 	var given []func(*Options) error
 	for _, s := range all {
 		apply := func(v string) error {
-			given = append(given, func(o *Options) error {
-				if err := s.set(o, v); err != nil {
-					return fmt.Errorf("-%s: %w", s.flag, err)
-				}
-				return nil
-			})
+			given = append(given, func(o *Options) error { return s.apply(o, v, "-"+s.flag) })
 			return nil
 		}
 		usage := s.usage + " (env " + s.env + ")"
@@ -257,9 +252,7 @@ func ParseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (Op
 	if fs.NArg() > 0 {
 		return Options{}, "", fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if profile == "" {
-		profile = ProfileKind
-	}
+	profile = cmp.Or(profile, ProfileKind)
 	opts, err := ProfileOptions(profile)
 	if err != nil {
 		return Options{}, "", err
@@ -274,26 +267,29 @@ func ParseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (Op
 	return opts, profile, nil
 }
 
-// applyEnv applies the settings set in the environment to opts.
+// applyEnv applies the settings set in the environment to opts. Its
+// errors are for errors.Join, which drops the nil ones.
 func applyEnv(all []setting, opts *Options, getenv func(string) string) []error {
 	var errs []error
 	for _, s := range all {
 		if v := getenv(s.env); v != "" {
-			if err := s.set(opts, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", s.env, err))
-			}
+			errs = append(errs, s.apply(opts, v, s.env))
 		}
 	}
 	return errs
 }
 
+// apply sets v, naming where it came from (flag or variable) in an error.
+func (s setting) apply(o *Options, v, from string) error {
+	if err := s.set(o, v); err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	return nil
+}
+
 // LogValue renders the effective settings on one log line.
 func (o Options) LogValue() slog.Value {
 	o = o.withDefaults()
-	reasons := o.CapacityReasons
-	if len(reasons) == 0 {
-		reasons = []string{ReasonResourceCPU}
-	}
 	limits := "off"
 	if o.RateLimits {
 		eff := EffectiveRateLimits(o.RateLimitFigures)
@@ -310,7 +306,7 @@ func (o Options) LogValue() slog.Value {
 		slog.Duration("logLag", o.LogLag),
 		slog.Float64("runTaskTransientRate", o.RunTaskTransientRate),
 		slog.Float64("capacityErrorRate", o.CapacityErrorRate),
-		slog.String("capacityReasons", strings.Join(reasons, "|")),
+		slog.String("capacityReasons", strings.Join(capacityReasons(o.CapacityReasons), "|")),
 		slog.Float64("infraStopRate", o.InfraStopRate),
 		slog.Duration("infraStopDelay", o.InfraStopDelay),
 		slog.Float64("failToStartRate", o.FailToStartRate),

@@ -18,7 +18,8 @@ type RateLimit struct {
 }
 
 func (l RateLimit) validate(key string) error {
-	if key == "" || strings.HasPrefix(key, "+") || strings.HasSuffix(key, "+") || strings.Contains(key, "++") {
+	// Each action a key names is non-empty: no empty key, no stray "+".
+	if slices.Contains(strings.Split(key, "+"), "") {
 		return fmt.Errorf("rate limit %q: want an action name or actions joined by +", key)
 	}
 	if l.Rate < 0 || l.Burst < 0 {
@@ -75,11 +76,9 @@ func EffectiveRateLimits(figures map[string]RateLimit) map[string]RateLimit {
 	// the same way every time.
 	for _, key := range slices.Sorted(maps.Keys(figures)) {
 		for _, op := range strings.Split(key, "+") {
-			for k := range out {
-				if k == op || slices.Contains(strings.Split(k, "+"), op) {
-					delete(out, k)
-				}
-			}
+			maps.DeleteFunc(out, func(k string, _ RateLimit) bool {
+				return slices.Contains(strings.Split(k, "+"), op)
+			})
 		}
 		if l := figures[key]; l.Rate > 0 {
 			out[key] = l

@@ -37,7 +37,7 @@ func parseSynth(vars map[string]string) (synthSpec, error) {
 	}
 	if v, ok := vars["SYNTH_EXIT"]; ok {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 255 {
+		if err != nil || !inRange(n, 0, 255) {
 			return s, fmt.Errorf("SYNTH_EXIT=%q: want an exit code 0-255", v)
 		}
 		s.exit = n
@@ -53,9 +53,7 @@ func (e *Emulator) startSynthetic(t *task, idx int, c *container, exits chan<- e
 	if err != nil {
 		return err
 	}
-	if c.logGroup != "" {
-		e.ensureStream(c.logGroup, c.logStream)
-	}
+	e.ensureStream(c.logGroup, c.logStream)
 	go func() {
 		exits <- exitEvent{idx: idx, code: e.synthesize(t.id, c, spec)}
 	}()

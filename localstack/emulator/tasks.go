@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,10 +157,8 @@ func (t *task) render(withTags bool) taskOut {
 			TaskArn:      t.arn, Name: c.name, Image: c.image, LastStatus: c.lastStatus,
 			Reason: c.reason, HealthStatus: "UNKNOWN",
 		}
-		if c.exitCode != nil {
-			v := *c.exitCode
-			co.ExitCode = &v
-		}
+		// An exit code never changes once set, so the pointer is shared.
+		co.ExitCode = c.exitCode
 		if c.pid != 0 {
 			co.RuntimeID = t.id + "-" + strconv.Itoa(c.pid)
 		}
@@ -207,16 +207,10 @@ func validStartedBy(s string) bool {
 	return len(s) <= 36 && strings.Trim(s, startedByChars) == ""
 }
 
+// validClientToken wants at most 64 printable ASCII characters. A byte
+// outside ASCII makes a rune above 126 too.
 func validClientToken(s string) bool {
-	if len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 33 || s[i] > 126 {
-			return false
-		}
-	}
-	return true
+	return len(s) <= 64 && !strings.ContainsFunc(s, func(r rune) bool { return !inRange(r, 33, 126) })
 }
 
 func (e *Emulator) runTaskOp(body []byte) (any, error) {
@@ -244,7 +238,7 @@ func (e *Emulator) runTaskOp(body []byte) (any, error) {
 	}
 	now := time.Now()
 	tokenKey := c.name + "\x00" + req.ClientToken
-	if out, replayed, err := e.replayToken(req.ClientToken, tokenKey, hash, now); replayed {
+	if out, replayed, err := e.replayToken(tokenKey, hash, now); replayed {
 		return out, err
 	}
 	td, overrideByName, err := e.launchable(req, ov)
@@ -290,7 +284,7 @@ func (e *Emulator) launchTasks(c *cluster, td *taskDef, req runTaskReq, ov overr
 // the task definition. It returns the task count and the decoded overrides.
 func (req *runTaskReq) check() (int, overridesReq, error) {
 	var ov overridesReq
-	count, err := taskCount(req.Count)
+	count, err := intParam(req.Count, 1, 10, "count")
 	if err != nil {
 		return 0, ov, err
 	}
@@ -314,17 +308,6 @@ func (req *runTaskReq) check() (int, overridesReq, error) {
 		}
 	}
 	return count, ov, nil
-}
-
-// taskCount is RunTask's count: 1 when unset, at most 10.
-func taskCount(n *int) (int, error) {
-	if n == nil {
-		return 1, nil
-	}
-	if *n < 1 || *n > 10 {
-		return 0, invalidParam("count must be between 1 and 10")
-	}
-	return *n, nil
 }
 
 // checkLaunchType accepts a known launch type, or none, and not beside a
@@ -352,11 +335,9 @@ func (req *runTaskReq) hash() string {
 
 // replayToken answers a RunTask whose client token is known and fresh with
 // the tasks that token launched. It reports false when the request is to
-// launch as new. e.mu must be held.
-func (e *Emulator) replayToken(token, tokenKey, hash string, now time.Time) (any, bool, error) {
-	if token == "" {
-		return nil, false, nil
-	}
+// launch as new. e.mu must be held. Only a request with a client token
+// stores one, so a request without finds none.
+func (e *Emulator) replayToken(tokenKey, hash string, now time.Time) (any, bool, error) {
 	te, ok := e.tokens[tokenKey]
 	if !ok || now.Sub(te.at) > clientTokenTTL {
 		return nil, false, nil
@@ -369,8 +350,8 @@ func (e *Emulator) replayToken(token, tokenKey, hash string, now time.Time) (any
 	tasks := []taskOut{}
 	failures := []failure{}
 	for _, arn := range te.taskArns {
-		t, ok := e.tasks[arn[strings.LastIndex(arn, "/")+1:]]
-		if !ok || e.expired(t, now) {
+		t, ok := e.liveTask(refID(arn), now)
+		if !ok {
 			failures = append(failures, failure{Arn: arn, Reason: "MISSING"})
 			continue
 		}
@@ -400,7 +381,7 @@ func (e *Emulator) launchable(req runTaskReq, ov overridesReq) (*taskDef, map[st
 	}
 	overrideByName := map[string]containerOverride{}
 	for _, o := range ov.ContainerOverrides {
-		if !td.hasContainer(o.Name) {
+		if !slices.ContainsFunc(td.containers, func(cd containerDef) bool { return cd.Name == o.Name }) {
 			return nil, nil, invalidParam("Override for container named %s is not a container in the TaskDefinition.", o.Name)
 		}
 		overrideByName[o.Name] = o
@@ -408,34 +389,19 @@ func (e *Emulator) launchable(req runTaskReq, ov overridesReq) (*taskDef, map[st
 	return td, overrideByName, nil
 }
 
-func (td *taskDef) hasContainer(name string) bool {
-	for _, cd := range td.containers {
-		if cd.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
 // newTask makes one PROVISIONING task of the request, with the faults the
 // emulator's profile draws for it. e.mu must be held.
 func (e *Emulator) newTask(c *cluster, td *taskDef, req runTaskReq, ov overridesReq, overrideByName map[string]containerOverride, now time.Time) *task {
-	launchType := req.LaunchType
-	if launchType == "" {
-		launchType = "EC2"
-	}
-	group := req.Group
-	if group == "" {
-		group = "family:" + td.family
-	}
+	tdCPU, _ := td.raw["cpu"].(string)
+	tdMemory, _ := td.raw["memory"].(string)
 	e.seq++
 	id := newID()
 	t := &task{
 		id: id, arn: "arn:aws:ecs:" + region + ":" + account + ":task/" + c.name + "/" + id,
 		cluster: c.name, clusterArn: c.arn, seq: e.seq, td: td,
-		startedBy: req.StartedBy, group: group, launchType: launchType,
+		startedBy: req.StartedBy, group: cmp.Or(req.Group, "family:"+td.family), launchType: cmp.Or(req.LaunchType, "EC2"),
 		tags: append([]tag(nil), req.Tags...), overrides: req.Overrides,
-		cpu: ov.Cpu, memory: ov.Memory,
+		cpu: cmp.Or(ov.Cpu, tdCPU), memory: cmp.Or(ov.Memory, tdMemory),
 		lastStatus: "PROVISIONING", desiredStatus: "RUNNING", createdAt: now, version: 1,
 		failStart: e.chance(e.faults.FailToStartRate),
 		stopReq:   make(chan struct{}, 1),
@@ -446,12 +412,6 @@ func (e *Emulator) newTask(c *cluster, td *taskDef, req runTaskReq, ov overrides
 	}
 	if e.chance(e.faults.InfraStopRate) {
 		t.infra = e.pickInfraStop()
-	}
-	if t.cpu == "" {
-		t.cpu, _ = td.raw["cpu"].(string)
-	}
-	if t.memory == "" {
-		t.memory, _ = td.raw["memory"].(string)
 	}
 	for _, cd := range td.containers {
 		t.containers = append(t.containers, buildContainer(cd, overrideByName[cd.Name], id))
@@ -481,13 +441,11 @@ func buildContainer(cd containerDef, ov containerOverride, taskID string) *conta
 func containerEnv(defined, overridden []kv) ([]string, map[string]string) {
 	vars := map[string]string{}
 	var order []string
-	for _, list := range [][]kv{defined, overridden} {
-		for _, v := range list {
-			if _, ok := vars[v.Name]; !ok {
-				order = append(order, v.Name)
-			}
-			vars[v.Name] = v.Value
+	for _, v := range slices.Concat(defined, overridden) {
+		if _, ok := vars[v.Name]; !ok {
+			order = append(order, v.Name)
 		}
+		vars[v.Name] = v.Value
 	}
 	// Containers do not inherit the host environment. PATH and HOME keep
 	// local commands runnable.
@@ -769,9 +727,7 @@ func (e *Emulator) startContainer(t *task, idx int, c *container, exits chan<- e
 		return fmt.Errorf("creating stderr pipe: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	if c.logGroup != "" {
-		e.ensureStream(c.logGroup, c.logStream)
-	}
+	e.ensureStream(c.logGroup, c.logStream)
 	if err := cmd.Start(); err != nil {
 		for _, f := range []*os.File{outR, outW, errR, errW} {
 			_ = f.Close()
@@ -846,21 +802,30 @@ func (e *Emulator) pump(r io.Reader, group, stream string) {
 	}
 }
 
+// findTask resolves a task ID or ARN in a cluster. It returns the task,
+// nil when unknown or purged, and its ARN.
 func (e *Emulator) findTask(clusterName, ref string, now time.Time) (*task, string) {
-	id := ref
+	id, arn := ref, ref
 	if strings.HasPrefix(ref, "arn:") {
-		id = ref[strings.LastIndex(ref, "/")+1:]
-	}
-	arn := ref
-	if !strings.HasPrefix(ref, "arn:") {
+		id = refID(ref)
+	} else {
 		arn = "arn:aws:ecs:" + region + ":" + account + ":task/" + clusterName + "/" + ref
 	}
-	t, ok := e.tasks[id]
-	if !ok || t.cluster != clusterName || e.expired(t, now) {
+	t, ok := e.liveTask(id, now)
+	if !ok || t.cluster != clusterName {
 		return nil, arn
 	}
 	return t, arn
 }
+
+// liveTask is the task with this ID unless retention purged it. e.mu held.
+func (e *Emulator) liveTask(id string, now time.Time) (*task, bool) {
+	t, ok := e.tasks[id]
+	return t, ok && !e.expired(t, now)
+}
+
+// refID is the task ID at the end of a task ARN.
+func refID(ref string) string { return ref[strings.LastIndex(ref, "/")+1:] }
 
 func (e *Emulator) describeTasks(body []byte) (any, error) {
 	var req struct {
@@ -877,7 +842,7 @@ func (e *Emulator) describeTasks(body []byte) (any, error) {
 	if len(req.Tasks) > 100 {
 		return nil, invalidParam("Tasks cannot have more than 100 elements.")
 	}
-	withTags := contains(req.Include, "TAGS")
+	withTags := slices.Contains(req.Include, "TAGS")
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c, err := e.lookupCluster(req.Cluster)
@@ -954,7 +919,7 @@ func (e *Emulator) listable(t *task, c *cluster, after uint64, now time.Time) bo
 // combinesStartedBy reports whether the request filters on startedBy and
 // on anything ListTasks cannot combine it with.
 func (req *listTasksReq) combinesStartedBy() bool {
-	return req.StartedBy != "" && (req.Family != "" || req.ServiceName != "" || req.LaunchType != "" || req.ContainerInstance != "")
+	return req.StartedBy != "" && cmp.Or(req.Family, req.ServiceName, req.LaunchType, req.ContainerInstance) != ""
 }
 
 // check validates the filters and paging of a ListTasks request, setting
@@ -968,9 +933,7 @@ func (req *listTasksReq) check() (int, uint64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if req.DesiredStatus == "" {
-		req.DesiredStatus = "RUNNING"
-	}
+	req.DesiredStatus = cmp.Or(req.DesiredStatus, "RUNNING")
 	switch req.DesiredStatus {
 	case "RUNNING", "PENDING", "STOPPED":
 	default:
@@ -1010,19 +973,18 @@ func encodeTaskPageToken(seq uint64) string {
 // (ListTasks reference), so PENDING lists nothing. Tasks here have no
 // container instance, so that filter lists nothing either.
 func (req *listTasksReq) matches(t *task) bool {
-	switch {
-	case req.DesiredStatus != "" && t.desiredStatus != req.DesiredStatus: // "": every status (StartedByOnly)
-		return false
-	case req.StartedBy != "" && t.startedBy != req.StartedBy:
-		return false
-	case req.Family != "" && t.td.family != req.Family:
-		return false
-	case req.ServiceName != "" && t.group != "service:"+req.ServiceName:
-		return false
-	case req.LaunchType != "" && t.launchType != req.LaunchType:
-		return false
+	// Each filter set must equal the task's value.
+	for _, f := range [...]struct{ want, got string }{
+		{req.DesiredStatus, t.desiredStatus}, // "": every status (StartedByOnly)
+		{req.StartedBy, t.startedBy},
+		{req.Family, t.td.family},
+		{req.LaunchType, t.launchType},
+	} {
+		if f.want != "" && f.got != f.want {
+			return false
+		}
 	}
-	return req.ContainerInstance == ""
+	return (req.ServiceName == "" || t.group == "service:"+req.ServiceName) && req.ContainerInstance == ""
 }
 
 // taskPage is the first limit of the tasks, newest first, with the token
@@ -1067,10 +1029,7 @@ func (e *Emulator) stopTask(body []byte) (any, error) {
 		return nil, invalidParam("The referenced task was not found.")
 	}
 	if t.desiredStatus != "STOPPED" {
-		reason := req.Reason
-		if reason == "" {
-			reason = "Task stopped by user"
-		}
+		reason := cmp.Or(req.Reason, "Task stopped by user")
 		t.desiredStatus, t.stopCode, t.stoppedReason, t.stoppingAt = "STOPPED", "UserInitiated", reason, time.Now()
 		t.version++
 	}
