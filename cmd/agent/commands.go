@@ -2,11 +2,18 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tetherjobs/tether/pkg/api"
+	"github.com/tetherjobs/tether/pkg/client"
 )
+
+// yesNo renders a flag as the tables write it.
+var yesNo = map[bool]string{true: "yes", false: "no"}
 
 func (a *app) commandsCmd() *cobra.Command {
 	return &cobra.Command{
@@ -20,45 +27,28 @@ the live agents that serve it but claim none of its jobs because its plugin
 fails its health check there.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
+			cmds, err := call(a, func(c *client.Client) ([]api.Command, error) { return c.Commands(cmd.Context()) })
 			if err != nil {
 				return err
 			}
-			cmds, err := c.Commands(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.machine() {
-				return emitList(a, "commands", cmds, nil)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "NAME\tPLUGIN\tSERVED\tAGENTS\tDRAINING\tUNHEALTHY\tQUEUED\tOLDEST")
-			for _, c := range cmds {
-				served := "yes"
-				if !c.Served {
-					served = "no"
-				}
+			// Hints go below the table, one per unserved command.
+			var hints []string
+			err = printList(a, "commands", cmds, nil, "NAME\tPLUGIN\tSERVED\tAGENTS\tDRAINING\tUNHEALTHY\tQUEUED\tOLDEST", func(w io.Writer, c api.Command) {
 				oldest := "-"
 				if c.OldestQueuedSeconds != nil {
 					oldest = (time.Duration(*c.OldestQueuedSeconds * float64(time.Second))).Round(time.Second).String()
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.Name, orDash(c.Plugin), served,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c.Name, orDash(c.Plugin), yesNo[c.Served],
 					orDash(strings.Join(c.Agents, ",")), orDash(strings.Join(c.Draining, ",")), orDash(strings.Join(c.Unhealthy, ",")), c.Queued, oldest)
-			}
-			if err := tw.Flush(); err != nil {
+				if c.Hint != "" {
+					hints = append(hints, c.Hint)
+				}
+			})
+			if err != nil {
 				return err
 			}
-			// Hints below the table, one per unserved command.
-			blank := true
-			for _, c := range cmds {
-				if c.Hint == "" {
-					continue
-				}
-				if blank {
-					fmt.Fprintln(a.stdout)
-					blank = false
-				}
-				fmt.Fprintln(a.stdout, c.Hint)
+			if len(hints) > 0 {
+				fmt.Fprintf(a.stdout, "\n%s\n", strings.Join(hints, "\n"))
 			}
 			return nil
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -168,9 +169,7 @@ func (a *app) devConfig(listen string) (*config.Config, error) {
 			"demo":  {Plugin: "shell", Context: map[string]any{"script": demoScript, "env": map[string]any{"TETHER_DEMO": "demo"}}},
 		}
 	}
-	if cfg.Agent.Name == "" {
-		cfg.Agent.Name = "dev"
-	}
+	cfg.Agent.Name = cmp.Or(cfg.Agent.Name, "dev")
 	return cfg, nil
 }
 
@@ -213,10 +212,7 @@ func (a *app) serveDev(ctx context.Context, cfg *config.Config, o devOptions, lo
 	select {
 	case addr = <-started:
 	case err := <-agentErr:
-		if err == nil {
-			err = errors.New("agent stopped before it was ready")
-		}
-		return err
+		return cmp.Or(err, errors.New("agent stopped before it was ready"))
 	}
 	base := "http://" + addr
 	if !o.noDemo {
@@ -282,7 +278,7 @@ func checkDevListen(listen string, tokens int) error {
 	if tokens > 0 || host == "localhost" {
 		return nil
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if net.ParseIP(host).IsLoopback() { // false for a nil IP, a host name
 		return nil
 	}
 	return fmt.Errorf("--listen %q: tether dev serves its API without auth, so it listens only on a loopback address (127.0.0.1:9090, [::1]:9090 or localhost:9090); to serve other machines, configure http.tokens (or TETHER_API_TOKENS), or use `tether run`", listen)
@@ -346,10 +342,7 @@ func (a *app) devECS(ctx context.Context, cfg *config.Config, runDir string) (fu
 	if err != nil {
 		return nil, nil
 	}
-	dir := cfg.PluginDir
-	if dir == "" {
-		dir = filepath.Dir(exe)
-	}
+	dir := cmp.Or(cfg.PluginDir, filepath.Dir(exe))
 	if _, err := os.Stat(filepath.Join(dir, "tether-plugin-ecs")); err != nil {
 		return nil, nil // not built: the shell demo is enough
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,10 +93,7 @@ func (a *app) runDevEmulator(ctx context.Context, addr, runFile string) error {
 
 // writeRunFile writes the file atomically, so a reader never sees half of it.
 func writeRunFile(path string, run emulatorRun) error {
-	b, err := json.Marshal(run)
-	if err != nil {
-		return fmt.Errorf("encoding %s: %w", path, err)
-	}
+	b, _ := json.Marshal(run) // an int and a string: cannot fail
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
@@ -125,23 +123,25 @@ func removeRunFileIfOurs(path string, pid int) {
 	}
 }
 
-// emulatorHealthy reports whether the emulator in run answers.
-func emulatorHealthy(ctx context.Context, run emulatorRun) bool {
-	if run.PID <= 0 || !processAlive(run.PID) || run.URL == "" {
-		return false
+// runningEmulator reads the run file at path and reports whether the
+// emulator it names answers.
+func runningEmulator(ctx context.Context, path string) (emulatorRun, bool) {
+	run, err := readRunFile(path)
+	if err != nil || !processAlive(run.PID) || run.URL == "" {
+		return run, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(run.URL, "/")+"/_emulator/health", nil)
 	if err != nil {
-		return false
+		return run, false
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return false
+		return run, false
 	}
 	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return run, resp.StatusCode == http.StatusOK
 }
 
 // ensureEmulator reuses the emulator recorded in runDir when it answers, or
@@ -152,7 +152,7 @@ func ensureEmulator(ctx context.Context, runDir string) (run emulatorRun, starte
 		return run, false, fmt.Errorf("creating %s: %w", runDir, err)
 	}
 	path := filepath.Join(runDir, emulatorRunFile)
-	if run, err := readRunFile(path); err == nil && emulatorHealthy(ctx, run) {
+	if run, ok := runningEmulator(ctx, path); ok {
 		return run, false, nil
 	}
 	exe, err := os.Executable()
@@ -187,7 +187,7 @@ func ensureEmulator(ctx context.Context, runDir string) (run emulatorRun, starte
 			return run, false, fmt.Errorf("the ECS emulator did not answer: %w; see %s", ctx.Err(), logf.Name())
 		case <-t.C:
 		}
-		if r, err := readRunFile(path); err == nil && r.PID == cmd.Process.Pid && emulatorHealthy(ctx, r) {
+		if r, ok := runningEmulator(ctx, path); ok && r.PID == cmd.Process.Pid {
 			return r, true, nil
 		}
 	}
@@ -197,7 +197,7 @@ func ensureEmulator(ctx context.Context, runDir string) (run emulatorRun, starte
 // and waits for it to go, killing it after processStopTimeout or when ctx
 // ends. It is for processes this one did not start as children, so it polls.
 func stopProcess(ctx context.Context, pid int, sig syscall.Signal) error {
-	if pid <= 0 || !processAlive(pid) {
+	if !processAlive(pid) {
 		return nil
 	}
 	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -219,8 +219,12 @@ func stopProcess(ctx context.Context, pid int, sig syscall.Signal) error {
 }
 
 // processAlive reports whether pid exists and is not a zombie (a child of
-// this process that exited but is not yet reaped counts as gone).
+// this process that exited but is not yet reaped counts as gone). A pid
+// below 1 is none: kill(0) would reach this process's group.
 func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
@@ -275,7 +279,7 @@ func (a *app) runDevStop(ctx context.Context, dataDir string) error {
 	stop := func(what, pidFile string, pid int, sig syscall.Signal, cmdWord string) {
 		// A pid file left by a crash may name a pid now reused by an
 		// unrelated process. Signal only one that looks like ours.
-		if pid <= 0 || !processAlive(pid) || !cmdlineHas(pid, cmdWord) {
+		if !processAlive(pid) || !cmdlineHas(pid, cmdWord) {
 			return
 		}
 		stopped++
@@ -307,19 +311,14 @@ func (a *app) runDevStop(ctx context.Context, dataDir string) error {
 	return errors.Join(errs...)
 }
 
-// cmdlineHas reports whether one of pid's arguments is word (true when
-// /proc cannot tell).
+// cmdlineHas reports whether one of pid's arguments, or its base name, is
+// word, a name without a slash (true when /proc cannot tell).
 func cmdlineHas(pid int, word string) bool {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist)
 	}
-	for _, arg := range strings.Split(string(b), "\x00") {
-		if arg == word || filepath.Base(arg) == word {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(strings.Split(string(b), "\x00"), func(arg string) bool { return filepath.Base(arg) == word })
 }
 
 // readPID reads the pid on the first line of a pid file. It returns 0 when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,13 +84,10 @@ they happen); -o yaml the same as json in YAML.`,
 // runEvents prints job id's timeline. With follow, it prints until the job ends
 // and returns its outcome as the exit code.
 func (a *app) runEvents(ctx context.Context, id string, follow bool, timeout time.Duration) error {
-	if !follow && timeout != 0 {
-		return fmt.Errorf("--wait-timeout needs --follow")
-	}
-	if err := checkWaitTimeout(timeout); err != nil {
+	if err := checkFollowTimeout(follow, timeout); err != nil {
 		return err
 	}
-	if follow && (a.output == outJSON || a.output == outYAML) {
+	if follow && slices.Contains([]string{outJSON, outYAML}, a.output) {
 		return fmt.Errorf("--output %s cannot be followed; use -o jsonl with --follow", a.output)
 	}
 	fo, err := a.failover()
@@ -145,7 +143,7 @@ func (a *app) followEvents(ctx context.Context, fo *client.Failover, id string) 
 	if err != nil {
 		return gaveUp(ctx, id, err)
 	}
-	return a.exitOutcome(j.Job)
+	return a.finish(j, false)
 }
 
 func (a *app) cleanupsCmd() *cobra.Command {
@@ -178,30 +176,14 @@ func (a *app) runCleanups(ctx context.Context, limit int, after string, all bool
 	if err := checkLimit(limit); err != nil {
 		return err
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	list, next, err := fetchPages(after, all, func(after string) ([]api.Cleanup, string, error) {
+	list, next, err := fetchPages(a, after, all, func(c *client.Client, after string) ([]api.Cleanup, string, error) {
 		return c.Cleanups(ctx, after, limit)
 	})
 	if err != nil {
 		return err
 	}
-	if a.machine() {
-		return emitList(a, "cleanups", list, &next)
-	}
-	tw := a.table()
-	fmt.Fprintln(tw, "JOB\tCOMMAND\tPLUGIN\tREASON\tATTEMPTS\tNEXT\tCLAIMED BY\tLAST ERROR")
-	for _, cl := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cl.JobID, cl.Command, cl.Plugin, cl.Reason, cl.Attempts,
+	return printList(a, "cleanups", list, &next, "JOB\tCOMMAND\tPLUGIN\tREASON\tATTEMPTS\tNEXT\tCLAIMED BY\tLAST ERROR", func(w io.Writer, cl api.Cleanup) {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cl.JobID, cl.Command, cl.Plugin, cl.Reason, cl.Attempts,
 			fmtTime(&cl.NextAt), orDash(cl.ClaimedBy), orDash(cl.LastError))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if next != "" {
-		fmt.Fprintf(a.stderr, "more cleanups: --after %s (or --all)\n", next)
-	}
-	return nil
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,28 +31,21 @@ func outcome(j api.Job) (string, int) {
 	case api.StatusSucceeded:
 		return head + tail, exitSucceeded
 	case api.StatusFailed:
-		line := head + ": " + orDash(j.Error)
-		if j.ErrorClass != "" {
-			line += " [" + string(j.ErrorClass) + "]"
-		}
-		return line + tail, exitFailed
+		return head + ": " + orDash(j.Error) + orEmpty(string(j.ErrorClass), " ["+string(j.ErrorClass)+"]") + tail, exitFailed
 	case api.StatusCanceled:
-		if j.Error != "" {
-			head += ": " + j.Error
-		}
-		return head + tail, exitCanceled
+		return head + orEmpty(j.Error, ": "+j.Error) + tail, exitCanceled
 	default:
 		return fmt.Sprintf("job %s is %s: its outcome is not known yet", j.ID, j.Status), exitUnknown
 	}
 }
 
 // finish prints the outcome line of a finished job on stderr and returns the
-// matching exitError (nil for success). Under a machine -o the job goes to
-// stdout too.
-func (a *app) finish(j api.JobDetail) error {
+// matching exitError (nil for success). With show and a machine -o the job
+// goes to stdout too. Without show stdout held the followed stream itself.
+func (a *app) finish(j api.JobDetail, show bool) error {
 	line, code := outcome(j.Job)
 	fmt.Fprintln(a.stderr, line)
-	if a.machine() {
+	if show && a.machine() {
 		if err := a.emit(j); err != nil {
 			return &exitError{code: exitUnknown, err: err}
 		}
@@ -60,17 +54,6 @@ func (a *app) finish(j api.JobDetail) error {
 		return nil
 	}
 	return &exitError{code: code}
-}
-
-// exitOutcome prints the job's outcome on stderr and returns it as the exit
-// code, with nothing on stdout (the output was the stream itself).
-func (a *app) exitOutcome(j api.Job) error {
-	line, code := outcome(j)
-	fmt.Fprintln(a.stderr, line)
-	if code != exitSucceeded {
-		return &exitError{code: code}
-	}
-	return nil
 }
 
 // gaveUp is the exit of a follow that ended before the job did.
@@ -91,15 +74,20 @@ func waitTimeout(ctx context.Context, d time.Duration) (context.Context, context
 
 // logPrinter prints followed log records. It prints the job's stdout to out
 // and its stderr to errOut, a separator on stderr when the attempt changes,
-// and with stamps a stream/time/attempt prefix on each line.
+// and with stamps a stream/time/attempt prefix on each line. With records
+// set it writes each record as a JSON line there instead.
 type logPrinter struct {
 	out, errOut, notices io.Writer
+	records              *json.Encoder
 	stamps               bool
 	attempt              int
 	midLine              bool // the last record was partial: no prefix, no separator
 }
 
 func (p *logPrinter) print(r api.LogLine) error {
+	if p.records != nil {
+		return p.records.Encode(r)
+	}
 	if p.attempt != 0 && r.Attempt != p.attempt {
 		if p.midLine {
 			fmt.Fprintln(p.notices)
@@ -139,17 +127,11 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	}
 	defer stopStatus()
 	p := a.followPrinter(split, stamps, statuses)
-	enc := json.NewEncoder(a.stdout)
-	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, func(r api.LogLine) error {
-		if p == nil {
-			return enc.Encode(r)
-		}
-		return p.print(r)
-	})
+	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, p.print)
 	if err != nil {
 		return gaveUp(ctx, id, err)
 	}
-	if p != nil && p.midLine {
+	if p.midLine {
 		fmt.Fprintln(p.notices) // the job's last line had no newline
 	}
 	stopStatus()
@@ -158,10 +140,7 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 		// The end record says how it ended. Details are lost, not the outcome.
 		j = api.JobDetail{Job: api.Job{ID: id, Status: end.Status, Attempt: end.Attempt}}
 	}
-	if p == nil {
-		return a.exitOutcome(j.Job)
-	}
-	return a.finish(j)
+	return a.finish(j, p.records == nil)
 }
 
 // printStatuses prints the job's status changes on stderr until the func
@@ -170,29 +149,30 @@ func (a *app) printStatuses(ctx context.Context, fo *client.Failover, id string)
 	var wg sync.WaitGroup
 	statusCtx, cancel := context.WithCancel(ctx)
 	wg.Go(func() {
-		_, _ = fo.Wait(statusCtx, id, func(j api.JobDetail) {
-			if !j.Status.Terminal() {
-				fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j.Job))
-			}
-		})
+		_, _ = fo.Wait(statusCtx, id, a.printStatus)
 	})
 	return func() { cancel(); wg.Wait() }
 }
 
-// followPrinter is where a followed job's output goes. split sends its
-// stderr to stderr. Under machine output stdout holds the machine output
-// alone, and for `logs -f -o jsonl` (no statuses) the records themselves are
-// the output. followPrinter then returns nil.
+// printStatus prints a status change of a job that has not ended on stderr.
+func (a *app) printStatus(j api.JobDetail) {
+	if !j.Status.Terminal() {
+		fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j.Job))
+	}
+}
+
+// followPrinter is where a job's output goes. split sends its stderr to
+// stderr. Under machine output stdout holds the machine output alone, and
+// for `logs -o jsonl` (no statuses) the records themselves are the output.
 func (a *app) followPrinter(split, stamps, statuses bool) *logPrinter {
-	if a.machine() && !statuses {
-		return nil
-	}
 	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
-	if split {
-		p.errOut = a.stderr
-	}
-	if a.machine() {
+	switch {
+	case a.machine() && !statuses:
+		p.records = json.NewEncoder(a.stdout)
+	case a.machine():
 		p.out, p.errOut = a.stderr, a.stderr
+	case split:
+		p.errOut = a.stderr
 	}
 	return p
 }
@@ -221,15 +201,11 @@ printed on stdout.`,
 			}
 			ctx, cancel := waitTimeout(cmd.Context(), timeout)
 			defer cancel()
-			j, err := fo.Wait(ctx, args[0], func(j api.JobDetail) {
-				if !j.Status.Terminal() {
-					fmt.Fprintf(a.stderr, "job %s: %s\n", j.ID, describeStatus(j.Job))
-				}
-			})
+			j, err := fo.Wait(ctx, args[0], a.printStatus)
 			if err != nil {
 				return gaveUp(ctx, args[0], err)
 			}
-			return a.finish(j)
+			return a.finish(j, true)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "wait-timeout", 0, "give up (exit 3) after this long; 0 waits as long as the job runs")
@@ -242,6 +218,15 @@ func checkWaitTimeout(d time.Duration) error {
 		return errors.New("--wait-timeout must not be negative")
 	}
 	return nil
+}
+
+// checkFollowTimeout validates --wait-timeout of a command that follows
+// only with --follow.
+func checkFollowTimeout(follow bool, d time.Duration) error {
+	if !follow && d != 0 {
+		return errors.New("--wait-timeout needs --follow")
+	}
+	return checkWaitTimeout(d)
 }
 
 func (a *app) logsCmd() *cobra.Command {
@@ -289,16 +274,13 @@ is 0 once the output was printed.
 }
 
 func (a *app) checkLogsFlags(stream string, follow bool, timeout time.Duration) error {
-	if stream != "" && stream != "stdout" && stream != "stderr" {
+	if !slices.Contains([]string{"", "stdout", "stderr"}, stream) {
 		return fmt.Errorf("--stream must be stdout or stderr, got %q", stream)
 	}
 	if a.output == outYAML {
 		return errors.New("--output yaml: logs are a stream of records; use -o jsonl")
 	}
-	if !follow && timeout != 0 {
-		return errors.New("--wait-timeout needs --follow")
-	}
-	return checkWaitTimeout(timeout)
+	return checkFollowTimeout(follow, timeout)
 }
 
 // printLogs prints the job's output written so far.
@@ -307,15 +289,9 @@ func (a *app) printLogs(ctx context.Context, id, stream string, stamps bool) err
 	if err != nil {
 		return err
 	}
-	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
-	enc := json.NewEncoder(a.stdout)
+	p := a.followPrinter(false, stamps, false)
 	err = fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
-		_, err := c.LogRecords(ctx, id, client.LogQuery{Stream: stream}, func(r api.LogLine) error {
-			if a.machine() {
-				return enc.Encode(r)
-			}
-			return p.print(r)
-		})
+		_, err := c.LogRecords(ctx, id, client.LogQuery{Stream: stream}, p.print)
 		return err
 	})
 	if err == nil && p.midLine {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +26,14 @@ func fmtTime(t *time.Time) string {
 	return t.Local().Format(time.RFC3339)
 }
 
+// fmtTimeIfSet is fmtTime of a time that may be unset, "" when it is.
+func fmtTimeIfSet(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return fmtTime(t)
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -38,55 +47,51 @@ func (a *app) getCmd() *cobra.Command {
 		Short: "Show a job",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			j, err := call(a, func(c *client.Client) (api.JobDetail, error) { return c.Get(cmd.Context(), args[0]) })
 			if err != nil {
 				return err
 			}
-			j, err := c.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if a.machine() {
-				return a.emit(j)
-			}
-			tw := a.table()
-			row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
-			row("ID", j.ID)
-			row("Command", j.Command)
-			row("Plugin", j.Plugin)
-			row("Status", string(j.Status))
-			row("Attempt", fmt.Sprint(j.Attempt))
-			row("Submitter", orDash(j.Submitter))
-			row("Agent", orDash(j.Agent))
-			row("Created", fmtTime(&j.CreatedAt))
-			row("Started", fmtTime(j.StartedAt))
-			row("Finished", fmtTime(j.FinishedAt))
-			if j.Error != "" {
-				row("Error", j.Error+orEmpty(string(j.ErrorClass), " ("+string(j.ErrorClass)+")"))
-			}
-			l := j.Limits
-			row("Limits", fmt.Sprintf("max_retry=%d retry_backoff=%s retry_backoff_max=%s pending_timeout=%s active_timeout=%s ttl_succeeded=%s ttl_failed=%s",
-				l.MaxRetry, api.FormatDuration(l.RetryBackoff), api.FormatDuration(l.RetryBackoffMax), api.FormatDuration(l.PendingTimeout),
-				api.FormatDuration(l.ActiveTimeout), api.FormatDuration(l.TTLSucceeded), api.FormatDuration(l.TTLFailed)))
-			for _, r := range j.Resources {
-				row("Resource", fmt.Sprintf("#%d %s %s", r.Attempt, r.Kind, r.Name)+orEmpty(r.URL, " "+r.URL))
-			}
-			if j.RunAfter != nil {
-				row("Next attempt", fmtTime(j.RunAfter))
-			}
-			if j.WaitingForCleanup {
-				row("Next attempt", "after the last attempt's Cleanup")
-			}
-			if j.ExpiresAt != nil {
-				row("Expires", fmtTime(j.ExpiresAt))
-			}
-			row("Context", string(j.Context))
-			if len(j.Result) > 0 {
-				row("Result", string(j.Result))
-			}
-			return tw.Flush()
+			return a.show(j, func() error { return a.printJob(j) })
 		},
 	}
+}
+
+// printJob prints the job as a table of its fields. The optional fields
+// without a value are left out.
+func (a *app) printJob(j api.JobDetail) error {
+	tw := a.table()
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	opt := func(k, v string) {
+		if v != "" {
+			row(k, v)
+		}
+	}
+	row("ID", j.ID)
+	row("Command", j.Command)
+	row("Plugin", j.Plugin)
+	row("Status", string(j.Status))
+	row("Attempt", fmt.Sprint(j.Attempt))
+	row("Submitter", orDash(j.Submitter))
+	row("Agent", orDash(j.Agent))
+	row("Created", fmtTime(&j.CreatedAt))
+	row("Started", fmtTime(j.StartedAt))
+	row("Finished", fmtTime(j.FinishedAt))
+	opt("Error", orEmpty(j.Error, j.Error+orEmpty(string(j.ErrorClass), " ("+string(j.ErrorClass)+")")))
+	l := j.Limits
+	row("Limits", fmt.Sprintf("max_retry=%d retry_backoff=%s retry_backoff_max=%s pending_timeout=%s active_timeout=%s ttl_succeeded=%s ttl_failed=%s",
+		l.MaxRetry, api.FormatDuration(l.RetryBackoff), api.FormatDuration(l.RetryBackoffMax), api.FormatDuration(l.PendingTimeout),
+		api.FormatDuration(l.ActiveTimeout), api.FormatDuration(l.TTLSucceeded), api.FormatDuration(l.TTLFailed)))
+	for _, r := range j.Resources {
+		row("Resource", fmt.Sprintf("#%d %s %s", r.Attempt, r.Kind, r.Name)+orEmpty(r.URL, " "+r.URL))
+	}
+	opt("Next attempt", fmtTimeIfSet(j.RunAfter))
+	if j.WaitingForCleanup {
+		row("Next attempt", "after the last attempt's Cleanup")
+	}
+	opt("Expires", fmtTimeIfSet(j.ExpiresAt))
+	row("Context", string(j.Context))
+	opt("Result", string(j.Result))
+	return tw.Flush()
 }
 
 // jobStatuses are the job statuses --status accepts, as the API does.
@@ -139,24 +144,19 @@ func (a *app) cancelCmd() *cobra.Command {
 		Short: "Cancel a job (a queued job at once; a running one is stopped by its agent)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			j, err := call(a, func(c *client.Client) (api.Job, error) { return c.Cancel(cmd.Context(), args[0], reason) })
 			if err != nil {
 				return err
 			}
-			j, err := c.Cancel(cmd.Context(), args[0], reason)
-			if err != nil {
-				return err
-			}
-			if a.machine() {
-				return a.emit(j)
-			}
-			switch j.Status {
-			case api.StatusCanceling:
-				fmt.Fprintf(a.stdout, "job %s: canceling (its agent is stopping it)\n", j.ID)
-			default:
-				fmt.Fprintf(a.stdout, "job %s: %s\n", j.ID, j.Status)
-			}
-			return nil
+			return a.show(j, func() error {
+				switch j.Status {
+				case api.StatusCanceling:
+					fmt.Fprintf(a.stdout, "job %s: canceling (its agent is stopping it)\n", j.ID)
+				default:
+					fmt.Fprintf(a.stdout, "job %s: %s\n", j.ID, j.Status)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why; recorded in the job's events")
@@ -173,23 +173,18 @@ func (a *app) requeueCmd() *cobra.Command {
 			if req.Reason == "" {
 				return fmt.Errorf("--reason is required: say why the job should run again")
 			}
-			c, err := a.client()
+			res, err := call(a, func(c *client.Client) (api.RequeueResponse, error) { return c.Requeue(cmd.Context(), args[0], req) })
 			if err != nil {
 				return err
 			}
-			res, err := c.Requeue(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			if a.machine() {
-				return a.emit(res)
-			}
-			note := ""
-			if res.Replayed {
-				note = " (replayed: this key was already used for the same request)"
-			}
-			fmt.Fprintf(a.stdout, "job %s: %s, attempt %d%s\n", res.Job.ID, res.Job.Status, res.Job.Attempt, note)
-			return nil
+			return a.show(res, func() error {
+				note := ""
+				if res.Replayed {
+					note = " (replayed: this key was already used for the same request)"
+				}
+				fmt.Fprintf(a.stdout, "job %s: %s, attempt %d%s\n", res.Job.ID, res.Job.Status, res.Job.Attempt, note)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&req.Reason, "reason", "", "why the job should run again (required; recorded in its events)")
@@ -229,43 +224,31 @@ func (a *app) runJobs(ctx context.Context, o client.ListOptions, all bool, since
 	if err := listFilters(&o, since, until); err != nil {
 		return err
 	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	jobs, next, err := fetchPages(o.After, all, func(after string) ([]api.Job, string, error) {
+	jobs, next, err := fetchPages(a, o.After, all, func(c *client.Client, after string) ([]api.Job, string, error) {
 		o.After = after
 		return c.List(ctx, o)
 	})
 	if err != nil {
 		return err
 	}
-	if a.machine() {
-		return emitList(a, "jobs", jobs, &next)
-	}
-	tw := a.table()
-	fmt.Fprintln(tw, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tCREATED")
-	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Command, j.Status, j.Attempt,
+	return printList(a, "jobs", jobs, &next, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tCREATED", func(w io.Writer, j api.Job) {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Command, j.Status, j.Attempt,
 			orDash(j.Submitter), orDash(j.Agent), fmtTime(&j.CreatedAt))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if next != "" {
-		fmt.Fprintf(a.stderr, "more jobs: --after %s (or --all)\n", next)
-	}
-	return nil
+	})
 }
 
-// fetchPages fetches the page after the cursor after and, with all, every
-// page that follows. It returns what it fetched and the cursor of the page
-// after the last ("" at the end).
-func fetchPages[T any](after string, all bool, page func(after string) ([]T, string, error)) ([]T, string, error) {
+// fetchPages fetches, with the client of the first --server, the page after
+// the cursor after and, with all, every page that follows. It returns what
+// it fetched and the cursor of the page after the last ("" at the end).
+func fetchPages[T any](a *app, after string, all bool, page func(c *client.Client, after string) ([]T, string, error)) ([]T, string, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, "", err
+	}
 	var list []T
 	next := after
 	for {
-		items, n, err := page(next)
+		items, n, err := page(c, next)
 		if err != nil {
 			return nil, "", err
 		}
@@ -312,25 +295,15 @@ keepalives: frozen or cut off when its name lock is held), live or
 draining. REASON says why.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
+			agents, err := call(a, func(c *client.Client) ([]api.Agent, error) { return c.ListAgents(cmd.Context(), all) })
 			if err != nil {
 				return err
 			}
-			agents, err := c.ListAgents(cmd.Context(), all)
-			if err != nil {
-				return err
-			}
-			if a.machine() {
-				return emitList(a, "agents", agents, nil)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "NAME\tSTATE\tLIVENESS\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS\tREASON")
-			for _, ag := range agents {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\t%s\n", ag.Name, ag.State, orDash(ag.Liveness), ag.ActiveJobs, ag.Capacity,
+			return printList(a, "agents", agents, nil, "NAME\tSTATE\tLIVENESS\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS\tREASON", func(w io.Writer, ag api.Agent) {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\t%s\n", ag.Name, ag.State, orDash(ag.Liveness), ag.ActiveJobs, ag.Capacity,
 					(time.Duration(ag.SilentFor * float64(time.Second))).Round(time.Second), orDash(ag.Version),
 					orDash(strings.Join(ag.Commands, ",")), orDash(ag.Reason))
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "list every agents row: stopped and silent agents too")

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -185,7 +186,7 @@ func (a *app) resolveFlags(cmd *cobra.Command) error {
 	if _, err := parseLevel(a.logLevel); err != nil {
 		return err
 	}
-	if a.logFormat != "text" && a.logFormat != "json" {
+	if !slices.Contains([]string{"text", "json"}, a.logFormat) {
 		return fmt.Errorf("--log-format must be text or json, got %q", a.logFormat)
 	}
 	return nil
@@ -218,13 +219,21 @@ func (a *app) client() (*client.Client, error) {
 	return cs[0], nil
 }
 
+// call runs one request with the client of the first --server.
+func call[T any](a *app, request func(*client.Client) (T, error)) (T, error) {
+	c, err := a.client()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return request(c)
+}
+
 // clients returns an API client per --server, each bounding single requests
 // by --timeout and connections by it too.
 func (a *app) clients() ([]*client.Client, error) {
-	opts := []client.Option{client.WithRequestTimeout(a.timeout), client.WithConnectTimeout(a.timeout)}
-	if a.token != "" {
-		opts = append(opts, client.WithToken(a.token))
-	}
+	// An empty token sends no Authorization header.
+	opts := []client.Option{client.WithRequestTimeout(a.timeout), client.WithConnectTimeout(a.timeout), client.WithToken(a.token)}
 	var out []*client.Client
 	for _, s := range a.servers {
 		if s = strings.TrimSpace(s); s == "" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -32,11 +33,7 @@ func (a *app) migrateCmd() *cobra.Command {
 			}
 			// tether/<agent.name>/migrate, or tether/cli/migrate: no agent
 			// name is resolved for a one-off command.
-			who := cfg.Agent.Name
-			if who == "" {
-				who = "cli"
-			}
-			agent.SetApplicationName(&pc.ConnConfig.Config, who, "migrate")
+			agent.SetApplicationName(&pc.ConnConfig.Config, cmp.Or(cfg.Agent.Name, "cli"), "migrate")
 			pool, err := pgxpool.NewWithConfig(ctx, pc)
 			if err != nil {
 				return fmt.Errorf("database_url %s: %w", config.RedactURL(cfg.DatabaseURL), err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -18,11 +20,7 @@ const (
 )
 
 func validOutput(s string) bool {
-	switch s {
-	case outTable, outJSON, outJSONL, outYAML:
-		return true
-	}
-	return false
+	return slices.Contains([]string{outTable, outJSON, outJSONL, outYAML}, s)
 }
 
 // machine reports whether -o asks for a machine format.
@@ -51,6 +49,35 @@ func (a *app) emit(v any) error {
 	default:
 		return a.printJSON(v)
 	}
+}
+
+// show writes v in the machine format of -o, or runs text under -o table.
+func (a *app) show(v any, text func() error) error {
+	if a.machine() {
+		return a.emit(v)
+	}
+	return text()
+}
+
+// printList writes a list answer: emitList's under a machine -o, else a
+// table of header and a row per item, then on stderr the cursor of the next
+// page when there is one.
+func printList[T any](a *app, key string, items []T, next *string, header string, row func(io.Writer, T)) error {
+	if a.machine() {
+		return emitList(a, key, items, next)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, header)
+	for _, it := range items {
+		row(tw, it)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != nil && *next != "" {
+		fmt.Fprintf(a.stderr, "more %s: --after %s (or --all)\n", key, *next)
+	}
+	return nil
 }
 
 // emitList writes a list answer: under -o json and yaml the API's object
@@ -100,13 +127,11 @@ func toYAML(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// blockStyle clears every node's style. Nodes decoded from JSON are flow
+// collections, double-quoted strings or plain scalars, so this turns the
+// collections to block YAML and lets the encoder quote what needs quoting.
 func blockStyle(n *yaml.Node) {
-	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
-		n.Style = 0
-	}
-	if n.Kind == yaml.ScalarNode && n.Style == yaml.DoubleQuotedStyle && n.Tag == "!!str" {
-		n.Style = 0 // the encoder quotes what needs quoting
-	}
+	n.Style = 0
 	for _, c := range n.Content {
 		blockStyle(c)
 	}

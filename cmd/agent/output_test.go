@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -247,4 +249,35 @@ func TestEventsFollow(t *testing.T) {
 	}
 	assert.Equal(t, "submitted", kinds[0])
 	assert.Equal(t, "failed", kinds[len(kinds)-1])
+}
+
+// YAML output is block style, with only the strings quoted that need it.
+func TestToYAML(t *testing.T) {
+	got, err := toYAML(map[string]any{"a": []any{1, "two", true, nil}, "b": map[string]any{"yes": "yes", "n": "123", "s": "plain"}, "e": []any{}})
+	require.NoError(t, err)
+	assert.Equal(t, "a:\n  - 1\n  - two\n  - true\n  - null\nb:\n  n: \"123\"\n  s: plain\n  yes: yes\ne: []\n", string(got))
+}
+
+// A list is a table with the next page's cursor on stderr, or the API's
+// list object, or one item per line.
+func TestPrintList(t *testing.T) {
+	row := func(w io.Writer, s string) { fmt.Fprintf(w, "%s\t%d\n", s, len(s)) }
+	next := "c1"
+	for _, tc := range []struct {
+		output         string
+		next           *string
+		stdout, stderr string
+	}{
+		{outTable, &next, "NAME  LEN\na     1\nbbb   3\n", "more things: --after c1 (or --all)\n"},
+		{outTable, nil, "NAME  LEN\na     1\nbbb   3\n", ""},
+		{outJSON, &next, "{\n  \"next\": \"c1\",\n  \"things\": [\n    \"a\",\n    \"bbb\"\n  ]\n}\n", ""},
+		{outJSONL, &next, "\"a\"\n\"bbb\"\n", ""},
+		{outYAML, nil, "things:\n  - a\n  - bbb\n", ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		a := &app{stdout: &stdout, stderr: &stderr, output: tc.output}
+		require.NoError(t, printList(a, "things", []string{"a", "bbb"}, tc.next, "NAME\tLEN", row))
+		assert.Equal(t, tc.stdout, stdout.String(), tc.output)
+		assert.Equal(t, tc.stderr, stderr.String(), tc.output)
+	}
 }

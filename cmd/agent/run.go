@@ -51,22 +51,19 @@ func drainSignals(parent context.Context, log *slog.Logger) (context.Context, <-
 	hurry := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
-		n := 0
-		for {
-			select {
-			case sig := <-ch:
-				n++
-				switch n {
-				case 1:
-					log.Info("signal received: draining (a second signal stops waiting for jobs)", "signal", sig.String())
-					begin()
-				case 2:
-					log.Info("second signal: stopping running jobs now", "signal", sig.String())
-					close(hurry)
-				}
-			case <-done:
-				return
-			}
+		select {
+		case sig := <-ch:
+			log.Info("signal received: draining (a second signal stops waiting for jobs)", "signal", sig.String())
+			begin()
+		case <-done:
+			return
+		}
+		// Later signals change nothing: Notify drops them once ch is full.
+		select {
+		case sig := <-ch:
+			log.Info("second signal: stopping running jobs now", "signal", sig.String())
+			close(hurry)
+		case <-done:
 		}
 	}()
 	return ctx, hurry, func() {

@@ -146,15 +146,14 @@ func (sf submitFlags) request(command string) (api.SubmitRequest, error) {
 
 // reportSubmitted prints the job submit returned, without --wait.
 func (a *app) reportSubmitted(job api.Job, created bool) error {
-	if a.machine() {
-		return a.emit(job)
-	}
-	verb := "submitted"
-	if !created {
-		verb = "already submitted with this idempotency key:"
-	}
-	fmt.Fprintf(a.stdout, "%s job %s (%s, %s)\n", verb, job.ID, job.Command, job.Status)
-	return nil
+	return a.show(job, func() error {
+		verb := "submitted"
+		if !created {
+			verb = "already submitted with this idempotency key:"
+		}
+		fmt.Fprintf(a.stdout, "%s job %s (%s, %s)\n", verb, job.ID, job.Command, job.Status)
+		return nil
+	})
 }
 
 // warnUnserved says on stderr when no live agent serves command, so a
@@ -187,39 +186,34 @@ func (a *app) waitForJob(ctx context.Context, id string, stamps bool) error {
 	return a.followJob(ctx, id, "", true, stamps, true)
 }
 
+// describeStatus describes the status of a job that has not ended.
 func describeStatus(j api.Job) string {
 	s := string(j.Status)
 	if j.Attempt > 1 {
 		s += fmt.Sprintf(" (attempt %d)", j.Attempt)
 	}
-	if j.Agent != "" && !j.Status.Terminal() {
+	if j.Agent != "" {
 		s += " on " + j.Agent
 	}
-	if j.Error != "" {
-		s += ": " + j.Error
-	}
-	return s
+	return s + orEmpty(j.Error, ": "+j.Error)
 }
 
 // buildContext assembles the job context from --context, --set and --set-json.
 func buildContext(base string, sets, setJSON []string) (json.RawMessage, error) {
+	if base == "" && len(sets)+len(setJSON) == 0 {
+		return nil, nil
+	}
 	obj, err := readContextFlag(base)
 	if err != nil {
 		return nil, err
 	}
-	if err := applySets(obj, sets); err != nil {
+	if err := applyAssignments(obj, "--set", "key=value", sets, func(v string) (any, error) { return v, nil }); err != nil {
 		return nil, err
 	}
-	if err := applySetJSON(obj, setJSON); err != nil {
+	if err := applyAssignments(obj, "--set-json", "key=<json>", setJSON, parseJSONValue); err != nil {
 		return nil, err
 	}
-	if base == "" && len(sets) == 0 && len(setJSON) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encoding context: %w", err)
-	}
+	b, _ := json.Marshal(obj) // strings and values decoded from JSON: cannot fail
 	return b, nil
 }
 
@@ -243,36 +237,33 @@ func readContextFlag(base string) (map[string]any, error) {
 	return obj, nil
 }
 
-// applySets applies --set key=value flags to obj.
-func applySets(obj map[string]any, sets []string) error {
-	for _, s := range sets {
+// applyAssignments applies the key=value arguments of flag (--set,
+// --set-json) to obj, each value turned by value. want is the form it
+// names when an argument has no key.
+func applyAssignments(obj map[string]any, flag, want string, args []string, value func(string) (any, error)) error {
+	for _, s := range args {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
-			return fmt.Errorf("--set %q: want key=value", s)
+			return fmt.Errorf("%s %q: want %s", flag, s, want)
 		}
-		if err := setPath(obj, k, v); err != nil {
-			return fmt.Errorf("--set %q: %w", s, err)
+		val, err := value(v)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", flag, s, err)
+		}
+		if err := setPath(obj, k, val); err != nil {
+			return fmt.Errorf("%s %q: %w", flag, s, err)
 		}
 	}
 	return nil
 }
 
-// applySetJSON applies --set-json key=<json> flags to obj.
-func applySetJSON(obj map[string]any, setJSON []string) error {
-	for _, s := range setJSON {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("--set-json %q: want key=<json>", s)
-		}
-		var val any
-		if err := json.Unmarshal([]byte(v), &val); err != nil {
-			return fmt.Errorf("--set-json %q: value is not JSON: %v", s, err)
-		}
-		if err := setPath(obj, k, val); err != nil {
-			return fmt.Errorf("--set-json %q: %w", s, err)
-		}
+// parseJSONValue reads the value of a --set-json argument.
+func parseJSONValue(v string) (any, error) {
+	var val any
+	if err := json.Unmarshal([]byte(v), &val); err != nil {
+		return nil, fmt.Errorf("value is not JSON: %v", err)
 	}
-	return nil
+	return val, nil
 }
 
 func errOr(err error, msg string) string {
@@ -316,8 +307,8 @@ func parseLimitFlags(args []string) (*api.LimitsOverride, error) {
 	}
 	m := map[string]any{}
 	for _, a := range args {
-		lever, value, ok := strings.Cut(a, "=")
-		if !ok || lever == "" || value == "" {
+		lever, value, _ := strings.Cut(a, "=") // no "=": value is ""
+		if lever == "" || value == "" {
 			return nil, fmt.Errorf("--limit %q: want lever=value, e.g. max_retry=0 or active_timeout=2h", a)
 		}
 		if lever == limits.FieldMaxRetry {
@@ -330,10 +321,7 @@ func parseLimitFlags(args []string) (*api.LimitsOverride, error) {
 		}
 		m[lever] = value
 	}
-	raw, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("--limit: %w", err)
-	}
+	raw, _ := json.Marshal(m) // strings and ints: cannot fail
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var o api.LimitsOverride
