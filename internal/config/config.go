@@ -6,6 +6,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -322,11 +323,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if err := applyEnv(cfg, getenv); err != nil {
 		return nil, err
 	}
-	cfg.fillDerived()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return cfg.completed()
 }
 
 // Parse decodes YAML onto the defaults without environment overrides and
@@ -336,11 +333,17 @@ func Parse(b []byte) (*Config, error) {
 	if err := parseYAML(b, cfg); err != nil {
 		return nil, err
 	}
-	cfg.fillDerived()
-	if err := cfg.Validate(); err != nil {
+	return cfg.completed()
+}
+
+// completed fills the derived defaults and validates: the end of Load and
+// Parse.
+func (c *Config) completed() (*Config, error) {
+	c.fillDerived()
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return cfg, nil
+	return c, nil
 }
 
 func parseYAML(b []byte, cfg *Config) error {
@@ -387,14 +390,11 @@ func withoutValues(err error) error {
 
 // fillDerived sets defaults that depend on other values.
 func (c *Config) fillDerived() {
-	if c.Agent.OfflineAfter == 0 {
-		c.Agent.OfflineAfter = 3 * c.Agent.Keepalive
-	}
-	if c.Agent.DeadAfter == 0 {
-		c.Agent.DeadAfter = 2 * c.Agent.Keepalive
-	}
-	if c.Agent.CleanupTimeout == 0 && c.Agent.StaleJob > 0 {
-		c.Agent.CleanupTimeout = min(Duration(DefaultCleanupTimeout), c.Agent.StaleJob/2)
+	a := &c.Agent
+	a.OfflineAfter = cmp.Or(a.OfflineAfter, 3*a.Keepalive)
+	a.DeadAfter = cmp.Or(a.DeadAfter, 2*a.Keepalive)
+	if a.StaleJob > 0 { // else stale_job's own problem is reported alone
+		a.CleanupTimeout = cmp.Or(a.CleanupTimeout, min(Duration(DefaultCleanupTimeout), a.StaleJob/2))
 	}
 }
 
@@ -406,12 +406,7 @@ func (a Agent) LockLiveness() bool { return a.NameLockLiveness == nil || *a.Name
 
 // DirectURL is the URL of the session-bound connections. It is
 // database_direct_url, or database_url when that is not set.
-func (c *Config) DirectURL() string {
-	if c.DatabaseDirectURL != "" {
-		return c.DatabaseDirectURL
-	}
-	return c.DatabaseURL
-}
+func (c *Config) DirectURL() string { return cmp.Or(c.DatabaseDirectURL, c.DatabaseURL) }
 
 // CommandNames returns the configured command names, sorted.
 func (c *Config) CommandNames() []string {
@@ -420,24 +415,23 @@ func (c *Config) CommandNames() []string {
 
 // ContextJSON returns the command's default context as a JSON object.
 func (c Command) ContextJSON() (json.RawMessage, error) {
-	if len(c.Context) == 0 {
-		return json.RawMessage(`{}`), nil
-	}
-	b, err := json.Marshal(c.Context)
-	if err != nil {
-		return nil, fmt.Errorf("encoding default context: %w", err)
-	}
-	return b, nil
+	return objectJSON(c.Context, "default context")
 }
 
 // ConfigJSON returns the plugin's free-form config as a JSON object.
 func (p Plugin) ConfigJSON() (json.RawMessage, error) {
-	if len(p.Config) == 0 {
+	return objectJSON(p.Config, "plugin config")
+}
+
+// objectJSON encodes a free-form mapping as a JSON object, {} when empty
+// (never null). what names it in the error.
+func objectJSON(m map[string]any, what string) (json.RawMessage, error) {
+	if len(m) == 0 {
 		return json.RawMessage(`{}`), nil
 	}
-	b, err := json.Marshal(p.Config)
+	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("encoding plugin config: %w", err)
+		return nil, fmt.Errorf("encoding %s: %w", what, err)
 	}
 	return b, nil
 }

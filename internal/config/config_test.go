@@ -860,3 +860,36 @@ func TestAgentSideMaxKillGraceStaysWithTheAgent(t *testing.T) {
 	assert.JSONEq(t, `{"region":"eu-west-1"}`, string(pc))
 	assert.Equal(t, 30*time.Second, cfg.LongestKillGrace(nil))
 }
+
+func TestValidPort(t *testing.T) {
+	for _, tc := range []struct {
+		port   string
+		lowest int
+		want   bool
+	}{
+		{"0", 0, true}, {"0", 1, false}, {"1", 1, true}, {"65535", 1, true}, {"65536", 0, false},
+		{"01", 0, false}, {"+1", 0, false}, {"-1", 0, false}, {"", 0, false}, {"1e3", 0, false}, {" 1", 0, false},
+	} {
+		assert.Equal(t, tc.want, validPort(tc.port, tc.lowest), "validPort(%q, %d)", tc.port, tc.lowest)
+	}
+}
+
+func TestUpToAndCutScheme(t *testing.T) {
+	assert.Equal(t, "h:5", upTo("h:5/db?x", "/?"))
+	assert.Equal(t, "h", upTo("h", "/?"))
+	assert.Equal(t, "", upTo("/x", "/?"))
+
+	for _, tc := range []struct {
+		in, scheme, rest string
+		ok               bool
+	}{
+		{"postgres://h/db", "postgres", "h/db", true},
+		{"host=h sslrootcert=file://x", "host=h sslrootcert=file", "x", false},
+		{"host=h", "host=h", "", false},
+	} {
+		scheme, rest, ok := cutScheme(tc.in)
+		assert.Equal(t, tc.ok, ok, tc.in)
+		assert.Equal(t, tc.scheme, scheme, tc.in)
+		assert.Equal(t, tc.rest, rest, tc.in)
+	}
+}

@@ -32,10 +32,7 @@ func ParseDuration(s string) (Duration, error) {
 // UnmarshalYAML accepts duration strings. checkNode reports the same problems
 // with the key's path before decoding. This is the backstop.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if err := durationNodeError(n); err != nil {
-		return err
-	}
-	v, err := ParseDuration(n.Value)
+	v, err := durationNode(n)
 	if err != nil {
 		return err
 	}
@@ -43,21 +40,19 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// durationNodeError says what is wrong with a YAML value meant as a duration.
-func durationNodeError(n *yaml.Node) error {
+// durationNode reads a YAML value meant as a duration, or says what is
+// wrong with it.
+func durationNode(n *yaml.Node) (Duration, error) {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("use a duration string like \"5s\"")
+		return 0, fmt.Errorf("use a duration string like \"5s\"")
 	}
-	if n.Tag == "!!int" || n.Tag == "!!float" {
+	if numberTag(n) {
 		if n.Value == "0" {
-			return nil
+			return 0, nil
 		}
-		return fmt.Errorf("use a duration string like \"5s\" (a bare number %s has no unit)", n.Value)
+		return 0, fmt.Errorf("use a duration string like \"5s\" (a bare number %s has no unit)", n.Value)
 	}
-	if _, err := ParseDuration(n.Value); err != nil {
-		return err
-	}
-	return nil
+	return ParseDuration(n.Value)
 }
 
 // MarshalYAML writes the duration string.

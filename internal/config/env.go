@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"reflect"
@@ -48,11 +49,7 @@ func eachScalar(v reflect.Value, path string, fn func(key, env string, field ref
 		case f.Type == durationType, f.Type.Kind() == reflect.String,
 			f.Type.Kind() == reflect.Int, f.Type.Kind() == reflect.Int64,
 			f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.String:
-			env := envTag
-			if env == "" {
-				env = "TETHER_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
-			}
-			fn(key, env, fv, f)
+			fn(key, cmp.Or(envTag, "TETHER_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))), fv, f)
 		case f.Type.Kind() == reflect.Struct:
 			eachScalar(fv, key, fn)
 		}
@@ -142,9 +139,7 @@ func ParseTokens(raw string) ([]Token, error) {
 // variable (API tokens among them). The plugin host scrubs them from every
 // plugin's environment, whatever pass_env says. CheckPassEnv refuses
 // pass_env entries that name only them.
-func SecretEnv(name string) bool {
-	return name == "DATABASE_URL" || strings.HasPrefix(name, "PG") || strings.HasPrefix(name, "TETHER_")
-}
+func SecretEnv(name string) bool { return name == "DATABASE_URL" || secretPrefix(name) }
 
 // secretPrefix reports whether every variable a NAME* pattern with this
 // prefix selects is a secret (SecretEnv), so the pattern can only be a
@@ -167,7 +162,7 @@ func CheckPassEnv(pattern string) error {
 	switch {
 	case !wildcard && SecretEnv(pattern):
 		return fmt.Errorf("%s is never passed to plugins: DATABASE_URL, PG* and TETHER_* are the agent's own database settings and secrets; give the plugin what it needs under another name in plugins.<name>.env", pattern)
-	case wildcard && prefix != "" && secretPrefix(prefix):
+	case wildcard && secretPrefix(prefix):
 		return fmt.Errorf("%s is never passed to plugins: it selects only the agent's own settings (DATABASE_URL, PG* and TETHER_* are the agent's database settings and secrets); remove it, and give the plugin what it needs under another name in plugins.<name>.env", pattern)
 	}
 	return nil

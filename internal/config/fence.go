@@ -43,12 +43,12 @@ func (k killGrace) describe() string {
 func (c *Config) usedPlugins() []string {
 	names := sortedKeys(c.Plugins)
 	for _, cmd := range c.Commands {
-		if cmd.Plugin != "" && !slices.Contains(names, cmd.Plugin) {
+		if cmd.Plugin != "" {
 			names = append(names, cmd.Plugin)
 		}
 	}
 	slices.Sort(names)
-	return names
+	return slices.Compact(names)
 }
 
 // killGraces returns the longest kill grace of the plugins this agent may
@@ -64,11 +64,20 @@ func (c *Config) killGraces(reported KillGraces) (killGrace, []error) {
 			errs = append(errs, err)
 			continue
 		}
-		if k.key != "" && (longest.key == "" || k.d > longest.d) {
-			longest = k
+		if k.key != "" {
+			longest = longer(longest, k)
 		}
 	}
 	return longest, errs
+}
+
+// longer returns the longer of k and other (which has a key), other when k
+// has no key.
+func longer(k, other killGrace) killGrace {
+	if k.key == "" || other.d > k.d {
+		return other
+	}
+	return k
 }
 
 // killGraceOf is one plugin's kill grace. It is the longest of what the
@@ -86,15 +95,14 @@ func (c *Config) killGraceOf(name string, reported KillGraces) (killGrace, error
 		if err != nil {
 			return killGrace{}, fmt.Errorf("%s: %w", key, err)
 		}
-		if k.key == "" || d > k.d {
-			k = killGrace{d: d, key: key}
-		}
+		k = longer(k, killGrace{d: d, key: key})
 	}
 	r, ok := reported[name]
 	switch {
-	case ok && k.key == "":
+	case !ok: // nothing reported: the config's keys alone
+	case k.key == "":
 		k = killGrace{d: r, key: "plugins." + name + ".config." + maxKillGraceKey, from: "the default"}
-	case ok && r > k.d:
+	case r > k.d:
 		k.d, k.from = r, "as the plugin reports"
 	}
 	return k, nil
@@ -161,7 +169,7 @@ func (c *Config) CheckKillGraces(reported KillGraces) error {
 func (c *Config) checkSelfFence(reported KillGraces) []error {
 	a := c.Agent
 	grace, errs := c.killGraces(reported)
-	if a.Keepalive <= 0 || a.StaleJob <= 0 || len(errs) > 0 {
+	if !a.timingsSet() || len(errs) > 0 {
 		return errs
 	}
 	k, st := a.Keepalive.Std(), a.StaleJob.Std()

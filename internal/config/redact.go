@@ -53,13 +53,22 @@ type dsn struct {
 // parseDSN splits a database URL (postgres:// or postgresql://, as pgx
 // tells them apart) or keyword/value string. Its errors never quote s.
 func parseDSN(s string) (dsn, error) {
-	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+	scheme, _, ok := cutScheme(s)
+	if !ok {
+		return parseKeywordValue(s)
+	}
+	switch scheme {
+	case "postgres", "postgresql":
 		return parseURLForm(s)
 	}
-	if scheme, _, ok := strings.Cut(s, "://"); ok && schemeRe.MatchString(scheme) {
-		return dsn{}, fmt.Errorf("the scheme must be postgres:// or postgresql://, got %s://", scheme)
-	}
-	return parseKeywordValue(s)
+	return dsn{}, fmt.Errorf("the scheme must be postgres:// or postgresql://, got %s://", scheme)
+}
+
+// cutScheme splits s around its first "://" when what comes before is a URL
+// scheme. ok is false when s has none.
+func cutScheme(s string) (scheme, rest string, ok bool) {
+	scheme, rest, ok = strings.Cut(s, "://")
+	return scheme, rest, ok && schemeRe.MatchString(scheme)
 }
 
 func parseURLForm(s string) (dsn, error) {
@@ -88,10 +97,7 @@ func parseURLForm(s string) (dsn, error) {
 // URL parses. It returns the list ("" when there is one host) to put back.
 func withOneHost(s string) (string, string, error) {
 	scheme, rest, _ := strings.Cut(s, "://")
-	authority := rest
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		authority = rest[:i]
-	}
+	authority := upTo(rest, "/?")
 	at := strings.LastIndexByte(authority, '@')
 	hosts := authority[at+1:]
 	if !strings.Contains(hosts, ",") {
@@ -108,7 +114,7 @@ func withOneHost(s string) (string, string, error) {
 // redactURLSecrets replaces the password and every secret query parameter
 // of u (whose query is q) with the redaction marker.
 func redactURLSecrets(u *url.URL, q url.Values) {
-	if _, has := u.User.Password(); u.User != nil && has {
+	if _, has := u.User.Password(); has { // false for no user info (nil)
 		u.User = url.UserPassword(u.User.Username(), redacted)
 	}
 	touched := false
@@ -178,22 +184,21 @@ type kvScanner struct {
 
 func (sc *kvScanner) done() bool { return sc.i >= len(sc.s) }
 
+// at reports whether the next byte is c.
+func (sc *kvScanner) at(c byte) bool { return !sc.done() && sc.s[sc.i] == c }
+
 func (sc *kvScanner) skipSpace() {
-	for !sc.done() && isSpace(sc.s[sc.i]) {
-		sc.i++
-	}
+	rest := sc.s[sc.i:]
+	sc.i += len(rest) - len(strings.TrimLeft(rest, kvSpaces))
 }
 
 // keyword reads a keyword and its =, with spaces allowed around the =. ok
 // is false when there is no keyword or no =.
 func (sc *kvScanner) keyword() (key string, ok bool) {
-	start := sc.i
-	for !sc.done() && sc.s[sc.i] != '=' && !isSpace(sc.s[sc.i]) {
-		sc.i++
-	}
-	key = sc.s[start:sc.i]
+	key = upTo(sc.s[sc.i:], "="+kvSpaces)
+	sc.i += len(key)
 	sc.skipSpace()
-	if key == "" || sc.done() || sc.s[sc.i] != '=' {
+	if key == "" || !sc.at('=') {
 		return key, false
 	}
 	sc.i++
@@ -205,7 +210,7 @@ func (sc *kvScanner) keyword() (key string, ok bool) {
 // (raw) and as libpq reads it (val).
 func (sc *kvScanner) value(key string) (raw, val string, err error) {
 	start := sc.i
-	if !sc.done() && sc.s[sc.i] == '\'' {
+	if sc.at('\'') {
 		val, err = sc.quoted(key)
 	} else {
 		val = sc.bare()
@@ -244,9 +249,10 @@ func (sc *kvScanner) bare() string {
 	return val.String()
 }
 
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
-}
+// kvSpaces are the spaces libpq skips between keywords and values.
+const kvSpaces = " \t\n\r\v\f"
+
+func isSpace(c byte) bool { return strings.IndexByte(kvSpaces, c) >= 0 }
 
 // safeKey quotes a keyword for an error, unless it could be something else
 // pasted by mistake.
@@ -261,7 +267,7 @@ func safeKey(k string) string {
 // printing it. A password's boundaries are unknown in it.
 func unparsable(s string) string {
 	var what []string
-	if scheme, rest, ok := strings.Cut(s, "://"); ok && schemeRe.MatchString(scheme) {
+	if scheme, rest, ok := cutScheme(s); ok {
 		what = append(what, scheme+"://")
 		if h := unparsableHost(rest); h != "" {
 			what = append(what, "host "+h)
@@ -274,27 +280,25 @@ func unparsable(s string) string {
 // unparsableHost returns the host part of the rest of a URL after "://"
 // when it cannot be a piece of the password, else "".
 func unparsableHost(rest string) string {
-	authority := rest
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority = rest[:i]
-	}
-	var host string
-	switch strings.Count(rest, "@") {
-	case 0:
-		host = authority // no user info, so no password before the host
-	case 1:
-		at := strings.IndexByte(authority, '@')
-		if at < 0 {
-			return "" // the password may hold a / or ?: no telling where it ends
-		}
-		host = authority[at+1:]
-	default:
+	authority := upTo(rest, "/?#")
+	// An @ past the authority means the password may hold a / or ?: no
+	// telling where it ends. With no @, no password comes before the host.
+	if n := strings.Count(rest, "@"); n > 1 || strings.Count(authority, "@") != n {
 		return ""
 	}
+	host := authority[strings.IndexByte(authority, '@')+1:]
 	if !safeHostRe.MatchString(host) {
 		return ""
 	}
 	return host
+}
+
+// upTo returns s up to the first of chars, or all of s.
+func upTo(s, chars string) string {
+	if i := strings.IndexAny(s, chars); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // checkDatabaseURL says why a database URL or keyword/value string would be
@@ -305,7 +309,7 @@ func checkDatabaseURL(s string) error {
 		return fmt.Errorf("%s: %w", unparsable(s), err)
 	}
 	for _, p := range d.ports {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || !wholeNumberRe.MatchString(p) {
+		if !validPort(p, 1) {
 			return fmt.Errorf("%s: a port must be a number from 1 to 65535", d.redacted)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/tetherjobs/tether/internal/limits"
 )
 
 var (
@@ -70,6 +72,14 @@ func (p *problems) add(format string, args ...any) {
 	*p = append(*p, fmt.Errorf(format, args...))
 }
 
+// addIf adds the problem when broken is true. Its arguments are evaluated
+// either way, so they must be safe to compute for a valid value.
+func (p *problems) addIf(broken bool, format string, args ...any) {
+	if broken {
+		p.add(format, args...)
+	}
+}
+
 // one is a rule's single problem, as a list.
 func one(format string, args ...any) []error {
 	return []error{fmt.Errorf(format, args...)}
@@ -91,22 +101,27 @@ func (c *Config) checkDefaults() []error {
 	return p
 }
 
-func (c *Config) checkCapacity() []error {
-	if c.Agent.Capacity < 1 {
-		return one("agent.capacity: must be at least 1, got %d", c.Agent.Capacity)
-	}
-	return nil
+// atLeastOne is the problem of a count or size below 1, if it is.
+func atLeastOne[N int | int64](key string, v N) []error {
+	var p problems
+	p.addIf(v < 1, "%s: must be at least 1, got %d", key, v)
+	return p
 }
+
+func (c *Config) checkCapacity() []error { return atLeastOne("agent.capacity", c.Agent.Capacity) }
 
 func (c *Config) checkPoolSizes() []error {
 	var p problems
 	// The work pool claims, runs the janitor and writes at once. Fewer than
 	// 3 would serialize them behind each other.
-	if c.DatabaseMaxConns < 3 || c.DatabaseMaxConns > 1000 {
-		p.add("database_max_conns (env TETHER_DATABASE_MAX_CONNS): must be from 3 to 1000, got %d", c.DatabaseMaxConns)
-	}
-	if c.HTTP.DatabaseMaxConns < 1 || c.HTTP.DatabaseMaxConns > 1000 {
-		p.add("http.database_max_conns (env TETHER_HTTP_DATABASE_MAX_CONNS): must be from 1 to 1000, got %d", c.HTTP.DatabaseMaxConns)
+	for _, pool := range []struct {
+		key      string
+		v, least int
+	}{
+		{"database_max_conns (env TETHER_DATABASE_MAX_CONNS)", c.DatabaseMaxConns, 3},
+		{"http.database_max_conns (env TETHER_HTTP_DATABASE_MAX_CONNS)", c.HTTP.DatabaseMaxConns, 1},
+	} {
+		p.addIf(pool.v < pool.least || pool.v > 1000, "%s: must be from %d to 1000, got %d", pool.key, pool.least, pool.v)
 	}
 	return p
 }
@@ -137,9 +152,7 @@ func (c *Config) checkPositiveDurations() []error {
 		{"http.write_timeout", c.HTTP.WriteTimeout},
 		{"http.idle_timeout", c.HTTP.IdleTimeout},
 	} {
-		if d.v <= 0 {
-			p.add("%s: must be a positive duration such as \"5s\", got %s", d.key, d.v)
-		}
+		p.addIf(d.v <= 0, "%s: must be a positive duration such as \"5s\", got %s", d.key, d.v)
 	}
 	return p
 }
@@ -150,14 +163,11 @@ func (c *Config) checkNonNegativeDurations() []error {
 		{"agent.shutdown_timeout", c.Agent.ShutdownTimeout},
 		{"http.shutdown_grace", c.HTTP.ShutdownGrace},
 	} {
-		if d.v < 0 {
-			p.add("%s: must not be negative, got %s", d.key, d.v)
-		}
+		p.addIf(d.v < 0, "%s: must not be negative, got %s", d.key, d.v)
 	}
 	for _, name := range sortedKeys(c.Plugins) {
-		if g := c.Plugins[name].MaxKillGrace; g < 0 {
-			p.add("plugins.%s.max_kill_grace: must not be negative, got %s", name, g)
-		}
+		g := c.Plugins[name].MaxKillGrace
+		p.addIf(g < 0, "plugins.%s.max_kill_grace: must not be negative, got %s", name, g)
 	}
 	return p
 }
@@ -174,18 +184,12 @@ func (c *Config) checkKeepaliveRelations() []error {
 		return nil
 	}
 	var p problems
-	if a.Keepalive > a.StaleJob/4 {
-		p.add("agent.keepalive (%s) must be at most agent.stale_job/4 (%s): an agent stops its jobs itself after stale_job - 2×keepalive without a heartbeat, which must leave room for missed beats; lower keepalive or raise stale_job",
-			a.Keepalive, a.StaleJob/4)
-	}
-	if a.OfflineAfter > 0 && a.OfflineAfter < 2*a.Keepalive {
-		p.add("agent.offline_after (%s) must be at least 2×agent.keepalive (2×%s = %s): one late heartbeat must not requeue an agent's accepted jobs; raise offline_after (default 3×keepalive) or lower keepalive",
-			secs(a.OfflineAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
-	}
-	if a.DeadAfter > 0 && a.DeadAfter < 2*a.Keepalive {
-		p.add("agent.dead_after (%s) must be at least 2×agent.keepalive (2×%s = %s): an agent whose name lock was lost (a database restart) re-takes it and heartbeats within a keepalive, and must not be taken for dead meanwhile. Other agents judge this one by the larger of their dead_after and its own, which it announces, so agents with other keepalives may share the database; raise dead_after (default 2×keepalive) or lower keepalive",
-			secs(a.DeadAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
-	}
+	p.addIf(a.Keepalive > a.StaleJob/4, "agent.keepalive (%s) must be at most agent.stale_job/4 (%s): an agent stops its jobs itself after stale_job - 2×keepalive without a heartbeat, which must leave room for missed beats; lower keepalive or raise stale_job",
+		a.Keepalive, a.StaleJob/4)
+	p.addIf(a.OfflineAfter > 0 && a.OfflineAfter < 2*a.Keepalive, "agent.offline_after (%s) must be at least 2×agent.keepalive (2×%s = %s): one late heartbeat must not requeue an agent's accepted jobs; raise offline_after (default 3×keepalive) or lower keepalive",
+		secs(a.OfflineAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
+	p.addIf(a.DeadAfter > 0 && a.DeadAfter < 2*a.Keepalive, "agent.dead_after (%s) must be at least 2×agent.keepalive (2×%s = %s): an agent whose name lock was lost (a database restart) re-takes it and heartbeats within a keepalive, and must not be taken for dead meanwhile. Other agents judge this one by the larger of their dead_after and its own, which it announces, so agents with other keepalives may share the database; raise dead_after (default 2×keepalive) or lower keepalive",
+		secs(a.DeadAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
 	return p
 }
 
@@ -197,22 +201,14 @@ func (c *Config) checkStaleJobRelations() []error {
 		return nil
 	}
 	var p problems
-	if a.DeadAfter >= a.StaleJob {
-		p.add("agent.dead_after (%s) must be less than agent.stale_job (%s): it is the early path; lower dead_after (default 2×keepalive)",
-			a.DeadAfter, a.StaleJob)
-	}
-	if a.OfflineAfter >= a.StaleJob {
-		p.add("agent.offline_after (%s) must be less than agent.stale_job (%s): accepted jobs of a silent agent are requeued before its running jobs are released; lower offline_after (default 3×keepalive) or raise stale_job",
-			a.OfflineAfter, a.StaleJob)
-	}
-	if a.AWOLTimeout > 0 && a.AWOLTimeout < a.StaleJob {
-		p.add("agent.awol_timeout (%s) must be at least agent.stale_job (%s): a released job needs time to be resumed; raise awol_timeout",
-			a.AWOLTimeout, a.StaleJob)
-	}
-	if a.CleanInterval > a.StaleJob {
-		p.add("agent.clean_interval (%s) must be at most agent.stale_job (%s): the janitor must look at least once per stale_job; lower clean_interval",
-			a.CleanInterval, a.StaleJob)
-	}
+	p.addIf(a.DeadAfter >= a.StaleJob, "agent.dead_after (%s) must be less than agent.stale_job (%s): it is the early path; lower dead_after (default 2×keepalive)",
+		a.DeadAfter, a.StaleJob)
+	p.addIf(a.OfflineAfter >= a.StaleJob, "agent.offline_after (%s) must be less than agent.stale_job (%s): accepted jobs of a silent agent are requeued before its running jobs are released; lower offline_after (default 3×keepalive) or raise stale_job",
+		a.OfflineAfter, a.StaleJob)
+	p.addIf(a.AWOLTimeout > 0 && a.AWOLTimeout < a.StaleJob, "agent.awol_timeout (%s) must be at least agent.stale_job (%s): a released job needs time to be resumed; raise awol_timeout",
+		a.AWOLTimeout, a.StaleJob)
+	p.addIf(a.CleanInterval > a.StaleJob, "agent.clean_interval (%s) must be at most agent.stale_job (%s): the janitor must look at least once per stale_job; lower clean_interval",
+		a.CleanInterval, a.StaleJob)
 	return p
 }
 
@@ -222,7 +218,7 @@ func (c *Config) checkCleanupTimeout() []error {
 	case a.CleanupTimeout < 0:
 		return one("agent.cleanup_timeout: must be a positive duration such as \"1m\" (or 0 for the default: the smaller of %s and stale_job/2), got %s",
 			secs(DefaultCleanupTimeout), a.CleanupTimeout)
-	case a.CleanupTimeout > 0 && a.StaleJob > 0 && a.CleanupTimeout >= a.StaleJob:
+	case a.StaleJob > 0 && a.CleanupTimeout >= a.StaleJob:
 		return one("agent.cleanup_timeout (%s) must be less than agent.stale_job (%s): a Cleanup call started at an agent's last heartbeat must end before the janitor may act on its jobs; lower cleanup_timeout (unset: the smaller of %s and stale_job/2 = %s) or raise stale_job",
 			secs(a.CleanupTimeout.Std()), secs(a.StaleJob.Std()), secs(DefaultCleanupTimeout), secs(min(DefaultCleanupTimeout, a.StaleJob.Std()/2)))
 	}
@@ -231,14 +227,13 @@ func (c *Config) checkCleanupTimeout() []error {
 
 func (c *Config) checkDatabaseURLs() []error {
 	var p problems
-	if c.DatabaseURL != "" {
-		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
-			p.add("database_url (env DATABASE_URL): %v", err)
-		}
-	}
-	if c.DatabaseDirectURL != "" {
-		if err := checkDatabaseURL(c.DatabaseDirectURL); err != nil {
-			p.add("database_direct_url (env TETHER_DATABASE_DIRECT_URL): %v", err)
+	for _, u := range []struct{ key, url string }{
+		{"database_url (env DATABASE_URL)", c.DatabaseURL},
+		{"database_direct_url (env TETHER_DATABASE_DIRECT_URL)", c.DatabaseDirectURL},
+	} {
+		if u.url != "" {
+			err := checkDatabaseURL(u.url)
+			p.addIf(err != nil, "%s: %v", u.key, err)
 		}
 	}
 	return p
@@ -257,18 +252,14 @@ func (c *Config) checkHTTPListen() []error {
 func (c *Config) checkAllowedHosts() []error {
 	var p problems
 	for i, h := range c.HTTP.AllowedHosts {
-		if err := CheckAllowedHost(h); err != nil {
-			p.add("http.allowed_hosts[%d] (env TETHER_HTTP_ALLOWED_HOSTS): %v", i, err)
-		}
+		err := CheckAllowedHost(h)
+		p.addIf(err != nil, "http.allowed_hosts[%d] (env TETHER_HTTP_ALLOWED_HOSTS): %v", i, err)
 	}
 	return p
 }
 
 func (c *Config) checkMaxBodyBytes() []error {
-	if c.HTTP.MaxBodyBytes < 1 {
-		return one("http.max_body_bytes: must be at least 1, got %d", c.HTTP.MaxBodyBytes)
-	}
-	return nil
+	return atLeastOne("http.max_body_bytes", c.HTTP.MaxBodyBytes)
 }
 
 // checkTokens requires every API token to have a well-formed, unique name
@@ -279,29 +270,18 @@ func (c *Config) checkTokens() []error {
 	secrets := map[string]bool{}
 	for i, t := range c.HTTP.Tokens {
 		key := fmt.Sprintf("http.tokens[%d]", i)
-		if !tokenNameRe.MatchString(t.Name) {
-			p.add("%s.name: %q must be 1-100 letters, digits or _ . @ - (it is recorded as the submitter)", key, t.Name)
-		}
-		if names[t.Name] {
-			p.add("%s.name: %q is used by another token; names must be unique", key, t.Name)
-		}
+		p.addIf(!tokenNameRe.MatchString(t.Name), "%s.name: %q must be 1-100 letters, digits or _ . @ - (it is recorded as the submitter)", key, t.Name)
+		p.addIf(names[t.Name], "%s.name: %q is used by another token; names must be unique", key, t.Name)
 		names[t.Name] = true
-		if len(t.Token) < 16 {
-			p.add("%s.token: must be at least 16 characters (generate one with `openssl rand -hex 32`)", key)
-		}
-		if secrets[t.Token] {
-			p.add("%s.token: the same token is listed twice; give each name its own token", key)
-		}
+		p.addIf(len(t.Token) < 16, "%s.token: must be at least 16 characters (generate one with `openssl rand -hex 32`)", key)
+		p.addIf(secrets[t.Token], "%s.token: the same token is listed twice; give each name its own token", key)
 		secrets[t.Token] = true
 	}
 	return p
 }
 
 func (c *Config) checkLogCap() []error {
-	if c.Logs.MaxBytesPerStream < 1 {
-		return one("logs.max_bytes_per_stream: must be at least 1, got %d", c.Logs.MaxBytesPerStream)
-	}
-	return nil
+	return atLeastOne("logs.max_bytes_per_stream", c.Logs.MaxBytesPerStream)
 }
 
 func (c *Config) checkPlugins() []error {
@@ -315,23 +295,18 @@ func (c *Config) checkPlugins() []error {
 // check checks one plugin's section. Key is "plugins.<name>".
 func (pl Plugin) check(key, name string) []error {
 	var p problems
-	if !ValidPluginName(name) {
-		p.add("%s: plugin names must match %s (the binary is tether-plugin-<name>)", key, pluginNameRe)
-	}
+	p.addIf(!ValidPluginName(name), "%s: plugin names must match %s (the binary is tether-plugin-<name>)", key, pluginNameRe)
 	if pl.SHA256 != "" {
-		if b, err := hex.DecodeString(pl.SHA256); err != nil || len(b) != 32 {
-			p.add("%s.sha256: must be 64 hex digits (sha256sum of the binary)", key)
-		}
+		b, err := hex.DecodeString(pl.SHA256)
+		p.addIf(err != nil || len(b) != 32, "%s.sha256: must be 64 hex digits (sha256sum of the binary)", key)
 	}
 	for i, e := range pl.PassEnv {
-		if err := CheckPassEnv(e); err != nil {
-			p.add("%s.pass_env[%d]: %v", key, i, err)
-		}
+		err := CheckPassEnv(e)
+		p.addIf(err != nil, "%s.pass_env[%d]: %v", key, i, err)
 	}
 	p = append(p, checkEnvNames(key, pl.Env)...)
-	if _, err := json.Marshal(pl.Config); err != nil {
-		p.add("%s.config: cannot be passed to the plugin as JSON (use string keys only): %v", key, err)
-	}
+	_, err := json.Marshal(pl.Config)
+	p.addIf(err != nil, "%s.config: cannot be passed to the plugin as JSON (use string keys only): %v", key, err)
 	return p
 }
 
@@ -339,10 +314,8 @@ func (pl Plugin) check(key, name string) []error {
 // "plugins.<name>") to be variable names.
 func checkEnvNames(key string, env map[string]string) []error {
 	var p problems
-	for k := range env {
-		if strings.ContainsAny(k, "=\x00") || k == "" {
-			p.add("%s.env: %q is not a valid variable name", key, k)
-		}
+	for _, k := range sortedKeys(env) { // sorted, so the problems come in one order
+		p.addIf(strings.ContainsAny(k, "=\x00") || k == "", "%s.env: %q is not a valid variable name", key, k)
 	}
 	return p
 }
@@ -358,18 +331,15 @@ func (c *Config) checkCommands() []error {
 // check checks one command. Key is "commands.<name>".
 func (cmd Command) check(key, name string, defaults Defaults) []error {
 	var p problems
-	if !ValidCommandName(name) {
-		p.add("%s: command names must match %s", key, commandNameRe)
-	}
+	p.addIf(!ValidCommandName(name), "%s: command names must match %s", key, commandNameRe)
 	switch {
 	case cmd.Plugin == "":
 		p.add("%s.plugin: required; name the plugin that runs this command (e.g. shell)", key)
 	case !ValidPluginName(cmd.Plugin):
 		p.add("%s.plugin: %q is not a valid plugin name; plugin names must match %s", key, cmd.Plugin, pluginNameRe)
 	}
-	if _, err := json.Marshal(cmd.Context); err != nil {
-		p.add("%s.context: cannot be stored as JSON (use string keys only): %v", key, err)
-	}
+	_, err := json.Marshal(cmd.Context)
+	p.addIf(err != nil, "%s.context: cannot be stored as JSON (use string keys only): %v", key, err)
 	return append(p, cmd.Limits.validate(key+".limits", defaults)...)
 }
 
@@ -379,10 +349,17 @@ func checkListen(addr string) error {
 	if err != nil || strings.ContainsAny(host, "/ \t") {
 		return fmt.Errorf("%q is not host:port; use an address such as \":9090\" or \"127.0.0.1:9090\" (no scheme, no path)", addr)
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 || !wholeNumberRe.MatchString(port) {
+	if !validPort(port, 0) {
 		return fmt.Errorf("%q: the port must be a number from 0 to 65535", addr)
 	}
 	return nil
+}
+
+// validPort reports whether port is a whole number in decimal digits from
+// lowest to 65535.
+func validPort(port string, lowest int) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= lowest && n <= 65535 && wholeNumberRe.MatchString(port)
 }
 
 // hostNameRe is a DNS name or IPv4 literal: letters, digits, - _ and dots.
@@ -398,10 +375,14 @@ func CheckAllowedHost(h string) error {
 	if err := allowedHostShape(h); err != nil {
 		return err
 	}
+	if strings.HasPrefix(h, "[") {
+		_, err := allowedHostPort(h) // it checks the IPv6 literal
+		return err
+	}
 	host := h
-	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
+	if strings.Count(h, ":") == 1 {
 		var err error
-		if host, err = allowedHostPort(h); err != nil || strings.HasPrefix(h, "[") {
+		if host, err = allowedHostPort(h); err != nil {
 			return err
 		}
 	}
@@ -446,10 +427,8 @@ func allowedHostPort(h string) (string, error) {
 		}
 		host, port = strings.Trim(h, "[]"), ""
 	}
-	if port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || !wholeNumberRe.MatchString(port) {
-			return "", fmt.Errorf("%q: the port must be a number from 1 to 65535", h)
-		}
+	if port != "" && !validPort(port, 1) {
+		return "", fmt.Errorf("%q: the port must be a number from 1 to 65535", h)
 	}
 	if strings.HasPrefix(h, "[") && net.ParseIP(host) == nil {
 		return "", fmt.Errorf("%q: %q in brackets is not an IPv6 address", h, host)
@@ -461,18 +440,11 @@ func allowedHostPort(h string) (string, error) {
 // the maximum, the command's own resolved values within its maxima and
 // consistent. key is "commands.<name>.limits".
 func (l Limits) validate(key string, defaults Defaults) []error {
-	var errs []error
-	for _, fe := range l.Partial().Check() {
-		errs = append(errs, fmt.Errorf("%s.%w", key, fe))
+	errs := fieldErrors(key, l.Partial().Check())
+	if l.Max != nil && l.Max.Max != nil {
+		errs = append(errs, fmt.Errorf("%s.max.max: a maximum has no maximum; remove it", key))
 	}
-	if l.Max != nil {
-		if l.Max.Max != nil {
-			errs = append(errs, fmt.Errorf("%s.max.max: a maximum has no maximum; remove it", key))
-		}
-		for _, fe := range l.Max.Partial().Check() {
-			errs = append(errs, fmt.Errorf("%s.max.%w", key, fe))
-		}
-	}
+	errs = append(errs, fieldErrors(key+".max", l.MaxPartial().Check())...)
 	if len(errs) > 0 {
 		return errs
 	}
@@ -480,7 +452,13 @@ func (l Limits) validate(key string, defaults Defaults) []error {
 	for _, fe := range resolved.Partial().Within(l.MaxPartial()) {
 		errs = append(errs, fmt.Errorf("%s.%s: the command's own value (from the command or defaults) must be within limits.max: %s", key, fe.Field, fe.Msg))
 	}
-	for _, fe := range resolved.Relations() {
+	return append(errs, fieldErrors(key, resolved.Relations())...)
+}
+
+// fieldErrors names each lever's problem under key ("commands.x.limits").
+func fieldErrors(key string, fes []*limits.FieldError) []error {
+	var errs []error
+	for _, fe := range fes {
 		errs = append(errs, fmt.Errorf("%s.%w", key, fe))
 	}
 	return errs

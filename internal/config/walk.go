@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"regexp"
@@ -65,7 +66,7 @@ func checkNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
 	}
 	switch {
 	case t == durationType:
-		if err := durationNodeError(n); err != nil {
+		if _, err := durationNode(n); err != nil {
 			*errs = append(*errs, fmt.Errorf("%s: %w", at.path, err))
 		}
 	case t.Kind() == reflect.Struct:
@@ -162,7 +163,7 @@ func scalarProblem(n *yaml.Node, t reflect.Type, at spot) string {
 			return "must be true or false, got " + describe(n, at.secret)
 		}
 	case reflect.Int, reflect.Int64:
-		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
+		if n.Kind != yaml.ScalarNode || !numberTag(n) {
 			return "must be a whole number such as 4, got " + describe(n, at.secret)
 		}
 		if err := checkInt(n.Value, t.Bits(), at.max); err != nil {
@@ -171,6 +172,9 @@ func scalarProblem(n *yaml.Node, t reflect.Type, at spot) string {
 	}
 	return ""
 }
+
+// numberTag reports whether YAML reads n as a number, as it does 4 and 4.5.
+func numberTag(n *yaml.Node) bool { return n.Tag == "!!int" || n.Tag == "!!float" }
 
 func stringProblem(n *yaml.Node, at spot) string {
 	switch {
@@ -215,13 +219,13 @@ func orTop(path string) string {
 	return path
 }
 
+// collectionNames name the nodes describe never quotes.
+var collectionNames = map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}
+
 // describe names what a node is, quoting a scalar's value unless secret.
 func describe(n *yaml.Node, secret bool) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
+	if what, ok := collectionNames[n.Kind]; ok {
+		return what
 	}
 	if secret {
 		return "a scalar (value not shown: the key holds a secret)"
@@ -252,11 +256,9 @@ func knownKeys(t reflect.Type) []string {
 	return keys
 }
 
+// sortedKeys returns m's keys, sorted: an empty, non-nil slice for no keys.
 func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
+	keys := slices.AppendSeq(make([]string, 0, len(m)), maps.Keys(m))
 	slices.Sort(keys)
 	return keys
 }

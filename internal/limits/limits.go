@@ -52,18 +52,20 @@ const (
 	FieldTTLFailed       = "ttl_failed"
 )
 
-// durations lists the duration levers of a Partial with their names and
-// whether 0 means "no limit" (and so exceeds any maximum).
-func (p *Partial) durations() []struct {
+// durationLever is a duration lever of a Partial: its name, where it is,
+// and whether 0 means "no limit" (and so exceeds any maximum).
+type durationLever struct {
 	name      string
 	v         **time.Duration
 	zeroIsOff bool
-} {
-	return []struct {
-		name      string
-		v         **time.Duration
-		zeroIsOff bool
-	}{
+}
+
+// unlimited reports whether d is this lever's "no limit".
+func (l durationLever) unlimited(d time.Duration) bool { return l.zeroIsOff && d == 0 }
+
+// durations lists the duration levers of a Partial.
+func (p *Partial) durations() []durationLever {
+	return []durationLever{
 		{FieldRetryBackoff, &p.RetryBackoff, false},
 		{FieldRetryBackoffMax, &p.RetryBackoffMax, false},
 		{FieldPendingTimeout, &p.PendingTimeout, true},
@@ -75,21 +77,22 @@ func (p *Partial) durations() []struct {
 
 // Apply returns s with every lever p gives replaced.
 func (s Set) Apply(p Partial) Set {
-	if p.MaxRetry != nil {
-		s.MaxRetry = *p.MaxRetry
-	}
-	set := func(dst *time.Duration, v *time.Duration) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	set(&s.RetryBackoff, p.RetryBackoff)
-	set(&s.RetryBackoffMax, p.RetryBackoffMax)
-	set(&s.PendingTimeout, p.PendingTimeout)
-	set(&s.ActiveTimeout, p.ActiveTimeout)
-	set(&s.TTLSucceeded, p.TTLSucceeded)
-	set(&s.TTLFailed, p.TTLFailed)
+	s.MaxRetry = givenOr(p.MaxRetry, s.MaxRetry)
+	s.RetryBackoff = givenOr(p.RetryBackoff, s.RetryBackoff)
+	s.RetryBackoffMax = givenOr(p.RetryBackoffMax, s.RetryBackoffMax)
+	s.PendingTimeout = givenOr(p.PendingTimeout, s.PendingTimeout)
+	s.ActiveTimeout = givenOr(p.ActiveTimeout, s.ActiveTimeout)
+	s.TTLSucceeded = givenOr(p.TTLSucceeded, s.TTLSucceeded)
+	s.TTLFailed = givenOr(p.TTLFailed, s.TTLFailed)
 	return s
+}
+
+// givenOr returns the lever v gives, or def when it gives none.
+func givenOr[T any](v *T, def T) T {
+	if v == nil {
+		return def
+	}
+	return *v
 }
 
 // Partial returns s with every lever given.
@@ -113,15 +116,15 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 // Check reports the given levers that are negative, one error per lever.
 func (p Partial) Check() []*FieldError {
 	var errs []*FieldError
-	if p.MaxRetry != nil && *p.MaxRetry < 0 {
-		errs = append(errs, &FieldError{FieldMaxRetry, fmt.Sprintf("must not be negative, got %d", *p.MaxRetry)})
-	}
-	if p.MaxRetry != nil && *p.MaxRetry > MaxRetryLimit {
-		errs = append(errs, &FieldError{FieldMaxRetry, fmt.Sprintf("must be at most %d, got %d", MaxRetryLimit, *p.MaxRetry)})
+	switch r := givenOr(p.MaxRetry, 0); {
+	case r < 0:
+		errs = append(errs, &FieldError{FieldMaxRetry, fmt.Sprintf("must not be negative, got %d", r)})
+	case r > MaxRetryLimit:
+		errs = append(errs, &FieldError{FieldMaxRetry, fmt.Sprintf("must be at most %d, got %d", MaxRetryLimit, r)})
 	}
 	for _, d := range p.durations() {
-		if *d.v != nil && **d.v < 0 {
-			errs = append(errs, &FieldError{d.name, fmt.Sprintf("must not be negative, got %s", Format(**d.v))})
+		if v := givenOr(*d.v, 0); v < 0 {
+			errs = append(errs, &FieldError{d.name, fmt.Sprintf("must not be negative, got %s", Format(v))})
 		}
 	}
 	return errs
@@ -142,9 +145,9 @@ func (p Partial) Within(max Partial) []*FieldError {
 			continue
 		}
 		switch {
-		case d.zeroIsOff && *v == 0 && *m > 0:
+		case d.unlimited(*v) && *m > 0:
 			errs = append(errs, &FieldError{d.name, fmt.Sprintf("0 (no limit) exceeds the command's maximum %s", Format(*m))})
-		case *v > *m && !(d.zeroIsOff && *m == 0):
+		case *v > *m && !d.unlimited(*m):
 			errs = append(errs, &FieldError{d.name, fmt.Sprintf("%s exceeds the command's maximum %s", Format(*v), Format(*m))})
 		}
 	}

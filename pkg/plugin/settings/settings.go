@@ -92,7 +92,7 @@ func (f Fields) Get(key string) (json.RawMessage, bool) {
 // keys not in known. Empty input and null are an empty object. what names
 // raw in errors: "config", "context", or a setting such as "driver".
 func (d Decoder) Object(what string, raw json.RawMessage, known []string) (Fields, error) {
-	if len(bytes.TrimSpace(raw)) == 0 || IsNull(raw) {
+	if unset(raw) {
 		return Fields{}, nil
 	}
 	if kind := Kind(raw); kind != "object" {
@@ -102,10 +102,9 @@ func (d Decoder) Object(what string, raw json.RawMessage, known []string) (Field
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, d.Errorf("%s: %v", what, err)
 	}
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if !slices.Contains(known, k) {
-			return nil, d.Errorf("%s: unknown key %q; known keys are %s", what, k, strings.Join(known, ", "))
-		}
+	keys := slices.Sorted(maps.Keys(fields))
+	if i := slices.IndexFunc(keys, func(k string) bool { return !slices.Contains(known, k) }); i >= 0 {
+		return nil, d.Errorf("%s: unknown key %q; known keys are %s", what, keys[i], strings.Join(known, ", "))
 	}
 	return fields, nil
 }
@@ -132,24 +131,18 @@ func (d Decoder) Merge(config, context Fields, merged ...string) (Fields, error)
 			out[k] = m
 		}
 	}
-	for k, v := range out {
-		if IsNull(v) {
-			delete(out, k)
-		}
-	}
+	maps.DeleteFunc(out, func(_ string, v json.RawMessage) bool { return IsNull(v) })
 	return out, nil
 }
 
 // mergeObjects lays over's keys over base's. path is the setting's name.
 func (d Decoder) mergeObjects(path string, base, over json.RawMessage, merged []string) (json.RawMessage, error) {
 	b := map[string]json.RawMessage{}
-	if len(base) > 0 && !IsNull(base) {
-		if Kind(base) != "object" || json.Unmarshal(base, &b) != nil {
-			return nil, d.Errorf("%s: must be a mapping, got %s", path, Kind(base))
-		}
+	if !unset(base) && !decodeAs(base, "object", &b) {
+		return nil, d.Errorf("%s: must be a mapping, got %s", path, Kind(base))
 	}
 	var o map[string]json.RawMessage
-	if Kind(over) != "object" || json.Unmarshal(over, &o) != nil {
+	if !decodeAs(over, "object", &o) {
 		return nil, d.Errorf("%s: must be a mapping, got %s", path, Kind(over))
 	}
 	for _, k := range slices.Sorted(maps.Keys(o)) {
@@ -174,7 +167,7 @@ func (d Decoder) mergeObjects(path string, base, over json.RawMessage, merged []
 // String reads a string that is not empty or only white space.
 func (d Decoder) String(what string, v json.RawMessage) (string, error) {
 	var s string
-	if Kind(v) != "string" || json.Unmarshal(v, &s) != nil {
+	if !decodeAs(v, "string", &s) {
 		return "", d.Errorf("%s: must be a string, got %s", what, Kind(v))
 	}
 	if strings.TrimSpace(s) == "" {
@@ -200,7 +193,7 @@ func (d Decoder) OneOf(what string, v json.RawMessage, allowed ...string) (strin
 // non-nil slice.
 func (d Decoder) Strings(what string, v json.RawMessage, blankOK bool) ([]string, error) {
 	var items []json.RawMessage
-	if Kind(v) != "array" || json.Unmarshal(v, &items) != nil {
+	if !decodeAs(v, "array", &items) {
 		return nil, d.Errorf("%s: must be a list of strings, got %s", what, Kind(v))
 	}
 	out := make([]string, len(items))
@@ -214,7 +207,7 @@ func (d Decoder) Strings(what string, v json.RawMessage, blankOK bool) ([]string
 			out[i] = s
 			continue
 		}
-		if Kind(item) != "string" || json.Unmarshal(item, &out[i]) != nil {
+		if !decodeAs(item, "string", &out[i]) {
 			return nil, d.Errorf("%s: must be a string, got %s", name, Kind(item))
 		}
 	}
@@ -225,7 +218,7 @@ func (d Decoder) Strings(what string, v json.RawMessage, blankOK bool) ([]string
 // value is an unset key and is left out, as Merge leaves it to do.
 func (d Decoder) StringMap(what string, v json.RawMessage) (map[string]string, error) {
 	var m map[string]json.RawMessage
-	if Kind(v) != "object" || json.Unmarshal(v, &m) != nil {
+	if !decodeAs(v, "object", &m) {
 		return nil, d.Errorf("%s: must be a mapping of strings, got %s", what, Kind(v))
 	}
 	out := make(map[string]string, len(m))
@@ -235,7 +228,7 @@ func (d Decoder) StringMap(what string, v json.RawMessage) (map[string]string, e
 			continue
 		}
 		var s string
-		if Kind(val) != "string" || json.Unmarshal(val, &s) != nil {
+		if !decodeAs(val, "string", &s) {
 			return nil, d.Errorf("%s.%s: must be a string, got %s", what, k, Kind(val))
 		}
 		out[k] = s
@@ -246,7 +239,7 @@ func (d Decoder) StringMap(what string, v json.RawMessage) (map[string]string, e
 // Int reads a whole number from lo to hi, inclusive.
 func (d Decoder) Int(what string, v json.RawMessage, lo, hi int) (int, error) {
 	var n int
-	if Kind(v) != "number" || json.Unmarshal(v, &n) != nil {
+	if !decodeAs(v, "number", &n) {
 		return 0, d.Errorf("%s: must be a whole number, got %s", what, v)
 	}
 	if n < lo || n > hi {
@@ -258,7 +251,7 @@ func (d Decoder) Int(what string, v json.RawMessage, lo, hi int) (int, error) {
 // Bool reads true or false.
 func (d Decoder) Bool(what string, v json.RawMessage) (bool, error) {
 	var b bool
-	if Kind(v) != "boolean" || json.Unmarshal(v, &b) != nil {
+	if !decodeAs(v, "boolean", &b) {
 		return false, d.Errorf("%s: must be true or false, got %s", what, Kind(v))
 	}
 	return b, nil
@@ -272,10 +265,7 @@ func (d Decoder) Duration(what string, v json.RawMessage, zeroOK bool) (time.Dur
 	if err != nil {
 		return 0, d.Errorf("%s: must be a duration string like \"30s\", got %s", what, v)
 	}
-	dur, err := time.ParseDuration(s)
-	if s == "0" {
-		dur, err = 0, nil
-	}
+	dur, err := time.ParseDuration(s) // "0" needs no unit
 	if err != nil || dur < 0 {
 		return 0, d.Errorf("%s: must be a non-negative duration like \"30s\", got %q", what, s)
 	}
@@ -288,6 +278,23 @@ func (d Decoder) Duration(what string, v json.RawMessage, zeroOK bool) (time.Dur
 // IsNull reports whether v is the JSON null.
 func IsNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
 
+// unset reports whether v is empty input or the JSON null: no value.
+func unset(v json.RawMessage) bool {
+	return slices.Contains([]string{"", "null"}, string(bytes.TrimSpace(v)))
+}
+
+// decodeAs decodes v into dst if v is of JSON type kind (see Kind). A null
+// would decode into any dst, so the type is checked first.
+func decodeAs(v json.RawMessage, kind string, dst any) bool {
+	return Kind(v) == kind && json.Unmarshal(v, dst) == nil
+}
+
+// kinds names the JSON type each first byte of a value starts. Any other is
+// a number's.
+var kinds = map[byte]string{
+	'{': "object", '[': "array", '"': "string", 't': "boolean", 'f': "boolean", 'n': "null",
+}
+
 // Kind names the JSON type of v for error messages: "object", "array",
 // "string", "number", "boolean", "null", or "nothing" for empty input. It
 // looks only at the first byte. v is assumed to be valid JSON.
@@ -296,20 +303,10 @@ func Kind(v json.RawMessage) string {
 	if len(t) == 0 {
 		return "nothing"
 	}
-	switch t[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	default:
-		return "number"
+	if k, ok := kinds[t[0]]; ok {
+		return k
 	}
+	return "number"
 }
 
 // Problem turns an error of this Decoder (or of a plugin's own check written
@@ -325,10 +322,9 @@ func (d Decoder) Problem(command string, err error) plugin.Problem {
 		return plugin.Problem{Command: command, Message: msg}
 	}
 	for _, section := range []string{"config", "context"} {
-		if field == section {
-			field = ""
-		} else if f, ok := strings.CutPrefix(field, section+"."); ok {
-			field = f
+		// The dot appended makes the section alone ("config") a prefix too.
+		if f, ok := strings.CutPrefix(field+".", section+"."); ok {
+			field = strings.TrimSuffix(f, ".")
 		}
 	}
 	return plugin.Problem{Command: command, Field: field, Message: rest}
@@ -346,7 +342,7 @@ func (d Decoder) Problem(command string, err error) plugin.Problem {
 func (d Decoder) Validate(config json.RawMessage, contexts map[string]json.RawMessage, decode func(config, context json.RawMessage) error) []plugin.Problem {
 	cfgErr := decode(config, nil)
 	if len(contexts) == 0 {
-		if cfgErr != nil && len(bytes.TrimSpace(config)) > 0 && !IsNull(config) {
+		if cfgErr != nil && !unset(config) {
 			return []plugin.Problem{d.Problem("", cfgErr)}
 		}
 		return nil

@@ -21,6 +21,9 @@ func TestDecoderProblem(t *testing.T) {
 		{d.Errorf("driver.cores: must be a whole number"), plugin.Problem{Command: "c", Field: "driver.cores", Message: "must be a whole number"}},
 		{d.Errorf(`context: unknown key "y"; known keys are a, b`), plugin.Problem{Command: "c", Message: `unknown key "y"; known keys are a, b`}},
 		{d.Errorf("config.kill_grace: negative"), plugin.Problem{Command: "c", Field: "kill_grace", Message: "negative"}},
+		{d.Errorf("config: must be a mapping, got array"), plugin.Problem{Command: "c", Message: "must be a mapping, got array"}},
+		{d.Errorf("context.driver.cores: too many"), plugin.Problem{Command: "c", Field: "driver.cores", Message: "too many"}},
+		{d.Errorf("configs.x: bad"), plugin.Problem{Command: "c", Field: "configs.x", Message: "bad"}},
 		{d.Errorf("both a and b are set; set one"), plugin.Problem{Command: "c", Message: "both a and b are set; set one"}},
 		{d.Errorf("cluster access: none configured"), plugin.Problem{Command: "c", Message: "cluster access: none configured"}},
 	} {
