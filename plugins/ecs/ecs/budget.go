@@ -2,6 +2,7 @@ package ecs
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"golang.org/x/time/rate"
@@ -56,11 +57,8 @@ func (t *ticket) cancel() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q := b.queues[t.prio]
-	for i, x := range q {
-		if x == t {
-			b.queues[t.prio] = append(q[:i:i], q[i+1:]...)
-			return
-		}
+	if i := slices.Index(q, t); i >= 0 {
+		b.queues[t.prio] = append(q[:i:i], q[i+1:]...)
 	}
 }
 
@@ -70,7 +68,7 @@ func (t *ticket) cancel() {
 func (b *budget) dispatch() {
 	for {
 		b.mu.Lock()
-		if b.empty() {
+		if b.next() < 0 {
 			b.running = false
 			b.mu.Unlock()
 			return
@@ -80,23 +78,16 @@ func (b *budget) dispatch() {
 		// process's end.
 		_ = b.lim.Wait(context.Background())
 		b.mu.Lock()
-		for p := range b.queues {
-			if q := b.queues[p]; len(q) > 0 {
-				t := q[0]
-				b.queues[p] = q[1:]
-				close(t.ready)
-				break
-			}
+		if p := b.next(); p >= 0 {
+			t := b.queues[p][0]
+			b.queues[p] = b.queues[p][1:]
+			close(t.ready)
 		}
 		b.mu.Unlock()
 	}
 }
 
-func (b *budget) empty() bool {
-	for _, q := range b.queues {
-		if len(q) > 0 {
-			return false
-		}
-	}
-	return true
+// next is the most urgent priority with a ticket waiting, or -1.
+func (b *budget) next() int {
+	return slices.IndexFunc(b.queues[:], func(q []*ticket) bool { return len(q) > 0 })
 }

@@ -1,10 +1,12 @@
 package ecs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,10 +94,7 @@ func (c *clients) wait(ctx context.Context, api string) error {
 // every job of the process, so the latest wins.
 func (c *clients) setRates(rates map[string]float64) {
 	for api, lim := range c.limits {
-		r := rates[api]
-		if r <= 0 {
-			r = DefaultAPIRates[api]
-		}
+		r := cmp.Or(rates[api], DefaultAPIRates[api]) // parseRates keeps rates above 0
 		if lim.Limit() != rate.Limit(r) {
 			lim.SetLimit(rate.Limit(r))
 			lim.SetBurst(burstOf(r))
@@ -145,12 +144,9 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 				o.RateLimiter = ratelimit.None
 			})
 		}),
-	}
-	if region != "" {
-		opts = append(opts, awsconfig.WithRegion(region))
-	}
-	if endpoint != "" {
-		opts = append(opts, awsconfig.WithBaseEndpoint(endpoint))
+		// An empty region or endpoint sets nothing.
+		awsconfig.WithRegion(region),
+		awsconfig.WithBaseEndpoint(endpoint),
 	}
 	// Credentials, region and AWS_ENDPOINT_URL come from the environment the
 	// agent passes (pass_env: ["AWS_*"]) unless the config sets them.
@@ -173,9 +169,6 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 		cl.limits[api] = rate.NewLimiter(rate.Limit(r), burstOf(r))
 	}
 	cl.logBud = newBudget(cl.limits[apiGetLogEvents])
-	if c.m == nil {
-		c.m = map[clientKey]*clients{}
-	}
 	c.m[key] = cl
 	return cl, nil
 }
@@ -204,10 +197,16 @@ func errorMessage(err error) string {
 }
 
 // clientFault reports whether err is a request AWS refused as wrong (not
-// throttling). Repeating it cannot help.
+// throttling, which transientRunTask covers). Repeating it cannot help.
 func clientFault(err error) bool {
 	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !throttlingCodes[ae.ErrorCode()] && !transientRunTask(err)
+	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient && !transientRunTask(err)
+}
+
+// errorSays reports whether err is an API error with one of codes whose
+// message contains word, in any case.
+func errorSays(err error, word string, codes ...string) bool {
+	return slices.Contains(codes, errorCode(err)) && strings.Contains(strings.ToLower(errorMessage(err)), word)
 }
 
 // transientRunTask reports RunTask refusals that launched nothing and pass
@@ -222,16 +221,10 @@ func clientFault(err error) bool {
 // https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_RunTask.html
 // https://docs.aws.amazon.com/AmazonECS/latest/developerguide/api_failures_messages.html
 func transientRunTask(err error) bool {
-	code, msg := errorCode(err), strings.ToLower(errorMessage(err))
-	switch {
-	case throttlingCodes[code]:
-		return true
-	case code == "ClientException" && (strings.Contains(msg, "capacity") || strings.Contains(msg, "provisioning")):
-		return true
-	case code == "InvalidParameterException" && strings.Contains(msg, "requestlimitexceeded"):
-		return true
-	}
-	return false
+	return throttlingCodes[errorCode(err)] ||
+		errorSays(err, "capacity", "ClientException") ||
+		errorSays(err, "provisioning", "ClientException") ||
+		errorSays(err, "requestlimitexceeded", "InvalidParameterException")
 }
 
 // capacityFailure reports RunTask failures[] reasons that mean no capacity

@@ -3,6 +3,8 @@ package ecs
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,19 +149,13 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	tags := map[string]string{}
-	if v, ok := merged.Get("tags"); ok {
-		if tags, err = dec.StringMap("tags", v); err != nil {
-			return Config{}, err
-		}
-	}
 	c := Config{
 		Cluster:      DefaultCluster,
 		TaskCount:    DefaultTaskCount,
 		PollInterval: DefaultPollInterval,
 		Timeout:      DefaultTimeout,
 		MaxFailCount: DefaultMaxFailCount,
-		Tags:         tags,
+		Tags:         map[string]string{},
 
 		MaxInfraRelaunches:   DefaultMaxInfraRelaunches,
 		ConsistencyWindow:    DefaultConsistencyWindow,
@@ -169,15 +165,8 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		LogStreamWait:        DefaultLogStreamWait,
 		StoppedTaskRetention: DefaultStoppedTaskRetention,
 	}
-	fields := c.fields()
-	for _, key := range merged.Keys() {
-		decode, ok := fields[key]
-		if !ok {
-			continue // tags, decoded above
-		}
-		if err := decode(key, merged[key]); err != nil {
-			return Config{}, err
-		}
+	if err := decodeFields("", merged, c.fields()); err != nil {
+		return Config{}, err
 	}
 	if err := c.check(); err != nil {
 		return Config{}, err
@@ -214,33 +203,55 @@ func mergeSettings(rawConfig, rawContext json.RawMessage) (settings.Fields, erro
 // fieldDecoder decodes the value of one key into its field of a Config.
 type fieldDecoder func(key string, v json.RawMessage) error
 
-// fields maps each key but tags to the parser that sets its field of c.
-func (c *Config) fields() map[string]fieldDecoder {
-	return map[string]fieldDecoder{
-		"cluster":                  set(&c.Cluster, dec.String),
-		"launch_type":              set(&c.LaunchType, oneOf("EC2", "FARGATE", "EXTERNAL", "MANAGED_INSTANCES")),
-		"network_configuration":    set(&c.Network, unkeyed(parseNetwork)),
-		"execution_role_arn":       set(&c.ExecutionRoleARN, dec.String),
-		"task_role_arn":            set(&c.TaskRoleARN, dec.String),
-		"task_definition":          set(&c.TaskDefinition, dec.String),
-		"task_definition_template": set(&c.Template, unkeyed(parseTemplate)),
-		"container_overrides":      set(&c.ContainerOverrides, unkeyed(parseOverrides)),
-		"task_count":               set(&c.TaskCount, intIn(1, MaxTaskCount)),
-		"cpu":                      set(&c.CPU, numberOrString),
-		"memory":                   set(&c.Memory, numberOrString),
-		"poll_interval":            set(&c.PollInterval, duration(false)),
-		"timeout":                  set(&c.Timeout, duration(true)),
-		"max_fail_count":           set(&c.MaxFailCount, intIn(1, 100)),
-		"max_infra_relaunches":     set(&c.MaxInfraRelaunches, intIn(0, 100)),
-		"consistency_window":       set(&c.ConsistencyWindow, duration(false)),
-		"launch_retry_timeout":     set(&c.LaunchRetryTimeout, duration(true)),
-		"log_settle":               set(&c.LogSettle, duration(true)),
-		"log_drain_timeout":        set(&c.LogDrainTimeout, duration(false)),
-		"log_stream_wait":          set(&c.LogStreamWait, duration(false)),
-		"stopped_task_retention":   set(&c.StoppedTaskRetention, duration(false)),
-		"api_rates":                set(&c.APIRates, unkeyed(parseRates)),
-		"region":                   set(&c.Region, dec.String),
-		"endpoint":                 set(&c.Endpoint, parseEndpoint),
+// field is one key of a mapping and the decoder of its value.
+type field struct {
+	key    string
+	decode fieldDecoder
+}
+
+// decodeFields decodes the keys of fields that are set, in the table's
+// order, so the first error is the same every time. Errors name a key
+// prefix+key.
+func decodeFields(prefix string, fields settings.Fields, table []field) error {
+	for _, f := range table {
+		if v, ok := fields.Get(f.key); ok {
+			if err := f.decode(prefix+f.key, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fields are the decoders of every key, each setting its field of c: tags
+// first, then the others in sorted order, as the keys were always decoded.
+func (c *Config) fields() []field {
+	return []field{
+		{"tags", set(&c.Tags, dec.StringMap)},
+		{"api_rates", set(&c.APIRates, unkeyed(parseRates))},
+		{"cluster", set(&c.Cluster, dec.String)},
+		{"consistency_window", set(&c.ConsistencyWindow, duration(false))},
+		{"container_overrides", set(&c.ContainerOverrides, unkeyed(parseOverrides))},
+		{"cpu", set(&c.CPU, numberOrString)},
+		{"endpoint", set(&c.Endpoint, parseEndpoint)},
+		{"execution_role_arn", set(&c.ExecutionRoleARN, dec.String)},
+		{"launch_retry_timeout", set(&c.LaunchRetryTimeout, duration(true))},
+		{"launch_type", set(&c.LaunchType, oneOf("EC2", "FARGATE", "EXTERNAL", "MANAGED_INSTANCES"))},
+		{"log_drain_timeout", set(&c.LogDrainTimeout, duration(false))},
+		{"log_settle", set(&c.LogSettle, duration(true))},
+		{"log_stream_wait", set(&c.LogStreamWait, duration(false))},
+		{"max_fail_count", set(&c.MaxFailCount, intIn(1, 100))},
+		{"max_infra_relaunches", set(&c.MaxInfraRelaunches, intIn(0, 100))},
+		{"memory", set(&c.Memory, numberOrString)},
+		{"network_configuration", set(&c.Network, unkeyed(parseNetwork))},
+		{"poll_interval", set(&c.PollInterval, duration(false))},
+		{"region", set(&c.Region, dec.String)},
+		{"stopped_task_retention", set(&c.StoppedTaskRetention, duration(false))},
+		{"task_count", set(&c.TaskCount, intIn(1, MaxTaskCount))},
+		{"task_definition", set(&c.TaskDefinition, dec.String)},
+		{"task_definition_template", set(&c.Template, unkeyed(parseTemplate))},
+		{"task_role_arn", set(&c.TaskRoleARN, dec.String)},
+		{"timeout", set(&c.Timeout, duration(true))},
 	}
 }
 
@@ -264,6 +275,9 @@ func oneOf(allowed ...string) func(string, json.RawMessage) (string, error) {
 func intIn(lo, hi int) func(string, json.RawMessage) (int, error) {
 	return func(key string, v json.RawMessage) (int, error) { return dec.Int(key, v, lo, hi) }
 }
+
+// nonBlank reads a list of strings none of which is empty.
+func nonBlank(what string, v json.RawMessage) ([]string, error) { return dec.Strings(what, v, false) }
 
 func duration(zeroOK bool) func(string, json.RawMessage) (time.Duration, error) {
 	return func(key string, v json.RawMessage) (time.Duration, error) { return dec.Duration(key, v, zeroOK) }
@@ -323,12 +337,13 @@ func parseClusterConfig(raw json.RawMessage) (cluster, region, endpoint string, 
 		return "", "", "", err
 	}
 	cluster = DefaultCluster
-	for key, dst := range map[string]*string{"cluster": &cluster, "region": &region, "endpoint": &endpoint} {
-		if v, ok := fields.Get(key); ok {
-			if *dst, err = dec.String(key, v); err != nil {
-				return "", "", "", err
-			}
-		}
+	err = decodeFields("", fields, []field{
+		{"cluster", set(&cluster, dec.String)},
+		{"region", set(&region, dec.String)},
+		{"endpoint", set(&endpoint, dec.String)},
+	})
+	if err != nil {
+		return "", "", "", err
 	}
 	return cluster, region, endpoint, nil
 }
@@ -339,20 +354,13 @@ func parseNetwork(v json.RawMessage) (*Network, error) {
 		return nil, err
 	}
 	n := &Network{}
-	if f, ok := fields.Get("subnets"); ok {
-		if n.Subnets, err = dec.Strings("network_configuration.subnets", f, false); err != nil {
-			return nil, err
-		}
-	}
-	if f, ok := fields.Get("security_groups"); ok {
-		if n.SecurityGroups, err = dec.Strings("network_configuration.security_groups", f, false); err != nil {
-			return nil, err
-		}
-	}
-	if f, ok := fields.Get("assign_public_ip"); ok {
-		if n.AssignPublicIP, err = dec.Bool("network_configuration.assign_public_ip", f); err != nil {
-			return nil, err
-		}
+	err = decodeFields("network_configuration.", fields, []field{
+		{"subnets", set(&n.Subnets, nonBlank)},
+		{"security_groups", set(&n.SecurityGroups, nonBlank)},
+		{"assign_public_ip", set(&n.AssignPublicIP, dec.Bool)},
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(n.Subnets) == 0 {
 		return nil, dec.Errorf("network_configuration.subnets: at least one subnet is required")
@@ -419,20 +427,13 @@ func parseOverride(what string, item json.RawMessage, seen map[string]bool) (Con
 	if o.Name, err = overrideName(what, fields, seen); err != nil {
 		return ContainerOverride{}, err
 	}
-	if f, ok := fields.Get("command"); ok {
-		if o.Command, err = dec.Strings(what+".command", f, false); err != nil {
-			return ContainerOverride{}, err
-		}
-	}
-	if f, ok := fields.Get("environment"); ok {
-		if o.Environment, err = dec.StringMap(what+".environment", f); err != nil {
-			return ContainerOverride{}, err
-		}
-	}
-	if o.CPU, err = optionalInt32(what+".cpu", fields, "cpu"); err != nil {
-		return ContainerOverride{}, err
-	}
-	if o.Memory, err = optionalInt32(what+".memory", fields, "memory"); err != nil {
+	err = decodeFields(what+".", fields, []field{
+		{"command", set(&o.Command, nonBlank)},
+		{"environment", set(&o.Environment, dec.StringMap)},
+		{"cpu", set(&o.CPU, containerUnits)},
+		{"memory", set(&o.Memory, containerUnits)},
+	})
+	if err != nil {
 		return ContainerOverride{}, err
 	}
 	return o, nil
@@ -456,13 +457,9 @@ func overrideName(what string, fields settings.Fields, seen map[string]bool) (st
 	return name, nil
 }
 
-// optionalInt32 reads a container's cpu or memory. It returns nil when unset.
-func optionalInt32(what string, fields settings.Fields, key string) (*int32, error) {
-	f, ok := fields.Get(key)
-	if !ok {
-		return nil, nil
-	}
-	n, err := dec.Int(what, f, 0, 1<<30)
+// containerUnits reads a container's cpu or memory.
+func containerUnits(what string, v json.RawMessage) (*int32, error) {
+	n, err := dec.Int(what, v, 0, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -482,11 +479,7 @@ func numberOrString(what string, v json.RawMessage) (string, error) {
 // parseRates reads api_rates. They are calls per second per API, each a
 // positive number, keyed by the names in DefaultAPIRates.
 func parseRates(v json.RawMessage) (map[string]float64, error) {
-	known := make([]string, 0, len(DefaultAPIRates))
-	for k := range DefaultAPIRates {
-		known = append(known, k)
-	}
-	fields, err := dec.Object("api_rates", v, known)
+	fields, err := dec.Object("api_rates", v, slices.Sorted(maps.Keys(DefaultAPIRates)))
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package ecs
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -166,14 +167,31 @@ func TestParseClusterConfig(t *testing.T) {
 }
 
 // The decoding table and the list of accepted keys are kept apart. Every
-// key but tags (merged, and decoded before the table) must have a decoder.
+// key must have one decoder: tags first, then the others sorted, the order
+// the first error of several is reported in.
 func TestEveryConfigKeyHasADecoder(t *testing.T) {
 	var c Config
-	fields := c.fields()
-	for _, k := range configKeys {
-		if k != "tags" {
-			require.Contains(t, fields, k)
-		}
+	var keys []string
+	for _, f := range c.fields() {
+		keys = append(keys, f.key)
 	}
-	require.Len(t, fields, len(configKeys)-1)
+	require.Equal(t, "tags", keys[0])
+	require.True(t, slices.IsSorted(keys[1:]), "keys after tags must be sorted: %v", keys)
+	require.ElementsMatch(t, configKeys, keys)
+}
+
+// The first bad key is reported: tags before the others, which go in
+// sorted order. Inside network_configuration and container_overrides the
+// order is the fields' own.
+func TestConfigFirstErrorOrder(t *testing.T) {
+	for _, tc := range []struct{ context, want string }{
+		{`{"task_definition": "f", "cluster": 1, "tags": {"a": 1}}`, "ecs: tags.a: must be a string, got number"},
+		{`{"task_definition": "f", "timeout": 1, "cpu": true}`, "ecs: cpu: must be a string, got boolean"},
+		{`{"task_definition": "f", "network_configuration": {"assign_public_ip": 1, "subnets": 1}}`, "ecs: network_configuration.subnets: must be a list of strings, got number"},
+		{`{"task_definition": "f", "network_configuration": {"assign_public_ip": 1, "security_groups": [""], "subnets": ["s"]}}`, "ecs: network_configuration.security_groups[0]: must not be empty"},
+		{`{"task_definition": "f", "container_overrides": [{"name": "a", "memory": -1, "command": "x"}]}`, "ecs: container_overrides[0].command: must be a list of strings, got string"},
+		{`{"task_definition": "f", "container_overrides": [{"name": "a", "memory": -1, "cpu": "x"}]}`, "ecs: container_overrides[0].cpu: must be a whole number, got \"x\""},
+	} {
+		require.Equal(t, tc.want, configError(t, ``, tc.context), tc.context)
+	}
 }

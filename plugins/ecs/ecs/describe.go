@@ -1,7 +1,9 @@
 package ecs
 
 import (
+	"cmp"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
@@ -47,11 +49,8 @@ func describeHandle(h *Handle, logged []tdContainer) []plugin.Resource {
 		if arn == "" {
 			continue // its RunTask has not answered yet
 		}
-		a, ok := parseTaskARN(arn)
-		cluster := h.Cluster
-		if ok && a.Cluster != "" {
-			cluster = a.Cluster
-		}
+		a, ok := parseTaskARN(arn) // the zero taskARN when !ok
+		cluster := cmp.Or(a.Cluster, h.Cluster)
 		label := fmt.Sprintf("ECS task %d", i)
 		if len(t.Prev) > 0 {
 			label += fmt.Sprintf(" (previous: %d)", len(t.Prev))
@@ -80,28 +79,16 @@ type taskARN struct {
 	Partition, Region, Account, Cluster, ID string
 }
 
+// taskARNPattern matches both forms of a task ARN. The cluster may be
+// empty, the ID may not, and only the first five fields exclude ":".
+var taskARNPattern = regexp.MustCompile(`^arn:([^:]+):ecs:([^:]+):([^:]+):task/(?:([^/]*)/)?([^/]+)$`)
+
 func parseTaskARN(arn string) (taskARN, bool) {
-	parts := strings.SplitN(arn, ":", 6)
-	if len(parts) != 6 || parts[0] != "arn" || parts[1] == "" || parts[2] != "ecs" || parts[3] == "" || parts[4] == "" {
+	m := taskARNPattern.FindStringSubmatch(arn)
+	if m == nil {
 		return taskARN{}, false
 	}
-	path, ok := strings.CutPrefix(parts[5], "task/")
-	if !ok {
-		return taskARN{}, false
-	}
-	a := taskARN{Partition: parts[1], Region: parts[3], Account: parts[4]}
-	switch segs := strings.Split(path, "/"); len(segs) {
-	case 1:
-		a.ID = segs[0]
-	case 2:
-		a.Cluster, a.ID = segs[0], segs[1]
-	default:
-		return taskARN{}, false
-	}
-	if a.ID == "" {
-		return taskARN{}, false
-	}
-	return a, true
+	return taskARN{Partition: m[1], Region: m[2], Account: m[3], Cluster: m[4], ID: m[5]}, true
 }
 
 // consoleHost is the AWS console's host for region, in the commercial
@@ -115,10 +102,11 @@ func (a taskARN) consoleHost(region string) string {
 	return "https://" + region + ".console.aws.amazon.com"
 }
 
-// consoleURL is the task's page in the ECS console ("" where unknown).
+// consoleURL is the task's page in the ECS console ("" where unknown). A
+// parsed ARN has an ID, and the zero taskARN no host.
 func (a taskARN) consoleURL(cluster string) string {
 	host := a.consoleHost(a.Region)
-	if host == "" || a.ID == "" || cluster == "" {
+	if host == "" || cluster == "" {
 		return ""
 	}
 	return host + "/ecs/v2/clusters/" + consolePath(cluster) + "/tasks/" + consolePath(a.ID) + "/configuration?region=" + a.Region
@@ -127,10 +115,7 @@ func (a taskARN) consoleURL(cluster string) string {
 // logStream describes one awslogs stream of task a, named as run.track
 // names it: <prefix>/<container>/<task id>.
 func logStream(a taskARN, c tdContainer, label string) plugin.Resource {
-	region := a.Region
-	if c.LogRegion != "" {
-		region = c.LogRegion
-	}
+	region := cmp.Or(c.LogRegion, a.Region)
 	stream := c.LogPrefix + "/" + c.Name + "/" + a.ID
 	r := plugin.Resource{
 		Kind: "cloudwatch_log_stream",
@@ -148,34 +133,25 @@ func logStream(a taskARN, c tdContainer, label string) plugin.Resource {
 }
 
 // consolePath percent-encodes s for one path segment of a console URL.
-func consolePath(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; unreservedURI(c) {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
+func consolePath(s string) string { return escapeURI(s, "%%%02X") }
 
 // cloudWatchEscape encodes a log group or stream name as the CloudWatch
 // console's fragment routes read it: JavaScript's encodeURIComponent
 // applied twice, with the outer "%" written "$" ("/" is "$252F").
-func cloudWatchEscape(s string) string {
+func cloudWatchEscape(s string) string { return escapeURI(s, "$25%02X") }
+
+// unreservedURI is what encodeURIComponent leaves as it is.
+const unreservedURI = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!~*'()"
+
+// escapeURI writes each byte of s outside unreservedURI with format.
+func escapeURI(s, format string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; unreservedURI(c) {
+		if c := s[i]; strings.IndexByte(unreservedURI, c) >= 0 {
 			b.WriteByte(c)
 		} else {
-			fmt.Fprintf(&b, "$25%02X", c)
+			fmt.Fprintf(&b, format, c)
 		}
 	}
 	return b.String()
-}
-
-// unreservedURI is what encodeURIComponent leaves as it is.
-func unreservedURI(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.!~*'()", c) >= 0
 }

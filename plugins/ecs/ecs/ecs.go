@@ -6,19 +6,18 @@
 package ecs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -37,7 +36,7 @@ type Plugin struct {
 // New returns the ECS plugin.
 func New() *Plugin {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	return &Plugin{log: log, clients: clientCache{log: log}}
+	return &Plugin{log: log, clients: clientCache{log: log, m: map[clientKey]*clients{}}}
 }
 
 var (
@@ -153,10 +152,7 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 // launchedWithin reports whether task index i's current launch was begun
 // less than window before now: ECS may not list it yet.
 func launchedWithin(h *Handle, i int, window time.Duration, now time.Time) bool {
-	ms := h.Tasks[i].LaunchedAt
-	if ms == 0 {
-		ms = h.StartedAt * 1000
-	}
+	ms := cmp.Or(h.Tasks[i].LaunchedAt, h.StartedAt*1000)
 	return ms > 0 && now.Sub(time.UnixMilli(ms)) < window
 }
 
@@ -190,7 +186,7 @@ func stopHandled(ctx context.Context, cl *clients, cluster string, h *Handle, co
 				return nil, err
 			}
 		}
-		if t.ID == "" && (t.Attempts > 0 || t.Infra > 0) {
+		if t.ID == "" && t.begun() {
 			list = append(list, i)
 		}
 	}
@@ -247,20 +243,11 @@ func (p *Plugin) HealthCheck(ctx context.Context, config json.RawMessage) error 
 }
 
 // notFound reports errors that mean the task is gone, which for stopping it
-// is success.
+// is success. ECS also reports unknown tasks as invalid parameters ("The
+// referenced task was not found").
 func notFound(err error) bool {
-	var ae smithy.APIError
-	if !errors.As(err, &ae) {
-		return false
-	}
-	switch ae.ErrorCode() {
-	case "ResourceNotFoundException", "TaskNotFoundException":
-		return true
-	case "InvalidParameterException", "ClientException":
-		// ECS reports unknown tasks this way ("The referenced task was not found").
-		return strings.Contains(strings.ToLower(ae.ErrorMessage()), "not found")
-	}
-	return false
+	return slices.Contains([]string{"ResourceNotFoundException", "TaskNotFoundException"}, errorCode(err)) ||
+		errorSays(err, "not found", "InvalidParameterException", "ClientException")
 }
 
 // Validate checks the plugin config and the commands' default contexts with

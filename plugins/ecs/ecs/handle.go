@@ -54,6 +54,9 @@ type TaskState struct {
 	Exit    map[string]int32 `json:"x,omitempty"` // exit codes, kept once settled
 }
 
+// begun reports whether a launch of the task index was ever begun.
+func (t TaskState) begun() bool { return t.Attempts > 0 || t.Infra > 0 }
+
 // LogCursor is how far one container's awslogs stream has been copied to
 // the job's output: the nextForwardToken after the last event written, and
 // that event's timestamp (to start again by time if the token expired).
@@ -65,38 +68,32 @@ type LogCursor struct {
 // arn is task index i's current task ARN ("" before its RunTask answered).
 func (h *Handle) arn(i int) string { return h.taskARN(&h.Tasks[i]) }
 
-func (h *Handle) taskARN(t *TaskState) string {
-	if t.ID == "" || strings.HasPrefix(t.ID, "arn:") {
-		return t.ID
+func (h *Handle) taskARN(t *TaskState) string { return h.expand(t.ID) }
+
+// expand is the ARN of a stored task: id itself when it is "" or a whole
+// ARN, else the handle's prefix and id.
+func (h *Handle) expand(id string) string {
+	if id == "" || strings.HasPrefix(id, "arn:") {
+		return id
 	}
-	return h.ARNPrefix + t.ID
+	return h.ARNPrefix + id
 }
 
 // setARN stores arn as t's task, sharing the handle's prefix when it fits.
+// The prefix is the first ARN's up to its last '/' ("" without one).
 func (h *Handle) setARN(t *TaskState, arn string) {
 	if h.ARNPrefix == "" {
-		if i := strings.LastIndexByte(arn, '/'); i >= 0 {
-			h.ARNPrefix = arn[:i+1]
-		}
+		h.ARNPrefix = arn[:strings.LastIndexByte(arn, '/')+1]
 	}
 	t.ID = h.shorten(arn)
 }
 
-func (h *Handle) shorten(arn string) string {
-	if h.ARNPrefix != "" && strings.HasPrefix(arn, h.ARNPrefix) {
-		return arn[len(h.ARNPrefix):]
-	}
-	return arn
-}
+func (h *Handle) shorten(arn string) string { return strings.TrimPrefix(arn, h.ARNPrefix) }
 
 func (h *Handle) prevARNs(t *TaskState) []string {
 	out := make([]string, 0, len(t.Prev))
 	for _, p := range t.Prev {
-		if strings.HasPrefix(p, "arn:") {
-			out = append(out, p)
-		} else {
-			out = append(out, h.ARNPrefix+p)
-		}
+		out = append(out, h.expand(p))
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package ecs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -116,9 +117,7 @@ func (r *run) beginLaunch(i int, kind launchKind) *launchTries {
 	if kind != reissue && kind != recordedLaunch {
 		t.startLaunch(kind)
 	}
-	if r.h.StartedAt == 0 {
-		r.h.StartedAt = time.Now().Unix()
-	}
+	r.h.StartedAt = cmp.Or(r.h.StartedAt, time.Now().Unix())
 	return &launchTries{i: i, t: t, sameToken: kind == reissue && t.LaunchedAt > 0}
 }
 

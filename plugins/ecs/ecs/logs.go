@@ -1,8 +1,10 @@
 package ecs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,7 +108,9 @@ func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
 			if !ok {
 				continue // not visible yet; its stream will not be either
 			}
-			if best == nil || prio < bestPrio || (prio == bestPrio && due.Before(bestDue)) {
+			// The most urgent, then the soonest due. Any stream beats
+			// none (bestPrio starts at numPrios).
+			if cmp.Or(cmp.Compare(prio, bestPrio), due.Compare(bestDue)) < 0 {
 				best, bestPrio, bestDue = s, prio, due
 			}
 		}
@@ -118,19 +122,14 @@ func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
 // due. A stopped task's streams are drained log_settle after the stop. A
 // running task's are tailed. It reports false for a task not seen yet.
 func (r *run) streamDue(tr *taskRun, t *TaskState, s *stream) (int, time.Time, bool) {
-	var prio int
-	var due time.Time
-	switch {
-	case !tr.stoppedAt.IsZero() && s.drains > 0:
-		prio, due = prioFinish, tr.stoppedAt.Add(r.cfg.LogSettle)
-	case !tr.stoppedAt.IsZero():
-		prio, due = prioDrain, tr.stoppedAt.Add(r.cfg.LogSettle)
-	case t.Seen:
-		prio, due = prioTail, s.nextTail
-	default:
-		return 0, time.Time{}, false
+	if tr.stoppedAt.IsZero() {
+		return prioTail, later(s.nextTail, s.retryAt), t.Seen
 	}
-	return prio, later(due, s.retryAt), true
+	prio := prioDrain
+	if s.drains > 0 {
+		prio = prioFinish
+	}
+	return prio, later(tr.stoppedAt.Add(r.cfg.LogSettle), s.retryAt), true
 }
 
 func later(a, b time.Time) time.Time {
@@ -149,29 +148,18 @@ func (r *run) drained(i int, now time.Time) bool {
 	// The timeout counts from a stream's first drain read, not from the
 	// stop. Waiting for a turn in the process's budget is queueing, not a
 	// failing stream, and giving up then would cut logs for no reason.
-	var expired []*stream
+	expired := false
 	for _, s := range tr.streams {
 		if r.drainExpired(s, now) {
-			expired = append(expired, s)
+			s.done, expired = true, true
+			r.stderrf("task %d: stopped reading log stream %s after %s; its last lines may be missing%s", i, s.name, r.cfg.LogDrainTimeout, noteSuffix(s.noted))
 		}
 	}
-	if len(expired) == 0 {
-		return false
-	}
-	for _, s := range expired {
-		s.done = true
-		r.stderrf("task %d: stopped reading log stream %s after %s; its last lines may be missing%s", i, s.name, r.cfg.LogDrainTimeout, noteSuffix(s.noted))
-	}
-	return true
+	return expired
 }
 
 func allDone(streams []*stream) bool {
-	for _, s := range streams {
-		if !s.done {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(streams, func(s *stream) bool { return !s.done })
 }
 
 // drainExpired reports whether a stream has been drained for
@@ -180,6 +168,7 @@ func (r *run) drainExpired(s *stream, now time.Time) bool {
 	return !s.done && !s.drainAt.IsZero() && now.Sub(s.drainAt) >= r.cfg.LogDrainTimeout
 }
 
+// noteSuffix is n in parentheses after a space, or nothing.
 func noteSuffix(n string) string {
 	if n == "" {
 		return ""
@@ -271,7 +260,7 @@ func (r *run) logReadFailed(ctx context.Context, s *stream, cur *LogCursor, prio
 			return
 		}
 		s.nextTail = now.Add(r.cfg.PollInterval)
-	case code == "InvalidParameterException" && cur.Token != "" && strings.Contains(strings.ToLower(errorMessage(err)), "token"):
+	case cur.Token != "" && errorSays(err, "token", "InvalidParameterException"):
 		// Tokens expire (24 h). Read on by time from the last line copied.
 		s.byTime = true
 		r.stderrf("task %d: the log position in %s expired; reading on from the last line's time (lines logged in that same millisecond may be missing)", s.task, s.name)
@@ -311,14 +300,14 @@ func (r *run) logRead(t *TaskState, s *stream, cur *LogCursor, prio int, now tim
 // the read was at the stream's end and whether the cursor moved.
 func advance(s *stream, cur *LogCursor, out *cloudwatchlogs.GetLogEventsOutput) (atEnd, moved bool) {
 	next := aws.ToString(out.NextForwardToken)
-	moved = len(out.Events) > 0 || (next != "" && next != cur.Token)
+	atEnd = next == "" || next == cur.Token
+	moved = len(out.Events) > 0 || !atEnd
 	if n := len(out.Events); n > 0 {
 		cur.Last = aws.ToInt64(out.Events[n-1].Timestamp)
 	}
 	if next != "" {
 		s.byTime = false
 	}
-	atEnd = next == "" || next == cur.Token
 	if !atEnd {
 		cur.Token = next
 	}

@@ -53,25 +53,5 @@ func ClientToken(jobID string, jobAttempt, index, launch, try int) string {
 	return "tether-" + hex.EncodeToString(sum[:])[:48]
 }
 
-// validStartedBy reports whether s is a startedBy ECS accepts.
-func validStartedBy(s string) bool {
-	if s == "" || len(s) > maxStartedByLen {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '/':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // taskID is the last segment of a task ARN, which awslogs uses in stream names.
-func taskID(arn string) string {
-	if i := strings.LastIndexByte(arn, '/'); i >= 0 {
-		return arn[i+1:]
-	}
-	return arn
-}
+func taskID(arn string) string { return arn[strings.LastIndexByte(arn, '/')+1:] }

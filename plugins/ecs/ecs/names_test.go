@@ -2,6 +2,8 @@ package ecs
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -48,6 +50,12 @@ func TestClientToken(t *testing.T) {
 		require.LessOrEqual(t, len(other), maxClientTokenLen)
 	}
 	require.Regexp(t, `^[A-Za-z0-9-]+$`, base)
+}
+
+// validStartedBy reports whether s is a startedBy ECS accepts (RunTask:
+// up to 36 letters, numbers, hyphens, underscores and slashes).
+func validStartedBy(s string) bool {
+	return regexp.MustCompile(`^[A-Za-z0-9_/-]{1,` + strconv.Itoa(maxStartedByLen) + `}$`).MatchString(s)
 }
 
 func TestValidStartedBy(t *testing.T) {

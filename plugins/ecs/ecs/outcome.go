@@ -2,6 +2,7 @@ package ecs
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -108,17 +109,8 @@ var startFailureTransient = []string{
 // counts against max_fail_count as before.
 func transientStartFailure(reason string) bool {
 	r := strings.ToLower(reason)
-	for _, w := range startFailureNotTransient {
-		if strings.Contains(r, w) {
-			return false
-		}
-	}
-	for _, w := range startFailureTransient {
-		if strings.Contains(r, w) {
-			return true
-		}
-	}
-	return false
+	in := func(w string) bool { return strings.Contains(r, w) }
+	return !slices.ContainsFunc(startFailureNotTransient, in) && slices.ContainsFunc(startFailureTransient, in)
 }
 
 // essentialProblems says what is wrong with the essential containers'
@@ -153,10 +145,7 @@ func exitProblem(c containerResult) string {
 	default:
 		return ""
 	}
-	if c.Reason != "" {
-		msg += " (" + c.Reason + ")"
-	}
-	return msg
+	return msg + noteSuffix(c.Reason)
 }
 
 func orUnknown(s string) string {

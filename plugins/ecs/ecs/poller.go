@@ -2,6 +2,7 @@ package ecs
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -96,11 +97,7 @@ func (s *watchSub) close() {
 	p := s.p
 	p.mu.Lock()
 	delete(p.subs, s)
-	for arn, o := range p.owners {
-		if o == s {
-			delete(p.owners, arn)
-		}
-	}
+	maps.DeleteFunc(p.owners, func(_ string, o *watchSub) bool { return o == s })
 	p.mu.Unlock()
 }
 
@@ -153,10 +150,7 @@ func (p *poller) loop() {
 				interval = s.interval
 			}
 		}
-		arns := make([]string, 0, len(p.owners))
-		for arn := range p.owners {
-			arns = append(arns, arn)
-		}
+		arns := slices.Collect(maps.Keys(p.owners))
 		p.mu.Unlock()
 		slices.Sort(arns)
 
@@ -172,13 +166,10 @@ func (p *poller) loop() {
 		} else {
 			backoff = 1
 		}
-		wait := time.Duration(backoff)*interval - time.Since(start)
-		if wait > 0 {
-			// Nothing cancels a round. The poller serves every job of the
-			// process, and its loop ends when no task is watched (a task
-			// watched meanwhile is, by ECS's consistency, not visible yet).
-			<-time.After(wait)
-		}
+		// Nothing cancels a round. The poller serves every job of the
+		// process, and its loop ends when no task is watched (a task
+		// watched meanwhile is, by ECS's consistency, not visible yet).
+		time.Sleep(time.Duration(backoff)*interval - time.Since(start))
 	}
 }
 
@@ -190,27 +181,22 @@ func (p *poller) describe(arns []string) bool {
 	ctx := context.Background()
 	_ = p.cl.wait(ctx, apiDescribeTasks)
 	out, err := p.cl.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String(p.cluster), Tasks: arns})
+	// The jobs still watching the batch's tasks, by ARN.
+	at := map[string]*watchSub{}
 	p.mu.Lock()
-	subs := make([]*watchSub, len(arns))
-	for i, arn := range arns {
-		subs[i] = p.owners[arn]
+	for _, arn := range arns {
+		if s := p.owners[arn]; s != nil {
+			at[arn] = s
+		}
 	}
 	p.mu.Unlock()
 	if err != nil {
 		p.cl.log.Warn("describing tasks", "cluster", p.cluster, "tasks", len(arns), "err", err)
 		cerr := classify("describing tasks", err)
-		for _, s := range subs {
-			if s != nil {
-				s.fail(cerr)
-			}
+		for _, s := range at {
+			s.fail(cerr)
 		}
 		return throttlingCodes[errorCode(err)]
-	}
-	at := map[string]*watchSub{}
-	for i, arn := range arns {
-		if subs[i] != nil {
-			at[arn] = subs[i]
-		}
 	}
 	for _, task := range out.Tasks {
 		if s := at[aws.ToString(task.TaskArn)]; s != nil {

@@ -1,10 +1,10 @@
 package ecs
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -37,9 +37,7 @@ func (r *run) reattach(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.h.StartedAt == 0 {
-		r.h.StartedAt = time.Now().Unix()
-	}
+	r.h.StartedAt = cmp.Or(r.h.StartedAt, time.Now().Unix())
 	return r.checkpoint(ctx)
 }
 
@@ -55,9 +53,7 @@ func (r *run) loadHandle() error {
 	}
 	r.h = h
 	// The tasks are where they were launched, whatever the config says now.
-	if r.h.Cluster == "" {
-		r.h.Cluster = r.cfg.Cluster
-	}
+	r.h.Cluster = cmp.Or(r.h.Cluster, r.cfg.Cluster)
 	// The task count is what was launched. Only a job none of whose tasks
 	// was launched yet takes today's task_count.
 	for len(r.h.Tasks) < r.cfg.TaskCount && !r.launchedAny() {
@@ -115,7 +111,7 @@ func (r *run) resumeTask(ctx context.Context, i int) error {
 	case found:
 		r.track(i)
 		return nil
-	case t.Attempts == 0 && t.Infra == 0:
+	case !t.begun():
 		// Never submitted.
 		return r.launch(ctx, i, firstLaunch)
 	case t.LaunchedAt == 0 || launchAge > r.cfg.StoppedTaskRetention:
@@ -135,12 +131,7 @@ func (r *run) resumeTask(ctx context.Context, i int) error {
 }
 
 func (r *run) launchedAny() bool {
-	for _, t := range r.h.Tasks {
-		if t.Attempts > 0 || t.Infra > 0 || t.ID != "" {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(r.h.Tasks, func(t TaskState) bool { return t.begun() || t.ID != "" })
 }
 
 // discover looks for task i's task by its startedBy (running, then stopped
@@ -209,13 +200,18 @@ func (r *run) adopt(i int, tasks []types.Task) {
 // attemptTag is the job attempt a task was launched for (0 when the task
 // carries no tags: an endpoint that does not return them).
 func attemptTag(task types.Task) int {
-	for _, tag := range task.Tags {
-		if aws.ToString(tag.Key) == tagJobAttempt {
-			n, _ := strconv.Atoi(aws.ToString(tag.Value))
-			return n
+	n, _ := strconv.Atoi(tagValue(task.Tags, tagJobAttempt))
+	return n
+}
+
+// tagValue is the value of the tag key ("" when there is none).
+func tagValue(tags []types.Tag, key string) string {
+	for _, tag := range tags {
+		if aws.ToString(tag.Key) == key {
+			return aws.ToString(tag.Value)
 		}
 	}
-	return 0
+	return ""
 }
 
 // describeTagged describes tasks with their tags, 100 per call.
@@ -264,7 +260,7 @@ func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, stat
 		case err == nil:
 			arns = append(arns, got...)
 			continue
-		case !refusesCombinedStartedBy(err):
+		case !errorSays(err, "startedby", "InvalidParameterException"): // combining startedBy with another filter
 			return nil, classify("listing "+string(status)+" tasks started by "+startedBy, err)
 		}
 		cl.startedByOnly.Store(true)
@@ -276,9 +272,6 @@ func listTasks(ctx context.Context, cl *clients, cluster, startedBy string, stat
 	all, err := listPages(ctx, cl, &ecs.ListTasksInput{Cluster: aws.String(cluster), StartedBy: aws.String(startedBy)})
 	if err != nil {
 		return nil, classify("listing the tasks started by "+startedBy, err)
-	}
-	if len(all) == 0 {
-		return nil, nil
 	}
 	tasks, err := describeTagged(ctx, cl, cluster, all)
 	if err != nil {
@@ -310,10 +303,4 @@ func listPages(ctx context.Context, cl *clients, in *ecs.ListTasksInput) ([]stri
 		arns = append(arns, out.TaskArns...)
 	}
 	return arns, nil
-}
-
-// refusesCombinedStartedBy reports whether ECS refused a ListTasks for
-// combining startedBy with another filter.
-func refusesCombinedStartedBy(err error) bool {
-	return errorCode(err) == "InvalidParameterException" && strings.Contains(strings.ToLower(errorMessage(err)), "startedby")
 }

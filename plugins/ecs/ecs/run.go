@@ -191,6 +191,7 @@ func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
 		if err := r.flush(ctx, false); err != nil {
 			return nil, err
 		}
+		// Since Go 1.23 Reset also drops a tick not received.
 		timer.Reset(r.nextWait(now, deadline))
 		select {
 		case <-ctx.Done():
@@ -202,7 +203,6 @@ func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
 			r.readLog(ctx)
 		case <-timer.C:
 		}
-		stopTimer(timer)
 	}
 }
 
@@ -244,17 +244,6 @@ func (r *run) ticketReady() <-chan struct{} {
 		return nil
 	}
 	return r.ticket.ready
-}
-
-// stopTimer stops t and empties its channel, so it can be Reset.
-func stopTimer(t *time.Timer) {
-	if t.Stop() {
-		return
-	}
-	select {
-	case <-t.C:
-	default:
-	}
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -373,7 +362,7 @@ func (r *run) settleDrained(now time.Time) {
 		if t.Outcome != "" || tr.final == nil || !r.drained(i, now) {
 			continue
 		}
-		r.settle(t, *tr.final)
+		r.settle(i, *tr.final)
 		tr.final = nil
 	}
 }
@@ -413,8 +402,9 @@ func (r *run) fail(ctx context.Context, msg string) error {
 	return plugin.Errorf(plugin.Permanent, "ecs: %s", msg)
 }
 
-// settle turns a STOPPED task into its outcome.
-func (r *run) settle(t *TaskState, task types.Task) {
+// settle turns task i's STOPPED task into its outcome.
+func (r *run) settle(i int, task types.Task) {
+	t := &r.h.Tasks[i]
 	st := stoppedTask{StopCode: string(task.StopCode), StoppedReason: aws.ToString(task.StoppedReason)}
 	for _, c := range task.Containers {
 		st.Containers = append(st.Containers, containerResult{Name: aws.ToString(c.Name), ExitCode: c.ExitCode, Reason: aws.ToString(c.Reason)})
@@ -431,21 +421,12 @@ func (r *run) settle(t *TaskState, task types.Task) {
 	arn := r.h.taskARN(t)
 	switch t.Outcome {
 	case outcomeSucceeded:
-		r.stderrf("task %d (%s) succeeded", r.index(t), arn)
+		r.stderrf("task %d (%s) succeeded", i, arn)
 	case outcomeInfra:
-		r.stderrf("task %d (%s) was stopped by the infrastructure: %s", r.index(t), arn, t.Reason)
+		r.stderrf("task %d (%s) was stopped by the infrastructure: %s", i, arn, t.Reason)
 	default:
-		r.stderrf("task %d (%s) failed: %s", r.index(t), arn, t.Reason)
+		r.stderrf("task %d (%s) failed: %s", i, arn, t.Reason)
 	}
-}
-
-func (r *run) index(t *TaskState) int {
-	for i := range r.h.Tasks {
-		if &r.h.Tasks[i] == t {
-			return i
-		}
-	}
-	return -1
 }
 
 func (r *run) timedOut(ctx context.Context) error {
@@ -498,10 +479,8 @@ func (r *run) stopOnError(ctx context.Context, err error) {
 }
 
 func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // stopTask stops a task. A task ECS no longer knows is already stopped.
@@ -516,12 +495,7 @@ func stopTask(ctx context.Context, cl *clients, cluster, arn, reason string) err
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
+func truncate(s string, n int) string { return s[:min(len(s), n)] }
 
 // Output is the job's result.
 type Output struct {
@@ -558,9 +532,7 @@ func (r *run) runTaskInput(i int) *ecs.RunTaskInput {
 		Count:          aws.Int32(1),
 		StartedBy:      aws.String(StartedBy(r.job.ID, i)),
 		ClientToken:    aws.String(r.clientToken(i, &t)),
-	}
-	if c.LaunchType != "" {
-		in.LaunchType = types.LaunchType(c.LaunchType)
+		LaunchType:     types.LaunchType(c.LaunchType), // "" is not sent
 	}
 	if n := c.Network; n != nil {
 		ip := types.AssignPublicIpDisabled
@@ -575,9 +547,7 @@ func (r *run) runTaskInput(i int) *ecs.RunTaskInput {
 	// Sorted, so a reissued RunTask carries exactly the same parameters
 	// (ECS refuses a known client token with different ones).
 	tags := map[string]string{}
-	for k, v := range c.Tags {
-		tags[k] = v
-	}
+	maps.Copy(tags, c.Tags)
 	tags[tagJobID] = r.job.ID
 	tags[tagJobAttempt] = strconv.Itoa(r.h.JobAttempt)
 	tags[tagTaskIndex] = strconv.Itoa(i)

@@ -2,6 +2,7 @@ package ecs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -98,12 +99,9 @@ func templateInput(c Config) (*ecs.RegisterTaskDefinitionInput, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if in.ExecutionRoleArn == nil && c.ExecutionRoleARN != "" {
-		in.ExecutionRoleArn = aws.String(c.ExecutionRoleARN)
-	}
-	if in.TaskRoleArn == nil && c.TaskRoleARN != "" {
-		in.TaskRoleArn = aws.String(c.TaskRoleARN)
-	}
+	// The template's roles, else the config's.
+	in.ExecutionRoleArn = cmp.Or(in.ExecutionRoleArn, optional(c.ExecutionRoleARN))
+	in.TaskRoleArn = cmp.Or(in.TaskRoleArn, optional(c.TaskRoleARN))
 	b, err := json.Marshal(in)
 	if err != nil {
 		return nil, "", dec.Errorf("task_definition_template: %v", err)
@@ -112,6 +110,14 @@ func templateInput(c Config) (*ecs.RegisterTaskDefinitionInput, string, error) {
 	hash := hex.EncodeToString(sum[:])
 	in.Tags = append(in.Tags, types.Tag{Key: aws.String(contentHashTag), Value: aws.String(hash)})
 	return in, hash, nil
+}
+
+// optional is s as an optional API field: nil when s is "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // nameTTL is how long a family (or family:revision) name stays resolved to
@@ -156,6 +162,13 @@ func (c *tdCache) arn(arn string) (taskDef, bool) {
 	return td, ok
 }
 
+// once runs load for key once for every caller that asks meanwhile. load
+// returns the zero taskDef with its error.
+func (c *tdCache) once(key string, load func() (taskDef, error)) (taskDef, error) {
+	v, err, _ := c.flight.Do(key, func() (any, error) { return load() })
+	return v.(taskDef), err
+}
+
 // resolveTaskDef returns the revision the job runs: the named one, or the
 // template's (registered only when no ACTIVE revision of its family carries
 // the template's content hash as its latest).
@@ -174,7 +187,7 @@ func resolveTaskDef(ctx context.Context, cl *clients, c Config) (taskDef, error)
 	if ok {
 		return describeTaskDef(ctx, cl, arn)
 	}
-	v, err, _ := cache.flight.Do("hash:"+hash, func() (any, error) {
+	return cache.once("hash:"+hash, func() (taskDef, error) {
 		td, err := registerTemplate(ctx, cl, in, hash)
 		if err != nil {
 			return taskDef{}, err
@@ -185,10 +198,6 @@ func resolveTaskDef(ctx context.Context, cl *clients, c Config) (taskDef, error)
 		cache.put(td)
 		return td, nil
 	})
-	if err != nil {
-		return taskDef{}, err
-	}
-	return v.(taskDef), nil
 }
 
 func resolveName(ctx context.Context, cl *clients, name string) (taskDef, error) {
@@ -202,25 +211,16 @@ func resolveName(ctx context.Context, cl *clients, name string) (taskDef, error)
 	if ok && time.Since(n.at) < nameTTL {
 		return describeTaskDef(ctx, cl, n.arn)
 	}
-	v, err, _ := cache.flight.Do("name:"+name, func() (any, error) {
-		if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
+	return cache.once("name:"+name, func() (taskDef, error) {
+		td, err := fetchTaskDef(ctx, cl, name, fmt.Sprintf("describing task definition %q", name))
+		if err != nil {
 			return taskDef{}, err
 		}
-		out, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(name)})
-		if err != nil {
-			return taskDef{}, classify(fmt.Sprintf("describing task definition %q", name), err)
-		}
-		td := newTaskDef(out.TaskDefinition)
-		cache.put(td)
 		cache.mu.Lock()
 		cache.byName[name] = namedTD{arn: td.ARN, at: time.Now()}
 		cache.mu.Unlock()
 		return td, nil
 	})
-	if err != nil {
-		return taskDef{}, err
-	}
-	return v.(taskDef), nil
 }
 
 // registerTemplate returns the family's latest revision when it was
@@ -261,12 +261,10 @@ func registeredTemplate(ctx context.Context, cl *clients, family, hash string) (
 	case err != nil || latest.TaskDefinition == nil || latest.TaskDefinition.Status != types.TaskDefinitionStatusActive:
 		return taskDef{}, false, nil
 	}
-	for _, t := range latest.Tags {
-		if aws.ToString(t.Key) == contentHashTag && aws.ToString(t.Value) == hash {
-			return newTaskDef(latest.TaskDefinition), true, nil
-		}
+	if tagValue(latest.Tags, contentHashTag) != hash {
+		return taskDef{}, false, nil
 	}
-	return taskDef{}, false, nil
+	return newTaskDef(latest.TaskDefinition), true, nil
 }
 
 // describeTaskDef loads a revision by ARN, once per process.
@@ -274,20 +272,22 @@ func describeTaskDef(ctx context.Context, cl *clients, arn string) (taskDef, err
 	if td, ok := cl.tds.arn(arn); ok {
 		return td, nil
 	}
-	v, err, _ := cl.tds.flight.Do("arn:"+arn, func() (any, error) {
-		if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
-			return taskDef{}, err
-		}
-		out, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(arn)})
-		if err != nil {
-			return taskDef{}, classify(fmt.Sprintf("describing task definition %s", arn), err)
-		}
-		td := newTaskDef(out.TaskDefinition)
-		cl.tds.put(td)
-		return td, nil
+	return cl.tds.once("arn:"+arn, func() (taskDef, error) {
+		return fetchTaskDef(ctx, cl, arn, fmt.Sprintf("describing task definition %s", arn))
 	})
-	if err != nil {
+}
+
+// fetchTaskDef describes the task definition name (a family, revision or
+// ARN) and keeps the revision by ARN. what names the call in its error.
+func fetchTaskDef(ctx context.Context, cl *clients, name, what string) (taskDef, error) {
+	if err := cl.wait(ctx, apiDescribeTaskDefinition); err != nil {
 		return taskDef{}, err
 	}
-	return v.(taskDef), nil
+	out, err := cl.ecs.DescribeTaskDefinition(ctx, &ecs.DescribeTaskDefinitionInput{TaskDefinition: aws.String(name)})
+	if err != nil {
+		return taskDef{}, classify(what, err)
+	}
+	td := newTaskDef(out.TaskDefinition)
+	cl.tds.put(td)
+	return td, nil
 }
