@@ -42,6 +42,11 @@ type GRPCClient struct {
 	calls    map[uint64]Runtime // in-flight Execute/Resume calls by call id
 }
 
+// newGRPCClient is the host side of the plugin connection c.
+func newGRPCClient(c *grpc.ClientConn, broker *goplugin.GRPCBroker) *GRPCClient {
+	return &GRPCClient{client: pb.NewPluginClient(c), broker: broker, calls: map[uint64]Runtime{}}
+}
+
 var (
 	_ Plugin        = (*GRPCClient)(nil)
 	_ Resumer       = (*GRPCClient)(nil)
@@ -171,9 +176,6 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 	c.serveOnce.Do(c.serveRuntime)
 	id := c.nextCall.Add(1)
 	c.mu.Lock()
-	if c.calls == nil {
-		c.calls = map[uint64]Runtime{}
-	}
 	c.calls[id] = rt
 	c.mu.Unlock()
 	defer func() {
@@ -201,11 +203,11 @@ func (c *GRPCClient) run(ctx context.Context, op string, call runFunc, job *Job,
 		return nil, callError(ctx, op, err)
 	}
 	if resp.GetLeaseExpired() {
-		e := &LeaseExpiredError{Op: op, Silent: time.Duration(resp.GetLeaseSilentMs()) * time.Millisecond}
-		if pe := resp.GetError(); pe != nil {
-			e.PluginSaid = pe.GetMessage()
+		return nil, &LeaseExpiredError{
+			Op:         op,
+			Silent:     time.Duration(resp.GetLeaseSilentMs()) * time.Millisecond,
+			PluginSaid: resp.GetError().GetMessage(), // "" without an error
 		}
-		return nil, e
 	}
 	if err := errFromPB(resp.GetError()); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"cmp"
+
 	"github.com/tetherjobs/tether/pkg/plugin/pb"
 )
 
@@ -17,10 +19,8 @@ func jobToPB(j *Job) *pb.Job {
 	}
 }
 
+// jobFromPB reads j. A nil j is the zero Job (the getters are nil-safe).
 func jobFromPB(j *pb.Job) *Job {
-	if j == nil {
-		return &Job{}
-	}
 	return &Job{
 		ID:      j.GetId(),
 		Command: j.GetCommand(),
@@ -37,11 +37,24 @@ func resultToPB(r *Result) *pb.Result {
 	return &pb.Result{Output: r.Output, Message: r.Message}
 }
 
+// resultFromPB reads r. A nil r is the zero Result.
 func resultFromPB(r *pb.Result) *Result {
-	if r == nil {
-		return &Result{}
-	}
 	return &Result{Output: nilIfEmpty(r.GetOutput()), Message: r.GetMessage()}
+}
+
+// classToPB is each class on the wire. ClassOf only returns these.
+var classToPB = map[ErrorClass]pb.ErrorClass{
+	Retriable:      pb.ErrorClass_ERROR_CLASS_RETRIABLE,
+	Permanent:      pb.ErrorClass_ERROR_CLASS_PERMANENT,
+	OutcomeUnknown: pb.ErrorClass_ERROR_CLASS_OUTCOME_UNKNOWN,
+}
+
+// classFromPB reads the wire's classes. Any other (unspecified, or newer
+// than this SDK) is Permanent.
+var classFromPB = map[pb.ErrorClass]ErrorClass{
+	pb.ErrorClass_ERROR_CLASS_RETRIABLE:       Retriable,
+	pb.ErrorClass_ERROR_CLASS_PERMANENT:       Permanent,
+	pb.ErrorClass_ERROR_CLASS_OUTCOME_UNKNOWN: OutcomeUnknown,
 }
 
 // errToPB keeps err's class (Permanent when it has none) and message.
@@ -49,16 +62,7 @@ func errToPB(err error) *pb.Error {
 	if err == nil {
 		return nil
 	}
-	var c pb.ErrorClass
-	switch ClassOf(err) {
-	case Retriable:
-		c = pb.ErrorClass_ERROR_CLASS_RETRIABLE
-	case OutcomeUnknown:
-		c = pb.ErrorClass_ERROR_CLASS_OUTCOME_UNKNOWN
-	default:
-		c = pb.ErrorClass_ERROR_CLASS_PERMANENT
-	}
-	return &pb.Error{Class: c, Message: err.Error()}
+	return &pb.Error{Class: classToPB[ClassOf(err)], Message: err.Error()}
 }
 
 // errFromPB returns nil for a nil e and otherwise an *Error.
@@ -66,14 +70,7 @@ func errFromPB(e *pb.Error) error {
 	if e == nil {
 		return nil
 	}
-	c := Permanent
-	switch e.GetClass() {
-	case pb.ErrorClass_ERROR_CLASS_RETRIABLE:
-		c = Retriable
-	case pb.ErrorClass_ERROR_CLASS_OUTCOME_UNKNOWN:
-		c = OutcomeUnknown
-	}
-	return &Error{Class: c, Message: e.GetMessage()}
+	return &Error{Class: cmp.Or(classFromPB[e.GetClass()], Permanent), Message: e.GetMessage()}
 }
 
 func nilIfEmpty(b []byte) []byte {

@@ -9,12 +9,10 @@ import "strings"
 const MaxResources = 100
 
 // capResources returns at most MaxResources of rs.
-func capResources(rs []Resource) []Resource {
-	if len(rs) > MaxResources {
-		return rs[:MaxResources]
-	}
-	return rs
-}
+func capResources(rs []Resource) []Resource { return rs[:min(len(rs), MaxResources)] }
+
+// shellSafe are the characters a shell word may hold unquoted.
+const shellSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-"
 
 // ShellQuote quotes s as one word for a POSIX shell, for Resource.Command.
 // A person pastes the command, and names in it (a log group, a namespace)
@@ -24,14 +22,7 @@ func ShellQuote(s string) string {
 	if s == "" {
 		return "''"
 	}
-	safe := true
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("@%+=:,./_-", c)) {
-			safe = false
-			break
-		}
-	}
-	if safe {
+	if strings.Trim(s, shellSafe) == "" {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"

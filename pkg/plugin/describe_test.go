@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,6 +28,17 @@ func TestShellQuote(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, in, string(out))
 	}
+}
+
+func TestShellQuoteSafeCharacters(t *testing.T) {
+	safe := func(c rune) bool {
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("@%+=:,./_-", c)
+	}
+	for c := rune(1); c < 0x300; c++ {
+		s := "a" + string(c) + "b"
+		assert.Equal(t, safe(c), ShellQuote(s) == s, "rune %U", c)
+	}
+	assert.Equal(t, "'a\xffb'", ShellQuote("a\xffb"), "a byte that is not UTF-8 is quoted")
 }
 
 func TestCapResources(t *testing.T) {

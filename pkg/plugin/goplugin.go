@@ -75,11 +75,17 @@ func (p *GRPCPlugin) GRPCServer(broker *goplugin.GRPCBroker, s *grpc.Server) err
 	if life == nil {
 		life = newLifecycle()
 	}
-	pb.RegisterPluginServer(s, &grpcServer{impl: p.Impl, broker: broker, life: life})
+	pb.RegisterPluginServer(s, &grpcServer{
+		impl:     p.Impl,
+		broker:   broker,
+		life:     life,
+		runtimes: map[uint32]pb.RuntimeClient{},
+		calls:    map[uint64]*serverCall{},
+	})
 	return nil
 }
 
 // GRPCClient returns the host-side client, a *GRPCClient.
 func (p *GRPCPlugin) GRPCClient(_ context.Context, broker *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &GRPCClient{client: pb.NewPluginClient(c), broker: broker}, nil
+	return newGRPCClient(c, broker), nil
 }

@@ -48,9 +48,7 @@ func (h HostInfo) Has(f string) bool { return slices.Contains(h.Features, f) }
 // every feature listed here.
 func Host() HostInfo {
 	var h HostInfo
-	if raw := os.Getenv(HostEnv); raw != "" {
-		_ = json.Unmarshal([]byte(raw), &h) // a bad value says nothing
-	}
+	_ = json.Unmarshal([]byte(os.Getenv(HostEnv)), &h) // an unset or bad value says nothing
 	return h
 }
 

@@ -95,13 +95,11 @@ func (e *LeaseExpiredError) Is(target error) bool { return target == ErrLeaseExp
 // leaseToMS is d in whole milliseconds for the wire: 0 for no deadline, at
 // least 1 for any deadline (a deadline already passed stops the call at once).
 func leaseToMS(d time.Duration) uint64 {
-	switch {
-	case d == 0:
+	if d == 0 {
 		return 0
-	case d < time.Millisecond:
-		return 1
 	}
-	return uint64((d + time.Millisecond - 1) / time.Millisecond)
+	// Rounded up, and a negative d counts as 1ns.
+	return uint64((max(d, 1) + time.Millisecond - 1) / time.Millisecond)
 }
 
 // callLease is the plugin side of one call's lease. It is a timer that

@@ -59,7 +59,7 @@ func (p *oldPlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
 }
 
 func (p *oldPlugin) GRPCClient(_ context.Context, broker *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &GRPCClient{client: pb.NewPluginClient(c), broker: broker}, nil
+	return newGRPCClient(c, broker), nil
 }
 
 type leasedRuntime struct{}

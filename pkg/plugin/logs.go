@@ -91,18 +91,24 @@ func appendAttr(kv []any, prefix string, a slog.Attr) []any {
 	return append(kv, prefix+a.Key, v.Any())
 }
 
+// hclogLevels are slog's named levels, highest first, with hclog's.
+var hclogLevels = []struct {
+	slog slog.Level
+	hc   hclog.Level
+}{
+	{slog.LevelError, hclog.Error},
+	{slog.LevelWarn, hclog.Warn},
+	{slog.LevelInfo, hclog.Info},
+	{slog.LevelDebug, hclog.Debug},
+}
+
 // toHCLog maps a slog level to hclog's. Levels between slog's named ones
-// round down.
+// round down. Below LevelDebug is Trace.
 func toHCLog(l slog.Level) hclog.Level {
-	switch {
-	case l >= slog.LevelError:
-		return hclog.Error
-	case l >= slog.LevelWarn:
-		return hclog.Warn
-	case l >= slog.LevelInfo:
-		return hclog.Info
-	case l >= slog.LevelDebug:
-		return hclog.Debug
+	for _, m := range hclogLevels {
+		if l >= m.slog {
+			return m.hc
+		}
 	}
 	return hclog.Trace
 }

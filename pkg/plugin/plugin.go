@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -44,14 +45,7 @@ type Info struct {
 }
 
 // Has reports whether the plugin declared capability c.
-func (i Info) Has(c string) bool {
-	for _, x := range i.Capabilities {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
+func (i Info) Has(c string) bool { return slices.Contains(i.Capabilities, c) }
 
 // Job is what a plugin is asked to run.
 type Job struct {

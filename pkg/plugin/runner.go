@@ -56,7 +56,8 @@ func (e *Exit) String() string {
 	case e.state == nil:
 		return fmt.Sprintf("ended without an exit status: %v", e.err)
 	}
-	if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	// The zero WaitStatus (a platform without one) is no signal.
+	if ws, _ := e.state.Sys().(syscall.WaitStatus); ws.Signaled() {
 		return "was killed by signal " + ws.Signal().String()
 	}
 	return "exited with status " + strconv.Itoa(e.state.ExitCode())
@@ -156,9 +157,9 @@ func (r *procRunner) wait() {
 	// that exited with a status did so on its own, even if Kill came while
 	// it was exiting.
 	r.exit.state, r.exit.err = r.cmd.ProcessState, err
-	if ws, ok := r.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		r.exit.byHost = r.killed && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-	}
+	// Signal is -1 unless the process died of one.
+	ws, _ := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	r.exit.byHost = r.killed && ws.Signal() == syscall.SIGKILL
 	r.mu.Unlock()
 	close(r.exit.done)
 	time.AfterFunc(pipeGrace, func() {

@@ -54,15 +54,11 @@ func (s *grpcServer) Cancel(_ context.Context, req *pb.CancelRequest) (*pb.Cance
 func (s *grpcServer) Renew(_ context.Context, req *pb.RenewRequest) (*pb.RenewResponse, error) {
 	received := time.Now()
 	validFor := time.Duration(req.GetLeaseValidForMs()) * time.Millisecond
-	s.mu.Lock()
-	leases := make([]*callLease, 0, len(s.calls))
-	for _, c := range s.calls {
-		leases = append(leases, c.lease)
-	}
-	s.mu.Unlock()
 	var n uint32
-	for _, l := range leases {
-		if l.renew(received, validFor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.calls {
+		if c.lease.renew(received, validFor) { // takes only the lease's own lock
 			n++
 		}
 	}
@@ -82,9 +78,6 @@ func (s *grpcServer) runtime(id uint32) (pb.RuntimeClient, error) {
 		return nil, fmt.Errorf("connecting to the host's runtime: %w", err)
 	}
 	awaitReady(conn, runtimeConnectTimeout)
-	if s.runtimes == nil {
-		s.runtimes = map[uint32]pb.RuntimeClient{}
-	}
 	c := pb.NewRuntimeClient(conn)
 	s.runtimes[id] = c
 	return c, nil
@@ -126,9 +119,6 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 	defer lease.finish()
 	id := req.GetCallId()
 	s.mu.Lock()
-	if s.calls == nil {
-		s.calls = map[uint64]*serverCall{}
-	}
 	s.calls[id] = &serverCall{cancel: cancel, lease: lease}
 	s.mu.Unlock()
 	defer func() {
@@ -142,8 +132,7 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 		return &pb.RunResponse{Error: errToPB(WithClass(Retriable, err))}, nil
 	}
 	job := jobFromPB(req.GetJob())
-	rt := newRemoteRuntime(client, req.GetCallId(), req.GetHandle())
-	rt.leasePassed = lease.passed
+	rt := newRemoteRuntime(client, req.GetCallId(), req.GetHandle(), lease.passed)
 	if d, ok := s.impl.(Describer); ok {
 		// A copy. What Execute does to its Job cannot change the description.
 		described := *job
@@ -161,11 +150,7 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 	if expired {
 		// Whatever the plugin returned, the SDK stopped it. The host must
 		// count it as neither a success nor the plugin's own failure.
-		resp := &pb.RunResponse{LeaseExpired: true, LeaseSilentMs: leaseToMS(silent)}
-		if err != nil {
-			resp.Error = errToPB(err)
-		}
-		return resp, nil
+		return &pb.RunResponse{LeaseExpired: true, LeaseSilentMs: leaseToMS(silent), Error: errToPB(err)}, nil
 	}
 	if err != nil {
 		return &pb.RunResponse{Error: errToPB(err)}, nil
@@ -318,8 +303,8 @@ type remoteRuntime struct {
 	stdout, stderr *chunkWriter
 }
 
-func newRemoteRuntime(client pb.RuntimeClient, callID uint64, handle []byte) *remoteRuntime {
-	r := &remoteRuntime{client: client, callID: callID, handle: nilIfEmpty(handle)}
+func newRemoteRuntime(client pb.RuntimeClient, callID uint64, handle []byte, leasePassed context.Context) *remoteRuntime {
+	r := &remoteRuntime{client: client, callID: callID, handle: nilIfEmpty(handle), leasePassed: leasePassed}
 	r.stdout = &chunkWriter{send: r.sender(pb.Stream_STREAM_STDOUT)}
 	r.stderr = &chunkWriter{send: r.sender(pb.Stream_STREAM_STDERR)}
 	return r
@@ -333,11 +318,8 @@ func (r *remoteRuntime) sender(stream pb.Stream) func([]byte) error {
 		// host never answers. A live one answers at once).
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
-		if r.leasePassed != nil {
-			var stop func()
-			ctx, stop = cutAfterLease(ctx, r.leasePassed)
-			defer stop()
-		}
+		ctx, stop := cutAfterLease(ctx, r.leasePassed)
+		defer stop()
 		resp, err := r.client.Write(ctx, &pb.WriteRequest{CallId: r.callID, Stream: stream, Data: data})
 		if err != nil {
 			return fmt.Errorf("writing job output: %w", err)
@@ -355,15 +337,12 @@ func (r *remoteRuntime) Checkpoint(ctx context.Context, handle []byte) error {
 	}
 	// A frozen host cannot answer. Past the deadline the handle is not ours
 	// to store, even for a plugin that checkpoints on an uncancelled context.
-	if r.leasePassed != nil {
-		if r.leasePassed.Err() != nil {
-			return fmt.Errorf("checkpointing: %w", ErrLeaseExpired)
-		}
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		defer context.AfterFunc(r.leasePassed, func() { cancel(ErrLeaseExpired) })()
+	if r.leasePassed.Err() != nil {
+		return fmt.Errorf("checkpointing: %w", ErrLeaseExpired)
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(r.leasePassed, func() { cancel(ErrLeaseExpired) })()
 	// Output written before a checkpoint reaches the host before it. The
 	// wait for it ends with ctx (the flush goes on, bounded by its own
 	// timeout). Past the lease deadline nothing waits for a frozen host.
@@ -467,10 +446,9 @@ func (w *chunkWriter) flush() error {
 	for len(data) > 0 {
 		n := min(len(data), maxChunk)
 		if err := w.send(data[:n]); err != nil {
+			// Only flush sets err, under sendMu, and it was nil above.
 			w.mu.Lock()
-			if w.err == nil {
-				w.err = err
-			}
+			w.err = err
 			w.mu.Unlock()
 			return err
 		}

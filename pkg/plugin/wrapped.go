@@ -39,9 +39,10 @@ func CheckWrapped(impl Plugin) error {
 	pluginType := reflect.TypeFor[Plugin]()
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
-		if !f.Anonymous || f.Type != pluginType || v.Field(i).IsNil() {
+		if !f.Anonymous || f.Type != pluginType {
 			continue
 		}
+		// A nil inner Plugin implements nothing, so nothing is lost.
 		inner, _ := v.Field(i).Interface().(Plugin)
 		var lost []string
 		for _, o := range optional {

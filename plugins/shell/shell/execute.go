@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -70,7 +71,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 
 	tail := &tailBuffer{}
 	var copiers sync.WaitGroup
-	copiers.Go(func() { p.pump(log, "stdout", out.outR, rt.Stdout(), nil) })
+	copiers.Go(func() { p.pump(log, "stdout", out.outR, rt.Stdout(), io.Discard) })
 	copiers.Go(func() { p.pump(log, "stderr", out.errR, rt.Stderr(), tail) })
 	exited := make(chan error, 1)
 	go func() { exited <- waitExit(pid) }()
@@ -265,9 +266,17 @@ func reapLeader(cmd *exec.Cmd, exited <-chan error) error {
 
 // removeRecord deletes the process record of a run whose group is gone.
 func removeRecord(log *slog.Logger, stateDir string, job *plugin.Job) {
-	if err := os.Remove(recordPath(stateDir, job.ID, job.Attempt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := removeFile(recordPath(stateDir, job.ID, job.Attempt)); err != nil {
 		log.Warn("removing process record", "err", err)
 	}
+}
+
+// removeFile removes path. A file already gone is no error.
+func removeFile(path string) error {
+	if err := os.Remove(path); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // jobResult turns how the run ended into Execute's result.
@@ -295,8 +304,8 @@ func jobResult(end ending, recErr error, s spec, tail *tailBuffer, wd workDir) (
 // was stopped.
 func (e ending) canceled(grace time.Duration) error {
 	msg := fmt.Sprintf("canceled: %v (process group %d %s)", e.cancelCause, e.pid, e.outcome.describe(grace))
-	if e.stopErr != nil || e.waitErr != nil {
-		msg += fmt.Sprintf("; %v", errors.Join(e.stopErr, e.waitErr))
+	if err := errors.Join(e.stopErr, e.waitErr); err != nil {
+		msg += fmt.Sprintf("; %v", err)
 	}
 	return plugin.Errorf(plugin.Retriable, "%s", msg)
 }

@@ -1,12 +1,16 @@
 package shell
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -276,5 +280,70 @@ func TestExecuteCanceledBeforeStart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ran")); !os.IsNotExist(err) {
 		t.Errorf("the script ran although the context was already canceled")
+	}
+}
+
+// failingWriter takes ok writes, then fails every one.
+type failingWriter struct {
+	ok  int
+	got []byte
+}
+
+func (w *failingWriter) Write(b []byte) (int, error) {
+	if w.ok == 0 {
+		return 0, errors.New("host gone")
+	}
+	w.ok--
+	w.got = append(w.got, b...)
+	return len(b), nil
+}
+
+func TestPumpDiscardsAfterAHostWriteFails(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	host := &failingWriter{ok: 1}
+	var tail tailBuffer
+	New().pump(log, "stderr", iotest.OneByteReader(strings.NewReader("ab\ncd\n")), host, &tail)
+	if string(host.got) != "a" {
+		t.Errorf("host got %q, want the first write only", host.got)
+	}
+	if got := tail.lines(10); strings.Join(got, "|") != "ab|cd" {
+		t.Errorf("tail = %q, want all of the output", got)
+	}
+	if n := strings.Count(logs.String(), "forwarding output to the host failed"); n != 1 {
+		t.Errorf("logged the failure %d times, want once:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "reading job output") {
+		t.Errorf("EOF logged as a read error:\n%s", logs.String())
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"prog", "bin/tool"} {
+		path := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ name, path, want string }{
+		{"/bin/sh", "", "/bin/sh"},
+		{"./prog", "", filepath.Join(dir, "prog")},
+		{"bin/tool", "", filepath.Join(dir, "bin/tool")},
+		{"prog", "/nonexistent::/bin", filepath.Join(dir, "prog")}, // an empty entry is the working directory
+		{"tool", "bin", filepath.Join(dir, "bin/tool")},
+	} {
+		got, err := lookPath(tc.name, tc.path, dir)
+		if err != nil || got != tc.want {
+			t.Errorf("lookPath(%q, %q) = %q, %v; want %q", tc.name, tc.path, got, err, tc.want)
+		}
+	}
+	for _, name := range []string{"prog", "./missing", "bin"} {
+		if got, err := lookPath(name, "/nonexistent", dir); err == nil {
+			t.Errorf("lookPath(%q) = %q, want an error", name, got)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -110,12 +111,7 @@ func hasEnv(pid int, kv string) bool {
 	if err != nil {
 		return false
 	}
-	for _, v := range bytes.Split(b, []byte{0}) {
-		if string(v) == kv {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(string(b), "\x00"), kv)
 }
 
 // bootID identifies the running kernel boot. PIDs and start times recorded

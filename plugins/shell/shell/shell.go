@@ -269,34 +269,37 @@ func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID, dir
 	return writeRecord(cfg.StateDir, rec)
 }
 
-// pump copies one output stream to the host as it arrives. After a write to
-// the host fails it keeps reading and discards, so the job never blocks on a
-// full pipe.
-func (p *Plugin) pump(log *slog.Logger, stream string, r io.Reader, w io.Writer, tail *tailBuffer) {
+// pump copies one output stream to tail and to the host as it arrives.
+// After a write to the host fails it keeps reading and discards, so the job
+// never blocks on a full pipe.
+func (p *Plugin) pump(log *slog.Logger, stream string, r io.Reader, w, tail io.Writer) {
 	if w == nil {
 		w = io.Discard
 	}
-	buf := make([]byte, 32<<10)
-	var werr error
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if tail != nil {
-				_, _ = tail.Write(buf[:n])
-			}
-			if werr == nil {
-				if _, werr = w.Write(buf[:n]); werr != nil {
-					log.Warn("forwarding output to the host failed; discarding the rest", "stream", stream, "err", werr)
-				}
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) {
-				log.Warn("reading job output", "stream", stream, "err", err)
-			}
-			return
+	host := &forwarder{w: w, log: log, stream: stream}
+	// Only reads fail: neither writer returns an error. A read cut off by
+	// drain's deadline is expected.
+	if _, err := io.Copy(io.MultiWriter(tail, host), r); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		log.Warn("reading job output", "stream", stream, "err", err)
+	}
+}
+
+// forwarder writes one output stream to the host until a write fails, and
+// discards the rest.
+type forwarder struct {
+	w      io.Writer
+	log    *slog.Logger
+	stream string
+	err    error // the failed write's
+}
+
+func (f *forwarder) Write(b []byte) (int, error) {
+	if f.err == nil {
+		if _, f.err = f.w.Write(b); f.err != nil {
+			f.log.Warn("forwarding output to the host failed; discarding the rest", "stream", f.stream, "err", f.err)
 		}
 	}
+	return len(b), nil
 }
 
 // drain waits for the output copiers. A process that escaped the group may
@@ -359,15 +362,13 @@ func (p *Plugin) stopLive(ctx context.Context, jobID string, last int) error {
 	var live []*run
 	for k, r := range p.runs {
 		if k.id == jobID && covered(k.attempt, last) {
+			r.cancel(errCleanup) // does not block
 			live = append(live, r)
 		}
 	}
 	p.mu.Unlock()
 	for _, r := range live {
-		r.cancel(errCleanup)
-	}
-	for _, r := range live {
-		if err := r.awaitOrKill(ctx); err != nil {
+		if err := r.awaitOrKill(ctx, errCleanup, forcedStopWait); err != nil {
 			return plugin.Errorf(plugin.Retriable, "cleanup of job %s: its process group is still stopping: %v", jobID, err)
 		}
 	}
@@ -375,16 +376,16 @@ func (p *Plugin) stopLive(ctx context.Context, jobID string, last int) error {
 }
 
 // awaitOrKill waits for the run's Execute to return. When ctx ends first it
-// kills the run and waits forcedStopWait more, and returns ctx's cause if the
-// run is still not done.
-func (r *run) awaitOrKill(ctx context.Context) error {
+// kills the run with cause and waits up to wait more, and returns ctx's cause
+// if the run is still not done.
+func (r *run) awaitOrKill(ctx context.Context, cause error, wait time.Duration) error {
 	select {
 	case <-r.done:
 		return nil
 	case <-ctx.Done():
 	}
-	r.kill(errCleanup)
-	t := time.NewTimer(forcedStopWait)
+	r.kill(cause)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-r.done:
@@ -403,10 +404,9 @@ func (p *Plugin) cleanupRecords(ctx context.Context, stateDir, jobID string, las
 	}
 	var errs []error
 	for _, path := range paths {
-		if err := p.cleanupPath(ctx, path, jobID, last); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, p.cleanupPath(ctx, path, jobID, last))
 	}
+	// Join drops the nil errors of the records that went well.
 	if err := errors.Join(errs...); err != nil {
 		return plugin.Errorf(plugin.Retriable, "cleanup of job %s: %v", jobID, err)
 	}
@@ -435,7 +435,7 @@ func (p *Plugin) cleanupPath(ctx context.Context, path, jobID string, last int) 
 	if err := p.cleanupRecord(ctx, rec); err != nil {
 		return err
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := removeFile(path); err != nil {
 		return fmt.Errorf("removing process record: %w", err)
 	}
 	return nil
@@ -450,7 +450,7 @@ func (p *Plugin) cleanupRecord(ctx context.Context, rec record) error {
 		}
 	}
 	// Only ever remove a directory this plugin created.
-	if rec.WorkDir != "" && filepath.IsAbs(rec.WorkDir) && strings.HasPrefix(filepath.Base(rec.WorkDir), "tether-shell-") {
+	if filepath.IsAbs(rec.WorkDir) && strings.HasPrefix(filepath.Base(rec.WorkDir), "tether-shell-") {
 		if err := os.RemoveAll(rec.WorkDir); err != nil {
 			return fmt.Errorf("removing working directory: %w", err)
 		}
@@ -501,12 +501,8 @@ func ownsGroup(rec record) (bool, error) {
 		return false, err
 	}
 	marker := runIDEnv + "=" + rec.RunID
-	for _, pid := range members {
-		if rec.RunID != "" && hasEnv(pid, marker) {
-			return true, nil
-		}
-	}
-	return false, nil
+	carries := func(pid int) bool { return hasEnv(pid, marker) }
+	return rec.RunID != "" && slices.ContainsFunc(members, carries), nil
 }
 
 // Shutdown stops every running job, for when the plugin process itself must
@@ -516,31 +512,21 @@ func ownsGroup(rec record) (bool, error) {
 func (p *Plugin) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.closing = true
-	runs := make([]*run, 0, len(p.runs))
-	for _, r := range p.runs {
-		runs = append(runs, r)
-	}
+	runs := slices.Collect(maps.Values(p.runs))
 	p.mu.Unlock()
 
 	for _, r := range runs {
 		r.cancel(errShutdown)
 	}
-	forced := false
+	// When ctx ends, every run still going is killed at once.
+	stop := context.AfterFunc(ctx, func() {
+		for _, r := range runs {
+			r.kill(errShutdown)
+		}
+	})
+	defer stop()
 	for _, r := range runs {
-		select {
-		case <-r.done:
-			continue
-		case <-ctx.Done():
-		}
-		if !forced {
-			forced = true
-			for _, r := range runs {
-				r.kill(errShutdown)
-			}
-		}
-		select {
-		case <-r.done:
-		case <-time.After(killWait + outputDrainWait):
+		if r.awaitOrKill(ctx, errShutdown, killWait+outputDrainWait) != nil {
 			return fmt.Errorf("shutting down the shell plugin: a job's processes survive SIGKILL")
 		}
 	}
@@ -560,9 +546,7 @@ func buildEnv(s spec, dir string, job *plugin.Job, runID string, runAs *account)
 	if runAs != nil {
 		m["HOME"], m["USER"], m["LOGNAME"] = runAs.Home, runAs.Name, runAs.Name
 	}
-	for k, v := range s.Env {
-		m[k] = v
-	}
+	maps.Copy(m, s.Env)
 	m[runIDEnv] = runID
 	env := make([]string, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -584,28 +568,28 @@ func envValue(env []string, key string) string {
 // the plugin's. Relative paths are relative to the working directory.
 func lookPath(name, pathEnv, dir string) (string, error) {
 	if strings.Contains(name, "/") {
-		p := name
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(dir, p)
-		}
+		p := inDir(dir, name)
 		if err := executable(p); err != nil {
 			return "", fmt.Errorf("%q: %w", name, err)
 		}
 		return p, nil
 	}
 	for _, d := range filepath.SplitList(pathEnv) {
-		if d == "" {
-			d = "."
-		}
-		if !filepath.IsAbs(d) {
-			d = filepath.Join(dir, d)
-		}
-		p := filepath.Join(d, name)
+		// An empty entry is the working directory, as in a shell.
+		p := filepath.Join(inDir(dir, d), name)
 		if executable(p) == nil {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("%q not found in PATH %q; use an absolute path or set env.PATH", name, pathEnv)
+}
+
+// inDir is p, relative to dir unless it is absolute.
+func inDir(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
 }
 
 func executable(path string) error {
@@ -622,7 +606,8 @@ func executable(path string) error {
 // exitDescription renders how the leader ended, as in "exited with code 3" or
 // "was killed by signal SIGKILL".
 func exitDescription(state *os.ProcessState) string {
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	// The zero WaitStatus (a platform without one) is no signal.
+	if ws, _ := state.Sys().(syscall.WaitStatus); ws.Signaled() {
 		return "was killed by signal " + unix.SignalName(ws.Signal())
 	}
 	return fmt.Sprintf("exited with code %d", state.ExitCode())

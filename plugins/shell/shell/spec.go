@@ -2,6 +2,7 @@ package shell
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -204,10 +205,13 @@ func decodeSpec(raw json.RawMessage, cfg config, complete bool) (spec, error) {
 func checkProgram(fields settings.Fields, complete bool) error {
 	_, hasCmd := fields.Get("command")
 	_, hasScript := fields.Get("script")
-	switch {
-	case hasCmd && hasScript:
+	if hasCmd != hasScript {
+		return nil // exactly one
+	}
+	if hasCmd {
 		return dec.Errorf(`context: both command and script are set; set exactly one (a job can clear a default with "command": null or "script": null)`)
-	case !hasCmd && !hasScript && complete:
+	}
+	if complete {
 		return dec.Errorf(`context: neither command nor script is set; set command: ["prog", "arg"] or script: "..."`)
 	}
 	return nil
@@ -240,24 +244,27 @@ func objectFields(what string, raw json.RawMessage, known []string) (settings.Fi
 	return dec.Object(what, raw, known)
 }
 
+// decodeKind decodes raw when it is a JSON value of kind, as settings.Kind
+// names it. raw comes from a valid JSON object, so only its kind can be
+// wrong.
+func decodeKind[T any](raw json.RawMessage, kind string) (T, bool) {
+	var v T
+	ok := settings.Kind(raw) == kind && json.Unmarshal(raw, &v) == nil
+	return v, ok
+}
+
 func parseCommand(raw json.RawMessage) ([]string, error) {
-	if settings.Kind(raw) != "array" {
+	items, ok := decodeKind[[]json.RawMessage](raw, "array")
+	if !ok {
 		return nil, dec.Errorf(`context.command: must be a list of strings like ["prog", "arg"], got %s`, settings.Kind(raw))
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, dec.Errorf("context.command: %v", err)
 	}
 	if len(items) == 0 {
 		return nil, dec.Errorf(`context.command: empty argv; set command: ["prog", "arg"] or script: "..."`)
 	}
 	argv := make([]string, len(items))
 	for i, item := range items {
-		if settings.Kind(item) != "string" {
+		if argv[i], ok = decodeKind[string](item, "string"); !ok {
 			return nil, dec.Errorf("context.command[%d]: must be a string, got %s", i, settings.Kind(item))
-		}
-		if err := json.Unmarshal(item, &argv[i]); err != nil {
-			return nil, dec.Errorf("context.command[%d]: %v", i, err)
 		}
 		if strings.ContainsRune(argv[i], 0) {
 			return nil, dec.Errorf("context.command[%d]: contains a NUL byte", i)
@@ -270,8 +277,8 @@ func parseCommand(raw json.RawMessage) ([]string, error) {
 }
 
 func parseScript(raw json.RawMessage) (string, error) {
-	var script string
-	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &script) != nil {
+	script, ok := decodeKind[string](raw, "string")
+	if !ok {
 		return "", dec.Errorf(`context.script: must be a string of shell code, got %s`, settings.Kind(raw))
 	}
 	if strings.TrimSpace(script) == "" {
@@ -284,12 +291,9 @@ func parseScript(raw json.RawMessage) (string, error) {
 }
 
 func parseEnv(raw json.RawMessage) (map[string]string, error) {
-	if settings.Kind(raw) != "object" {
+	items, ok := decodeKind[map[string]json.RawMessage](raw, "object")
+	if !ok {
 		return nil, dec.Errorf(`context.env: must be an object of strings like {"NAME": "value"}, got %s`, settings.Kind(raw))
-	}
-	var items map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, dec.Errorf("context.env: %v", err)
 	}
 	env := make(map[string]string, len(items))
 	for _, k := range slices.Sorted(maps.Keys(items)) {
@@ -300,8 +304,8 @@ func parseEnv(raw json.RawMessage) (map[string]string, error) {
 		if k == runIDEnv {
 			return nil, dec.Errorf("context.env.%s: reserved; the plugin sets it to recognise the job's processes", k)
 		}
-		var s string
-		if settings.Kind(v) != "string" || json.Unmarshal(v, &s) != nil {
+		s, ok := decodeKind[string](v, "string")
+		if !ok {
 			return nil, dec.Errorf(`context.env.%s: must be a string, got %s (quote numbers and booleans: "1")`, k, settings.Kind(v))
 		}
 		if strings.ContainsRune(s, 0) {
@@ -313,8 +317,8 @@ func parseEnv(raw json.RawMessage) (map[string]string, error) {
 }
 
 func parseGrace(field string, raw json.RawMessage) (time.Duration, error) {
-	var s string
-	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
+	s, ok := decodeKind[string](raw, "string")
+	if !ok {
 		return 0, dec.Errorf(`%s: must be a duration string like "10s", got %s`, field, settings.Kind(raw))
 	}
 	d, err := time.ParseDuration(s)
@@ -328,8 +332,8 @@ func parseGrace(field string, raw json.RawMessage) (time.Duration, error) {
 }
 
 func parseAbsDir(field string, raw json.RawMessage) (string, error) {
-	var s string
-	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &s) != nil {
+	s, ok := decodeKind[string](raw, "string")
+	if !ok {
 		return "", dec.Errorf("%s: must be a directory path string, got %s", field, settings.Kind(raw))
 	}
 	if s == "" || strings.ContainsRune(s, 0) || !filepath.IsAbs(s) {
@@ -358,12 +362,9 @@ func describeArgv(s spec) string {
 // parseExitCodes reads a list of exit codes 1–255 (0 is success, never a
 // failure to retry).
 func parseExitCodes(what string, raw json.RawMessage) ([]int, error) {
-	if settings.Kind(raw) != "array" {
+	items, ok := decodeKind[[]json.RawMessage](raw, "array")
+	if !ok {
 		return nil, dec.Errorf("%s: must be a list of exit codes like [75], got %s", what, settings.Kind(raw))
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, dec.Errorf("%s: %v", what, err)
 	}
 	codes := make([]int, 0, len(items))
 	for i, item := range items {
@@ -381,8 +382,8 @@ func parseExitCodes(what string, raw json.RawMessage) ([]int, error) {
 // uid. Switching to another user needs root, so a non-root plugin may only
 // name itself.
 func parseRunAs(field string, raw json.RawMessage, euid int, lookup func(string) (*user.User, error), groupIDs func(*user.User) ([]string, error)) (*account, error) {
-	var name string
-	if settings.Kind(raw) != "string" || json.Unmarshal(raw, &name) != nil {
+	name, ok := decodeKind[string](raw, "string")
+	if !ok {
 		return nil, dec.Errorf(`%s: must be a user name like "nobody", got %s`, field, settings.Kind(raw))
 	}
 	if strings.TrimSpace(name) == "" || strings.ContainsAny(name, "\x00:/") {
@@ -394,7 +395,7 @@ func parseRunAs(field string, raw json.RawMessage, euid int, lookup func(string)
 	}
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
+	if cmp.Or(err1, err2) != nil {
 		return nil, dec.Errorf("%s: user %q has uid %q and gid %q, which are not numbers", field, name, u.Uid, u.Gid)
 	}
 	if euid != 0 && uint64(euid) != uid {

@@ -1,6 +1,7 @@
 package shell
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,16 +43,12 @@ func writeRecord(stateDir string, r record) error {
 	if err != nil {
 		return fmt.Errorf("writing process record: %w", err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return fmt.Errorf("writing process record: %w", err)
+	_, err = f.Write(b)
+	err = cmp.Or(err, f.Close()) // closed either way; the first error counts
+	if err == nil {
+		err = os.Rename(f.Name(), recordPath(stateDir, r.JobID, r.Attempt))
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("writing process record: %w", err)
-	}
-	if err := os.Rename(f.Name(), recordPath(stateDir, r.JobID, r.Attempt)); err != nil {
+	if err != nil {
 		os.Remove(f.Name())
 		return fmt.Errorf("writing process record: %w", err)
 	}

@@ -40,11 +40,8 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 // to tailLineMax bytes, since they end up in an error message.
 func (t *tailBuffer) lines(n int) []string {
 	t.mu.Lock()
-	b := bytes.Clone(t.buf)
+	b := bytes.Clone(t.buf[max(0, len(t.buf)-tailBytes):])
 	t.mu.Unlock()
-	if len(b) > tailBytes {
-		b = b[len(b)-tailBytes:]
-	}
 	var out []string
 	for _, l := range strings.Split(string(b), "\n") {
 		l = strings.TrimRight(strings.ToValidUTF8(l, "\uFFFD"), "\r")
@@ -56,8 +53,5 @@ func (t *tailBuffer) lines(n int) []string {
 		}
 		out = append(out, l)
 	}
-	if len(out) > n {
-		out = out[len(out)-n:]
-	}
-	return out
+	return out[max(0, len(out)-n):]
 }
