@@ -3,7 +3,8 @@ package api
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,22 +70,15 @@ func servedCommands(configured []string, live map[string]store.AnnouncedCommand)
 	} else {
 		b.WriteString("configured on this agent: " + strings.Join(configured, ", "))
 	}
-	names := make([]string, 0, len(live))
-	for name := range live {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	if len(names) == 0 {
+	if len(live) == 0 {
 		b.WriteString("; no live agent announces other commands")
 		return b.String()
 	}
-	b.WriteString("; announced by live agents: ")
+	names := slices.Sorted(maps.Keys(live))
 	for i, name := range names {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s (%s)", name, agentNames(live[name].Agents))
+		names[i] = fmt.Sprintf("%s (%s)", name, agentNames(live[name].Agents))
 	}
+	b.WriteString("; announced by live agents: " + strings.Join(names, ", "))
 	return b.String()
 }
 

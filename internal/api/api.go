@@ -8,8 +8,9 @@ package api
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/tetherjobs/tether/internal/config"
@@ -107,39 +108,21 @@ type server struct {
 
 // New returns the API handler.
 func New(opts Options) http.Handler {
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.LogPollInterval <= 0 {
-		opts.LogPollInterval = DefaultLogPollInterval
-	}
-	if opts.FollowPollInterval <= 0 {
-		opts.FollowPollInterval = DefaultFollowPollInterval
-	}
+	opts.MaxBodyBytes = orDefault(opts.MaxBodyBytes, DefaultMaxBodyBytes)
+	opts.LogPollInterval = orDefault(opts.LogPollInterval, DefaultLogPollInterval)
+	opts.FollowPollInterval = orDefault(opts.FollowPollInterval, DefaultFollowPollInterval)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.Defaults == nil {
 		opts.Defaults = &config.Default().Defaults
 	}
-	if opts.StaleJob <= 0 {
-		opts.StaleJob = DefaultStaleJob
-	}
-	if opts.Keepalive <= 0 {
-		opts.Keepalive = defaults.Keepalive
-	}
-	if opts.DeadAfter <= 0 {
-		opts.DeadAfter = 2 * opts.Keepalive
-	}
-	if opts.AnnouncedTTL <= 0 {
-		opts.AnnouncedTTL = DefaultAnnouncedTTL
-	}
+	opts.StaleJob = orDefault(opts.StaleJob, DefaultStaleJob)
+	opts.Keepalive = orDefault(opts.Keepalive, defaults.Keepalive)
+	opts.DeadAfter = orDefault(opts.DeadAfter, 2*opts.Keepalive)
+	opts.AnnouncedTTL = orDefault(opts.AnnouncedTTL, DefaultAnnouncedTTL)
 	s := &server{opts: opts, log: opts.Logger, hosts: newHostPolicy(opts.AllowedHosts, opts.ListenAddr, len(opts.Tokens) > 0),
-		announced: newAnnounced(opts.Store, opts.StaleJob, opts.AnnouncedTTL)}
-	for name := range opts.Commands {
-		s.commandNames = append(s.commandNames, name)
-	}
-	sort.Strings(s.commandNames)
+		announced: newAnnounced(opts.Store, opts.StaleJob, opts.AnnouncedTTL), commandNames: slices.Sorted(maps.Keys(opts.Commands))}
 
 	mux := &routes{mux: http.NewServeMux()}
 	auth := s.authenticate
@@ -168,6 +151,14 @@ func New(opts Options) http.Handler {
 		opts.RequestMetrics.KnownRoutes(append(mux.patterns, metrics.UnmatchedRoute))
 	}
 	return s.logRequests(s.checkHost(checkQueryText(jsonRouteErrors(mux.mux))))
+}
+
+// orDefault is v, or def when v is unset (zero or negative).
+func orDefault[T int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // routes is the API's mux and the patterns registered on it, the route

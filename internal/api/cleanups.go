@@ -9,12 +9,13 @@ import (
 
 // cleanups lists pending Cleanups in job ID order.
 func (s *server) cleanups(w http.ResponseWriter, r *http.Request) {
-	limit, err := intParam(r, "limit", wire.DefaultListLimit, 1, wire.MaxListLimit)
-	if err != nil {
-		badRequest(w, "limit", "%v", err)
+	p := params{q: r.URL.Query()}
+	limit := p.int("limit", wire.DefaultListLimit, 1, wire.MaxListLimit)
+	if p.err != nil {
+		badRequest(w, p.err.Field, "%s", p.err.Msg)
 		return
 	}
-	list, err := s.opts.Store.ListCleanups(r.Context(), r.URL.Query().Get("after"), int(limit)+1)
+	list, err := s.opts.Store.ListCleanups(r.Context(), p.q.Get("after"), int(limit)+1)
 	if err != nil {
 		s.internalError(w, r, err)
 		return

@@ -135,14 +135,9 @@ type line struct {
 // with no newline is partial (its rest comes in a later chunk, if at all).
 func splitLines(data []byte) []line {
 	var out []line
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			out = append(out, line{text: data, partial: true})
-			break
-		}
-		out = append(out, line{text: data[:i]})
-		data = data[i+1:]
+	for l := range bytes.Lines(data) {
+		text, whole := bytes.CutSuffix(l, []byte("\n"))
+		out = append(out, line{text: text, partial: !whole})
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 
 	wire "github.com/tetherjobs/tether/pkg/api"
@@ -44,10 +45,10 @@ func newHostPolicy(allowed []string, listenAddr string, tokens bool) hostPolicy 
 			p.names = append(p.names, strings.Trim(a, "[]"))
 		}
 	}
-	if host, _, err := net.SplitHostPort(listenAddr); err == nil && host != "" {
-		if _, err := netip.ParseAddr(host); err != nil {
-			p.listens = strings.ToLower(host)
-		}
+	// A malformed address or an empty host gives "", which names nothing.
+	host, _, _ := net.SplitHostPort(listenAddr)
+	if _, err := netip.ParseAddr(host); err != nil {
+		p.listens = strings.ToLower(host)
 	}
 	return p
 }
@@ -88,18 +89,7 @@ func (p hostPolicy) listed(hostport string) bool {
 		return true
 	}
 	host, _ := splitHost(hostport)
-	for _, n := range p.names {
-		if host == n {
-			return true
-		}
-	}
-	lower := strings.ToLower(hostport)
-	for _, e := range p.exact {
-		if lower == e {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(p.names, host) || slices.Contains(p.exact, strings.ToLower(hostport))
 }
 
 // checkHost answers 421 to a request whose Host the agent does not answer

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,16 @@ func jobNotFound(w http.ResponseWriter, id string) {
 	writeError(w, http.StatusNotFound, wire.CodeNotFound, "", fmt.Sprintf("job %q not found", id))
 }
 
+// jobError answers a failed store call about job id: 404 when there is no
+// such job, else 500.
+func (s *server) jobError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	if errors.Is(err, store.ErrNotFound) {
+		jobNotFound(w, id)
+		return
+	}
+	s.internalError(w, r, err)
+}
+
 // decode reads a JSON object body into v. Unknown fields, trailing data and
 // bodies over MaxBodyBytes are rejected. With allowEmpty an empty body leaves
 // v as it is. It answers the request itself and returns false on error.
@@ -73,10 +84,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpt
 		if err == nil {
 			// Exactly one JSON value. Anything after it is a malformed body.
 			if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-				err = terr
-				if err == nil {
-					err = errors.New("data after the JSON object")
-				}
+				err = cmp.Or(terr, errors.New("data after the JSON object"))
 			}
 		}
 	}
@@ -104,10 +112,8 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpt
 			badRequest(w, typeErr.Field, "%s: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
 		}
 	case strings.HasPrefix(err.Error(), unknownF):
-		field, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), unknownF))
-		if uerr != nil {
-			field = strings.TrimPrefix(err.Error(), unknownF)
-		}
+		// encoding/json writes the name with %q, which always unquotes.
+		field, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), unknownF))
 		badRequest(w, field, "unknown field %q in request body", field)
 	default:
 		badRequest(w, "", "malformed request body: %v", err)
@@ -245,12 +251,8 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job, err := s.opts.Store.GetJob(r.Context(), id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		jobNotFound(w, id)
-		return
-	case err != nil:
-		s.internalError(w, r, err)
+	if err != nil {
+		s.jobError(w, r, id, err)
 		return
 	}
 	// Only the one job's view carries its remote resources. The list stays
@@ -263,60 +265,36 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.JobDetail{Job: job, Resources: resources})
 }
 
-// intParam parses an optional integer query parameter within [lo, hi].
-func intParam(r *http.Request, name string, def, lo, hi int64) (int64, error) {
-	raw := r.URL.Query().Get(name)
-	if raw == "" {
-		return def, nil
-	}
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("%s must be an integer from %d to %d, got %q", name, lo, hi, raw)
-	}
-	return n, nil
-}
-
 func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	status := jobstate.JobStatus(q.Get("status"))
+	p := params{q: r.URL.Query()}
+	status := jobstate.JobStatus(p.q.Get("status"))
 	if status != "" && !validStatus(status) {
-		badRequest(w, "status", "unknown status %q; use one of %s", status, statusList())
-		return
+		p.fail("status", "unknown status %q; use one of %s", status, statusList())
 	}
-	limit, err := intParam(r, "limit", wire.DefaultListLimit, 1, wire.MaxListLimit)
-	if err != nil {
-		badRequest(w, "limit", "%v", err)
-		return
-	}
-	after := q.Get("after")
+	limit := p.int("limit", wire.DefaultListLimit, 1, wire.MaxListLimit)
+	after := p.q.Get("after")
 	if after != "" {
 		// The cursor is a job ID (the next of an earlier page).
 		id, ok := parseJobID(after)
 		if !ok {
-			badRequest(w, "after", "after must be the next cursor of an earlier page (a job ID), got %q", after)
-			return
+			p.fail("after", "after must be the next cursor of an earlier page (a job ID), got %q", after)
 		}
 		after = id
 	}
-	since, err := timeParam(r, "since")
-	if err != nil {
-		badRequest(w, "since", "%v", err)
-		return
+	since, until := p.time("since"), p.time("until")
+	// A set until is after 1970, so it is after an unset since.
+	if !until.IsZero() && !until.After(since) {
+		p.fail("until", "until (%s) must be later than since (%s)", until.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
 	}
-	until, err := timeParam(r, "until")
-	if err != nil {
-		badRequest(w, "until", "%v", err)
-		return
-	}
-	if !since.IsZero() && !until.IsZero() && !until.After(since) {
-		badRequest(w, "until", "until (%s) must be later than since (%s)", until.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
+	if p.err != nil {
+		badRequest(w, p.err.Field, "%s", p.err.Msg)
 		return
 	}
 	jobs, next, err := s.opts.Store.ListJobs(r.Context(), store.ListParams{
 		Status:         status,
-		Command:        q.Get("command"),
-		Submitter:      q.Get("submitter"),
-		IdempotencyKey: q.Get("idempotency_key"),
+		Command:        p.q.Get("command"),
+		Submitter:      p.q.Get("submitter"),
+		IdempotencyKey: p.q.Get("idempotency_key"),
 		Since:          since,
 		Until:          until,
 		After:          after,
@@ -330,23 +308,6 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		jobs = []store.Job{}
 	}
 	writeJSON(w, http.StatusOK, wire.JobList{Jobs: jobs, Next: next})
-}
-
-// timeParam reads an optional RFC 3339 timestamp query parameter. Absent is
-// the zero time.
-func timeParam(r *http.Request, name string) (time.Time, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%s must be an RFC 3339 time such as 2026-12-01T09:00:00Z, got %q", name, v)
-	}
-	if t.Year() < 1970 || t.Year() > 9999 {
-		return time.Time{}, fmt.Errorf("%s must be between years 1970 and 9999, got %q", name, v)
-	}
-	return t, nil
 }
 
 func validStatus(s jobstate.JobStatus) bool { return slices.Contains(jobstate.Statuses(), s) }
@@ -375,21 +336,16 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	reason := req.Reason
 	if who := principal(r.Context()); who != "" {
-		if reason == "" {
-			reason = "canceled by request"
-		}
-		reason += " (by " + who + ")"
+		reason = cmp.Or(reason, "canceled by request") + " (by " + who + ")"
 	}
 	job, err := s.opts.Store.Cancel(r.Context(), id, reason)
 	var te *store.TransitionError
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		jobNotFound(w, id)
 	case errors.As(err, &te):
 		writeJSON(w, http.StatusConflict, wire.Error{Code: wire.CodeInvalidTransition, Status: te.Status,
 			Error: fmt.Sprintf("job %s is already %s; only unfinished jobs can be canceled", id, te.Status)})
 	case err != nil:
-		s.internalError(w, r, err)
+		s.jobError(w, r, id, err)
 	default:
 		writeJSON(w, http.StatusOK, job)
 	}
@@ -427,8 +383,6 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 	job, replayed, err := s.opts.Store.Requeue(r.Context(), store.RequeueParams{JobID: id, Reason: req.Reason, Key: req.Key, By: by})
 	var te *store.TransitionError
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		jobNotFound(w, id)
 	case errors.Is(err, store.ErrIdempotencyConflict):
 		writeError(w, http.StatusConflict, wire.CodeIdempotencyConflict, "key",
 			fmt.Sprintf("key %q was already used for a different requeue request; use a new key or resend the original request", req.Key))
@@ -436,7 +390,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, wire.Error{Code: wire.CodeInvalidTransition, Status: te.Status,
 			Error: fmt.Sprintf("job %s is %s; only failed or canceled jobs can be requeued", id, te.Status)})
 	case err != nil:
-		s.internalError(w, r, err)
+		s.jobError(w, r, id, err)
 	default:
 		writeJSON(w, http.StatusOK, wire.RequeueResponse{Job: job, Replayed: replayed})
 	}
@@ -449,25 +403,16 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	after, err := intParam(r, "after", 0, 0, 1<<62)
-	if err != nil {
-		badRequest(w, "after", "%v", err)
+	p := params{q: r.URL.Query()}
+	after := p.int("after", 0, 0, 1<<62)
+	limit := p.int("limit", 1000, 1, 10000)
+	follow := p.bool("follow")
+	if p.err != nil {
+		badRequest(w, p.err.Field, "%s", p.err.Msg)
 		return
 	}
-	limit, err := intParam(r, "limit", 1000, 1, 10000)
-	if err != nil {
-		badRequest(w, "limit", "%v", err)
-		return
-	}
-	follow, ok := boolParam(w, r, "follow")
-	if !ok {
-		return
-	}
-	if _, err := s.opts.Store.JobStatus(r.Context(), id); errors.Is(err, store.ErrNotFound) {
-		jobNotFound(w, id)
-		return
-	} else if err != nil {
-		s.internalError(w, r, err)
+	if _, err := s.opts.Store.JobStatus(r.Context(), id); err != nil {
+		s.jobError(w, r, id, err)
 		return
 	}
 	if follow {
@@ -486,21 +431,6 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.EventList{Events: evs})
 }
 
-// boolParam parses an optional true/false query parameter. On a bad value
-// it answers 400 naming it and returns false.
-func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool) {
-	raw := r.URL.Query().Get(name)
-	if raw == "" {
-		return false, true
-	}
-	v, err := strconv.ParseBool(raw)
-	if err != nil {
-		badRequest(w, name, "%s must be true or false, got %q", name, raw)
-		return false, false
-	}
-	return v, true
-}
-
 // ownTimings are this agent's own, by which it judges the others
 // (fleet.Classify).
 func (s *server) ownTimings() fleet.Timings {
@@ -511,13 +441,10 @@ func (s *server) ownTimings() fleet.Timings {
 // every agents row with all=true, each with its liveness and the reason by
 // the fleet's rule (fleet.Classify, the one the janitor acts by).
 func (s *server) agents(w http.ResponseWriter, r *http.Request) {
-	var all bool
-	switch raw := r.URL.Query().Get("all"); raw {
-	case "", "false":
-	case "true":
-		all = true
-	default:
-		badRequest(w, "all", "all must be true or false, got %q", raw)
+	p := params{q: r.URL.Query()}
+	all := p.oneOf("all", "must be true or false", "", "false", "true") == "true"
+	if p.err != nil {
+		badRequest(w, p.err.Field, "%s", p.err.Msg)
 		return
 	}
 	agents, err := s.opts.Store.ListAgents(r.Context(), store.AgentListParams{All: all, LiveWithin: s.opts.StaleJob})
@@ -609,36 +536,20 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	stream := q.Get("stream")
-	if stream != "" && stream != "stdout" && stream != "stderr" {
-		badRequest(w, "stream", "stream must be stdout or stderr (or absent for both), got %q", stream)
-		return
-	}
-	format := q.Get("format")
-	switch format {
-	case "", "raw", "text": // text: what the OpenAPI description calls raw
-	case "jsonl":
-	default:
-		badRequest(w, "format", "format must be raw or jsonl, got %q", format)
-		return
-	}
-	follow, ok := boolParam(w, r, "follow")
-	if !ok {
-		return
-	}
-	after, err := intParam(r, "after", 0, 0, 1<<62)
-	if err != nil {
-		badRequest(w, "after", "%v", err)
+	p := params{q: r.URL.Query()}
+	stream := p.oneOf("stream", "must be stdout or stderr (or absent for both)", "", "stdout", "stderr")
+	// text: what the OpenAPI description calls raw.
+	format := p.oneOf("format", "must be raw or jsonl", "", "raw", "text", "jsonl")
+	follow := p.bool("follow")
+	after := p.int("after", 0, 0, 1<<62)
+	if p.err != nil {
+		badRequest(w, p.err.Field, "%s", p.err.Msg)
 		return
 	}
 	ctx := r.Context()
 	status, err := s.opts.Store.JobStatus(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		jobNotFound(w, id)
-		return
-	} else if err != nil {
-		s.internalError(w, r, err)
+	if err != nil {
+		s.jobError(w, r, id, err)
 		return
 	}
 	var sink logSink = rawSink{w}

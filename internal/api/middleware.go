@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -46,7 +47,7 @@ func (s *server) authenticate(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		header := r.Header.Get("Authorization")
 		scheme, token, _ := strings.Cut(header, " ")
-		if header == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" { // an absent header has no scheme
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
 			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "",
 				"missing bearer token: send the header \"Authorization: Bearer <token>\" (tether CLI: --token or TETHER_TOKEN)")
@@ -97,6 +98,9 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// probePaths are logged at debug: probes come every few seconds.
+var probePaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
 func (s *server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -110,17 +114,14 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		// would make a series per job ID.
 		route := inner.Pattern
 		if s.opts.RequestMetrics != nil {
-			code := rec.status
-			if code == 0 {
-				code = http.StatusOK // nothing written: net/http answers 200
-			}
-			s.opts.RequestMetrics.ObserveHTTP(route, code, time.Since(start))
+			// Nothing written: net/http answers 200.
+			s.opts.RequestMetrics.ObserveHTTP(route, cmp.Or(rec.status, http.StatusOK), time.Since(start))
 		}
 		level := slog.LevelInfo
 		switch {
 		case rec.status >= 500:
 			level = slog.LevelError
-		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics":
+		case probePaths[r.URL.Path]:
 			level = slog.LevelDebug // probes every few seconds would drown the log
 		case s.opts.QuietRequests:
 			level = slog.LevelDebug

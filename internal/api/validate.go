@@ -2,12 +2,15 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -85,71 +88,56 @@ func checkNumber(s string) string {
 	if _, err := strconv.ParseFloat(s, 64); err != nil {
 		return "is out of range: numbers must fit a 64-bit float (at most about 1.8e308)"
 	}
-	mant, exp := s, int64(0)
-	if i := strings.IndexAny(s, "eE"); i >= 0 {
-		mant = s[:i]
-		e, err := strconv.ParseInt(strings.TrimPrefix(s[i+1:], "+"), 10, 64)
-		if err != nil || e > maxNumericScale || e < -maxNumericScale {
-			// Zero mantissas pass the float check with any exponent.
-			// PostgreSQL refuses some (0e2147483648).
-			return fmt.Sprintf("has an exponent beyond ±%d", maxNumericScale)
-		}
-		exp = e
+	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
+	e, err := strconv.ParseInt(strings.TrimPrefix(cmp.Or(exp, "0"), "+"), 10, 64)
+	if err != nil || e > maxNumericScale || e < -maxNumericScale {
+		// Zero mantissas pass the float check with any exponent.
+		// PostgreSQL refuses some (0e2147483648).
+		return fmt.Sprintf("has an exponent beyond ±%d", maxNumericScale)
 	}
-	frac := int64(0)
-	if _, f, ok := strings.Cut(mant, "."); ok {
-		frac = int64(len(f))
-	}
-	if frac-exp > maxNumericScale {
+	_, frac, _ := strings.Cut(mant, ".")
+	if int64(len(frac))-e > maxNumericScale {
 		return fmt.Sprintf("has more than %d digits after the decimal point", maxNumericScale)
 	}
 	return ""
 }
 
 // checkRawString reports what is wrong with the raw JSON text of a string
-// token (quotes, escapes, and maybe the separators before it), or "".
+// token (quotes, escapes, and maybe the separators before it), or "". The
+// decoder accepted the token, so every escape in it is complete.
 func checkRawString(raw []byte) string {
 	if !utf8.Valid(raw) {
 		return "is not valid UTF-8"
 	}
 	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' || i+1 >= len(raw) {
+		if raw[i] != '\\' {
 			continue
 		}
-		if raw[i+1] != 'u' {
-			i++ // \n, \", \\ …
+		i++ // the escaped character: n, ", \, u …
+		if raw[i] != 'u' {
 			continue
 		}
-		r, ok := hex4(raw[i+2:])
-		if !ok {
-			return "" // malformed: the decoder reports it
-		}
+		r := hex4(raw[i+1:])
 		switch {
 		case r == 0:
 			return "contains a NUL character (\\u0000)"
-		case r >= 0xdc00 && r <= 0xdfff:
+		case utf16.IsSurrogate(r) && r >= 0xdc00:
 			return "contains a lone surrogate escape (\\udc00-\\udfff without a high surrogate before it)"
-		case r >= 0xd800 && r <= 0xdbff:
-			next, ok := rune(0), false
-			if i+7 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
-				next, ok = hex4(raw[i+8:])
-			}
-			if !ok || next < 0xdc00 || next > 0xdfff {
+		case utf16.IsSurrogate(r): // a high one, valid only before a low one
+			if !bytes.HasPrefix(raw[i+5:], []byte(`\u`)) || utf16.DecodeRune(r, hex4(raw[i+7:])) == unicode.ReplacementChar {
 				return "contains a lone surrogate escape (\\ud800-\\udbff without a low surrogate after it)"
 			}
 			i += 6 // the pair's second half
 		}
-		i += 5
+		i += 4
 	}
 	return ""
 }
 
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
-	return rune(n), err == nil
+// hex4 reads the four hex digits of a \u escape the decoder accepted.
+func hex4(b []byte) rune {
+	n, _ := strconv.ParseUint(string(b[:4]), 16, 16) // well-formed: the decoder checked
+	return rune(n)
 }
 
 // checkBody walks the JSON value in body and refuses the first string (object
@@ -196,49 +184,43 @@ func (w *walker) value(path string) error {
 }
 
 func (w *walker) rest(path string, tok json.Token, raw []byte) error {
+	const send = "; send UTF-8 text without NUL or lone surrogates"
 	switch v := tok.(type) {
 	case string:
 		if why := checkRawString(raw); why != "" {
-			return &inputError{path, fmt.Sprintf("%s %s; send UTF-8 text without NUL or lone surrogates", fieldName(path), why)}
+			return &inputError{path, fmt.Sprintf("%s %s%s", cmp.Or(path, "request body"), why, send)}
 		}
 	case json.Number:
-		if path == "context" || strings.HasPrefix(path, "context.") || strings.HasPrefix(path, "context[") {
-			if why := checkNumber(v.String()); why != "" {
-				return &inputError{path, fmt.Sprintf("%s: the number %.40s %s", path, v.String(), why)}
-			}
+		// Only context is stored as jsonb. Decoding checks the other
+		// numbers. The top-level key is the path up to its first . or [.
+		if top := path[:strings.IndexAny(path+".", ".[")]; top != "context" {
+			return nil
 		}
-	case json.Delim:
-		switch v {
-		case '{':
-			for w.dec.More() {
+		if why := checkNumber(v.String()); why != "" {
+			return &inputError{path, fmt.Sprintf("%s: the number %.40s %s", path, v.String(), why)}
+		}
+	case json.Delim: // '{' or '[': the decoder refuses a closing one here
+		for i := 0; w.dec.More(); i++ {
+			var elem string
+			if v == '[' {
+				elem = fmt.Sprintf("%s[%d]", path, i)
+			} else {
 				key, raw, err := w.token()
 				if err != nil {
 					return err
 				}
-				name, _ := key.(string)
 				if why := checkRawString(raw); why != "" {
-					where := "the request body"
-					if path != "" {
-						where = path
-					}
-					return &inputError{path, fmt.Sprintf("an object key in %s %s; send UTF-8 text without NUL or lone surrogates", where, why)}
+					return &inputError{path, fmt.Sprintf("an object key in %s %s%s", cmp.Or(path, "the request body"), why, send)}
 				}
-				if err := w.value(join(path, name)); err != nil {
-					return err
-				}
+				name, _ := key.(string)
+				elem = join(path, name)
 			}
-		case '[':
-			for i := 0; w.dec.More(); i++ {
-				if err := w.value(fmt.Sprintf("%s[%d]", path, i)); err != nil {
-					return err
-				}
-			}
-		}
-		if v == '{' || v == '[' {
-			if _, _, err := w.token(); err != nil { // the closing delimiter
+			if err := w.value(elem); err != nil {
 				return err
 			}
 		}
+		_, _, err := w.token() // the closing delimiter
+		return err
 	}
 	return nil
 }
@@ -248,11 +230,4 @@ func join(path, key string) string {
 		return key
 	}
 	return path + "." + key
-}
-
-func fieldName(path string) string {
-	if path == "" {
-		return "request body"
-	}
-	return path
 }

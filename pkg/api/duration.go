@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -16,6 +17,10 @@ const MaxDuration = 100000 * 24 * time.Hour
 // goDuration is the syntax of an unsigned Go duration string.
 var goDuration = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*$`)
 
+// durationParts splits a duration without its sign into the digits before
+// a "d", if any, and the rest (where a "d" makes it malformed).
+var durationParts = regexp.MustCompile(`(?s)^(?:([0-9]+)d)?(.*)$`)
+
 // ParseDuration parses a duration as the API writes them: a Go duration
 // string ("90s", "1h30m"), "0", or a whole number of days with an optional
 // Go duration after it ("7d", "1d12h"). A leading "-" negates the whole
@@ -28,35 +33,22 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, nil
 	}
 	body, neg := strings.CutPrefix(s, "-")
-	var days time.Duration
-	hasDays := false
-	if i := strings.IndexByte(body, 'd'); i >= 0 {
-		hasDays = true
-		digits := body[:i]
-		if digits == "" || strings.Trim(digits, "0123456789") != "" {
-			return 0, bad
-		}
-		n, err := strconv.ParseUint(digits, 10, 64)
-		if err != nil || n > uint64(MaxDuration/(24*time.Hour)) {
-			return 0, tooLong
-		}
-		days = time.Duration(n) * 24 * time.Hour
-		body = body[i+1:]
-	}
-	var d time.Duration
-	if body != "" || !hasDays {
-		if !goDuration.MatchString(body) {
-			return 0, bad
-		}
-		var err error
-		if d, err = time.ParseDuration(body); err != nil {
-			return 0, tooLong // well-formed, so beyond time.Duration
-		}
-	}
-	if d > MaxDuration-days {
+	m := durationParts.FindStringSubmatch(body)
+	days, err := strconv.ParseUint(cmp.Or(m[1], "0"), 10, 64)
+	if err != nil || days > uint64(MaxDuration/(24*time.Hour)) {
 		return 0, tooLong
 	}
-	d += days
+	// Days need no Go duration after them. Without days it is the whole body.
+	rest := cmp.Or(m[2], "0s")
+	if body == "" || !goDuration.MatchString(rest) {
+		return 0, bad
+	}
+	d, err := time.ParseDuration(rest)
+	// Well-formed, so an error is beyond time.Duration.
+	if err != nil || d > MaxDuration-time.Duration(days)*24*time.Hour {
+		return 0, tooLong
+	}
+	d += time.Duration(days) * 24 * time.Hour
 	if neg {
 		d = -d
 	}

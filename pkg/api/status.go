@@ -1,5 +1,7 @@
 package api
 
+import "slices"
+
 // JobStatus is a job's status as the API shows it and the database stores
 // it.
 type JobStatus string
@@ -23,7 +25,7 @@ func Statuses() []JobStatus {
 
 // Terminal reports whether s is final.
 func (s JobStatus) Terminal() bool {
-	return s == StatusSucceeded || s == StatusFailed || s == StatusCanceled
+	return slices.Contains([]JobStatus{StatusSucceeded, StatusFailed, StatusCanceled}, s)
 }
 
 // ErrorClass tells what a failure means for retries. The plugin SDK
@@ -43,5 +45,5 @@ const (
 
 // Valid reports whether c is one of the known classes.
 func (c ErrorClass) Valid() bool {
-	return c == Retriable || c == Permanent || c == OutcomeUnknown
+	return slices.Contains([]ErrorClass{Retriable, Permanent, OutcomeUnknown}, c)
 }

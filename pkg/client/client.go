@@ -11,6 +11,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -154,10 +155,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e api.Error
 	if json.Unmarshal(b, &e) != nil || e.Error == "" {
-		e.Error = strings.TrimSpace(string(b))
-		if e.Error == "" {
-			e.Error = http.StatusText(resp.StatusCode)
-		}
+		e.Error = cmp.Or(strings.TrimSpace(string(b)), http.StatusText(resp.StatusCode))
 	}
 	return nil, &APIError{Status: resp.StatusCode, Message: e.Error, Field: e.Field, Code: e.Code}
 }
@@ -178,6 +176,20 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 		return resp.StatusCode, fmt.Errorf("%s %s: decoding answer: %w", method, path, err)
 	}
 	return resp.StatusCode, nil
+}
+
+// set adds key=value to q unless value is empty (the server's default).
+func set(q url.Values, key, value string) {
+	if value != "" {
+		q.Set(key, value)
+	}
+}
+
+// setPositive adds key=n to q unless n is 0 or less (the server's default).
+func setPositive(q url.Values, key string, n int64) {
+	if n > 0 {
+		q.Set(key, strconv.FormatInt(n, 10))
+	}
 }
 
 func jobPath(id string, rest ...string) string {
@@ -216,18 +228,14 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]api.Job, string, er
 	q := url.Values{}
 	for k, v := range map[string]string{"status": string(o.Status), "command": o.Command, "submitter": o.Submitter,
 		"idempotency_key": o.IdempotencyKey, "after": o.After} {
-		if v != "" {
-			q.Set(k, v)
-		}
+		set(q, k, v)
 	}
 	for k, v := range map[string]time.Time{"since": o.Since, "until": o.Until} {
 		if !v.IsZero() {
 			q.Set(k, v.UTC().Format(time.RFC3339Nano))
 		}
 	}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
+	setPositive(q, "limit", int64(o.Limit))
 	var l api.JobList
 	_, err := c.call(ctx, http.MethodGet, "/api/v1/jobs", q, nil, &l)
 	return l.Jobs, l.Next, err
@@ -254,9 +262,7 @@ func (c *Client) Requeue(ctx context.Context, id string, req api.RequeueRequest)
 // written, or ctx ends.
 func (c *Client) Logs(ctx context.Context, id, stream string, follow bool, w io.Writer) error {
 	q := url.Values{}
-	if stream != "" {
-		q.Set("stream", stream)
-	}
+	set(q, "stream", stream)
 	if follow {
 		q.Set("follow", "true")
 	}
@@ -309,12 +315,8 @@ func (c *Client) Commands(ctx context.Context) ([]api.Command, error) {
 // server's default.
 func (c *Client) Cleanups(ctx context.Context, after string, limit int) ([]api.Cleanup, string, error) {
 	q := url.Values{}
-	if after != "" {
-		q.Set("after", after)
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
+	set(q, "after", after)
+	setPositive(q, "limit", int64(limit))
 	var l api.CleanupList
 	_, err := c.call(ctx, http.MethodGet, "/api/v1/cleanups", q, nil, &l)
 	return l.Cleanups, l.Next, err
@@ -337,12 +339,12 @@ const maxWaitFailures = 20
 func (c *Client) Wait(ctx context.Context, id string, onChange func(api.JobDetail)) (api.JobDetail, error) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var last api.JobDetail
-	seen, failures := false, 0
+	w := watch{onChange: onChange}
+	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
-			return last, ctx.Err()
+			return w.last, ctx.Err()
 		case <-timer.C:
 		}
 		timer.Reset(c.pollInterval)
@@ -353,15 +355,28 @@ func (c *Client) Wait(ctx context.Context, id string, onChange func(api.JobDetai
 				failures++ // the server may be restarting (a rollout): try again
 				continue
 			}
-			return last, err
+			return w.last, err
 		}
 		failures = 0
-		if onChange != nil && (!seen || j.Status != last.Status || j.Attempt != last.Attempt) {
-			onChange(j)
-		}
-		last, seen = j, true
-		if j.Status.Terminal() {
+		if w.saw(j) {
 			return j, nil
 		}
 	}
+}
+
+// watch is what a Wait has seen of a job.
+type watch struct {
+	onChange func(api.JobDetail) // nil: not told
+	last     api.JobDetail
+	seen     bool
+}
+
+// saw records j, calls onChange when it is the first or its status or
+// attempt changed, and reports whether j is finished.
+func (w *watch) saw(j api.JobDetail) bool {
+	if w.onChange != nil && (!w.seen || j.Status != w.last.Status || j.Attempt != w.last.Attempt) {
+		w.onChange(j)
+	}
+	w.last, w.seen = j, true
+	return j.Status.Terminal()
 }

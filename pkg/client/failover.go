@@ -107,7 +107,7 @@ func (r *retrier) failed(ctx context.Context, err error) error {
 func (f *Failover) Do(ctx context.Context, fn func(context.Context, *Client) error) error {
 	var err error
 	for _, c := range f.clients {
-		if err = fn(ctx, c); err == nil || !Retryable(err) || ctx.Err() != nil {
+		if err = fn(ctx, c); !Retryable(err) || ctx.Err() != nil { // nil is not retryable
 			return err
 		}
 	}
@@ -165,30 +165,25 @@ func (f *Failover) FollowEvents(ctx context.Context, id string, after int64, fn 
 // servers. onChange is called as by Client.Wait.
 func (f *Failover) Wait(ctx context.Context, id string, onChange func(api.JobDetail)) (api.JobDetail, error) {
 	r := &retrier{f: f}
-	var last api.JobDetail
-	seen := false
+	w := watch{onChange: onChange}
 	for {
 		c := r.client()
 		j, err := c.Get(ctx, id)
 		if err != nil {
 			if err := r.failed(ctx, err); err != nil {
-				return last, err
+				return w.last, err
 			}
 			continue
 		}
 		r.progress()
-		if onChange != nil && (!seen || j.Status != last.Status || j.Attempt != last.Attempt) {
-			onChange(j)
-		}
-		last, seen = j, true
-		if j.Status.Terminal() {
+		if w.saw(j) {
 			return j, nil
 		}
 		t := time.NewTimer(c.pollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return last, ctx.Err()
+			return w.last, ctx.Err()
 		case <-t.C:
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/tetherjobs/tether/pkg/api"
 )
@@ -30,32 +29,17 @@ type LogQuery struct {
 // stream, or ErrStreamCut if a followed stream ended without one.
 func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(api.LogLine) error) (api.StreamEnd, error) {
 	v := url.Values{"format": {"jsonl"}}
-	if q.Stream != "" {
-		v.Set("stream", q.Stream)
-	}
+	set(v, "stream", q.Stream)
 	if q.Follow {
 		v.Set("follow", "true")
 	}
-	if q.After > 0 {
-		v.Set("after", strconv.FormatInt(q.After, 10))
-	}
-	var end api.StreamEnd
-	err := c.ndjson(ctx, jobPath(id, "/logs"), v, func(dec *json.Decoder) error {
-		var r api.LogRecord
-		if err := dec.Decode(&r); err != nil {
-			return err
-		}
-		if r.End {
-			end = r.EndRecord()
-			return errEnd
-		}
-		return fn(r.LogLine)
-	})
-	if err == nil && q.Follow {
-		return end, ErrStreamCut
-	}
-	if err != nil && !errors.Is(err, errEnd) {
+	setPositive(v, "after", q.After)
+	end, ended, err := records(ctx, c, jobPath(id, "/logs"), v, func(r api.LogRecord) error { return fn(r.LogLine) })
+	switch {
+	case err != nil:
 		return end, fmt.Errorf("reading logs of %s: %w", id, err)
+	case !ended && q.Follow:
+		return end, ErrStreamCut
 	}
 	return end, nil
 }
@@ -63,52 +47,52 @@ func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(
 // EventRecords reads a job's events after seq after over one connection. With
 // follow it returns the end record, or ErrStreamCut if the stream ended first.
 func (c *Client) EventRecords(ctx context.Context, id string, after int64, follow bool, fn func(api.Event) error) (api.StreamEnd, error) {
-	v := url.Values{"follow": {"true"}}
-	if after > 0 {
-		v.Set("after", strconv.FormatInt(after, 10))
-	}
+	v := url.Values{}
+	setPositive(v, "after", after)
 	if !follow {
 		// Without follow the API answers a JSON list, not NDJSON.
-		evs, err := c.eventsAfter(ctx, id, after)
-		if err != nil {
+		var l api.EventList
+		if _, err := c.call(ctx, http.MethodGet, jobPath(id, "/events"), v, nil, &l); err != nil {
 			return api.StreamEnd{}, err
 		}
-		for _, e := range evs {
+		for _, e := range l.Events {
 			if err := fn(e); err != nil {
 				return api.StreamEnd{}, err
 			}
 		}
 		return api.StreamEnd{}, nil
 	}
-	var end api.StreamEnd
-	err := c.ndjson(ctx, jobPath(id, "/events"), v, func(dec *json.Decoder) error {
-		var r api.EventRecord
-		if err := dec.Decode(&r); err != nil {
-			return err
-		}
-		if r.End {
-			end = r.EndRecord()
-			return errEnd
-		}
-		return fn(r.Event)
-	})
-	if err == nil {
-		return end, ErrStreamCut
-	}
-	if !errors.Is(err, errEnd) {
+	v.Set("follow", "true")
+	end, ended, err := records(ctx, c, jobPath(id, "/events"), v, func(r api.EventRecord) error { return fn(r.Event) })
+	switch {
+	case err != nil:
 		return end, fmt.Errorf("following events of %s: %w", id, err)
+	case !ended:
+		return end, ErrStreamCut
 	}
 	return end, nil
 }
 
-func (c *Client) eventsAfter(ctx context.Context, id string, after int64) ([]api.Event, error) {
-	q := url.Values{}
-	if after > 0 {
-		q.Set("after", strconv.FormatInt(after, 10))
+// records reads the NDJSON records at path, calling fn for each until the
+// end record. It returns the end record and whether there was one.
+func records[R interface{ EndRecord() api.StreamEnd }](ctx context.Context, c *Client, path string, q url.Values,
+	fn func(R) error) (api.StreamEnd, bool, error) {
+	var end api.StreamEnd
+	err := c.ndjson(ctx, path, q, func(dec *json.Decoder) error {
+		var r R
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		if e := r.EndRecord(); e.End {
+			end = e
+			return errEnd
+		}
+		return fn(r)
+	})
+	if errors.Is(err, errEnd) {
+		return end, true, nil
 	}
-	var l api.EventList
-	_, err := c.call(ctx, http.MethodGet, jobPath(id, "/events"), q, nil, &l)
-	return l.Events, err
+	return end, false, err
 }
 
 // errEnd stops an NDJSON read at an end record.
