@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -292,22 +293,18 @@ func (a *agent) openDatabase(ctx context.Context) error {
 	return lock.verifySession(ctx)
 }
 
-// startPlugins starts the plugins, has them check their settings, checks
-// the self-fence arithmetic with the kill graces they report, and picks the
-// commands this agent runs.
+// startPlugins starts the plugins, picks the commands this agent runs, has
+// the plugins check their settings and checks the self-fence arithmetic with
+// the kill graces they report.
 func (a *agent) startPlugins(ctx context.Context) error {
-	plugins, graces, err := startPlugins(ctx, a.cfg, a.log, a.metrics)
+	plugins, commands, graces, err := startPlugins(ctx, a.cfg, a.log, a.metrics)
 	if err != nil {
 		return err
 	}
 	a.onClose(plugins.Close)
-	a.plugins, a.graces = plugins, graces
+	a.plugins, a.commands, a.graces = plugins, commands, graces
 	if err := a.cfg.CheckKillGraces(graces); err != nil {
 		return fmt.Errorf("invalid timings with the kill graces the plugins report:\n%w", err)
-	}
-	a.commands, err = claimCommands(a.cfg, plugins, a.log)
-	if err != nil {
-		return err
 	}
 	a.metrics.Known(metrics.Agent{
 		Version: Version(), Capacity: a.cfg.Agent.Capacity,
@@ -663,27 +660,28 @@ func connectErrorFor(c *pgx.ConnConfig, setting, databaseURL string, err error) 
 
 // startPlugins starts the plugins found in plugin_dir and has each check
 // its config and its commands' default contexts, so a bad setting fails the
-// start instead of every job. It returns the kill graces they report.
-func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met *metrics.Metrics) (*pluginhost.Manager, config.KillGraces, error) {
+// start instead of every job. It returns the commands the agent runs
+// (claimCommands) and the kill graces the plugins report.
+func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met *metrics.Metrics) (*pluginhost.Manager, map[string]claim.Command, config.KillGraces, error) {
 	m, dir, err := newPluginManager(cfg, log, met)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := m.Start(ctx); err != nil {
 		m.Close()
-		return nil, nil, fmt.Errorf("starting plugins from %s: %w", dir, err)
+		return nil, nil, nil, fmt.Errorf("starting plugins from %s: %w", dir, err)
 	}
-	contexts, err := pluginContexts(cfg, m)
+	commands, err := claimCommands(cfg, m, log)
 	if err != nil {
 		m.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	graces, err := m.Validate(ctx, contexts)
+	graces, err := m.Validate(ctx, pluginContexts(commands))
 	if err != nil {
 		m.Close()
-		return nil, nil, fmt.Errorf("invalid plugin settings:\n%w", err)
+		return nil, nil, nil, fmt.Errorf("invalid plugin settings:\n%w", err)
 	}
-	return m, graces, nil
+	return m, commands, graces, nil
 }
 
 // newPluginManager returns the manager of the plugins in plugin_dir (the
@@ -719,32 +717,23 @@ func newPluginManager(cfg *config.Config, log *slog.Logger, met *metrics.Metrics
 func commandPlugins(cfg *config.Config) []string {
 	out := []string{}
 	for _, c := range cfg.Commands {
-		if !slices.Contains(out, c.Plugin) {
-			out = append(out, c.Plugin)
-		}
+		out = append(out, c.Plugin)
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
-// pluginContexts returns the default context of every command whose plugin
-// is loaded, by plugin and command name, for Validate.
-func pluginContexts(cfg *config.Config, m *pluginhost.Manager) (map[string]map[string]json.RawMessage, error) {
+// pluginContexts returns the default context of every command the agent
+// runs (claimCommands), by plugin and command name, for Validate.
+func pluginContexts(commands map[string]claim.Command) map[string]map[string]json.RawMessage {
 	contexts := map[string]map[string]json.RawMessage{}
-	for name, c := range cfg.Commands {
-		if _, ok := m.Info(c.Plugin); !ok {
-			continue // claimCommands leaves it to other agents
-		}
-		raw, err := c.ContextJSON()
-		if err != nil {
-			return nil, fmt.Errorf("commands.%s.context: %w", name, err)
-		}
+	for name, c := range commands {
 		if contexts[c.Plugin] == nil {
 			contexts[c.Plugin] = map[string]json.RawMessage{}
 		}
-		contexts[c.Plugin][name] = raw
+		contexts[c.Plugin][name] = c.Context
 	}
-	return contexts, nil
+	return contexts
 }
 
 // claimCommands returns the configured commands whose plugin is loaded here.
@@ -815,11 +804,9 @@ func apiHandler(cfg *config.Config, st *store.Store, ready func(context.Context)
 	})
 }
 
+// sortedKeys is never nil: an empty map gives an empty list.
 func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
+	out := slices.AppendSeq(make([]string, 0, len(m)), maps.Keys(m))
 	slices.Sort(out)
 	return out
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"cmp"
+
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -28,9 +30,6 @@ func SetApplicationName(c *pgconn.Config, who, pool string) {
 	if c.RuntimeParams == nil {
 		c.RuntimeParams = map[string]string{}
 	}
-	prefix := c.RuntimeParams["application_name"]
-	if prefix == "" {
-		prefix = appNamePrefix
-	}
+	prefix := cmp.Or(c.RuntimeParams["application_name"], appNamePrefix)
 	c.RuntimeParams["application_name"] = prefix + "/" + who + "/" + pool
 }

@@ -55,7 +55,7 @@ func acquireNameLock(ctx context.Context, dc directConn, name string, wait time.
 }
 
 func (l *nameLock) try(ctx context.Context) (bool, error) {
-	if l.conn == nil || l.conn.IsClosed() {
+	if !l.connected() {
 		conn, err := l.dc.connect(ctx, poolLock, "connecting for the agent name lock")
 		if err != nil {
 			return false, err
@@ -82,7 +82,7 @@ func (l *nameLock) watch(ctx context.Context, every time.Duration) error {
 			return nil
 		case <-t.C:
 		}
-		if l.conn != nil && !l.conn.IsClosed() {
+		if l.connected() {
 			if err := l.conn.Ping(ctx); err == nil {
 				continue
 			}
@@ -99,6 +99,9 @@ func (l *nameLock) watch(ctx context.Context, every time.Duration) error {
 		}
 	}
 }
+
+// connected reports whether the lock's connection is open.
+func (l *nameLock) connected() bool { return l.conn != nil && !l.conn.IsClosed() }
 
 func (l *nameLock) close() {
 	if l.conn != nil {

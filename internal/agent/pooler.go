@@ -91,7 +91,8 @@ func judgeSession(s session) (note string, err error) {
 		// backend pid are all there is to check.
 		return "", nil
 	}
-	if ip := net.ParseIP(*s.clientAddr); ip != nil && ip.Equal(tcp.IP) && int(*s.clientPort) == tcp.Port {
+	// An address that does not parse (nil) equals no socket's address.
+	if net.ParseIP(*s.clientAddr).Equal(tcp.IP) && int(*s.clientPort) == tcp.Port {
 		return "", nil
 	}
 	seen := net.JoinHostPort(*s.clientAddr, strconv.Itoa(int(*s.clientPort)))

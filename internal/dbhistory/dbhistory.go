@@ -13,6 +13,7 @@
 package dbhistory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,15 +53,10 @@ const (
 	Rewound
 )
 
-func (c Change) String() string {
-	switch c {
-	case Failover:
-		return "failover"
-	case Rewound:
-		return "rewound"
-	}
-	return "same"
-}
+// changeNames are the changes' metric labels and log values.
+var changeNames = map[Change]string{Same: "same", Failover: "failover", Rewound: "rewound"}
+
+func (c Change) String() string { return cmp.Or(changeNames[c], "same") }
 
 // Judge compares a position read now with the newest one known.
 func Judge(known, seen Position) Change {
@@ -76,10 +72,11 @@ func Judge(known, seen Position) Change {
 // ParsePosition reads wal_position.sql's answer. That is an LSN in
 // PostgreSQL's text form (hex/hex) and the timeline in hex.
 func ParsePosition(lsn, timeline string) (Position, error) {
-	hi, lo, ok := strings.Cut(lsn, "/")
+	// Without a slash lo is empty, which does not parse.
+	hi, lo, _ := strings.Cut(lsn, "/")
 	h, err1 := strconv.ParseUint(hi, 16, 32)
 	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if !ok || err1 != nil || err2 != nil {
+	if err1 != nil || err2 != nil {
 		return Position{}, fmt.Errorf("reading the WAL position %q: want hex/hex", lsn)
 	}
 	tl, err := strconv.ParseUint(timeline, 16, 32)

@@ -82,3 +82,19 @@ func TestTrackerWithoutReconciler(t *testing.T) {
 	assert.Equal(t, Failover, tr.Observe(Position{2, 1}))
 	require.NoError(t, tr.Wait(context.Background(), time.Millisecond))
 }
+
+func TestChangeString(t *testing.T) {
+	assert.Equal(t, "same", Same.String())
+	assert.Equal(t, "failover", Failover.String())
+	assert.Equal(t, "rewound", Rewound.String())
+	assert.Equal(t, "same", Change(7).String(), "an unknown change reads as same, as before")
+}
+
+func TestParsePositionNeedsASlash(t *testing.T) {
+	_, err := ParsePosition("3007AB8", "1")
+	assert.ErrorContains(t, err, `reading the WAL position "3007AB8": want hex/hex`)
+	_, err = ParsePosition("1/", "1")
+	assert.Error(t, err)
+	_, err = ParsePosition("1/2/3", "1")
+	assert.Error(t, err)
+}

@@ -13,6 +13,7 @@
 package drain
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -53,10 +54,7 @@ type Result struct {
 // Run drains jobs. hurry is closed by a second signal. ctx bounds the whole
 // drain (it should outlive ShutdownTimeout + StopTimeout).
 func Run(ctx context.Context, jobs Jobs, hurry <-chan struct{}, cfg Config) (Result, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(cfg.Logger, slog.Default())
 	var res Result
 	reason := fmt.Sprintf("handoff: agent %s draining", cfg.AgentName)
 	deadline := time.Now().Add(cfg.ShutdownTimeout)
@@ -66,16 +64,16 @@ func Run(ctx context.Context, jobs Jobs, hurry <-chan struct{}, cfg Config) (Res
 	log.Info("draining", "handoff", cfg.Handoff, "resumable_jobs", r, "other_jobs", o,
 		"shutdown_timeout", cfg.ShutdownTimeout)
 
-	handOff := func() error {
+	handOff := func() {
 		n, err := jobs.HandOff(ctx, reason)
 		res.HandedOff += n
-		return err
+		if err != nil {
+			log.Error("handing off resumable jobs", "err", err)
+		}
 	}
 	switch cfg.Handoff {
 	case config.HandoffImmediate, "":
-		if err := handOff(); err != nil {
-			log.Error("handing off resumable jobs", "err", err)
-		}
+		handOff()
 	case config.HandoffNever:
 		res.Detached = jobs.Detach(ctx)
 	}
@@ -97,9 +95,7 @@ func Run(ctx context.Context, jobs Jobs, hurry <-chan struct{}, cfg Config) (Res
 	cancel()
 
 	if cfg.Handoff == config.HandoffDeadline {
-		if err := handOff(); err != nil {
-			log.Error("handing off resumable jobs", "err", err)
-		}
+		handOff()
 	}
 	_, res.Stopped = jobs.Counts()
 	if res.Stopped > 0 {

@@ -7,7 +7,10 @@
 // is down and being re-established), so nothing is missed either way.
 package notify
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Channels the followers' notifications arrive on. The payload is a job ID.
 const (
@@ -88,7 +91,7 @@ func (s *Sub) wake() {
 // Deliver routes one notification. It reports whether the channel is one of
 // the hub's. It never blocks.
 func (h *Hub) Deliver(channel, jobID string) bool {
-	if channel != LogsChannel && channel != JobEndChannel {
+	if !slices.Contains(Channels(), channel) {
 		return false
 	}
 	if h == nil {

@@ -2,6 +2,8 @@ package pluginhost
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -55,18 +57,11 @@ func scrubbedEnv(environ []string, passEnv []string, explicit map[string]string)
 		if !ok || name == "" || forbidden(name) {
 			continue
 		}
-		if isBase(name) {
+		if isBase(name) || slices.ContainsFunc(passEnv, func(p string) bool { return matches(p, name) }) {
 			vars[name] = value
 		}
-		for _, p := range passEnv {
-			if matches(p, name) {
-				vars[name] = value
-			}
-		}
 	}
-	for k, v := range explicit {
-		vars[k] = v
-	}
+	maps.Copy(vars, explicit)
 	env := make([]string, 0, len(vars))
 	for k, v := range vars {
 		env = append(env, k+"="+v)

@@ -5,6 +5,7 @@
 package pluginhost
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -95,12 +96,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.StartTimeout < 0 {
 		return nil, fmt.Errorf("plugin start timeout %s: must not be negative", cfg.StartTimeout)
 	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = defaultStartTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.StartTimeout = cmp.Or(cfg.StartTimeout, defaultStartTimeout)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	for name, pc := range cfg.Plugins {
 		if !nameRE.MatchString(name) {
 			return nil, fmt.Errorf("plugins.%s: a plugin name is lower-case letters, digits, - and _", name)
@@ -512,10 +509,10 @@ func (p *proc) acquire(ctx context.Context) (*instance, error) {
 	if p.closed {
 		return nil, errors.New("plugin stopped")
 	}
-	if p.cur != nil && !p.cur.client.Exited() {
-		return p.cur, nil
-	}
 	if p.cur != nil {
+		if !p.cur.client.Exited() {
+			return p.cur, nil
+		}
 		p.cur.client.Kill() // reap what is left of the exited process
 		p.cur = nil
 	}
@@ -665,16 +662,14 @@ func (p *proc) crashed(inst *instance) error {
 // failed because the process died sees the failure a moment before go-plugin
 // sees the exit.
 func (i *instance) waitExit(ctx context.Context) bool {
-	deadline := time.NewTimer(exitWait)
-	defer deadline.Stop()
+	ctx, cancel := context.WithTimeout(ctx, exitWait)
+	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !i.client.Exited() {
 		select {
 		case <-ctx.Done():
 			return i.client.Exited()
-		case <-deadline.C:
-			return false
 		case <-tick.C:
 		}
 	}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -72,29 +73,27 @@ func logPluginLine(log *slog.Logger, line string) {
 	if closingNoise(msg) {
 		level = slog.LevelDebug
 	}
-	keys := make([]string, 0, len(entry))
-	for k := range entry {
+	attrs := make([]slog.Attr, 0, len(entry))
+	for _, k := range slices.Sorted(maps.Keys(entry)) {
 		if !strings.HasPrefix(k, "@") && k != "timestamp" {
-			keys = append(keys, k)
+			attrs = append(attrs, slog.Any(k, entry[k]))
 		}
-	}
-	sort.Strings(keys)
-	attrs := make([]slog.Attr, 0, len(keys))
-	for _, k := range keys {
-		attrs = append(attrs, slog.Any(k, entry[k]))
 	}
 	log.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
+// slogLevels maps hclog levels to slog's. Any other (trace, debug) is debug.
+var slogLevels = map[hclog.Level]slog.Level{
+	hclog.Error:   slog.LevelError,
+	hclog.Warn:    slog.LevelWarn,
+	hclog.Info:    slog.LevelInfo,
+	hclog.NoLevel: slog.LevelInfo,
+}
+
 // slogLevel maps an hclog level to slog's. Trace is debug.
 func slogLevel(l hclog.Level) slog.Level {
-	switch l {
-	case hclog.Error:
-		return slog.LevelError
-	case hclog.Warn:
-		return slog.LevelWarn
-	case hclog.Info, hclog.NoLevel:
-		return slog.LevelInfo
+	if level, ok := slogLevels[l]; ok {
+		return level
 	}
 	return slog.LevelDebug
 }

@@ -3,8 +3,12 @@ package pluginhost
 import (
 	"bytes"
 	"log/slog"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 const (
@@ -60,11 +64,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
+	for i := bytes.IndexByte(w.buf, '\n'); i >= 0; i = bytes.IndexByte(w.buf, '\n') {
 		w.fn(strings.TrimRight(string(w.buf[:i]), "\r"))
 		w.buf = w.buf[i+1:]
 	}
@@ -75,40 +75,29 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// hclogPrefix matches a line hclog formatted without a timestamp: its level,
+// then the message.
+var hclogPrefix = regexp.MustCompile(`^\[(TRACE|DEBUG|INFO|WARN|ERROR)\](.*)$`)
+
 // hclogLevel maps the level prefix of a line hclog formatted to slog.
 func hclogLevel(line string) (slog.Level, string) {
-	for _, l := range []struct {
-		prefix string
-		level  slog.Level
-	}{
-		{"[ERROR]", slog.LevelError},
-		{"[WARN]", slog.LevelWarn},
-		{"[INFO]", slog.LevelInfo},
-		{"[DEBUG]", slog.LevelDebug},
-		{"[TRACE]", slog.LevelDebug},
-	} {
-		if rest, ok := strings.CutPrefix(line, l.prefix); ok {
-			rest = strings.TrimSpace(rest)
-			if closingNoise(rest) {
-				return slog.LevelDebug, rest
-			}
-			return l.level, rest
-		}
+	m := hclogPrefix.FindStringSubmatch(line)
+	if m == nil {
+		return slog.LevelInfo, line
 	}
-	return slog.LevelInfo, line
+	rest := strings.TrimSpace(m[2])
+	if closingNoise(rest) {
+		return slog.LevelDebug, rest
+	}
+	return slogLevel(hclog.LevelFromString(m[1])), rest
 }
 
 // closingNoise reports go-plugin's complaints about a connection that is being
 // closed on purpose (the plugin is stopped with its agent). A crash is
 // reported separately, with the plugin's stderr.
 func closingNoise(msg string) bool {
-	if !strings.Contains(msg, "yamux") {
-		return false
-	}
-	for _, s := range []string{"use of closed network connection", "session shutdown", "broken pipe", "connection reset by peer", "EOF"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	return strings.Contains(msg, "yamux") && slices.ContainsFunc(closingWords, func(s string) bool { return strings.Contains(msg, s) })
 }
+
+// closingWords are what go-plugin's yamux says of a connection closed on purpose.
+var closingWords = []string{"use of closed network connection", "session shutdown", "broken pipe", "connection reset by peer", "EOF"}

@@ -5,6 +5,7 @@
 package ui
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -27,27 +28,20 @@ const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"img-src 'self' data:; connect-src 'self'; font-src 'self'; manifest-src 'self'; " +
 	"base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
-// contentType is set explicitly rather than guessed from the system's MIME
+// contentTypes are set explicitly rather than guessed from the system's MIME
 // tables, which may lack .js or map it to a type browsers refuse for modules.
+var contentTypes = map[string]string{
+	".html":        "text/html; charset=utf-8",
+	".js":          "text/javascript; charset=utf-8",
+	".css":         "text/css; charset=utf-8",
+	".svg":         "image/svg+xml",
+	".png":         "image/png",
+	".json":        "application/json",
+	".webmanifest": "application/manifest+json",
+}
+
 func contentType(name string) string {
-	switch path.Ext(name) {
-	case ".html":
-		return "text/html; charset=utf-8"
-	case ".js":
-		return "text/javascript; charset=utf-8"
-	case ".css":
-		return "text/css; charset=utf-8"
-	case ".svg":
-		return "image/svg+xml"
-	case ".png":
-		return "image/png"
-	case ".json":
-		return "application/json"
-	case ".webmanifest":
-		return "application/manifest+json"
-	default:
-		return "application/octet-stream"
-	}
+	return cmp.Or(contentTypes[path.Ext(name)], "application/octet-stream")
 }
 
 type file struct {
@@ -57,7 +51,8 @@ type file struct {
 }
 
 type handler struct {
-	// files by path under assets/, e.g. "app.js".
+	// files by URL path: "/ui/" and the path under assets/ (e.g.
+	// "/ui/app.js"), and "/" for index.html.
 	files map[string]file
 }
 
@@ -69,10 +64,12 @@ func Handler() http.Handler {
 		// The files are compiled in. Failing to read them is a broken build.
 		panic(fmt.Sprintf("ui: reading embedded assets: %v", err))
 	}
+	files["/"] = files["/ui/index.html"]
 	return &handler{files: files}
 }
 
-// load reads every file under dir of fsys once, with its ETag.
+// load reads every file under dir of fsys once, with its ETag, by URL path
+// (/ui/ and its path under dir).
 func load(fsys fs.FS, dir string) (map[string]file, error) {
 	files := make(map[string]file)
 	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
@@ -84,7 +81,7 @@ func load(fsys fs.FS, dir string) (map[string]file, error) {
 			return fmt.Errorf("reading %s: %w", p, err)
 		}
 		sum := sha256.Sum256(body)
-		files[strings.TrimPrefix(p, dir+"/")] = file{
+		files["/ui/"+strings.TrimPrefix(p, dir+"/")] = file{
 			body:        body,
 			etag:        `"` + hex.EncodeToString(sum[:16]) + `"`,
 			contentType: contentType(p),
@@ -102,14 +99,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Cache-Control", "no-cache")
 
-	name := ""
-	switch {
-	case r.URL.Path == "/":
-		name = "index.html"
-	case strings.HasPrefix(r.URL.Path, "/ui/"):
-		name = strings.TrimPrefix(r.URL.Path, "/ui/")
-	}
-	f, ok := h.files[name]
+	f, ok := h.files[r.URL.Path]
 	if !ok {
 		notFound(w, r.URL.Path)
 		return

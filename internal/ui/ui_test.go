@@ -240,3 +240,22 @@ func TestEveryReferenceIsEmbedded(t *testing.T) {
 		}
 	}
 }
+
+func TestContentType(t *testing.T) {
+	for name, want := range map[string]string{
+		"index.html":           "text/html; charset=utf-8",
+		"app.js":               "text/javascript; charset=utf-8",
+		"app.css":              "text/css; charset=utf-8",
+		"favicon.svg":          "image/svg+xml",
+		"icons/icon.png":       "image/png",
+		"data.json":            "application/json",
+		"site.webmanifest":     "application/manifest+json",
+		"font.woff2":           "application/octet-stream",
+		"no-extension":         "application/octet-stream",
+		"assets/index.html.gz": "application/octet-stream",
+	} {
+		if got := contentType(name); got != want {
+			t.Errorf("contentType(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
