@@ -1,7 +1,9 @@
 package sparkeks
 
 import (
+	"cmp"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,10 +37,8 @@ func tetherLabels(job *plugin.Job) map[string]string {
 // settings laid over its spec, the query's ConfigMap mounted into the
 // driver, and tether's labels.
 func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
-	obj := runtime.DeepCopyJSON(cfg.Template)
-	if obj == nil {
-		obj = map[string]any{}
-	}
+	obj := map[string]any{} // a copy of the template, which may be nil
+	maps.Copy(obj, runtime.DeepCopyJSON(cfg.Template))
 	obj["apiVersion"] = APIVersion
 	obj["kind"] = Kind
 	tmeta := mapAt(obj, "metadata")
@@ -95,9 +95,6 @@ func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
 	setString(driver, "serviceAccount", cfg.ServiceAccount, "")
 	executor := mapAt(spec, "executor")
 	setResources(executor, cfg.Executor)
-	if cfg.Executor.Instances > 0 {
-		executor["instances"] = int64(cfg.Executor.Instances)
-	}
 
 	// Never: spark-operator reruns an application whose restartPolicy is
 	// Always or OnFailure (pkg/util/sparkapplication.go ShouldRetry, v2.5.2),
@@ -147,21 +144,13 @@ func addQueryVolume(spec, driver map[string]any, job *plugin.Job, cfg Config) {
 		"name":      queryVolume,
 		"configMap": map[string]any{"name": ConfigMapName(job.ID)},
 	})
-	containers, _ := podSpec["containers"].([]any)
-	var c map[string]any
-	for _, x := range containers {
-		if m, ok := x.(map[string]any); ok && m["name"] == driverContainer {
-			c = m
-			break
-		}
+	containers, _ := podSpec["containers"].([]any) // mappings: checked by parseTemplate
+	if len(containers) == 0 {
+		containers = []any{map[string]any{"name": driverContainer}}
 	}
-	if c == nil && len(containers) > 0 {
-		c, _ = containers[0].(map[string]any) // checked by parseTemplate
-	}
-	if c == nil {
-		c = map[string]any{"name": driverContainer}
-		containers = append(containers, c)
-	}
+	// The driver's container, else the first one (IndexFunc's -1).
+	i := max(slices.IndexFunc(containers, func(x any) bool { return named(x, driverContainer) }), 0)
+	c := containers[i].(map[string]any)
 	c["volumeMounts"] = replaceNamed(c["volumeMounts"], map[string]any{
 		"name":      queryVolume,
 		"mountPath": cfg.QueryMountPath,
@@ -170,8 +159,6 @@ func addQueryVolume(spec, driver map[string]any, job *plugin.Job, cfg Config) {
 	podSpec["containers"] = containers
 }
 
-// dropNamed removes the entries named name from the list m[key], and the
-// key when nothing is left.
 // webhookVolumes names the volumes of an application's spec.volumes that
 // reach its pods only through spark-operator's mutating webhook: every one
 // but the spark-local-dir-* volumes, which spark-submit passes itself
@@ -192,23 +179,26 @@ func webhookVolumes(spec map[string]any) []string {
 	return out
 }
 
+// dropNamed removes the entries named name from the list m[key], and the
+// key when nothing is left. The list is changed in place: buildApp works on
+// a copy of the template.
 func dropNamed(m map[string]any, key, name string) {
 	items, ok := m[key].([]any)
 	if !ok {
 		return
 	}
-	var out []any
-	for _, x := range items {
-		if e, ok := x.(map[string]any); ok && e["name"] == name {
-			continue
-		}
-		out = append(out, x)
-	}
-	if len(out) == 0 {
+	items = slices.DeleteFunc(items, func(x any) bool { return named(x, name) })
+	if len(items) == 0 {
 		delete(m, key)
 		return
 	}
-	m[key] = out
+	m[key] = items
+}
+
+// named reports whether x is a mapping whose name is name.
+func named(x, name any) bool {
+	m, _ := x.(map[string]any) // nil, whose name is nil, when not a mapping
+	return m["name"] == name
 }
 
 // buildConfigMap is the job's query, owned by its SparkApplication so it is
@@ -231,9 +221,8 @@ func buildConfigMap(job *plugin.Job, cfg Config, appName, appUID string) *corev1
 }
 
 func setResources(m map[string]any, r Resources) {
-	if r.Cores > 0 {
-		m["cores"] = int64(r.Cores)
-	}
+	setInt(m, "cores", r.Cores)
+	setInt(m, "instances", r.Instances) // executors only: 0 for the driver
 	setString(m, "coreLimit", r.CoreLimit, "")
 	setString(m, "memory", r.Memory, "")
 	if len(r.Labels) > 0 {
@@ -243,15 +232,18 @@ func setResources(m map[string]any, r Resources) {
 	}
 }
 
+// setInt sets m[key] to v when v is set (positive).
+func setInt(m map[string]any, key string, v int) {
+	if v > 0 {
+		m[key] = int64(v)
+	}
+}
+
 // setString sets m[key] to v. When v is unset it keeps the template's value,
 // or sets def when there is none.
 func setString(m map[string]any, key, v, def string) {
-	switch {
-	case v != "":
-		m[key] = v
-	case hasString(m, key):
-	case def != "":
-		m[key] = def
+	if s := cmp.Or(v, stringAt(m, key), def); s != "" {
+		m[key] = s
 	}
 }
 
@@ -268,15 +260,8 @@ func mapAt(m map[string]any, key string) map[string]any {
 // replaceNamed appends item to a list of named entries, replacing an entry
 // of the same name.
 func replaceNamed(list any, item map[string]any) []any {
-	var out []any
 	items, _ := list.([]any)
-	for _, x := range items {
-		if e, ok := x.(map[string]any); ok && e["name"] == item["name"] {
-			continue
-		}
-		out = append(out, x)
-	}
-	return append(out, item)
+	return append(slices.DeleteFunc(items, func(x any) bool { return named(x, item["name"]) }), item)
 }
 
 // stringsOf copies a mapping's string values.
@@ -333,16 +318,15 @@ const (
 // phaseOf maps status.applicationState.state. Everything not terminal and
 // not UNKNOWN is running, including states spark-operator may add later.
 func phaseOf(state string) phase {
-	switch state {
-	case "COMPLETED":
-		return phaseSucceeded
-	case "FAILED", "SUBMISSION_FAILED":
-		return phaseFailed
-	case "UNKNOWN":
-		return phaseUnknown
-	default:
-		return phaseRunning
-	}
+	return phases[state] // phaseRunning when missing
+}
+
+// phases are the states that are not phaseRunning.
+var phases = map[string]phase{
+	"COMPLETED":         phaseSucceeded,
+	"FAILED":            phaseFailed,
+	"SUBMISSION_FAILED": phaseFailed,
+	"UNKNOWN":           phaseUnknown,
 }
 
 // attemptOf is the job attempt an existing SparkApplication was created

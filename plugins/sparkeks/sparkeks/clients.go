@@ -99,7 +99,7 @@ func eksRestConfig(ctx context.Context, a Access) (*rest.Config, error) {
 		return nil, err
 	}
 	ec := eksCluster{endpoint: a.EKSEndpoint, caData: a.EKSCAData}
-	if ec.endpoint == "" || ec.caData == "" {
+	if ec.endpoint == "" { // and caData: both or neither (Access.checkEKS)
 		if ec, err = describeEKSCluster(ctx, eks.NewFromConfig(cfg), a.EKSCluster, a.Region); err != nil {
 			return nil, err
 		}

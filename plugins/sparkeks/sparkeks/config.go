@@ -1,6 +1,7 @@
 package sparkeks
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"maps"
@@ -147,15 +148,15 @@ func parseConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	if c.Query == "" {
-		return Config{}, dec.Errorf("query: required in the job's context: the Spark SQL to run")
-	}
 	spec, _ := c.Template["spec"].(map[string]any)
-	if c.Image == "" && !hasString(spec, "image") {
-		return Config{}, dec.Errorf("image: required (the Spark image the driver and executors run), unless the template sets spec.image")
-	}
-	if c.MainApplicationFile == "" && !hasString(spec, "mainApplicationFile") {
-		return Config{}, dec.Errorf("main_application_file: required (the wrapper that runs the query file, e.g. local:///opt/tether/run_sql.py), unless the template sets spec.mainApplicationFile")
+	for _, req := range []struct{ val, msg string }{
+		{c.Query, "query: required in the job's context: the Spark SQL to run"},
+		{cmp.Or(c.Image, stringAt(spec, "image")), "image: required (the Spark image the driver and executors run), unless the template sets spec.image"},
+		{cmp.Or(c.MainApplicationFile, stringAt(spec, "mainApplicationFile")), "main_application_file: required (the wrapper that runs the query file, e.g. local:///opt/tether/run_sql.py), unless the template sets spec.mainApplicationFile"},
+	} {
+		if req.val == "" {
+			return Config{}, dec.Errorf("%s", req.msg)
+		}
 	}
 	return c, nil
 }
@@ -192,17 +193,26 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 	if c.Access, err = parseAccess(merged); err != nil {
 		return Config{}, err
 	}
-	fields := c.fields()
-	for _, key := range merged.Keys() {
-		decode, ok := fields[key]
-		if !ok {
-			continue // a key of the cluster access, decoded above
-		}
-		if err := decode(key, merged[key]); err != nil {
-			return Config{}, err
-		}
+	// The keys of the cluster access have no decoder here: decoded above.
+	if err := decodeFields(merged, c.fields(), ""); err != nil {
+		return Config{}, err
 	}
 	return c, nil
+}
+
+// decodeFields decodes each set field that has a decoder, in the order of
+// the keys. A decoder's key is prefix and the field's key.
+func decodeFields(fields settings.Fields, decoders map[string]fieldDecoder, prefix string) error {
+	for _, key := range fields.Keys() {
+		decode, ok := decoders[key]
+		if !ok {
+			continue
+		}
+		if err := decode(prefix+key, fields[key]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fieldDecoder decodes the value of one key into its field.
@@ -282,10 +292,16 @@ func resources(known []string) func(string, json.RawMessage) (Resources, error) 
 }
 
 func checkServiceAccount(_, name string) error {
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return dec.Errorf("service_account: %q is not a valid service account name: %s", name, strings.Join(errs, "; "))
+	return invalid(validation.IsDNS1123Subdomain(name), "service_account: %q is not a valid service account name: %s", name)
+}
+
+// invalid is nil when a validation found no errs. Otherwise its message is
+// format's, whose last verb gets the errs.
+func invalid(errs []string, format string, args ...any) error {
+	if len(errs) == 0 {
+		return nil
 	}
-	return nil
+	return dec.Errorf(format, append(args, strings.Join(errs, "; "))...)
 }
 
 func checkTimeToLive(_ string, ttl time.Duration) error {
@@ -314,13 +330,8 @@ func parseClusterConfig(raw json.RawMessage) (Access, error) {
 
 func parseAccess(fields settings.Fields) (Access, error) {
 	var a Access
-	decoders := a.fields()
-	for _, key := range accessKeys {
-		if v, ok := fields.Get(key); ok {
-			if err := decoders[key](key, v); err != nil {
-				return Access{}, err
-			}
-		}
+	if err := decodeFields(fields, a.fields(), ""); err != nil {
+		return Access{}, err
 	}
 	if err := a.check(); err != nil {
 		return Access{}, err
@@ -360,14 +371,13 @@ func checkCAData(_, data string) error {
 // modes are the ways of reaching the cluster the access sets.
 func (a *Access) modes() []string {
 	var modes []string
-	if a.Kubeconfig != "" {
-		modes = append(modes, "kubeconfig")
-	}
-	if a.InCluster {
-		modes = append(modes, "in_cluster")
-	}
-	if a.EKSCluster != "" {
-		modes = append(modes, "eks_cluster")
+	for _, m := range []struct {
+		name string
+		set  bool
+	}{{"kubeconfig", a.Kubeconfig != ""}, {"in_cluster", a.InCluster}, {"eks_cluster", a.EKSCluster != ""}} {
+		if m.set {
+			modes = append(modes, m.name)
+		}
 	}
 	return modes
 }
@@ -383,23 +393,22 @@ func (a *Access) check() error {
 	case len(modes) > 1:
 		return dec.Errorf("cluster access: %s are all set; %s", strings.Join(modes, " and "), how)
 	}
-	if a.Context != "" && a.Kubeconfig == "" {
-		return dec.Errorf("context: only applies with kubeconfig")
-	}
-	if a.EKSCluster == "" {
-		return a.checkNoEKS()
-	}
-	return a.checkEKS()
-}
-
-// checkNoEKS refuses the EKS settings without eks_cluster.
-func (a *Access) checkNoEKS() error {
-	for _, kv := range [][2]string{{"region", a.Region}, {"eks_endpoint", a.EKSEndpoint}, {"eks_ca_data", a.EKSCAData}, {"aws_endpoint", a.AWSEndpoint}} {
-		if kv[1] != "" {
-			return dec.Errorf("%s: only applies with eks_cluster", kv[0])
+	// The settings of one mode, refused with another.
+	for _, s := range []struct{ key, val, mode, modeVal string }{
+		{"context", a.Context, "kubeconfig", a.Kubeconfig},
+		{"region", a.Region, "eks_cluster", a.EKSCluster},
+		{"eks_endpoint", a.EKSEndpoint, "eks_cluster", a.EKSCluster},
+		{"eks_ca_data", a.EKSCAData, "eks_cluster", a.EKSCluster},
+		{"aws_endpoint", a.AWSEndpoint, "eks_cluster", a.EKSCluster},
+	} {
+		if s.val != "" && s.modeVal == "" {
+			return dec.Errorf("%s: only applies with %s", s.key, s.mode)
 		}
 	}
-	return nil
+	if a.EKSCluster == "" {
+		return nil
+	}
+	return a.checkEKS()
 }
 
 // checkEKS checks the settings that go with eks_cluster.
@@ -435,28 +444,26 @@ func parseResources(what string, v json.RawMessage, known []string) (Resources, 
 		return Resources{}, err
 	}
 	var r Resources
-	for _, key := range fields.Keys() {
-		f := fields[key]
-		name := what + "." + key
-		switch key {
-		case "cores":
-			r.Cores, err = dec.Int(name, f, 1, 1024)
-		case "instances":
-			r.Instances, err = dec.Int(name, f, 1, 100000)
-		case "core_limit":
-			r.CoreLimit, err = dec.String(name, f)
-		case "memory":
-			r.Memory, err = dec.String(name, f)
-		case "labels":
-			if r.Labels, err = dec.StringMap(name, f); err == nil {
-				err = validLabels(name, r.Labels)
-			}
-		}
-		if err != nil {
-			return Resources{}, err
-		}
+	if err := decodeFields(fields, r.fields(), what+"."); err != nil {
+		return Resources{}, err
 	}
 	return r, nil
+}
+
+// fields maps each key of the driver's or the executors' settings to the
+// parser, and the check, that set its field of r.
+func (r *Resources) fields() map[string]fieldDecoder {
+	return map[string]fieldDecoder{
+		"cores":      set(&r.Cores, intIn(1, 1024)),
+		"instances":  set(&r.Instances, intIn(1, 100000)),
+		"core_limit": set(&r.CoreLimit, dec.String),
+		"memory":     set(&r.Memory, dec.String),
+		"labels":     set(&r.Labels, checked(dec.StringMap, validLabels)),
+	}
+}
+
+func intIn(lo, hi int) func(string, json.RawMessage) (int, error) {
+	return func(key string, v json.RawMessage) (int, error) { return dec.Int(key, v, lo, hi) }
 }
 
 // parseTemplate accepts a mapping, or a string holding a YAML or JSON
@@ -474,10 +481,9 @@ func parseTemplate(v json.RawMessage) (map[string]any, error) {
 	if err := checkTemplateHead(t); err != nil {
 		return nil, err
 	}
-	if spec, ok := t["spec"].(map[string]any); ok {
-		if err := checkTemplateSpec(spec); err != nil {
-			return nil, err
-		}
+	spec, _ := t["spec"].(map[string]any) // nil when unset: nothing to check
+	if err := checkTemplateSpec(spec); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -564,10 +570,7 @@ func checkTemplateSpec(spec map[string]any) error {
 // checkDriverTemplate checks the spec's driver, if set, where the query's
 // mount is merged in.
 func checkDriverTemplate(spec map[string]any) error {
-	d, ok := spec["driver"].(map[string]any)
-	if !ok {
-		return nil
-	}
+	d, _ := spec["driver"].(map[string]any) // nil when unset: nothing to check
 	if !unsetOr[[]any](d, "volumeMounts") {
 		return dec.Errorf("template: spec.driver.volumeMounts must be a list")
 	}
@@ -576,14 +579,10 @@ func checkDriverTemplate(spec map[string]any) error {
 
 // checkRestartPolicy accepts a spec.restartPolicy of type Never, or none.
 func checkRestartPolicy(spec map[string]any) error {
-	rp, ok := spec["restartPolicy"]
-	if !ok {
-		return nil
-	}
-	rpm, isMap := rp.(map[string]any)
-	if !isMap {
+	if !unsetOr[map[string]any](spec, "restartPolicy") {
 		return dec.Errorf("template: spec.restartPolicy must be a mapping")
 	}
+	rpm, _ := spec["restartPolicy"].(map[string]any)
 	if typ, ok := rpm["type"]; ok && typ != RestartPolicyNever {
 		return dec.Errorf("template.spec.restartPolicy.type: must be %q (or left out), got %v: tether sets it to Never, because spark-operator's rerun of a failed (OnFailure) or finished (Always) application would run the query's partial writes again; retries belong to the job (its max_retry)", RestartPolicyNever, typ)
 	}
@@ -608,18 +607,19 @@ func checkMode(key, mode string) error {
 	return nil
 }
 
-func hasString(m map[string]any, key string) bool {
-	s, ok := m[key].(string)
-	return ok && s != ""
+// stringAt is m[key] when it is a string, else "".
+func stringAt(m map[string]any, key string) string {
+	s, _ := m[key].(string)
+	return s
 }
 
 func validLabels(what string, labels map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if errs := content.IsLabelKey(k); len(errs) > 0 {
-			return dec.Errorf("%s: key %q is not a valid label key: %s", what, k, strings.Join(errs, "; "))
+		if err := invalid(content.IsLabelKey(k), "%s: key %q is not a valid label key: %s", what, k); err != nil {
+			return err
 		}
-		if errs := content.IsLabelValue(labels[k]); len(errs) > 0 {
-			return dec.Errorf("%s.%s: %q is not a valid label value: %s", what, k, labels[k], strings.Join(errs, "; "))
+		if err := invalid(content.IsLabelValue(labels[k]), "%s.%s: %q is not a valid label value: %s", what, k, labels[k]); err != nil {
+			return err
 		}
 		if strings.HasPrefix(k, "tether.dev/") || k == labelManagedBy {
 			return dec.Errorf("%s: key %q is reserved for tether", what, k)
@@ -629,10 +629,7 @@ func validLabels(what string, labels map[string]string) error {
 }
 
 func dnsLabel(what, s string) error {
-	if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
-		return dec.Errorf("%s: %q is not a valid name: %s", what, s, strings.Join(errs, "; "))
-	}
-	return nil
+	return invalid(validation.IsDNS1123Label(s), "%s: %q is not a valid name: %s", what, s)
 }
 
 // checkPodTemplate checks the shape of spec.driver.template, which the
@@ -663,14 +660,10 @@ func checkPodTemplate(driver map[string]any) error {
 // checkListOfMappings checks that the pod spec's key, if set, is a list of
 // mappings.
 func checkListOfMappings(podSpec map[string]any, key string) error {
-	x, ok := podSpec[key]
-	if !ok {
-		return nil
-	}
-	list, isList := x.([]any)
-	if !isList {
+	if !unsetOr[[]any](podSpec, key) {
 		return dec.Errorf("template: spec.driver.template.spec.%s must be a list", key)
 	}
+	list, _ := podSpec[key].([]any)
 	for i, e := range list {
 		if _, isMap := e.(map[string]any); !isMap {
 			return dec.Errorf("template: spec.driver.template.spec.%s[%d] must be a mapping", key, i)

@@ -1,7 +1,9 @@
 package sparkeks
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,17 +62,13 @@ const (
 	actUnsafe
 )
 
-func (a existingAction) String() string {
-	switch a {
-	case actAdopt:
-		return "adopt"
-	case actReplace:
-		return "replace"
-	case actWaitGone:
-		return "wait until gone"
-	default:
-		return "outcome unknown"
-	}
+func (a existingAction) String() string { return actionNames[a] }
+
+var actionNames = [...]string{
+	actAdopt:    "adopt",
+	actReplace:  "replace",
+	actWaitGone: "wait until gone",
+	actUnsafe:   "outcome unknown",
 }
 
 // decideExisting is the adopt-or-replace rule for an earlier attempt's
@@ -101,9 +99,9 @@ func decideExisting(st appStatus) (existingAction, string) {
 	case stateFailed:
 		return actReplace, "it failed"
 	case stateSubmissionFailed:
-		if st.RestartPolicy == RestartPolicyNever || st.RestartPolicy == "" {
-			// "" is the CRD's default, which the operator treats as Never
-			// (ShouldRetry matches only Always and OnFailure).
+		// "" is the CRD's default, which the operator treats as Never
+		// (ShouldRetry matches only Always and OnFailure).
+		if cmp.Or(st.RestartPolicy, RestartPolicyNever) == RestartPolicyNever {
 			return actReplace, "its submission failed and restartPolicy Never keeps it failed"
 		}
 		return actAdopt, fmt.Sprintf("its submission failed but restartPolicy %s lets spark-operator submit it again", st.RestartPolicy)
@@ -111,7 +109,7 @@ func decideExisting(st appStatus) (existingAction, string) {
 		return actAdopt, "it completed"
 	case stateNew, stateNewAlias, stateSubmitted, stateRunning, statePendingRerun,
 		stateSucceeding, stateInvalidating, stateFailing, stateUnknown:
-		return actAdopt, "it is " + orText(st.State, "new") + " and may run (or have run) the query"
+		return actAdopt, "it is " + cmp.Or(st.State, "new") + " and may run (or have run) the query"
 	default:
 		return actUnsafe, "its state " + st.State + " is not one the plugin can follow safely"
 	}
@@ -139,12 +137,9 @@ func driverStarted(p *corev1.Pod) bool {
 	case corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed:
 		return true
 	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running != nil || cs.State.Terminated != nil {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool {
+		return cs.State.Running != nil || cs.State.Terminated != nil
+	})
 }
 
 // decideStuck reports whether an application is stuck before RUNNING:

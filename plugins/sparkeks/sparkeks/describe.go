@@ -17,10 +17,7 @@ func (p *Plugin) Describe(_ *plugin.Job, handle []byte) []plugin.Resource {
 		return nil
 	}
 	ns := plugin.ShellQuote(h.Namespace)
-	label := "Spark application"
-	if h.SparkApplicationID != "" {
-		label += " " + h.SparkApplicationID
-	}
+	label := "Spark application" + ifSet(" ", h.SparkApplicationID, "")
 	out := []plugin.Resource{{
 		Kind:    "spark_application",
 		Name:    h.Namespace + "/" + h.Name,

@@ -137,7 +137,7 @@ func (s *eksTokenSource) Token(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if s.token != "" && now.Before(s.renewAt) {
+	if now.Before(s.renewAt) { // zero, as the token is, until one is made
 		return s.token, nil
 	}
 	req, err := s.presign.PresignGetCallerIdentity(ctx, &sts.GetCallerIdentityInput{}, func(o *sts.PresignOptions) {

@@ -27,14 +27,11 @@ func transient(err error) bool {
 	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
-		return slices.ContainsFunc(retriedStatuses, func(is func(error) bool) bool { return is(err) }) ||
-			status.Status().Code >= 500 // any other 5xx, e.g. a proxy's 502
+		return isAny(err, retriedStatuses) || status.Status().Code >= 500 // any other 5xx, e.g. a proxy's 502
 	}
-	if tlsVerificationFailed(err) {
-		return false
-	}
-	// Not an answer from the API server: the connection's trouble.
-	return true
+	// Not an answer from the API server: the connection's trouble, unless
+	// the server's certificate was not accepted.
+	return !tlsVerificationFailed(err)
 }
 
 // retriedStatuses are the API server's answers worth repeating a request
@@ -42,6 +39,11 @@ func transient(err error) bool {
 var retriedStatuses = []func(error) bool{
 	apierrors.IsServerTimeout, apierrors.IsTimeout, apierrors.IsTooManyRequests,
 	apierrors.IsInternalError, apierrors.IsServiceUnavailable, apierrors.IsUnexpectedServerError,
+}
+
+// isAny reports whether one of preds holds for err.
+func isAny(err error, preds []func(error) bool) bool {
+	return slices.ContainsFunc(preds, func(is func(error) bool) bool { return is(err) })
 }
 
 // tlsVerificationFailed reports whether the API server's certificate was
@@ -92,12 +94,9 @@ func newBackoff(base time.Duration) backoff {
 	return backoff{base: base, max: 30 * time.Second}
 }
 
+// next is base at first (cur 0), then twice the last, up to max.
 func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.base
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
+	b.cur = min(max(b.cur*2, b.base), b.max)
 	return b.cur
 }
 

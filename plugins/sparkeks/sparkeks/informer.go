@@ -1,10 +1,13 @@
 package sparkeks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -113,7 +116,7 @@ const (
 // namespace). Its zero value is ready to use (a field of Plugin). It must
 // not be copied.
 type appWatchers struct {
-	// linger overrides watchLinger when positive (tests).
+	// linger overrides watchLinger when set (tests).
 	linger time.Duration
 	// log, when set, gets a line when a watcher starts, stops, or its
 	// informers start or stop failing.
@@ -143,7 +146,7 @@ func (ws *appWatchers) subscribe(cl *clients, namespace, name string, every time
 		}
 		w = newAppWatcher(ws, cl, namespace)
 		ws.m[key] = w
-		ws.logInfo("sparkeks: watching SparkApplications and driver pods", "host", cl.host, "namespace", namespace)
+		ws.logAt(slog.LevelInfo, "sparkeks: watching SparkApplications and driver pods", "host", cl.host, "namespace", namespace)
 	}
 	w.lingerGen++ // cancels a pending linger
 	s := &appSubscription{w: w, name: name, c: make(chan struct{}, 1), every: every}
@@ -168,11 +171,7 @@ func (ws *appWatchers) release(s *appSubscription) {
 	}
 	w.lingerGen++
 	gen := w.lingerGen
-	linger := watchLinger
-	if ws.linger > 0 {
-		linger = ws.linger
-	}
-	time.AfterFunc(linger, func() {
+	time.AfterFunc(cmp.Or(ws.linger, watchLinger), func() {
 		ws.mu.Lock()
 		if w.lingerGen != gen || ws.m[w.key] != w {
 			ws.mu.Unlock()
@@ -181,7 +180,7 @@ func (ws *appWatchers) release(s *appSubscription) {
 		delete(ws.m, w.key)
 		ws.mu.Unlock()
 		w.stop()
-		ws.logInfo("sparkeks: stopped watching SparkApplications (no job follows one)", "host", w.cl.host, "namespace", w.namespace)
+		ws.logAt(slog.LevelInfo, "sparkeks: stopped watching SparkApplications (no job follows one)", "host", w.cl.host, "namespace", w.namespace)
 	})
 }
 
@@ -189,26 +188,17 @@ func (ws *appWatchers) release(s *appSubscription) {
 // plugin's end; tests). Open subscriptions keep their last cache.
 func (ws *appWatchers) stopAll() {
 	ws.mu.Lock()
-	all := make([]*appWatcher, 0, len(ws.m))
-	for k, w := range ws.m {
-		all = append(all, w)
-		delete(ws.m, k)
-	}
+	all := slices.Collect(maps.Values(ws.m))
+	clear(ws.m)
 	ws.mu.Unlock()
 	for _, w := range all {
 		w.stop()
 	}
 }
 
-func (ws *appWatchers) logInfo(msg string, args ...any) {
+func (ws *appWatchers) logAt(level slog.Level, msg string, args ...any) {
 	if ws.log != nil {
-		ws.log.Info(msg, args...)
-	}
-}
-
-func (ws *appWatchers) logWarn(msg string, args ...any) {
-	if ws.log != nil {
-		ws.log.Warn(msg, args...)
+		ws.log.Log(context.Background(), level, msg, args...)
 	}
 }
 
@@ -333,11 +323,11 @@ func (w *appWatcher) add(s *appSubscription) {
 func (w *appWatcher) remove(s *appSubscription) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if m := w.subs[s.name]; m != nil {
-		if _, ok := m[s]; ok {
-			delete(m, s)
-			w.n--
-		}
+	// No set is left empty, so one without s needs no cleaning.
+	m := w.subs[s.name]
+	if _, ok := m[s]; ok {
+		delete(m, s)
+		w.n--
 		if len(m) == 0 {
 			delete(w.subs, s.name)
 		}
@@ -345,11 +335,9 @@ func (w *appWatcher) remove(s *appSubscription) int {
 	return w.n
 }
 
-// wake wakes the subscribers of the application name.
+// wake wakes the subscribers of the application name. No one subscribes
+// to "" (an object without a name).
 func (w *appWatcher) wake(name string) {
-	if name == "" {
-		return
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for s := range w.subs[name] {
@@ -369,9 +357,9 @@ func (w *appWatcher) wakeAll() {
 
 func (w *appWatcher) healthChanged(what string, h informerHealth) {
 	if h.Err != nil {
-		w.ws.logWarn("sparkeks: the API server refuses to list or watch "+what, "host", w.cl.host, "namespace", w.namespace, "err", h.Err)
+		w.ws.logAt(slog.LevelWarn, "sparkeks: the API server refuses to list or watch "+what, "host", w.cl.host, "namespace", w.namespace, "err", h.Err)
 	} else {
-		w.ws.logInfo("sparkeks: listing and watching "+what+" again", "host", w.cl.host, "namespace", w.namespace)
+		w.ws.logAt(slog.LevelInfo, "sparkeks: listing and watching "+what+" again", "host", w.cl.host, "namespace", w.namespace)
 	}
 	w.wakeAll()
 }
@@ -432,15 +420,15 @@ func (s *appSubscription) close() {
 // and after it nil still needs confirmGone.
 func (s *appSubscription) app() (app *unstructured.Unstructured, synced bool) {
 	synced = s.w.apps.HasSynced()
-	obj, ok, err := s.w.apps.GetIndexer().GetByKey(s.w.namespace + "/" + s.name)
-	if err != nil || !ok {
-		return nil, synced
-	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, synced
-	}
-	return u.DeepCopy(), synced
+	return cached[*unstructured.Unstructured](s.w.apps, s.w.namespace+"/"+s.name).DeepCopy(), synced
+}
+
+// cached is the object an informer's cache holds under key, or nil. The
+// cache is in memory, so GetByKey never fails.
+func cached[T any](i cache.SharedIndexInformer, key string) T {
+	obj, _, _ := i.GetIndexer().GetByKey(key)
+	t, _ := obj.(T)
+	return t
 }
 
 // driverPod is the application's driver pod as the cache holds it (a deep
@@ -453,13 +441,11 @@ func (s *appSubscription) app() (app *unstructured.Unstructured, synced bool) {
 func (s *appSubscription) driverPod() (pod *corev1.Pod, synced bool) {
 	synced = s.w.pods.HasSynced()
 	app, _ := s.app()
-	if p := s.namedDriverPod(app); p != nil {
-		return p.DeepCopy(), synced
+	pod = s.namedDriverPod(app)
+	if pod == nil {
+		pod = s.newestDriverPod(app)
 	}
-	if p := s.newestDriverPod(app); p != nil {
-		return p.DeepCopy(), synced
-	}
-	return nil, synced
+	return pod.DeepCopy(), synced
 }
 
 // namedDriverPod is the cached pod the application's
@@ -469,16 +455,8 @@ func (s *appSubscription) namedDriverPod(app *unstructured.Unstructured) *corev1
 	if app == nil {
 		return nil
 	}
-	name, _, _ := unstructured.NestedString(app.Object, "status", "driverInfo", "podName")
-	if name == "" {
-		return nil
-	}
-	obj, ok, err := s.w.pods.GetIndexer().GetByKey(s.w.namespace + "/" + name)
-	if err != nil || !ok {
-		return nil
-	}
-	p, _ := obj.(*corev1.Pod)
-	return p
+	// No pod is cached under the name "".
+	return cached[*corev1.Pod](s.w.pods, s.w.namespace+"/"+statusOf(app).DriverPod)
 }
 
 // newestDriverPod is the newest cached driver pod labelled with the
@@ -512,14 +490,10 @@ func (s *appSubscription) newestDriverPod(app *unstructured.Unstructured) *corev
 // other error is returned as it is (classify it with transient/apiRefused).
 func (s *appSubscription) confirmGone(ctx context.Context) (gone bool, app *unstructured.Unstructured, err error) {
 	app, err = s.w.cl.dyn.Resource(GVR).Namespace(s.w.namespace).Get(ctx, s.name, metav1.GetOptions{})
-	switch {
-	case err == nil:
-		return false, app, nil
-	case apierrors.IsNotFound(err):
+	if apierrors.IsNotFound(err) {
 		return true, nil, nil
-	default:
-		return false, nil, err
 	}
+	return false, app, err // app is nil with an error
 }
 
 // health is how the informers' requests to the API server fare. The
@@ -579,8 +553,7 @@ func (t *healthTracker) get() informerHealth {
 // or a resource version expired (410: the reflector lists again) is no
 // failure.
 func (t *healthTracker) request(err error) {
-	if t.ctx.Err() != nil || (err != nil && (errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) ||
-		apierrors.IsGone(err) || errors.Is(err, context.Canceled))) {
+	if t.ctx.Err() != nil || isAny(err, noFailures) {
 		return
 	}
 	t.mu.Lock()
@@ -590,15 +563,21 @@ func (t *healthTracker) request(err error) {
 		t.h = informerHealth{LastOK: now}
 	} else {
 		t.h.Err = err
-		if !wasFailing {
-			t.h.ErrSince = now
-		}
+		t.h.ErrSince = cmp.Or(t.h.ErrSince, now) // zero while not failing
 	}
 	h := t.h
 	t.mu.Unlock()
 	if wasFailing != (h.Err != nil) {
 		t.onChange(h)
 	}
+}
+
+// noFailures are the request errors that say nothing of the informer's
+// health. None matches nil.
+var noFailures = []func(error) bool{
+	func(err error) bool { return errors.Is(err, io.EOF) },
+	apierrors.IsResourceExpired, apierrors.IsGone,
+	func(err error) bool { return errors.Is(err, context.Canceled) },
 }
 
 // watchError takes the reflector's report of a failed list-and-watch
@@ -696,32 +675,32 @@ func (p observedPods) Watch(ctx context.Context, o metav1.ListOptions) (watch.In
 
 // objectName is the name of an informer's object, or of a deleted one's.
 func objectName(obj any) string {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
+	m := metaOf(obj)
+	if m == nil {
 		return ""
 	}
 	return m.GetName()
+}
+
+// metaOf is the metadata of an informer's object, or of a deleted one's,
+// nil when it has none.
+func metaOf(obj any) metav1.Object {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, _ := meta.Accessor(obj) // nil on error
+	return m
 }
 
 // podAppName is the application a driver pod belongs to: its
 // sparkoperator.k8s.io/app-name label, else its name without the
 // operator's "-driver" suffix.
 func podAppName(obj any) string {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
+	m := metaOf(obj)
+	if m == nil {
 		return ""
 	}
-	if n := m.GetLabels()[labelOperatorAppName]; n != "" {
-		return n
-	}
-	n, _ := strings.CutSuffix(m.GetName(), "-driver")
-	return n
+	return cmp.Or(m.GetLabels()[labelOperatorAppName], strings.TrimSuffix(m.GetName(), "-driver"))
 }
 
 // stripManagedFields drops what the cache never needs (and is most of a

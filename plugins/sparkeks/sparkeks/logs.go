@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,10 +59,7 @@ func (c *logCursor) accept(ts time.Time) bool {
 // splitTimestamp splits a line of a Timestamps: true log into its
 // RFC 3339 timestamp and the rest. ok is false when it has none.
 func splitTimestamp(line string) (time.Time, string, bool) {
-	stamp, rest, found := strings.Cut(line, " ")
-	if !found {
-		stamp, rest = line, ""
-	}
+	stamp, rest, _ := strings.Cut(line, " ") // without a space: line, ""
 	ts, err := time.Parse(time.RFC3339Nano, stamp)
 	if err != nil {
 		return time.Time{}, line, false
@@ -78,19 +76,10 @@ func copyLog(r io.Reader, w io.Writer, c *logCursor, advanced func(LogPosition))
 	br := bufio.NewReaderSize(r, 64<<10)
 	var buf bytes.Buffer
 	pending := c.pos
-	flush := func() error {
-		if buf.Len() == 0 {
-			return nil
-		}
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			return fmt.Errorf("writing the driver log: %w", err)
-		}
-		buf.Reset()
-		advanced(pending)
-		return nil
-	}
-	for {
-		line, err := br.ReadString('\n')
+	var err error
+	for err == nil {
+		var line string
+		line, err = br.ReadString('\n')
 		if line != "" {
 			text := strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
 			ts, rest, ok := splitTimestamp(text)
@@ -102,18 +91,18 @@ func copyLog(r io.Reader, w io.Writer, c *logCursor, advanced func(LogPosition))
 		}
 		// Write what was read whenever the stream has nothing more at hand,
 		// so a following stream's lines appear as they come.
-		if err != nil || br.Buffered() == 0 || buf.Len() >= logFlushBytes {
-			if ferr := flush(); ferr != nil {
-				return ferr
+		if buf.Len() > 0 && (err != nil || br.Buffered() == 0 || buf.Len() >= logFlushBytes) {
+			if _, werr := w.Write(buf.Bytes()); werr != nil {
+				return fmt.Errorf("writing the driver log: %w", werr)
 			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
+			buf.Reset()
+			advanced(pending)
 		}
 	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
 }
 
 // logFollower streams the driver pod's log into the job's stdout, from the
@@ -198,20 +187,21 @@ func (f *logFollower) run(ctx context.Context) {
 		if errors.As(err, &werr) {
 			return // the job's output is refused: the job is ending
 		}
+		wait := f.interval
 		var ns *notStartedError
-		notStarted := errors.As(err, &ns)
-		if err != nil && !notStarted && !f.warned {
+		switch {
+		case errors.As(err, &ns):
+			if ns.cached {
+				// Asking the cache again costs no request. Start reading soon
+				// after the container does.
+				wait = min(wait, time.Second)
+			}
+		case err != nil && !f.warned:
 			f.warned = true
 			f.notef("driver logs unavailable: %v; following the application status only (retrying every %s)", err, f.interval)
 		}
 		if final {
 			return
-		}
-		wait := f.interval
-		if notStarted && ns.cached {
-			// Asking the cache again costs no request. Start reading soon
-			// after the container does.
-			wait = min(wait, time.Second)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -349,19 +339,14 @@ func (f *logFollower) advance(p LogPosition) {
 }
 
 // containerOf picks the driver's container of a pod that may have sidecars.
+// It is the one named spark-kubernetes-driver, else the first.
 func containerOf(pod *corev1.Pod) string {
-	if len(pod.Spec.Containers) == 1 {
-		return pod.Spec.Containers[0].Name
+	cs := pod.Spec.Containers
+	if len(cs) == 0 {
+		return ""
 	}
-	for _, c := range pod.Spec.Containers {
-		if c.Name == driverContainer {
-			return c.Name
-		}
-	}
-	if len(pod.Spec.Containers) > 0 {
-		return pod.Spec.Containers[0].Name
-	}
-	return ""
+	i := slices.IndexFunc(cs, func(c corev1.Container) bool { return c.Name == driverContainer })
+	return cs[max(i, 0)].Name // IndexFunc's -1: none is
 }
 
 type writerFunc func([]byte) (int, error)

@@ -1,8 +1,6 @@
 package sparkeks
 
 import (
-	"strings"
-
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -39,9 +37,8 @@ func ConfigMapName(jobID string) string { return AppName(jobID) + "-query" }
 // (job IDs are lowercase UUIDs, which do).
 func checkNames(jobID string) error {
 	for _, n := range []string{AppName(jobID), ConfigMapName(jobID)} {
-		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
-			return dec.Errorf("job ID %q gives the name %q, which Kubernetes refuses (%s); job IDs must be lowercase UUIDs",
-				jobID, n, strings.Join(errs, "; "))
+		if err := invalid(validation.IsDNS1123Label(n), "job ID %q gives the name %q, which Kubernetes refuses (%s); job IDs must be lowercase UUIDs", jobID, n); err != nil {
+			return err
 		}
 	}
 	return nil

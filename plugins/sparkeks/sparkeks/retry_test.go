@@ -1,6 +1,7 @@
 package sparkeks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -54,7 +55,7 @@ func TestRetryAdoptsEarlierAttempt(t *testing.T) {
 		{"FAILING", "FAILED", true},
 		{"COMPLETED", "", false}, // success at once
 	} {
-		t.Run(orText(tc.state, "new"), func(t *testing.T) {
+		t.Run(cmp.Or(tc.state, "new"), func(t *testing.T) {
 			e := newEnv(t)
 			job := newJob(t, nil)
 			old := e.createAttempt(t, job, 1, tc.state, "")

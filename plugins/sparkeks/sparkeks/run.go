@@ -1,6 +1,7 @@
 package sparkeks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,9 @@ type run struct {
 	rt  plugin.Runtime
 	cfg Config
 	cl  *clients
-	h   *Handle
+	// h is the job's handle. It holds only the application's name until
+	// the application is created or found (Submitted).
+	h *Handle
 	// started is when this run began. The timeout counts from it until the
 	// application's creation is known.
 	started     time.Time
@@ -44,11 +47,8 @@ type run struct {
 }
 
 func (p *Plugin) newRun(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*run, error) {
-	cfg, err := parseConfig(job.Config, job.Context)
+	cfg, err := parseJob(job)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkNames(job.ID); err != nil {
 		return nil, err
 	}
 	cl, err := p.clients.get(ctx, cfg.Access)
@@ -59,6 +59,7 @@ func (p *Plugin) newRun(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 	j.Attempt = max(j.Attempt, 1)
 	return &run{
 		p: p, job: &j, rt: rt, cfg: cfg, cl: cl,
+		h:           &Handle{Version: handleVersion, JobAttempt: j.Attempt, Name: AppName(j.ID), Namespace: cfg.Namespace},
 		started:     time.Now(),
 		callTimeout: min(max(3*cfg.PollInterval, 5*time.Second), 30*time.Second),
 	}, nil
@@ -108,7 +109,7 @@ func (r *run) deadline() time.Time {
 	if r.cfg.Timeout == 0 {
 		return time.Time{}
 	}
-	if r.h != nil && !r.h.CreatedAt.IsZero() {
+	if !r.h.CreatedAt.IsZero() {
 		return r.h.CreatedAt.Add(r.cfg.Timeout)
 	}
 	return r.started.Add(r.cfg.Timeout)
@@ -133,7 +134,7 @@ func (r *run) call(ctx context.Context, what string, f func(context.Context) err
 		if err := r.keepTrying(err, &refusedSince); err != nil {
 			return err
 		}
-		if failures == 1 || failures%10 == 0 {
+		if noted(failures) {
 			r.notef("%s: %v (retrying)", what, err)
 		}
 		r.p.log.Warn("sparkeks: transient API error", "job", r.job.ID, "what", what, "err", err, "failures", failures)
@@ -153,20 +154,22 @@ func (r *run) call(ctx context.Context, what string, f func(context.Context) err
 // accepted yet (the transport dropped it on the 401, so the next request
 // carries a new one), or an access entry being replaced.
 func (r *run) keepTrying(err error, refusedSince *time.Time) error {
-	if !apiRefused(err) {
-		if transient(err) {
-			return nil
-		}
+	switch {
+	case transient(err): // never a refusal
+		return nil
+	case !apiRefused(err):
 		return err
 	}
-	if refusedSince.IsZero() {
-		*refusedSince = time.Now()
-	}
+	*refusedSince = cmp.Or(*refusedSince, time.Now()) // set once: zero until then
 	if time.Since(*refusedSince) >= r.cfg.AuthGrace {
 		return &refusedError{err: err, grace: r.cfg.AuthGrace}
 	}
 	return nil
 }
+
+// noted says whether the nth failure in a row of a retried request is
+// reported: the first and every tenth.
+func noted(n int) bool { return n == 1 || n%10 == 0 }
 
 // capToDeadline shortens a wait to the job's deadline, if it has one. It
 // returns errTimedOut once the deadline has passed.
@@ -201,7 +204,7 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 		return r.timedOut(ctx)
 	case ctx.Err() != nil, errors.As(err, &pe):
 		return err
-	case r.h != nil && r.h.Submitted && apiRefused(err):
+	case r.h.Submitted && apiRefused(err):
 		// The application exists and runs on. Only this agent's access is
 		// refused. Its outcome is unknown, and the host's Cleanup (durable,
 		// retried) deletes it later.
@@ -298,7 +301,7 @@ func (r *run) replace(ctx context.Context, old *unstructured.Unstructured, attem
 	fg := metav1.DeletePropagationForeground
 	err := r.call(ctx, "deleting SparkApplication "+r.ref(), func(c context.Context) error {
 		err := r.apps().Delete(c, r.name(), metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: metav1.NewUIDPreconditions(uid)})
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		if deleted(err) {
 			return nil // gone, or already replaced
 		}
 		return err
@@ -316,11 +319,13 @@ func (r *run) replace(ctx context.Context, old *unstructured.Unstructured, attem
 func (r *run) waitGone(ctx context.Context, uid string) error {
 	for {
 		app, err := r.getApp(ctx)
-		if apierrors.IsNotFound(err) || (err == nil && string(app.GetUID()) != uid) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return nil
-		}
-		if err != nil {
+		case err != nil:
 			return r.fail(ctx, "waiting for SparkApplication "+r.ref()+" to be deleted", err)
+		case string(app.GetUID()) != uid:
+			return nil // replaced already
 		}
 		if dl := r.deadline(); !dl.IsZero() && time.Now().After(dl) {
 			return r.timedOut(ctx)
@@ -352,9 +357,6 @@ func (r *run) deleteConfigMap(ctx context.Context) error {
 // this attempt).
 func (r *run) attach(ctx context.Context, app *unstructured.Unstructured, adopted int) error {
 	uid := string(app.GetUID())
-	if r.h == nil {
-		r.h = &Handle{Version: handleVersion, JobAttempt: r.job.Attempt, Name: r.name(), Namespace: r.cfg.Namespace}
-	}
 	if r.h.UID != "" && r.h.UID != uid {
 		r.h.UIDMismatch = fmt.Sprintf("the handle recorded uid %s; found uid %s by name", r.h.UID, uid)
 		r.notef("SparkApplication %s has uid %s, not %s as recorded; following the one that exists", r.ref(), uid, r.h.UID)
@@ -367,10 +369,8 @@ func (r *run) attach(ctx context.Context, app *unstructured.Unstructured, adopte
 		r.h.CreatedAt = time.Time{}
 	}
 	if r.h.CreatedAt.IsZero() {
-		r.h.CreatedAt = app.GetCreationTimestamp().UTC()
-		if r.h.CreatedAt.IsZero() {
-			r.h.CreatedAt = time.Now().UTC()
-		}
+		// A zero time's UTC() is the zero Time, which cmp.Or skips.
+		r.h.CreatedAt = cmp.Or(app.GetCreationTimestamp().UTC(), time.Now().UTC())
 	}
 	if err := r.checkpoint(ctx); err != nil {
 		return err
@@ -464,19 +464,17 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 	if err := r.loadHandle(); err != nil {
 		return true, nil, err
 	}
-	if r.h != nil {
-		// The application is where it was created, whatever the settings say now.
-		r.cfg.Namespace = r.h.Namespace
-		if r.h.Outcome != "" && r.h.Blind {
-			// Decided while the plugin could not see the application: it
-			// may have ended since (or be running on). Look again.
-			r.notef("the recorded outcome (%s) was decided while the API server refused the plugin; looking at SparkApplication %s again", r.h.Outcome, r.ref())
-			r.h.Outcome, r.h.Message, r.h.Blind = "", "", false
-		}
-		if r.h.Outcome != "" {
-			res, err := r.recorded()
-			return true, res, err
-		}
+	// The application is where it was created, whatever the settings say now.
+	r.cfg.Namespace = r.h.Namespace
+	if r.h.Blind { // only ever with an Outcome
+		// Decided while the plugin could not see the application: it
+		// may have ended since (or be running on). Look again.
+		r.notef("the recorded outcome (%s) was decided while the API server refused the plugin; looking at SparkApplication %s again", r.h.Outcome, r.ref())
+		r.h.Outcome, r.h.Message, r.h.Blind = "", "", false
+	}
+	if r.h.Outcome != "" {
+		res, err := r.recorded()
+		return true, res, err
 	}
 	r.notef("resuming job %s (attempt %d): looking for SparkApplication %s", r.job.ID, r.job.Attempt, r.ref())
 	app, err := r.getApp(ctx)
@@ -484,7 +482,7 @@ func (r *run) reattach(ctx context.Context) (done bool, res *plugin.Result, err 
 	case err == nil:
 		return r.reattachTo(ctx, app)
 	case apierrors.IsNotFound(err):
-		if r.h != nil && r.h.Submitted {
+		if r.h.Submitted {
 			return true, nil, r.gone(ctx)
 		}
 		return false, nil, r.submit(ctx)
@@ -526,10 +524,10 @@ func (r *run) reattachTo(ctx context.Context, app *unstructured.Unstructured) (b
 			r.ref(), r.job.Attempt, r.job.ID, labelJobAttempt, app.GetLabels()[labelJobAttempt])
 	case attempt == r.job.Attempt:
 		return false, nil, r.attach(ctx, app, 0)
-	case r.h != nil && r.h.UID == string(app.GetUID()):
+	case r.h.Submitted && r.h.UID == string(app.GetUID()):
 		// The earlier attempt's application this attempt adopted.
 		return false, nil, r.attach(ctx, app, attempt)
-	case r.h != nil && r.h.Submitted:
+	case r.h.Submitted:
 		// This attempt's own application is gone.
 		return true, nil, r.gone(ctx)
 	}
@@ -560,15 +558,10 @@ func (r *run) failRead(ctx context.Context, what string, err error) error {
 // gone ends a job whose submitted application no longer exists. Whether it
 // ran is unknown, and submitting it again could run it twice.
 func (r *run) gone(ctx context.Context) error {
-	msg := fmt.Sprintf("SparkApplication %s (uid %s) no longer exists and its outcome was not recorded; not resubmitting", r.ref(), r.h.UID)
-	if r.h.State != "" {
-		msg += fmt.Sprintf(" (last seen %s)", r.h.State)
-	}
+	msg := fmt.Sprintf("SparkApplication %s (uid %s) no longer exists and its outcome was not recorded; not resubmitting", r.ref(), r.h.UID) +
+		ifSet(" (last seen ", r.h.State, ")")
 	r.stopLogs()
-	r.h.Outcome, r.h.Message = outcomeUnknown, msg
-	if err := r.checkpoint(ctx); err != nil {
-		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
-	}
+	r.recordOutcome(ctx, outcomeUnknown, msg)
 	r.notef("%s", msg)
 	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 }
@@ -721,9 +714,7 @@ func (f *follower) step(ctx context.Context, now time.Time) (done bool, res *plu
 // created and not delivered yet, or deleted. The watch gets a poll interval
 // to deliver it before a GET asks. It reports whether to wait on.
 func (f *follower) awaitDelivery(now time.Time) bool {
-	if f.missingSince.IsZero() {
-		f.missingSince = now
-	}
+	f.missingSince = cmp.Or(f.missingSince, now) // set once: zero until then
 	wait := f.missingSince.Add(goneConfirmDelay(f.r.cfg.PollInterval)).Sub(now)
 	if wait <= 0 {
 		return false
@@ -739,7 +730,7 @@ func (f *follower) get(ctx context.Context, now time.Time) (bool, *plugin.Result
 	gone, got, err := f.s.confirmGone(cctx)
 	cancel()
 	switch {
-	case err == nil && gone:
+	case gone: // only ever with a nil err
 		return true, nil, r.gone(ctx)
 	case err == nil:
 		f.getB.reset()
@@ -758,7 +749,7 @@ func (f *follower) get(ctx context.Context, now time.Time) (bool, *plugin.Result
 // never fails the job by itself. The timeout or ctx ends it.
 func (f *follower) transientGetFailed(now time.Time, err error) {
 	f.transientGets++
-	if f.transientGets == 1 || f.transientGets%10 == 0 {
+	if noted(f.transientGets) {
 		f.r.notef("getting SparkApplication %s: %v (retrying)", f.r.ref(), err)
 	}
 	f.getAgainIn(now, f.getB.next())
@@ -805,10 +796,8 @@ func (r *run) lostTrack(ctx context.Context, what string, err error, refused tim
 	r.stopLogs()
 	msg := fmt.Sprintf("lost track of SparkApplication %s: the API server refused %s for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup deletes it)",
 		r.ref(), what, refused.Round(time.Millisecond), r.cfg.AuthGrace, err)
-	r.h.Outcome, r.h.Message, r.h.Blind = outcomeUnknown, msg, true
-	if cerr := r.checkpoint(ctx); cerr != nil {
-		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", cerr)
-	}
+	r.h.Blind = true
+	r.recordOutcome(ctx, outcomeUnknown, msg)
 	r.notef("%s", msg)
 	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 }
@@ -818,19 +807,23 @@ func (r *run) lostTrack(ctx context.Context, what string, err error, refused tim
 // cannot go on. withLog records the driver log's position in the handle
 // (once per poll).
 func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withLog bool, s *appSubscription) (done bool, res *plugin.Result, err error) {
-	uidChanged, ok := r.followUID(app)
-	if !ok {
+	before := *r.h
+	if !r.followUID(app) {
 		return true, nil, r.gone(ctx)
 	}
 	st := statusOf(app)
-	idsChanged := r.recordIDs(st)
-	driverChanged := r.recordDriver(ctx, st, s)
-	stateChanged := r.recordState(st)
-	logMoved := withLog && r.recordLog()
+	r.recordIDs(st)
+	r.recordDriver(ctx, st, s)
+	r.recordState(st)
+	if withLog {
+		r.recordLog()
+	}
 	if done, res, err := r.outcome(ctx, st, s); done {
 		return true, res, err
 	}
-	if uidChanged || idsChanged || driverChanged || stateChanged || logMoved {
+	// A Handle holds no slice or map: != compares all of it (a new log
+	// position is a new pointer).
+	if *r.h != before {
 		if err := r.checkpoint(ctx); err != nil {
 			return true, nil, err
 		}
@@ -840,45 +833,36 @@ func (r *run) observe(ctx context.Context, app *unstructured.Unstructured, withL
 
 // followUID follows the application by its name when the name belongs to
 // another application now, as long as that one is of this attempt. It
-// reports whether the UID changed, and false when the application is not
-// this attempt's.
-func (r *run) followUID(app *unstructured.Unstructured) (changed, ok bool) {
+// reports false when the application is not this attempt's.
+func (r *run) followUID(app *unstructured.Unstructured) bool {
 	uid := string(app.GetUID())
 	if uid == r.h.UID {
-		return false, true
+		return true
 	}
 	if attempt, ok := attemptOf(app); !ok || attempt != r.job.Attempt {
-		return false, false
+		return false
 	}
 	r.h.UIDMismatch = fmt.Sprintf("followed uid %s; the name now has uid %s", r.h.UID, uid)
 	r.notef("SparkApplication %s now has uid %s, not %s; following the one that exists", r.ref(), uid, r.h.UID)
 	r.h.UID = uid
-	return true, true
+	return true
 }
 
-// recordIDs records the application's Spark ID and error message.
-func (r *run) recordIDs(st appStatus) bool {
-	changed := false
-	if st.SparkApplicationID != "" && st.SparkApplicationID != r.h.SparkApplicationID {
-		r.h.SparkApplicationID, changed = st.SparkApplicationID, true
-	}
-	if st.ErrorMessage != r.h.ErrorMessage {
-		r.h.ErrorMessage, changed = st.ErrorMessage, true
-	}
-	return changed
+// recordIDs records the application's Spark ID (once it has one) and error
+// message.
+func (r *run) recordIDs(st appStatus) {
+	r.h.SparkApplicationID = cmp.Or(st.SparkApplicationID, r.h.SparkApplicationID)
+	r.h.ErrorMessage = st.ErrorMessage
 }
 
 // recordDriver records the application's driver pod and follows its log.
-func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription) bool {
-	changed := false
+func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription) {
 	if st.DriverPod != "" && st.DriverPod != r.h.DriverPod {
-		if r.h.DriverPod != "" {
-			// A new driver (the operator retried the submission). Its log
-			// starts over.
-			r.stopLogs()
-			r.h.Log = nil
-		}
-		r.h.DriverPod, changed = st.DriverPod, true
+		// A new driver (the operator retried the submission), or the first
+		// (no log followed nor copied yet). Its log starts over.
+		r.stopLogs()
+		r.h.Log = nil
+		r.h.DriverPod = st.DriverPod
 	}
 	if r.logs == nil && r.h.DriverPod != "" {
 		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log,
@@ -889,58 +873,54 @@ func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription
 		// upgraded, behind in its workqueue): a driver that started is past
 		// startup whatever the application's state still says.
 		if p, _ := s.driverPod(); driverStarted(p) {
-			r.h.EverRunning, changed = true, true
+			r.h.EverRunning = true
 			r.notef("driver pod %s is %s while SparkApplication %s is still %s: spark-operator is behind; startup_timeout no longer applies",
-				p.Name, p.Status.Phase, r.ref(), orText(st.State, "new"))
+				p.Name, p.Status.Phase, r.ref(), cmp.Or(st.State, "new"))
 		}
 	}
-	return changed
 }
 
 // recordState records the application's state, whether it ever ran, and
 // since when it is UNKNOWN.
-func (r *run) recordState(st appStatus) bool {
-	changed := false
+func (r *run) recordState(st appStatus) {
 	if st.State != r.h.State {
-		r.h.State, changed = st.State, true
+		r.h.State = st.State
 		r.notef("%s", stateNote(r.ref(), st))
 	}
-	if !r.h.EverRunning && !isStartupState(st.State) && st.State != stateSubmissionFailed {
-		r.h.EverRunning, changed = true, true
+	if !isStartupState(st.State) && st.State != stateSubmissionFailed {
+		r.h.EverRunning = true
 	}
-	ph := phaseOf(st.State)
 	switch {
-	case ph == phaseUnknown && r.h.UnknownSince == nil:
+	case phaseOf(st.State) != phaseUnknown:
+		r.h.UnknownSince = nil
+	case r.h.UnknownSince == nil:
 		now := time.Now().UTC()
-		r.h.UnknownSince, changed = &now, true
-	case ph != phaseUnknown && r.h.UnknownSince != nil:
-		r.h.UnknownSince, changed = nil, true
+		r.h.UnknownSince = &now
 	}
-	return changed
 }
 
 // stateNote says which state the application is in now.
 func stateNote(ref string, st appStatus) string {
-	msg := fmt.Sprintf("SparkApplication %s is %s", ref, orDash(st.State))
-	if st.SparkApplicationID != "" {
-		msg += " (" + st.SparkApplicationID + ")"
+	return fmt.Sprintf("SparkApplication %s is %s", ref, cmp.Or(st.State, "-")) +
+		ifSet(" (", st.SparkApplicationID, ")") + ifSet(": ", st.ErrorMessage, "")
+}
+
+// ifSet is s between before and after, or "" when s is.
+func ifSet(before, s, after string) string {
+	if s == "" {
+		return ""
 	}
-	if st.ErrorMessage != "" {
-		msg += ": " + st.ErrorMessage
-	}
-	return msg
+	return before + s + after
 }
 
 // recordLog records how far the driver's log was copied.
-func (r *run) recordLog() bool {
+func (r *run) recordLog() {
 	if r.logs == nil {
-		return false
+		return
 	}
-	pos, moved := r.logs.position()
-	if moved {
+	if pos, moved := r.logs.position(); moved {
 		r.h.Log = &pos
 	}
-	return moved
 }
 
 // outcome ends the job when the application's state decides it: succeeded,
@@ -957,7 +937,7 @@ func (r *run) outcome(ctx context.Context, st appStatus, s *appSubscription) (bo
 		r.end(ctx, outcomeUnknown, msg)
 		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 	case ph == phaseFailed:
-		msg := fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, orText(st.ErrorMessage, "no error message"))
+		msg := fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"))
 		r.end(ctx, outcomeFailed, msg)
 		return true, nil, plugin.Errorf(failedClass(st.State), "sparkeks: %s", msg)
 	case decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout):
@@ -981,9 +961,14 @@ func (r *run) end(ctx context.Context, outcome, msg string) {
 		}
 		r.logs = nil
 	}
+	r.recordOutcome(ctx, outcome, msg)
+}
+
+// recordOutcome checkpoints the job's outcome. A failed checkpoint is
+// logged: the outcome is known all the same, and the agent records it.
+func (r *run) recordOutcome(ctx context.Context, outcome, msg string) {
 	r.h.Outcome, r.h.Message = outcome, msg
 	if err := r.checkpoint(ctx); err != nil {
-		// The outcome is known all the same. The agent records it.
 		r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
 	}
 }
@@ -1007,7 +992,7 @@ func (r *run) timedOut(ctx context.Context) error {
 // the application.
 func (r *run) stuck(ctx context.Context, st appStatus, s *appSubscription) error {
 	r.stopLogs()
-	reason := fmt.Sprintf("no driver pod after %s (state %s)", r.cfg.StartupTimeout, orText(st.State, "new"))
+	reason := fmt.Sprintf("no driver pod after %s (state %s)", r.cfg.StartupTimeout, cmp.Or(st.State, "new"))
 	p, synced := s.driverPod()
 	_, podsHealth := s.health()
 	switch {
@@ -1018,7 +1003,7 @@ func (r *run) stuck(ctx context.Context, st appStatus, s *appSubscription) error
 	case !synced:
 		reason += "; the driver pods were not listed yet"
 	}
-	return r.failAndDelete(ctx, fmt.Sprintf("did not reach RUNNING within startup_timeout %s of its creation (state %s): %s", r.cfg.StartupTimeout, orText(st.State, "new"), reason))
+	return r.failAndDelete(ctx, fmt.Sprintf("did not reach RUNNING within startup_timeout %s of its creation (state %s): %s", r.cfg.StartupTimeout, cmp.Or(st.State, "new"), reason))
 }
 
 // podWaiting says why a pod has not started: its containers' waiting
@@ -1028,15 +1013,11 @@ func podWaiting(p *corev1.Pod) string {
 	var parts []string
 	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
 		if w := cs.State.Waiting; w != nil {
-			s := "container " + cs.Name + " waiting: " + w.Reason
-			if w.Message != "" {
-				s += ": " + w.Message
-			}
-			parts = append(parts, s)
+			parts = append(parts, "container "+cs.Name+" waiting: "+w.Reason+ifSet(": ", w.Message, ""))
 		}
 	}
 	if len(parts) == 0 {
-		s := "is " + orText(string(p.Status.Phase), "Pending")
+		s := "is " + cmp.Or(string(p.Status.Phase), "Pending")
 		for _, c := range p.Status.Conditions {
 			if c.Status != corev1.ConditionTrue && c.Message != "" {
 				s += fmt.Sprintf("; %s: %s", c.Type, c.Message)
@@ -1054,22 +1035,15 @@ func podWaiting(p *corev1.Pod) string {
 // queues it durably for every failed attempt and retries it) deletes it.
 // The handle, checkpointed here, names the UID Cleanup deletes.
 func (r *run) failAndDelete(ctx context.Context, why string) error {
-	uid := ""
-	if r.h != nil {
-		uid = r.h.UID
-	}
 	msg := "SparkApplication " + r.ref() + " " + why
-	if err := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, uid, r.job.Attempt, r.callTimeout); err != nil {
+	if err := deleteJobObjects(context.WithoutCancel(ctx), r.cl, r.cfg.Namespace, r.job.ID, r.h.UID, r.job.Attempt, r.callTimeout); err != nil {
 		msg += fmt.Sprintf("; deleting it failed (%v): it may still be running until the agent's Cleanup, which retries, deletes it", err)
 	} else {
 		msg += "; deleted it"
 	}
 	r.notef("%s", msg)
-	if r.h != nil {
-		r.h.Outcome, r.h.Message = outcomeFailed, msg
-		if err := r.checkpoint(ctx); err != nil {
-			r.p.log.Warn("checkpointing the outcome", "job", r.job.ID, "err", err)
-		}
+	if r.h.Submitted {
+		r.recordOutcome(ctx, outcomeFailed, msg)
 	}
 	return plugin.Errorf(plugin.Permanent, "sparkeks: %s", msg)
 }
@@ -1090,28 +1064,11 @@ func (r *run) result() *plugin.Result {
 		SparkApplicationID: r.h.SparkApplicationID, DriverPod: r.h.DriverPod,
 	}
 	b, _ := json.Marshal(o) // plain strings: cannot fail
-	msg := fmt.Sprintf("SparkApplication %s/%s %s", o.Namespace, o.Name, o.State)
-	if o.SparkApplicationID != "" {
-		msg += " (" + o.SparkApplicationID + ")"
-	}
+	msg := fmt.Sprintf("SparkApplication %s/%s %s", o.Namespace, o.Name, o.State) + ifSet(" (", o.SparkApplicationID, ")")
 	return &plugin.Result{Output: b, Message: msg}
-}
-
-func orDash(s string) string { return orText(s, "-") }
-
-func orText(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // ownedBy reports whether refs name the object with uid.
 func ownedBy(refs []metav1.OwnerReference, uid string) bool {
-	for _, ref := range refs {
-		if string(ref.UID) == uid {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(refs, func(ref metav1.OwnerReference) bool { return string(ref.UID) == uid })
 }

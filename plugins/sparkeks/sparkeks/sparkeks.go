@@ -9,6 +9,7 @@
 package sparkeks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -97,10 +98,7 @@ func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 // success. A transient failure is Retriable (the host's cleanup queue
 // retries it).
 func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
-	cfg, err := parseConfig(job.Config, job.Context)
-	if err == nil {
-		err = checkNames(job.ID)
-	}
+	cfg, err := parseJob(job)
 	if err != nil {
 		// Execute validates the same settings before creating anything, so
 		// a job whose settings do not parse has nothing to delete. Failing
@@ -114,19 +112,24 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	}
 	namespace, uid := cfg.Namespace, ""
 	if len(job.Handle) > 0 {
-		h, err := decodeHandle(job.Handle)
-		switch {
-		case err != nil:
+		if h, err := decodeHandle(job.Handle); err != nil {
 			// Fall back to the attempt label, which is as safe.
 			p.log.Warn("cleanup: unreadable handle; deleting by the attempt label", "job", job.ID, "err", err)
-		default:
-			if h.Namespace != "" {
-				namespace = h.Namespace
-			}
-			uid = h.UID
+		} else {
+			namespace, uid = cmp.Or(h.Namespace, namespace), h.UID
 		}
 	}
 	return deleteJobObjects(ctx, cl, namespace, job.ID, uid, max(job.Attempt, 1), requestTimeout)
+}
+
+// parseJob is the job's settings, once its ID is known to make valid
+// Kubernetes names.
+func parseJob(job *plugin.Job) (Config, error) {
+	cfg, err := parseConfig(job.Config, job.Context)
+	if err != nil {
+		return Config{}, err
+	}
+	return cfg, checkNames(job.ID)
 }
 
 // deleteJobObjects deletes a job's SparkApplication and its ConfigMap, of
