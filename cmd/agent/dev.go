@@ -95,10 +95,11 @@ func (a *app) runDev(ctx context.Context, o devOptions) error {
 // func it returns, even on error, stops what it started, in reverse order.
 func (a *app) startDevServices(ctx context.Context, cfg *config.Config, o devOptions, log *slog.Logger) (func(), error) {
 	var stops stopList
-	runDir, err := filepath.Abs(filepath.Join(o.dataDir, "run"))
+	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return stops.run, fmt.Errorf("--data-dir: %w", err)
 	}
+	runDir := filepath.Join(dataDir, "run")
 	ecsRunning, err := a.startDevECS(ctx, cfg, runDir, o.keepEmulator, &stops)
 	if err != nil {
 		return stops.run, err
@@ -111,7 +112,7 @@ func (a *app) startDevServices(ctx context.Context, cfg *config.Config, o devOpt
 		stops.add(remove)
 	}
 	if cfg.DatabaseURL == "" {
-		stopPG, err := a.devPostgres(ctx, cfg, o.dataDir, log)
+		stopPG, err := a.devPostgres(ctx, cfg, dataDir, log)
 		if err != nil {
 			return stops.run, err
 		}
@@ -174,17 +175,14 @@ func (a *app) devConfig(listen string) (*config.Config, error) {
 }
 
 // devPostgres starts the private PostgreSQL under dataDir/pgdata and points
-// cfg at it. It returns the func that stops it.
+// cfg at it. dataDir is absolute. It returns the func that stops it.
 func (a *app) devPostgres(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (func(), error) {
-	abs, err := filepath.Abs(filepath.Join(dataDir, "pgdata"))
-	if err != nil {
+	pgdata := filepath.Join(dataDir, "pgdata")
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
-		return nil, fmt.Errorf("--data-dir: %w", err)
-	}
-	fmt.Fprintf(a.stderr, "starting a private PostgreSQL in %s (set DATABASE_URL to use your own)\n", abs)
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: abs, Persistent: true, Port: 0, Logger: log})
+	fmt.Fprintf(a.stderr, "starting a private PostgreSQL in %s (set DATABASE_URL to use your own)\n", pgdata)
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: pgdata, Persistent: true, Port: 0, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("starting the private PostgreSQL: %w", err)
 	}
@@ -302,11 +300,12 @@ func (a *app) demo(ctx context.Context, c *client.Client, command string) error 
 	return nil
 }
 
+// relPath is p relative to the working directory when that is shorter.
+// Without a working directory Rel fails on the absolute p, which is kept.
 func relPath(p string) string {
-	if wd, err := os.Getwd(); err == nil {
-		if r, err := filepath.Rel(wd, p); err == nil && len(r) < len(p) {
-			return r
-		}
+	wd, _ := os.Getwd()
+	if r, err := filepath.Rel(wd, p); err == nil && len(r) < len(p) {
+		return r
 	}
 	return p
 }

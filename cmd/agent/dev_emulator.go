@@ -104,21 +104,20 @@ func writeRunFile(path string, run emulatorRun) error {
 	return nil
 }
 
-func readRunFile(path string) (emulatorRun, error) {
+// readRunFile reads the emulator recorded at path. It returns the zero
+// emulatorRun, whose pid 0 no process has, when there is none.
+func readRunFile(path string) emulatorRun {
 	var run emulatorRun
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return run, err
+	b, _ := os.ReadFile(path) // a missing file is nil, which does not parse
+	if json.Unmarshal(b, &run) != nil {
+		return emulatorRun{}
 	}
-	if err := json.Unmarshal(b, &run); err != nil {
-		return run, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return run, nil
+	return run
 }
 
 // removeRunFileIfOurs leaves a file a newer emulator wrote alone.
 func removeRunFileIfOurs(path string, pid int) {
-	if run, err := readRunFile(path); err == nil && run.PID == pid {
+	if readRunFile(path).PID == pid {
 		_ = os.Remove(path)
 	}
 }
@@ -126,8 +125,8 @@ func removeRunFileIfOurs(path string, pid int) {
 // runningEmulator reads the run file at path and reports whether the
 // emulator it names answers.
 func runningEmulator(ctx context.Context, path string) (emulatorRun, bool) {
-	run, err := readRunFile(path)
-	if err != nil || !processAlive(run.PID) || run.URL == "" {
+	run := readRunFile(path)
+	if !processAlive(run.PID) || run.URL == "" {
 		return run, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -232,12 +231,10 @@ func processAlive(pid int) bool {
 	if err != nil {
 		return true // no /proc: trust kill(0)
 	}
-	// Field 3, after the parenthesised command name, is the state.
+	// Field 3, after the parenthesised command name and a space, is the
+	// state.
 	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
+	return !strings.HasPrefix(s[strings.LastIndexByte(s, ')')+1:], " Z")
 }
 
 // writeDevPID records this process for `tether dev stop`. remove deletes
@@ -296,9 +293,7 @@ func (a *app) runDevStop(ctx context.Context, dataDir string) error {
 	devPID := filepath.Join(runDir, devPIDFile)
 	stop("tether dev", devPID, readPID(devPID), syscall.SIGTERM, "dev")
 	emuFile := filepath.Join(runDir, emulatorRunFile)
-	if run, err := readRunFile(emuFile); err == nil {
-		stop("the ECS emulator", emuFile, run.PID, syscall.SIGTERM, "emulator")
-	}
+	stop("the ECS emulator", emuFile, readRunFile(emuFile).PID, syscall.SIGTERM, "emulator")
 	// postmaster.pid's first line is the server's pid. SIGINT is its fast
 	// shutdown.
 	stop("the private PostgreSQL", "", readPID(filepath.Join(dataDir, "pgdata", "postmaster.pid")), syscall.SIGINT, "postgres")
@@ -324,10 +319,7 @@ func cmdlineHas(pid int, word string) bool {
 // readPID reads the pid on the first line of a pid file. It returns 0 when
 // there is none.
 func readPID(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
+	b, _ := os.ReadFile(path) // a missing file is nil, which holds no pid
 	line, _, _ := strings.Cut(string(b), "\n")
 	pid, err := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil {

@@ -167,12 +167,14 @@ func (a *app) printStatus(j api.JobDetail) {
 func (a *app) followPrinter(split, stamps, statuses bool) *logPrinter {
 	p := &logPrinter{out: a.stdout, errOut: a.stdout, notices: a.stderr, stamps: stamps}
 	switch {
-	case a.machine() && !statuses:
-		p.records = json.NewEncoder(a.stdout)
-	case a.machine():
+	case !a.machine():
+		if split {
+			p.errOut = a.stderr
+		}
+	case statuses:
 		p.out, p.errOut = a.stderr, a.stderr
-	case split:
-		p.errOut = a.stderr
+	default:
+		p.records = json.NewEncoder(a.stdout)
 	}
 	return p
 }

@@ -101,15 +101,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if err == nil {
 		return 0
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintf(a.stderr, "tether: %v\n", ee.err)
-		}
-		return ee.code
+	// Any other error exits 1 with its message.
+	ee := &exitError{code: 1, err: err}
+	errors.As(err, &ee)
+	if ee.err != nil {
+		fmt.Fprintf(a.stderr, "tether: %v\n", ee.err)
 	}
-	fmt.Fprintf(a.stderr, "tether: %v\n", err)
-	return 1
+	return ee.code
 }
 
 func (a *app) rootCmd() *cobra.Command {

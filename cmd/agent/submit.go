@@ -231,8 +231,11 @@ func readContextFlag(base string) (map[string]any, error) {
 		}
 		raw = b
 	}
-	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return nil, fmt.Errorf("--context must be a JSON object: %v", errOr(err, "got null"))
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("--context must be a JSON object: %v", err)
+	}
+	if obj == nil {
+		return nil, errors.New("--context must be a JSON object: got null")
 	}
 	return obj, nil
 }
@@ -264,13 +267,6 @@ func parseJSONValue(v string) (any, error) {
 		return nil, fmt.Errorf("value is not JSON: %v", err)
 	}
 	return val, nil
-}
-
-func errOr(err error, msg string) string {
-	if err != nil {
-		return err.Error()
-	}
-	return msg
 }
 
 // setPath sets a dotted key ("env.GREETING") in obj, creating objects.
