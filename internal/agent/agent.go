@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tetherjobs/tether/internal/api"
@@ -628,14 +628,10 @@ func poolConfigFor(databaseURL, setting string, connectTimeout time.Duration) (*
 		// effort there. Say what is wrong without echoing it.
 		return nil, fmt.Errorf("%s: cannot be parsed as a postgres:// URL or key=value connection string (value not shown: it may hold a password); check its syntax, and percent-encode special characters in the password", setting)
 	}
-	applyConnectTimeout(&pc.ConnConfig.Config, connectTimeout)
+	// The URL's connect_timeout or PGCONNECT_TIMEOUT wins. Validation keeps
+	// database_connect_timeout positive, and a zero one sets no bound.
+	pc.ConnConfig.ConnectTimeout = cmp.Or(pc.ConnConfig.ConnectTimeout, connectTimeout)
 	return pc, nil
-}
-
-func applyConnectTimeout(c *pgconn.Config, d time.Duration) {
-	if c.ConnectTimeout == 0 && d > 0 {
-		c.ConnectTimeout = d
-	}
 }
 
 // ConnectError describes a failed first connection. It says where to, with

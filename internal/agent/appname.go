@@ -25,11 +25,9 @@ const appNamePrefix = "tether"
 // to the server (pg_stat_activity), so a backend tells which agent and pool
 // it belongs to. The prefix is tether, or the application_name database_url
 // (or PGAPPNAME) gave, so an operator's own name stays in front. PostgreSQL
-// keeps the first 63 bytes.
+// keeps the first 63 bytes. c comes from pgx's ParseConfig, which always
+// makes RuntimeParams.
 func SetApplicationName(c *pgconn.Config, who, pool string) {
-	if c.RuntimeParams == nil {
-		c.RuntimeParams = map[string]string{}
-	}
 	prefix := cmp.Or(c.RuntimeParams["application_name"], appNamePrefix)
 	c.RuntimeParams["application_name"] = prefix + "/" + who + "/" + pool
 }

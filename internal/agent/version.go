@@ -1,6 +1,9 @@
 package agent
 
-import "runtime/debug"
+import (
+	"cmp"
+	"runtime/debug"
+)
 
 // buildVersion is the release version a build stamps with
 // -ldflags "-X github.com/tetherjobs/tether/internal/agent.buildVersion=v1.2.3"
@@ -12,11 +15,9 @@ var buildVersion string
 // (go install module@v1.2.3 gives v1.2.3; a build in a git checkout, a
 // pseudo-version from its tag and commit), else "dev".
 func Version() string {
-	if buildVersion != "" {
-		return buildVersion
+	var module string
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" {
+		module = bi.Main.Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
+	return cmp.Or(buildVersion, module, "dev")
 }
