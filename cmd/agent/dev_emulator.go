@@ -195,10 +195,9 @@ func ensureEmulator(ctx context.Context, runDir string) (run emulatorRun, starte
 // stopProcess sends SIGTERM to pid (SIGINT for PostgreSQL's fast shutdown)
 // and waits for it to go, killing it after processStopTimeout or when ctx
 // ends. It is for processes this one did not start as children, so it polls.
+// pid is above 0 (its callers have seen the process alive). A pid gone
+// meanwhile answers ESRCH, and is not waited for.
 func stopProcess(ctx context.Context, pid int, sig syscall.Signal) error {
-	if !processAlive(pid) {
-		return nil
-	}
 	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signalling pid %d: %w", pid, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -118,10 +119,7 @@ func toYAML(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(&n); err != nil {
-		return nil, fmt.Errorf("encoding output as YAML: %w", err)
-	}
-	if err := enc.Close(); err != nil {
+	if err := errors.Join(enc.Encode(&n), enc.Close()); err != nil {
 		return nil, fmt.Errorf("encoding output as YAML: %w", err)
 	}
 	return buf.Bytes(), nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,10 +165,9 @@ func (a *app) warnUnserved(ctx context.Context, c *client.Client, command string
 	if err != nil {
 		return
 	}
-	for _, cmd := range cmds {
-		if cmd.Name == command && !cmd.Served {
-			fmt.Fprintf(a.stderr, "notice: %s\n", cmd.Hint)
-		}
+	i := slices.IndexFunc(cmds, func(cmd api.Command) bool { return cmd.Name == command })
+	if i >= 0 && !cmds[i].Served {
+		fmt.Fprintf(a.stderr, "notice: %s\n", cmds[i].Hint)
 	}
 }
 
