@@ -501,14 +501,13 @@ func (a *agent) checkPluginHealth(ctx context.Context) time.Duration {
 // unhealthyError names each plugin whose latest health check failed, with
 // the commands it serves here. nil when none failed.
 func unhealthyError(bad map[string]error, commands map[string]claim.Command) error {
+	byPlugin := map[string][]string{}
+	for c, cmd := range commands {
+		byPlugin[cmd.Plugin] = append(byPlugin[cmd.Plugin], c)
+	}
 	var errs []error
 	for _, name := range sortedKeys(bad) {
-		var cmds []string
-		for c, cmd := range commands {
-			if cmd.Plugin == name {
-				cmds = append(cmds, c)
-			}
-		}
+		cmds := byPlugin[name]
 		slices.Sort(cmds)
 		errs = append(errs, fmt.Errorf("plugin %q (commands %s) is unhealthy: %w", name, strings.Join(cmds, ", "), bad[name]))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +29,9 @@ type nameLock struct {
 func acquireNameLock(ctx context.Context, dc directConn, name string, wait time.Duration, log *slog.Logger) (*nameLock, error) {
 	l := &nameLock{dc: dc, name: name, log: log}
 	deadline := time.Now().Add(wait)
-	warned := false
+	warn := sync.OnceFunc(func() {
+		log.Warn("another process holds this agent name; waiting for it to exit", "name", name, "up_to", wait)
+	})
 	for {
 		ok, err := l.try(ctx)
 		if err != nil {
@@ -41,10 +44,7 @@ func acquireNameLock(ctx context.Context, dc directConn, name string, wait time.
 			l.close()
 			return nil, fmt.Errorf("agent name %q is held by another live process (waited %s): agent names must be unique per process; set a distinct agent.name (TETHER_AGENT_NAME) for each agent", name, wait)
 		}
-		if !warned {
-			log.Warn("another process holds this agent name; waiting for it to exit", "name", name, "up_to", wait)
-			warned = true
-		}
+		warn()
 		select {
 		case <-ctx.Done():
 			l.close()
