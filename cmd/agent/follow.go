@@ -89,11 +89,8 @@ func (p *logPrinter) print(r api.LogLine) error {
 		return p.records.Encode(r)
 	}
 	if p.attempt != 0 && r.Attempt != p.attempt {
-		if p.midLine {
-			fmt.Fprintln(p.notices)
-		}
+		p.endLine()
 		fmt.Fprintf(p.notices, "── attempt %d ──\n", r.Attempt)
-		p.midLine = false
 	}
 	p.attempt = r.Attempt
 	w := p.out
@@ -111,6 +108,14 @@ func (p *logPrinter) print(r api.LogLine) error {
 	p.midLine = r.Partial
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// endLine ends on notices a last line printed without its newline.
+func (p *logPrinter) endLine() {
+	if p.midLine {
+		fmt.Fprintln(p.notices)
+		p.midLine = false
+	}
 }
 
 // followJob follows a job's output across agents until it ends and returns
@@ -131,9 +136,7 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	if err != nil {
 		return gaveUp(ctx, id, err)
 	}
-	if p.midLine {
-		fmt.Fprintln(p.notices) // the job's last line had no newline
-	}
+	p.endLine() // the job's last line may have had no newline
 	stopStatus()
 	j, err := fo.Get(ctx, id)
 	if err != nil {

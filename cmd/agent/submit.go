@@ -192,10 +192,7 @@ func describeStatus(j api.Job) string {
 	if j.Attempt > 1 {
 		s += fmt.Sprintf(" (attempt %d)", j.Attempt)
 	}
-	if j.Agent != "" {
-		s += " on " + j.Agent
-	}
-	return s + orEmpty(j.Error, ": "+j.Error)
+	return s + orEmpty(j.Agent, " on "+j.Agent) + orEmpty(j.Error, ": "+j.Error)
 }
 
 // buildContext assembles the job context from --context, --set and --set-json.
