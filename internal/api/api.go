@@ -6,6 +6,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -111,12 +112,8 @@ func New(opts Options) http.Handler {
 	opts.MaxBodyBytes = orDefault(opts.MaxBodyBytes, DefaultMaxBodyBytes)
 	opts.LogPollInterval = orDefault(opts.LogPollInterval, DefaultLogPollInterval)
 	opts.FollowPollInterval = orDefault(opts.FollowPollInterval, DefaultFollowPollInterval)
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Defaults == nil {
-		opts.Defaults = &config.Default().Defaults
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	opts.Defaults = cmp.Or(opts.Defaults, &config.Default().Defaults)
 	opts.StaleJob = orDefault(opts.StaleJob, DefaultStaleJob)
 	opts.Keepalive = orDefault(opts.Keepalive, defaults.Keepalive)
 	opts.DeadAfter = orDefault(opts.DeadAfter, 2*opts.Keepalive)

@@ -129,8 +129,8 @@ func (s *server) stateChanging(h http.HandlerFunc) http.HandlerFunc {
 // host:port as the Host header) or a host http.allowed_hosts lists.
 func (s *server) sameOrigin(origin, host string) bool {
 	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+	if err != nil || !slices.Contains([]string{"http", "https"}, u.Scheme) || u.Host == "" ||
+		u.User != nil || !slices.Contains([]string{"", "/"}, u.Path) || u.RawQuery != "" {
 		return false // "null" (sandboxed frames, file: pages) included
 	}
 	return strings.EqualFold(u.Host, host) || s.hosts.listed(u.Host)
