@@ -233,26 +233,28 @@ func (s *server) unknownCommand(w http.ResponseWriter, r *http.Request, code, wh
 		why+"; "+servedCommands(s.commandNames, live)+"; submit one of these, or start an agent that configures the command")
 }
 
-// jobID returns the canonical job ID of the request's path. A path ID that
-// is not a UUID names no job. It answers 404 itself and returns false, before
-// any query (PostgreSQL would refuse a NUL or invalid UTF-8 in it).
-func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	raw := r.PathValue("id")
-	id, ok := parseJobID(raw)
-	if !ok {
-		if len(raw) > 64 {
-			raw = raw[:64] + "…" // a long path is not worth echoing whole
+// jobHandler answers a request about the job of the canonical ID id.
+type jobHandler func(w http.ResponseWriter, r *http.Request, id string)
+
+// withJob passes h the canonical job ID of the request's path. A path ID
+// that is not a UUID names no job. It answers 404 before any query
+// (PostgreSQL would refuse a NUL or invalid UTF-8 in it).
+func withJob(h jobHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		raw := r.PathValue("id")
+		id, ok := parseJobID(raw)
+		if !ok {
+			if len(raw) > 64 {
+				raw = raw[:64] + "…" // a long path is not worth echoing whole
+			}
+			jobNotFound(w, raw)
+			return
 		}
-		jobNotFound(w, raw)
+		h(w, r, id)
 	}
-	return id, ok
 }
 
-func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) getJob(w http.ResponseWriter, r *http.Request, id string) {
 	job, err := s.opts.Store.GetJob(r.Context(), id)
 	if err != nil {
 		s.jobError(w, r, id, err)
@@ -329,11 +331,7 @@ func statusList() string {
 	return strings.Join(names, ", ")
 }
 
-func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) cancel(w http.ResponseWriter, r *http.Request, id string) {
 	var req wire.CancelRequest
 	if !s.decode(w, r, &req, true) {
 		return
@@ -361,11 +359,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 
 // requeue puts a failed or canceled job back in the queue as a new attempt,
 // recording who asked, why and the key. See store.Requeue.
-func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) requeue(w http.ResponseWriter, r *http.Request, id string) {
 	var req wire.RequeueRequest
 	if !s.decode(w, r, &req, false) {
 		return
@@ -397,11 +391,7 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 
 // events answers a job's events as an wire.EventList, or with follow=true as
 // NDJSON until the job is finished (then an end record; see followJob).
-func (s *server) events(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) events(w http.ResponseWriter, r *http.Request, id string) {
 	p := params{q: r.URL.Query()}
 	after := p.int("after", 0, 0, 1<<62)
 	limit := p.int("limit", 1000, 1, 10000)
@@ -524,11 +514,7 @@ func commandHint(c store.CommandStatus) string {
 // follow=true it keeps the response open until the job is finished and
 // every chunk written before that has been sent (jsonl then ends with an end
 // record), the client goes away, or the agent stops. See followJob.
-func (s *server) logs(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) logs(w http.ResponseWriter, r *http.Request, id string) {
 	p := params{q: r.URL.Query()}
 	stream := p.oneOf("stream", "must be stdout or stderr (or absent for both)", "", "stdout", "stderr")
 	// text: what the OpenAPI description calls raw.
