@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"mime"
 	"net"
@@ -198,9 +199,7 @@ type statusProbe struct {
 func (p *statusProbe) Header() http.Header { return p.header }
 
 func (p *statusProbe) WriteHeader(code int) {
-	if p.status == 0 {
-		p.status = code
-	}
+	p.status = cmp.Or(p.status, code) // the first one counts
 }
 
 func (p *statusProbe) Write(b []byte) (int, error) {
