@@ -6,6 +6,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -111,12 +112,8 @@ func New(opts Options) http.Handler {
 	opts.MaxBodyBytes = orDefault(opts.MaxBodyBytes, DefaultMaxBodyBytes)
 	opts.LogPollInterval = orDefault(opts.LogPollInterval, DefaultLogPollInterval)
 	opts.FollowPollInterval = orDefault(opts.FollowPollInterval, DefaultFollowPollInterval)
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Defaults == nil {
-		opts.Defaults = &config.Default().Defaults
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	opts.Defaults = cmp.Or(opts.Defaults, &config.Default().Defaults)
 	opts.StaleJob = orDefault(opts.StaleJob, DefaultStaleJob)
 	opts.Keepalive = orDefault(opts.Keepalive, defaults.Keepalive)
 	opts.DeadAfter = orDefault(opts.DeadAfter, 2*opts.Keepalive)
@@ -129,11 +126,11 @@ func New(opts Options) http.Handler {
 	post := func(h http.HandlerFunc) http.Handler { return auth(s.stateChanging(h)) }
 	mux.Handle("POST /api/v1/jobs", post(s.submit))
 	mux.Handle("GET /api/v1/jobs", auth(s.listJobs))
-	mux.Handle("GET /api/v1/jobs/{id}", auth(s.getJob))
-	mux.Handle("POST /api/v1/jobs/{id}/cancel", post(s.cancel))
-	mux.Handle("POST /api/v1/jobs/{id}/requeue", post(s.requeue))
-	mux.Handle("GET /api/v1/jobs/{id}/logs", auth(s.logs))
-	mux.Handle("GET /api/v1/jobs/{id}/events", auth(s.events))
+	mux.Handle("GET /api/v1/jobs/{id}", auth(withJob(s.getJob)))
+	mux.Handle("POST /api/v1/jobs/{id}/cancel", post(withJob(s.cancel)))
+	mux.Handle("POST /api/v1/jobs/{id}/requeue", post(withJob(s.requeue)))
+	mux.Handle("GET /api/v1/jobs/{id}/logs", auth(withJob(s.logs)))
+	mux.Handle("GET /api/v1/jobs/{id}/events", auth(withJob(s.events)))
 	mux.Handle("GET /api/v1/agents", auth(s.agents))
 	mux.Handle("GET /api/v1/commands", auth(s.commands))
 	mux.Handle("GET /api/v1/cleanups", auth(s.cleanups))

@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 
-	"github.com/tetherjobs/tether/internal/store"
 	wire "github.com/tetherjobs/tether/pkg/api"
 )
 
@@ -25,8 +24,5 @@ func (s *server) cleanups(w http.ResponseWriter, r *http.Request) {
 		list = list[:limit]
 		next = list[len(list)-1].JobID
 	}
-	if list == nil {
-		list = []store.Cleanup{}
-	}
-	writeJSON(w, http.StatusOK, wire.CleanupList{Cleanups: list, Next: next})
+	writeJSON(w, http.StatusOK, wire.CleanupList{Cleanups: nonNil(list), Next: next})
 }

@@ -156,108 +156,86 @@ func streamHeaders(w http.ResponseWriter, contentType string, follow bool) *http
 	return rc
 }
 
-// followLogs sends a job's chunks after `after` to sink. With follow it
-// keeps going until the job is finished and every chunk is sent (then
-// sink.end), the client goes away, or the agent stops (no end: the client
-// resumes elsewhere with after=<last seq>).
-func (s *server) followLogs(ctx context.Context, rc *http.ResponseController, sink logSink, id, stream string, status jobstate.JobStatus, after int64, follow bool) {
-	var wt *waiter
-	if follow {
-		wt = s.newWaiter(ctx, id, s.opts.FollowPollInterval)
-		defer wt.close()
-		// Subscribed now. A status read before the subscription could
-		// miss an end notified in between.
-		var err error
-		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
-			s.stopFollowing(ctx, "following job logs", id, err)
-			return
+// feed is what a stream of one job sends: its log chunks or its events.
+type feed[T any] struct {
+	what string        // "job logs" or "job events", for the log
+	poll time.Duration // the waiter's poll while the hub is live
+	page int           // a shorter page is the last one
+	read func(ctx context.Context, after int64) ([]T, error)
+	send func(T) error
+	seq  func(T) int64
+	end  func(status jobstate.JobStatus, attempt int) error
+}
+
+// sendPages sends the items after `after`, a page at a time, and returns
+// the seq of the last one sent. False means the stream must stop.
+func sendPages[T any](ctx context.Context, s *server, id string, after int64, f feed[T]) (int64, bool) {
+	for {
+		items, err := f.read(ctx, after)
+		if err != nil {
+			s.stopFollowing(ctx, "reading "+f.what, id, err)
+			return after, false
+		}
+		for _, it := range items {
+			if err := f.send(it); err != nil {
+				return after, false // the client went away
+			}
+			after = f.seq(it)
+		}
+		if len(items) < f.page {
+			return after, true
 		}
 	}
+}
+
+// followJob sends a job's items after `after` until the job is finished and
+// every item is sent (then f.end), the client goes away, or the agent stops
+// (no end: the client resumes elsewhere with after=<last seq>).
+func followJob[T any](ctx context.Context, s *server, rc *http.ResponseController, id string, after int64, f feed[T]) {
+	wt := s.newWaiter(ctx, id, f.poll)
+	defer wt.close()
 	for {
-		// The status is read before the chunks. If it was already final,
-		// every chunk the job wrote is committed and this pass sends the rest.
-		finished := store.Terminal(status)
-		for {
-			chunks, err := s.opts.Store.Logs(ctx, id, stream, after, logPageSize)
-			if err != nil {
-				s.stopFollowing(ctx, "reading job logs", id, err)
-				return
-			}
-			for _, c := range chunks {
-				if err := sink.chunk(c); err != nil {
-					return // the client went away
-				}
-				after = c.Seq
-			}
-			if len(chunks) < logPageSize {
-				break
-			}
-		}
-		if !follow {
+		// Subscribed already, so no end notified from now on is missed. The
+		// status is read before the items. If it was final, every item the
+		// job wrote is committed and this pass sends the rest.
+		status, err := s.opts.Store.JobStatus(ctx, id)
+		if err != nil {
+			// Deleted by retention or the database is gone. End the stream
+			// without an end record. The client sees it cut.
+			s.stopFollowing(ctx, "following "+f.what, id, err)
 			return
 		}
-		if finished {
-			s.endStream(ctx, id, status, sink.end)
+		var ok bool
+		if after, ok = sendPages(ctx, s, id, after, f); !ok {
 			return
 		}
-		if err := rc.Flush(); err != nil {
+		if store.Terminal(status) {
+			s.endStream(ctx, id, status, f.end)
 			return
 		}
-		if !wt.wait(ctx) {
-			return
-		}
-		var err error
-		if status, err = s.opts.Store.JobStatus(ctx, id); err != nil {
-			// Deleted by retention or the database is gone. End the
-			// stream without an end record. The client sees it cut.
-			s.stopFollowing(ctx, "following job logs", id, err)
+		if rc.Flush() != nil || !wt.wait(ctx) {
 			return
 		}
 	}
 }
 
-// followEvents is followLogs for the job's events, as NDJSON.
-func (s *server) followEvents(ctx context.Context, rc *http.ResponseController, w io.Writer, id string, after int64, limit int) {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	wt := s.newWaiter(ctx, id, eventPollInterval)
-	defer wt.close()
-	for {
-		status, err := s.opts.Store.JobStatus(ctx, id)
-		if err != nil {
-			s.stopFollowing(ctx, "following job events", id, err)
-			return
-		}
-		finished := store.Terminal(status)
-		for {
-			evs, err := s.opts.Store.Events(ctx, id, after, limit)
-			if err != nil {
-				s.stopFollowing(ctx, "reading job events", id, err)
-				return
-			}
-			for _, e := range evs {
-				if err := enc.Encode(e); err != nil {
-					return
-				}
-				after = e.ID
-			}
-			if len(evs) < limit {
-				break
-			}
-		}
-		if finished {
-			s.endStream(ctx, id, status, func(status jobstate.JobStatus, attempt int) error {
-				return enc.Encode(wire.StreamEnd{End: true, Status: status, Attempt: attempt})
-			})
-			return
-		}
-		if err := rc.Flush(); err != nil {
-			return
-		}
-		if !wt.wait(ctx) {
-			return
-		}
-	}
+// logFeed is the feed of a job's log chunks of stream ("" for both).
+func (s *server) logFeed(id, stream string, sink logSink) feed[store.LogChunk] {
+	return feed[store.LogChunk]{what: "job logs", poll: s.opts.FollowPollInterval, page: logPageSize,
+		read: func(ctx context.Context, after int64) ([]store.LogChunk, error) {
+			return s.opts.Store.Logs(ctx, id, stream, after, logPageSize)
+		},
+		send: sink.chunk, seq: func(c store.LogChunk) int64 { return c.Seq }, end: sink.end}
+}
+
+// eventFeed is the feed of a job's events as NDJSON, limit a page.
+func (s *server) eventFeed(id string, limit int, w io.Writer) feed[store.Event] {
+	j := newJSONLSink(w)
+	return feed[store.Event]{what: "job events", poll: eventPollInterval, page: limit,
+		read: func(ctx context.Context, after int64) ([]store.Event, error) {
+			return s.opts.Store.Events(ctx, id, after, limit)
+		},
+		send: func(e store.Event) error { return j.enc.Encode(e) }, seq: func(e store.Event) int64 { return e.ID }, end: j.end}
 }
 
 // endStream writes the end record with the job's last attempt.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"mime"
 	"net"
@@ -129,8 +130,8 @@ func (s *server) stateChanging(h http.HandlerFunc) http.HandlerFunc {
 // host:port as the Host header) or a host http.allowed_hosts lists.
 func (s *server) sameOrigin(origin, host string) bool {
 	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+	if err != nil || !slices.Contains([]string{"http", "https"}, u.Scheme) || u.Host == "" ||
+		u.User != nil || !slices.Contains([]string{"", "/"}, u.Path) || u.RawQuery != "" {
 		return false // "null" (sandboxed frames, file: pages) included
 	}
 	return strings.EqualFold(u.Host, host) || s.hosts.listed(u.Host)
@@ -198,9 +199,7 @@ type statusProbe struct {
 func (p *statusProbe) Header() http.Header { return p.header }
 
 func (p *statusProbe) WriteHeader(code int) {
-	if p.status == 0 {
-		p.status = code
-	}
+	p.status = cmp.Or(p.status, code) // the first one counts
 }
 
 func (p *statusProbe) Write(b []byte) (int, error) {

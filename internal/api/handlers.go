@@ -147,15 +147,9 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "context", "context must be a JSON object, e.g. {\"key\": \"value\"}")
 		return
 	}
-	if len(req.IdempotencyKey) > maxKeyLen {
-		badRequest(w, "idempotency_key", "idempotency_key is longer than %d bytes", maxKeyLen)
-		return
-	}
-	submitter := req.Submitter
-	if len(s.opts.Tokens) > 0 {
-		submitter = principal(r.Context()) // the token decides who submitted
-	} else if len(submitter) > maxSubmitterLen {
-		badRequest(w, "submitter", "submitter is longer than %d bytes", maxSubmitterLen)
+	submitter, serr := s.submitter(r.Context(), req.Submitter)
+	if ie := cmp.Or(tooLong(textLimit{"idempotency_key", req.IdempotencyKey, maxKeyLen}), serr); ie != nil {
+		badRequest(w, ie.Field, "%s", ie.Msg)
 		return
 	}
 	var override limits.Override
@@ -202,6 +196,15 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, job)
 }
 
+// submitter is who a request acts for. With auth on the token decides, and
+// what the body claims is ignored.
+func (s *server) submitter(ctx context.Context, claimed string) (string, *inputError) {
+	if len(s.opts.Tokens) > 0 {
+		return principal(ctx), nil
+	}
+	return claimed, tooLong(textLimit{"submitter", claimed, maxSubmitterLen})
+}
+
 // commandSpec returns what a submit of command resolves with: this agent's
 // config when it has the command, else what the live agents serving it
 // announce (see store.LiveCommandSpecs for whose when they differ). false
@@ -230,26 +233,28 @@ func (s *server) unknownCommand(w http.ResponseWriter, r *http.Request, code, wh
 		why+"; "+servedCommands(s.commandNames, live)+"; submit one of these, or start an agent that configures the command")
 }
 
-// jobID returns the canonical job ID of the request's path. A path ID that
-// is not a UUID names no job. It answers 404 itself and returns false, before
-// any query (PostgreSQL would refuse a NUL or invalid UTF-8 in it).
-func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	raw := r.PathValue("id")
-	id, ok := parseJobID(raw)
-	if !ok {
-		if len(raw) > 64 {
-			raw = raw[:64] + "…" // a long path is not worth echoing whole
+// jobHandler answers a request about the job of the canonical ID id.
+type jobHandler func(w http.ResponseWriter, r *http.Request, id string)
+
+// withJob passes h the canonical job ID of the request's path. A path ID
+// that is not a UUID names no job. It answers 404 before any query
+// (PostgreSQL would refuse a NUL or invalid UTF-8 in it).
+func withJob(h jobHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		raw := r.PathValue("id")
+		id, ok := parseJobID(raw)
+		if !ok {
+			if len(raw) > 64 {
+				raw = raw[:64] + "…" // a long path is not worth echoing whole
+			}
+			jobNotFound(w, raw)
+			return
 		}
-		jobNotFound(w, raw)
+		h(w, r, id)
 	}
-	return id, ok
 }
 
-func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) getJob(w http.ResponseWriter, r *http.Request, id string) {
 	job, err := s.opts.Store.GetJob(r.Context(), id)
 	if err != nil {
 		s.jobError(w, r, id, err)
@@ -304,10 +309,15 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	if jobs == nil {
-		jobs = []store.Job{}
+	writeJSON(w, http.StatusOK, wire.JobList{Jobs: nonNil(jobs), Next: next})
+}
+
+// nonNil is list, or an empty one for nil. A list answers [], never null.
+func nonNil[T any](list []T) []T {
+	if list == nil {
+		return []T{}
 	}
-	writeJSON(w, http.StatusOK, wire.JobList{Jobs: jobs, Next: next})
+	return list
 }
 
 func validStatus(s jobstate.JobStatus) bool { return slices.Contains(jobstate.Statuses(), s) }
@@ -321,17 +331,13 @@ func statusList() string {
 	return strings.Join(names, ", ")
 }
 
-func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) cancel(w http.ResponseWriter, r *http.Request, id string) {
 	var req wire.CancelRequest
 	if !s.decode(w, r, &req, true) {
 		return
 	}
-	if len(req.Reason) > maxReasonLen {
-		badRequest(w, "reason", "reason is longer than %d bytes", maxReasonLen)
+	if ie := tooLong(textLimit{"reason", req.Reason, maxReasonLen}); ie != nil {
+		badRequest(w, ie.Field, "%s", ie.Msg)
 		return
 	}
 	reason := req.Reason
@@ -353,31 +359,18 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 
 // requeue puts a failed or canceled job back in the queue as a new attempt,
 // recording who asked, why and the key. See store.Requeue.
-func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+func (s *server) requeue(w http.ResponseWriter, r *http.Request, id string) {
 	var req wire.RequeueRequest
 	if !s.decode(w, r, &req, false) {
 		return
 	}
-	switch {
-	case strings.TrimSpace(req.Reason) == "":
+	if strings.TrimSpace(req.Reason) == "" {
 		badRequest(w, "reason", "reason is required: say why the job should run again")
 		return
-	case len(req.Reason) > maxReasonLen:
-		badRequest(w, "reason", "reason is longer than %d bytes", maxReasonLen)
-		return
-	case len(req.Key) > maxKeyLen:
-		badRequest(w, "key", "key is longer than %d bytes", maxKeyLen)
-		return
 	}
-	by := req.Submitter
-	if len(s.opts.Tokens) > 0 {
-		by = principal(r.Context())
-	} else if len(by) > maxSubmitterLen {
-		badRequest(w, "submitter", "submitter is longer than %d bytes", maxSubmitterLen)
+	by, serr := s.submitter(r.Context(), req.Submitter)
+	if ie := cmp.Or(tooLong(textLimit{"reason", req.Reason, maxReasonLen}, textLimit{"key", req.Key, maxKeyLen}), serr); ie != nil {
+		badRequest(w, ie.Field, "%s", ie.Msg)
 		return
 	}
 	job, replayed, err := s.opts.Store.Requeue(r.Context(), store.RequeueParams{JobID: id, Reason: req.Reason, Key: req.Key, By: by})
@@ -397,12 +390,8 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
 }
 
 // events answers a job's events as an wire.EventList, or with follow=true as
-// NDJSON until the job is finished (then an end record; see followEvents).
-func (s *server) events(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+// NDJSON until the job is finished (then an end record; see followJob).
+func (s *server) events(w http.ResponseWriter, r *http.Request, id string) {
 	p := params{q: r.URL.Query()}
 	after := p.int("after", 0, 0, 1<<62)
 	limit := p.int("limit", 1000, 1, 10000)
@@ -417,7 +406,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	if follow {
 		rc := streamHeaders(w, "application/x-ndjson", true)
-		s.followEvents(r.Context(), rc, w, id, after, int(limit))
+		followJob(r.Context(), s, rc, id, after, s.eventFeed(id, int(limit), w))
 		return
 	}
 	evs, err := s.opts.Store.Events(r.Context(), id, after, int(limit))
@@ -425,10 +414,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	if evs == nil {
-		evs = []store.Event{}
-	}
-	writeJSON(w, http.StatusOK, wire.EventList{Events: evs})
+	writeJSON(w, http.StatusOK, wire.EventList{Events: nonNil(evs)})
 }
 
 // ownTimings are this agent's own, by which it judges the others
@@ -452,10 +438,7 @@ func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	if agents == nil {
-		agents = []store.Agent{}
-	}
-	out := make([]wire.Agent, len(agents))
+	out := make([]wire.Agent, len(agents)) // never nil: no agents answer []
 	for i, a := range agents {
 		v := fleet.Classify(s.ownTimings(), fleet.SeenOf(a.Seen))
 		a.Liveness, a.Reason, a.Live = string(v.Liveness), v.Reason, v.Counts()
@@ -530,12 +513,8 @@ func commandHint(c store.CommandStatus) string {
 // (format=raw, the default) or one JSON record per line (format=jsonl). With
 // follow=true it keeps the response open until the job is finished and
 // every chunk written before that has been sent (jsonl then ends with an end
-// record), the client goes away, or the agent stops. See followLogs.
-func (s *server) logs(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
+// record), the client goes away, or the agent stops. See followJob.
+func (s *server) logs(w http.ResponseWriter, r *http.Request, id string) {
 	p := params{q: r.URL.Query()}
 	stream := p.oneOf("stream", "must be stdout or stderr (or absent for both)", "", "stdout", "stderr")
 	// text: what the OpenAPI description calls raw.
@@ -547,8 +526,7 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	status, err := s.opts.Store.JobStatus(ctx, id)
-	if err != nil {
+	if _, err := s.opts.Store.JobStatus(ctx, id); err != nil {
 		s.jobError(w, r, id, err)
 		return
 	}
@@ -558,7 +536,11 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 		sink, contentType = newJSONLSink(w), "application/x-ndjson"
 	}
 	rc := streamHeaders(w, contentType, follow)
-	s.followLogs(ctx, rc, sink, id, stream, status, after, follow)
+	if follow {
+		followJob(ctx, s, rc, id, after, s.logFeed(id, stream, sink))
+		return
+	}
+	sendPages(ctx, s, id, after, s.logFeed(id, stream, sink))
 }
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {

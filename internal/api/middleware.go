@@ -80,17 +80,14 @@ type statusRecorder struct {
 	bytes  int64
 }
 
+// WriteHeader keeps the first status sent. It is the answer's.
 func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
+	r.status = cmp.Or(r.status, code)
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
+	r.status = cmp.Or(r.status, http.StatusOK) // a write without a status sends 200
 	n, err := r.ResponseWriter.Write(b)
 	r.bytes += int64(n)
 	return n, err

@@ -18,9 +18,7 @@ type params struct {
 
 // fail records a bad parameter unless an earlier one was bad.
 func (p *params) fail(name, format string, args ...any) {
-	if p.err == nil {
-		p.err = &inputError{name, fmt.Sprintf(format, args...)}
-	}
+	p.err = cmp.Or(p.err, &inputError{name, fmt.Sprintf(format, args...)})
 }
 
 // int reads an optional integer within [lo, hi].

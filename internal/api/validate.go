@@ -50,6 +50,22 @@ func textField(field, s string) *inputError {
 	return nil
 }
 
+// textLimit is the most bytes a text field of a request may hold.
+type textLimit struct {
+	field, value string
+	max          int
+}
+
+// tooLong refuses the first field longer than its limit.
+func tooLong(limits ...textLimit) *inputError {
+	for _, l := range limits {
+		if len(l.value) > l.max {
+			return &inputError{l.field, fmt.Sprintf("%s is longer than %d bytes", l.field, l.max)}
+		}
+	}
+	return nil
+}
+
 // checkQuery checks every query parameter's name and values.
 func checkQuery(q url.Values) *inputError {
 	for name, values := range q {

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -108,7 +109,7 @@ func (c *Client) String() string { return c.base.String() }
 // New returns a client of the server at baseURL, e.g. "http://127.0.0.1:9090".
 func New(baseURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil || !slices.Contains([]string{"http", "https"}, u.Scheme) || u.Host == "" {
 		return nil, fmt.Errorf("server %q: want a URL like http://127.0.0.1:9090", baseURL)
 	}
 	c := &Client{base: u, http: http.DefaultClient, pollInterval: 500 * time.Millisecond}

@@ -114,22 +114,11 @@ func (f *Failover) Do(ctx context.Context, fn func(context.Context, *Client) err
 	return err
 }
 
-// FollowLogs follows a job's output until its end record, calling fn once
-// per line in write order across reconnects, and returns the end record.
-// q.After is where it starts. q.Follow is implied.
-func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn func(api.LogLine) error) (api.StreamEnd, error) {
-	r := &retrier{f: f}
-	q.Follow = true
-	cur := &logCursor{done: q.After}
+// follow calls read with the next server until it returns the end record.
+// A retryable error pauses and tries again. Others end the follow.
+func (r *retrier) follow(ctx context.Context, read func(*Client) (api.StreamEnd, error)) (api.StreamEnd, error) {
 	for {
-		q.After = cur.reconnect()
-		end, err := r.client().LogRecords(ctx, id, q, func(rec api.LogLine) error {
-			if !cur.admit(rec.Seq) {
-				return nil
-			}
-			r.progress()
-			return fn(rec)
-		})
+		end, err := read(r.client())
 		if err == nil {
 			return end, nil
 		}
@@ -139,12 +128,31 @@ func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn fun
 	}
 }
 
+// FollowLogs follows a job's output until its end record, calling fn once
+// per line in write order across reconnects, and returns the end record.
+// q.After is where it starts. q.Follow is implied.
+func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn func(api.LogLine) error) (api.StreamEnd, error) {
+	r := &retrier{f: f}
+	q.Follow = true
+	cur := &logCursor{done: q.After}
+	return r.follow(ctx, func(c *Client) (api.StreamEnd, error) {
+		q.After = cur.reconnect()
+		return c.LogRecords(ctx, id, q, func(rec api.LogLine) error {
+			if !cur.admit(rec.Seq) {
+				return nil
+			}
+			r.progress()
+			return fn(rec)
+		})
+	})
+}
+
 // FollowEvents follows a job's events after seq after until the end record,
 // calling fn once per event across reconnects.
 func (f *Failover) FollowEvents(ctx context.Context, id string, after int64, fn func(api.Event) error) (api.StreamEnd, error) {
 	r := &retrier{f: f}
-	for {
-		end, err := r.client().EventRecords(ctx, id, after, true, func(e api.Event) error {
+	return r.follow(ctx, func(c *Client) (api.StreamEnd, error) {
+		return c.EventRecords(ctx, id, after, true, func(e api.Event) error {
 			if e.ID <= after {
 				return nil
 			}
@@ -152,13 +160,7 @@ func (f *Failover) FollowEvents(ctx context.Context, id string, after int64, fn 
 			r.progress()
 			return fn(e)
 		})
-		if err == nil {
-			return end, nil
-		}
-		if err := r.failed(ctx, err); err != nil {
-			return end, err
-		}
-	}
+	})
 }
 
 // Wait polls a job until it is finished and returns it, riding out lost

@@ -34,14 +34,7 @@ func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(
 		v.Set("follow", "true")
 	}
 	setPositive(v, "after", q.After)
-	end, ended, err := records(ctx, c, jobPath(id, "/logs"), v, func(r api.LogRecord) error { return fn(r.LogLine) })
-	switch {
-	case err != nil:
-		return end, fmt.Errorf("reading logs of %s: %w", id, err)
-	case !ended && q.Follow:
-		return end, ErrStreamCut
-	}
-	return end, nil
+	return records(ctx, c, jobPath(id, "/logs"), v, q.Follow, "reading logs of "+id, func(r api.LogRecord) error { return fn(r.LogLine) })
 }
 
 // EventRecords reads a job's events after seq after over one connection. With
@@ -63,20 +56,14 @@ func (c *Client) EventRecords(ctx context.Context, id string, after int64, follo
 		return api.StreamEnd{}, nil
 	}
 	v.Set("follow", "true")
-	end, ended, err := records(ctx, c, jobPath(id, "/events"), v, func(r api.EventRecord) error { return fn(r.Event) })
-	switch {
-	case err != nil:
-		return end, fmt.Errorf("following events of %s: %w", id, err)
-	case !ended:
-		return end, ErrStreamCut
-	}
-	return end, nil
+	return records(ctx, c, jobPath(id, "/events"), v, true, "following events of "+id, func(r api.EventRecord) error { return fn(r.Event) })
 }
 
 // records reads the NDJSON records at path, calling fn for each until the
-// end record. It returns the end record and whether there was one.
+// end record, and returns that. A followed stream without one is
+// ErrStreamCut. Other errors are wrapped with doing.
 func records[R interface{ EndRecord() api.StreamEnd }](ctx context.Context, c *Client, path string, q url.Values,
-	fn func(R) error) (api.StreamEnd, bool, error) {
+	follow bool, doing string, fn func(R) error) (api.StreamEnd, error) {
 	var end api.StreamEnd
 	err := c.ndjson(ctx, path, q, func(dec *json.Decoder) error {
 		var r R
@@ -89,10 +76,15 @@ func records[R interface{ EndRecord() api.StreamEnd }](ctx context.Context, c *C
 		}
 		return fn(r)
 	})
-	if errors.Is(err, errEnd) {
-		return end, true, nil
+	switch {
+	case errors.Is(err, errEnd):
+		return end, nil
+	case err != nil:
+		return end, fmt.Errorf("%s: %w", doing, err)
+	case follow:
+		return end, ErrStreamCut
 	}
-	return end, false, err
+	return end, nil
 }
 
 // errEnd stops an NDJSON read at an end record.
