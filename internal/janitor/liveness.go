@@ -34,12 +34,8 @@ type LivenessConfig struct {
 }
 
 func (c *LivenessConfig) setDefaults() {
-	if c.Keepalive <= 0 {
-		c.Keepalive = defaults.Keepalive
-	}
-	if c.DeadAfter <= 0 {
-		c.DeadAfter = deadAfterKeepalives * c.Keepalive
-	}
+	defaults.Fill(&c.Keepalive, defaults.Keepalive)
+	defaults.Fill(&c.DeadAfter, deadAfterKeepalives*c.Keepalive)
 }
 
 // LivenessSignals lets tests observe a Liveness. Each is nil (and costs
