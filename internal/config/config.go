@@ -362,7 +362,7 @@ func parseYAML(b []byte, cfg *Config) error {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil { // never io.EOF: the document is not empty
+	if err := dec.Decode(cfg); err != nil { // the document is not empty, so never io.EOF
 		return fmt.Errorf("parsing YAML: %w", withoutValues(err))
 	}
 	return nil

@@ -56,7 +56,7 @@ func CauseOf(k Kind, in Input) Cause {
 type kindRule struct {
 	stop      lifecycle.Cause // the outcome table's cause (lifecycle.Stopped)
 	resumable bool            // Decide released the job rather than failed it
-	cause     Cause           // the metrics label; "" = by the holder's condition
+	cause     Cause           // the metrics label, or "" to count by the holder's condition
 }
 
 // kindRules has a row for every kind. None changes nothing, so it has no

@@ -136,7 +136,7 @@ func (in Input) owner() ownerCondition {
 type ownerLoss struct {
 	requeue string // an accepted job's requeue reason (format)
 	release string // a running job's release reason
-	fail    string // a running job's failure (format); "" = the release reason
+	fail    string // a running job's failure (format), or "" for the release reason
 	cause   Cause  // the metrics label
 }
 
@@ -225,25 +225,25 @@ func decideAccepted(in Input) Action {
 
 func decideRunning(in Input) Action {
 	var why, failMsg string
-	if loss, lost := ownerLosses[in.owner()]; lost {
+	loss, lost := ownerLosses[in.owner()]
+	switch {
+	case lost:
 		why, failMsg = loss.release, loss.failure(in.AgentName)
-	} else {
-		if in.Owner.Dead && in.resumable() {
-			// Early, because another agent can take the remote work over. A
-			// job nobody can resume waits for stale_job, which the owner's
-			// self-fence bounds. A free lock does not prove that a local
-			// process stopped.
-			return Action{Kind: Release, Reason: in.goneWhy()}
+	case in.Owner.Dead && in.resumable():
+		// Early, because another agent can take the remote work over. A
+		// job nobody can resume waits for stale_job, which the owner's
+		// self-fence bounds. A free lock does not prove that a local
+		// process stopped.
+		return Action{Kind: Release, Reason: in.goneWhy()}
+	case in.HeartbeatAge < in.Rules.StaleJob:
+		if in.ActiveTimeout > 0 && in.AttemptAge >= in.ActiveTimeout+in.Rules.ActiveTimeoutGrace {
+			// The owner is alive but did not enforce it. Back it up.
+			return Action{Kind: FailActiveTimeout, Cleanup: true, Reason: fmt.Sprintf(
+				"active_timeout of %s exceeded (running for %s; agent %s did not stop it, so the janitor failed it)",
+				limits.Format(in.ActiveTimeout), seconds(in.AttemptAge), in.AgentName)}
 		}
-		if in.HeartbeatAge < in.Rules.StaleJob {
-			if in.ActiveTimeout > 0 && in.AttemptAge >= in.ActiveTimeout+in.Rules.ActiveTimeoutGrace {
-				// The owner is alive but did not enforce it. Back it up.
-				return Action{Kind: FailActiveTimeout, Cleanup: true, Reason: fmt.Sprintf(
-					"active_timeout of %s exceeded (running for %s; agent %s did not stop it, so the janitor failed it)",
-					limits.Format(in.ActiveTimeout), seconds(in.AttemptAge), in.AgentName)}
-			}
-			return Action{Kind: None} // the owner enforces active_timeout
-		}
+		return Action{Kind: None} // the owner enforces active_timeout
+	default:
 		why = "stale for " + seconds(in.HeartbeatAge)
 		failMsg = fmt.Sprintf("awol: agent %s silent for %s", in.AgentName, seconds(in.HeartbeatAge))
 	}
