@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -363,7 +362,7 @@ func parseYAML(b []byte, cfg *Config) error {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(cfg); err != nil { // the document is not empty, so never io.EOF
 		return fmt.Errorf("parsing YAML: %w", withoutValues(err))
 	}
 	return nil

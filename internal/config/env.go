@@ -123,8 +123,8 @@ func ParseTokens(raw string) ([]Token, error) {
 		if part == "" {
 			continue
 		}
-		name, token, ok := strings.Cut(part, ":")
-		if !ok || name == "" || token == "" {
+		name, token, _ := strings.Cut(part, ":") // no colon leaves token empty
+		if name == "" || token == "" {
 			return nil, fmt.Errorf("entry %d: want name:token", i+1)
 		}
 		out = append(out, Token{Name: name, Token: token})

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,8 @@ var (
 	pluginNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	envNameRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$|^\*$`)
 	tokenNameRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$`)
+	// A pinned binary's sha256sum, as hex.DecodeString reads it.
+	sha256Re = regexp.MustCompile(`^[0-9A-Fa-f]{64}$`)
 )
 
 // ValidCommandName reports whether name may name a command.
@@ -72,14 +73,6 @@ func (p *problems) add(format string, args ...any) {
 	*p = append(*p, fmt.Errorf(format, args...))
 }
 
-// addIf adds the problem when broken is true. Its arguments are evaluated
-// either way, so they must be safe to compute for a valid value.
-func (p *problems) addIf(broken bool, format string, args ...any) {
-	if broken {
-		p.add(format, args...)
-	}
-}
-
 // one is a rule's single problem, as a list.
 func one(format string, args ...any) []error {
 	return []error{fmt.Errorf(format, args...)}
@@ -104,7 +97,9 @@ func (c *Config) checkDefaults() []error {
 // atLeastOne is the problem of a count or size below 1, if it is.
 func atLeastOne[N int | int64](key string, v N) []error {
 	var p problems
-	p.addIf(v < 1, "%s: must be at least 1, got %d", key, v)
+	if v < 1 {
+		p.add("%s: must be at least 1, got %d", key, v)
+	}
 	return p
 }
 
@@ -121,7 +116,9 @@ func (c *Config) checkPoolSizes() []error {
 		{"database_max_conns (env TETHER_DATABASE_MAX_CONNS)", c.DatabaseMaxConns, 3},
 		{"http.database_max_conns (env TETHER_HTTP_DATABASE_MAX_CONNS)", c.HTTP.DatabaseMaxConns, 1},
 	} {
-		p.addIf(pool.v < pool.least || pool.v > 1000, "%s: must be from %d to 1000, got %d", pool.key, pool.least, pool.v)
+		if pool.v < pool.least || pool.v > 1000 {
+			p.add("%s: must be from %d to 1000, got %d", pool.key, pool.least, pool.v)
+		}
 	}
 	return p
 }
@@ -152,22 +149,26 @@ func (c *Config) checkPositiveDurations() []error {
 		{"http.write_timeout", c.HTTP.WriteTimeout},
 		{"http.idle_timeout", c.HTTP.IdleTimeout},
 	} {
-		p.addIf(d.v <= 0, "%s: must be a positive duration such as \"5s\", got %s", d.key, d.v)
+		if d.v <= 0 {
+			p.add("%s: must be a positive duration such as \"5s\", got %s", d.key, d.v)
+		}
 	}
 	return p
 }
 
 func (c *Config) checkNonNegativeDurations() []error {
-	var p problems
-	for _, d := range []durationKey{
+	keys := []durationKey{
 		{"agent.shutdown_timeout", c.Agent.ShutdownTimeout},
 		{"http.shutdown_grace", c.HTTP.ShutdownGrace},
-	} {
-		p.addIf(d.v < 0, "%s: must not be negative, got %s", d.key, d.v)
 	}
 	for _, name := range sortedKeys(c.Plugins) {
-		g := c.Plugins[name].MaxKillGrace
-		p.addIf(g < 0, "plugins.%s.max_kill_grace: must not be negative, got %s", name, g)
+		keys = append(keys, durationKey{"plugins." + name + ".max_kill_grace", c.Plugins[name].MaxKillGrace})
+	}
+	var p problems
+	for _, d := range keys {
+		if d.v < 0 {
+			p.add("%s: must not be negative, got %s", d.key, d.v)
+		}
 	}
 	return p
 }
@@ -184,12 +185,18 @@ func (c *Config) checkKeepaliveRelations() []error {
 		return nil
 	}
 	var p problems
-	p.addIf(a.Keepalive > a.StaleJob/4, "agent.keepalive (%s) must be at most agent.stale_job/4 (%s): an agent stops its jobs itself after stale_job - 2×keepalive without a heartbeat, which must leave room for missed beats; lower keepalive or raise stale_job",
-		a.Keepalive, a.StaleJob/4)
-	p.addIf(a.OfflineAfter > 0 && a.OfflineAfter < 2*a.Keepalive, "agent.offline_after (%s) must be at least 2×agent.keepalive (2×%s = %s): one late heartbeat must not requeue an agent's accepted jobs; raise offline_after (default 3×keepalive) or lower keepalive",
-		secs(a.OfflineAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
-	p.addIf(a.DeadAfter > 0 && a.DeadAfter < 2*a.Keepalive, "agent.dead_after (%s) must be at least 2×agent.keepalive (2×%s = %s): an agent whose name lock was lost (a database restart) re-takes it and heartbeats within a keepalive, and must not be taken for dead meanwhile. Other agents judge this one by the larger of their dead_after and its own, which it announces, so agents with other keepalives may share the database; raise dead_after (default 2×keepalive) or lower keepalive",
-		secs(a.DeadAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
+	if a.Keepalive > a.StaleJob/4 {
+		p.add("agent.keepalive (%s) must be at most agent.stale_job/4 (%s): an agent stops its jobs itself after stale_job - 2×keepalive without a heartbeat, which must leave room for missed beats; lower keepalive or raise stale_job",
+			a.Keepalive, a.StaleJob/4)
+	}
+	if a.OfflineAfter > 0 && a.OfflineAfter < 2*a.Keepalive {
+		p.add("agent.offline_after (%s) must be at least 2×agent.keepalive (2×%s = %s): one late heartbeat must not requeue an agent's accepted jobs; raise offline_after (default 3×keepalive) or lower keepalive",
+			secs(a.OfflineAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
+	}
+	if a.DeadAfter > 0 && a.DeadAfter < 2*a.Keepalive {
+		p.add("agent.dead_after (%s) must be at least 2×agent.keepalive (2×%s = %s): an agent whose name lock was lost (a database restart) re-takes it and heartbeats within a keepalive, and must not be taken for dead meanwhile. Other agents judge this one by the larger of their dead_after and its own, which it announces, so agents with other keepalives may share the database; raise dead_after (default 2×keepalive) or lower keepalive",
+			secs(a.DeadAfter.Std()), secs(a.Keepalive.Std()), secs(2*a.Keepalive.Std()))
+	}
 	return p
 }
 
@@ -201,14 +208,22 @@ func (c *Config) checkStaleJobRelations() []error {
 		return nil
 	}
 	var p problems
-	p.addIf(a.DeadAfter >= a.StaleJob, "agent.dead_after (%s) must be less than agent.stale_job (%s): it is the early path; lower dead_after (default 2×keepalive)",
-		a.DeadAfter, a.StaleJob)
-	p.addIf(a.OfflineAfter >= a.StaleJob, "agent.offline_after (%s) must be less than agent.stale_job (%s): accepted jobs of a silent agent are requeued before its running jobs are released; lower offline_after (default 3×keepalive) or raise stale_job",
-		a.OfflineAfter, a.StaleJob)
-	p.addIf(a.AWOLTimeout > 0 && a.AWOLTimeout < a.StaleJob, "agent.awol_timeout (%s) must be at least agent.stale_job (%s): a released job needs time to be resumed; raise awol_timeout",
-		a.AWOLTimeout, a.StaleJob)
-	p.addIf(a.CleanInterval > a.StaleJob, "agent.clean_interval (%s) must be at most agent.stale_job (%s): the janitor must look at least once per stale_job; lower clean_interval",
-		a.CleanInterval, a.StaleJob)
+	if a.DeadAfter >= a.StaleJob {
+		p.add("agent.dead_after (%s) must be less than agent.stale_job (%s): it is the early path; lower dead_after (default 2×keepalive)",
+			a.DeadAfter, a.StaleJob)
+	}
+	if a.OfflineAfter >= a.StaleJob {
+		p.add("agent.offline_after (%s) must be less than agent.stale_job (%s): accepted jobs of a silent agent are requeued before its running jobs are released; lower offline_after (default 3×keepalive) or raise stale_job",
+			a.OfflineAfter, a.StaleJob)
+	}
+	if a.AWOLTimeout > 0 && a.AWOLTimeout < a.StaleJob {
+		p.add("agent.awol_timeout (%s) must be at least agent.stale_job (%s): a released job needs time to be resumed; raise awol_timeout",
+			a.AWOLTimeout, a.StaleJob)
+	}
+	if a.CleanInterval > a.StaleJob {
+		p.add("agent.clean_interval (%s) must be at most agent.stale_job (%s): the janitor must look at least once per stale_job; lower clean_interval",
+			a.CleanInterval, a.StaleJob)
+	}
 	return p
 }
 
@@ -232,8 +247,9 @@ func (c *Config) checkDatabaseURLs() []error {
 		{"database_direct_url (env TETHER_DATABASE_DIRECT_URL)", c.DatabaseDirectURL},
 	} {
 		if u.url != "" {
-			err := checkDatabaseURL(u.url)
-			p.addIf(err != nil, "%s: %v", u.key, err)
+			if err := checkDatabaseURL(u.url); err != nil {
+				p.add("%s: %v", u.key, err)
+			}
 		}
 	}
 	return p
@@ -252,8 +268,9 @@ func (c *Config) checkHTTPListen() []error {
 func (c *Config) checkAllowedHosts() []error {
 	var p problems
 	for i, h := range c.HTTP.AllowedHosts {
-		err := CheckAllowedHost(h)
-		p.addIf(err != nil, "http.allowed_hosts[%d] (env TETHER_HTTP_ALLOWED_HOSTS): %v", i, err)
+		if err := CheckAllowedHost(h); err != nil {
+			p.add("http.allowed_hosts[%d] (env TETHER_HTTP_ALLOWED_HOSTS): %v", i, err)
+		}
 	}
 	return p
 }
@@ -270,11 +287,19 @@ func (c *Config) checkTokens() []error {
 	secrets := map[string]bool{}
 	for i, t := range c.HTTP.Tokens {
 		key := fmt.Sprintf("http.tokens[%d]", i)
-		p.addIf(!tokenNameRe.MatchString(t.Name), "%s.name: %q must be 1-100 letters, digits or _ . @ - (it is recorded as the submitter)", key, t.Name)
-		p.addIf(names[t.Name], "%s.name: %q is used by another token; names must be unique", key, t.Name)
+		if !tokenNameRe.MatchString(t.Name) {
+			p.add("%s.name: %q must be 1-100 letters, digits or _ . @ - (it is recorded as the submitter)", key, t.Name)
+		}
+		if names[t.Name] {
+			p.add("%s.name: %q is used by another token; names must be unique", key, t.Name)
+		}
 		names[t.Name] = true
-		p.addIf(len(t.Token) < 16, "%s.token: must be at least 16 characters (generate one with `openssl rand -hex 32`)", key)
-		p.addIf(secrets[t.Token], "%s.token: the same token is listed twice; give each name its own token", key)
+		if len(t.Token) < 16 {
+			p.add("%s.token: must be at least 16 characters (generate one with `openssl rand -hex 32`)", key)
+		}
+		if secrets[t.Token] {
+			p.add("%s.token: the same token is listed twice; give each name its own token", key)
+		}
 		secrets[t.Token] = true
 	}
 	return p
@@ -295,18 +320,21 @@ func (c *Config) checkPlugins() []error {
 // check checks one plugin's section. Key is "plugins.<name>".
 func (pl Plugin) check(key, name string) []error {
 	var p problems
-	p.addIf(!ValidPluginName(name), "%s: plugin names must match %s (the binary is tether-plugin-<name>)", key, pluginNameRe)
-	if pl.SHA256 != "" {
-		b, err := hex.DecodeString(pl.SHA256)
-		p.addIf(err != nil || len(b) != 32, "%s.sha256: must be 64 hex digits (sha256sum of the binary)", key)
+	if !ValidPluginName(name) {
+		p.add("%s: plugin names must match %s (the binary is tether-plugin-<name>)", key, pluginNameRe)
+	}
+	if pl.SHA256 != "" && !sha256Re.MatchString(pl.SHA256) {
+		p.add("%s.sha256: must be 64 hex digits (sha256sum of the binary)", key)
 	}
 	for i, e := range pl.PassEnv {
-		err := CheckPassEnv(e)
-		p.addIf(err != nil, "%s.pass_env[%d]: %v", key, i, err)
+		if err := CheckPassEnv(e); err != nil {
+			p.add("%s.pass_env[%d]: %v", key, i, err)
+		}
 	}
 	p = append(p, checkEnvNames(key, pl.Env)...)
-	_, err := json.Marshal(pl.Config)
-	p.addIf(err != nil, "%s.config: cannot be passed to the plugin as JSON (use string keys only): %v", key, err)
+	if _, err := json.Marshal(pl.Config); err != nil {
+		p.add("%s.config: cannot be passed to the plugin as JSON (use string keys only): %v", key, err)
+	}
 	return p
 }
 
@@ -315,7 +343,9 @@ func (pl Plugin) check(key, name string) []error {
 func checkEnvNames(key string, env map[string]string) []error {
 	var p problems
 	for _, k := range sortedKeys(env) { // sorted, so the problems come in one order
-		p.addIf(strings.ContainsAny(k, "=\x00") || k == "", "%s.env: %q is not a valid variable name", key, k)
+		if strings.ContainsAny(k, "=\x00") || k == "" {
+			p.add("%s.env: %q is not a valid variable name", key, k)
+		}
 	}
 	return p
 }
@@ -331,15 +361,18 @@ func (c *Config) checkCommands() []error {
 // check checks one command. Key is "commands.<name>".
 func (cmd Command) check(key, name string, defaults Defaults) []error {
 	var p problems
-	p.addIf(!ValidCommandName(name), "%s: command names must match %s", key, commandNameRe)
+	if !ValidCommandName(name) {
+		p.add("%s: command names must match %s", key, commandNameRe)
+	}
 	switch {
 	case cmd.Plugin == "":
 		p.add("%s.plugin: required; name the plugin that runs this command (e.g. shell)", key)
 	case !ValidPluginName(cmd.Plugin):
 		p.add("%s.plugin: %q is not a valid plugin name; plugin names must match %s", key, cmd.Plugin, pluginNameRe)
 	}
-	_, err := json.Marshal(cmd.Context)
-	p.addIf(err != nil, "%s.context: cannot be stored as JSON (use string keys only): %v", key, err)
+	if _, err := json.Marshal(cmd.Context); err != nil {
+		p.add("%s.context: cannot be stored as JSON (use string keys only): %v", key, err)
+	}
 	return append(p, cmd.Limits.validate(key+".limits", defaults)...)
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -85,7 +86,7 @@ func checkNode(n *yaml.Node, t reflect.Type, at spot, errs *[]error) {
 // resolveNode follows an alias to its node, and a pointer type to what it
 // points to. Optional values (command limits) are checked like the value.
 func resolveNode(n *yaml.Node, t reflect.Type) (*yaml.Node, reflect.Type) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
+	if n.Kind == yaml.AliasNode { // the parser refuses an alias to no anchor
 		n = n.Alias
 	}
 	if t.Kind() == reflect.Pointer {
@@ -212,12 +213,7 @@ func checkInt(s string, bits int, max string) error {
 	return nil
 }
 
-func orTop(path string) string {
-	if path == "" {
-		return "config"
-	}
-	return path
-}
+func orTop(path string) string { return cmp.Or(path, "config") }
 
 // collectionNames name the nodes describe never quotes.
 var collectionNames = map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}

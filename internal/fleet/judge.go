@@ -34,10 +34,10 @@ const offlineKeepalives = 3
 // configuration says.
 func Judge(own, theirs Timings) Timings {
 	return Timings{
-		Keepalive:      larger(own.Keepalive, theirs.Keepalive),
-		DeadAfter:      larger(own.DeadAfter, theirs.DeadAfter),
-		StaleJob:       larger(own.StaleJob, theirs.StaleJob),
-		SelfFenceAfter: larger(own.SelfFenceAfter, theirs.SelfFenceAfter),
+		Keepalive:      max(own.Keepalive, theirs.Keepalive),
+		DeadAfter:      max(own.DeadAfter, theirs.DeadAfter),
+		StaleJob:       max(own.StaleJob, theirs.StaleJob),
+		SelfFenceAfter: max(own.SelfFenceAfter, theirs.SelfFenceAfter),
 	}
 }
 
@@ -46,12 +46,5 @@ func Judge(own, theirs Timings) Timings {
 // three of the agent's keepalives (offline_after's default), since
 // offline_after itself is not announced.
 func OfflineAfter(own time.Duration, theirs Timings) time.Duration {
-	return larger(own, offlineKeepalives*theirs.Keepalive)
-}
-
-func larger(a, b time.Duration) time.Duration {
-	if b > a {
-		return b
-	}
-	return a
+	return max(own, offlineKeepalives*theirs.Keepalive)
 }

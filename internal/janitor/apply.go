@@ -48,13 +48,13 @@ func apply(ctx context.Context, tx store.JanitorTx, actor store.Holder, c candid
 	if a.Kind == None {
 		return false, nil
 	}
-	cause, resumable, ok := a.stop()
+	rule, ok := kindRules[a.Kind]
 	if !ok {
 		return false, fmt.Errorf("unknown janitor action %q", a.Kind)
 	}
 	var held bool
 	var err error
-	switch e := lifecycle.Stopped(cause, resumable); e.Write {
+	switch e := lifecycle.Stopped(rule.stop, rule.resumable); e.Write {
 	case lifecycle.WriteRequeue:
 		held, err = tx.Requeue(ctx, c.fence(), actor, a.Reason)
 	case lifecycle.WriteRelease:
@@ -63,36 +63,12 @@ func apply(ctx context.Context, tx store.JanitorTx, actor store.Holder, c candid
 	case lifecycle.WriteEnd:
 		held, err = end(ctx, tx, actor, c, a, e)
 	default:
-		err = fmt.Errorf("the outcome of %s writes nothing", cause)
+		err = fmt.Errorf("the outcome of %s writes nothing", rule.stop)
 	}
 	if err != nil {
 		return false, fmt.Errorf("applying %s to job %s: %w", a.Kind, c.JobID, err)
 	}
 	return held, nil
-}
-
-// stop is the outcome table's cause of an action that changes the job, and
-// whether the job can be resumed (Decide released it rather than failed it).
-func (a Action) stop() (cause lifecycle.Cause, resumable, ok bool) {
-	switch a.Kind {
-	case Requeue:
-		return lifecycle.CauseOwnerLostUnstarted, false, true
-	case Release:
-		return lifecycle.CauseOwnerLost, true, true
-	case Fail:
-		return lifecycle.CauseOwnerLost, false, true
-	case FailAWOL:
-		return lifecycle.CauseNotResumed, false, true
-	case FailActiveTimeout:
-		return lifecycle.CauseActiveTimeout, false, true
-	case FailPending:
-		return lifecycle.CausePendingTimeout, false, true
-	case FailUnclaimed:
-		return lifecycle.CauseUnclaimed, false, true
-	case Cancel:
-		return lifecycle.CauseCancelRequested, false, true
-	}
-	return lifecycle.CauseUnknown, false, false
 }
 
 // end applies an action that ends the attempt as e says. The levers are read

@@ -1,5 +1,7 @@
 package janitor
 
+import "github.com/tetherjobs/tether/internal/lifecycle"
+
 // Cause is why the janitor acted, from a small fixed set. It is the cause
 // label of tether_janitor_actions_total (Action.Reason is free text and would
 // make the label set unbounded).
@@ -38,24 +40,35 @@ func actionCauses() [][2]string {
 
 // CauseOf classifies the action Decide chose for in.
 func CauseOf(k Kind, in Input) Cause {
-	switch k {
-	case None:
-		return CauseNone
-	case Cancel:
-		return CauseCanceled
-	case FailPending, FailUnclaimed, FailAWOL, FailActiveTimeout:
-		return CauseTimeout
+	if c := kindRules[k].cause; c != "" {
+		return c
 	}
-	switch in.owner() {
-	case ownerGone:
-		return CauseAgentGone
-	case ownerStopped:
-		return CauseAgentStopped
-	case ownerRestarted:
-		return CauseAgentRestarted
+	if loss, lost := ownerLosses[in.owner()]; lost {
+		return loss.cause
 	}
 	if in.Owner.Dead {
 		return CauseAgentDead
 	}
 	return CauseAgentSilent
+}
+
+// kindRule is what an action kind stands for outside Decide.
+type kindRule struct {
+	stop      lifecycle.Cause // the outcome table's cause (lifecycle.Stopped)
+	resumable bool            // Decide released the job rather than failed it
+	cause     Cause           // the metrics label, or "" to count by the holder's condition
+}
+
+// kindRules has a row for every kind. None changes nothing, so it has no
+// outcome.
+var kindRules = map[Kind]kindRule{
+	None:              {cause: CauseNone},
+	Requeue:           {stop: lifecycle.CauseOwnerLostUnstarted},
+	Release:           {stop: lifecycle.CauseOwnerLost, resumable: true},
+	Fail:              {stop: lifecycle.CauseOwnerLost},
+	FailAWOL:          {stop: lifecycle.CauseNotResumed, cause: CauseTimeout},
+	FailActiveTimeout: {stop: lifecycle.CauseActiveTimeout, cause: CauseTimeout},
+	FailPending:       {stop: lifecycle.CausePendingTimeout, cause: CauseTimeout},
+	FailUnclaimed:     {stop: lifecycle.CauseUnclaimed, cause: CauseTimeout},
+	Cancel:            {stop: lifecycle.CauseCancelRequested, cause: CauseCanceled},
 }

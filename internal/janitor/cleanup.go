@@ -3,6 +3,7 @@ package janitor
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -37,12 +38,7 @@ func (s *Service) CleanupWorker() *startstop.Loop {
 // CleanupConcurrency at a time, until none is due. It returns how many it
 // attempted.
 func (s *Service) CleanupPass(ctx context.Context) (int, error) {
-	infos := s.plugins.Infos()
-	names := make([]string, 0, len(infos))
-	for name := range infos {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(s.plugins.Infos()))
 	if len(names) == 0 {
 		return 0, nil
 	}

@@ -131,6 +131,32 @@ func (in Input) owner() ownerCondition {
 	return ownerLive
 }
 
+// ownerLoss is how Decide and CauseOf word a holder that is gone, stopped
+// or restarted. The formats take the agent's name.
+type ownerLoss struct {
+	requeue string // an accepted job's requeue reason (format)
+	release string // a running job's release reason
+	fail    string // a running job's failure (format), or "" for the release reason
+	cause   Cause  // the metrics label
+}
+
+// ownerLosses are the conditions in which a job's holder is lost at once,
+// whatever its heartbeat says. A restarted holder's jobs fail "agent
+// restarted", as ReleasePrevious's do.
+var ownerLosses = map[ownerCondition]ownerLoss{
+	ownerGone:      {"requeued: agent %s is gone; the job never started", "agent gone", "awol: agent %s gone", CauseAgentGone},
+	ownerStopped:   {"requeued: agent %s stopped; the job never started", "agent stopped", "awol: agent %s stopped", CauseAgentStopped},
+	ownerRestarted: {"requeued: agent %s restarted; the job never started", "agent restarted", "", CauseAgentRestarted},
+}
+
+// failure is the error of a running job of agent, lost as l says.
+func (l ownerLoss) failure(agent string) string {
+	if l.fail == "" {
+		return l.release
+	}
+	return fmt.Sprintf(l.fail, agent)
+}
+
 // Decide returns what the janitor does to one job. It is pure. The caller
 // reads the rows under lock, decides, and applies the action in the same
 // transaction.
@@ -185,13 +211,8 @@ func decideAccepted(in Input) Action {
 	if in.AgentName == "" {
 		return Action{Kind: None} // claimable: the claim loop's business
 	}
-	switch in.owner() {
-	case ownerGone:
-		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s is gone; the job never started", in.AgentName)}
-	case ownerStopped:
-		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s stopped; the job never started", in.AgentName)}
-	case ownerRestarted:
-		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s restarted; the job never started", in.AgentName)}
+	if loss, lost := ownerLosses[in.owner()]; lost {
+		return Action{Kind: Requeue, Reason: fmt.Sprintf(loss.requeue, in.AgentName)}
 	}
 	if in.Owner.Dead {
 		return Action{Kind: Requeue, Reason: fmt.Sprintf("requeued: agent %s gone (name lock free, silent %s); the job never started", in.AgentName, seconds(in.Owner.LastSeenAge))}
@@ -204,33 +225,25 @@ func decideAccepted(in Input) Action {
 
 func decideRunning(in Input) Action {
 	var why, failMsg string
-	switch in.owner() {
-	case ownerGone:
-		why = "agent gone"
-		failMsg = fmt.Sprintf("awol: agent %s gone", in.AgentName)
-	case ownerStopped:
-		why = "agent stopped"
-		failMsg = fmt.Sprintf("awol: agent %s stopped", in.AgentName)
-	case ownerRestarted:
-		why = "agent restarted"
-		failMsg = "agent restarted"
+	loss, lost := ownerLosses[in.owner()]
+	switch {
+	case lost:
+		why, failMsg = loss.release, loss.failure(in.AgentName)
+	case in.Owner.Dead && in.resumable():
+		// Early, because another agent can take the remote work over. A
+		// job nobody can resume waits for stale_job, which the owner's
+		// self-fence bounds. A free lock does not prove that a local
+		// process stopped.
+		return Action{Kind: Release, Reason: in.goneWhy()}
+	case in.HeartbeatAge < in.Rules.StaleJob:
+		if in.ActiveTimeout > 0 && in.AttemptAge >= in.ActiveTimeout+in.Rules.ActiveTimeoutGrace {
+			// The owner is alive but did not enforce it. Back it up.
+			return Action{Kind: FailActiveTimeout, Cleanup: true, Reason: fmt.Sprintf(
+				"active_timeout of %s exceeded (running for %s; agent %s did not stop it, so the janitor failed it)",
+				limits.Format(in.ActiveTimeout), seconds(in.AttemptAge), in.AgentName)}
+		}
+		return Action{Kind: None} // the owner enforces active_timeout
 	default:
-		if in.Owner.Dead && in.resumable() {
-			// Early, because another agent can take the remote work over. A
-			// job nobody can resume waits for stale_job, which the owner's
-			// self-fence bounds. A free lock does not prove that a local
-			// process stopped.
-			return Action{Kind: Release, Reason: in.goneWhy()}
-		}
-		if in.HeartbeatAge < in.Rules.StaleJob {
-			if in.ActiveTimeout > 0 && in.AttemptAge >= in.ActiveTimeout+in.Rules.ActiveTimeoutGrace {
-				// The owner is alive but did not enforce it. Back it up.
-				return Action{Kind: FailActiveTimeout, Cleanup: true, Reason: fmt.Sprintf(
-					"active_timeout of %s exceeded (running for %s; agent %s did not stop it, so the janitor failed it)",
-					limits.Format(in.ActiveTimeout), seconds(in.AttemptAge), in.AgentName)}
-			}
-			return Action{Kind: None} // the owner enforces active_timeout
-		}
 		why = "stale for " + seconds(in.HeartbeatAge)
 		failMsg = fmt.Sprintf("awol: agent %s silent for %s", in.AgentName, seconds(in.HeartbeatAge))
 	}

@@ -140,15 +140,6 @@ func (c *Config) activeTimeoutGrace() time.Duration {
 // batch takes milliseconds), so only a frozen or stalled agent comes near.
 const DefaultIdleInTransaction = 10 * time.Second
 
-// idleInTransaction is the bound on idling inside a janitor transaction
-// (queries/tx_begin.sql sets it for each one).
-func (c *Config) idleInTransaction() time.Duration {
-	if c.IdleInTransaction <= 0 {
-		return DefaultIdleInTransaction
-	}
-	return c.IdleInTransaction
-}
-
 // defaultStaleJob is agent.stale_job's default.
 const defaultStaleJob = defaults.StaleJob
 

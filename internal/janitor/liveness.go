@@ -34,12 +34,8 @@ type LivenessConfig struct {
 }
 
 func (c *LivenessConfig) setDefaults() {
-	if c.Keepalive <= 0 {
-		c.Keepalive = defaults.Keepalive
-	}
-	if c.DeadAfter <= 0 {
-		c.DeadAfter = deadAfterKeepalives * c.Keepalive
-	}
+	defaults.Fill(&c.Keepalive, defaults.Keepalive)
+	defaults.Fill(&c.DeadAfter, deadAfterKeepalives*c.Keepalive)
 }
 
 // LivenessSignals lets tests observe a Liveness. Each is nil (and costs
@@ -190,10 +186,7 @@ func (l *Liveness) Check(ctx context.Context) (Checked, error) {
 	if err != nil {
 		return Checked{}, fmt.Errorf("liveness check: %w", err)
 	}
-	var acted []Acted
-	if len(out.Dead) > 0 {
-		acted, err = l.settle(ctx, out.Dead, holdingWork(out.Dead, out.Free))
-	}
+	acted, err := l.settle(ctx, out.Dead, holdingWork(out.Dead, out.Free))
 	// Acted comes before Checked, so a test that received a check has its
 	// actions.
 	for _, a := range acted {

@@ -194,7 +194,7 @@ func (s *Service) batch(ctx context.Context, skip []string, dead []DeadAgent) ([
 	var full bool
 	q := s.candidateQuery(skip, dead)
 	served := setOf(q.SelfCommands)
-	err := s.store.InJanitorTx(ctx, s.cfg.idleInTransaction(), func(tx store.JanitorTx) error {
+	err := s.store.InJanitorTx(ctx, s.cfg.IdleInTransaction, func(tx store.JanitorTx) error {
 		applied, left = applied[:0], left[:0]
 		rows, err := tx.Candidates(ctx, q)
 		if err != nil {

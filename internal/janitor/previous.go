@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
@@ -40,9 +42,7 @@ type PreviousConfig struct {
 // process (Caps, for Commands). The earlier generation's own agents row does
 // not count. It is the process being replaced.
 func ReleasePreviousWith(ctx context.Context, pool *pgxpool.Pool, p PreviousConfig) (int, error) {
-	if p.StaleJob <= 0 {
-		p.StaleJob = defaultStaleJob
-	}
+	defaults.Fill(&p.StaleJob, defaultStaleJob)
 	if p.Caps == nil {
 		p.Caps = func(string) (plugin.Info, bool) { return plugin.Info{}, false }
 	}

@@ -6,12 +6,13 @@ package jobctx
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 )
 
 // Merge lays the job's top-level keys over the command's defaults.
 func Merge(defaults, job json.RawMessage) (json.RawMessage, error) {
-	if len(defaults) == 0 || string(defaults) == "null" {
-		if len(job) == 0 || string(job) == "null" {
+	if absent(defaults) {
+		if absent(job) {
 			return json.RawMessage(`{}`), nil
 		}
 		return job, nil
@@ -20,14 +21,15 @@ func Merge(defaults, job json.RawMessage) (json.RawMessage, error) {
 	if err := json.Unmarshal(defaults, &merged); err != nil {
 		return nil, fmt.Errorf("command default context: %w", err)
 	}
-	if len(job) > 0 && string(job) != "null" {
+	if !absent(job) {
 		var over map[string]json.RawMessage
 		if err := json.Unmarshal(job, &over); err != nil {
 			return nil, fmt.Errorf("job context: %w", err)
 		}
-		for k, v := range over {
-			merged[k] = v
-		}
+		maps.Copy(merged, over)
 	}
 	return json.Marshal(merged)
 }
+
+// absent reports whether a context is missing or JSON null.
+func absent(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }

@@ -1,6 +1,10 @@
 package lifecycle
 
-import "github.com/tetherjobs/tether/internal/jobstate"
+import (
+	"cmp"
+
+	"github.com/tetherjobs/tether/internal/jobstate"
+)
 
 // Cause is why an attempt stopped without its plugin's own answer. The agent
 // names the cause of a plugin call it stopped, and the janitor the cause of
@@ -54,7 +58,7 @@ const (
 	CauseUnclaimed
 )
 
-var causeNames = [...]string{
+var causeNames = map[Cause]string{
 	CauseUnknown:            "unknown",
 	CauseCancelRequested:    "cancel_requested",
 	CauseActiveTimeout:      "active_timeout",
@@ -74,10 +78,7 @@ var causeNames = [...]string{
 
 // String names the cause for logs and test names.
 func (c Cause) String() string {
-	if c < 0 || int(c) >= len(causeNames) {
-		return "unknown"
-	}
-	return causeNames[c]
+	return cmp.Or(causeNames[c], "unknown")
 }
 
 // Write is what the one acting on a stopped attempt stores.
@@ -147,24 +148,28 @@ var (
 // can arrive while the end is on its way. A retry of a job whose cancel was
 // requested is stored as canceled instead.
 func Stopped(cause Cause, resumable bool) Ending {
-	switch cause {
-	case CauseCancelRequested:
-		return canceled
-	case CauseActiveTimeout, CausePluginCrashed, CauseNotResumed:
-		return failRetriable
-	case CausePendingTimeout, CauseUnclaimed:
-		return failPermanent
-	case CauseOwnerLostUnstarted:
-		return requeue
-	case CauseSelfFenced, CauseShutdown, CauseOwnerLost:
-		if resumable {
-			return release
-		}
-		return failRetriable
-	case CauseHistoryResume:
-		if resumable {
-			return release
-		}
+	e := stopEndings[cause]
+	if resumable {
+		return e.resumable
 	}
-	return nothingWritten
+	return e.notResumable
+}
+
+// stopEndings is Stopped's table. A cause it does not list writes nothing.
+var stopEndings = map[Cause]struct{ resumable, notResumable Ending }{
+	CauseCancelRequested:    {canceled, canceled},
+	CauseActiveTimeout:      {failRetriable, failRetriable},
+	CauseLeaseLost:          {nothingWritten, nothingWritten},
+	CauseSelfFenced:         {release, failRetriable},
+	CauseShutdown:           {release, failRetriable},
+	CauseHandedOff:          {nothingWritten, nothingWritten},
+	CauseHistoryLost:        {nothingWritten, nothingWritten},
+	CauseHistoryResume:      {release, nothingWritten},
+	CausePluginCrashed:      {failRetriable, failRetriable},
+	CauseOwnerLost:          {release, failRetriable},
+	CauseOwnerLostUnstarted: {requeue, requeue},
+	CauseNotResumed:         {failRetriable, failRetriable},
+	CausePendingTimeout:     {failPermanent, failPermanent},
+	CauseUnclaimed:          {failPermanent, failPermanent},
+	CauseUnknown:            {nothingWritten, nothingWritten},
 }
