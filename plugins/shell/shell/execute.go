@@ -41,7 +41,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 
 	runID := randomHex()
 	env := buildEnv(s, wd.path, job, runID, cfg.RunAs)
-	path, args, err := program(s, env, wd.path)
+	path, args, err := program(s, env["PATH"], wd.path)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        args,
-		Env:         env,
+		Env:         environ(env),
 		Dir:         wd.path,
 		Stdout:      out.outW,
 		Stderr:      out.errW,
@@ -145,11 +145,11 @@ func prepareWorkDir(cfg config, job *plugin.Job, s spec) (workDir, error) {
 
 // program returns the path and argv the job's process starts with: /bin/sh
 // for a script, or the command's program looked up in the job's PATH.
-func program(s spec, env []string, dir string) (string, []string, error) {
+func program(s spec, pathEnv, dir string) (string, []string, error) {
 	if s.Script != "" {
 		return "/bin/sh", []string{"/bin/sh", "-c", s.Script}, nil
 	}
-	path, err := lookPath(s.Command[0], envValue(env, "PATH"), dir)
+	path, err := lookPath(s.Command[0], pathEnv, dir)
 	if err != nil {
 		return "", nil, dec.Errorf("context.command[0]: %v", err)
 	}
@@ -215,24 +215,22 @@ func (e ending) groupGone() bool { return e.stopErr == nil && e.waitErr == nil }
 // leftovers get the same TERM/grace/KILL treatment, hurried by cancellation.
 func awaitGroup(ctx context.Context, log *slog.Logger, r *run, cmd *exec.Cmd, exited <-chan error, grace time.Duration) ending {
 	end := ending{pid: cmd.Process.Pid}
-	exitedSeen := false
+	// Leftovers of a normal exit are hurried by cancellation, those of a
+	// canceled job by a forced stop.
+	hurry := ctx.Done()
 	select {
 	case end.waitErr = <-exited:
-		exitedSeen = true
 	case <-ctx.Done():
 		end.cancelCause = context.Cause(ctx)
+		hurry = r.force
 		log.Info("job canceled; stopping its process group", "cause", end.cancelCause, "kill_grace", grace)
 	}
 
-	var hurry <-chan struct{} = r.force
-	if end.cancelCause == nil {
-		hurry = ctx.Done()
-	}
 	end.outcome, end.stopErr = stopGroup(end.pid, grace, hurry, killWait)
 	if end.stopErr != nil {
 		log.Error("stopping process group", "err", end.stopErr)
 	}
-	if !exitedSeen {
+	if end.cancelCause != nil {
 		end.waitErr = reapLeader(cmd, exited)
 	}
 	if end.waitErr == nil {
