@@ -69,14 +69,9 @@ type Fields map[string]json.RawMessage
 // Keys returns the keys whose values are not null, sorted, so that a
 // plugin decoding them in this order reports the same error every time.
 func (f Fields) Keys() []string {
-	keys := make([]string, 0, len(f))
-	for k, v := range f {
-		if !IsNull(v) {
-			keys = append(keys, k)
-		}
-	}
+	keys := slices.AppendSeq(make([]string, 0, len(f)), maps.Keys(f))
 	slices.Sort(keys)
-	return keys
+	return slices.DeleteFunc(keys, func(k string) bool { return IsNull(f[k]) })
 }
 
 // Get returns key's value and whether it is set: present and not null.
@@ -199,16 +194,11 @@ func (d Decoder) Strings(what string, v json.RawMessage, blankOK bool) ([]string
 	out := make([]string, len(items))
 	for i, item := range items {
 		name := fmt.Sprintf("%s[%d]", what, i)
-		if !blankOK {
-			s, err := d.String(name, item)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = s
-			continue
-		}
 		if !decodeAs(item, "string", &out[i]) {
 			return nil, d.Errorf("%s: must be a string, got %s", name, Kind(item))
+		}
+		if !blankOK && strings.TrimSpace(out[i]) == "" {
+			return nil, d.Errorf("%s: must not be empty", name)
 		}
 	}
 	return out, nil
