@@ -124,7 +124,7 @@ func (w workDir) remove(log *slog.Logger) {
 // directory under config.work_root when the job sets none.
 func prepareWorkDir(cfg config, job *plugin.Job, s spec) (workDir, error) {
 	if s.WorkingDir != "" {
-		if fi, err := os.Stat(s.WorkingDir); err != nil || !fi.IsDir() {
+		if !isDir(s.WorkingDir) {
 			return workDir{}, dec.Errorf("context.working_dir: %s is not an existing directory; create it first or leave working_dir unset for a fresh per-job directory", s.WorkingDir)
 		}
 		return workDir{path: s.WorkingDir}, nil

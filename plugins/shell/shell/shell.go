@@ -169,7 +169,7 @@ func (p *Plugin) HealthCheck(_ context.Context, rawConfig json.RawMessage) error
 	if fi, err := os.Stat("/bin/sh"); err != nil || !fi.Mode().IsRegular() || unix.Access("/bin/sh", unix.X_OK) != nil {
 		return plugin.Errorf(plugin.Permanent, "/bin/sh is missing or not executable; scripts cannot run")
 	}
-	if fi, err := os.Stat(cfg.WorkRoot); err != nil || !fi.IsDir() {
+	if !isDir(cfg.WorkRoot) {
 		return plugin.Errorf(plugin.Permanent, "config.work_root: %s is not an existing directory", cfg.WorkRoot)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
@@ -573,6 +573,12 @@ func inDir(dir, p string) string {
 		return p
 	}
 	return filepath.Join(dir, p)
+}
+
+// isDir reports whether path is an existing directory.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 func executable(path string) error {
