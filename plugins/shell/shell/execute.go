@@ -78,7 +78,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 
 	// Record the group before anything else can go wrong, so a crash of this
 	// plugin process leaves Cleanup something to find.
-	recErr := p.record(cfg, job, s, pid, runID, wd.path, wd.removable())
+	recErr := p.record(cfg, job, s, pid, runID, wd)
 	if recErr != nil {
 		log.Error("recording process group; stopping the job", "err", recErr)
 		r.kill(recErr)
@@ -98,21 +98,18 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 
 // workDir is the directory a job runs in.
 type workDir struct {
-	path    string
-	created bool // a fresh per-job directory the plugin made
-	keep    bool // the job asked to keep it
+	path string
+	// temporary marks a fresh per-job directory the plugin made, to remove
+	// once the job's group is gone.
+	temporary bool
+	// kept marks a fresh per-job directory the job asked to keep. The result
+	// names it.
+	kept bool
 }
 
-// removable reports whether the directory goes once the job's group is gone.
-func (w workDir) removable() bool { return w.created && !w.keep }
-
-// kept reports whether the directory is the plugin's and stays, so the
-// result names it.
-func (w workDir) kept() bool { return w.created && w.keep }
-
-// remove deletes the directory if it is removable.
+// remove deletes the directory if it is temporary.
 func (w workDir) remove(log *slog.Logger) {
-	if !w.removable() {
+	if !w.temporary {
 		return
 	}
 	if err := os.RemoveAll(w.path); err != nil {
@@ -140,7 +137,7 @@ func prepareWorkDir(cfg config, job *plugin.Job, s spec) (workDir, error) {
 			return workDir{}, plugin.Errorf(plugin.Retriable, "handing working directory %s to user %s: %v", dir, a.Name, err)
 		}
 	}
-	return workDir{path: dir, created: true, keep: s.KeepWorkingDir}, nil
+	return workDir{path: dir, temporary: !s.KeepWorkingDir, kept: s.KeepWorkingDir}, nil
 }
 
 // program returns the path and argv the job's process starts with: /bin/sh
@@ -291,7 +288,7 @@ func jobResult(end ending, recErr error, s spec, tail *tailBuffer, wd workDir) (
 		return nil, exitFailure(what, end.state, tail, s.RetryExitCodes)
 	}
 	out := map[string]any{"exit_code": 0}
-	if wd.kept() {
+	if wd.kept {
 		out["working_dir"] = wd.path
 	}
 	b, _ := json.Marshal(out)

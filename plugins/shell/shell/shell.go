@@ -249,7 +249,7 @@ func (p *Plugin) running(rec record) bool {
 }
 
 // record writes the run's process record to the state directory.
-func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID, dir string, removeDir bool) error {
+func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID string, wd workDir) error {
 	info, err := readProc(pid)
 	if err != nil {
 		return fmt.Errorf("reading /proc for process %d: %w", pid, err)
@@ -264,8 +264,8 @@ func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID, dir
 		RunID:     runID,
 		KillGrace: s.KillGrace.String(),
 	}
-	if removeDir {
-		rec.WorkDir = dir
+	if wd.temporary {
+		rec.WorkDir = wd.path
 	}
 	return writeRecord(cfg.StateDir, rec)
 }
