@@ -36,6 +36,7 @@ package settings
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -293,10 +294,7 @@ func Kind(v json.RawMessage) string {
 	if len(t) == 0 {
 		return "nothing"
 	}
-	if k, ok := kinds[t[0]]; ok {
-		return k
-	}
-	return "number"
+	return cmp.Or(kinds[t[0]], "number")
 }
 
 // Problem turns an error of this Decoder (or of a plugin's own check written
