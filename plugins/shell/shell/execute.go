@@ -241,14 +241,9 @@ func awaitGroup(ctx context.Context, log *slog.Logger, r *run, cmd *exec.Cmd, ex
 
 // reapLeader waits for the leader of a group that was stopped. The leader is
 // normally dead by now (it was in the group). If it moved to another group
-// it is not, so it is killed directly. Signalling a zombie does nothing, so
-// this is safe either way.
+// it is not, so it is killed directly. It is not reaped yet, and signalling
+// a zombie does nothing, so the kill is safe either way.
 func reapLeader(cmd *exec.Cmd, exited <-chan error) error {
-	select {
-	case err := <-exited:
-		return err
-	case <-time.After(pollInterval):
-	}
 	_ = cmd.Process.Kill()
 	select {
 	case err := <-exited:
