@@ -28,13 +28,6 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	if err != nil {
 		return nil, err
 	}
-	groupGone := false
-	defer func() {
-		// A directory still in use by surviving processes is left to Cleanup.
-		if groupGone {
-			wd.remove(log)
-		}
-	}()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, plugin.Errorf(plugin.Retriable, "creating state directory: %v", err)
 	}
@@ -63,7 +56,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	out.closeWriters()
 	if startErr != nil {
 		out.closeReaders()
-		groupGone = true
+		wd.remove(log)
 		return nil, startError(describeArgv(s), startErr)
 	}
 	pid := cmd.Process.Pid
@@ -85,13 +78,17 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	}
 
 	end := awaitGroup(ctx, log, r, cmd, exited, s.KillGrace)
-	groupGone = end.groupGone()
 
 	p.drain(&copiers, out.outR, out.errR)
 	out.closeReaders()
 
-	if groupGone && recErr == nil {
-		removeRecord(log, cfg.StateDir, job)
+	// A directory still in use by surviving processes is left to Cleanup,
+	// and so is the record that leads to them.
+	if end.groupGone() {
+		if recErr == nil {
+			removeRecord(log, cfg.StateDir, job)
+		}
+		wd.remove(log)
 	}
 	return jobResult(end, recErr, s, tail, wd)
 }
