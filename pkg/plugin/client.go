@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -277,10 +278,7 @@ func (c *GRPCClient) runtime(callID uint64) (Runtime, error) {
 // callError describes a failed call. When ctx ended, the error wraps ctx.Err()
 // so callers can tell cancellation from a broken plugin.
 func callError(ctx context.Context, op string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("plugin %s: %w", op, ctxErr)
-	}
-	return fmt.Errorf("plugin %s: %w", op, err)
+	return fmt.Errorf("plugin %s: %w", op, cmp.Or(ctx.Err(), err))
 }
 
 // runtimeServer serves the host's Runtime to the plugin, routing each request

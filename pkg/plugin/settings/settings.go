@@ -36,6 +36,7 @@ package settings
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -69,14 +70,9 @@ type Fields map[string]json.RawMessage
 // Keys returns the keys whose values are not null, sorted, so that a
 // plugin decoding them in this order reports the same error every time.
 func (f Fields) Keys() []string {
-	keys := make([]string, 0, len(f))
-	for k, v := range f {
-		if !IsNull(v) {
-			keys = append(keys, k)
-		}
-	}
+	keys := slices.AppendSeq(make([]string, 0, len(f)), maps.Keys(f))
 	slices.Sort(keys)
-	return keys
+	return slices.DeleteFunc(keys, func(k string) bool { return IsNull(f[k]) })
 }
 
 // Get returns key's value and whether it is set: present and not null.
@@ -199,16 +195,11 @@ func (d Decoder) Strings(what string, v json.RawMessage, blankOK bool) ([]string
 	out := make([]string, len(items))
 	for i, item := range items {
 		name := fmt.Sprintf("%s[%d]", what, i)
-		if !blankOK {
-			s, err := d.String(name, item)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = s
-			continue
-		}
 		if !decodeAs(item, "string", &out[i]) {
 			return nil, d.Errorf("%s: must be a string, got %s", name, Kind(item))
+		}
+		if !blankOK && strings.TrimSpace(out[i]) == "" {
+			return nil, d.Errorf("%s: must not be empty", name)
 		}
 	}
 	return out, nil
@@ -303,10 +294,7 @@ func Kind(v json.RawMessage) string {
 	if len(t) == 0 {
 		return "nothing"
 	}
-	if k, ok := kinds[t[0]]; ok {
-		return k
-	}
-	return "number"
+	return cmp.Or(kinds[t[0]], "number")
 }
 
 // Problem turns an error of this Decoder (or of a plugin's own check written

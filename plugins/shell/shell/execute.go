@@ -28,20 +28,13 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	if err != nil {
 		return nil, err
 	}
-	groupGone := false
-	defer func() {
-		// A directory still in use by surviving processes is left to Cleanup.
-		if groupGone {
-			wd.remove(log)
-		}
-	}()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, plugin.Errorf(plugin.Retriable, "creating state directory: %v", err)
 	}
 
 	runID := randomHex()
 	env := buildEnv(s, wd.path, job, runID, cfg.RunAs)
-	path, args, err := program(s, env, wd.path)
+	path, args, err := program(s, env["PATH"], wd.path)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +45,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        args,
-		Env:         env,
+		Env:         environ(env),
 		Dir:         wd.path,
 		Stdout:      out.outW,
 		Stderr:      out.errW,
@@ -63,7 +56,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 	out.closeWriters()
 	if startErr != nil {
 		out.closeReaders()
-		groupGone = true
+		wd.remove(log)
 		return nil, startError(describeArgv(s), startErr)
 	}
 	pid := cmd.Process.Pid
@@ -78,41 +71,42 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 
 	// Record the group before anything else can go wrong, so a crash of this
 	// plugin process leaves Cleanup something to find.
-	recErr := p.record(cfg, job, s, pid, runID, wd.path, wd.removable())
+	recErr := p.record(cfg, job, s, pid, runID, wd)
 	if recErr != nil {
 		log.Error("recording process group; stopping the job", "err", recErr)
 		r.kill(recErr)
 	}
 
 	end := awaitGroup(ctx, log, r, cmd, exited, s.KillGrace)
-	groupGone = end.groupGone()
 
 	p.drain(&copiers, out.outR, out.errR)
 	out.closeReaders()
 
-	if groupGone && recErr == nil {
-		removeRecord(log, cfg.StateDir, job)
+	// A directory still in use by surviving processes is left to Cleanup,
+	// and so is the record that leads to them.
+	if end.groupGone() {
+		if recErr == nil {
+			removeRecord(log, cfg.StateDir, job)
+		}
+		wd.remove(log)
 	}
 	return jobResult(end, recErr, s, tail, wd)
 }
 
 // workDir is the directory a job runs in.
 type workDir struct {
-	path    string
-	created bool // a fresh per-job directory the plugin made
-	keep    bool // the job asked to keep it
+	path string
+	// temporary marks a fresh per-job directory the plugin made, to remove
+	// once the job's group is gone.
+	temporary bool
+	// kept marks a fresh per-job directory the job asked to keep. The result
+	// names it.
+	kept bool
 }
 
-// removable reports whether the directory goes once the job's group is gone.
-func (w workDir) removable() bool { return w.created && !w.keep }
-
-// kept reports whether the directory is the plugin's and stays, so the
-// result names it.
-func (w workDir) kept() bool { return w.created && w.keep }
-
-// remove deletes the directory if it is removable.
+// remove deletes the directory if it is temporary.
 func (w workDir) remove(log *slog.Logger) {
-	if !w.removable() {
+	if !w.temporary {
 		return
 	}
 	if err := os.RemoveAll(w.path); err != nil {
@@ -124,7 +118,7 @@ func (w workDir) remove(log *slog.Logger) {
 // directory under config.work_root when the job sets none.
 func prepareWorkDir(cfg config, job *plugin.Job, s spec) (workDir, error) {
 	if s.WorkingDir != "" {
-		if fi, err := os.Stat(s.WorkingDir); err != nil || !fi.IsDir() {
+		if !isDir(s.WorkingDir) {
 			return workDir{}, dec.Errorf("context.working_dir: %s is not an existing directory; create it first or leave working_dir unset for a fresh per-job directory", s.WorkingDir)
 		}
 		return workDir{path: s.WorkingDir}, nil
@@ -140,16 +134,16 @@ func prepareWorkDir(cfg config, job *plugin.Job, s spec) (workDir, error) {
 			return workDir{}, plugin.Errorf(plugin.Retriable, "handing working directory %s to user %s: %v", dir, a.Name, err)
 		}
 	}
-	return workDir{path: dir, created: true, keep: s.KeepWorkingDir}, nil
+	return workDir{path: dir, temporary: !s.KeepWorkingDir, kept: s.KeepWorkingDir}, nil
 }
 
 // program returns the path and argv the job's process starts with: /bin/sh
 // for a script, or the command's program looked up in the job's PATH.
-func program(s spec, env []string, dir string) (string, []string, error) {
+func program(s spec, pathEnv, dir string) (string, []string, error) {
 	if s.Script != "" {
 		return "/bin/sh", []string{"/bin/sh", "-c", s.Script}, nil
 	}
-	path, err := lookPath(s.Command[0], envValue(env, "PATH"), dir)
+	path, err := lookPath(s.Command[0], pathEnv, dir)
 	if err != nil {
 		return "", nil, dec.Errorf("context.command[0]: %v", err)
 	}
@@ -215,24 +209,22 @@ func (e ending) groupGone() bool { return e.stopErr == nil && e.waitErr == nil }
 // leftovers get the same TERM/grace/KILL treatment, hurried by cancellation.
 func awaitGroup(ctx context.Context, log *slog.Logger, r *run, cmd *exec.Cmd, exited <-chan error, grace time.Duration) ending {
 	end := ending{pid: cmd.Process.Pid}
-	exitedSeen := false
+	// Leftovers of a normal exit are hurried by cancellation, those of a
+	// canceled job by a forced stop.
+	hurry := ctx.Done()
 	select {
 	case end.waitErr = <-exited:
-		exitedSeen = true
 	case <-ctx.Done():
 		end.cancelCause = context.Cause(ctx)
+		hurry = r.force
 		log.Info("job canceled; stopping its process group", "cause", end.cancelCause, "kill_grace", grace)
 	}
 
-	var hurry <-chan struct{} = r.force
-	if end.cancelCause == nil {
-		hurry = ctx.Done()
-	}
 	end.outcome, end.stopErr = stopGroup(end.pid, grace, hurry, killWait)
 	if end.stopErr != nil {
 		log.Error("stopping process group", "err", end.stopErr)
 	}
-	if !exitedSeen {
+	if end.cancelCause != nil {
 		end.waitErr = reapLeader(cmd, exited)
 	}
 	if end.waitErr == nil {
@@ -246,14 +238,9 @@ func awaitGroup(ctx context.Context, log *slog.Logger, r *run, cmd *exec.Cmd, ex
 
 // reapLeader waits for the leader of a group that was stopped. The leader is
 // normally dead by now (it was in the group). If it moved to another group
-// it is not, so it is killed directly. Signalling a zombie does nothing, so
-// this is safe either way.
+// it is not, so it is killed directly. It is not reaped yet, and signalling
+// a zombie does nothing, so the kill is safe either way.
 func reapLeader(cmd *exec.Cmd, exited <-chan error) error {
-	select {
-	case err := <-exited:
-		return err
-	case <-time.After(pollInterval):
-	}
 	_ = cmd.Process.Kill()
 	select {
 	case err := <-exited:
@@ -293,7 +280,7 @@ func jobResult(end ending, recErr error, s spec, tail *tailBuffer, wd workDir) (
 		return nil, exitFailure(what, end.state, tail, s.RetryExitCodes)
 	}
 	out := map[string]any{"exit_code": 0}
-	if wd.kept() {
+	if wd.kept {
 		out["working_dir"] = wd.path
 	}
 	b, _ := json.Marshal(out)

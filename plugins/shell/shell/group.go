@@ -51,11 +51,6 @@ func stopGroup(pgid int, grace time.Duration, hurry <-chan struct{}, killWait ti
 		return g.out, err
 	}
 	_ = signalGroup(pgid, unix.SIGCONT) // best effort; TERM already went out
-	if grace <= 0 {
-		if err := g.kill(); err != nil {
-			return g.out, err
-		}
-	}
 	err = g.wait(grace, hurry)
 	return g.out, err
 }
@@ -80,7 +75,7 @@ func (g *groupStop) kill() error {
 }
 
 // wait polls the group until it is empty, killing it when grace runs out or
-// hurry is closed.
+// hurry is closed. A grace of 0 or less kills it before the first poll.
 func (g *groupStop) wait(grace time.Duration, hurry <-chan struct{}) error {
 	graceTimer := time.NewTimer(grace)
 	defer graceTimer.Stop()

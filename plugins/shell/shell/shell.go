@@ -9,6 +9,7 @@
 package shell
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,7 +169,7 @@ func (p *Plugin) HealthCheck(_ context.Context, rawConfig json.RawMessage) error
 	if fi, err := os.Stat("/bin/sh"); err != nil || !fi.Mode().IsRegular() || unix.Access("/bin/sh", unix.X_OK) != nil {
 		return plugin.Errorf(plugin.Permanent, "/bin/sh is missing or not executable; scripts cannot run")
 	}
-	if fi, err := os.Stat(cfg.WorkRoot); err != nil || !fi.IsDir() {
+	if !isDir(cfg.WorkRoot) {
 		return plugin.Errorf(plugin.Permanent, "config.work_root: %s is not an existing directory", cfg.WorkRoot)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
@@ -248,7 +249,7 @@ func (p *Plugin) running(rec record) bool {
 }
 
 // record writes the run's process record to the state directory.
-func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID, dir string, removeDir bool) error {
+func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID string, wd workDir) error {
 	info, err := readProc(pid)
 	if err != nil {
 		return fmt.Errorf("reading /proc for process %d: %w", pid, err)
@@ -263,8 +264,8 @@ func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID, dir
 		RunID:     runID,
 		KillGrace: s.KillGrace.String(),
 	}
-	if removeDir {
-		rec.WorkDir = dir
+	if wd.temporary {
+		rec.WorkDir = wd.path
 	}
 	return writeRecord(cfg.StateDir, rec)
 }
@@ -273,10 +274,7 @@ func (p *Plugin) record(cfg config, job *plugin.Job, s spec, pid int, runID, dir
 // After a write to the host fails it keeps reading and discards, so the job
 // never blocks on a full pipe.
 func (p *Plugin) pump(log *slog.Logger, stream string, r io.Reader, w, tail io.Writer) {
-	if w == nil {
-		w = io.Discard
-	}
-	host := &forwarder{w: w, log: log, stream: stream}
+	host := &forwarder{w: cmp.Or(w, io.Discard), log: log, stream: stream}
 	// Only reads fail: neither writer returns an error. A read cut off by
 	// drain's deadline is expected.
 	if _, err := io.Copy(io.MultiWriter(tail, host), r); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -303,24 +301,13 @@ func (f *forwarder) Write(b []byte) (int, error) {
 }
 
 // drain waits for the output copiers. A process that escaped the group may
-// hold the pipes open forever, so after outputDrainWait the reads are cut off.
+// hold the pipes open forever, so reads are cut off after outputDrainWait.
 func (p *Plugin) drain(copiers *sync.WaitGroup, readers ...*os.File) {
-	done := make(chan struct{})
-	go func() {
-		copiers.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(outputDrainWait)
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
-	}
+	deadline := time.Now().Add(outputDrainWait)
 	for _, f := range readers {
-		_ = f.SetReadDeadline(time.Now())
+		_ = f.SetReadDeadline(deadline)
 	}
-	<-done
+	copiers.Wait()
 }
 
 // Cleanup kills whatever is left of the job's process groups: runs of this
@@ -535,7 +522,7 @@ func (p *Plugin) Shutdown(ctx context.Context) error {
 
 // buildEnv returns the job's environment: a minimal base, the job's env on
 // top, and the run marker. Nothing of the plugin's own environment is passed.
-func buildEnv(s spec, dir string, job *plugin.Job, runID string, runAs *account) []string {
+func buildEnv(s spec, dir string, job *plugin.Job, runID string, runAs *account) map[string]string {
 	m := map[string]string{
 		"PATH":               basePath,
 		"HOME":               dir,
@@ -548,20 +535,16 @@ func buildEnv(s spec, dir string, job *plugin.Job, runID string, runAs *account)
 	}
 	maps.Copy(m, s.Env)
 	m[runIDEnv] = runID
-	env := make([]string, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		env = append(env, k+"="+m[k])
-	}
-	return env
+	return m
 }
 
-func envValue(env []string, key string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, key+"="); ok {
-			return v
-		}
+// environ renders env as NAME=value pairs, sorted by name.
+func environ(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
 	}
-	return ""
+	return out
 }
 
 // lookPath finds the program like a shell would, but with the job's PATH, not
@@ -590,6 +573,12 @@ func inDir(dir, p string) string {
 		return p
 	}
 	return filepath.Join(dir, p)
+}
+
+// isDir reports whether path is an existing directory.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 func executable(path string) error {

@@ -76,12 +76,28 @@ var configKeys = []string{"kill_grace", "max_kill_grace", "run_as", "state_dir",
 // start with the setting's name.
 var dec = settings.Decoder{}
 
+// field is one key of a settings table, with the parser that sets it in T.
+type field[T any] struct {
+	key    string
+	decode func(dst *T, raw json.RawMessage) error
+}
+
+// decodeFields runs the parser of each key of table that is set in fields,
+// in table order, and stops at the first error.
+func decodeFields[T any](dst *T, fields settings.Fields, table []field[T]) error {
+	for _, f := range table {
+		if v, ok := fields.Get(f.key); ok {
+			if err := f.decode(dst, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // configFields are the plugin config's keys, in the sorted order they are
 // decoded in, each with the parser that sets it.
-var configFields = []struct {
-	key    string
-	decode func(c *config, raw json.RawMessage) error
-}{
+var configFields = []field[config]{
 	{"kill_grace", func(c *config, v json.RawMessage) (err error) {
 		c.KillGrace, err = parseGrace("config.kill_grace", v)
 		return err
@@ -117,14 +133,8 @@ func parseConfig(raw json.RawMessage, tempDir string) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	for _, f := range configFields {
-		v, ok := fields.Get(f.key)
-		if !ok {
-			continue
-		}
-		if err := f.decode(&cfg, v); err != nil {
-			return config{}, err
-		}
+	if err := decodeFields(&cfg, fields, configFields); err != nil {
+		return config{}, err
 	}
 	if cfg.KillGrace > cfg.MaxKillGrace {
 		return config{}, dec.Errorf("config.kill_grace: %s is above config.max_kill_grace (%s); the default grace must be allowed for every job: lower kill_grace or raise max_kill_grace",
@@ -138,40 +148,43 @@ func parseSpec(raw json.RawMessage, cfg config) (spec, error) {
 	return decodeSpec(raw, cfg, true)
 }
 
+// specDraft is a spec being decoded, with the config that bounds it.
+type specDraft struct {
+	spec
+	cfg config
+}
+
 // specFields are the job context's keys, in the order they are decoded in,
 // each with the parser that sets it. A key set to null counts as unset, so a
 // job can clear a command's default key (e.g. "command": null to run its own
 // script instead).
-var specFields = []struct {
-	key    string
-	decode func(s *spec, raw json.RawMessage, cfg config) error
-}{
-	{"command", func(s *spec, v json.RawMessage, _ config) (err error) {
-		s.Command, err = parseCommand(v)
+var specFields = []field[specDraft]{
+	{"command", func(d *specDraft, v json.RawMessage) (err error) {
+		d.Command, err = parseCommand(v)
 		return err
 	}},
-	{"script", func(s *spec, v json.RawMessage, _ config) (err error) {
-		s.Script, err = parseScript(v)
+	{"script", func(d *specDraft, v json.RawMessage) (err error) {
+		d.Script, err = parseScript(v)
 		return err
 	}},
-	{"env", func(s *spec, v json.RawMessage, _ config) (err error) {
-		s.Env, err = parseEnv(v)
+	{"env", func(d *specDraft, v json.RawMessage) (err error) {
+		d.Env, err = parseEnv(v)
 		return err
 	}},
-	{"working_dir", func(s *spec, v json.RawMessage, _ config) (err error) {
-		s.WorkingDir, err = parseAbsDir("context.working_dir", v)
+	{"working_dir", func(d *specDraft, v json.RawMessage) (err error) {
+		d.WorkingDir, err = parseAbsDir("context.working_dir", v)
 		return err
 	}},
-	{"keep_working_dir", func(s *spec, v json.RawMessage, _ config) (err error) {
-		s.KeepWorkingDir, err = dec.Bool("context.keep_working_dir", v)
+	{"keep_working_dir", func(d *specDraft, v json.RawMessage) (err error) {
+		d.KeepWorkingDir, err = dec.Bool("context.keep_working_dir", v)
 		return err
 	}},
-	{"kill_grace", func(s *spec, v json.RawMessage, cfg config) (err error) {
-		s.KillGrace, err = parseJobGrace(v, cfg.MaxKillGrace)
+	{"kill_grace", func(d *specDraft, v json.RawMessage) (err error) {
+		d.KillGrace, err = parseJobGrace(v, d.cfg.MaxKillGrace)
 		return err
 	}},
-	{"retry_exit_codes", func(s *spec, v json.RawMessage, _ config) (err error) {
-		s.RetryExitCodes, err = parseExitCodes("context.retry_exit_codes", v)
+	{"retry_exit_codes", func(d *specDraft, v json.RawMessage) (err error) {
+		d.RetryExitCodes, err = parseExitCodes("context.retry_exit_codes", v)
 		return err
 	}},
 }
@@ -180,7 +193,7 @@ var specFields = []struct {
 // sets neither command nor script, as a command's default context may (its
 // jobs bring their own), for Validate.
 func decodeSpec(raw json.RawMessage, cfg config, complete bool) (spec, error) {
-	s := spec{KillGrace: cfg.KillGrace}
+	d := specDraft{spec: spec{KillGrace: cfg.KillGrace}, cfg: cfg}
 	fields, err := objectFields("context", raw, contextKeys)
 	if err != nil {
 		return spec{}, err
@@ -188,16 +201,10 @@ func decodeSpec(raw json.RawMessage, cfg config, complete bool) (spec, error) {
 	if err := checkProgram(fields, complete); err != nil {
 		return spec{}, err
 	}
-	for _, f := range specFields {
-		v, ok := fields.Get(f.key)
-		if !ok {
-			continue
-		}
-		if err := f.decode(&s, v, cfg); err != nil {
-			return spec{}, err
-		}
+	if err := decodeFields(&d, fields, specFields); err != nil {
+		return spec{}, err
 	}
-	return s, nil
+	return d.spec, nil
 }
 
 // checkProgram refuses a context that sets both command and script, and,

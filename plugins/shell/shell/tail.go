@@ -23,10 +23,6 @@ type tailBuffer struct {
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(p) >= tailBytes {
-		t.buf = append(t.buf[:0], p[len(p)-tailBytes:]...)
-		return len(p), nil
-	}
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > 2*tailBytes {
 		// Amortised trim: copy down only when twice the bound.
