@@ -24,22 +24,26 @@ import (
 // the group is left.
 func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, cfg config, rt plugin.Runtime) (*plugin.Result, error) {
 	log := p.log.With("job", job.ID, "attempt", job.Attempt)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, plugin.Errorf(plugin.Retriable, "creating state directory: %v", err)
+	}
 	wd, err := prepareWorkDir(cfg, job, s)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, plugin.Errorf(plugin.Retriable, "creating state directory: %v", err)
-	}
 
+	// Until the process starts, no record names the directory, so Cleanup
+	// could not find it. A failure before then removes it here.
 	runID := randomHex()
 	env := buildEnv(s, wd.path, job, runID, cfg.RunAs)
 	path, args, err := program(s, env["PATH"], wd.path)
 	if err != nil {
+		wd.remove(log)
 		return nil, err
 	}
 	out, err := openPipes()
 	if err != nil {
+		wd.remove(log)
 		return nil, err
 	}
 	cmd := &exec.Cmd{

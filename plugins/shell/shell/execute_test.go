@@ -227,6 +227,15 @@ func TestExecuteCommandNotFound(t *testing.T) {
 	if !strings.HasPrefix(pe.Message, `context.command[0]: "no-such-program-tether" not found in PATH`) {
 		t.Errorf("message = %q", pe.Message)
 	}
+	// The fresh working directory made for the job is gone with it: no
+	// record names it, so Cleanup would never find it.
+	left, err := os.ReadDir(e.workRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("work_root holds %d entries after a job that never started, want none (first: %s)", len(left), left[0].Name())
+	}
 }
 
 func TestExecuteUsesJobPathNotPlugins(t *testing.T) {
