@@ -607,8 +607,8 @@ func decode(body []byte, v any) error {
 }
 
 // op makes an operation that takes its decoded request a handler of the
-// raw body. Each operation's request type stays its own, so a decoding
-// error names the same struct field as before.
+// raw body. Each operation declares its own request type, and decoding
+// errors quote that type's fields.
 func op[R any](f func(R) (any, error)) func([]byte) (any, error) {
 	return func(body []byte) (any, error) {
 		var req R

@@ -686,11 +686,12 @@ func (e *Emulator) signalAll(t *task, sig syscall.Signal) {
 		if c.pid != 0 {
 			pids = append(pids, c.pid)
 		}
-		if c.sig != nil && c.lastStatus != "STOPPED" {
-			select {
-			case c.sig <- sig:
-			default: // already has a signal pending; SIGTERM and SIGKILL fit
-			}
+		// A process container has a nil sig, and a send on nil takes the
+		// default. So does a full buffer, which SIGTERM and SIGKILL fit.
+		// An exited synthetic container no longer reads its buffer.
+		select {
+		case c.sig <- sig:
+		default:
 		}
 	}
 	e.mu.Unlock()
