@@ -559,26 +559,20 @@ func (e *Emulator) provision(t *task) bool {
 // start, those started are killed and the task is stopped as failed to
 // start, and it reports false.
 func (e *Emulator) startContainers(t *task, exits chan exitEvent) bool {
-	started := 0
-	var startErr error
 	for i, c := range t.containers {
 		if err := e.startContainer(t, i, c, exits); err != nil {
-			startErr = fmt.Errorf("CannotStartContainerError: container %s: %w", c.name, err)
-			e.setStatus(t, func() { c.reason = startErr.Error() })
-			break
+			reason := fmt.Sprintf("CannotStartContainerError: container %s: %v", c.name, err)
+			e.setStatus(t, func() { c.reason = reason })
+			e.setStatus(t, func() {
+				t.stopCode, t.stoppedReason, t.stoppingAt = "TaskFailedToStart", reason, time.Now()
+			})
+			e.signalAll(t, syscall.SIGKILL)
+			e.collect(t, exits, i) // the containers before c started
+			e.finish(t, "TaskFailedToStart", reason)
+			return false
 		}
-		started++
 	}
-	if startErr == nil {
-		return true
-	}
-	e.setStatus(t, func() {
-		t.stopCode, t.stoppedReason, t.stoppingAt = "TaskFailedToStart", startErr.Error(), time.Now()
-	})
-	e.signalAll(t, syscall.SIGKILL)
-	e.collect(t, exits, started)
-	e.finish(t, "TaskFailedToStart", startErr.Error())
-	return false
+	return true
 }
 
 // supervisor follows a running task's containers until every one exited,
