@@ -264,7 +264,7 @@ func (e *Emulator) registerTaskDefinition(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	// cmp.Or keeps the first error, in the order ECS checks.
+	// cmp.Or keeps the first error.
 	if err := cmp.Or(checkFamily(req.Family), checkContainerDefs(req.ContainerDefinitions), validateTags(req.Tags)); err != nil {
 		return nil, err
 	}

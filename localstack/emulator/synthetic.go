@@ -22,7 +22,7 @@ type synthSpec struct {
 
 func parseSynth(vars map[string]string) (synthSpec, error) {
 	s := synthSpec{lines: 10, interval: time.Second}
-	// cmp.Or keeps the first error, in variable order.
+	// cmp.Or keeps the first error.
 	err := cmp.Or(
 		synthVar(vars, "SYNTH_LINES", &s.lines, strconv.Atoi,
 			func(n int) bool { return n >= 0 }, "want a whole number of lines"),

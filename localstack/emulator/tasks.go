@@ -681,8 +681,8 @@ func (e *Emulator) signalAll(t *task, sig syscall.Signal) {
 			pids = append(pids, c.pid)
 		}
 		// A process container has a nil sig, and a send on nil takes the
-		// default. So does a full buffer, which SIGTERM and SIGKILL fit.
-		// An exited synthetic container no longer reads its buffer.
+		// default. A full buffer takes it too. Its two slots hold SIGTERM
+		// and SIGKILL. An exited synthetic container no longer reads it.
 		select {
 		case c.sig <- sig:
 		default:
@@ -740,7 +740,7 @@ func containerCommand(t *task, c *container) (*exec.Cmd, error) {
 	cmd := exec.Command(c.argv[0], c.argv[1:]...)
 	cmd.Env = append(append([]string{}, c.env...),
 		"ECS_CONTAINER_NAME="+c.name, "ECS_TASK_ARN="+t.arn)
-	// os.Stat fails on an empty dir too.
+	// An empty dir fails os.Stat, so it sets nothing.
 	if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
 		cmd.Dir = c.dir
 	}
