@@ -84,19 +84,19 @@ func (td *taskDef) render() map[string]any {
 
 func (e *Emulator) ecsOps() map[string]func([]byte) (any, error) {
 	return map[string]func([]byte) (any, error){
-		"CreateCluster":            e.createCluster,
-		"DescribeClusters":         e.describeClusters,
+		"CreateCluster":            op(e.createCluster),
+		"DescribeClusters":         op(e.describeClusters),
 		"RegisterTaskDefinition":   e.registerTaskDefinition,
-		"DescribeTaskDefinition":   e.describeTaskDefinition,
-		"ListTaskDefinitions":      e.listTaskDefinitions,
-		"DeregisterTaskDefinition": e.deregisterTaskDefinition,
-		"RunTask":                  e.runTaskOp,
-		"DescribeTasks":            e.describeTasks,
-		"ListTasks":                e.listTasks,
-		"StopTask":                 e.stopTask,
-		"TagResource":              e.tagResource,
-		"UntagResource":            e.untagResource,
-		"ListTagsForResource":      e.listTagsForResource,
+		"DescribeTaskDefinition":   op(e.describeTaskDefinition),
+		"ListTaskDefinitions":      op(e.listTaskDefinitions),
+		"DeregisterTaskDefinition": op(e.deregisterTaskDefinition),
+		"RunTask":                  op(e.runTaskOp),
+		"DescribeTasks":            op(e.describeTasks),
+		"ListTasks":                op(e.listTasks),
+		"StopTask":                 op(e.stopTask),
+		"TagResource":              op(e.tagResource),
+		"UntagResource":            op(e.untagResource),
+		"ListTagsForResource":      op(e.listTagsForResource),
 	}
 }
 
@@ -195,14 +195,10 @@ func (e *Emulator) clusterCounts(name string) (running, pending int) {
 	return running, pending
 }
 
-func (e *Emulator) createCluster(body []byte) (any, error) {
-	var req struct {
-		ClusterName string `json:"clusterName"`
-		Tags        []tag  `json:"tags"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) createCluster(req struct {
+	ClusterName string `json:"clusterName"`
+	Tags        []tag  `json:"tags"`
+}) (any, error) {
 	if err := validateTags(req.Tags); err != nil {
 		return nil, err
 	}
@@ -219,14 +215,10 @@ func (e *Emulator) createCluster(body []byte) (any, error) {
 	return map[string]any{"cluster": renderCluster(c, r, p, true)}, nil
 }
 
-func (e *Emulator) describeClusters(body []byte) (any, error) {
-	var req struct {
-		Clusters []string `json:"clusters"`
-		Include  []string `json:"include"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) describeClusters(req struct {
+	Clusters []string `json:"clusters"`
+	Include  []string `json:"include"`
+}) (any, error) {
 	if len(req.Clusters) == 0 {
 		req.Clusters = []string{"default"}
 	}
@@ -272,13 +264,8 @@ func (e *Emulator) registerTaskDefinition(body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if err := checkFamily(req.Family); err != nil {
-		return nil, err
-	}
-	if err := checkContainerDefs(req.ContainerDefinitions); err != nil {
-		return nil, err
-	}
-	if err := validateTags(req.Tags); err != nil {
+	// cmp.Or keeps the first error.
+	if err := cmp.Or(checkFamily(req.Family), checkContainerDefs(req.ContainerDefinitions), validateTags(req.Tags)); err != nil {
 		return nil, err
 	}
 	delete(raw, "tags")
@@ -377,14 +364,10 @@ func (e *Emulator) lookupTaskDef(s string) (*taskDef, bool) {
 	return defs[rev-1], true
 }
 
-func (e *Emulator) describeTaskDefinition(body []byte) (any, error) {
-	var req struct {
-		TaskDefinition string   `json:"taskDefinition"`
-		Include        []string `json:"include"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) describeTaskDefinition(req struct {
+	TaskDefinition string   `json:"taskDefinition"`
+	Include        []string `json:"include"`
+}) (any, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	td, ok := e.lookupTaskDef(req.TaskDefinition)
@@ -398,17 +381,13 @@ func (e *Emulator) describeTaskDefinition(body []byte) (any, error) {
 	return out, nil
 }
 
-func (e *Emulator) listTaskDefinitions(body []byte) (any, error) {
-	var req struct {
-		FamilyPrefix string `json:"familyPrefix"`
-		Status       string `json:"status"`
-		Sort         string `json:"sort"`
-		MaxResults   *int   `json:"maxResults"`
-		NextToken    string `json:"nextToken"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) listTaskDefinitions(req struct {
+	FamilyPrefix string `json:"familyPrefix"`
+	Status       string `json:"status"`
+	Sort         string `json:"sort"`
+	MaxResults   *int   `json:"maxResults"`
+	NextToken    string `json:"nextToken"`
+}) (any, error) {
 	limit, err := pageSize(req.MaxResults, 100, "maxResults")
 	if err != nil {
 		return nil, err
@@ -463,13 +442,9 @@ func paginate[T any](list []T, token string, limit int, badToken string) ([]T, s
 	return page, "", nil
 }
 
-func (e *Emulator) deregisterTaskDefinition(body []byte) (any, error) {
-	var req struct {
-		TaskDefinition string `json:"taskDefinition"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) deregisterTaskDefinition(req struct {
+	TaskDefinition string `json:"taskDefinition"`
+}) (any, error) {
 	s := req.TaskDefinition
 	if i := strings.Index(s, ":task-definition/"); i >= 0 {
 		s = s[i+len(":task-definition/"):]
@@ -514,14 +489,10 @@ func (e *Emulator) resourceTags(arn string) (*[]tag, error) {
 	return nil, errf("ResourceNotFoundException", "The specified resource could not be found.")
 }
 
-func (e *Emulator) tagResource(body []byte) (any, error) {
-	var req struct {
-		ResourceArn string `json:"resourceArn"`
-		Tags        []tag  `json:"tags"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) tagResource(req struct {
+	ResourceArn string `json:"resourceArn"`
+	Tags        []tag  `json:"tags"`
+}) (any, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	tags, err := e.resourceTags(req.ResourceArn)
@@ -536,14 +507,10 @@ func (e *Emulator) tagResource(body []byte) (any, error) {
 	return map[string]any{}, nil
 }
 
-func (e *Emulator) untagResource(body []byte) (any, error) {
-	var req struct {
-		ResourceArn string   `json:"resourceArn"`
-		TagKeys     []string `json:"tagKeys"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) untagResource(req struct {
+	ResourceArn string   `json:"resourceArn"`
+	TagKeys     []string `json:"tagKeys"`
+}) (any, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	tags, err := e.resourceTags(req.ResourceArn)
@@ -555,13 +522,9 @@ func (e *Emulator) untagResource(body []byte) (any, error) {
 	return map[string]any{}, nil
 }
 
-func (e *Emulator) listTagsForResource(body []byte) (any, error) {
-	var req struct {
-		ResourceArn string `json:"resourceArn"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) listTagsForResource(req struct {
+	ResourceArn string `json:"resourceArn"`
+}) (any, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	tags, err := e.resourceTags(req.ResourceArn)

@@ -60,11 +60,7 @@ func (e *Emulator) putEKSCluster(name, endpoint, caData, status string) {
 
 // handleDescribeEKSCluster is EKS DescribeCluster: GET /clusters/{name}.
 func (e *Emulator) handleDescribeEKSCluster(w http.ResponseWriter, r *http.Request) {
-	if !e.admit("DescribeCluster") {
-		writeRESTError(w, rateExceeded())
-		return
-	}
-	fault, ok := e.injectFault(r, "eks")
+	fault, ok := e.injectFault(r, "eks", "DescribeCluster")
 	if !ok {
 		return
 	}

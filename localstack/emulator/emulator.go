@@ -509,14 +509,7 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, errf("UnknownOperationException", "unknown operation %q", target))
 		return
 	}
-	// Throttled calls do not run, as in ECS.
-	if !e.admit(op) {
-		e.log.Debug("aws request throttled", "op", op)
-		writeAPIError(w, rateExceeded())
-		return
-	}
-
-	fault, ok := e.injectFault(r, service)
+	fault, ok := e.injectFault(r, service, op)
 	if !ok {
 		return
 	}
@@ -565,10 +558,16 @@ func (e *Emulator) writeResult(w http.ResponseWriter, op string, out any, err er
 	writeAPIError(w, ae)
 }
 
-// injectFault applies the fault-injection settings to an AWS request. It
-// waits the configured latency, then returns the error to answer with, if
-// any. ok is false when the client went away while waiting.
-func (e *Emulator) injectFault(r *http.Request, service string) (ae *apiError, ok bool) {
+// injectFault applies the rate limiter and the fault-injection settings to
+// an AWS request for op. It waits the configured latency, then returns the
+// error to answer with, if any. ok is false when the client went away while
+// waiting.
+func (e *Emulator) injectFault(r *http.Request, service, op string) (ae *apiError, ok bool) {
+	// Throttled calls do not run, as in ECS.
+	if !e.admit(op) {
+		e.log.Debug("aws request throttled", "op", op)
+		return rateExceeded(), true
+	}
 	f := e.currentFaults()
 	if f.Latency > 0 {
 		t := time.NewTimer(f.Latency)
@@ -605,6 +604,19 @@ func decode(body []byte, v any) error {
 		return errf("SerializationException", "decoding request: %v", err)
 	}
 	return nil
+}
+
+// op makes an operation that takes its decoded request a handler of the
+// raw body. Each operation declares its own request type, and decoding
+// errors quote that type's fields.
+func op[R any](f func(R) (any, error)) func([]byte) (any, error) {
+	return func(body []byte) (any, error) {
+		var req R
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return f(req)
+	}
 }
 
 func writeAPIError(w http.ResponseWriter, ae *apiError) {

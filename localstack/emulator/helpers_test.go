@@ -3,6 +3,7 @@ package emulator
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -73,32 +74,32 @@ func TestPagedAnswerBytes(t *testing.T) {
 		_, err := e.registerTaskDefinition([]byte(def))
 		require.NoError(t, err)
 	}
-	out, err := e.listTaskDefinitions([]byte(`{"maxResults":1}`))
+	out, err := e.ecsOps()["ListTaskDefinitions"]([]byte(`{"maxResults":1}`))
 	require.NoError(t, err)
 	b, _ := json.Marshal(out)
 	require.Equal(t, `{"nextToken":"o/1","taskDefinitionArns":["arn:aws:ecs:us-east-1:000000000000:task-definition/f:1"]}`, string(b))
-	out, err = e.listTaskDefinitions([]byte(`{"nextToken":"o/1"}`))
+	out, err = e.ecsOps()["ListTaskDefinitions"]([]byte(`{"nextToken":"o/1"}`))
 	require.NoError(t, err)
 	b, _ = json.Marshal(out)
 	require.Equal(t, `{"taskDefinitionArns":["arn:aws:ecs:us-east-1:000000000000:task-definition/f:2"]}`, string(b))
-	_, err = e.listTaskDefinitions([]byte(`{"nextToken":"o/-1"}`))
+	_, err = e.ecsOps()["ListTaskDefinitions"]([]byte(`{"nextToken":"o/-1"}`))
 	require.EqualError(t, err, "InvalidParameterException: Invalid nextToken")
 
-	_, err = e.createLogGroup([]byte(`{"logGroupName":"g"}`))
+	_, err = e.logsOps()["CreateLogGroup"]([]byte(`{"logGroupName":"g"}`))
 	require.NoError(t, err)
 	for _, body := range []string{`{"logGroupName":"g","logStreamName":"a"}`, `{"logGroupName":"g","logStreamName":"b"}`} {
-		_, err := e.createLogStream([]byte(body))
+		_, err := e.logsOps()["CreateLogStream"]([]byte(body))
 		require.NoError(t, err)
 	}
-	out, err = e.describeLogStreams([]byte(`{"logGroupName":"g","limit":1,"descending":true}`))
+	out, err = e.logsOps()["DescribeLogStreams"]([]byte(`{"logGroupName":"g","limit":1,"descending":true}`))
 	require.NoError(t, err)
 	b, _ = json.Marshal(out)
 	require.Regexp(t, `^\{"logStreams":\[\{"logStreamName":"b",[^]]*\],"nextToken":"o/1"\}$`, string(b))
-	out, err = e.describeLogStreams([]byte(`{"logGroupName":"g","nextToken":"o/1"}`))
+	out, err = e.logsOps()["DescribeLogStreams"]([]byte(`{"logGroupName":"g","nextToken":"o/1"}`))
 	require.NoError(t, err)
 	b, _ = json.Marshal(out)
 	require.Regexp(t, `^\{"logStreams":\[\{"logStreamName":"b",[^]]*\]\}$`, string(b))
-	_, err = e.describeLogStreams([]byte(`{"logGroupName":"g","nextToken":"x"}`))
+	_, err = e.logsOps()["DescribeLogStreams"]([]byte(`{"logGroupName":"g","nextToken":"x"}`))
 	require.EqualError(t, err, "InvalidParameterException: The specified nextToken is invalid.")
 }
 
@@ -110,4 +111,42 @@ func TestEventRangeTokens(t *testing.T) {
 	start, end, err := eventRange("b/5", false, 0, 10, 3)
 	require.NoError(t, err)
 	require.Equal(t, [2]int{2, 5}, [2]int{start, end})
+}
+
+func TestParseSynth(t *testing.T) {
+	for _, c := range []struct {
+		vars map[string]string
+		want synthSpec
+		err  string
+	}{
+		{nil, synthSpec{lines: 10, interval: time.Second}, ""},
+		{map[string]string{"SYNTH_LINES": "0", "SYNTH_INTERVAL": "5ms", "SYNTH_EXIT": "255"}, synthSpec{interval: 5 * time.Millisecond, exit: 255}, ""},
+		{map[string]string{"SYNTH_LINES": "-1"}, synthSpec{}, `SYNTH_LINES="-1": want a whole number of lines`},
+		{map[string]string{"SYNTH_INTERVAL": "soon"}, synthSpec{}, `SYNTH_INTERVAL="soon": want a Go duration such as 1s`},
+		{map[string]string{"SYNTH_INTERVAL": "-1s"}, synthSpec{}, `SYNTH_INTERVAL="-1s": want a Go duration such as 1s`},
+		{map[string]string{"SYNTH_EXIT": "256"}, synthSpec{}, `SYNTH_EXIT="256": want an exit code 0-255`},
+		// The first bad variable, in the order lines, interval, exit, is the error.
+		{map[string]string{"SYNTH_EXIT": "x", "SYNTH_LINES": "x", "SYNTH_INTERVAL": "x"}, synthSpec{}, `SYNTH_LINES="x": want a whole number of lines`},
+		{map[string]string{"SYNTH_EXIT": "x", "SYNTH_INTERVAL": "x"}, synthSpec{}, `SYNTH_INTERVAL="x": want a Go duration such as 1s`},
+	} {
+		got, err := parseSynth(c.vars)
+		if c.err != "" {
+			require.EqualError(t, err, c.err, "%v", c.vars)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, c.want, got)
+	}
+}
+
+func TestReasonSettings(t *testing.T) {
+	var o Options
+	require.NoError(t, setCapacityReasons(&o, " cpu, ,RESOURCE:X,all"))
+	require.Equal(t, append([]string{ReasonResourceCPU, "RESOURCE:X"}, AllCapacityReasons()...), o.CapacityReasons)
+	require.NoError(t, setCapacityReasons(&o, " , "))
+	require.Nil(t, o.CapacityReasons)
+	require.NoError(t, setFailToStartReasons(&o, "a, b | |real"))
+	require.Equal(t, append([]string{"a, b"}, RealFailToStartReasons()...), o.FailToStartReasons)
+	require.NoError(t, setFailToStartReasons(&o, ""))
+	require.Nil(t, o.FailToStartReasons)
 }

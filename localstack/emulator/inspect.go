@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -32,11 +31,10 @@ func (t *task) info() TaskInfo {
 
 // Task returns the task with this ARN or ID, as long as retention keeps it.
 func (e *Emulator) Task(ref string) (TaskInfo, bool) {
-	id := ref[strings.LastIndex(ref, "/")+1:]
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.tasks[id]
-	if !ok || e.expired(t, time.Now()) {
+	t, ok := e.liveTask(refID(ref), time.Now())
+	if !ok {
 		return TaskInfo{}, false
 	}
 	return t.info(), true

@@ -25,6 +25,8 @@ type logStream struct {
 	created     time.Time
 	events      []logEvent
 	lastVisible time.Time
+	// bytes counts the message bytes of every event.
+	bytes int64
 	// hidden. An awslogs stream created under LogLag or LogStreamDelay
 	// exists for readers only once its first event is visible.
 	hidden bool
@@ -43,19 +45,16 @@ func (s *logStream) exists(now time.Time) bool {
 // add appends an event that becomes visible after a random delay in
 // [0, LogLag], never before the stream's earlier events. e.mu must be held.
 func (e *Emulator) add(s *logStream, ts int64, msg string, now time.Time) {
-	vis := now.Add(e.upTo(e.faults.LogLag))
-	if first := now.Add(e.faults.LogStreamDelay); len(s.events) == 0 && vis.Before(first) {
-		vis = first // the stream itself shows late
+	if len(s.events) == 0 {
+		s.lastVisible = now.Add(e.faults.LogStreamDelay) // the stream itself shows late
 	}
+	vis := now.Add(e.upTo(e.faults.LogLag))
 	if vis.Before(s.lastVisible) {
 		vis = s.lastVisible
 	}
 	s.lastVisible = vis
-	var total int64
-	if n := len(s.events); n > 0 {
-		total = s.events[n-1].bytes
-	}
-	s.events = append(s.events, logEvent{ts: ts, ingestion: vis.UnixMilli(), msg: msg, visible: vis, bytes: total + int64(len(msg))})
+	s.bytes += int64(len(msg))
+	s.events = append(s.events, logEvent{ts: ts, ingestion: vis.UnixMilli(), msg: msg, visible: vis, bytes: s.bytes})
 }
 
 type logGroup struct {
@@ -66,11 +65,11 @@ type logGroup struct {
 
 func (e *Emulator) logsOps() map[string]func([]byte) (any, error) {
 	return map[string]func([]byte) (any, error){
-		"CreateLogGroup":     e.createLogGroup,
-		"CreateLogStream":    e.createLogStream,
-		"PutLogEvents":       e.putLogEvents,
-		"GetLogEvents":       e.getLogEvents,
-		"DescribeLogStreams": e.describeLogStreams,
+		"CreateLogGroup":     op(e.createLogGroup),
+		"CreateLogStream":    op(e.createLogStream),
+		"PutLogEvents":       op(e.putLogEvents),
+		"GetLogEvents":       op(e.getLogEvents),
+		"DescribeLogStreams": op(e.describeLogStreams),
 	}
 }
 
@@ -112,20 +111,20 @@ func (e *Emulator) ensureStreamLocked(group, stream string) *logStream {
 	return s
 }
 
-// appendEvent stores an awslogs line.
+// appendEvent stores an awslogs line. A container without awslogs has no
+// group, and its lines are dropped.
 func (e *Emulator) appendEvent(group, stream, msg string, at time.Time) {
+	if group == "" {
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.add(e.ensureStreamLocked(group, stream), at.UnixMilli(), msg, time.Now())
 }
 
-func (e *Emulator) createLogGroup(body []byte) (any, error) {
-	var req struct {
-		LogGroupName string `json:"logGroupName"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) createLogGroup(req struct {
+	LogGroupName string `json:"logGroupName"`
+}) (any, error) {
 	if !inRange(len(req.LogGroupName), 1, 512) {
 		return nil, invalidParam("logGroupName must be 1-512 characters")
 	}
@@ -158,14 +157,10 @@ func (e *Emulator) stream(group, stream string) (*logStream, error) {
 	return s, nil
 }
 
-func (e *Emulator) createLogStream(body []byte) (any, error) {
-	var req struct {
-		LogGroupName  string `json:"logGroupName"`
-		LogStreamName string `json:"logStreamName"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) createLogStream(req struct {
+	LogGroupName  string `json:"logGroupName"`
+	LogStreamName string `json:"logStreamName"`
+}) (any, error) {
 	if !inRange(len(req.LogStreamName), 1, 512) || strings.ContainsAny(req.LogStreamName, ":*") {
 		return nil, invalidParam("logStreamName must be 1-512 characters without ':' or '*'")
 	}
@@ -182,15 +177,11 @@ func (e *Emulator) createLogStream(body []byte) (any, error) {
 	return map[string]any{}, nil
 }
 
-func (e *Emulator) putLogEvents(body []byte) (any, error) {
-	var req struct {
-		LogGroupName  string          `json:"logGroupName"`
-		LogStreamName string          `json:"logStreamName"`
-		LogEvents     []inputLogEvent `json:"logEvents"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) putLogEvents(req struct {
+	LogGroupName  string          `json:"logGroupName"`
+	LogStreamName string          `json:"logStreamName"`
+	LogEvents     []inputLogEvent `json:"logEvents"`
+}) (any, error) {
 	if !inRange(len(req.LogEvents), 1, 10000) {
 		return nil, invalidParam("logEvents must hold 1-10000 events")
 	}
@@ -224,20 +215,16 @@ type eventOut struct {
 // getLogEvents pages by event index. "f/<n>" reads forward from event n,
 // "b/<n>" reads the events before n. At the end of the stream the forward
 // token stays the same, as in CloudWatch Logs.
-func (e *Emulator) getLogEvents(body []byte) (any, error) {
-	var req struct {
-		LogGroupName       string `json:"logGroupName"`
-		LogGroupIdentifier string `json:"logGroupIdentifier"`
-		LogStreamName      string `json:"logStreamName"`
-		StartFromHead      bool   `json:"startFromHead"`
-		NextToken          string `json:"nextToken"`
-		Limit              *int   `json:"limit"`
-		StartTime          *int64 `json:"startTime"`
-		EndTime            *int64 `json:"endTime"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) getLogEvents(req struct {
+	LogGroupName       string `json:"logGroupName"`
+	LogGroupIdentifier string `json:"logGroupIdentifier"`
+	LogStreamName      string `json:"logStreamName"`
+	StartFromHead      bool   `json:"startFromHead"`
+	NextToken          string `json:"nextToken"`
+	Limit              *int   `json:"limit"`
+	StartTime          *int64 `json:"startTime"`
+	EndTime            *int64 `json:"endTime"`
+}) (any, error) {
 	limit, err := pageSize(req.Limit, 10000, "limit")
 	if err != nil {
 		return nil, err
@@ -351,19 +338,15 @@ func lastEventTime(o streamOut) int64 {
 	return *o.LastEventTimestamp
 }
 
-func (e *Emulator) describeLogStreams(body []byte) (any, error) {
-	var req struct {
-		LogGroupName        string `json:"logGroupName"`
-		LogGroupIdentifier  string `json:"logGroupIdentifier"`
-		LogStreamNamePrefix string `json:"logStreamNamePrefix"`
-		OrderBy             string `json:"orderBy"`
-		Descending          bool   `json:"descending"`
-		Limit               *int   `json:"limit"`
-		NextToken           string `json:"nextToken"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) describeLogStreams(req struct {
+	LogGroupName        string `json:"logGroupName"`
+	LogGroupIdentifier  string `json:"logGroupIdentifier"`
+	LogStreamNamePrefix string `json:"logStreamNamePrefix"`
+	OrderBy             string `json:"orderBy"`
+	Descending          bool   `json:"descending"`
+	Limit               *int   `json:"limit"`
+	NextToken           string `json:"nextToken"`
+}) (any, error) {
 	if req.OrderBy == "LastEventTime" && req.LogStreamNamePrefix != "" {
 		return nil, invalidParam("Cannot order by LastEventTime with a logStreamNamePrefix.")
 	}

@@ -168,17 +168,24 @@ func settings() []setting {
 // setCapacityReasons reads capacity-reasons: aliases, "all", or literal
 // reasons, comma-separated.
 func setCapacityReasons(o *Options, v string) error {
-	o.CapacityReasons = nil
-	for r := range strings.SplitSeq(v, ",") {
+	o.CapacityReasons = splitReasons(v, ",", capacityAliases)
+	return nil
+}
+
+// splitReasons reads a list of reasons separated by sep. An alias stands
+// for its reasons, and an empty entry for none.
+func splitReasons(v, sep string, aliases map[string][]string) []string {
+	var out []string
+	for r := range strings.SplitSeq(v, sep) {
 		r = strings.TrimSpace(r)
 		switch {
-		case capacityAliases[r] != nil:
-			o.CapacityReasons = append(o.CapacityReasons, capacityAliases[r]...)
+		case aliases[r] != nil:
+			out = append(out, aliases[r]...)
 		case r != "":
-			o.CapacityReasons = append(o.CapacityReasons, r)
+			out = append(out, r)
 		}
 	}
-	return nil
+	return out
 }
 
 // RealFailToStartReasons are the FailToStart* reasons, transient first.
@@ -189,16 +196,7 @@ func RealFailToStartReasons() []string {
 // setFailToStartReasons reads '|'-separated reasons: the stopped reasons
 // contain commas.
 func setFailToStartReasons(o *Options, v string) error {
-	o.FailToStartReasons = nil
-	for r := range strings.SplitSeq(v, "|") {
-		switch r = strings.TrimSpace(r); r {
-		case "real":
-			o.FailToStartReasons = append(o.FailToStartReasons, RealFailToStartReasons()...)
-		case "":
-		default:
-			o.FailToStartReasons = append(o.FailToStartReasons, r)
-		}
-	}
+	o.FailToStartReasons = splitReasons(v, "|", map[string][]string{"real": RealFailToStartReasons()})
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,28 +22,31 @@ type synthSpec struct {
 
 func parseSynth(vars map[string]string) (synthSpec, error) {
 	s := synthSpec{lines: 10, interval: time.Second}
-	if v, ok := vars["SYNTH_LINES"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return s, fmt.Errorf("SYNTH_LINES=%q: want a whole number of lines", v)
-		}
-		s.lines = n
+	// cmp.Or keeps the first error.
+	err := cmp.Or(
+		synthVar(vars, "SYNTH_LINES", &s.lines, strconv.Atoi,
+			func(n int) bool { return n >= 0 }, "want a whole number of lines"),
+		synthVar(vars, "SYNTH_INTERVAL", &s.interval, time.ParseDuration,
+			func(d time.Duration) bool { return d >= 0 }, "want a Go duration such as 1s"),
+		synthVar(vars, "SYNTH_EXIT", &s.exit, strconv.Atoi,
+			func(n int) bool { return inRange(n, 0, 255) }, "want an exit code 0-255"),
+	)
+	return s, err
+}
+
+// synthVar sets *dst from the variable name when it is set. A value that
+// does not parse, or that valid refuses, is an error saying want.
+func synthVar[T any](vars map[string]string, name string, dst *T, parse func(string) (T, error), valid func(T) bool, want string) error {
+	v, ok := vars[name]
+	if !ok {
+		return nil
 	}
-	if v, ok := vars["SYNTH_INTERVAL"]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return s, fmt.Errorf("SYNTH_INTERVAL=%q: want a Go duration such as 1s", v)
-		}
-		s.interval = d
+	x, err := parse(v)
+	if err != nil || !valid(x) {
+		return fmt.Errorf("%s=%q: %s", name, v, want)
 	}
-	if v, ok := vars["SYNTH_EXIT"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || !inRange(n, 0, 255) {
-			return s, fmt.Errorf("SYNTH_EXIT=%q: want an exit code 0-255", v)
-		}
-		s.exit = n
-	}
-	return s, nil
+	*dst = x
+	return nil
 }
 
 // startSynthetic simulates a container. It uses one goroutine and one timer,
@@ -73,9 +77,7 @@ func (e *Emulator) synthesize(taskID string, c *container, spec synthSpec) int {
 				return spec.exit
 			}
 			n++
-			if c.logGroup != "" {
-				e.appendEvent(c.logGroup, c.logStream, fmt.Sprintf("line %d of %d task %s", n, spec.lines, taskID), time.Now())
-			}
+			e.appendEvent(c.logGroup, c.logStream, fmt.Sprintf("line %d of %d task %s", n, spec.lines, taskID), time.Now())
 			timer.Reset(spec.interval)
 		}
 	}

@@ -213,11 +213,7 @@ func validClientToken(s string) bool {
 	return len(s) <= 64 && !strings.ContainsFunc(s, func(r rune) bool { return !inRange(r, 33, 126) })
 }
 
-func (e *Emulator) runTaskOp(body []byte) (any, error) {
-	var req runTaskReq
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) runTaskOp(req runTaskReq) (any, error) {
 	count, ov, err := req.check()
 	if err != nil {
 		return nil, err
@@ -296,10 +292,7 @@ func (req *runTaskReq) check() (int, overridesReq, error) {
 	case !validClientToken(req.ClientToken):
 		return 0, ov, invalidParam("clientToken must be at most 64 ASCII characters in the range 33-126")
 	}
-	if err := validateTags(req.Tags); err != nil {
-		return 0, ov, err
-	}
-	if err := checkLaunchType(req.LaunchType, req.CapacityProviderStrategy); err != nil {
+	if err := cmp.Or(validateTags(req.Tags), checkLaunchType(req.LaunchType, req.CapacityProviderStrategy)); err != nil {
 		return 0, ov, err
 	}
 	if len(req.Overrides) > 0 {
@@ -566,26 +559,20 @@ func (e *Emulator) provision(t *task) bool {
 // start, those started are killed and the task is stopped as failed to
 // start, and it reports false.
 func (e *Emulator) startContainers(t *task, exits chan exitEvent) bool {
-	started := 0
-	var startErr error
 	for i, c := range t.containers {
 		if err := e.startContainer(t, i, c, exits); err != nil {
-			startErr = fmt.Errorf("CannotStartContainerError: container %s: %w", c.name, err)
-			e.setStatus(t, func() { c.reason = startErr.Error() })
-			break
+			reason := fmt.Sprintf("CannotStartContainerError: container %s: %v", c.name, err)
+			e.setStatus(t, func() { c.reason = reason })
+			e.setStatus(t, func() {
+				t.stopCode, t.stoppedReason, t.stoppingAt = "TaskFailedToStart", reason, time.Now()
+			})
+			e.signalAll(t, syscall.SIGKILL)
+			e.collect(t, exits, i) // the containers before c started
+			e.finish(t, "TaskFailedToStart", reason)
+			return false
 		}
-		started++
 	}
-	if startErr == nil {
-		return true
-	}
-	e.setStatus(t, func() {
-		t.stopCode, t.stoppedReason, t.stoppingAt = "TaskFailedToStart", startErr.Error(), time.Now()
-	})
-	e.signalAll(t, syscall.SIGKILL)
-	e.collect(t, exits, started)
-	e.finish(t, "TaskFailedToStart", startErr.Error())
-	return false
+	return true
 }
 
 // supervisor follows a running task's containers until every one exited,
@@ -693,11 +680,12 @@ func (e *Emulator) signalAll(t *task, sig syscall.Signal) {
 		if c.pid != 0 {
 			pids = append(pids, c.pid)
 		}
-		if c.sig != nil && c.lastStatus != "STOPPED" {
-			select {
-			case c.sig <- sig:
-			default: // already has a signal pending; SIGTERM and SIGKILL fit
-			}
+		// A process container has a nil sig, and a send on nil takes the
+		// default. A full buffer takes it too. Its two slots hold SIGTERM
+		// and SIGKILL. An exited synthetic container no longer reads it.
+		select {
+		case c.sig <- sig:
+		default:
 		}
 	}
 	e.mu.Unlock()
@@ -752,10 +740,9 @@ func containerCommand(t *task, c *container) (*exec.Cmd, error) {
 	cmd := exec.Command(c.argv[0], c.argv[1:]...)
 	cmd.Env = append(append([]string{}, c.env...),
 		"ECS_CONTAINER_NAME="+c.name, "ECS_TASK_ARN="+t.arn)
-	if c.dir != "" {
-		if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
-			cmd.Dir = c.dir
-		}
+	// An empty dir fails os.Stat, so it sets nothing.
+	if st, err := os.Stat(c.dir); err == nil && st.IsDir() {
+		cmd.Dir = c.dir
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd, nil
@@ -788,12 +775,12 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// pump copies output lines to a log stream, or discards them without one.
+// pump copies output lines to a log stream.
 func (e *Emulator) pump(r io.Reader, group, stream string) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadString('\n')
-		if line != "" && group != "" {
+		if line != "" {
 			e.appendEvent(group, stream, strings.TrimRight(line, "\r\n"), time.Now())
 		}
 		if err != nil {
@@ -827,15 +814,11 @@ func (e *Emulator) liveTask(id string, now time.Time) (*task, bool) {
 // refID is the task ID at the end of a task ARN.
 func refID(ref string) string { return ref[strings.LastIndex(ref, "/")+1:] }
 
-func (e *Emulator) describeTasks(body []byte) (any, error) {
-	var req struct {
-		Cluster string   `json:"cluster"`
-		Tasks   []string `json:"tasks"`
-		Include []string `json:"include"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) describeTasks(req struct {
+	Cluster string   `json:"cluster"`
+	Tasks   []string `json:"tasks"`
+	Include []string `json:"include"`
+}) (any, error) {
 	if len(req.Tasks) == 0 {
 		return nil, invalidParam("Tasks cannot be empty.")
 	}
@@ -876,11 +859,7 @@ type listTasksReq struct {
 	NextToken         string `json:"nextToken"`
 }
 
-func (e *Emulator) listTasks(body []byte) (any, error) {
-	var req listTasksReq
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) listTasks(req listTasksReq) (any, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	strict := e.faults.StartedByOnly && req.StartedBy != ""
@@ -1003,15 +982,11 @@ func taskPage(matched []*task, limit int) map[string]any {
 	return out
 }
 
-func (e *Emulator) stopTask(body []byte) (any, error) {
-	var req struct {
-		Cluster string `json:"cluster"`
-		Task    string `json:"task"`
-		Reason  string `json:"reason"`
-	}
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (e *Emulator) stopTask(req struct {
+	Cluster string `json:"cluster"`
+	Task    string `json:"task"`
+	Reason  string `json:"reason"`
+}) (any, error) {
 	if req.Task == "" {
 		return nil, invalidParam("task can not be blank.")
 	}
@@ -1033,11 +1008,10 @@ func (e *Emulator) stopTask(body []byte) (any, error) {
 		t.desiredStatus, t.stopCode, t.stoppedReason, t.stoppingAt = "STOPPED", "UserInitiated", reason, time.Now()
 		t.version++
 	}
-	if t.lastStatus != "STOPPED" {
-		select {
-		case t.stopReq <- struct{}{}:
-		default:
-		}
+	// A stopped task no longer reads stopReq. Its buffered slot just fills.
+	select {
+	case t.stopReq <- struct{}{}:
+	default:
 	}
 	return map[string]any{"task": t.render(true)}, nil
 }
