@@ -21,6 +21,10 @@ type Plugin struct {
 	now func() time.Time
 }
 
+// handleVersion is the version of handle this plugin writes and the newest
+// it reads. A handle of version 0 (no envelope) has the same fields.
+const handleVersion = 1
+
 // handle is what the plugin checkpoints: the run and how many of its lines
 // were written.
 type handle struct {
@@ -68,8 +72,8 @@ func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 			return p.Execute(ctx, job, rt) // it never started
 		}
 		h.Run = runName(job)
-	} else if err := json.Unmarshal(rt.Handle(), &h); err != nil {
-		return nil, plugin.Errorf(plugin.Permanent, "resumable: bad handle: %v", err)
+	} else if h, err = readHandle(rt.Handle()); err != nil {
+		return nil, err
 	}
 	return p.follow(ctx, b, h, rt)
 }
@@ -140,8 +144,22 @@ func (s spec) step() time.Duration { d, _ := time.ParseDuration(s.Step); return 
 // one attempt, whichever process makes it.
 func runName(job *plugin.Job) string { return "job-" + job.ID + "-" + strconv.Itoa(job.Attempt) }
 
+// readHandle reads every version of handle this plugin ever wrote. A newer
+// plugin's handle is refused by DecodeHandle as outcome_unknown.
+func readHandle(b []byte) (handle, error) {
+	var h handle
+	_, state, err := plugin.DecodeHandle(b, handleVersion)
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(state, &h); err != nil {
+		return h, plugin.Errorf(plugin.Permanent, "resumable: bad handle: %v", err)
+	}
+	return h, nil
+}
+
 func checkpoint(ctx context.Context, rt plugin.Runtime, h handle) error {
-	data, err := json.Marshal(h)
+	data, err := plugin.EncodeHandle(handleVersion, h)
 	if err != nil {
 		return plugin.WithClass(plugin.Permanent, err)
 	}

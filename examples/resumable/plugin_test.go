@@ -80,3 +80,22 @@ func TestCleanup(t *testing.T) {
 		t.Fatal("the run is still there after Cleanup")
 	}
 }
+
+// The plugin reads the handles it wrote before it used the envelope
+// (version 0) and its own, and refuses a newer plugin's as
+// outcome_unknown: the run it names may exist and is not started again.
+func TestReadHandleVersions(t *testing.T) {
+	for _, b := range []string{
+		`{"run":"job-x-1","written":3}`,
+		`{"handle_version":1,"state":{"run":"job-x-1","written":3}}`,
+	} {
+		h, err := readHandle([]byte(b))
+		if err != nil || h != (handle{Run: "job-x-1", Written: 3}) {
+			t.Errorf("readHandle(%s) = %+v, %v", b, h, err)
+		}
+	}
+	_, err := readHandle([]byte(`{"handle_version":2,"state":{"run":"job-x-1"}}`))
+	if plugin.ClassOf(err) != plugin.OutcomeUnknown {
+		t.Errorf("a newer handle: %v (class %s), want outcome_unknown", err, plugin.ClassOf(err))
+	}
+}
