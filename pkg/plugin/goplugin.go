@@ -48,13 +48,13 @@ func versionedSet(impl Plugin, life *lifecycle) map[int]goplugin.PluginSet {
 // these in Info, whatever the implementation's own Info says.
 func Capabilities(impl Plugin) []string {
 	caps := []string{}
-	if _, ok := impl.(Resumer); ok {
+	if _, ok := As[Resumer](impl); ok {
 		caps = append(caps, CapResume)
 	}
-	if _, ok := impl.(Cleaner); ok {
+	if _, ok := As[Cleaner](impl); ok {
 		caps = append(caps, CapCleanup)
 	}
-	if _, ok := impl.(HealthChecker); ok {
+	if _, ok := As[HealthChecker](impl); ok {
 		caps = append(caps, CapHealth)
 	}
 	return caps

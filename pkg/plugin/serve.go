@@ -44,7 +44,7 @@ func Serve(impl Plugin) {
 		os.Exit(1)
 	}
 	life := newLifecycle()
-	if s, ok := impl.(Shutdowner); ok {
+	if s, ok := As[Shutdowner](impl); ok {
 		life.stop = s.Shutdown
 	}
 	watchHost(life)

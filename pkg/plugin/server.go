@@ -102,7 +102,7 @@ func (s *grpcServer) Execute(ctx context.Context, req *pb.RunRequest) (*pb.RunRe
 }
 
 func (s *grpcServer) Resume(ctx context.Context, req *pb.RunRequest) (*pb.RunResponse, error) {
-	r, ok := s.impl.(Resumer)
+	r, ok := As[Resumer](s.impl)
 	if !ok {
 		return &pb.RunResponse{Error: errToPB(Errorf(Permanent, "plugin does not implement Resume"))}, nil
 	}
@@ -133,7 +133,7 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 	}
 	job := jobFromPB(req.GetJob())
 	rt := newRemoteRuntime(client, req.GetCallId(), req.GetHandle(), lease.passed)
-	if d, ok := s.impl.(Describer); ok {
+	if d, ok := As[Describer](s.impl); ok {
 		// A copy. What Execute does to its Job cannot change the description.
 		described := *job
 		rt.describe = func(handle []byte) []Resource { return d.Describe(&described, handle) }
@@ -159,7 +159,7 @@ func (s *grpcServer) run(ctx context.Context, req *pb.RunRequest, fn func(contex
 }
 
 func (s *grpcServer) Cleanup(ctx context.Context, req *pb.CleanupRequest) (*pb.CleanupResponse, error) {
-	c, ok := s.impl.(Cleaner)
+	c, ok := As[Cleaner](s.impl)
 	if !ok {
 		return &pb.CleanupResponse{Error: errToPB(Errorf(Permanent, "plugin does not implement Cleanup"))}, nil
 	}
@@ -171,7 +171,7 @@ func (s *grpcServer) Cleanup(ctx context.Context, req *pb.CleanupRequest) (*pb.C
 }
 
 func (s *grpcServer) HealthCheck(ctx context.Context, req *pb.HealthCheckRequest) (*pb.HealthCheckResponse, error) {
-	h, ok := s.impl.(HealthChecker)
+	h, ok := As[HealthChecker](s.impl)
 	if !ok {
 		return &pb.HealthCheckResponse{Error: errToPB(Errorf(Permanent, "plugin does not implement HealthCheck"))}, nil
 	}
@@ -190,7 +190,7 @@ func (s *grpcServer) Validate(ctx context.Context, req *pb.ValidateRequest) (*pb
 	if len(resp.Problems) > 0 {
 		return resp, nil // the grace of a config with problems means nothing
 	}
-	if g, ok := s.impl.(KillGracer); ok {
+	if g, ok := As[KillGracer](s.impl); ok {
 		d, err := g.MaxKillGrace(nilIfEmpty(req.GetConfig()))
 		if err != nil {
 			return &pb.ValidateResponse{Error: errToPB(err)}, nil
@@ -204,7 +204,7 @@ func (s *grpcServer) Validate(ctx context.Context, req *pb.ValidateRequest) (*pb
 // validate runs the implementation's Validator, if it has one.
 func (s *grpcServer) validate(ctx context.Context, req *pb.ValidateRequest) (*pb.ValidateResponse, error) {
 	resp := &pb.ValidateResponse{}
-	v, ok := s.impl.(Validator)
+	v, ok := As[Validator](s.impl)
 	if !ok {
 		return resp, nil // nothing to check
 	}

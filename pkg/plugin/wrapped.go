@@ -12,13 +12,13 @@ var optional = []struct {
 	name, method string
 	has          func(Plugin) bool
 }{
-	{"Resumer", "Resume", func(p Plugin) bool { _, ok := p.(Resumer); return ok }},
-	{"Cleaner", "Cleanup", func(p Plugin) bool { _, ok := p.(Cleaner); return ok }},
-	{"HealthChecker", "HealthCheck", func(p Plugin) bool { _, ok := p.(HealthChecker); return ok }},
-	{"Validator", "Validate", func(p Plugin) bool { _, ok := p.(Validator); return ok }},
-	{"KillGracer", "MaxKillGrace", func(p Plugin) bool { _, ok := p.(KillGracer); return ok }},
-	{"Describer", "Describe", func(p Plugin) bool { _, ok := p.(Describer); return ok }},
-	{"Shutdowner", "Shutdown", func(p Plugin) bool { _, ok := p.(Shutdowner); return ok }},
+	{"Resumer", "Resume", func(p Plugin) bool { _, ok := As[Resumer](p); return ok }},
+	{"Cleaner", "Cleanup", func(p Plugin) bool { _, ok := As[Cleaner](p); return ok }},
+	{"HealthChecker", "HealthCheck", func(p Plugin) bool { _, ok := As[HealthChecker](p); return ok }},
+	{"Validator", "Validate", func(p Plugin) bool { _, ok := As[Validator](p); return ok }},
+	{"KillGracer", "MaxKillGrace", func(p Plugin) bool { _, ok := As[KillGracer](p); return ok }},
+	{"Describer", "Describe", func(p Plugin) bool { _, ok := As[Describer](p); return ok }},
+	{"Shutdowner", "Shutdown", func(p Plugin) bool { _, ok := As[Shutdowner](p); return ok }},
 }
 
 // CheckWrapped refuses a decorator that hides what it wraps: a struct that
@@ -26,8 +26,8 @@ var optional = []struct {
 // interface (Resumer, Cleaner, …) the struct does not. Embedding the
 // interface promotes only Info and Execute, so the agent would never call
 // Resume or Cleanup, and the plugin's jobs would fail where they could be
-// resumed. Serve and plugintest call it. Implement the methods on the
-// decorator, forwarding them, or embed the concrete type instead.
+// resumed. Serve and plugintest call it. Give the decorator an Unwrap
+// method (Wrapper), forward the methods on it, or embed the concrete type.
 func CheckWrapped(impl Plugin) error {
 	v := reflect.ValueOf(impl)
 	for v.Kind() == reflect.Pointer && !v.IsNil() {
@@ -51,7 +51,7 @@ func CheckWrapped(impl Plugin) error {
 			}
 		}
 		if len(lost) > 0 {
-			return fmt.Errorf("plugin %T embeds plugin.Plugin holding %T, which implements %s; %T does not, so the agent would never call them: forward them on %T, or embed %T itself",
+			return fmt.Errorf("plugin %T embeds plugin.Plugin holding %T, which implements %s; %T does not, so the agent would never call them: give %T an Unwrap() plugin.Plugin method (plugin.Wrapper), forward them on it, or embed %T itself",
 				impl, inner, strings.Join(lost, ", "), impl, impl, inner)
 		}
 	}

@@ -237,7 +237,7 @@ func (d direct) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 }
 
 func (d direct) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) (*plugin.Result, error) {
-	r, ok := d.impl.(plugin.Resumer)
+	r, ok := plugin.As[plugin.Resumer](d.impl)
 	if !ok {
 		return nil, plugin.Errorf(plugin.Permanent, "plugin does not implement Resume")
 	}
@@ -246,7 +246,7 @@ func (d direct) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime) 
 }
 
 func (d direct) Cleanup(ctx context.Context, job *plugin.Job) error {
-	c, ok := d.impl.(plugin.Cleaner)
+	c, ok := plugin.As[plugin.Cleaner](d.impl)
 	if !ok {
 		return plugin.Errorf(plugin.Permanent, "plugin does not implement Cleanup")
 	}
@@ -254,7 +254,7 @@ func (d direct) Cleanup(ctx context.Context, job *plugin.Job) error {
 }
 
 func (d direct) HealthCheck(ctx context.Context, config json.RawMessage) error {
-	h, ok := d.impl.(plugin.HealthChecker)
+	h, ok := plugin.As[plugin.HealthChecker](d.impl)
 	if !ok {
 		return plugin.Errorf(plugin.Permanent, "plugin does not implement HealthCheck")
 	}
@@ -263,7 +263,7 @@ func (d direct) HealthCheck(ctx context.Context, config json.RawMessage) error {
 
 func (d direct) Validate(ctx context.Context, config json.RawMessage, contexts map[string]json.RawMessage) (plugin.Validation, error) {
 	v := plugin.Validation{Checked: true}
-	if val, ok := d.impl.(plugin.Validator); ok {
+	if val, ok := plugin.As[plugin.Validator](d.impl); ok {
 		problems, err := val.Validate(ctx, config, contexts)
 		if err != nil {
 			return v, err
@@ -273,7 +273,7 @@ func (d direct) Validate(ctx context.Context, config json.RawMessage, contexts m
 	if len(v.Problems) > 0 {
 		return v, nil // the grace of a config with problems means nothing
 	}
-	if g, ok := d.impl.(plugin.KillGracer); ok {
+	if g, ok := plugin.As[plugin.KillGracer](d.impl); ok {
 		grace, err := g.MaxKillGrace(config)
 		if err != nil {
 			return v, err
@@ -286,7 +286,7 @@ func (d direct) Validate(ctx context.Context, config json.RawMessage, contexts m
 // describing mirrors the SDK: when the plugin is a Describer and the host
 // records descriptions, each checkpoint carries what Describe made of it.
 func (d direct) describing(job *plugin.Job, rt plugin.Runtime) plugin.Runtime {
-	desc, ok := d.impl.(plugin.Describer)
+	desc, ok := plugin.As[plugin.Describer](d.impl)
 	dc, ok2 := rt.(plugin.DescribedCheckpointer)
 	if !ok || !ok2 {
 		return rt
