@@ -81,17 +81,7 @@ func (s *Service) knownOf(j *runningJob) known {
 // reconcile loop without waiting, because it runs on a heartbeat or a new
 // connection. A newer change replaces one not yet read.
 func (s *Service) onHistoryChange(e dbhistory.Event) {
-	for {
-		select {
-		case s.historyChanges <- e:
-			return
-		default:
-		}
-		select {
-		case <-s.historyChanges:
-		default:
-		}
-	}
+	offerNewest(s.historyChanges, e)
 }
 
 // historySettled reports whether claims may go ahead. They may when no
@@ -110,19 +100,14 @@ func (s *Service) historySettled() bool {
 
 // reconcileLoop runs a reconcile for each change of history.
 func (s *Service) reconcileLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e := <-s.historyChanges:
-			s.reconcile(ctx, e)
-			s.mu.Lock()
-			s.claimsPausedUntil = time.Now().Add(2 * s.cfg.Keepalive)
-			s.mu.Unlock()
-			s.cfg.History.Settle(e.Episode)
-			signal(s.cfg.TestSignals.Reconciled, e)
-		}
-	}
+	receiveEach(ctx, s.historyChanges, func(e dbhistory.Event) {
+		s.reconcile(ctx, e)
+		s.mu.Lock()
+		s.claimsPausedUntil = time.Now().Add(2 * s.cfg.Keepalive)
+		s.mu.Unlock()
+		s.cfg.History.Settle(e.Episode)
+		signal(s.cfg.TestSignals.Reconciled, e)
+	})
 }
 
 // reconcile checks every attempt this process holds or ended recently
@@ -140,25 +125,24 @@ func (s *Service) reconcile(ctx context.Context, e dbhistory.Event) {
 		k   known
 	}
 	var entries []entry
+	var ids []string
 	s.mu.Lock()
 	for key, j := range s.jobs {
 		if !j.ended.Load() {
 			entries = append(entries, entry{j: j, key: key, k: s.knownOf(j)})
+			ids = append(ids, key.ID)
 		}
 	}
 	s.mu.Unlock()
 	s.recentMu.Lock()
 	for _, r := range s.recent {
 		entries = append(entries, entry{key: r.key, k: r.known})
+		ids = append(ids, r.key.ID)
 	}
 	s.recentMu.Unlock()
 	if len(entries) == 0 {
 		s.log.Info("the database's history changed; this agent held no job")
 		return
-	}
-	ids := make([]string, 0, len(entries))
-	for _, en := range entries {
-		ids = append(ids, en.key.ID)
 	}
 	db := s.cfg.Liveness
 	var states map[string]store.HeldState
