@@ -161,19 +161,16 @@ func (s *Service) reconcile(ctx context.Context, e dbhistory.Event) {
 			st = &h
 		}
 		r := decideRepair(s.cfg.Holder.Generation, en.k, st)
-		if s.applyRepair(ctx, en.j, en.key, en.k, r) {
+		if r.Lost {
 			lost++
+			s.applyRepair(ctx, en.j, en.key, en.k, r)
 		}
 	}
 	s.log.Warn("checked every job this agent holds after the database's history changed", "jobs", len(entries), "with_losses", lost)
 }
 
-// applyRepair carries out r for one attempt and reports whether anything
-// had been lost.
-func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k known, r repair) bool {
-	if !r.Lost {
-		return false
-	}
+// applyRepair carries out r for one attempt the database lost writes of.
+func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k known, r repair) {
 	rp := &repairer{s: s, ctx: ctx, j: j, key: key, log: s.log.With("job", key.ID, "lease", key.Lease)}
 	if rp.restoreClaim(k, r) {
 		rp.settle(k, r)
@@ -186,7 +183,6 @@ func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k 
 	}); err != nil {
 		rp.log.Error("recording the job's database_history_lost event", "err", err)
 	}
-	return true
 }
 
 // repairer carries out one attempt's repair (j is nil for an ended attempt).
