@@ -38,10 +38,9 @@ func (s *Service) listen(ctx context.Context) error {
 	if err := store.Listen(ctx, pc, s.cfg.Follow != nil); err != nil {
 		return err
 	}
-	if s.cfg.Follow != nil {
-		s.cfg.Follow.SetLive(true)
-		defer s.cfg.Follow.SetLive(false) // followers poll until we are back
-	}
+	// Followers poll while we are not live. A nil Hub ignores both calls.
+	s.cfg.Follow.SetLive(true)
+	defer s.cfg.Follow.SetLive(false)
 	kick(s.wake) // anything submitted while we were not listening
 	for {
 		n, err := pc.WaitForNotification(ctx)
