@@ -513,11 +513,9 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	if free <= 0 || s.draining.Load() || !s.historySettled() {
 		return 0, nil
 	}
-	commands := *s.claimable.Load()
-	if len(commands) == 0 {
-		return 0, nil // every plugin fails its health check
-	}
-	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: commands, Resumable: s.resumable,
+	// With no command (every plugin fails its health check), ClaimWith
+	// returns at once, without a round trip.
+	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: *s.claimable.Load(), Resumable: s.resumable,
 		Ready: s.historySettled})
 	if err != nil {
 		return 0, err
