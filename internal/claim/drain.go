@@ -21,12 +21,11 @@ func (s *Service) Counts() (resumable, other int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, j := range s.jobs {
-		switch {
-		case j.ended.Load(): // its end is stored; a Cleanup may be running
-			other++
-		case j.resumable:
+		// A job whose end is stored is no longer resumable. Its Cleanup may
+		// still be running.
+		if j.resumable && !j.ended.Load() {
 			resumable++
-		default:
+		} else {
 			other++
 		}
 	}
@@ -49,16 +48,22 @@ func (s *Service) detachResumable(ctx context.Context, cause error) []store.Leas
 		done = append(done, j.done)
 	}
 	s.mu.Unlock()
+	// A runner slow to return still cannot write. The release bumps the lease.
+	waitAll(ctx, done)
+	return leases
+}
+
+// waitAll waits until every channel in done is closed, or ctx ends. It
+// reports whether they all closed.
+func waitAll(ctx context.Context, done []chan struct{}) bool {
 	for _, d := range done {
 		select {
 		case <-d:
 		case <-ctx.Done():
-			// A runner slow to return still cannot write. The release below
-			// bumps the lease.
-			return leases
+			return false
 		}
 	}
-	return leases
+	return true
 }
 
 // HandOff releases every resumable job in one fenced statement after this
@@ -125,12 +130,8 @@ func (s *Service) StopJobs(ctx context.Context) error {
 		done = append(done, j.done)
 	}
 	s.mu.Unlock()
-	for _, d := range done {
-		select {
-		case <-d:
-		case <-ctx.Done():
-			return errors.New("jobs still stopping when the drain ran out of time")
-		}
+	if !waitAll(ctx, done) {
+		return errors.New("jobs still stopping when the drain ran out of time")
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,9 +119,7 @@ func (e *executor) prepare() (o store.Outcome, ok bool) {
 	if !ok { // claim filters by command, so only a config change mid-flight gets here
 		return failed(plugin.Retriable, fmt.Sprintf("command %q is not configured on agent %s", c.Job.Command, e.holder.Name)), false
 	}
-	if e.plugin == "" {
-		e.plugin = cmd.Plugin
-	}
+	e.plugin = cmp.Or(e.plugin, cmd.Plugin)
 	info, loaded := e.plugins.Info(e.plugin)
 	if !loaded && c.Resume {
 		e.j.hasCleanup = true // unknown here: let the queue's workers find out

@@ -77,10 +77,7 @@ func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 		}
 		var err error
 		ended, err = e.sendEnd(ctx, end)
-		if err != nil && !errors.Is(err, store.ErrLeaseLost) {
-			*unsure = true
-		}
-		return err
+		return mayHaveLanded(err, unsure)
 	})
 	if errors.Is(err, store.ErrLeaseLost) && *unsure {
 		// Sent again after an answer was lost. The fence is gone because the
@@ -99,7 +96,7 @@ func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 func (e *executor) flushBeforeEnd(ctx context.Context, end *store.End) error {
 	k := e.j.key
 	if !e.j.resumable {
-		return e.logs.flush(ctx, &k)
+		return e.logs.flush(ctx)
 	}
 	if err := e.logs.flushResumable(ctx, k); err != nil {
 		return err
@@ -170,14 +167,10 @@ func (e *executor) release(why, reason string) {
 	e.logs.drop(j.key)
 	unsure := false // a try failed after it was sent: it may have landed
 	err := e.retryWrite("releasing job", func(ctx context.Context) error {
-		err := e.store.Release(ctx, e.holder, j.claimed.Job.ID, j.claimed.Lease, reason)
-		if err != nil && !errors.Is(err, store.ErrLeaseLost) {
-			unsure = true
-		}
-		return err
+		return mayHaveLanded(e.store.Release(ctx, e.holder, j.claimed.Job.ID, j.claimed.Lease, reason), &unsure)
 	})
 	if errors.Is(err, store.ErrLeaseLost) && unsure {
-		if kind, _, ok := e.priorEnd(""); ok && kind == "released" {
+		if kind, _, _ := e.priorEnd(""); kind == "released" { // kind is "" when none was found
 			e.log.Warn("the release had been stored by an earlier try whose answer was lost")
 			err = nil
 		}
@@ -194,6 +187,16 @@ func (e *executor) release(why, reason string) {
 		e.log.Info("released resumable job", "reason", reason)
 		signal(e.signals.Ended, Ended{JobID: j.claimed.Job.ID, Lease: j.claimed.Lease, Status: "released", Error: reason})
 	}
+}
+
+// mayHaveLanded sets *unsure when a try of a write failed after it was sent,
+// so it may have landed. Only the fence's answer (ErrLeaseLost) says it did
+// not. It returns err.
+func mayHaveLanded(err error, unsure *bool) error {
+	if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		*unsure = true
+	}
+	return err
 }
 
 // priorEnd asks whether this runner's own earlier try of an end or a

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,10 +22,8 @@ func (s *Service) listenLoop(ctx context.Context) {
 			return
 		}
 		s.log.Warn("listening for notifications; reconnecting", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, backoff) {
 			return
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
@@ -39,34 +38,29 @@ func (s *Service) listen(ctx context.Context) error {
 	if err := store.Listen(ctx, pc, s.cfg.Follow != nil); err != nil {
 		return err
 	}
-	if s.cfg.Follow != nil {
-		s.cfg.Follow.SetLive(true)
-		defer s.cfg.Follow.SetLive(false) // followers poll until we are back
-	}
-	s.kick(s.wake) // anything submitted while we were not listening
-	mine := make(map[string]bool, len(s.commands))
-	for _, c := range s.commands {
-		mine[c] = true
-	}
+	// Followers poll while we are not live. A nil Hub ignores both calls.
+	s.cfg.Follow.SetLive(true)
+	defer s.cfg.Follow.SetLive(false)
+	kick(s.wake) // anything submitted while we were not listening
 	for {
 		n, err := pc.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		s.notified(n.Channel, n.Payload, mine)
+		s.notified(n.Channel, n.Payload)
 	}
 }
 
-// notified acts on one notification. mine holds this agent's commands.
-func (s *Service) notified(channel, payload string, mine map[string]bool) {
+// notified acts on one notification.
+func (s *Service) notified(channel, payload string) {
 	switch channel {
 	case store.NotifyChannel:
-		if mine[payload] {
-			s.kick(s.wake)
+		if slices.Contains(s.commands, payload) {
+			kick(s.wake)
 		}
 	case store.CancelChannel:
 		if s.holdsJob(payload) {
-			s.kick(s.beat)
+			kick(s.beat)
 		}
 	default:
 		s.cfg.Follow.Deliver(channel, payload)

@@ -20,13 +20,10 @@ const (
 	stderrStream
 )
 
-// String is the stream's name as job_logs stores it.
-func (s stream) String() string {
-	if s == stderrStream {
-		return "stderr"
-	}
-	return "stdout"
-}
+// streamNames are the streams' names as job_logs stores them.
+var streamNames = [...]string{stdoutStream: "stdout", stderrStream: "stderr"}
+
+func (s stream) String() string { return streamNames[s] }
 
 // kickBytes is how much unsent output makes the flusher run before its tick.
 const kickBytes = 256 << 10
@@ -57,7 +54,8 @@ type logFlusher struct {
 	store *store.Store
 	// generation is this process's. Every write is fenced by it too.
 	generation string
-	// paused, if set, holds the periodic flush back (a reconcile pending).
+	// paused holds the periodic flush back (a reconcile pending). It is
+	// never true unless the service sets it.
 	paused func() bool
 	// flushed is the Flushed test signal.
 	flushed chan<- Flushed
@@ -67,8 +65,9 @@ type logFlusher struct {
 	onLost  func(jobKey)
 	bytes   [2]prometheus.Counter
 
-	mu      sync.Mutex
-	bufs    map[jobKey]*jobBuf
+	mu   sync.Mutex
+	bufs map[jobKey]*jobBuf
+	// pending is the bytes the ungated buffers hold (count keeps it).
 	pending int
 	kick    chan struct{}
 
@@ -98,8 +97,16 @@ func (b *jobBuf) take() ([]store.LogRecord, int) {
 	return recs, n
 }
 
+// count adds n bytes of b's to pending, under mu. A gated buffer's bytes
+// wait for a checkpoint, not for the periodic flush, so they do not count.
+func (f *logFlusher) count(b *jobBuf, n int) {
+	if !b.gated {
+		f.pending += n
+	}
+}
+
 func newLogFlusher(st *store.Store, max int64, every time.Duration, log *slog.Logger, onLost func(jobKey), m *metrics.Metrics) *logFlusher {
-	return &logFlusher{store: st, max: max, every: every, log: log, onLost: onLost,
+	return &logFlusher{store: st, max: max, every: every, log: log, onLost: onLost, paused: func() bool { return false },
 		bytes: [2]prometheus.Counter{m.LogBytes.WithLabelValues("stdout"), m.LogBytes.WithLabelValues("stderr")},
 		bufs:  map[jobKey]*jobBuf{}, kick: make(chan struct{}, 1)}
 }
@@ -113,8 +120,8 @@ func (f *logFlusher) track(k jobKey, gated bool) {
 // untrack forgets a runner's buffer and whatever it still holds.
 func (f *logFlusher) untrack(k jobKey) {
 	f.mu.Lock()
-	if b := f.bufs[k]; b != nil && !b.gated {
-		f.pending -= b.size
+	if b := f.bufs[k]; b != nil {
+		f.count(b, -b.size)
 	}
 	delete(f.bufs, k)
 	f.mu.Unlock()
@@ -127,9 +134,7 @@ func (f *logFlusher) drop(k jobKey) {
 	f.mu.Lock()
 	if b := f.bufs[k]; b != nil {
 		_, n := b.take()
-		if !b.gated {
-			f.pending -= n
-		}
+		f.count(b, -n)
 	}
 	f.mu.Unlock()
 }
@@ -145,34 +150,33 @@ func (f *logFlusher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = f.flush(fctx, nil) // logged inside; nothing more to do at exit
+			_ = f.flush(fctx) // logged inside; nothing more to do at exit
 			cancel()
 			return
 		case <-t.C:
 		case <-f.kick:
 		}
-		if f.paused != nil && f.paused() {
+		if f.paused() {
 			continue // the database's history changed: nothing is written before the reconcile
 		}
 		// Bounded, because a hung connection must not hold flushMu, which
 		// final writes and checkpoints wait for.
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-		_ = f.flush(fctx, nil) // kept for the next tick on error
+		_ = f.flush(fctx) // kept for the next tick on error
 		cancel()
 	}
 }
 
-// flush writes what is ready to store. That is every ungated buffer, and also
-// the buffer of only (a runner at its attempt's end, gated or not). Output of
-// a runner whose lease is gone is dropped and the runner stopped. On a
+// flush writes what is ready to store, every ungated buffer. Output of a
+// runner whose lease is gone is dropped and the runner stopped. On a
 // database error the output is kept for the next flush and the error
 // returned. The statement may have committed all the same (a timeout on a
 // hung server that wakes later). The records keep their numbers, so the next
 // flush stores only what did not land.
-func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
+func (f *logFlusher) flush(ctx context.Context) error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
-	batch := f.takeReady(only)
+	batch := f.takeReady()
 	if len(batch) == 0 {
 		return nil
 	}
@@ -188,38 +192,35 @@ func (f *logFlusher) flush(ctx context.Context, only *jobKey) error {
 			f.onLost(jobKey{lb.JobID, lb.Lease})
 			continue
 		}
-		if len(lb.Records) > 0 {
-			signal(f.flushed, Flushed{JobID: lb.JobID, Lease: lb.Lease, Seq: lb.Records[len(lb.Records)-1].Seq})
-		}
+		signal(f.flushed, Flushed{JobID: lb.JobID, Lease: lb.Lease, Seq: lb.Records[len(lb.Records)-1].Seq})
 	}
 	return nil
 }
 
-// takeReady empties the buffers flush stores and returns their records.
-func (f *logFlusher) takeReady(only *jobKey) []store.LogBatch {
+// takeReady empties the ungated buffers that hold records and returns a
+// batch of them. Each has at least one record.
+func (f *logFlusher) takeReady() []store.LogBatch {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var batch []store.LogBatch
 	for k, b := range f.bufs {
-		if (b.gated && (only == nil || *only != k)) || len(b.recs) == 0 {
+		if b.gated || len(b.recs) == 0 {
 			continue
 		}
 		recs, n := b.take()
 		batch = append(batch, store.LogBatch{JobID: k.ID, Lease: k.Lease, Generation: f.generation, Records: recs})
-		if !b.gated {
-			f.pending -= n
-		}
+		f.pending -= n
 	}
 	return batch
 }
 
 // markStored records which of batch's records the database acknowledged:
-// those of the jobs whose lease held.
+// those of the jobs whose lease held. takeReady made batch.
 func (f *logFlusher) markStored(batch []store.LogBatch, held map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, lb := range batch {
-		if b := f.bufs[jobKey{lb.JobID, lb.Lease}]; b != nil && held[lb.JobID] && len(lb.Records) > 0 {
+		if b := f.bufs[jobKey{lb.JobID, lb.Lease}]; b != nil && held[lb.JobID] {
 			b.stored = max(b.stored, lb.Records[len(lb.Records)-1].Seq)
 		}
 	}
@@ -246,9 +247,7 @@ func (f *logFlusher) putBack(batch []store.LogBatch) {
 			}
 			b.recs = append(lb.Records, b.recs...)
 			b.size += n
-			if !b.gated {
-				f.pending += n
-			}
+			f.count(b, n)
 		}
 	}
 }
@@ -258,7 +257,7 @@ func (f *logFlusher) putBack(batch []store.LogBatch) {
 // what the plugin described the handle as, if it did. A nil description
 // stores nothing.
 func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, described *store.Described) error {
-	if err := f.flush(ctx, nil); err != nil {
+	if err := f.flush(ctx); err != nil {
 		return err
 	}
 	f.flushMu.Lock()
@@ -296,9 +295,7 @@ func (f *logFlusher) takeOne(k jobKey) (store.LogBatch, *jobBuf) {
 		var n int
 		lb.After = b.stored
 		lb.Records, n = b.take()
-		if !b.gated {
-			f.pending -= n
-		}
+		f.count(b, -n)
 	}
 	return lb, b
 }
@@ -324,10 +321,7 @@ func (f *logFlusher) settleOne(lb store.LogBatch, b *jobBuf, err error) {
 // write close behind the stream's last unsent record joins it.
 func (b *jobBuf) add(s stream, p []byte, now time.Time, limit int64) []byte {
 	room := limit + 1 - b.seen[s]
-	keep := p
-	if int64(len(keep)) > room {
-		keep = keep[:max(room, 0)]
-	}
+	keep := p[:max(0, min(room, int64(len(p))))]
 	if n := len(b.recs); n > 0 && b.recs[n-1].Seq > b.sent && b.recs[n-1].Stream == s.String() && now.Sub(b.recs[n-1].At) < coalesceWindow {
 		b.recs[n-1].Data = append(b.recs[n-1].Data, keep...)
 	} else if len(keep) > 0 {
@@ -361,17 +355,11 @@ func (w *jobWriter) Write(p []byte) (int, error) {
 	keep := b.add(w.stream, p, now, f.max)
 	b.size += len(keep)
 	b.seen[w.stream] += int64(len(keep))
-	kick := false
-	if !b.gated {
-		f.pending += len(keep)
-		kick = f.pending >= kickBytes
-	}
+	f.count(b, len(keep))
+	full := !b.gated && f.pending >= kickBytes
 	f.mu.Unlock()
-	if kick {
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
+	if full {
+		kick(f.kick)
 	}
 	return len(p), nil
 }

@@ -39,31 +39,14 @@ func orphansToDetach(prev orphanWatch, orphans []store.Lease, known func(jobKey)
 // would self-fence on a healthy database). A report the loop has not read yet
 // is replaced by the newer one.
 func (s *Service) reportOrphans(orphans []store.Lease) {
-	for {
-		select {
-		case s.orphanReports <- orphans:
-			return
-		default:
-		}
-		select {
-		case <-s.orphanReports: // stale: the newer answer supersedes it
-		default:
-		}
-	}
+	offerNewest(s.orphanReports, orphans)
 }
 
 // orphanLoop detaches the orphan leases the heartbeats report, off the
 // heartbeat goroutine. Two sightings it reads in a row are two different
 // heartbeats, at least a keepalive apart, which is what the policy needs.
 func (s *Service) orphanLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case orphans := <-s.orphanReports:
-			s.detachOrphans(ctx, orphans)
-		}
-	}
+	receiveEach(ctx, s.orphanReports, func(orphans []store.Lease) { s.detachOrphans(ctx, orphans) })
 }
 
 // detachOrphans applies orphansToDetach to one heartbeat's answer. Each

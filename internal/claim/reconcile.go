@@ -81,17 +81,7 @@ func (s *Service) knownOf(j *runningJob) known {
 // reconcile loop without waiting, because it runs on a heartbeat or a new
 // connection. A newer change replaces one not yet read.
 func (s *Service) onHistoryChange(e dbhistory.Event) {
-	for {
-		select {
-		case s.historyChanges <- e:
-			return
-		default:
-		}
-		select {
-		case <-s.historyChanges:
-		default:
-		}
-	}
+	offerNewest(s.historyChanges, e)
 }
 
 // historySettled reports whether claims may go ahead. They may when no
@@ -110,19 +100,14 @@ func (s *Service) historySettled() bool {
 
 // reconcileLoop runs a reconcile for each change of history.
 func (s *Service) reconcileLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e := <-s.historyChanges:
-			s.reconcile(ctx, e)
-			s.mu.Lock()
-			s.claimsPausedUntil = time.Now().Add(2 * s.cfg.Keepalive)
-			s.mu.Unlock()
-			s.cfg.History.Settle(e.Episode)
-			signal(s.cfg.TestSignals.Reconciled, e)
-		}
-	}
+	receiveEach(ctx, s.historyChanges, func(e dbhistory.Event) {
+		s.reconcile(ctx, e)
+		s.mu.Lock()
+		s.claimsPausedUntil = time.Now().Add(2 * s.cfg.Keepalive)
+		s.mu.Unlock()
+		s.cfg.History.Settle(e.Episode)
+		signal(s.cfg.TestSignals.Reconciled, e)
+	})
 }
 
 // reconcile checks every attempt this process holds or ended recently
@@ -140,25 +125,24 @@ func (s *Service) reconcile(ctx context.Context, e dbhistory.Event) {
 		k   known
 	}
 	var entries []entry
+	var ids []string
 	s.mu.Lock()
 	for key, j := range s.jobs {
 		if !j.ended.Load() {
 			entries = append(entries, entry{j: j, key: key, k: s.knownOf(j)})
+			ids = append(ids, key.ID)
 		}
 	}
 	s.mu.Unlock()
 	s.recentMu.Lock()
 	for _, r := range s.recent {
 		entries = append(entries, entry{key: r.key, k: r.known})
+		ids = append(ids, r.key.ID)
 	}
 	s.recentMu.Unlock()
 	if len(entries) == 0 {
 		s.log.Info("the database's history changed; this agent held no job")
 		return
-	}
-	ids := make([]string, 0, len(entries))
-	for _, en := range entries {
-		ids = append(ids, en.key.ID)
 	}
 	db := s.cfg.Liveness
 	var states map[string]store.HeldState
@@ -177,19 +161,16 @@ func (s *Service) reconcile(ctx context.Context, e dbhistory.Event) {
 			st = &h
 		}
 		r := decideRepair(s.cfg.Holder.Generation, en.k, st)
-		if s.applyRepair(ctx, en.j, en.key, en.k, r) {
+		if r.Lost {
 			lost++
+			s.applyRepair(ctx, en.j, en.key, en.k, r)
 		}
 	}
 	s.log.Warn("checked every job this agent holds after the database's history changed", "jobs", len(entries), "with_losses", lost)
 }
 
-// applyRepair carries out r for one attempt and reports whether anything
-// had been lost.
-func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k known, r repair) bool {
-	if !r.Lost {
-		return false
-	}
+// applyRepair carries out r for one attempt the database lost writes of.
+func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k known, r repair) {
 	rp := &repairer{s: s, ctx: ctx, j: j, key: key, log: s.log.With("job", key.ID, "lease", key.Lease)}
 	if rp.restoreClaim(k, r) {
 		rp.settle(k, r)
@@ -202,7 +183,6 @@ func (s *Service) applyRepair(ctx context.Context, j *runningJob, key jobKey, k 
 	}); err != nil {
 		rp.log.Error("recording the job's database_history_lost event", "err", err)
 	}
-	return true
 }
 
 // repairer carries out one attempt's repair (j is nil for an ended attempt).

@@ -3,7 +3,9 @@ package claim
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
+	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/store"
 )
 
@@ -22,6 +24,9 @@ type known struct {
 	Ended    *store.End
 	Released bool
 }
+
+// over reports whether the attempt ended or was released.
+func (k known) over() bool { return k.Ended != nil || k.Released }
 
 // repair is what the reconcile does about one attempt. Steps run in field
 // order. Reassert and MarkRunning come first, then one of Stop, Release,
@@ -70,7 +75,7 @@ func decideRepair(gen string, k known, db *store.HeldState) repair {
 
 // missing is the repair of an attempt whose job the database does not have.
 func missing(k known) repair {
-	return repair{Stop: k.Ended == nil && !k.Released, Lost: true,
+	return repair{Stop: !k.over(), Lost: true,
 		Why: "the database no longer has the job at all: its submit was lost with the database's history"}
 }
 
@@ -85,19 +90,19 @@ func progressLost(k known, dbSeq int64, dbHandle []byte) bool {
 // the job unowned, under an older lease, in the same attempt, not ended.
 func claimLost(k known, db store.HeldState) bool {
 	return db.Active && db.Agent == "" && db.Lease < k.Lease && db.Attempt == k.Attempt &&
-		(db.Status == store.StatusQueued || db.Status == store.StatusAccepted || db.Status == store.StatusRunning)
+		slices.Contains([]jobstate.JobStatus{store.StatusQueued, store.StatusAccepted, store.StatusRunning}, db.Status)
 }
 
 // runningLost reports whether the database lost that the plugin was called
 // for an attempt that has not ended.
 func runningLost(k known, db store.HeldState) bool {
-	return k.Called && k.Ended == nil && !k.Released && db.Status == store.StatusAccepted
+	return k.Called && !k.over() && db.Status == store.StatusAccepted
 }
 
 // movedOn is the repair of an attempt whose lease the database does not
 // show as this process's.
 func movedOn(k known, db store.HeldState) repair {
-	if k.Ended != nil || k.Released {
+	if k.over() {
 		return repair{} // the job moved on since: nothing of ours to restore
 	}
 	return repair{Stop: true, Lost: true, Why: fmt.Sprintf("its lease %d is gone with the database's history (the database shows %s)", k.Lease, describeHeld(db))}

@@ -28,3 +28,17 @@ func TestCleanResources(t *testing.T) {
 	assert.Len(t, cleanResources(many), plugin.MaxResources)
 	assert.Equal(t, []store.Resource{}, cleanResources(nil))
 }
+
+func TestCleanFieldCutsAtRuneStart(t *testing.T) {
+	for _, r := range []string{"a", "é", "€", "𝄞"} { // 1 to 4 bytes
+		for pad := range 4 {
+			s := strings.Repeat("x", pad) + strings.Repeat(r, MaxResourceFieldBytes+1)
+			n := MaxResourceFieldBytes
+			for !utf8.RuneStart(s[n]) {
+				n--
+			}
+			assert.Equal(t, s[:n], cleanField(s), "rune %q after %d bytes", r, pad)
+		}
+	}
+	assert.Equal(t, "short \uFFFD", cleanField("short \uFFFD"), "a stored U+FFFD stays")
+}

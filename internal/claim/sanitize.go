@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -51,10 +50,14 @@ func sanitize(o store.Outcome) store.Outcome {
 	return store.Outcome{Status: store.StatusFailed, ErrorClass: plugin.Permanent, Error: cleanText(msg)}
 }
 
+// storable is s as valid UTF-8 without NUL bytes.
+func storable(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 // cleanText is s as valid UTF-8 without NUL bytes, cut to MaxErrorBytes.
 func cleanText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	s = storable(s)
 	if len(s) <= MaxErrorBytes {
 		return s
 	}
@@ -65,10 +68,8 @@ func cleanText(s string) string {
 
 // firstLine is the first line of s.
 func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // MaxResourceFieldBytes bounds each text of a resource a plugin describes.
@@ -89,15 +90,7 @@ func cleanResources(rs []plugin.Resource) []store.Resource {
 }
 
 func cleanField(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) <= MaxResourceFieldBytes {
-		return s
-	}
-	// Cut at a rune boundary.
-	n := MaxResourceFieldBytes
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	s = storable(s)
+	// The cut may split a rune. ToValidUTF8 drops its leading bytes.
+	return strings.ToValidUTF8(s[:min(len(s), MaxResourceFieldBytes)], "")
 }

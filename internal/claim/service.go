@@ -249,6 +249,34 @@ func signal[T any](ch chan<- T, v T) {
 	}
 }
 
+// offerNewest puts v into ch (of capacity 1) without waiting. A value not
+// read yet is stale, and v replaces it.
+func offerNewest[T any](ch chan T, v T) {
+	for {
+		select {
+		case ch <- v:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
+// receiveEach calls fn with each value ch carries until ctx ends.
+func receiveEach[T any](ctx context.Context, ch <-chan T, fn func(T)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case v := <-ch:
+			fn(v)
+		}
+	}
+}
+
 // New returns a Service. It does nothing until Run.
 func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	cfg.setDefaults()
@@ -263,11 +291,13 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	cfg.Registration.Holder = cfg.Holder
 	resumable := []string{} // non-nil: none means none (nil would mean any)
 	for _, c := range cfg.Commands {
-		if info, ok := plugins.Info(c.Plugin); ok && info.Has(plugin.CapResume) && !slices.Contains(resumable, c.Plugin) {
+		// A plugin that is not loaded has the zero Info, which has no capability.
+		if info, _ := plugins.Info(c.Plugin); info.Has(plugin.CapResume) {
 			resumable = append(resumable, c.Plugin)
 		}
 	}
-	sort.Strings(resumable)
+	slices.Sort(resumable)
+	resumable = slices.Compact(resumable) // commands may share a plugin
 	s := &Service{
 		cfg:        cfg,
 		store:      st,
@@ -293,9 +323,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	s.cfg.History.OnChange = s.onHistoryChange
 	writes, stopWrites := context.WithCancelCause(context.Background())
 	s.stopWrites = stopWrites
-	if s.cfg.Liveness == nil {
-		s.cfg.Liveness = st
-	}
+	s.cfg.Liveness = cmp.Or(s.cfg.Liveness, st)
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	s.logs.generation = cfg.Holder.Generation
 	s.logs.flushed = cfg.TestSignals.Flushed
@@ -389,7 +417,8 @@ func (s *Service) Running() []string {
 	return slices.Compact(ids)
 }
 
-func (s *Service) kick(ch chan struct{}) {
+// kick wakes the loop waiting on ch, unless a wake-up is already queued.
+func kick(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
@@ -421,7 +450,7 @@ func (s *Service) freeSlot(j *runningJob) {
 		s.ending++
 	}
 	s.mu.Unlock()
-	s.kick(s.wake)
+	kick(s.wake)
 }
 
 func (s *Service) claimLoop(ctx context.Context) error {
@@ -437,13 +466,7 @@ func (s *Service) claimLoop(ctx context.Context) error {
 		case <-s.wake:
 		}
 		s.claimWhileFree(ctx)
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(s.cfg.PollInterval)
+		timer.Reset(s.cfg.PollInterval) // Go ≥ 1.23 timers: Reset drops a stale tick
 	}
 }
 
@@ -458,7 +481,7 @@ func (s *Service) claimWhileFree(ctx context.Context) {
 			}
 			return
 		}
-		if n == 0 || s.free() == 0 {
+		if n == 0 { // the next claimOnce finds whether a slot is still free
 			return
 		}
 	}
@@ -480,7 +503,7 @@ func (s *Service) SetUnhealthy(plugins map[string]string) (paused []string) {
 	}
 	was := *s.claimable.Swap(&cmds)
 	if len(cmds) > len(was) {
-		s.kick(s.wake) // a plugin healthy again: its backlog waits no poll interval
+		kick(s.wake) // a plugin healthy again: its backlog waits no poll interval
 	}
 	return paused
 }
@@ -490,11 +513,9 @@ func (s *Service) claimOnce(ctx context.Context) (int, error) {
 	if free <= 0 || s.draining.Load() || !s.historySettled() {
 		return 0, nil
 	}
-	commands := *s.claimable.Load()
-	if len(commands) == 0 {
-		return 0, nil // every plugin fails its health check
-	}
-	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: commands, Resumable: s.resumable,
+	// With no command (every plugin fails its health check), ClaimWith
+	// returns at once, without a round trip.
+	claimed, err := s.store.ClaimWith(ctx, s.cfg.Holder, store.ClaimParams{Limit: free, Commands: *s.claimable.Load(), Resumable: s.resumable,
 		Ready: s.historySettled})
 	if err != nil {
 		return 0, err
@@ -558,8 +579,8 @@ func (s *Service) start(ctx context.Context, c store.Claimed) {
 			s.cfg.Metrics.RunningJobs.Set(float64(len(s.jobs)))
 			s.mu.Unlock()
 			close(j.done)
-			s.kick(s.changed)
-			s.kick(s.wake)
+			kick(s.changed)
+			kick(s.wake)
 		}()
 		newExecutor(s.exec, j).run()
 	}()

@@ -121,9 +121,7 @@ func endDecision(c lifecycle.Cause, e lifecycle.Ending, in stopInput) stopDecisi
 	case lifecycle.CauseSelfFenced:
 		d.Outcome.Error = selfFencedError(in.Agent, in.Cause)
 		d.Log, d.Level = "self-fenced: stopped the job; recording it failed when the database returns", slog.LevelWarn
-	case lifecycle.CauseShutdown:
-		d.Outcome.Error = errShutdown.Error()
-	default:
+	default: // a shutdown's cause is errShutdown itself
 		d.Outcome.Error = in.Cause.Error()
 	}
 	return d
