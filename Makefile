@@ -18,7 +18,7 @@ RIVERBENCH    := .tether/bin/riverbench-$(RIVER_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run stop demo-reattach test test-modules vet bench bench-ecs bench-spark bench-liveness bench-fleet bench-ui ui-screenshots proto clean kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
+.PHONY: all build run stop demo-reattach test test-modules vet bench bench-ecs bench-spark bench-liveness bench-fleet bench-ui ui-screenshots proto clean compat kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
 
 all: build
 
@@ -198,6 +198,15 @@ bench-liveness:
 ## see internal/bench/fleet_bench_test.go)
 bench-fleet:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 20m ./internal/bench/
+
+## compat: today's agent and plugins beside those of an earlier commit
+## (compatBase in internal/e2e/compat_test.go, built once from git history
+## into .tether/compat/): old agent + new plugins and new agent + old plugins
+## run jobs, and a resumable job is resumed across them after a kill -9, in
+## both directions (upgrade and rollback). Part of `make test`; it needs the
+## project's git history
+compat:
+	$(GO) test -count=1 -run '^TestCompat' -v ./internal/e2e/
 
 ## soak: the randomized invariant test (internal/e2e/invariant_test.go) in
 ## rounds of chaos until SOAK has passed, e.g. `make soak SOAK=30m`; each

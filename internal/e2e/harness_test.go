@@ -184,7 +184,14 @@ func (h *harness) startAgent(ctx context.Context, name string, env ...string) *a
 
 func (h *harness) spawnAgent(name string, env ...string) *agentProc {
 	h.t.Helper()
-	cmd := exec.Command(bins.Tether, "run", "--config", h.cfgPath, "--log-level", "debug")
+	return h.spawnBuild(bins.Tether, h.cfgPath, name, env...)
+}
+
+// spawnBuild starts `tether run` from the agent binary bin with the config
+// file cfg (spawnAgent's are today's binary and the harness's config).
+func (h *harness) spawnBuild(bin, cfg, name string, env ...string) *agentProc {
+	h.t.Helper()
+	cmd := exec.Command(bin, "run", "--config", cfg, "--log-level", "debug")
 	cmd.Env = append([]string{
 		"DATABASE_URL=" + h.dbURL,
 		"TETHER_AGENT_NAME=" + name,
