@@ -145,7 +145,8 @@ func (r *run) discover(ctx context.Context, i int) (bool, error) {
 	if err != nil {
 		return false, classify("describing tasks started by "+startedBy, err)
 	}
-	tasks = slices.DeleteFunc(tasks, func(task types.Task) bool { return attemptTag(task) != r.h.JobAttempt && attemptTag(task) != 0 })
+	// Keep this attempt's tasks and untagged ones.
+	tasks = slices.DeleteFunc(tasks, func(task types.Task) bool { return !slices.Contains([]int{r.h.JobAttempt, 0}, attemptTag(task)) })
 	if len(tasks) == 0 {
 		return false, nil
 	}
