@@ -180,14 +180,15 @@ func (p *Plugin) cleanupHandle(job *plugin.Job, cfg Config) *Handle {
 func stopHandled(ctx context.Context, cl *clients, h *Handle, reason string) ([]int, error) {
 	var list []int
 	for i := range h.Tasks {
-		t := &h.Tasks[i]
-		if t.Outcome == "" && t.ID != "" {
+		switch t := &h.Tasks[i]; {
+		case t.ID == "":
+			if t.begun() {
+				list = append(list, i) // its RunTask may have answered unseen
+			}
+		case t.Outcome == "":
 			if err := stopTask(ctx, cl, h.Cluster, h.taskARN(t), reason); err != nil {
 				return nil, err
 			}
-		}
-		if t.ID == "" && t.begun() {
-			list = append(list, i)
 		}
 	}
 	return list, nil

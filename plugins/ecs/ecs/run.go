@@ -414,15 +414,15 @@ func (r *run) settle(i int, task types.Task) {
 	t.Outcome, t.Reason = evaluate(st, r.td.essential())
 	t.Logs = nil
 	r.dirty = true
-	arn := r.h.taskARN(t)
-	switch t.Outcome {
-	case outcomeSucceeded:
-		r.stderrf("task %d (%s) succeeded", i, arn)
-	case outcomeInfra:
-		r.stderrf("task %d (%s) was stopped by the infrastructure: %s", i, arn, t.Reason)
-	default:
-		r.stderrf("task %d (%s) failed: %s", i, arn, t.Reason)
-	}
+	r.stderrf("task %d (%s) %s%s", i, r.h.taskARN(t), settledAs[t.Outcome], t.Reason)
+}
+
+// settledAs is how stderr tells each outcome evaluate returns, before its
+// reason. A success has no reason.
+var settledAs = map[string]string{
+	outcomeSucceeded: "succeeded",
+	outcomeFailed:    "failed: ",
+	outcomeInfra:     "was stopped by the infrastructure: ",
 }
 
 func (r *run) timedOut(ctx context.Context) error {
