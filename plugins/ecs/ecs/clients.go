@@ -221,10 +221,19 @@ func errorSays(err error, word string, codes ...string) bool {
 // https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_RunTask.html
 // https://docs.aws.amazon.com/AmazonECS/latest/developerguide/api_failures_messages.html
 func transientRunTask(err error) bool {
-	return throttlingCodes[errorCode(err)] ||
-		errorSays(err, "capacity", "ClientException") ||
-		errorSays(err, "provisioning", "ClientException") ||
-		errorSays(err, "requestlimitexceeded", "InvalidParameterException")
+	return throttlingCodes[errorCode(err)] || slices.ContainsFunc(transientRefusals, func(x refusal) bool {
+		return errorSays(err, x.word, x.code)
+	})
+}
+
+// refusal is an API error code whose message contains word.
+type refusal struct{ code, word string }
+
+// transientRefusals are the client errors transientRunTask lists above.
+var transientRefusals = []refusal{
+	{"ClientException", "capacity"},
+	{"ClientException", "provisioning"},
+	{"InvalidParameterException", "requestlimitexceeded"},
 }
 
 // capacityFailure reports RunTask failures[] reasons that mean no capacity

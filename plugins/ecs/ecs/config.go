@@ -64,10 +64,6 @@ var configKeys = []string{
 	"task_definition_template", "task_role_arn", "timeout",
 }
 
-// processKeys are settings of the plugin process, not of one job. They are
-// read from plugins.ecs.config only.
-var processKeys = []string{"api_rates"}
-
 var networkKeys = []string{"assign_public_ip", "security_groups", "subnets"}
 
 var overrideKeys = []string{"command", "cpu", "environment", "memory", "name"}
@@ -186,10 +182,9 @@ func mergeSettings(rawConfig, rawContext json.RawMessage) (settings.Fields, erro
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range processKeys {
-		if _, ok := ctxFields[k]; ok {
-			return nil, dec.Errorf("%s: a setting of the plugin process; set it in plugins.ecs.config, not in a job's context", k)
-		}
+	// api_rates is a setting of the plugin process, not of one job.
+	if _, ok := ctxFields["api_rates"]; ok {
+		return nil, dec.Errorf("api_rates: a setting of the plugin process; set it in plugins.ecs.config, not in a job's context")
 	}
 	_, ctxTD := ctxFields["task_definition"]
 	_, ctxTpl := ctxFields["task_definition_template"]
@@ -486,7 +481,8 @@ func parseRates(v json.RawMessage) (map[string]float64, error) {
 	out := map[string]float64{}
 	for k, f := range fields {
 		var r float64
-		if settings.Kind(f) != "number" || json.Unmarshal(f, &r) != nil || r <= 0 || r > 1000 {
+		// Only a number decodes, or null, which leaves r at 0.
+		if json.Unmarshal(f, &r) != nil || r <= 0 || r > 1000 {
 			return nil, dec.Errorf("api_rates.%s: must be a number of calls per second above 0 and at most 1000, got %s", k, string(f))
 		}
 		out[k] = r

@@ -94,9 +94,10 @@ func parseTaskARN(arn string) (taskARN, bool) {
 // consoleHost is the AWS console's host for region, in the commercial
 // partition only. The console's URLs are not an API contract, and those of
 // aws-cn and aws-us-gov (other hosts, other paths) are not checked here, so
-// tasks there get no URL.
+// tasks there get no URL. A parsed ARN has a region, the zero taskARN no
+// partition.
 func (a taskARN) consoleHost(region string) string {
-	if a.Partition != "aws" || region == "" {
+	if a.Partition != "aws" {
 		return ""
 	}
 	return "https://" + region + ".console.aws.amazon.com"

@@ -92,6 +92,9 @@ func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 	if err != nil {
 		return nil, err
 	}
+	if err := r.loadHandle(); err != nil {
+		return nil, err
+	}
 	defer r.close()
 	defer func() { r.stopOnError(ctx, err) }()
 	if err := r.reattach(ctx); err != nil {
@@ -120,23 +123,19 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 		return err
 	}
 	cl.setRates(cfg.APIRates)
-	h := p.cleanupHandle(job)
-	cluster, count := cfg.Cluster, cfg.TaskCount
-	if h != nil {
-		cluster, count = h.Cluster, len(h.Tasks)
-	}
+	h := p.cleanupHandle(job, cfg)
 	reason := "tether cleanup of job " + job.ID
-	list, err := stopHandled(ctx, cl, cluster, h, count, reason)
+	list, err := stopHandled(ctx, cl, h, reason)
 	if err != nil {
 		return err
 	}
 	var unsure []int
 	for _, i := range list {
-		found, err := stopStartedBy(ctx, cl, cluster, job, i, reason)
+		found, err := stopStartedBy(ctx, cl, h.Cluster, job, i, reason)
 		if err != nil {
 			return err
 		}
-		if !found && h != nil && launchedWithin(h, i, cfg.ConsistencyWindow, time.Now()) {
+		if !found && launchedWithin(h, i, cfg.ConsistencyWindow, time.Now()) {
 			unsure = append(unsure, i)
 		}
 	}
@@ -156,38 +155,40 @@ func launchedWithin(h *Handle, i int, window time.Duration, now time.Time) bool 
 	return ms > 0 && now.Sub(time.UnixMilli(ms)) < window
 }
 
-// cleanupHandle decodes the job's handle for Cleanup. It is nil when there is
-// none or it does not decode.
-func (p *Plugin) cleanupHandle(job *plugin.Job) *Handle {
-	if len(job.Handle) == 0 {
-		return nil
-	}
-	h, err := decodeHandle(job.Handle)
-	if err != nil {
+// cleanupHandle decodes the job's handle for Cleanup. Without one (none, or
+// it does not decode) every task index of the config may have been
+// launched, at an unknown time.
+func (p *Plugin) cleanupHandle(job *plugin.Job, cfg Config) *Handle {
+	if len(job.Handle) > 0 {
+		h, err := decodeHandle(job.Handle)
+		if err == nil {
+			return h
+		}
 		p.log.Warn("cleanup: the handle does not decode; listing the job's tasks by startedBy", "job", job.ID, "err", err)
-		return nil
+	}
+	h := newHandle(job.ID, job.Attempt, cfg.Cluster, cfg.TaskCount)
+	for i := range h.Tasks {
+		h.Tasks[i].Attempts = 1
 	}
 	return h
 }
 
 // stopHandled stops the unsettled tasks the handle names and returns the
-// task indexes to find by startedBy. They are those whose launch was in flight,
-// or all count of them when there is no handle.
-func stopHandled(ctx context.Context, cl *clients, cluster string, h *Handle, count int, reason string) ([]int, error) {
+// task indexes to find by startedBy: those whose launch was in flight. The
+// tasks are where the handle says they were launched (the cluster in the
+// config may have changed since).
+func stopHandled(ctx context.Context, cl *clients, h *Handle, reason string) ([]int, error) {
 	var list []int
-	for i := range count {
-		if h == nil {
-			list = append(list, i)
-			continue
-		}
-		t := &h.Tasks[i]
-		if t.Outcome == "" && t.ID != "" {
-			if err := stopTask(ctx, cl, cluster, h.taskARN(t), reason); err != nil {
+	for i := range h.Tasks {
+		switch t := &h.Tasks[i]; {
+		case t.ID == "":
+			if t.begun() {
+				list = append(list, i) // its RunTask may have answered unseen
+			}
+		case t.Outcome == "":
+			if err := stopTask(ctx, cl, h.Cluster, h.taskARN(t), reason); err != nil {
 				return nil, err
 			}
-		}
-		if t.ID == "" && t.begun() {
-			list = append(list, i)
 		}
 	}
 	return list, nil

@@ -98,13 +98,6 @@ func (h *Handle) prevARNs(t *TaskState) []string {
 	return out
 }
 
-func (h *Handle) startedAt() time.Time {
-	if h.StartedAt == 0 {
-		return time.Time{}
-	}
-	return time.Unix(h.StartedAt, 0)
-}
-
 func (h *Handle) encode() ([]byte, error) {
 	b, err := json.Marshal(h)
 	if err != nil {

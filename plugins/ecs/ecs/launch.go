@@ -57,15 +57,15 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 	backoff := launchBackoffMin
 	recorded := kind == recordedLaunch
 	for {
-		if !l.sameToken && !recorded {
-			t.LaunchedAt = time.Now().UnixMilli()
-		}
 		// The launch's counts and time are durable before its RunTask, so a
 		// resume after a crash anywhere from here reissues this launch (same
 		// client token) instead of starting another. What RunTask answers
 		// need not be. A resume that does not know the ARN reissues the
 		// token and gets the same task back (see eagerARNTasks).
 		if !recorded {
+			if !l.sameToken {
+				t.LaunchedAt = time.Now().UnixMilli()
+			}
 			if err := r.checkpoint(ctx); err != nil {
 				return err
 			}

@@ -48,7 +48,7 @@ type stream struct {
 	group     string
 	name      string
 	region    string
-	cl        *clients // nil until first used (another region)
+	cl        *clients // nil until the first read
 
 	nextTail time.Time // earliest next live read
 	retryAt  time.Time // after a failed read
@@ -205,7 +205,8 @@ func (r *run) readLog(ctx context.Context) {
 }
 
 // streamClient makes sure the stream has a client for its region, and
-// notes the error when none can be made.
+// notes the error when none can be made. The tasks' region has its client
+// already, and it is shared.
 func (r *run) streamClient(ctx context.Context, s *stream, now time.Time) bool {
 	if s.cl != nil {
 		return true

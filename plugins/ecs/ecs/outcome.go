@@ -1,6 +1,7 @@
 package ecs
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -148,9 +149,4 @@ func exitProblem(c containerResult) string {
 	return msg + noteSuffix(c.Reason)
 }
 
-func orUnknown(s string) string {
-	if s == "" {
-		return "no reason given"
-	}
-	return s
-}
+func orUnknown(s string) string { return cmp.Or(s, "no reason given") }

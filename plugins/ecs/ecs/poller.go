@@ -3,6 +3,7 @@ package ecs
 import (
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -144,11 +145,10 @@ func (p *poller) loop() {
 			p.mu.Unlock()
 			return
 		}
-		interval := time.Duration(0)
+		// A watched task's job is subscribed, so subs is not empty.
+		interval := time.Duration(math.MaxInt64)
 		for s := range p.subs {
-			if interval == 0 || s.interval < interval {
-				interval = s.interval
-			}
+			interval = min(interval, s.interval)
 		}
 		arns := slices.Collect(maps.Keys(p.owners))
 		p.mu.Unlock()
@@ -181,32 +181,33 @@ func (p *poller) describe(arns []string) bool {
 	ctx := context.Background()
 	_ = p.cl.wait(ctx, apiDescribeTasks)
 	out, err := p.cl.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{Cluster: aws.String(p.cluster), Tasks: arns})
-	// The jobs still watching the batch's tasks, by ARN.
-	at := map[string]*watchSub{}
-	p.mu.Lock()
-	for _, arn := range arns {
-		if s := p.owners[arn]; s != nil {
-			at[arn] = s
-		}
-	}
-	p.mu.Unlock()
 	if err != nil {
 		p.cl.log.Warn("describing tasks", "cluster", p.cluster, "tasks", len(arns), "err", err)
 		cerr := classify("describing tasks", err)
-		for _, s := range at {
-			s.fail(cerr)
-		}
+		p.handOut(arns, func(s *watchSub, _ string) { s.fail(cerr) })
 		return throttlingCodes[errorCode(err)]
 	}
+	got := make(map[string]seen, len(arns))
 	for _, task := range out.Tasks {
-		if s := at[aws.ToString(task.TaskArn)]; s != nil {
-			s.deliver(aws.ToString(task.TaskArn), seen{task: task})
-		}
+		got[aws.ToString(task.TaskArn)] = seen{task: task}
 	}
 	for _, f := range out.Failures {
-		if s := at[aws.ToString(f.Arn)]; s != nil && aws.ToString(f.Reason) == "MISSING" {
-			s.deliver(aws.ToString(f.Arn), seen{missing: true})
+		if aws.ToString(f.Reason) == "MISSING" {
+			got[aws.ToString(f.Arn)] = seen{missing: true}
 		}
 	}
+	p.handOut(slices.Collect(maps.Keys(got)), func(s *watchSub, arn string) { s.deliver(arn, got[arn]) })
 	return false
+}
+
+// handOut calls give with each of arns still watched and the job watching
+// it. It holds p.mu, so a task unwatched meanwhile is given nothing.
+func (p *poller) handOut(arns []string, give func(s *watchSub, arn string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, arn := range arns {
+		if s := p.owners[arn]; s != nil {
+			give(s, arn)
+		}
+	}
 }

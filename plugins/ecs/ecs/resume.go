@@ -14,14 +14,11 @@ import (
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
-// reattach loads the handle (or starts from nothing when there is none),
-// finds each task index's current task, and launches only what was never
-// launched. Tasks with an ARN are left to watch. The poller reads their
-// state, and one seen before and now MISSING ends the job outcome_unknown.
+// reattach finds each task index of the loaded handle's current task, and
+// launches only what was never launched. Tasks with an ARN are left to
+// watch. The poller reads their state, and one seen before and now MISSING
+// ends the job outcome_unknown.
 func (r *run) reattach(ctx context.Context) error {
-	if err := r.loadHandle(); err != nil {
-		return err
-	}
 	if err := r.loadTaskDef(ctx); err != nil {
 		return err
 	}
@@ -55,9 +52,9 @@ func (r *run) loadHandle() error {
 	// The tasks are where they were launched, whatever the config says now.
 	r.h.Cluster = cmp.Or(r.h.Cluster, r.cfg.Cluster)
 	// The task count is what was launched. Only a job none of whose tasks
-	// was launched yet takes today's task_count.
-	for len(r.h.Tasks) < r.cfg.TaskCount && !r.launchedAny() {
-		r.h.Tasks = append(r.h.Tasks, TaskState{})
+	// was launched yet takes today's task_count. Its tasks hold no state.
+	if !r.launchedAny() {
+		r.h.Tasks = make([]TaskState, max(len(r.h.Tasks), r.cfg.TaskCount))
 	}
 	return nil
 }
@@ -148,7 +145,8 @@ func (r *run) discover(ctx context.Context, i int) (bool, error) {
 	if err != nil {
 		return false, classify("describing tasks started by "+startedBy, err)
 	}
-	tasks = slices.DeleteFunc(tasks, func(task types.Task) bool { return attemptTag(task) != r.h.JobAttempt && attemptTag(task) != 0 })
+	// Keep this attempt's tasks and untagged ones.
+	tasks = slices.DeleteFunc(tasks, func(task types.Task) bool { return !slices.Contains([]int{r.h.JobAttempt, 0}, attemptTag(task)) })
 	if len(tasks) == 0 {
 		return false, nil
 	}

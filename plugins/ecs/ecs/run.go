@@ -1,10 +1,12 @@
 package ecs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,14 +129,10 @@ func (r *run) track(i int) {
 		t.Logs = make([]LogCursor, len(logged))
 	}
 	for ci, c := range logged {
-		cl := r.cl
-		if c.LogRegion != "" && c.LogRegion != r.cfg.Region {
-			// awslogs-region. The streams live where the task definition
-			// says. A client for that region is made on first use.
-			cl = nil
-		}
+		// The streams live in the awslogs-region, else the tasks' region.
+		// streamClient finds the client on the first read.
 		r.tasks[i].streams = append(r.tasks[i].streams, &stream{
-			task: i, cursor: ci, container: c.Name, group: c.LogGroup, region: c.LogRegion, cl: cl,
+			task: i, cursor: ci, container: c.Name, group: c.LogGroup, region: cmp.Or(c.LogRegion, r.cfg.Region),
 			name: c.LogPrefix + "/" + c.Name + "/" + taskID(arn),
 		})
 	}
@@ -174,9 +172,10 @@ func (r *run) flush(ctx context.Context, force bool) error {
 // left running. The agent decides (Cleanup on a cancel; another agent's
 // Resume on a handoff).
 func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
+	// Execute and reattach set StartedAt before watching.
 	var deadline time.Time
 	if r.cfg.Timeout > 0 {
-		deadline = r.h.startedAt().Add(r.cfg.Timeout)
+		deadline = time.Unix(r.h.StartedAt, 0).Add(r.cfg.Timeout)
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -269,12 +268,9 @@ func (r *run) onRound() {
 	}
 	r.pollFails = 0
 	now := time.Now()
+	// Only watched tasks are in got, and a task seen stopped is unwatched.
 	for i := range r.h.Tasks {
-		t := &r.h.Tasks[i]
-		if t.ID == "" || t.Outcome != "" || !r.tasks[i].stoppedAt.IsZero() {
-			continue
-		}
-		if v, ok := got[r.h.taskARN(t)]; ok {
+		if v, ok := got[r.h.arn(i)]; ok && r.tasks[i].stoppedAt.IsZero() {
 			r.onSeen(i, v, now)
 		}
 	}
@@ -358,9 +354,9 @@ func (r *run) decide(ctx context.Context) (bool, *plugin.Result, error) {
 // again and settles it the same way, and a relaunch checkpoints first.
 func (r *run) settleDrained(now time.Time) {
 	for i := range r.h.Tasks {
-		t, tr := &r.h.Tasks[i], &r.tasks[i]
-		if t.Outcome != "" || tr.final == nil || !r.drained(i, now) {
-			continue
+		tr := &r.tasks[i]
+		if tr.final == nil || !r.drained(i, now) {
+			continue // not stopped, or settled already, or its logs are not in
 		}
 		r.settle(i, *tr.final)
 		tr.final = nil
@@ -418,15 +414,15 @@ func (r *run) settle(i int, task types.Task) {
 	t.Outcome, t.Reason = evaluate(st, r.td.essential())
 	t.Logs = nil
 	r.dirty = true
-	arn := r.h.taskARN(t)
-	switch t.Outcome {
-	case outcomeSucceeded:
-		r.stderrf("task %d (%s) succeeded", i, arn)
-	case outcomeInfra:
-		r.stderrf("task %d (%s) was stopped by the infrastructure: %s", i, arn, t.Reason)
-	default:
-		r.stderrf("task %d (%s) failed: %s", i, arn, t.Reason)
-	}
+	r.stderrf("task %d (%s) %s%s", i, r.h.taskARN(t), settledAs[t.Outcome], t.Reason)
+}
+
+// settledAs is how stderr tells each outcome evaluate returns, before its
+// reason. A success has no reason.
+var settledAs = map[string]string{
+	outcomeSucceeded: "succeeded",
+	outcomeFailed:    "failed: ",
+	outcomeInfra:     "was stopped by the infrastructure: ",
 }
 
 func (r *run) timedOut(ctx context.Context) error {
@@ -467,9 +463,9 @@ func (r *run) stopAll(ctx context.Context, reason string) error {
 // a retry beside the old tasks would run the work twice. Tasks are left
 // running only when the agent stopped the call (a cancel's Cleanup or a
 // handoff's Resume follows) or refused its checkpoints (the lease moved
-// to another agent, which watches them now).
+// to another agent, which watches them now). It is deferred once r.h is set.
 func (r *run) stopOnError(ctx context.Context, err error) {
-	if err == nil || r.h == nil || ctx.Err() != nil || r.fatal != nil {
+	if err == nil || ctx.Err() != nil || r.fatal != nil {
 		return
 	}
 	if serr := r.stopAll(ctx, fmt.Sprintf("tether: job %s attempt %d ended: %s", r.job.ID, r.h.JobAttempt, firstLine(err.Error()))); serr != nil {
@@ -564,22 +560,14 @@ func (r *run) clientToken(i int, t *TaskState) string {
 	return ClientToken(r.job.ID, r.h.JobAttempt, i, t.Attempts+t.Infra, t.Try)
 }
 
+// overrides is the RunTask override the config asks for, nil when it sets
+// none.
 func (r *run) overrides() *types.TaskOverride {
 	c := r.cfg
-	o := &types.TaskOverride{}
-	set := false
-	if c.CPU != "" {
-		o.Cpu, set = aws.String(c.CPU), true
-	}
-	if c.Memory != "" {
-		o.Memory, set = aws.String(c.Memory), true
-	}
+	o := &types.TaskOverride{Cpu: optional(c.CPU), Memory: optional(c.Memory)}
 	// With a template the roles are part of the registered revision.
-	if c.Template == nil && c.TaskRoleARN != "" {
-		o.TaskRoleArn, set = aws.String(c.TaskRoleARN), true
-	}
-	if c.Template == nil && c.ExecutionRoleARN != "" {
-		o.ExecutionRoleArn, set = aws.String(c.ExecutionRoleARN), true
+	if c.Template == nil {
+		o.TaskRoleArn, o.ExecutionRoleArn = optional(c.TaskRoleARN), optional(c.ExecutionRoleARN)
 	}
 	for _, co := range c.ContainerOverrides {
 		x := types.ContainerOverride{Name: aws.String(co.Name), Command: co.Command, Cpu: co.CPU, Memory: co.Memory}
@@ -587,9 +575,8 @@ func (r *run) overrides() *types.TaskOverride {
 			x.Environment = append(x.Environment, types.KeyValuePair{Name: aws.String(k), Value: aws.String(co.Environment[k])})
 		}
 		o.ContainerOverrides = append(o.ContainerOverrides, x)
-		set = true
 	}
-	if !set {
+	if reflect.ValueOf(*o).IsZero() {
 		return nil
 	}
 	return o

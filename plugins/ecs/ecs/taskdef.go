@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -134,19 +135,19 @@ const nameTTL = 30 * time.Second
 type tdCache struct {
 	flight singleflight.Group
 
-	mu     sync.Mutex
-	byARN  map[string]taskDef
-	byName map[string]namedTD
-	byHash map[string]string // template content hash -> revision ARN
+	mu    sync.Mutex
+	byARN map[string]taskDef
+	// byKey holds what "name:"+name and "hash:"+content hash resolved to.
+	byKey map[string]resolvedTD
 }
 
-type namedTD struct {
+type resolvedTD struct {
 	arn string
 	at  time.Time
 }
 
 func newTDCache() *tdCache {
-	return &tdCache{byARN: map[string]taskDef{}, byName: map[string]namedTD{}, byHash: map[string]string{}}
+	return &tdCache{byARN: map[string]taskDef{}, byKey: map[string]resolvedTD{}}
 }
 
 func (c *tdCache) put(td taskDef) {
@@ -169,6 +170,32 @@ func (c *tdCache) once(key string, load func() (taskDef, error)) (taskDef, error
 	return v.(taskDef), err
 }
 
+// resolve returns the revision key resolved to less than ttl ago. Else it
+// runs load, once for every caller that asks meanwhile, and keeps what it
+// returns.
+func (c *tdCache) resolve(ctx context.Context, cl *clients, key string, ttl time.Duration, load func() (taskDef, error)) (taskDef, error) {
+	c.mu.Lock()
+	n, ok := c.byKey[key]
+	c.mu.Unlock()
+	if ok && time.Since(n.at) < ttl {
+		return describeTaskDef(ctx, cl, n.arn)
+	}
+	return c.once(key, func() (taskDef, error) {
+		td, err := load()
+		if err != nil {
+			return taskDef{}, err
+		}
+		c.mu.Lock()
+		c.byARN[td.ARN] = td
+		c.byKey[key] = resolvedTD{arn: td.ARN, at: time.Now()}
+		c.mu.Unlock()
+		return td, nil
+	})
+}
+
+// forever is the time-to-live of a template's revision, which never changes.
+const forever = time.Duration(math.MaxInt64)
+
 // resolveTaskDef returns the revision the job runs: the named one, or the
 // template's (registered only when no ACTIVE revision of its family carries
 // the template's content hash as its latest).
@@ -180,23 +207,8 @@ func resolveTaskDef(ctx context.Context, cl *clients, c Config) (taskDef, error)
 	if err != nil {
 		return taskDef{}, err
 	}
-	cache := cl.tds
-	cache.mu.Lock()
-	arn, ok := cache.byHash[hash]
-	cache.mu.Unlock()
-	if ok {
-		return describeTaskDef(ctx, cl, arn)
-	}
-	return cache.once("hash:"+hash, func() (taskDef, error) {
-		td, err := registerTemplate(ctx, cl, in, hash)
-		if err != nil {
-			return taskDef{}, err
-		}
-		cache.mu.Lock()
-		cache.byHash[hash] = td.ARN
-		cache.mu.Unlock()
-		cache.put(td)
-		return td, nil
+	return cl.tds.resolve(ctx, cl, "hash:"+hash, forever, func() (taskDef, error) {
+		return registerTemplate(ctx, cl, in, hash)
 	})
 }
 
@@ -204,22 +216,8 @@ func resolveName(ctx context.Context, cl *clients, name string) (taskDef, error)
 	if strings.HasPrefix(name, "arn:") {
 		return describeTaskDef(ctx, cl, name)
 	}
-	cache := cl.tds
-	cache.mu.Lock()
-	n, ok := cache.byName[name]
-	cache.mu.Unlock()
-	if ok && time.Since(n.at) < nameTTL {
-		return describeTaskDef(ctx, cl, n.arn)
-	}
-	return cache.once("name:"+name, func() (taskDef, error) {
-		td, err := fetchTaskDef(ctx, cl, name, fmt.Sprintf("describing task definition %q", name))
-		if err != nil {
-			return taskDef{}, err
-		}
-		cache.mu.Lock()
-		cache.byName[name] = namedTD{arn: td.ARN, at: time.Now()}
-		cache.mu.Unlock()
-		return td, nil
+	return cl.tds.resolve(ctx, cl, "name:"+name, nameTTL, func() (taskDef, error) {
+		return fetchTaskDef(ctx, cl, name, fmt.Sprintf("describing task definition %q", name))
 	})
 }
 
