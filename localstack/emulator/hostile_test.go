@@ -152,6 +152,28 @@ func TestConsistencyWindowListTasks(t *testing.T) {
 	})
 }
 
+// StopTask inside a task's consistency window answers as for an unknown
+// task, and stops it once the window has passed.
+func TestConsistencyWindowStopTask(t *testing.T) {
+	t.Parallel()
+	e := start(t, Options{ConsistencyWindow: time.Second, Seed: 2})
+	ctx := ctxT(t)
+	register(t, ctx, e.ecs, "cws", shell("main", "sleep 30"))
+	tk := runOne(t, ctx, e.ecs, &ecs.RunTaskInput{TaskDefinition: aws.String("cws"), StartedBy: aws.String("cws")})
+	arn := aws.ToString(tk.TaskArn)
+	visible := e.em.visibleAt(arn)
+	require.True(t, time.Now().Before(visible), "seed 2 hides the task for a while")
+	untilVisible(t, ctx, visible, func() bool {
+		out, err := e.ecs.StopTask(ctx, &ecs.StopTaskInput{Task: aws.String(arn)})
+		if err != nil {
+			require.ErrorContains(t, err, "The referenced task was not found.")
+			return false
+		}
+		require.Equal(t, "STOPPED", aws.ToString(out.Task.DesiredStatus))
+		return true
+	})
+}
+
 func TestLogLag(t *testing.T) {
 	t.Parallel()
 	// Seed 1 makes the five events visible about 420, 550 and 730ms after

@@ -999,8 +999,12 @@ func (e *Emulator) stopTask(req struct {
 	if err != nil {
 		return nil, err
 	}
-	t, _ := e.findTask(c.name, req.Task, time.Now())
-	if t == nil {
+	// Inside its consistency window StopTask does not know the task either.
+	// The RunTask reference: a command right after it "might not be
+	// immediately visible to all subsequent commands you run".
+	now := time.Now()
+	t, _ := e.findTask(c.name, req.Task, now)
+	if t == nil || now.Before(t.visibleAt) {
 		return nil, invalidParam("The referenced task was not found.")
 	}
 	if t.desiredStatus != "STOPPED" {

@@ -125,7 +125,7 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	cl.setRates(cfg.APIRates)
 	h := p.cleanupHandle(job, cfg)
 	reason := "tether cleanup of job " + job.ID
-	list, err := stopHandled(ctx, cl, h, reason)
+	list, err := stopHandled(ctx, cl, h, reason, cfg.ConsistencyWindow)
 	if err != nil {
 		return err
 	}
@@ -174,10 +174,12 @@ func (p *Plugin) cleanupHandle(job *plugin.Job, cfg Config) *Handle {
 }
 
 // stopHandled stops the unsettled tasks the handle names and returns the
-// task indexes to find by startedBy: those whose launch was in flight. The
+// task indexes to find by startedBy. They are those whose launch was in
+// flight, and those ECS did not know although launched less than window
+// ago. The
 // tasks are where the handle says they were launched (the cluster in the
 // config may have changed since).
-func stopHandled(ctx context.Context, cl *clients, h *Handle, reason string) ([]int, error) {
+func stopHandled(ctx context.Context, cl *clients, h *Handle, reason string, window time.Duration) ([]int, error) {
 	var list []int
 	for i := range h.Tasks {
 		switch t := &h.Tasks[i]; {
@@ -186,8 +188,14 @@ func stopHandled(ctx context.Context, cl *clients, h *Handle, reason string) ([]
 				list = append(list, i) // its RunTask may have answered unseen
 			}
 		case t.Outcome == "":
-			if err := stopTask(ctx, cl, h.Cluster, h.taskARN(t), reason); err != nil {
+			found, err := stopTaskFound(ctx, cl, h.Cluster, h.taskARN(t), reason)
+			if err != nil {
 				return nil, err
+			}
+			if !found && launchedWithin(h, i, window, time.Now()) {
+				// ECS may not know a task it just started. Look for it by
+				// startedBy too, and be unsure while the window lasts.
+				list = append(list, i)
 			}
 		}
 	}

@@ -453,13 +453,33 @@ func TestHostileTransientStartFailureIsRelaunched(t *testing.T) {
 // attempt launched may still run.
 func TestHostileCleanupRightAfterLaunchLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, emulator.Options{ConsistencyWindow: 2 * time.Second})
-	job := e.job("echo started; sleep 120", map[string]any{"task_count": 20, "consistency_window": "10s"})
+	cleanupRightAfterLaunch(t, 20, emulator.Options{ConsistencyWindow: 2 * time.Second})
+}
+
+// With few tasks every ARN is in the handle at once, and StopTask is what
+// ECS's eventual consistency hides: it does not know a task it has just
+// started ("The referenced task was not found"). Cleanup must not take
+// that for "already stopped" while the task may not be visible yet.
+func TestHostileCleanupStopsATaskStopTaskDoesNotKnowYet(t *testing.T) {
+	t.Parallel()
+	// The window is below the job's consistency_window (10s), so Cleanup
+	// can wait out every hidden task. Without the wait, 2 of 3 runs left
+	// tasks running.
+	cleanupRightAfterLaunch(t, 3, emulator.Options{ConsistencyWindow: 8 * time.Second, Seed: 2})
+}
+
+// cleanupRightAfterLaunch cancels a job of taskCount tasks as soon as its
+// last task is launched, on an emulator that hides new tasks (opts), and
+// calls Cleanup until it is done, as the agent's Cleanup queue does. No
+// task of the attempt may then be running.
+func cleanupRightAfterLaunch(t *testing.T, taskCount int, opts emulator.Options) {
+	e := newEnv(t, opts)
+	job := e.job("echo started; sleep 120", map[string]any{"task_count": taskCount, "consistency_window": "10s"})
 	rt := plugintest.NewGatedRuntime(nil)
 	ctx := context.Background()
 	cctx, cancel := context.WithCancel(ctx)
 	call := runAsync(func() (*plugin.Result, error) { return Direct(e.p).Execute(cctx, job, rt) })
-	waitStderr(t, rt, "task 19 is")
+	waitStderr(t, rt, fmt.Sprintf("task %d is", taskCount-1))
 	cancel()
 	call.wait(t, 30*time.Second)
 

@@ -480,15 +480,29 @@ func firstLine(s string) string {
 }
 
 // stopTask stops a task. A task ECS no longer knows is already stopped.
+// stopTask stops the task. A task ECS does not know is taken as stopped.
+// Its callers stop tasks ECS listed or described, or leave the rest to
+// Cleanup, which uses stopTaskFound.
 func stopTask(ctx context.Context, cl *clients, cluster, arn, reason string) error {
+	_, err := stopTaskFound(ctx, cl, cluster, arn, reason)
+	return err
+}
+
+// stopTaskFound stops the task and reports whether ECS knew it. Right after
+// RunTask it may not yet (eventual consistency, see Cleanup), so "not
+// found" then does not mean stopped.
+func stopTaskFound(ctx context.Context, cl *clients, cluster, arn, reason string) (found bool, err error) {
 	if err := cl.wait(ctx, apiStopTask); err != nil {
-		return err
+		return false, err
 	}
-	_, err := cl.ecs.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(arn), Reason: aws.String(truncate(reason, 255))})
-	if err != nil && !notFound(err) {
-		return classify("stopping task "+arn, err)
+	_, err = cl.ecs.StopTask(ctx, &ecs.StopTaskInput{Cluster: aws.String(cluster), Task: aws.String(arn), Reason: aws.String(truncate(reason, 255))})
+	if notFound(err) {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, classify("stopping task "+arn, err)
+	}
+	return true, nil
 }
 
 func truncate(s string, n int) string { return s[:min(len(s), n)] }
