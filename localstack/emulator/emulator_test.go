@@ -316,12 +316,12 @@ func TestStartedByValidation(t *testing.T) {
 	e := start(t, Options{})
 	ctx := ctxT(t)
 	register(t, ctx, e.ecs, "sb", shell("main", "exit 0"))
-	for _, bad := range []string{strings.Repeat("a", 37), "job:1", "job 1", "jöb"} {
+	for _, bad := range []string{strings.Repeat("a", 129), "job:1", "job 1", "jöb"} {
 		_, err := e.ecs.RunTask(ctx, &ecs.RunTaskInput{TaskDefinition: aws.String("sb"), StartedBy: aws.String(bad)})
 		var ipe *types.InvalidParameterException
 		require.ErrorAs(t, err, &ipe, "startedBy %q", bad)
 	}
-	ok := strings.Repeat("a", 30) + "-_/A9z"
+	ok := strings.Repeat("a", 122) + "-_/A9z" // 128, the most the reference allows
 	runOne(t, ctx, e.ecs, &ecs.RunTaskInput{TaskDefinition: aws.String("sb"), StartedBy: aws.String(ok)})
 	require.Equal(t, 1, e.em.Launches(ok))
 

@@ -203,8 +203,14 @@ type overridesReq struct {
 // startedByChars are the characters ECS allows in startedBy.
 const startedByChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_/"
 
+// maxStartedBy is the longest startedBy RunTask takes. The RunTask
+// reference (and aws-sdk-go-v2's RunTaskInput.StartedBy) says "Up to 128
+// letters (uppercase and lowercase), numbers, hyphens (-), forward slash
+// (/), and underscores (_)". Older references said 36.
+const maxStartedBy = 128
+
 func validStartedBy(s string) bool {
-	return len(s) <= 36 && strings.Trim(s, startedByChars) == ""
+	return len(s) <= maxStartedBy && strings.Trim(s, startedByChars) == ""
 }
 
 // validClientToken wants at most 64 printable ASCII characters. A byte
@@ -288,7 +294,7 @@ func (req *runTaskReq) check() (int, overridesReq, error) {
 	case req.TaskDefinition == "":
 		return 0, ov, invalidParam("taskDefinition can not be blank.")
 	case !validStartedBy(req.StartedBy):
-		return 0, ov, invalidParam("startedBy must be at most 36 characters of letters, numbers, hyphens, underscores and forward slashes")
+		return 0, ov, invalidParam("startedBy must be at most 128 characters of letters, numbers, hyphens, underscores and forward slashes")
 	case !validClientToken(req.ClientToken):
 		return 0, ov, invalidParam("clientToken must be at most 64 ASCII characters in the range 33-126")
 	}

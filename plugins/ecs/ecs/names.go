@@ -11,7 +11,11 @@ import (
 
 // ECS limits the names below must fit.
 const (
-	maxStartedByLen   = 36 // RunTask startedBy: [A-Za-z0-9-_/], at most 36 characters
+	// RunTask startedBy: [A-Za-z0-9-_/]. The reference now allows 128
+	// characters and said 36 before. The plugin keeps to 36, so its names
+	// fit both and stay the ones every earlier version derived: a resume
+	// finds tasks by deriving the name again.
+	maxStartedByLen   = 36
 	maxClientTokenLen = 64 // RunTask clientToken: at most 64 characters, valid 24 h
 	// MaxTaskCount keeps "tether-" + hash + "-" + index within maxStartedByLen.
 	MaxTaskCount = 1000
