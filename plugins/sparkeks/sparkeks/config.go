@@ -537,7 +537,7 @@ func visit(x any, at, path string, check func(at string, v any) error) error {
 	if !ok {
 		return nil
 	}
-	at = strings.TrimPrefix(at+"."+key, ".")
+	at = strings.TrimPrefix(at+"."+key, ".") // a key at the root has no dot
 	if !each {
 		return visit(v, at, rest, check)
 	}
@@ -560,7 +560,7 @@ func mustBe[T any](want string) func(at string, v any) error {
 	}
 }
 
-// headIs checks the template's apiVersion or kind.
+// mustEqual checks the template's apiVersion or kind.
 func mustEqual(want string) func(at string, v any) error {
 	return func(at string, v any) error {
 		if v != want {
