@@ -77,18 +77,8 @@ func buildApp(job *plugin.Job, cfg Config) *unstructured.Unstructured {
 	}
 	spec["arguments"] = list
 
-	// Template first, then the merged settings (config, then context).
-	for _, kv := range []struct {
-		key  string
-		over map[string]string
-	}{{"sparkConf", cfg.SparkConf}, {"hadoopConf", cfg.HadoopConf}} {
-		if len(kv.over) == 0 {
-			continue
-		}
-		m := stringsOf(spec[kv.key])
-		maps.Copy(m, kv.over)
-		spec[kv.key] = anyMap(m)
-	}
+	mergeStrings(spec, "sparkConf", cfg.SparkConf)
+	mergeStrings(spec, "hadoopConf", cfg.HadoopConf)
 
 	driver := mapAt(spec, "driver")
 	setResources(driver, cfg.Driver)
@@ -225,11 +215,19 @@ func setResources(m map[string]any, r Resources) {
 	setInt(m, "instances", r.Instances) // executors only: 0 for the driver
 	setString(m, "coreLimit", r.CoreLimit, "")
 	setString(m, "memory", r.Memory, "")
-	if len(r.Labels) > 0 {
-		l := stringsOf(m["labels"])
-		maps.Copy(l, r.Labels)
-		m["labels"] = anyMap(l)
+	mergeStrings(m, "labels", r.Labels)
+}
+
+// mergeStrings lays over (the merged settings: config, then context) over
+// the template's string mapping m[key]. An empty over leaves m[key] as the
+// template has it.
+func mergeStrings(m map[string]any, key string, over map[string]string) {
+	if len(over) == 0 {
+		return
 	}
+	merged := stringsOf(m[key])
+	maps.Copy(merged, over)
+	m[key] = anyMap(merged)
 }
 
 // setInt sets m[key] to v when v is set (positive).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/url"
 	"path"
@@ -432,7 +433,7 @@ func (a *Access) checkEKS() error {
 // BaseEndpoint needs it.
 func checkAWSEndpoint(_, s string) error {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+	if err != nil || !slices.Contains([]string{"http", "https"}, u.Scheme) || u.Host == "" {
 		return dec.Errorf("aws_endpoint: must be an http:// or https:// URL (the endpoint of STS and EKS, e.g. a VPC endpoint or an emulator), got %q", s)
 	}
 	return nil
@@ -478,14 +479,95 @@ func parseTemplate(v json.RawMessage) (map[string]any, error) {
 	if err := utiljson.Unmarshal(doc, &t); err != nil || t == nil {
 		return nil, dec.Errorf("template: must be a mapping (a SparkApplication object)")
 	}
-	if err := checkTemplateHead(t); err != nil {
-		return nil, err
-	}
-	spec, _ := t["spec"].(map[string]any) // nil when unset: nothing to check
-	if err := checkTemplateSpec(spec); err != nil {
-		return nil, err
+	for _, part := range templateParts {
+		if err := visit(t, "", part.path, part.check); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
+}
+
+// templateParts are the parts of a template that the job's settings are
+// merged into, or that tether cannot run otherwise, each with its check.
+// They are checked in this order. Each part's parents come before it.
+var templateParts = []struct {
+	path  string
+	check func(at string, v any) error
+}{
+	{"apiVersion", mustEqual(APIVersion)},
+	{"kind", mustEqual(Kind)},
+	{"metadata", mustBe[map[string]any]("a mapping")},
+	{"spec", mustBe[map[string]any]("a mapping")},
+	{"spec.driver", mustBe[map[string]any]("a mapping")},
+	{"spec.executor", mustBe[map[string]any]("a mapping")},
+	{"spec.sparkConf", mustBe[map[string]any]("a mapping")},
+	{"spec.hadoopConf", mustBe[map[string]any]("a mapping")},
+	{"spec.volumes", mustBe[[]any]("a list")},
+	{"spec.arguments", mustBe[[]any]("a list")},
+	{"spec.driver.volumeMounts", mustBe[[]any]("a list")},
+	// The query's volume and mount are merged into the driver's pod
+	// template (addQueryVolume).
+	{"spec.driver.template", mustBe[map[string]any]("a mapping (a pod template)")},
+	{"spec.driver.template.spec", mustBe[map[string]any]("a mapping")},
+	{"spec.driver.template.spec.volumes", mustBe[[]any]("a list")},
+	{"spec.driver.template.spec.volumes[]", mustBe[map[string]any]("a mapping")},
+	{"spec.driver.template.spec.containers", mustBe[[]any]("a list")},
+	{"spec.driver.template.spec.containers[]", mustBe[map[string]any]("a mapping")},
+	{"spec.driver.template.spec.containers[].volumeMounts", mustBe[[]any]("a list")},
+	{"spec.mode", func(at string, v any) error {
+		mode, _ := v.(string)
+		return checkMode("template."+at, mode)
+	}},
+	{"spec.restartPolicy", mustBe[map[string]any]("a mapping")},
+	{"spec.restartPolicy.type", checkRestartPolicy},
+	{"spec.arguments[]", mustBe[string]("a string")},
+}
+
+// visit calls check with each value set at path in x, and where it is.
+// A "[]" in path stands for each element of a list. A part that is not a
+// mapping (or a list, before "[]") holds nothing. Its own check reports it.
+func visit(x any, at, path string, check func(at string, v any) error) error {
+	if path == "" {
+		return check(at, x)
+	}
+	key, rest, _ := strings.Cut(path, ".")
+	key, each := strings.CutSuffix(key, "[]")
+	m, _ := x.(map[string]any)
+	v, ok := m[key]
+	if !ok {
+		return nil
+	}
+	at = strings.TrimPrefix(at+"."+key, ".") // a key at the root has no dot
+	if !each {
+		return visit(v, at, rest, check)
+	}
+	list, _ := v.([]any)
+	for i, e := range list {
+		if err := visit(e, fmt.Sprintf("%s[%d]", at, i), rest, check); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mustBe checks that a template's part is of type T, which want names.
+func mustBe[T any](want string) func(at string, v any) error {
+	return func(at string, v any) error {
+		if _, ok := v.(T); !ok {
+			return dec.Errorf("template: %s must be %s", at, want)
+		}
+		return nil
+	}
+}
+
+// mustEqual checks the template's apiVersion or kind.
+func mustEqual(want string) func(at string, v any) error {
+	return func(at string, v any) error {
+		if v != want {
+			return dec.Errorf("template: %s must be %q (or left out), got %v", at, want, v)
+		}
+		return nil
+	}
 }
 
 // templateJSON is the template as a JSON document.
@@ -507,84 +589,10 @@ func templateJSON(v json.RawMessage) ([]byte, error) {
 	return nil, dec.Errorf("template: must be a SparkApplication (a mapping or a YAML string), got %s", settings.Kind(v))
 }
 
-// unsetOr reports whether m has no key, or has it with a value of type T.
-func unsetOr[T any](m map[string]any, key string) bool {
-	x, ok := m[key]
-	if !ok {
-		return true
-	}
-	_, is := x.(T)
-	return is
-}
-
-// checkTemplateHead checks the template's apiVersion and kind, if set, and
-// that its metadata and spec are mappings.
-func checkTemplateHead(t map[string]any) error {
-	for _, kv := range [][2]string{{"apiVersion", APIVersion}, {"kind", Kind}} {
-		if got, ok := t[kv[0]]; ok && got != kv[1] {
-			return dec.Errorf("template: %s must be %q (or left out), got %v", kv[0], kv[1], got)
-		}
-	}
-	for _, key := range []string{"metadata", "spec"} {
-		if !unsetOr[map[string]any](t, key) {
-			return dec.Errorf("template: %s must be a mapping", key)
-		}
-	}
-	return nil
-}
-
-// checkTemplateSpec checks the shape of the template's spec where the job's
-// settings are merged in, and refuses what tether cannot run.
-func checkTemplateSpec(spec map[string]any) error {
-	for _, key := range []string{"driver", "executor", "sparkConf", "hadoopConf"} {
-		if !unsetOr[map[string]any](spec, key) {
-			return dec.Errorf("template: spec.%s must be a mapping", key)
-		}
-	}
-	for _, key := range []string{"volumes", "arguments"} {
-		if !unsetOr[[]any](spec, key) {
-			return dec.Errorf("template: spec.%s must be a list", key)
-		}
-	}
-	if err := checkDriverTemplate(spec); err != nil {
-		return err
-	}
-	if m, ok := spec["mode"]; ok {
-		ms, _ := m.(string)
-		if err := checkMode("template.spec.mode", ms); err != nil {
-			return err
-		}
-	}
-	if err := checkRestartPolicy(spec); err != nil {
-		return err
-	}
-	args, _ := spec["arguments"].([]any)
-	for i, a := range args {
-		if _, isString := a.(string); !isString {
-			return dec.Errorf("template: spec.arguments[%d] must be a string", i)
-		}
-	}
-	return nil
-}
-
-// checkDriverTemplate checks the spec's driver, if set, where the query's
-// mount is merged in.
-func checkDriverTemplate(spec map[string]any) error {
-	d, _ := spec["driver"].(map[string]any) // nil when unset: nothing to check
-	if !unsetOr[[]any](d, "volumeMounts") {
-		return dec.Errorf("template: spec.driver.volumeMounts must be a list")
-	}
-	return checkPodTemplate(d)
-}
-
-// checkRestartPolicy accepts a spec.restartPolicy of type Never, or none.
-func checkRestartPolicy(spec map[string]any) error {
-	if !unsetOr[map[string]any](spec, "restartPolicy") {
-		return dec.Errorf("template: spec.restartPolicy must be a mapping")
-	}
-	rpm, _ := spec["restartPolicy"].(map[string]any)
-	if typ, ok := rpm["type"]; ok && typ != RestartPolicyNever {
-		return dec.Errorf("template.spec.restartPolicy.type: must be %q (or left out), got %v: tether sets it to Never, because spark-operator's rerun of a failed (OnFailure) or finished (Always) application would run the query's partial writes again; retries belong to the job (its max_retry)", RestartPolicyNever, typ)
+// checkRestartPolicy accepts a spec.restartPolicy.type of Never only.
+func checkRestartPolicy(at string, typ any) error {
+	if typ != RestartPolicyNever {
+		return dec.Errorf("template.%s: must be %q (or left out), got %v: tether sets it to Never, because spark-operator's rerun of a failed (OnFailure) or finished (Always) application would run the query's partial writes again; retries belong to the job (its max_retry)", at, RestartPolicyNever, typ)
 	}
 	return nil
 }
@@ -630,44 +638,4 @@ func validLabels(what string, labels map[string]string) error {
 
 func dnsLabel(what, s string) error {
 	return invalid(validation.IsDNS1123Label(s), "%s: %q is not a valid name: %s", what, s)
-}
-
-// checkPodTemplate checks the shape of spec.driver.template, which the
-// query's volume and mount are merged into (addQueryVolume).
-func checkPodTemplate(driver map[string]any) error {
-	if !unsetOr[map[string]any](driver, "template") {
-		return dec.Errorf("template: spec.driver.template must be a mapping (a pod template)")
-	}
-	pt, _ := driver["template"].(map[string]any)
-	if !unsetOr[map[string]any](pt, "spec") {
-		return dec.Errorf("template: spec.driver.template.spec must be a mapping")
-	}
-	ps, _ := pt["spec"].(map[string]any)
-	for _, key := range []string{"volumes", "containers"} {
-		if err := checkListOfMappings(ps, key); err != nil {
-			return err
-		}
-	}
-	containers, _ := ps["containers"].([]any)
-	for i, c := range containers {
-		if !unsetOr[[]any](c.(map[string]any), "volumeMounts") {
-			return dec.Errorf("template: spec.driver.template.spec.containers[%d].volumeMounts must be a list", i)
-		}
-	}
-	return nil
-}
-
-// checkListOfMappings checks that the pod spec's key, if set, is a list of
-// mappings.
-func checkListOfMappings(podSpec map[string]any, key string) error {
-	if !unsetOr[[]any](podSpec, key) {
-		return dec.Errorf("template: spec.driver.template.spec.%s must be a list", key)
-	}
-	list, _ := podSpec[key].([]any)
-	for i, e := range list {
-		if _, isMap := e.(map[string]any); !isMap {
-			return dec.Errorf("template: spec.driver.template.spec.%s[%d] must be a mapping", key, i)
-		}
-	}
-	return nil
 }

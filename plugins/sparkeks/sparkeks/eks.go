@@ -54,11 +54,8 @@ type eksTokenSource struct {
 // default credential chain, and aws_endpoint when set (otherwise the SDK
 // resolves endpoints itself, AWS_ENDPOINT_URL included).
 func eksAWSConfig(ctx context.Context, a Access) (aws.Config, error) {
-	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(a.Region)}
-	if a.AWSEndpoint != "" {
-		opts = append(opts, awsconfig.WithBaseEndpoint(a.AWSEndpoint))
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	// An empty aws_endpoint has no effect (WithBaseEndpoint's doc).
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(a.Region), awsconfig.WithBaseEndpoint(a.AWSEndpoint))
 	if err != nil {
 		return aws.Config{}, plugin.Errorf(plugin.Permanent, "sparkeks: loading AWS configuration for EKS cluster %q: %v", a.EKSCluster, err)
 	}

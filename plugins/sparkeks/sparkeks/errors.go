@@ -17,11 +17,9 @@ import (
 // The API server was overloaded, timed out or failed, or the connection
 // broke (refused, reset, EOF, a network timeout, the per-call timeout). A
 // request the server refused on its merits is not, and neither is a TLS
-// verification failure (a wrong CA or endpoint does not fix itself).
+// verification failure (a wrong CA or endpoint does not fix itself). err
+// is a failure: every caller has checked it is not nil.
 func transient(err error) bool {
-	if err == nil {
-		return false
-	}
 	if apiRefused(err) {
 		return false // retried within auth_grace, not as a transient error
 	}

@@ -132,9 +132,9 @@ type watcherKey struct {
 }
 
 // subscribe follows the application name in namespace through the shared
-// watcher of cl and namespace, starting it if needed. every is the longest
-// time between two wake-ups (0: wake-ups on changes only; the job's poll
-// interval is the natural choice). The subscription must be closed.
+// watcher of cl and namespace, starting it if needed. every (positive) is
+// the longest time between two wake-ups (the job's poll interval is the
+// natural choice). The subscription must be closed.
 func (ws *appWatchers) subscribe(cl *clients, namespace, name string, every time.Duration) *appSubscription {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -152,11 +152,9 @@ func (ws *appWatchers) subscribe(cl *clients, namespace, name string, every time
 	s := &appSubscription{w: w, name: name, c: make(chan struct{}, 1), every: every}
 	w.add(s)
 	s.notify() // evaluate at once: the cache may hold the application already
-	if every > 0 {
-		s.mu.Lock()
-		s.timer = time.AfterFunc(every, s.tick)
-		s.mu.Unlock()
-	}
+	s.mu.Lock()
+	s.timer = time.AfterFunc(every, s.tick)
+	s.mu.Unlock()
 	return s
 }
 
@@ -262,8 +260,11 @@ func newAppWatcher(ws *appWatchers, cl *clients, namespace string) *appWatcher {
 		n func(any) string
 	}{{w.apps, w.appHealth, objectName}, {w.pods, w.podHealth, podAppName}} {
 		_ = inf.i.SetTransform(stripManagedFields)
+		// The reflector reports a failed list-and-watch (never with a nil
+		// err): besides the requests' own errors, failures inside a stream
+		// (a decoding error, a broken connection).
 		_ = inf.i.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-			inf.h.watchError(err)
+			inf.h.request(err)
 		})
 		reg, err := inf.i.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { w.wake(inf.n(obj)) },
@@ -323,14 +324,12 @@ func (w *appWatcher) add(s *appSubscription) {
 func (w *appWatcher) remove(s *appSubscription) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// No set is left empty, so one without s needs no cleaning.
+	// s is in its set: close calls this once per subscription.
 	m := w.subs[s.name]
-	if _, ok := m[s]; ok {
-		delete(m, s)
-		w.n--
-		if len(m) == 0 {
-			delete(w.subs, s.name)
-		}
+	delete(m, s)
+	w.n--
+	if len(m) == 0 {
+		delete(w.subs, s.name)
 	}
 	return w.n
 }
@@ -407,9 +406,7 @@ func (s *appSubscription) close() {
 		return
 	}
 	s.closed = true
-	if s.timer != nil {
-		s.timer.Stop()
-	}
+	s.timer.Stop()
 	s.mu.Unlock()
 	s.w.ws.release(s)
 }
@@ -578,15 +575,6 @@ var noFailures = []func(error) bool{
 	func(err error) bool { return errors.Is(err, io.EOF) },
 	apierrors.IsResourceExpired, apierrors.IsGone,
 	func(err error) bool { return errors.Is(err, context.Canceled) },
-}
-
-// watchError takes the reflector's report of a failed list-and-watch
-// (SetWatchErrorHandler): besides the requests' own errors, failures inside
-// a stream (a decoding error, a broken connection).
-func (t *healthTracker) watchError(err error) {
-	if err != nil {
-		t.request(err)
-	}
 }
 
 // observedDynamic is a dynamic client whose namespaced List and Watch

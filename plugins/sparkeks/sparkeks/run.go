@@ -252,18 +252,17 @@ func (r *run) submit(ctx context.Context) error {
 		}
 		attempt, ok := attemptOf(existing)
 		switch {
-		case ok && attempt == r.job.Attempt:
-			r.notef("SparkApplication %s already exists for this attempt (uid %s); attaching", r.ref(), existing.GetUID())
-			return r.attach(ctx, existing, 0)
-		case ok && attempt < r.job.Attempt:
-			again, err := r.earlier(ctx, existing, attempt)
-			if !again {
-				return err
-			}
-		default:
+		case !ok || attempt > r.job.Attempt:
 			return plugin.Errorf(plugin.Permanent,
 				"sparkeks: SparkApplication %s already exists and is not attempt %d of job %s (its %s label is %q); not touching it",
 				r.ref(), r.job.Attempt, r.job.ID, labelJobAttempt, existing.GetLabels()[labelJobAttempt])
+		case attempt == r.job.Attempt:
+			r.notef("SparkApplication %s already exists for this attempt (uid %s); attaching", r.ref(), existing.GetUID())
+			return r.attach(ctx, existing, 0)
+		}
+		// An earlier attempt's: adopted, or replaced and submitted again.
+		if again, err := r.earlier(ctx, existing, attempt); !again {
+			return err
 		}
 	}
 }
