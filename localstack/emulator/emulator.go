@@ -79,6 +79,11 @@ type Options struct {
 	// this long after its first event was written: CloudWatch showing a
 	// stream late. Until then GetLogEvents answers ResourceNotFoundException.
 	LogStreamDelay time.Duration
+	// EmptyLogPageRate is the fraction of GetLogEvents reads that have
+	// events to return but answer an empty page with a new forward token,
+	// as CloudWatch does mid-stream. Only a token that comes back unchanged
+	// marks the stream's end.
+	EmptyLogPageRate float64
 	// RunTaskTransientRate is the fraction of RunTask calls answered with a
 	// transient capacity or EC2 rate error, launching nothing.
 	RunTaskTransientRate float64
@@ -135,6 +140,7 @@ type Faults struct {
 	ConsistencyWindow     time.Duration        `json:"consistencyWindow"`
 	LogLag                time.Duration        `json:"logLag"`
 	LogStreamDelay        time.Duration        `json:"logStreamDelay"`
+	EmptyLogPageRate      float64              `json:"emptyLogPageRate"`
 	RunTaskTransientRate  float64              `json:"runTaskTransientRate"`
 	InfraStopRate         float64              `json:"infraStopRate"`
 	InfraStopDelay        time.Duration        `json:"infraStopDelay"`
@@ -158,6 +164,7 @@ func (o Options) faults() Faults {
 		ConsistencyWindow:     o.ConsistencyWindow,
 		LogLag:                o.LogLag,
 		LogStreamDelay:        o.LogStreamDelay,
+		EmptyLogPageRate:      o.EmptyLogPageRate,
 		RunTaskTransientRate:  o.RunTaskTransientRate,
 		InfraStopRate:         o.InfraStopRate,
 		InfraStopDelay:        o.InfraStopDelay,
@@ -214,6 +221,9 @@ type Emulator struct {
 	buckets  map[string]*bucket // by operation; nil when rate limits are off
 	calls    map[string]int
 	throttle map[string]int
+	// emptyPages counts the empty log pages served, so each one's token
+	// differs from the last.
+	emptyPages int
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -358,6 +368,14 @@ func (e *Emulator) Calls() (calls, throttled map[string]int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return maps.Clone(e.calls), maps.Clone(e.throttle)
+}
+
+// EmptyLogPages is how many empty GetLogEvents pages EmptyLogPageRate made
+// the emulator answer.
+func (e *Emulator) EmptyLogPages() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.emptyPages
 }
 
 // ResetCalls zeroes the call counters.

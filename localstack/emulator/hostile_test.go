@@ -791,3 +791,42 @@ func TestServerErrorsAfterRun(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, 1, e.em.Launches("lost"), "the answer was lost but the task launched")
 }
+
+// An empty page mid-stream comes with a new forward token, and reading on
+// from it returns the events it skipped. Only a token that comes back
+// unchanged marks the end. Every event is read once, in order.
+func TestEmptyLogPagesMidStream(t *testing.T) {
+	t.Parallel()
+	e := start(t, Options{EmptyLogPageRate: 0.5, Seed: 3})
+	ctx := ctxT(t)
+	def := shell("main", `for i in 1 2 3 4 5 6 7 8; do echo "line $i"; done`)
+	def.LogConfiguration = awslogs("/tether/empty")
+	register(t, ctx, e.ecs, "empty", def)
+	tk := runOne(t, ctx, e.ecs, &ecs.RunTaskInput{TaskDefinition: aws.String("empty")})
+	waitTask(t, ctx, e.ecs, aws.ToString(tk.TaskArn), stopped)
+	stream := "job/main/" + taskID(aws.ToString(tk.TaskArn))
+
+	var got []string
+	var token *string
+	empty := 0
+	for range 100 {
+		out, err := e.logs.GetLogEvents(ctx, &cloudwatchlogs.GetLogEventsInput{
+			LogGroupName: aws.String("/tether/empty"), LogStreamName: aws.String(stream),
+			StartFromHead: aws.Bool(true), NextToken: token, Limit: aws.Int32(2),
+		})
+		require.NoError(t, err)
+		for _, ev := range out.Events {
+			got = append(got, aws.ToString(ev.Message))
+		}
+		if len(out.Events) == 0 && aws.ToString(out.NextForwardToken) != aws.ToString(token) {
+			empty++
+		}
+		if token != nil && aws.ToString(out.NextForwardToken) == *token {
+			break // the end: the same token back
+		}
+		token = out.NextForwardToken
+	}
+	require.Equal(t, []string{"line 1", "line 2", "line 3", "line 4", "line 5", "line 6", "line 7", "line 8"}, got)
+	require.Positive(t, empty, "an empty page with a new token was served")
+	require.Equal(t, empty, e.em.EmptyLogPages())
+}

@@ -244,6 +244,16 @@ func (e *Emulator) getLogEvents(req struct {
 	if err != nil {
 		return nil, err
 	}
+	if start < end && e.chance(e.faults.EmptyLogPageRate) {
+		// A page with nothing in it mid-stream: the same position under a
+		// new forward token, which eventRange reads past its second "/".
+		e.emptyPages++
+		return map[string]any{
+			"events":            []eventOut{},
+			"nextForwardToken":  "f/" + strconv.Itoa(start) + "/" + strconv.Itoa(e.emptyPages),
+			"nextBackwardToken": "b/" + strconv.Itoa(start),
+		}, nil
+	}
 	events := make([]eventOut, 0, end-start)
 	for _, ev := range s.events[start:end] {
 		events = append(events, eventOut{Timestamp: ev.ts, Message: ev.msg, IngestionTime: ev.ingestion})
@@ -278,8 +288,10 @@ func (s *logStream) window(now time.Time, startTime, endTime *int64) (lo, hi int
 func eventRange(token string, fromHead bool, lo, hi, limit int) (start, end int, err error) {
 	switch {
 	case token != "":
-		// Without a "/", nStr is empty and fails to parse.
-		dir, nStr, _ := strings.Cut(token, "/")
+		// Without a "/", nStr is empty and fails to parse. What follows a
+		// second "/" tells an empty page's token apart and is ignored.
+		dir, rest, _ := strings.Cut(token, "/")
+		nStr, _, _ := strings.Cut(rest, "/")
 		n, err := strconv.Atoi(nStr)
 		if err != nil || n < 0 || (dir != "f" && dir != "b") {
 			return 0, 0, invalidParam("The specified nextToken is invalid.")

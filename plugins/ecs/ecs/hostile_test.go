@@ -194,6 +194,26 @@ func TestHostileLogThrottlingDoesNotDecideTheJob(t *testing.T) {
 	require.Positive(t, throttled["GetLogEvents"], "the test must have been throttled to prove anything")
 }
 
+// CloudWatch may answer an empty page with a new forward token mid-stream.
+// The GetLogEvents reference says only that a token that comes back
+// unchanged is the end, and SDK users meet empty pages with new tokens
+// (aws-sdk-net issue 3218). The plugin reads past them, during the drain
+// too: every line once, in order.
+func TestHostileEmptyLogPagesAreReadPast(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{EmptyLogPageRate: 0.5, Seed: 3})
+	job := e.job("i=1; while [ $i -le 40 ]; do echo line-$i; i=$((i+1)); done", map[string]any{"log_settle": "300ms"})
+	rt := plugintest.NewGatedRuntime(nil)
+	_, err := Direct(e.p).Execute(context.Background(), job, rt)
+	require.NoError(t, err, "stderr: %s", rt.StderrString())
+	var want strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&want, "line-%d\n", i)
+	}
+	require.Equal(t, want.String(), rt.StdoutString())
+	require.Positive(t, e.em.EmptyLogPages(), "the test must have met an empty page to prove anything")
+}
+
 // A container that never logs has no stream. The job says so once and
 // succeeds.
 func TestHostileMissingStreamIsNamedOnce(t *testing.T) {
