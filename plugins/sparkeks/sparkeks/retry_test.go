@@ -164,7 +164,9 @@ func TestDriverPodNotFoundIsOutcomeUnknown(t *testing.T) {
 func TestStartupTimeout(t *testing.T) {
 	t.Run("image pull", func(t *testing.T) {
 		e := newEnv(t)
-		job := newJob(t, map[string]any{"startup_timeout": "1s"})
+		// Long enough for the test to create the pod and set the state
+		// before it passes, on a loaded machine too.
+		job := newJob(t, map[string]any{"startup_timeout": "3s"})
 		rt := plugintest.NewRuntime(nil)
 		ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
 		e.waitApp(t, job)
@@ -184,7 +186,7 @@ func TestStartupTimeout(t *testing.T) {
 		e.setStatus(t, job, "SUBMITTED", "", pod)
 		class, msg := plugintest.Error(t, wait(t, ch).err)
 		assert.Equal(t, plugin.Permanent, class)
-		assert.Contains(t, msg, "startup_timeout 1s")
+		assert.Contains(t, msg, "startup_timeout 3s")
 		assert.Contains(t, msg, "ImagePullBackOff")
 		assert.Contains(t, msg, `Back-off pulling image "spark:nope"`)
 		assert.Contains(t, msg, "deleted it")
@@ -220,7 +222,12 @@ func TestStartupTimeout(t *testing.T) {
 	for _, phase := range []corev1.PodPhase{corev1.PodRunning, corev1.PodSucceeded} {
 		t.Run("driver "+string(phase)+" under a lagging operator is not stuck", func(t *testing.T) {
 			e := newEnv(t)
-			job := newJob(t, map[string]any{"startup_timeout": "300ms"})
+			// The test creates the driver pod and sets SUBMITTED within
+			// startupTimeout of the application's creation, on a loaded
+			// machine too (300ms was not: the plugin found no pod and
+			// deleted the application first).
+			const startupTimeout = 2 * time.Second
+			job := newJob(t, map[string]any{"startup_timeout": startupTimeout.String()})
 			rt := plugintest.NewRuntime(nil)
 			ch := background(func() (*plugin.Result, error) { return e.p.Execute(context.Background(), job, rt) })
 			e.waitApp(t, job)
@@ -244,7 +251,7 @@ func TestStartupTimeout(t *testing.T) {
 			select {
 			case r := <-ch:
 				t.Fatalf("the job ended while its driver was %s: %v", phase, r.err)
-			case <-time.After(time.Second):
+			case <-time.After(startupTimeout + time.Second):
 			}
 			_, err = e.dyn.Resource(GVR).Namespace("spark").Get(context.Background(), AppName(job.ID), metav1.GetOptions{})
 			require.NoError(t, err, "the application of a started driver was deleted")
