@@ -36,6 +36,8 @@ import (
 //	                      failed: exit KubeletExitCode, phase Failed
 //	                      hang: Running until deleted
 //	                      vanish: the pod is deleted (grace 0) after the run
+//	                      evicted: after the run, exit 137, phase Failed,
+//	                      reason Evicted (node pressure)
 //	                      image_pull: Pending, waiting ErrImagePull then
 //	                      ImagePullBackOff, forever
 //	tether.sim.run        how long the container runs (default 200ms)
@@ -62,8 +64,9 @@ const DriverContainer = "spark-kubernetes-driver"
 // ContainerCreating until it appears (printing "query: <first line>" first
 // in the driver's log when the driver mounts a ConfigMap with the key
 // QueryKey), moves each pod's status as its annotations script, finishes graceful pod
-// deletions (deletes with grace 0, as the kubelet does once the containers
-// are gone) and serves the containers' logs on /containerLogs over HTTPS,
+// deletions (a running pod's containers recorded ended by SIGTERM, exit
+// 143, the pod Failed, then deleted with grace 0, as the kubelet does once
+// the containers are gone) and serves the containers' logs on /containerLogs over HTTPS,
 // where the apiserver proxies pods/log.
 type Kubelet struct {
 	Node string
@@ -254,14 +257,48 @@ func (k *Kubelet) forget(pod *corev1.Pod) {
 	}
 }
 
-// finishDeletion is the kubelet's part of a graceful deletion. The
-// containers are stopped, so the pod object goes (grace 0).
+// finishDeletion is the kubelet's part of a graceful deletion. A running
+// pod's containers are stopped by SIGTERM and recorded so (exit 143, the
+// pod Failed), as a kubelet does before the object goes. Then the pod
+// object goes (grace 0).
 func (k *Kubelet) finishDeletion(ctx context.Context, pod *corev1.Pod) {
+	k.stopForDeletion(ctx, pod)
 	zero := int64(0)
 	err := k.cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 		k.log.Warn("kubelet: finishing deletion", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+}
+
+// sigtermExit is the exit code of a container that SIGTERM ended (128+15).
+const sigtermExit = 143
+
+// stopForDeletion records a running pod's containers as ended by SIGTERM
+// and the pod Failed (restartPolicy Never). A pod that is not running is
+// left as it is.
+func (k *Kubelet) stopForDeletion(ctx context.Context, pod *corev1.Pod) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := k.cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.UID != pod.UID || p.Status.Phase != corev1.PodRunning {
+			return nil
+		}
+		var started metav1.Time
+		if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+			started = p.Status.ContainerStatuses[0].State.Running.StartedAt
+		}
+		p.Status.Phase = corev1.PodFailed
+		p.Status.Conditions = conditions(false)
+		p.Status.ContainerStatuses = containerStatuses(p, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: sigtermExit, Reason: "Error", StartedAt: started, FinishedAt: metav1.Now()}}, false)
+		_, err = k.cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		k.log.Warn("kubelet: stopping a pod being deleted", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 }
 
@@ -376,6 +413,11 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod, cl *containerLog) {
 			cl.print(msg)
 		}
 		k.terminate(ctx, pod, corev1.PodFailed, exitCode, "Error", msg, started)
+	case "evicted":
+		// Node-pressure eviction: the kubelet kills the containers and
+		// marks the pod Failed with reason Evicted, in one status update.
+		// The object stays.
+		k.terminateAs(ctx, pod, 137, started, "Evicted", "The node was low on resource: memory. Threshold quantity: 100Mi, available: 52Mi.")
 	default:
 		k.terminate(ctx, pod, corev1.PodSucceeded, 0, "Completed", "", started)
 	}
@@ -462,7 +504,22 @@ func (k *Kubelet) event(ctx context.Context, pod *corev1.Pod, reason, msg string
 }
 
 func (k *Kubelet) terminate(ctx context.Context, pod *corev1.Pod, phase corev1.PodPhase, code int32, reason, msg string, started metav1.Time) {
+	k.update(ctx, pod, ended(phase, code, reason, msg, started))
+}
+
+// terminateAs ends the pod Failed with the container's exit code and the
+// pod's own status reason and message (an eviction's).
+func (k *Kubelet) terminateAs(ctx context.Context, pod *corev1.Pod, code int32, started metav1.Time, podReason, podMessage string) {
+	end := ended(corev1.PodFailed, code, "Error", "", started)
 	k.update(ctx, pod, func(p *corev1.Pod) {
+		end(p)
+		p.Status.Reason, p.Status.Message = podReason, podMessage
+	})
+}
+
+// ended is the status change of a pod whose containers ended.
+func ended(phase corev1.PodPhase, code int32, reason, msg string, started metav1.Time) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
 		p.Status.Phase = phase
 		p.Status.Conditions = conditions(false)
 		for i := range p.Status.Conditions {
@@ -472,7 +529,7 @@ func (k *Kubelet) terminate(ctx context.Context, pod *corev1.Pod, phase corev1.P
 		}
 		p.Status.ContainerStatuses = containerStatuses(p, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 			ExitCode: code, Reason: reason, Message: msg, StartedAt: started, FinishedAt: metav1.Now()}}, false)
-	})
+	}
 }
 
 // update changes the pod's status. It returns false when the pod is gone or

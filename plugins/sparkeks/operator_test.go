@@ -385,6 +385,44 @@ func TestOperatorDriverPodVanishedIsOutcomeUnknown(t *testing.T) {
 	require.Equal(t, 1, s.Created("default", name))
 }
 
+// The driver pod is deleted while the query runs (a node drained, an
+// operator's kubectl delete). Its kubelet records the driver container
+// ended by SIGTERM (exit 143) before the pod goes, so the operator fails
+// the application with that exit code, not "driver pod not found". The
+// query was interrupted, not at fault, and may have done some of its
+// work: outcome_unknown, never permanent.
+func TestOperatorDriverPodDeletedIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	s, ctx, job, name, w := startOpJob(t, map[string]string{kubetest.SimOutcome: "hang"}, nil)
+	rt := plugintest.NewRuntime(nil)
+	done := make(chan error, 1)
+	go func() { _, err := connect(t).Execute(ctx, job, rt); done <- err }()
+	w.waitState(t, "RUNNING", 20*time.Second)
+	require.NoError(t, s.Env.Clientset.CoreV1().Pods("default").Delete(ctx, name+"-driver", metav1.DeleteOptions{}))
+
+	err := <-done
+	requireClass(t, err, plugin.OutcomeUnknown)
+	require.Contains(t, err.Error(), "ExitCode: 143", "the kubelet stand-in records the SIGTERM before the pod goes")
+	require.Contains(t, err.Error(), "driver pod "+name+"-driver was deleted")
+	require.True(t, inOrder(w.seen(), []string{"SUBMITTED", "RUNNING", "FAILED"}), "states %v", w.seen())
+	require.Equal(t, 1, s.Created("default", name))
+}
+
+// The kubelet evicts the driver pod for node pressure: Failed, reason
+// Evicted, the container killed (exit 137). The query is not at fault:
+// outcome_unknown, naming the eviction.
+func TestOperatorDriverPodEvictedIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	s, ctx, job, name, w := startOpJob(t, map[string]string{kubetest.SimOutcome: "evicted", kubetest.SimRun: "400ms"}, nil)
+
+	_, err := connect(t).Execute(ctx, job, plugintest.NewRuntime(nil))
+	requireClass(t, err, plugin.OutcomeUnknown)
+	require.Contains(t, err.Error(), "ExitCode: 137")
+	require.Contains(t, err.Error(), "driver pod "+name+"-driver was evicted: The node was low on resource: memory.")
+	require.True(t, inOrder(w.seen(), []string{"SUBMITTED", "RUNNING", "FAILED"}), "states %v", w.seen())
+	require.Equal(t, 1, s.Created("default", name))
+}
+
 // An image that never pulls. startup_timeout fails the job naming
 // ImagePullBackOff, and the plugin deletes the application. The garbage
 // collector removes its driver pod.

@@ -168,12 +168,36 @@ func failedClass(state string) plugin.ErrorClass {
 }
 
 // failedOutcome is the job's outcome of an application that ended FAILED or
-// SUBMISSION_FAILED: failed, except when the driver pod vanished ("driver
-// pod not found"): the driver may have finished the query before, so the
-// outcome is unknown.
-func failedOutcome(state, errorMessage string) string {
-	if state == stateFailed && errorMessage == driverPodNotFound {
+// SUBMISSION_FAILED: failed, except when the driver was stopped from
+// outside. That is a driver pod that vanished ("driver pod not found"), or
+// one deleted or evicted (interrupted says how, "" when not). The driver
+// may have done part of the query, or all of it, before, so the outcome is
+// unknown, and the query is not to blame.
+func failedOutcome(state, errorMessage, interrupted string) string {
+	if state == stateFailed && (errorMessage == driverPodNotFound || interrupted != "") {
 		return outcomeUnknown
 	}
 	return outcomeFailed
+}
+
+// podEvicted is the pod status reason a kubelet sets on a pod it evicts
+// for node pressure (Kubernetes "Node-pressure Eviction": the phase is
+// Failed and the reason Evicted).
+const podEvicted = "Evicted"
+
+// driverInterrupted says how a driver pod was stopped from outside, or "".
+// A deleted pod carries a deletionTimestamp while the kubelet stops its
+// containers (SIGTERM, exit 143, then SIGKILL, 137) and records them
+// Failed. An evicted pod is Failed with reason Evicted. Either way the
+// operator sees a failed driver container, not the query's failure.
+func driverInterrupted(p *corev1.Pod) string {
+	switch {
+	case p == nil:
+		return ""
+	case p.DeletionTimestamp != nil:
+		return "driver pod " + p.Name + " was deleted while it ran"
+	case p.Status.Reason == podEvicted:
+		return "driver pod " + p.Name + " was evicted: " + p.Status.Message
+	}
+	return ""
 }

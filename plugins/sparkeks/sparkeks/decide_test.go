@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -118,9 +119,36 @@ func TestDecideStuck(t *testing.T) {
 }
 
 func TestFailedOutcome(t *testing.T) {
-	assert.Equal(t, outcomeUnknown, failedOutcome("FAILED", "driver pod not found"))
-	assert.Equal(t, outcomeFailed, failedOutcome("FAILED", "driver container failed with ExitCode: 1, Reason: Error"))
-	assert.Equal(t, outcomeFailed, failedOutcome("SUBMISSION_FAILED", "failed to submit spark application"))
+	for _, tc := range []struct {
+		state, message, interrupted, want string
+	}{
+		{"FAILED", "driver pod not found", "", outcomeUnknown},
+		{"FAILED", "driver container failed with ExitCode: 1, Reason: Error", "", outcomeFailed},
+		{"FAILED", "driver container failed with ExitCode: 143, Reason: Error", "driver pod d was deleted while it ran", outcomeUnknown},
+		{"FAILED", "driver container failed with ExitCode: 137, Reason: Error", "driver pod d was evicted: low on memory", outcomeUnknown},
+		{"SUBMISSION_FAILED", "failed to submit spark application", "", outcomeFailed},
+	} {
+		assert.Equal(t, tc.want, failedOutcome(tc.state, tc.message, tc.interrupted), "%+v", tc)
+	}
+}
+
+func TestDriverInterrupted(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want string
+	}{
+		{"no pod", nil, ""},
+		{"running", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, ""},
+		{"failed on its own", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Status: corev1.PodStatus{Phase: corev1.PodFailed}}, ""},
+		{"being deleted", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d", DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+			"driver pod d was deleted while it ran"},
+		{"evicted", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}},
+			"driver pod d was evicted: The node was low on resource: memory."},
+	} {
+		assert.Equal(t, tc.want, driverInterrupted(tc.pod), tc.name)
+	}
 }
 
 func TestFailedClass(t *testing.T) {

@@ -39,6 +39,10 @@ type Handle struct {
 	// EverRunning means the application was seen past its startup (RUNNING or
 	// later). startup_timeout no longer applies to it.
 	EverRunning bool `json:"ever_running,omitempty"`
+	// Interrupted says how the driver pod was seen stopped from outside
+	// (deleted or evicted while it ran). The pod may be gone when the
+	// operator reports the application FAILED, so it is kept here.
+	Interrupted string `json:"interrupted,omitempty"`
 	// AdoptedAttempt is set when this attempt follows an application an
 	// earlier attempt created (it was running or done: a retry never
 	// deletes such an application): that attempt's number.

@@ -867,6 +867,7 @@ func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription
 		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log,
 			func() *corev1.Pod { p, _ := s.driverPod(); return p })
 	}
+	r.recordInterrupted(s)
 	if !r.h.EverRunning {
 		// The operator may lag behind its driver (down, crash-looping,
 		// upgraded, behind in its workqueue): a driver that started is past
@@ -922,17 +923,59 @@ func (r *run) recordLog() {
 	}
 }
 
+// recordInterrupted records a driver pod seen deleted or evicted while it
+// ran, once.
+func (r *run) recordInterrupted(s *appSubscription) {
+	if r.h.Interrupted != "" {
+		return
+	}
+	if p, _ := s.driverPod(); driverStarted(p) {
+		if why := driverInterrupted(p); why != "" {
+			r.h.Interrupted = why
+			r.notef("%s", why)
+		}
+	}
+}
+
+// recordDriverGone records, for an application that ended FAILED, a driver
+// pod that no longer exists. spark-operator leaves a failed driver's pod in
+// place, so a pod gone before its application was deleted from outside:
+// its kubelet recorded the container stopped (exit 143 or 137), and the
+// pod went before the plugin saw it being deleted. Only the API server's
+// "not found" counts. Any other answer leaves the outcome failed.
+func (r *run) recordDriverGone(ctx context.Context, s *appSubscription) {
+	if r.h.Interrupted != "" || r.h.DriverPod == "" {
+		return
+	}
+	if p, synced := s.driverPod(); p != nil || !synced {
+		return
+	}
+	_, err := r.cl.kube.CoreV1().Pods(r.cfg.Namespace).Get(ctx, r.h.DriverPod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		r.h.Interrupted = "driver pod " + r.h.DriverPod + " was deleted before its application ended"
+		r.notef("%s", r.h.Interrupted)
+	}
+}
+
 // outcome ends the job when the application's state decides it: succeeded,
 // failed, stuck before RUNNING, or UNKNOWN for unknown_grace.
 func (r *run) outcome(ctx context.Context, st appStatus, s *appSubscription) (bool, *plugin.Result, error) {
 	ph := phaseOf(st.State)
+	if st.State == stateFailed && st.ErrorMessage != driverPodNotFound {
+		r.recordDriverGone(ctx, s)
+	}
 	switch {
 	case ph == phaseSucceeded:
 		r.end(ctx, outcomeSucceeded, "")
 		return true, r.result(), nil
-	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage) == outcomeUnknown:
+	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage, "") == outcomeUnknown:
 		msg := fmt.Sprintf("SparkApplication %s %s: %s: the driver pod vanished (deleted, or lost with its node), possibly after the query finished; the outcome is unknown",
 			r.ref(), st.State, st.ErrorMessage)
+		r.end(ctx, outcomeUnknown, msg)
+		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
+	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage, r.h.Interrupted) == outcomeUnknown:
+		msg := fmt.Sprintf("SparkApplication %s %s: %s: %s, possibly after it did some or all of the query; the outcome is unknown",
+			r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"), r.h.Interrupted)
 		r.end(ctx, outcomeUnknown, msg)
 		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 	case ph == phaseFailed:
