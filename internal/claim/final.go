@@ -72,11 +72,12 @@ func (e *executor) storeEnd(end *store.End, in lifecycle.Input) (store.Ended, er
 func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 	var ended store.Ended
 	err := e.retryWrite("writing final status", func(ctx context.Context) error {
-		if err := e.flushBeforeEnd(ctx, &end); err != nil {
+		settle, err := e.outputForEnd(ctx, &end)
+		if err != nil {
 			return err
 		}
-		var err error
 		ended, err = e.sendEnd(ctx, end)
+		settle(err)
 		return mayHaveLanded(err, unsure)
 	})
 	if errors.Is(err, store.ErrLeaseLost) && *unsure {
@@ -90,19 +91,19 @@ func (e *executor) writeEnd(end store.End, unsure *bool) (store.Ended, error) {
 	return ended, err
 }
 
-// flushBeforeEnd stores the runner's output before its end. A resumable
-// runner's output and end are fenced against a gap the database's lost
-// history left (end.LogAfter): the resume writes that output again.
-func (e *executor) flushBeforeEnd(ctx context.Context, end *store.End) error {
-	k := e.j.key
+// outputForEnd readies the runner's output for its end. A runner that
+// cannot be resumed stores it first. A resumable runner's output goes in
+// the end's own transaction (end.Output), fenced against a gap the
+// database's lost history left (end.LogAfter): if the end does not land,
+// neither does the output, and the resume writes it once. settle takes the
+// end's result.
+func (e *executor) outputForEnd(ctx context.Context, end *store.End) (settle func(error), err error) {
 	if !e.j.resumable {
-		return e.logs.flush(ctx)
+		return func(error) {}, e.logs.flush(ctx)
 	}
-	if err := e.logs.flushResumable(ctx, k); err != nil {
-		return err
-	}
-	end.LogAfter = e.logs.storedSeq(k)
-	return nil
+	lb, settle := e.logs.takeForEnd(e.j.key)
+	end.Output, end.OutputLimit, end.LogAfter = lb, e.logs.max, lb.After
+	return settle, nil
 }
 
 // sendEnd tries the end once. It goes alone when it carries more than the

@@ -268,19 +268,25 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, de
 	return err
 }
 
-// flushResumable stores what a resumable runner holds at its attempt's end,
-// fenced like a checkpoint (store.AppendResumable): never past output the
-// database lost.
-func (f *logFlusher) flushResumable(ctx context.Context, k jobKey) error {
+// takeForEnd takes what a resumable runner holds at its attempt's end, for
+// the end's own transaction (store.End.Output). Output stored apart from
+// the end would stay if the end were lost, and the resume would write it
+// again. lb.After is the highest record the database acknowledged. settle
+// must be called once with the end's result: the output is then marked
+// stored, kept for the next try, or dropped (a gap: the resume writes it
+// again). flushMu is held until then, as for a checkpoint, when there is
+// output.
+func (f *logFlusher) takeForEnd(k jobKey) (lb store.LogBatch, settle func(error)) {
 	f.flushMu.Lock()
-	defer f.flushMu.Unlock()
 	lb, b := f.takeOne(k)
 	if len(lb.Records) == 0 {
-		return nil
+		f.flushMu.Unlock()
+		return lb, func(error) {}
 	}
-	err := f.store.AppendResumable(ctx, lb, f.max)
-	f.settleOne(lb, b, err)
-	return err
+	return lb, func(err error) {
+		f.settleOne(lb, b, err)
+		f.flushMu.Unlock()
+	}
 }
 
 // takeOne empties k's buffer into a batch that carries, as After, the

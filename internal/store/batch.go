@@ -50,7 +50,7 @@ func (s *Store) MarkRunningBatch(ctx context.Context, rs []Running) ([]jobstate.
 // FinalBatchable reports whether e can be stored by EndFinalBatch. It can
 // when e is a final plan, with no retry and no Cleanup (the hot path).
 func FinalBatchable(e End) bool {
-	return !e.Plan.Retry && !e.Plan.Cleanup && e.LogAfter <= 0
+	return !e.Plan.Retry && !e.Plan.Cleanup && e.LogAfter <= 0 && len(e.Output.Records) == 0
 }
 
 // EndFinalBatch stores many final ends of one actor's (each FinalBatchable,

@@ -55,6 +55,13 @@ type End struct {
 	// and the end is refused (ErrOutputGap): the job is resumed instead, and
 	// its plugin writes that output again.
 	LogAfter int64
+	// Output is what a resumable runner still holds at its attempt's end.
+	// It is stored in the end's own transaction, fenced like the end, at
+	// most OutputLimit bytes a stream. Output stored apart from the end
+	// would stay when the end is lost (the agent killed between the two
+	// writes), and the resume that writes it again would store it twice.
+	Output      LogBatch
+	OutputLimit int64
 }
 
 // Ended is what an End wrote.
@@ -98,10 +105,11 @@ func dataError(err error) error {
 	return err
 }
 
-// EndAttempt stores e on the pool. ErrLeaseLost means nothing was written,
-// and so does ErrOutputGap (e.LogAfter).
+// EndAttempt stores e on the pool, with e.Output in the same transaction.
+// ErrLeaseLost means nothing was written, and so does ErrOutputGap
+// (e.LogAfter).
 func (s *Store) EndAttempt(ctx context.Context, e End) (Ended, error) {
-	if e.LogAfter <= 0 {
+	if e.LogAfter <= 0 && len(e.Output.Records) == 0 {
 		return EndAttempt(ctx, s.pool, e)
 	}
 	var out Ended
@@ -109,8 +117,17 @@ func (s *Store) EndAttempt(ctx context.Context, e End) (Ended, error) {
 		if err := checkNoGap(ctx, tx, LogBatch{JobID: e.JobID, Lease: e.Lease, Generation: e.HolderGeneration, After: e.LogAfter}); err != nil {
 			return err
 		}
+		if len(e.Output.Records) > 0 {
+			held, err := appendLogs(ctx, tx, []LogBatch{e.Output}, e.OutputLimit)
+			if err != nil {
+				return fmt.Errorf("storing the output of job %s with its end: %w", e.JobID, err)
+			}
+			if !held[e.JobID] {
+				return ErrLeaseLost
+			}
+		}
 		plain := e
-		plain.LogAfter = 0 // checked: the end itself goes as any other
+		plain.LogAfter, plain.Output = 0, LogBatch{} // checked and stored: the end itself goes as any other
 		var err error
 		out, err = EndAttempt(ctx, tx, plain)
 		return err

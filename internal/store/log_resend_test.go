@@ -200,3 +200,35 @@ func TestResumableWritesRefuseAGap(t *testing.T) {
 	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 4, Outcome: store.Outcome{Status: store.StatusSucceeded}})
 	require.ErrorIs(t, err, store.ErrLeaseLost)
 }
+
+// A resumable runner's output at its attempt's end goes in the end's own
+// transaction (End.Output). An end refused by its fence stores none of the
+// output, so the resume that writes it again stores it once. An end that
+// lands stores it, and the same end sent again (its answer lost) stores
+// nothing twice.
+func TestEndStoresItsOutputOrNothing(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	a, j, lease := registerAndClaim(t, st)
+	_, err := st.MarkRunning(ctx, j.ID, lease, "")
+	require.NoError(t, err)
+	require.NoError(t, st.CheckpointDescribed(ctx, store.LogBatch{JobID: j.ID, Lease: lease, Generation: a.Generation, Records: recs(1, "stdout", "1\n")}, 1<<20, []byte("h1"), nil))
+	end := func(l int64) store.End {
+		return store.End{JobID: j.ID, Lease: l, HolderGeneration: a.Generation, Actor: a, LogAfter: 1,
+			Output:      store.LogBatch{JobID: j.ID, Lease: l, Generation: a.Generation, After: 1, Records: recs(2, "stdout", "done\n")},
+			OutputLimit: 1 << 20, Outcome: store.Outcome{Status: store.StatusSucceeded}}
+	}
+	assert.False(t, store.FinalBatchable(end(lease)), "an end with output goes alone, in its own transaction")
+
+	_, err = st.EndAttempt(ctx, end(lease+1))
+	require.ErrorIs(t, err, store.ErrLeaseLost, "a lease the runner does not hold")
+	assert.Equal(t, "1\n", readStream(t, st, j.ID, "stdout"), "a refused end stores none of its output")
+
+	_, err = st.EndAttempt(ctx, end(lease))
+	require.NoError(t, err)
+	assert.Equal(t, "1\ndone\n", readStream(t, st, j.ID, "stdout"), "the end and its output landed together")
+
+	_, err = st.EndAttempt(ctx, end(lease))
+	require.ErrorIs(t, err, store.ErrLeaseLost, "the same end again, its first answer lost")
+	assert.Equal(t, "1\ndone\n", readStream(t, st, j.ID, "stdout"), "nothing stored twice")
+}
