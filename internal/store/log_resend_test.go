@@ -179,9 +179,9 @@ func TestResumableWritesRefuseAGap(t *testing.T) {
 	err = st.CheckpointDescribed(ctx, out(3, recs(4, "stdout", "4\n")), 1<<20, []byte("h4"), nil)
 	require.ErrorIs(t, err, store.ErrOutputGap, "checkpoint")
 	assert.Equal(t, "h1", handle(), "the kept checkpoint stands")
-	require.ErrorIs(t, st.AppendResumable(ctx, out(3, recs(4, "stdout", "4\n")), 1<<20), store.ErrOutputGap, "end-of-attempt output")
-	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 3, Outcome: store.Outcome{Status: store.StatusSucceeded}})
-	require.ErrorIs(t, err, store.ErrOutputGap, "end")
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 3,
+		Output: out(3, recs(4, "stdout", "4\n")), OutputLimit: 1 << 20, Outcome: store.Outcome{Status: store.StatusSucceeded}})
+	require.ErrorIs(t, err, store.ErrOutputGap, "end, with its end-of-attempt output")
 	assert.Equal(t, "1\n", readStream(t, st, j.ID, "stdout"), "nothing stored past the gap")
 	var status string
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1`, j.ID).Scan(&status))
@@ -190,9 +190,9 @@ func TestResumableWritesRefuseAGap(t *testing.T) {
 	// A runner that agrees with the database (the resume, writing 2 and 3
 	// again from the kept checkpoint) goes through, and so does its end.
 	require.NoError(t, st.CheckpointDescribed(ctx, out(1, recs(2, "stdout", "2\n", "3\n")), 1<<20, []byte("h3"), nil))
-	require.NoError(t, st.AppendResumable(ctx, out(3, recs(4, "stdout", "4\n")), 1<<20))
 	assert.Equal(t, "h3", handle())
-	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 4, Outcome: store.Outcome{Status: store.StatusSucceeded}})
+	_, err = st.EndAttempt(ctx, store.End{JobID: j.ID, Lease: lease, HolderGeneration: a.Generation, Actor: a, LogAfter: 3,
+		Output: out(3, recs(4, "stdout", "4\n")), OutputLimit: 1 << 20, Outcome: store.Outcome{Status: store.StatusSucceeded}})
 	require.NoError(t, err)
 	assert.Equal(t, "1\n2\n3\n4\n", readStream(t, st, j.ID, "stdout"))
 

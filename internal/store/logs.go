@@ -30,8 +30,8 @@ type LogBatch struct {
 	// After, when set, is the highest record number the runner saw the
 	// database acknowledge under this lease before this batch. The
 	// statements that store a resumable runner's output (CheckpointDescribed,
-	// AppendResumable) refuse the batch with ErrOutputGap when the database
-	// holds fewer. Plain flushes ignore it.
+	// and EndAttempt with End.Output) refuse the batch with ErrOutputGap when
+	// the database holds fewer. Plain flushes ignore it.
 	After int64
 }
 
@@ -131,28 +131,6 @@ func (s *Store) RecordEvent(ctx context.Context, h Holder, jobID string, lease i
 		return fmt.Errorf("recording %s event for %s: %w", kind, jobID, err)
 	}
 	return nil
-}
-
-// AppendResumable stores a resumable runner's output at its attempt's end,
-// fenced like a checkpoint: only when the database still holds every record
-// the runner had seen acknowledged (out.After). Else it returns ErrOutputGap
-// and stores nothing, so no line follows a gap its resume would fill again.
-// ErrLeaseLost means the lease no longer holds.
-func (s *Store) AppendResumable(ctx context.Context, out LogBatch, maxPerStream int64) error {
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := checkNoGap(ctx, tx, out); err != nil {
-			return err
-		}
-		held, err := appendLogs(ctx, tx, []LogBatch{out}, maxPerStream)
-		if err == nil && !held[out.JobID] {
-			err = ErrLeaseLost
-		}
-		return err
-	})
-	if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrOutputGap) {
-		return fmt.Errorf("storing the output of job %s: %w", out.JobID, err)
-	}
-	return err
 }
 
 // checkNoGap returns ErrOutputGap when the database holds fewer of the
