@@ -26,15 +26,21 @@ func forget(t *testing.T, st *store.Store, id string, hold bool) {
 	if hold {
 		due = "now() + interval '1 hour'"
 	}
+	// One transaction. A claim landing between the statements would have
+	// its accepted status overwritten by queued.
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
 	for _, q := range []string{
 		`UPDATE active_jobs SET agent_name = NULL, agent_generation = NULL, lease = lease - 1, log_lease = NULL, log_seq = 0,
 		        stdout_bytes = 0, stderr_bytes = 0, run_after = ` + due + ` WHERE job_id = $1`,
 		`UPDATE jobs SET status = 'queued', running_event_id = NULL, running_at = NULL, running_message = NULL WHERE id = $1`,
 		`DELETE FROM job_logs WHERE job_id = $1`,
 	} {
-		_, err := st.Pool().Exec(ctx, q, id)
+		_, err := tx.Exec(ctx, q, id)
 		require.NoError(t, err)
 	}
+	require.NoError(t, tx.Commit(ctx))
 }
 
 // rewind tells the tracker the server's WAL position went back, as a
