@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,15 +56,28 @@ func TestAgentExportsJobAndAPIMetrics(t *testing.T) {
 		`tether_command_live_agents{command="shell"} 1`,
 		`tether_cleanups_pending 0`,
 	}
-	var text string
-	require.Eventually(t, func() bool {
-		text = h.scrape(ctx, a)
+	// The last scrape and what it lacked, kept under mu: Eventually may
+	// still run a check when it gives up.
+	var (
+		mu      sync.Mutex
+		text    string
+		missing []string
+	)
+	ok := assert.Eventually(t, func() bool {
+		got := h.scrape(ctx, a)
+		var lack []string
 		for _, w := range want {
-			if !strings.Contains(text, w+"\n") {
-				return false
+			if !strings.Contains(got, w+"\n") {
+				lack = append(lack, w)
 			}
 		}
-		return true
-	}, 20*time.Second, 100*time.Millisecond, "agent metrics lack some of %q", want)
+		mu.Lock()
+		defer mu.Unlock()
+		text, missing = got, lack
+		return len(lack) == 0
+	}, 20*time.Second, 100*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.True(t, ok, "agent metrics lack %q", missing)
 	assert.NotContains(t, text, `route="GET /api/v1/jobs/`+id, "never the raw path")
 }
