@@ -174,7 +174,13 @@ func TestConsoleJobLifecycle(t *testing.T) {
 func TestConsoleCancelAndRequeue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	h := newHarness(t, pgtest.URL(t), fast())
+	// This test is about the console, not the lease. With fast()'s 250 ms
+	// keepalive the self-fence point is about 0.7 s of silence, which a
+	// loaded machine under -race reached once: the job was retried under
+	// the test's cancel.
+	tm := fast()
+	tm.Keepalive, tm.StaleJob, tm.OfflineAfter = time.Second, 10*time.Second, 3*time.Second
+	h := newHarness(t, pgtest.URL(t), tm)
 	br := newBrowser(t)
 	a := h.startAgent(ctx, "ui-act")
 	base := "http://" + h.apiAddr(ctx, a)
