@@ -13,8 +13,26 @@ import (
 // The drain's view of the service. See internal/drain for the sequence.
 
 // StopClaiming makes the service take no more jobs. Heartbeats, log flushes
-// and running jobs go on.
-func (s *Service) StopClaiming() { s.draining.Store(true) }
+// and running jobs go on. A claim already past its check may be in flight.
+// It waits for that claim, up to a keepalive, so the jobs it took are
+// registered before the hand-off looks for them. Else a job the hand-off
+// had just released could be claimed again by its draining agent. A hung
+// database must not hold the drain, hence the bound.
+func (s *Service) StopClaiming() {
+	s.draining.Store(true)
+	settled := make(chan struct{})
+	go func() {
+		s.claimMu.Lock()
+		s.claimMu.Unlock() // empty on purpose: it only waits for the claim in flight
+		close(settled)
+	}()
+	t := time.NewTimer(s.cfg.Keepalive)
+	defer t.Stop()
+	select {
+	case <-settled:
+	case <-t.C:
+	}
+}
 
 // Counts returns how many held jobs are resumable and how many are not.
 func (s *Service) Counts() (resumable, other int) {

@@ -157,7 +157,10 @@ type Service struct {
 	// write waits in the finals batch. They hold their lease, not a slot.
 	ending int
 
-	draining       atomic.Bool   // no more claims
+	draining atomic.Bool // no more claims
+	// claimMu is held by a claim from its draining check until its jobs are
+	// registered, so StopClaiming can wait for one in flight.
+	claimMu        sync.Mutex
 	changed        chan struct{} // a job ended (for WaitIdle)
 	wake           chan struct{} // claim now
 	beat           chan struct{} // heartbeat now
@@ -509,6 +512,8 @@ func (s *Service) SetUnhealthy(plugins map[string]string) (paused []string) {
 }
 
 func (s *Service) claimOnce(ctx context.Context) (int, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
 	free := s.free()
 	if free <= 0 || s.draining.Load() || !s.historySettled() {
 		return 0, nil
