@@ -867,12 +867,13 @@ func (r *run) recordDriver(ctx context.Context, st appStatus, s *appSubscription
 		r.logs = startLogFollower(ctx, r.cl.kube, r.cfg.Namespace, r.h.DriverPod, r.cfg.PollInterval, r.rt.Stdout(), r.notef, r.h.Log,
 			func() *corev1.Pod { p, _ := s.driverPod(); return p })
 	}
-	r.recordInterrupted(s)
+	p, _ := s.driverPod() // one copy of the cached pod for both checks
+	r.recordInterrupted(p)
 	if !r.h.EverRunning {
 		// The operator may lag behind its driver (down, crash-looping,
 		// upgraded, behind in its workqueue): a driver that started is past
 		// startup whatever the application's state still says.
-		if p, _ := s.driverPod(); driverStarted(p) {
+		if driverStarted(p) {
 			r.h.EverRunning = true
 			r.notef("driver pod %s is %s while SparkApplication %s is still %s: spark-operator is behind; startup_timeout no longer applies",
 				p.Name, p.Status.Phase, r.ref(), cmp.Or(st.State, "new"))
@@ -923,13 +924,13 @@ func (r *run) recordLog() {
 	}
 }
 
-// recordInterrupted records a driver pod seen deleted or evicted while it
-// ran, once.
-func (r *run) recordInterrupted(s *appSubscription) {
+// recordInterrupted records a driver pod (p, as the cache holds it) seen
+// deleted or evicted while it ran, once.
+func (r *run) recordInterrupted(p *corev1.Pod) {
 	if r.h.Interrupted != "" {
 		return
 	}
-	if p, _ := s.driverPod(); driverStarted(p) {
+	if driverStarted(p) {
 		if why := driverInterrupted(p); why != "" {
 			r.h.Interrupted = why
 			r.notef("%s", why)
