@@ -286,6 +286,10 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		after = id
 	}
+	agent := p.q.Get("agent")
+	if agent != "" && status != "" && !jobstate.Held(status) {
+		p.fail("agent", "agent lists the jobs an agent holds now (accepted, running, canceling); a %s job has no holder: drop status or agent", status)
+	}
 	since, until := p.time("since"), p.time("until")
 	// A set until is after 1970, so it is after an unset since.
 	if !until.IsZero() && !until.After(since) {
@@ -300,6 +304,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		Command:        p.q.Get("command"),
 		Submitter:      p.q.Get("submitter"),
 		IdempotencyKey: p.q.Get("idempotency_key"),
+		Agent:          agent,
 		Since:          since,
 		Until:          until,
 		After:          after,

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/store"
 	"github.com/tetherjobs/tether/pkg/api"
 )
 
@@ -74,5 +75,57 @@ func TestListJobsByTimeAndKey(t *testing.T) {
 		er := r.errBody(t)
 		assert.Equal(t, tc.field, er.Field, tc.q.Encode())
 		assert.Contains(t, er.Error, tc.contains, tc.q.Encode())
+	}
+}
+
+// TestListJobsByAgent checks that agent lists exactly the jobs an agent
+// holds now, in any held status, and that asking for a status no holder
+// can have is a 400 naming agent.
+func TestListJobsByAgent(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	for range 4 {
+		e.submit(t, `{"command":"hello"}`)
+	}
+	held := map[string][]string{}
+	var runLease int64
+	for _, name := range []string{"a1", "a2"} {
+		h := store.Holder{Name: name, Generation: "g-" + name}
+		_, err := e.st.RegisterAgent(ctx, store.Registration{Holder: h, Capacity: 10, Commands: []string{"hello"}})
+		require.NoError(t, err)
+		claimed, err := e.st.Claim(ctx, h, 1, []string{"hello"})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		held[name] = append(held[name], claimed[0].Job.ID)
+		if name == "a1" {
+			runLease = claimed[0].Lease
+		}
+	}
+	// a1 runs its job; a2's stays accepted. Two jobs stay queued.
+	_, err := e.st.MarkRunning(ctx, held["a1"][0], runLease, "")
+	require.NoError(t, err)
+
+	list := func(q url.Values) []string {
+		r := e.do(t, "GET", "/api/v1/jobs?"+q.Encode(), "")
+		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+		var out []string
+		for _, j := range decode[api.JobList](t, r).Jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	assert.Equal(t, held["a1"], list(url.Values{"agent": {"a1"}}))
+	assert.Equal(t, held["a2"], list(url.Values{"agent": {"a2"}}))
+	assert.Equal(t, held["a1"], list(url.Values{"agent": {"a1"}, "status": {"running"}}))
+	assert.Empty(t, list(url.Values{"agent": {"a1"}, "status": {"accepted"}}))
+	assert.Empty(t, list(url.Values{"agent": {"a3"}}))
+	assert.Len(t, list(url.Values{}), 4, "no agent filter lists every job")
+
+	for _, status := range []string{"queued", "succeeded", "failed", "canceled"} {
+		r := e.do(t, "GET", "/api/v1/jobs?agent=a1&status="+status, "")
+		require.Equal(t, http.StatusBadRequest, r.status, status)
+		er := r.errBody(t)
+		assert.Equal(t, "agent", er.Field)
+		assert.Contains(t, er.Error, "has no holder", status)
 	}
 }

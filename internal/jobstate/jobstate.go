@@ -35,3 +35,9 @@ const (
 	Permanent      = api.Permanent
 	OutcomeUnknown = api.OutcomeUnknown
 )
+
+// Held tells whether a job in status s has a holder: an agent whose lease
+// it runs under. Queued and ended jobs have none.
+func Held(s JobStatus) bool {
+	return s == StatusAccepted || s == StatusRunning || s == StatusCanceling
+}

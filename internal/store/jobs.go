@@ -112,7 +112,7 @@ func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 }
 
 // scanJob reads one row of queries/fragments/job_columns.sql, the columns
-// job_get, job_list and job_list_live select.
+// job_get, job_list, job_list_live and job_list_agent select.
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
 	var backoff, backoffMax, pending, active, ttlOK, ttlFailed float64
@@ -152,6 +152,8 @@ type ListParams struct {
 	Status             jobstate.JobStatus
 	Command, Submitter string
 	IdempotencyKey     string // exact; '' = any
+	// Agent lists only the jobs this agent holds now ('' = any holder or none).
+	Agent string
 	// Since and Until bound created_at, as since ≤ created_at < until. Zero
 	// means unbounded.
 	Since, Until time.Time
@@ -182,7 +184,10 @@ func uuidV7Floor(t time.Time) string {
 // which no index of jobs names (so that a job's claim and running write are
 // HOT updates), are listed through active_jobs. Every other filter is listed
 // through jobs' own indexes.
-func listStatement(status jobstate.JobStatus) string {
+func listStatement(status jobstate.JobStatus, agent string) string {
+	if agent != "" {
+		return "job_list_agent"
+	}
 	switch status {
 	case StatusQueued, StatusAccepted, StatusRunning:
 		return "job_list_live"
@@ -199,6 +204,7 @@ func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, erro
 	args := map[string]any{
 		"status": p.Status, "command": p.Command, "submitter": p.Submitter,
 		"idempotency_key": p.IdempotencyKey, "after": p.After, "limit": p.Limit + 1,
+		"agent": p.Agent,
 	}
 	if !p.Since.IsZero() {
 		args["since"], args["since_id"] = p.Since, uuidV7Floor(p.Since.Add(-IDClockSkew))
@@ -206,7 +212,7 @@ func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, erro
 	if !p.Until.IsZero() {
 		args["until"], args["until_id"] = p.Until, uuidV7Floor(p.Until.Add(IDClockSkew))
 	}
-	st := queries.Named(listStatement(p.Status))
+	st := queries.Named(listStatement(p.Status, p.Agent))
 	rows, err := s.pool.Query(ctx, st.SQL, st.Args(args)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing jobs: %w", err)

@@ -216,6 +216,7 @@ type ListOptions struct {
 	Status             api.JobStatus
 	Command, Submitter string
 	IdempotencyKey     string // exact, any submitter's
+	Agent              string // only the jobs this agent holds now
 	// Since and Until bound the creation time (since ≤ created < until).
 	// Zero means unbounded.
 	Since, Until time.Time
@@ -228,7 +229,7 @@ type ListOptions struct {
 func (c *Client) List(ctx context.Context, o ListOptions) ([]api.Job, string, error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"status": string(o.Status), "command": o.Command, "submitter": o.Submitter,
-		"idempotency_key": o.IdempotencyKey, "after": o.After} {
+		"idempotency_key": o.IdempotencyKey, "after": o.After, "agent": o.Agent} {
 		set(q, k, v)
 	}
 	for k, v := range map[string]time.Time{"since": o.Since, "until": o.Until} {
