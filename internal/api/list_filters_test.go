@@ -38,15 +38,7 @@ func TestListJobsByTimeAndKey(t *testing.T) {
 	_, err := e.st.Pool().Exec(ctx, `UPDATE jobs SET created_at = created_at - interval '40 minutes' WHERE id = $1`, ids[2])
 	require.NoError(t, err)
 
-	list := func(q url.Values) []string {
-		r := e.do(t, "GET", "/api/v1/jobs?"+q.Encode(), "")
-		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-		var out []string
-		for _, j := range decode[api.JobList](t, r).Jobs {
-			out = append(out, j.ID)
-		}
-		return out
-	}
+	list := func(q url.Values) []string { return e.listIDs(t, q) }
 	ts := func(d time.Duration) string { return base.Add(d).Format(time.RFC3339Nano) }
 
 	// created_at: job 0 base−3m, job 1 base−2m, job 2 base−41m, job 3 base−0.
@@ -105,15 +97,7 @@ func TestListJobsByAgent(t *testing.T) {
 	_, err := e.st.MarkRunning(ctx, held["a1"][0], runLease, "")
 	require.NoError(t, err)
 
-	list := func(q url.Values) []string {
-		r := e.do(t, "GET", "/api/v1/jobs?"+q.Encode(), "")
-		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-		var out []string
-		for _, j := range decode[api.JobList](t, r).Jobs {
-			out = append(out, j.ID)
-		}
-		return out
-	}
+	list := func(q url.Values) []string { return e.listIDs(t, q) }
 	assert.Equal(t, held["a1"], list(url.Values{"agent": {"a1"}}))
 	assert.Equal(t, held["a2"], list(url.Values{"agent": {"a2"}}))
 	assert.Equal(t, held["a1"], list(url.Values{"agent": {"a1"}, "status": {"running"}}))
@@ -128,4 +112,16 @@ func TestListJobsByAgent(t *testing.T) {
 		assert.Equal(t, "agent", er.Field)
 		assert.Contains(t, er.Error, "has no holder", status)
 	}
+}
+
+// listIDs lists jobs with query q and returns their IDs in order.
+func (e *testEnv) listIDs(t *testing.T, q url.Values) []string {
+	t.Helper()
+	r := e.do(t, "GET", "/api/v1/jobs?"+q.Encode(), "")
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	var out []string
+	for _, j := range decode[api.JobList](t, r).Jobs {
+		out = append(out, j.ID)
+	}
+	return out
 }
