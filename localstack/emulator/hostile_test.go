@@ -295,7 +295,7 @@ func TestCapacityFailureReasons(t *testing.T) {
 		reason := aws.ToString(f.Reason)
 		require.Contains(t, AllCapacityReasons(), reason)
 		seen[reason] = true
-		if reason == ReasonFargateCapacity {
+		if fargateReason(reason) {
 			require.Empty(t, aws.ToString(f.Arn))
 		} else {
 			require.Regexp(t, `^arn:aws:ecs:us-east-1:000000000000:container-instance/default/[0-9a-f]{32}$`, aws.ToString(f.Arn))

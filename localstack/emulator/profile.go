@@ -91,7 +91,7 @@ func boolSetter(field func(*Options) *bool) func(*Options, string) error {
 
 // capacityAliases are short names for the documented capacity reasons.
 var capacityAliases = map[string][]string{
-	"cpu": {ReasonResourceCPU}, "memory": {ReasonResourceMemory}, "agent": {ReasonAgent}, "fargate": {ReasonFargateCapacity},
+	"cpu": {ReasonResourceCPU}, "memory": {ReasonResourceMemory}, "agent": {ReasonAgent}, "fargate": {ReasonFargateCapacity}, "vcpu": {ReasonFargateVCPUQuota},
 	"all": AllCapacityReasons(),
 }
 
@@ -118,7 +118,7 @@ func settings() []setting {
 		rateSetting("capacity-error-rate", "TETHER_EMULATOR_CAPACITY_ERROR_RATE", "fraction of RunTask slots returned under failures",
 			func(o *Options) *float64 { return &o.CapacityErrorRate }),
 		{flag: "capacity-reasons", env: "TETHER_EMULATOR_CAPACITY_REASONS",
-			usage: "comma-separated failure reasons capacity errors pick from: cpu, memory, agent, fargate, all, or literal reasons (default cpu)",
+			usage: "comma-separated failure reasons capacity errors pick from: cpu, memory, agent, fargate, vcpu, all, or literal reasons (default cpu)",
 			set:   setCapacityReasons},
 		durationSetting("consistency-window", "TETHER_EMULATOR_CONSISTENCY_WINDOW", "a new task is MISSING from DescribeTasks and ListTasks for a random time up to this",
 			func(o *Options) *time.Duration { return &o.ConsistencyWindow }),

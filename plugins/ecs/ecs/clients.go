@@ -209,41 +209,12 @@ func errorSays(err error, word string, codes ...string) bool {
 	return slices.Contains(codes, errorCode(err)) && strings.Contains(strings.ToLower(errorMessage(err)), word)
 }
 
-// transientRunTask reports RunTask refusals that launched nothing and pass
-// with time, though ECS answers them as client errors:
-//   - ClientException about provisioning capacity — the RunTask API
-//     reference: too many tasks in PROVISIONING in the cluster;
-//   - InvalidParameterException wrapping EC2's RequestLimitExceeded (awsvpc
-//     tasks whose ENI creation EC2 throttled; "API failure reasons", ECS
-//     developer guide);
-//   - ThrottlingException past the SDK's retries.
-//
-// https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_RunTask.html
-// https://docs.aws.amazon.com/AmazonECS/latest/developerguide/api_failures_messages.html
+// transientRunTask reports API errors that refused a call for a cause
+// that passes with time, though ECS may answer them as client errors
+// (throttling; RunTask's capacity and EC2 request limit refusals, see
+// errorRules).
 func transientRunTask(err error) bool {
-	return throttlingCodes[errorCode(err)] || slices.ContainsFunc(transientRefusals, func(x refusal) bool {
-		return errorSays(err, x.word, x.code)
-	})
-}
-
-// refusal is an API error code whose message contains word.
-type refusal struct{ code, word string }
-
-// transientRefusals are the client errors transientRunTask lists above.
-var transientRefusals = []refusal{
-	{"ClientException", "capacity"},
-	{"ClientException", "provisioning"},
-	{"InvalidParameterException", "requestlimitexceeded"},
-}
-
-// capacityFailure reports RunTask failures[] reasons that mean no capacity
-// right now, not a wrong request. The task was not launched and may be on
-// the next try. From "API failure reasons" in the ECS developer guide:
-// RESOURCE:* (CPU, MEMORY, ENI, GPU, PORTS...), AGENT (no agent connected on
-// the chosen instance), and Fargate's "Capacity is unavailable at this time".
-func capacityFailure(reason string) bool {
-	r := strings.ToLower(reason)
-	return strings.HasPrefix(r, "resource:") || r == "agent" || strings.Contains(r, "capacity is unavailable")
+	return runTaskErrorKind(err) == refusalPasses
 }
 
 // classify gives an API error that ended a call its class. A refused request

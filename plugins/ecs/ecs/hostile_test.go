@@ -76,7 +76,8 @@ func TestHostileLastLinesAfterStopAreKept(t *testing.T) {
 }
 
 // Transient RunTask refusals (the provisioning-capacity ClientException,
-// EC2's RequestLimitExceeded) and failures[] capacity reasons are tried
+// EC2's RequestLimitExceeded), failures[] capacity and quota reasons, and
+// reasons the plugin does not know are tried
 // again without using max_fail_count, and the job then succeeds.
 func TestHostileTransientLaunchRefusalsAreRetried(t *testing.T) {
 	t.Parallel()
@@ -87,6 +88,10 @@ func TestHostileTransientLaunchRefusalsAreRetried(t *testing.T) {
 	}{
 		{"transient errors", emulator.Faults{RunTaskTransientRate: 1}, "RunTask refused"},
 		{"capacity failures", emulator.Faults{CapacityErrorRate: 1, CapacityReasons: emulator.AllCapacityReasons()}, "no capacity"},
+		{"the Fargate vCPU quota", emulator.Faults{CapacityErrorRate: 1, CapacityReasons: []string{emulator.ReasonFargateVCPUQuota}}, "no capacity"},
+		// A reason no reference lists is tried again too, bounded by
+		// launch_retry_timeout, not a permanent failure.
+		{"an unknown reason", emulator.Faults{CapacityErrorRate: 1, CapacityReasons: []string{"Something ECS says tomorrow"}}, "a reason the plugin does not know"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

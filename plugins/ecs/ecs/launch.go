@@ -45,7 +45,8 @@ const (
 // answers with the task that launch started if it got through.
 //
 // RunTask refusals that pass with time (capacity, EC2's request limit,
-// throttling; see transientRunTask and capacityFailure) are tried again
+// throttling, a quota; see classifyRunTaskError and classifyFailure), and
+// refusals of reasons the plugin does not know, are tried again
 // with a backoff for up to launch_retry_timeout without using any budget.
 // Each try launched nothing, so it gets a new client token. A 5xx or a lost
 // answer may have launched the task, so it is tried again with the same
@@ -155,21 +156,26 @@ func (r *run) tryLaunch(ctx context.Context, l *launchTries) (bool, error) {
 	return true, r.launched(ctx, l, out.Tasks[0])
 }
 
-// launchRefused handles a RunTask call that returned an error.
+// launchRefused handles a RunTask call that returned an error, by what
+// classifyRunTaskError makes of it.
 func (r *run) launchRefused(ctx context.Context, l *launchTries, err error) (bool, error) {
 	i := l.i
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		return true, plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
-	case errorCode(err) == "ConflictException":
+	}
+	switch runTaskErrorKind(err) {
+	case refusalUnknownOutcome:
 		// The client token already started a task, with other parameters
 		// (the config changed between agents): not ours to judge, nor to
 		// start again.
 		return true, plugin.Errorf(plugin.OutcomeUnknown, "ecs: launching task %d of job %s again with client token %s: %v", i, r.job.ID, l.token, err)
-	case transientRunTask(err):
+	case refusalPasses:
 		l.retryNew("RunTask refused: " + err.Error())
 		return false, nil
-	case clientFault(err):
+	case refusalUnknown:
+		l.retryNew("RunTask refused for a reason the plugin does not know (taken to pass): " + err.Error())
+		return false, nil
+	case refusalWrongRequest:
 		l.t.Outcome, l.t.Reason = outcomeFailed, "RunTask refused: "+err.Error()
 		if cerr := r.checkpoint(ctx); cerr != nil {
 			return true, cerr
@@ -182,12 +188,12 @@ func (r *run) launchRefused(ctx context.Context, l *launchTries, err error) (boo
 	return false, nil
 }
 
-// launchFailed handles a RunTask answer without a task. Failures that are
-// all for lack of capacity are tried again.
+// launchFailed handles a RunTask answer without a task, by what
+// classifyFailure makes of its failures: the gravest decides.
 func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types.Failure) (bool, error) {
 	i, t := l.i, l.t
 	var reasons []string
-	capacity := len(failures) > 0
+	kind := refusalUnknown // no task and no failure: nothing launched, for no reason given
 	for _, f := range failures {
 		reason := aws.ToString(f.Reason)
 		if reason == "MISSING" {
@@ -197,20 +203,38 @@ func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types
 				"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
 				i, r.job.ID, t.Attempts, aws.ToString(f.Arn))
 		}
-		capacity = capacity && capacityFailure(reason)
+		kind = graver(kind, classifyFailure(reason), len(reasons) == 0)
 		reasons = append(reasons, strings.TrimSpace(reason+" "+aws.ToString(f.Detail)))
 	}
 	if len(reasons) == 0 {
 		reasons = append(reasons, "no task and no failure returned")
 	}
-	if capacity {
+	switch kind {
+	case refusalPasses:
 		l.retryNew("no capacity: " + strings.Join(reasons, "; "))
+		return false, nil
+	case refusalUnknown:
+		l.retryNew("RunTask failed for a reason the plugin does not know (taken to pass): " + strings.Join(reasons, "; "))
 		return false, nil
 	}
 	t.Outcome, t.Reason = outcomeFailed, "RunTask failed: "+strings.Join(reasons, "; ")
 	r.stderrf("task %d: %s", i, t.Reason)
 	r.dirty = true
 	return true, r.flush(ctx, false)
+}
+
+// graver is the graver of two refusals of one answer (a failed launch over
+// an unknown reason over one that passes). first says a is no answer's
+// yet, so b stands alone.
+func graver(a, b refusal, first bool) refusal {
+	if first {
+		return b
+	}
+	rank := map[refusal]int{refusalPasses: 0, refusalUnknown: 1, refusalFailedLaunch: 2}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
 }
 
 // launched records the task RunTask started and starts following it.
