@@ -34,6 +34,12 @@ type Handle struct {
 	// ("arn:aws:ecs:<region>:<account>:task/<cluster>/"). Tasks store the rest.
 	ARNPrefix string      `json:"ap,omitempty"`
 	StartedAt int64       `json:"t0,omitempty"` // unix seconds of the first launch; the timeout counts from here across agents
+	// Unsent is the launch frontier of Execute's first pass: the task
+	// indexes from Unsent up were never sent to RunTask, though their
+	// first launch is recorded. Each is checkpointed here before its
+	// RunTask is sent. 0 means unknown (a handle without it): any index
+	// may have been sent.
+	Unsent int `json:"f,omitempty"`
 	Tasks     []TaskState `json:"t"`
 }
 

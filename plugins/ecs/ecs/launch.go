@@ -20,6 +20,7 @@ type launchKind int
 const (
 	firstLaunch    launchKind = iota // never launched in this attempt of the job
 	recordedLaunch                   // a first launch whose counts and launch time are already checkpointed (Execute records all at once)
+	unsentLaunch                     // a recorded first launch whose RunTask was never sent (past the handle's frontier): sent now
 	relaunchFailed                   // its last launch failed: counts against max_fail_count
 	relaunchInfra                    // the infrastructure stopped it: counts against max_infra_relaunches
 	reissue                          // the current launch again, same client token (its answer was lost)
@@ -62,8 +63,11 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 		// resume after a crash anywhere from here reissues this launch (same
 		// client token) instead of starting another. What RunTask answers
 		// need not be. A resume that does not know the ARN reissues the
-		// token and gets the same task back (see eagerARNTasks).
-		if !recorded {
+		// token and gets the same task back (see eagerARNTasks). A launch
+		// Execute recorded is checkpointed again only when it passes the
+		// handle's frontier.
+		if !recorded || r.pastFrontier(i) {
+			r.raiseFrontier(i)
 			if !l.sameToken {
 				t.LaunchedAt = time.Now().UnixMilli()
 			}
@@ -85,6 +89,31 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 		}
 		backoff = min(backoff*2, launchBackoffMax)
 	}
+}
+
+// pastFrontier reports whether Execute's launch pass reaches task index i
+// beyond what the stored handle allows for (Handle.Unsent): its RunTask
+// must wait for a checkpoint that moves the frontier on.
+func (r *run) pastFrontier(i int) bool {
+	return r.h.Unsent > 0 && i >= r.storedUnsent
+}
+
+// raiseFrontier moves the handle's frontier past task index i, far enough
+// ahead that the coalesced checkpoints keep it ahead of the launches:
+// about two checkpoint intervals of RunTask calls at the process's rate.
+func (r *run) raiseFrontier(i int) {
+	if r.h.Unsent == 0 {
+		return // unknown: every index may have been sent
+	}
+	step := max(16, int(float64(r.cl.limits[apiRunTask].Limit())*2*checkpointEvery.Seconds()))
+	to := max(r.h.Unsent, min(len(r.h.Tasks), i+1+step))
+	// The indexes it passes may be sent from now on, no earlier: their
+	// launch time is now (stopped_task_retention counts from it).
+	now := time.Now().UnixMilli()
+	for j := r.h.Unsent; j < to; j++ {
+		r.h.Tasks[j].LaunchedAt = now
+	}
+	r.h.Unsent = to
 }
 
 // launchTries is one launch of a task index across its RunTask tries.
@@ -111,11 +140,12 @@ func (l *launchTries) retrySame(why string) {
 	l.sameToken = true
 }
 
-// beginLaunch counts a new launch of task index i (any kind but reissue and
-// recordedLaunch) and notes when the job started.
+// beginLaunch counts a new launch of task index i (any kind but reissue,
+// recordedLaunch and unsentLaunch, whose counts are recorded) and notes when
+// the job started.
 func (r *run) beginLaunch(i int, kind launchKind) *launchTries {
 	t := &r.h.Tasks[i]
-	if kind != reissue && kind != recordedLaunch {
+	if kind != reissue && kind != recordedLaunch && kind != unsentLaunch {
 		t.startLaunch(kind)
 	}
 	r.h.StartedAt = cmp.Or(r.h.StartedAt, time.Now().Unix())
@@ -240,9 +270,15 @@ func graver(a, b refusal, first bool) refusal {
 // launched records the task RunTask started and starts following it.
 func (r *run) launched(ctx context.Context, l *launchTries, task types.Task) error {
 	r.h.setARN(l.t, aws.ToString(task.TaskArn))
-	if !l.sameToken {
+	switch {
+	case task.CreatedAt != nil:
+		// When ECS created it: a reissued token may have started it only
+		// now, and the consistency window counts from then.
+		l.t.LaunchedAt = task.CreatedAt.UnixMilli()
+	case !l.sameToken || l.t.LaunchedAt == 0:
 		l.t.LaunchedAt = time.Now().UnixMilli()
 	}
+	r.raiseFrontier(l.i) // goes out with the coalesced checkpoint
 	r.dirty = true
 	if err := r.flush(ctx, len(r.h.Tasks) <= eagerARNTasks); err != nil {
 		return err

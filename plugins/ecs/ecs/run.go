@@ -62,6 +62,8 @@ type run struct {
 	tprio  int
 
 	dirty     bool // the handle changed since the last checkpoint
+	// storedUnsent is Handle.Unsent as last checkpointed.
+	storedUnsent int
 	lastCkpt  time.Time
 	pollFails int
 	// fatal is set when the agent refuses the job's checkpoints or output
@@ -154,7 +156,7 @@ func (r *run) checkpoint(ctx context.Context) error {
 		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: checkpointing job %s: %w", r.job.ID, err))
 		return r.fatal
 	}
-	r.dirty, r.lastCkpt = false, time.Now()
+	r.dirty, r.lastCkpt, r.storedUnsent = false, time.Now(), r.h.Unsent
 	return nil
 }
 
