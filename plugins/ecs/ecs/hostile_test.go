@@ -532,3 +532,23 @@ func cleanupRightAfterLaunch(t *testing.T, taskCount int, opts emulator.Options)
 	}
 	require.Zero(t, running, "no task of the attempt left running once Cleanup returned (after %d retriable answers)", retried)
 }
+
+// ECS releases an awsvpc task's network interface after its containers
+// stopped (DEPROVISIONING), which can take a while before STOPPED. The job
+// ends once the exit codes are known, not after the interface is gone.
+func TestHostileJobEndsWhenExitCodesAreKnown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{DeprovisionDelay: time.Minute})
+	for script, fails := range map[string]bool{"echo done": false, "echo done; exit 3": true} {
+		job := e.job(script, nil)
+		rt := plugintest.NewGatedRuntime(nil)
+		start := time.Now()
+		_, err := Direct(e.p).Execute(context.Background(), job, rt)
+		require.Equal(t, fails, err != nil, "%s: %v; stderr: %s", script, err, rt.StderrString())
+		require.Less(t, time.Since(start), 30*time.Second, "not held until STOPPED")
+		task, ok := e.describe(t, lastHandle(t, rt).arn(0))
+		require.True(t, ok)
+		require.Equal(t, "DEPROVISIONING", aws.ToString(task.LastStatus), "the job ended before ECS released the interface")
+		require.Equal(t, "done\n", rt.StdoutString())
+	}
+}

@@ -48,4 +48,3 @@ func TestSDKRetriesStayWithinAPIRates(t *testing.T) {
 	require.LessOrEqual(t, float64(calls["DescribeTasks"]), rate*elapsed+float64(burstOf(rate)),
 		"every attempt, retries included, within describe_tasks")
 }
-
