@@ -552,3 +552,21 @@ func TestHostileJobEndsWhenExitCodesAreKnown(t *testing.T) {
 		require.Equal(t, "done\n", rt.StdoutString())
 	}
 }
+
+// A failures[] reason that waiting does not fix (no instance has an
+// attribute the task requires) is a failed launch: it counts against
+// max_fail_count, and past it the job fails for good, without waiting for
+// launch_retry_timeout.
+func TestHostileRunTaskFailureThatDoesNotPassIsAFailedLaunch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{CapacityErrorRate: 1, CapacityReasons: []string{"ATTRIBUTE"}})
+	job := e.job("echo never", map[string]any{"max_fail_count": 2, "launch_retry_timeout": "10m"})
+	rt := plugintest.NewGatedRuntime(nil)
+	start := time.Now()
+	_, err := Direct(e.p).Execute(context.Background(), job, rt)
+	class, msg := plugintest.Error(t, err)
+	require.Equal(t, plugin.Permanent, class, "stderr: %s", rt.StderrString())
+	require.Contains(t, msg, "after 2 launch attempt(s): RunTask failed: ATTRIBUTE")
+	require.Less(t, time.Since(start), time.Minute)
+	require.Zero(t, e.em.Launches(StartedBy(job.ID, 0)))
+}

@@ -224,6 +224,9 @@ func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types
 	i, t := l.i, l.t
 	var reasons []string
 	kind := refusalUnknown // no task and no failure: nothing launched, for no reason given
+	if len(failures) > 0 {
+		kind = refusalPasses
+	}
 	for _, f := range failures {
 		reason := aws.ToString(f.Reason)
 		if reason == "MISSING" {
@@ -233,7 +236,7 @@ func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types
 				"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
 				i, r.job.ID, t.Attempts, aws.ToString(f.Arn))
 		}
-		kind = graver(kind, classifyFailure(reason), len(reasons) == 0)
+		kind = graver(kind, classifyFailure(reason))
 		reasons = append(reasons, strings.TrimSpace(reason+" "+aws.ToString(f.Detail)))
 	}
 	if len(reasons) == 0 {
@@ -253,13 +256,9 @@ func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types
 	return true, r.flush(ctx, false)
 }
 
-// graver is the graver of two refusals of one answer (a failed launch over
-// an unknown reason over one that passes). first says a is no answer's
-// yet, so b stands alone.
-func graver(a, b refusal, first bool) refusal {
-	if first {
-		return b
-	}
+// graver is the graver of two refusals of one answer: a failed launch over
+// an unknown reason over one that passes.
+func graver(a, b refusal) refusal {
 	rank := map[refusal]int{refusalPasses: 0, refusalUnknown: 1, refusalFailedLaunch: 2}
 	if rank[b] > rank[a] {
 		return b
