@@ -163,9 +163,12 @@ bench: $(RIVERBENCH)
 ## account-wide rate limits on (about 10 minutes); checks that every job
 ## succeeds with no log line lost or doubled, prints API calls/s, task stop →
 ## job end p50/p99, agent RSS and CPU (sizes: TETHER_BENCH_ECS_* variables,
-## see internal/e2e/ecs_bench_test.go)
+## see internal/e2e/ecs_bench_test.go). Then the resume storm: kill -9 of an
+## agent holding 1,000 ECS jobs, another idle: kill → resumed and → log
+## caught up, API calls/s per action against the limits (about 12 minutes;
+## TETHER_BENCH_STORM_* variables, internal/e2e/ecs_storm_bench_test.go)
 bench-ecs:
-	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkECS1000$$' -benchtime 1x -timeout 40m ./internal/e2e/
+	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkECS1000|BenchmarkECSResumeStorm)$$' -benchtime 1x -timeout 80m ./internal/e2e/
 
 ## bench-spark: 500 Spark SQL jobs on 2 agents through the sparkeks plugin
 ## against kube-apiserver + etcd and the real spark-operator controller

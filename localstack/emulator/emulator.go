@@ -31,7 +31,8 @@ const (
 	ecsTargetPrefix  = "AmazonEC2ContainerServiceV20141113."
 	logsTargetPrefix = "Logs_20140328."
 
-	// stepDelay separates PROVISIONING, PENDING and RUNNING so pollers can see them.
+	// stepDelay separates PROVISIONING, PENDING, ACTIVATING and RUNNING (and
+	// DEACTIVATING, STOPPING, DEPROVISIONING and STOPPED) so pollers can see them.
 	stepDelay = 20 * time.Millisecond
 	// clientTokenTTL is how long RunTask remembers a clientToken, as in ECS.
 	clientTokenTTL = 24 * time.Hour
@@ -105,6 +106,10 @@ type Options struct {
 	// tasks of every desired status. Without it (as moto does) the two
 	// combine.
 	StartedByOnly bool
+	// DeprovisionDelay is how long a stopped task stays DEPROVISIONING (its
+	// containers exited, their exit codes known, its network interface
+	// being released) before it is STOPPED (at least stepDelay).
+	DeprovisionDelay time.Duration
 	// RateLimits turns on the account-wide token buckets per API action.
 	RateLimits bool
 	// RateLimitFigures replace DefaultRateLimits' figures for the actions
@@ -146,6 +151,7 @@ type Faults struct {
 	InfraStopDelay        time.Duration        `json:"infraStopDelay"`
 	InfraStopGraceful     bool                 `json:"infraStopGraceful"`
 	StartedByOnly         bool                 `json:"startedByOnly"`
+	DeprovisionDelay      time.Duration        `json:"deprovisionDelay"`
 	RateLimits            bool                 `json:"rateLimits"`
 	RateLimitFigures      map[string]RateLimit `json:"rateLimitFigures"`
 	TokenReplayAfterPurge string               `json:"tokenReplayAfterPurge"`
@@ -170,6 +176,7 @@ func (o Options) faults() Faults {
 		InfraStopDelay:        o.InfraStopDelay,
 		InfraStopGraceful:     o.InfraStopGraceful,
 		StartedByOnly:         o.StartedByOnly,
+		DeprovisionDelay:      o.DeprovisionDelay,
 		RateLimits:            o.RateLimits,
 		RateLimitFigures:      o.RateLimitFigures,
 		TokenReplayAfterPurge: o.TokenReplayAfterPurge,
