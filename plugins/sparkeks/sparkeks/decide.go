@@ -201,3 +201,43 @@ func driverInterrupted(p *corev1.Pod) string {
 	}
 	return ""
 }
+
+// blindAction is what Cleanup does with the application of an attempt
+// whose outcome was decided blind (Handle.Blind: the API server refused the
+// plugin past auth_grace, so the job ended outcome_unknown while the
+// application ran on).
+type blindAction int
+
+const (
+	// blindDelete deletes it as any Cleanup does: it is gone (or the name
+	// is another's now), being deleted, failed, or past its job's timeout.
+	blindDelete blindAction = iota
+	// blindKeep leaves it alone: it COMPLETED, so the query ran to its
+	// end. It is the evidence of the job's success, which a requeue of the
+	// job records by adopting it (decideExisting) without running the
+	// query again; spark-operator deletes it time_to_live after its end.
+	blindKeep
+	// blindWait leaves it alone for now and fails Cleanup retriably (the
+	// host's queue retries it with backoff): it still runs and may
+	// complete.
+	blindWait
+)
+
+// decideBlindCleanup is blindAction for the attempt's application (found:
+// it exists and is the attempt's; st its status) at now, given its job's
+// deadline (its creation plus timeout; zero: no timeout), and why.
+func decideBlindCleanup(found bool, st appStatus, now, deadline time.Time) (blindAction, string) {
+	switch ph := phaseOf(st.State); {
+	case !found:
+		return blindDelete, "it no longer exists"
+	case st.Deleting:
+		return blindDelete, "it is being deleted"
+	case ph == phaseSucceeded:
+		return blindKeep, "it completed"
+	case ph == phaseFailed:
+		return blindDelete, "it ended " + st.State
+	case !deadline.IsZero() && !now.Before(deadline):
+		return blindDelete, "it is " + cmp.Or(st.State, "new") + " past its job's timeout"
+	}
+	return blindWait, "it is " + cmp.Or(st.State, "new") + " and may still complete"
+}

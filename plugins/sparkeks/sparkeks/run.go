@@ -207,8 +207,8 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 	case r.h.Submitted && apiRefused(err):
 		// The application exists and runs on. Only this agent's access is
 		// refused. Its outcome is unknown, and the host's Cleanup (durable,
-		// retried) deletes it later.
-		return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; SparkApplication %s keeps running, its outcome is unknown (the agent's Cleanup deletes it)", what, err, r.ref())
+		// retried) looks at it again before deleting it.
+		return r.decideBlind(ctx, fmt.Sprintf("%s: %v; SparkApplication %s keeps running, its outcome is unknown (the agent's Cleanup looks at it again, and deletes it unless it completed)", what, err, r.ref()))
 	case apierrors.IsNotFound(err):
 		return plugin.Errorf(plugin.Permanent, "sparkeks: %s: %v (is the SparkApplication CRD installed, and does namespace %q exist?)", what, err, r.cfg.Namespace)
 	default:
@@ -551,7 +551,11 @@ func (r *run) failRead(ctx context.Context, what string, err error) error {
 	if errors.As(err, &pe) {
 		return err
 	}
-	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; the SparkApplication, if it exists, keeps running and its outcome is unknown (the agent's Cleanup deletes it)", what, err)
+	msg := fmt.Sprintf("%s: %v; the SparkApplication, if it exists, keeps running and its outcome is unknown (the agent's Cleanup looks at it again, and deletes it unless it completed)", what, err)
+	if apiRefused(err) {
+		return r.decideBlind(ctx, msg)
+	}
+	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 }
 
 // gone ends a job whose submitted application no longer exists. Whether it
@@ -793,8 +797,15 @@ func goneConfirmDelay(poll time.Duration) time.Duration {
 // Cleanup (durable, retried) deletes it later. what is what was refused.
 func (r *run) lostTrack(ctx context.Context, what string, err error, refused time.Duration) error {
 	r.stopLogs()
-	msg := fmt.Sprintf("lost track of SparkApplication %s: the API server refused %s for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup deletes it)",
-		r.ref(), what, refused.Round(time.Millisecond), r.cfg.AuthGrace, err)
+	return r.decideBlind(ctx, fmt.Sprintf("lost track of SparkApplication %s: the API server refused %s for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup looks at it again, and deletes it unless it completed)",
+		r.ref(), what, refused.Round(time.Millisecond), r.cfg.AuthGrace, err))
+}
+
+// decideBlind ends the job outcome_unknown for msg, marked blind in the
+// handle: decided by losing sight of the application, which may run on and
+// complete. A Resume follows it again instead of reporting this, and
+// Cleanup looks at it before deleting anything (lookBeforeDeleting).
+func (r *run) decideBlind(ctx context.Context, msg string) error {
 	r.h.Blind = true
 	r.recordOutcome(ctx, outcomeUnknown, msg)
 	r.notef("%s", msg)
