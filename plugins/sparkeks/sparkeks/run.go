@@ -969,40 +969,41 @@ func (r *run) recordDriverGone(ctx context.Context, s *appSubscription) {
 	}
 }
 
-// outcome ends the job when the application's state decides it: succeeded,
-// failed, stuck before RUNNING, or UNKNOWN for unknown_grace.
+// outcome ends the job when the application's state decides it
+// (decideOutcome): succeeded, failed, stuck before RUNNING, or UNKNOWN for
+// unknown_grace.
 func (r *run) outcome(ctx context.Context, st appStatus, s *appSubscription) (bool, *plugin.Result, error) {
-	ph := phaseOf(st.State)
 	if st.State == stateFailed && st.ErrorMessage != driverPodNotFound {
 		r.recordDriverGone(ctx, s)
 	}
-	switch {
-	case ph == phaseSucceeded:
+	d := decideOutcome(sight{
+		State: st.State, ErrorMessage: st.ErrorMessage, Interrupted: r.h.Interrupted != "",
+		Stuck:          decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout),
+		UnknownTooLong: r.h.UnknownSince != nil && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace,
+	})
+	var msg string
+	switch d.Rule {
+	case ruleRunning:
+		return false, nil, nil
+	case ruleCompleted:
 		r.end(ctx, outcomeSucceeded, "")
 		return true, r.result(), nil
-	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage, "") == outcomeUnknown:
-		msg := fmt.Sprintf("SparkApplication %s %s: %s: the driver pod vanished (deleted, or lost with its node), possibly after the query finished; the outcome is unknown",
-			r.ref(), st.State, st.ErrorMessage)
-		r.end(ctx, outcomeUnknown, msg)
-		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
-	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage, r.h.Interrupted) == outcomeUnknown:
-		msg := fmt.Sprintf("SparkApplication %s %s: %s: %s, possibly after it did some or all of the query; the outcome is unknown",
-			r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"), r.h.Interrupted)
-		r.end(ctx, outcomeUnknown, msg)
-		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
-	case ph == phaseFailed:
-		msg := fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"))
-		r.end(ctx, outcomeFailed, msg)
-		return true, nil, plugin.Errorf(failedClass(st.State), "sparkeks: %s", msg)
-	case decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout):
+	case ruleStuck:
 		return true, nil, r.stuck(ctx, st, s)
-	case ph == phaseUnknown && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace:
-		msg := fmt.Sprintf("SparkApplication %s has been in state UNKNOWN for %s (unknown_grace %s): spark-operator lost track of its driver; the outcome is unknown",
+	case ruleDriverVanished:
+		msg = fmt.Sprintf("SparkApplication %s %s: %s: the driver pod vanished (deleted, or lost with its node), possibly after the query finished; the outcome is unknown",
+			r.ref(), st.State, st.ErrorMessage)
+	case ruleInterrupted:
+		msg = fmt.Sprintf("SparkApplication %s %s: %s: %s, possibly after it did some or all of the query; the outcome is unknown",
+			r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"), r.h.Interrupted)
+	case ruleUnknown:
+		msg = fmt.Sprintf("SparkApplication %s has been in state UNKNOWN for %s (unknown_grace %s): spark-operator lost track of its driver; the outcome is unknown",
 			r.ref(), time.Since(*r.h.UnknownSince).Round(time.Second), r.cfg.UnknownGrace)
-		r.end(ctx, outcomeUnknown, msg)
-		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
+	default: // ruleFailed
+		msg = fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"))
 	}
-	return false, nil, nil
+	r.end(ctx, d.Outcome, msg)
+	return true, nil, plugin.Errorf(d.Class, "sparkeks: %s", msg)
 }
 
 // end records the job's outcome once the driver's log is drained.
