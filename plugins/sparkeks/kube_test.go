@@ -543,9 +543,15 @@ func TestAuthRefusals(t *testing.T) {
 		_, err = getApp(ctx, name)
 		require.NoError(t, err, "not deleted: the host's Cleanup does that")
 
-		// A Resume whose first read is refused past auth_grace: unknown, not permanent.
-		_, err = connect(t).Resume(ctx, job, plugintest.NewRuntime(stripOutcome(t, rt.Handle())))
+		// A Resume whose first read is refused past auth_grace: unknown, not
+		// permanent, and decided blind (Cleanup looks before deleting).
+		rtResume := plugintest.NewRuntime(stripOutcome(t, rt.Handle()))
+		_, err = connect(t).Resume(ctx, job, rtResume)
 		requireClass(t, err, plugin.OutcomeUnknown)
+		var h map[string]any
+		require.NoError(t, json.Unmarshal(rtResume.Handle(), &h))
+		require.Equal(t, "outcome_unknown", h["outcome"])
+		require.Equal(t, true, h["blind"], "decided blind")
 
 		// The host's Cleanup with the attempt's handle, whose outcome was
 		// decided blind, looks first: the application still runs (and may
