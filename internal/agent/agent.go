@@ -143,6 +143,9 @@ func newAgent(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
+	if err := ResolveDatabaseSecret(ctx, cfg); err != nil {
+		return nil, err
+	}
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("database_url is not set: set DATABASE_URL or database_url in the config file (or use `tether dev`, which starts a private PostgreSQL)")
 	}
@@ -306,6 +309,9 @@ func (a *agent) startPlugins(ctx context.Context) error {
 	if err := a.cfg.CheckKillGraces(graces); err != nil {
 		return fmt.Errorf("invalid timings with the kill graces the plugins report:\n%w", err)
 	}
+	a.log.Info("drain fits the stop timeout", "stop_timeout", a.cfg.Drain.StopTimeout.Std(),
+		"drain_max", a.cfg.DrainTotal(graces), "shutdown_timeout", a.cfg.Agent.ShutdownTimeout.Std(),
+		"stop_bound", a.cfg.DrainStopBound(graces), "http_shutdown_grace", a.cfg.HTTP.ShutdownGrace.Std())
 	a.metrics.Known(metrics.Agent{
 		Version: Version(), Capacity: a.cfg.Agent.Capacity,
 		Commands: sortedKeys(a.commands), Plugins: sortedKeys(plugins.Infos()),
