@@ -203,9 +203,10 @@ func (w walker) where(pos token.Pos) string {
 	return fmt.Sprintf("%s:%d", filepath.ToSlash(p.Filename), p.Line)
 }
 
-// callee reports the operation a call starts: a method of a service's
-// Client whose signature is an operation's, a Presign<Op> method of its
-// PresignClient, or a New<Op>Paginator function.
+// callee reports the operation a call starts: a method named after an
+// operation that takes its input (context, *<Op>Input, ...) — a service
+// Client's, or any interface or wrapper with that shape — a Presign<Op>
+// method of a PresignClient, or a service's New<Op>Paginator function.
 func (w walker) callee(call *ast.CallExpr) (Op, bool) {
 	var id *ast.Ident
 	switch f := ast.Unparen(call.Fun).(type) {
@@ -217,44 +218,28 @@ func (w walker) callee(call *ast.CallExpr) (Op, bool) {
 		return Op{}, false
 	}
 	fn, ok := w.info.Uses[id].(*types.Func)
-	if !ok || fn.Pkg() == nil || !strings.HasPrefix(fn.Pkg().Path(), servicePrefix) {
+	if !ok {
 		return Op{}, false
 	}
-	service := fn.Pkg().Name()
 	sig := fn.Signature()
-	switch recv := receiverName(sig); {
-	case recv == "Client" && isOperation(sig, fn.Name()):
-		return Op{service, fn.Name()}, true
-	case recv == "PresignClient" && strings.HasPrefix(fn.Name(), "Presign") && isOperation(sig, strings.TrimPrefix(fn.Name(), "Presign")):
-		return Op{service, strings.TrimPrefix(fn.Name(), "Presign")}, true
-	case recv == "" && strings.HasPrefix(fn.Name(), "New") && strings.HasSuffix(fn.Name(), "Paginator"):
-		return Op{service, strings.TrimSuffix(strings.TrimPrefix(fn.Name(), "New"), "Paginator")}, true
+	if sig.Recv() != nil {
+		return operationOf(sig, strings.TrimPrefix(fn.Name(), "Presign"))
 	}
-	return Op{}, false
+	name, isPaginator := strings.CutSuffix(strings.TrimPrefix(fn.Name(), "New"), "Paginator")
+	if fn.Pkg() == nil || !strings.HasPrefix(fn.Pkg().Path(), servicePrefix) || !isPaginator || !strings.HasPrefix(fn.Name(), "New") {
+		return Op{}, false
+	}
+	return Op{fn.Pkg().Name(), name}, true
 }
 
-// receiverName is the name of a method's receiver type, "" for a function.
-func receiverName(sig *types.Signature) string {
-	if sig.Recv() == nil {
-		return ""
-	}
-	t := sig.Recv().Type()
-	if p, ok := t.(*types.Pointer); ok {
-		t = p.Elem()
-	}
-	if n, ok := t.(*types.Named); ok {
-		return n.Obj().Name()
-	}
-	return ""
-}
-
-// isOperation reports whether sig takes (context.Context, *<op>Input, ...).
-func isOperation(sig *types.Signature, op string) bool {
+// operationOf reports the operation op of a method whose signature takes
+// (context.Context, *<op>Input, ...), the input a service package's.
+func operationOf(sig *types.Signature, op string) (Op, bool) {
 	if sig.Params().Len() < 2 {
-		return false
+		return Op{}, false
 	}
-	name, ok := inputName(sig.Params().At(1).Type())
-	return ok && name == op+"Input"
+	o, ok := inputOp(sig.Params().At(1).Type())
+	return o, ok && o.Operation == op
 }
 
 // inputName is the name of a service package's type t (or *t) ending in
