@@ -24,7 +24,7 @@ func (a *app) migrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := agent.ResolveDatabaseSecret(ctx, cfg); err != nil {
+			if _, err := agent.DatabaseSecret(ctx, cfg, a.logger()); err != nil {
 				return err
 			}
 			if cfg.DatabaseURL == "" {

@@ -29,6 +29,7 @@ import (
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/dbhistory"
+	"github.com/tetherjobs/tether/internal/dbsecret"
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/drain"
 	"github.com/tetherjobs/tether/internal/janitor"
@@ -102,8 +103,9 @@ type agent struct {
 	closers []func()
 
 	history  *dbhistory.Tracker
-	pool     *pgxpool.Pool // the work pool
-	st       *store.Store  // on the work pool
+	pool     *pgxpool.Pool    // the work pool
+	secret   *dbsecret.Source // database_secret, read again for new connections; nil when unset
+	st       *store.Store     // on the work pool
 	lockConn directConn
 	lock     *nameLock
 
@@ -143,7 +145,8 @@ func newAgent(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
-	if err := ResolveDatabaseSecret(ctx, cfg); err != nil {
+	secret, err := DatabaseSecret(ctx, cfg, logger)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.DatabaseURL == "" {
@@ -160,7 +163,7 @@ func newAgent(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 	log := logger.With("agent", name)
 	logDumpable(log)
 	return &agent{
-		cfg: cfg, opts: opts, name: name, log: log, logger: logger,
+		cfg: cfg, opts: opts, name: name, log: log, logger: logger, secret: secret,
 		holder:   store.Holder{Name: name, Generation: gen},
 		stopping: make(chan struct{}),
 		metrics:  metrics.New(),
@@ -605,6 +608,9 @@ func (a *agent) openPool(ctx context.Context, pool string, maxConns int32, what 
 	pc.MinConns = 0
 	pc.MaxConnIdleTime = defaults.ConnMaxIdleTime
 	pc.AfterConnect = afterConnect
+	if a.secret != nil {
+		pc.BeforeConnect = a.secret.BeforeConnect
+	}
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", what, err)
