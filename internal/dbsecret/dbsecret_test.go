@@ -53,14 +53,7 @@ func TestApply(t *testing.T) {
 // missing secret named in the error.
 func TestResolveFromSecretsManager(t *testing.T) {
 	ctx := context.Background()
-	em := emulator.New(emulator.Options{})
-	t.Cleanup(func() { _ = em.Close() })
-	base, err := em.Start("127.0.0.1:0")
-	require.NoError(t, err)
-	c := secretsmanager.New(secretsmanager.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(base),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	_, c := secretsManager(t)
 	created, err := c.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
 		Name: aws.String("rds!db-tether"), SecretString: aws.String(`{"username":"postgres","password":"first"}`),
 	})
@@ -93,4 +86,18 @@ func TestARNRegion(t *testing.T) {
 	assert.Equal(t, "eu-west-1", arnRegion("arn:aws:secretsmanager:eu-west-1:123456789012:secret:tether/db-AbCdEf"))
 	assert.Equal(t, "", arnRegion("tether/db"))
 	assert.Equal(t, "", arnRegion("arn:aws:ssm:eu-west-1:123456789012:parameter/x"))
+}
+
+// secretsManager starts an emulator and returns it with a real SDK client
+// of its Secrets Manager.
+func secretsManager(t *testing.T) (*emulator.Emulator, *secretsmanager.Client) {
+	t.Helper()
+	em := emulator.New(emulator.Options{})
+	t.Cleanup(func() { _ = em.Close() })
+	base, err := em.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	return em, secretsmanager.New(secretsmanager.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(base),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/pgtest"
-	"github.com/tetherjobs/tether/localstack/emulator"
 )
 
 // A rotation against real PostgreSQL with password authentication: the
@@ -34,15 +32,8 @@ func TestRotationReachesNewConnections(t *testing.T) {
 	cluster, superURL := pgtest.StartCluster(t)
 	requirePasswordAuth(t, cluster.DataDir(), superURL, "rotor", "first")
 
-	em := emulator.New(emulator.Options{})
-	t.Cleanup(func() { _ = em.Close() })
-	base, err := em.Start("127.0.0.1:0")
-	require.NoError(t, err)
-	sm := secretsmanager.New(secretsmanager.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(base),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
-	_, err = sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String("db"), SecretString: aws.String(`{"username":"rotor","password":"first"}`)})
+	em, sm := secretsManager(t)
+	_, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String("db"), SecretString: aws.String(`{"username":"rotor","password":"first"}`)})
 	require.NoError(t, err)
 
 	dbURL := fmt.Sprintf("postgres://127.0.0.1:%d/tether?sslmode=disable", cluster.Port())
