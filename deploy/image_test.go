@@ -58,12 +58,12 @@ func TestImage(t *testing.T) {
 	for _, name := range []string{"tether", "tether-healthcheck", "tether-plugin-shell", "tether-plugin-ecs", "tether-plugin-sparkeks"} {
 		assertStatic(t, filepath.Join(root, "usr/local/bin", name))
 	}
-	for name, uid := range map[string]int{"var/lib/tether/": image.UID, "usr/local/bin/tether": 0, "etc/tether/tether.yaml": 0} {
+	for name, uid := range map[string]int{"var/lib/tether": image.UID, "usr/local/bin/tether": 0, "etc/tether/tether.yaml": 0} {
 		require.Contains(t, headers, name)
 		assert.Equal(t, uid, headers[name].Uid, name)
 		assert.Equal(t, uid, headers[name].Gid, name)
 	}
-	assert.Equal(t, int64(0o1777), headers["tmp/"].Mode, "/tmp is world-writable and sticky")
+	assert.Equal(t, int64(0o1777), headers["tmp"].Mode, "/tmp is world-writable and sticky")
 
 	t.Run("version", func(t *testing.T) {
 		out, err := runEntrypoint(ctx, root, cf.Config, "version")
