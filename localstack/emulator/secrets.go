@@ -110,9 +110,7 @@ func (s *secretStore) createSecret(req struct {
 	if s.byID[req.Name] != nil {
 		return nil, errf("ResourceExistsException", "The operation failed because the secret %s already exists.", req.Name)
 	}
-	s.seq++
-	sec := &secret{name: req.Name, arn: fmt.Sprintf("arn:aws:secretsmanager:%s:%s:secret:%s-%s", region, account, req.Name, randomSuffix(s.seq))}
-	s.byID[req.Name] = sec
+	sec := s.newSecret(req.Name)
 	out := map[string]any{"ARN": sec.arn, "Name": sec.name}
 	if req.SecretString != nil {
 		v := s.addVersion(sec, req.ClientRequestToken, *req.SecretString, nil)
@@ -210,4 +208,26 @@ func (s *secretStore) getSecretValue(req struct {
 		}
 	}
 	return nil, errf("ResourceNotFoundException", "Secrets Manager can't find the specified secret value for VersionId: %s, staging label: %s", req.VersionId, stage)
+}
+
+// PutSecret stores value as the AWSCURRENT version of secret name, creating
+// it if needed, as a test's setup (CreateSecret or PutSecretValue without a
+// client).
+func (e *Emulator) PutSecret(name, value string) {
+	s := e.secrets
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sec := s.byID[name]
+	if sec == nil {
+		sec = s.newSecret(name)
+	}
+	s.addVersion(sec, "", value, nil)
+}
+
+// newSecret adds a secret without versions. It needs s.mu.
+func (s *secretStore) newSecret(name string) *secret {
+	s.seq++
+	sec := &secret{name: name, arn: fmt.Sprintf("arn:aws:secretsmanager:%s:%s:secret:%s-%s", region, account, name, randomSuffix(s.seq))}
+	s.byID[name] = sec
+	return sec
 }
