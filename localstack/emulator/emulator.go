@@ -225,6 +225,7 @@ type Emulator struct {
 	seq      uint64
 	logs     map[string]*logGroup
 	eks      map[string]eksCluster
+	secrets  *secretStore
 	buckets  map[string]*bucket // by operation; nil when rate limits are off
 	calls    map[string]int
 	throttle map[string]int
@@ -255,6 +256,7 @@ func New(opts Options) *Emulator {
 		launches: map[string]int{},
 		logs:     map[string]*logGroup{},
 		eks:      map[string]eksCluster{},
+		secrets:  newSecretStore(),
 		calls:    map[string]int{},
 		throttle: map[string]int{},
 		closing:  make(chan struct{}),
@@ -563,6 +565,9 @@ func (e *Emulator) route(target string) (handler func([]byte) (any, error), serv
 	case strings.HasPrefix(target, logsTargetPrefix):
 		op = strings.TrimPrefix(target, logsTargetPrefix)
 		return e.logsOps()[op], "logs", op
+	case strings.HasPrefix(target, secretsTargetPrefix):
+		op = strings.TrimPrefix(target, secretsTargetPrefix)
+		return e.secretsOps()[op], "secretsmanager", op
 	}
 	return nil, "", ""
 }
@@ -618,7 +623,7 @@ func (e *Emulator) injectFault(r *http.Request, service, op string) (ae *apiErro
 }
 
 // serverErrorType is the error type each service answers HTTP 500 with.
-var serverErrorType = map[string]string{"ecs": "ServerException", "logs": "ServiceUnavailableException", "eks": "ServerException"}
+var serverErrorType = map[string]string{"ecs": "ServerException", "logs": "ServiceUnavailableException", "eks": "ServerException", "secretsmanager": "InternalServiceError"}
 
 // decode parses a request body. An empty body is an empty object.
 func decode(body []byte, v any) error {
