@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/tetherjobs/tether/internal/gobuild"
 )
 
 // The image's layout, as deploy/README.md documents it.
@@ -111,16 +113,13 @@ func mains(moduleDir string) (map[string]string, error) {
 }
 
 // BuildFlags are the go build flags of the image's binaries (besides the
-// version stamp); tests type-checking the same packages use them to share
-// the build cache.
-func BuildFlags() []string { return []string{"-trimpath"} }
+// version stamp): every tether binary's (internal/gobuild), so that the
+// image shares the build cache with the binaries tests build.
+func BuildFlags() []string { return gobuild.Flags() }
 
 // BuildEnv is the go command's environment for the image's binaries.
 func BuildEnv(env []string, arch string) []string {
-	if env == nil {
-		env = os.Environ()
-	}
-	return append(slices.Clone(env), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	return append(gobuild.Env(env), "GOOS=linux", "GOARCH="+arch)
 }
 
 // compile builds every binary into dir and returns their paths by name.

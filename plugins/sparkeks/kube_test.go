@@ -18,7 +18,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tetherjobs/tether/internal/gobuild"
 	"github.com/tetherjobs/tether/internal/kubetest"
 	"github.com/tetherjobs/tether/localstack/emulator"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -55,7 +55,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binPath = filepath.Join(dir, "tether-plugin-sparkeks")
-	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+	if out, err := gobuild.Command(context.Background(), "go", binPath, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
 		return 1
 	}
