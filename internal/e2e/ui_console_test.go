@@ -106,7 +106,7 @@ func TestConsoleCountsAgentFilterAndBulk(t *testing.T) {
 		require.NotEmpty(t, j.Error)
 		assert.Equal(t, string(j.ErrorClass)+": "+j.Error, br.text(fmt.Sprintf(`tr[data-job-id=%q] td[data-col=reason]`, id)))
 	}
-	br.shot("jobs.png")
+	br.shot("jobs-reasons.png")
 
 	// The agent filter: the jobs ui-bulk holds now, and their counts.
 	br.setValue("#filter-agent", "ui-bulk")
@@ -229,7 +229,7 @@ func TestConsoleAttemptsTimesAndLog(t *testing.T) {
 	br.click(`button[data-testid=logs-find-next]`)
 	br.waitJS("the second", `document.querySelector('[data-testid=logs-found]').textContent.trim() === '2 of 3 matching lines'`)
 	assert.Equal(t, 3, br.count(`[data-testid=job-logs] span.log-chunk.match[data-stream=stderr]`))
-	br.shot("job.png")
+	br.shot("job-attempts.png")
 
 	dir := t.TempDir()
 	_, err = chromedp.Call(br.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
@@ -277,8 +277,9 @@ func TestConsoleFrozenAgent(t *testing.T) {
 	br.shot("agent-late.png")
 	h.signal(runner, syscall.SIGCONT)
 	resumed = true
+	// Live again, the box goes (whatever the agent then does with a job it
+	// held past its self-fence point).
 	br.waitJS("live again", `document.querySelector('[data-testid=agent-health]').hidden`)
-	assert.Equal(t, "running", br.text(`[data-field=status]`))
 }
 
 // An ECS job's page puts its remote resources (the task, its log stream,

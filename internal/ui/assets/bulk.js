@@ -67,8 +67,12 @@ export function bulkActions(ctx, filters, reload) {
     const ids = [...selected];
     const go = ids.filter((id) => a.applies(statusOf.get(id)));
     const skipped = ids.filter((id) => !a.applies(statusOf.get(id)));
-    const reason = h('input', {id: 'bulk-reason', name: 'reason', autocomplete: 'off', 'aria-describedby': 'bulk-reason-error'});
     const error = h('span', {class: 'field-error', id: 'bulk-reason-error', 'data-error-for': 'bulk-reason', role: 'alert', hidden: true});
+    const reason = h('input', {id: 'bulk-reason', name: 'reason', autocomplete: 'off', 'aria-describedby': 'bulk-reason-error',
+      on: {input: () => {
+        error.hidden = true;
+        reason.removeAttribute('aria-invalid');
+      }}});
     const ok = h('button', {type: 'submit', 'data-testid': 'bulk-confirm-submit', class: name === 'cancel' ? 'danger' : ''},
       `${a.label} ${go.length} job${go.length === 1 ? '' : 's'}`);
     const back = h('button', {type: 'button', 'data-testid': 'bulk-back', on: {click: () => { confirmBox.hidden = true; }}}, 'Back');

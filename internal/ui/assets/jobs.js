@@ -19,6 +19,7 @@ const FIELD_IDS = {
   since: 'filter-since', until: 'filter-until', idempotency_key: 'filter-key',
 };
 const PAGE = 50;
+const REASON_MAX = 140;
 
 export async function mount(ctx) {
   const filters = Object.fromEntries(FILTERS.map((k) => [k, ctx.params.get(k) || '']));
@@ -128,6 +129,11 @@ function renderCounts(el, totals, filters) {
     totals.counts.map((c) => link(c.status, c.status, c.count, c.at_least)));
 }
 
+// short cuts a long reason for the list; the cell's title has all of it.
+function short(text) {
+  return text.length > REASON_MAX ? `${text.slice(0, REASON_MAX - 1)}…` : text;
+}
+
 function row(j, bulk) {
   const reason = failureReason(j);
   return h('tr', {'data-job-id': j.id},
@@ -140,7 +146,7 @@ function row(j, bulk) {
     h('td', {'data-col': 'created'}, timeEl(j.created_at)),
     h('td', {'data-col': 'duration', class: 'num'}, span(j.started_at, j.finished_at)),
     h('td', {'data-col': 'agent'}, j.agent || ''),
-    h('td', {'data-col': 'reason', class: 'reason error-text', title: reason}, reason));
+    h('td', {'data-col': 'reason', class: 'reason error-text', title: reason}, short(reason)));
 }
 
 // toLocalInput turns RFC 3339 into a datetime-local value (local time).
