@@ -13,31 +13,49 @@
 --   needs the row). Past @cap the count is @cap + 1, flagged at_least.
 --
 -- A count is as of this statement (no cache): the published janitor gauges
--- count only the due queue per command, not statuses.
-WITH unowned AS (
+-- count only the due queue per command, not statuses. Run with JIT off
+-- (store.QueryHot). BenchmarkJobCounts (internal/e2e) measures it.
+WITH unowned AS MATERIALIZED (
+    -- Newest first by active_jobs' primary key, each job looked up by its
+    -- own (OFFSET 0 keeps the lookup per row: a join would read jobs'
+    -- whole key range to merge).
     SELECT j.status
     FROM active_jobs a
-    JOIN jobs j ON j.id = a.job_id
+    CROSS JOIN LATERAL (
+        SELECT j.status FROM jobs j
+        WHERE j.id = a.job_id AND {{job_filters}}
+        OFFSET 0) j
     WHERE a.agent_name IS NULL
       AND @agent::text = ''
-      AND {{job_filters}}
+    ORDER BY a.job_id DESC
     LIMIT @cap + 1
-), held AS (
+), held AS MATERIALIZED (
     SELECT j.status
     FROM active_jobs a
     JOIN jobs j ON j.id = a.job_id
     WHERE a.agent_name IS NOT NULL
       AND (@agent::text = '' OR a.agent_name = @agent)
       AND {{job_filters}}
-), ended AS (
-    SELECT s.status,
-           (SELECT count(*)::int FROM (
-                SELECT 1 FROM jobs j
-                WHERE j.indexed_status = s.status
-                  AND @agent::text = ''
-                  AND {{job_filters}}
-                LIMIT @cap + 1) x) AS n
-    FROM unnest(ARRAY['succeeded', 'failed', 'canceled']) s(status)
+), ended (status, n) AS MATERIALIZED (
+    -- Each status by name, so the planner reads its own range of
+    -- jobs_indexed_status_id, newest first, and stops at the cap.
+    SELECT 'succeeded', count(*)::int FROM (
+        SELECT 1 FROM jobs j
+        WHERE j.indexed_status = 'succeeded' AND @agent::text = '' AND {{job_filters}}
+        ORDER BY j.indexed_status DESC, j.id DESC
+        LIMIT @cap + 1) x
+    UNION ALL
+    SELECT 'failed', count(*)::int FROM (
+        SELECT 1 FROM jobs j
+        WHERE j.indexed_status = 'failed' AND @agent::text = '' AND {{job_filters}}
+        ORDER BY j.indexed_status DESC, j.id DESC
+        LIMIT @cap + 1) x
+    UNION ALL
+    SELECT 'canceled', count(*)::int FROM (
+        SELECT 1 FROM jobs j
+        WHERE j.indexed_status = 'canceled' AND @agent::text = '' AND {{job_filters}}
+        ORDER BY j.indexed_status DESC, j.id DESC
+        LIMIT @cap + 1) x
 )
 SELECT status, sum(n)::int, bool_or(at_least)
 FROM (
