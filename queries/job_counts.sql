@@ -27,6 +27,7 @@ WITH unowned AS MATERIALIZED (
         OFFSET 0) j
     WHERE a.agent_name IS NULL
       AND @agent::text = ''
+      AND a.job_id >= coalesce(@since_id::text, '') AND a.job_id < coalesce(@until_id::text, '~')
     ORDER BY a.job_id DESC
     LIMIT @cap + 1
 ), held AS MATERIALIZED (

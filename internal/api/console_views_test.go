@@ -69,6 +69,10 @@ func TestJobCounts(t *testing.T) {
 	assert.Equal(t, map[api.JobStatus]int{"queued": 1}, got)
 	got, _ = e.counts(t, url.Values{"command": {"hello"}, "until": {"2000-01-01T00:00:00Z"}})
 	assert.Empty(t, got)
+	got, _ = e.counts(t, url.Values{"since": {"2000-01-01T00:00:00Z"}, "until": {"2100-01-01T00:00:00Z"}})
+	assert.Equal(t, map[api.JobStatus]int{"queued": 2, "accepted": 1, "running": 1, "failed": 1, "canceled": 1}, got, "a window holding every job")
+	got, _ = e.counts(t, url.Values{"since": {"2100-01-01T00:00:00Z"}})
+	assert.Empty(t, got)
 
 	// Past the cap a part says "at least": the two queued jobs read with a
 	// cap of 1, and each ended status within it.
