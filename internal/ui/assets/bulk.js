@@ -32,7 +32,7 @@ function filterText(filters) {
 export function bulkActions(ctx, filters, reload) {
   const selected = new Set();
   const statusOf = new Map(); // id → status, of the rows shown
-  const selectAll = h('input', {type: 'checkbox', 'data-testid': 'select-all', 'aria-label': 'Select every job on this page',
+  const selectAll = h('input', {type: 'checkbox', id: 'select-all', 'data-testid': 'select-all',
     on: {change: () => toggleAll(selectAll.checked)}});
   const summary = h('span', {'data-testid': 'bulk-selected', 'aria-live': 'polite'});
   const buttons = Object.fromEntries(Object.entries(ACTIONS).map(([name, a]) =>
@@ -128,15 +128,16 @@ export function bulkActions(ctx, filters, reload) {
   }
 
   return {
-    el, selectAll,
+    el,
+    selectAll: [selectAll, h('label', {for: 'select-all', class: 'visually-hidden'}, 'Select every job on this page')],
     // checkbox is a row's selection box.
     checkbox(j) {
-      const box = h('input', {type: 'checkbox', 'data-testid': 'select-job', value: j.id, 'aria-label': `Select job ${j.id}`,
+      const box = h('input', {type: 'checkbox', id: `select-${j.id}`, 'data-testid': 'select-job', value: j.id,
         checked: selected.has(j.id), on: {change: () => {
           if (box.checked) selected.add(j.id); else selected.delete(j.id);
           update();
         }}});
-      return box;
+      return [box, h('label', {for: `select-${j.id}`, class: 'visually-hidden'}, `Select job ${j.id}`)];
     },
     // shown records the rows now shown (a selection is of shown rows).
     shown(jobs) {
