@@ -186,9 +186,9 @@ func holdShare(budget int64, capacity int) int {
 const minHold = 4 << 10
 
 // DefaultLogBufferBudget is logs.buffer_budget when the config leaves it
-// out: 512 KiB per job slot, at least 4 MiB (a flush of 1 MiB while the
-// next fills) and at most 64 MiB (an agent under 128 MiB whatever its jobs
-// print).
+// out: 256 KiB per job slot, at least 4 MiB (a flush of 1 MiB while the
+// next fills) and at most 32 MiB (the Go heap holds up to about twice what
+// is live: an agent under 128 MiB whatever its jobs print).
 func DefaultLogBufferBudget(capacity int) int64 {
-	return min(max(int64(capacity)*512<<10, 4<<20), 64<<20)
+	return min(max(int64(capacity)*256<<10, 4<<20), 32<<20)
 }

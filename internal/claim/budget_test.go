@@ -103,11 +103,11 @@ func TestHoldShareAndDefaultBudget(t *testing.T) {
 		hold     int
 	}{
 		{capacity: 1, budget: 4 << 20, hold: 2 << 20},
-		{capacity: 10, budget: 5 << 20, hold: 256 << 10},
-		{capacity: 32, budget: 16 << 20, hold: 256 << 10},
-		{capacity: 128, budget: 64 << 20, hold: 256 << 10},
-		{capacity: 5000, budget: 64 << 20, hold: 6710},
-		{capacity: 100000, budget: 64 << 20, hold: minHold},
+		{capacity: 10, budget: 4 << 20, hold: 209715},
+		{capacity: 32, budget: 8 << 20, hold: 128 << 10},
+		{capacity: 128, budget: 32 << 20, hold: 128 << 10},
+		{capacity: 2000, budget: 32 << 20, hold: 8388},
+		{capacity: 5000, budget: 32 << 20, hold: minHold},
 	} {
 		assert.Equal(t, tc.budget, DefaultLogBufferBudget(tc.capacity), "budget at capacity %d", tc.capacity)
 		assert.Equal(t, tc.hold, holdShare(tc.budget, tc.capacity), "hold at capacity %d", tc.capacity)
