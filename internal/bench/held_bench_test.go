@@ -21,8 +21,8 @@ import (
 )
 
 // BenchmarkHeldJobs holds n long jobs at once on one agent (the noop
-// plugin over go-plugin, each call waiting for its cancel after writing a
-// line) and prints the RSS the agent (this process) and the plugin process
+// plugin over go-plugin, each call writing a line, checkpointing and then
+// waiting for its cancel, as a resumable remote job does) and prints the RSS the agent (this process) and the plugin process
 // gained for them, in all and per held job. TETHER_BENCH_HELD lists the n
 // (default 100,1000,5000).
 func BenchmarkHeldJobs(b *testing.B) {
@@ -50,7 +50,7 @@ func heldRSS(b *testing.B, n int) (agent, plug uint64) {
 	st := store.New(pool)
 	rows := make([][]any, n)
 	for i := range rows {
-		rows[i] = []any{fmt.Sprintf("held-%06d", i), "noop", "noop", "queued", []byte(`{"wait":true,"stdout":["started\n"]}`)}
+		rows[i] = []any{fmt.Sprintf("held-%06d", i), "noop", "noop", "queued", []byte(`{"stdout":["started"],"checkpoint":"h","wait":true}`)}
 	}
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"jobs"}, []string{"id", "command", "plugin", "status", "context"}, pgx.CopyFromRows(rows)); err != nil {
 		b.Fatal(err)
@@ -89,7 +89,8 @@ func heldRSS(b *testing.B, n int) (agent, plug uint64) {
 	return agent1 - min(agent0, agent1), plug1 - min(plug0, plug1)
 }
 
-// waitHeld waits until n jobs are running and their first line is stored.
+// waitHeld waits until n jobs are running and their first line is stored
+// (with their checkpoint).
 func waitHeld(b *testing.B, st *store.Store, n int) {
 	b.Helper()
 	deadline := time.Now().Add(10 * time.Minute)
