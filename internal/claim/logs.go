@@ -156,6 +156,7 @@ func (f *logFlusher) untrack(k jobKey) {
 	}
 	f.count(b, -b.size)
 	f.budget.release(int64(b.size))
+	b.recs, b.size = nil, 0 // a take still settling must not count them again
 	if b.spill != nil {
 		if err := b.spill.remove(); err != nil {
 			f.log.Warn("removing held job output", "job", k.ID, "err", err)
@@ -405,7 +406,9 @@ func (f *logFlusher) settleOne(lb store.LogBatch, b *jobBuf, err error) {
 		f.putBack([]store.LogBatch{lb})
 		f.mu.Lock()
 		b.taking = false
-		f.spillHeld(b)
+		if f.bufs[jobKey{lb.JobID, lb.Lease}] == b { // not ended meanwhile
+			f.spillHeld(b)
+		}
 		f.mu.Unlock()
 		return
 	}
