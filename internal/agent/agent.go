@@ -372,6 +372,8 @@ func (a *agent) buildServices(ctx context.Context) error {
 		Keepalive:    cfg.Agent.Keepalive.Std(),
 		LogFlush:     cfg.Logs.FlushInterval.Std(),
 		LogMaxBytes:  cfg.Logs.MaxBytesPerStream,
+		// 0: sized from the capacity (claim.DefaultLogBufferBudget).
+		LogBufferBudget: cfg.Logs.BufferBudget,
 		// Stop before the janitor may act. It waits stale_job from the last
 		// renewal. We stop early enough for the slowest stop to end a
 		// keepalive before that (see config.SelfFenceAfter).

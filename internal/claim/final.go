@@ -101,7 +101,10 @@ func (e *executor) outputForEnd(ctx context.Context, end *store.End) (settle fun
 	if !e.j.resumable {
 		return func(error) {}, e.logs.flush(ctx)
 	}
-	lb, settle := e.logs.takeForEnd(e.j.key)
+	lb, settle, err := e.logs.takeForEnd(e.j.key)
+	if err != nil {
+		return nil, err
+	}
 	end.Output, end.OutputLimit, end.LogAfter = lb, e.logs.max, lb.After
 	return settle, nil
 }

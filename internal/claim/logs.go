@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -65,20 +66,37 @@ type logFlusher struct {
 	onLost  func(jobKey)
 	bytes   [2]prometheus.Counter
 
+	// budget bounds the output held in memory, all runners together. A
+	// resumable runner's held output past holdMax bytes is spilled to a file
+	// (spill.go), so held output never fills the budget for the others.
+	budget  *outputBudget
+	holdMax int
+	// kickAt is how much unsent output makes the flusher run before its
+	// tick: kickBytes, or less under a small budget.
+	kickAt int
+
 	mu   sync.Mutex
 	bufs map[jobKey]*jobBuf
 	// pending is the bytes the ungated buffers hold (count keeps it).
 	pending int
 	kick    chan struct{}
+	// spillDir is where held output is spilled ("": the system's temporary
+	// directory, $TMPDIR).
+	spillDir string
 
 	flushMu sync.Mutex // one write at a time keeps chunks in order
 }
 
 type jobBuf struct {
-	gated bool              // resumable: held until a checkpoint
-	recs  []store.LogRecord // ready to store, in arrival order
-	size  int               // bytes in recs
-	seen  [2]int64          // bytes accepted so far, to stop buffering past the cap
+	gated bool // resumable: held until a checkpoint
+	// spill holds what a gated buffer spilled, before recs in write order.
+	// taking is set while a checkpoint or end stores what was taken: the
+	// file is empty then, and nothing is spilled until it settles.
+	spill  *spillFile
+	taking bool
+	recs   []store.LogRecord // ready to store, in arrival order
+	size   int               // bytes in recs
+	seen   [2]int64          // bytes accepted so far, to stop buffering past the cap
 	// seq is the last record number given out. Records are numbered 1, 2, …
 	// per runner, so a resend is stored once. sent is the highest one handed
 	// to a statement. A record that was sent may be stored already (its
@@ -105,10 +123,21 @@ func (f *logFlusher) count(b *jobBuf, n int) {
 	}
 }
 
+// newLogFlusher returns a flusher with no output budget (bound sets one).
 func newLogFlusher(st *store.Store, max int64, every time.Duration, log *slog.Logger, onLost func(jobKey), m *metrics.Metrics) *logFlusher {
-	return &logFlusher{store: st, max: max, every: every, log: log, onLost: onLost, paused: func() bool { return false },
+	f := &logFlusher{store: st, max: max, every: every, log: log, onLost: onLost, paused: func() bool { return false },
 		bytes: [2]prometheus.Counter{m.LogBytes.WithLabelValues("stdout"), m.LogBytes.WithLabelValues("stderr")},
 		bufs:  map[jobKey]*jobBuf{}, kick: make(chan struct{}, 1)}
+	f.bound(math.MaxInt64/2, 1)
+	return f
+}
+
+// bound sets the output budget: budget bytes for capacity runners (see
+// holdShare). It is called before any runner is tracked.
+func (f *logFlusher) bound(budget int64, capacity int) {
+	f.budget = newOutputBudget(budget, func() { kick(f.kick) })
+	f.holdMax = holdShare(budget, capacity)
+	f.kickAt = int(min(kickBytes, budget/4))
 }
 
 func (f *logFlusher) track(k jobKey, gated bool) {
@@ -120,11 +149,20 @@ func (f *logFlusher) track(k jobKey, gated bool) {
 // untrack forgets a runner's buffer and whatever it still holds.
 func (f *logFlusher) untrack(k jobKey) {
 	f.mu.Lock()
-	if b := f.bufs[k]; b != nil {
-		f.count(b, -b.size)
+	defer f.mu.Unlock()
+	b := f.bufs[k]
+	if b == nil {
+		return
+	}
+	f.count(b, -b.size)
+	f.budget.release(int64(b.size))
+	b.recs, b.size = nil, 0 // a take still settling must not count them again
+	if b.spill != nil {
+		if err := b.spill.remove(); err != nil {
+			f.log.Warn("removing held job output", "job", k.ID, "err", err)
+		}
 	}
 	delete(f.bufs, k)
-	f.mu.Unlock()
 }
 
 // drop discards what a runner holds and has not stored. It is used for a
@@ -132,15 +170,25 @@ func (f *logFlusher) untrack(k jobKey) {
 // lost.
 func (f *logFlusher) drop(k jobKey) {
 	f.mu.Lock()
-	if b := f.bufs[k]; b != nil {
-		_, n := b.take()
-		f.count(b, -n)
+	defer f.mu.Unlock()
+	b := f.bufs[k]
+	if b == nil {
+		return
 	}
-	f.mu.Unlock()
+	_, n := b.take()
+	f.count(b, -n)
+	f.budget.release(int64(n))
+	if b.spill != nil {
+		if err := b.spill.reset(); err != nil {
+			f.log.Warn("emptying held job output", "job", k.ID, "err", err)
+		}
+	}
 }
 
-func (f *logFlusher) writer(k jobKey, s stream) *jobWriter {
-	return &jobWriter{f: f, key: k, stream: s}
+// writer is one stream of runner k. Its writes stop waiting for the
+// budget once job ends.
+func (f *logFlusher) writer(job context.Context, k jobKey, s stream) *jobWriter {
+	return &jobWriter{f: f, job: job, key: k, stream: s}
 }
 
 func (f *logFlusher) run(ctx context.Context) {
@@ -176,7 +224,7 @@ func (f *logFlusher) run(ctx context.Context) {
 func (f *logFlusher) flush(ctx context.Context) error {
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
-	batch := f.takeReady()
+	batch, n := f.takeReady()
 	if len(batch) == 0 {
 		return nil
 	}
@@ -186,6 +234,7 @@ func (f *logFlusher) flush(ctx context.Context) error {
 		f.putBack(batch)
 		return err
 	}
+	f.budget.release(int64(n)) // stored, or dropped with a lease lost
 	f.markStored(batch, held)
 	for _, lb := range batch {
 		if !held[lb.JobID] {
@@ -198,11 +247,13 @@ func (f *logFlusher) flush(ctx context.Context) error {
 }
 
 // takeReady empties the ungated buffers that hold records and returns a
-// batch of them. Each has at least one record.
-func (f *logFlusher) takeReady() []store.LogBatch {
+// batch of them, and their bytes. Each has at least one record. The bytes
+// stay counted in the budget until the batch is stored.
+func (f *logFlusher) takeReady() ([]store.LogBatch, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var batch []store.LogBatch
+	total := 0
 	for k, b := range f.bufs {
 		if b.gated || len(b.recs) == 0 {
 			continue
@@ -210,8 +261,9 @@ func (f *logFlusher) takeReady() []store.LogBatch {
 		recs, n := b.take()
 		batch = append(batch, store.LogBatch{JobID: k.ID, Lease: k.Lease, Generation: f.generation, Records: recs})
 		f.pending -= n
+		total += n
 	}
-	return batch
+	return batch, total
 }
 
 // markStored records which of batch's records the database acknowledged:
@@ -236,20 +288,31 @@ func (f *logFlusher) storedSeq(k jobKey) int64 {
 	return 0
 }
 
+// putBack returns batches that were not stored to their buffers, ahead of
+// what arrived since, to be sent again. The bytes of a runner that has
+// ended leave the budget.
 func (f *logFlusher) putBack(batch []store.LogBatch) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, lb := range batch {
-		if b := f.bufs[jobKey{lb.JobID, lb.Lease}]; b != nil {
-			n := 0
-			for _, r := range lb.Records {
-				n += len(r.Data)
-			}
-			b.recs = append(lb.Records, b.recs...)
-			b.size += n
-			f.count(b, n)
+		n := recordBytes(lb.Records)
+		b := f.bufs[jobKey{lb.JobID, lb.Lease}]
+		if b == nil {
+			f.budget.release(int64(n))
+			continue
 		}
+		b.recs = append(lb.Records, b.recs...)
+		b.size += n
+		f.count(b, n)
 	}
+}
+
+func recordBytes(recs []store.LogRecord) int {
+	n := 0
+	for _, r := range recs {
+		n += len(r.Data)
+	}
+	return n
 }
 
 // checkpoint stores the runner's output so far (other jobs' ready output
@@ -262,8 +325,11 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, de
 	}
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
-	lb, b := f.takeOne(k)
-	err := f.store.CheckpointDescribed(ctx, lb, f.max, handle, described)
+	lb, b, err := f.takeOne(k)
+	if err != nil {
+		return err
+	}
+	err = f.store.CheckpointDescribed(ctx, lb, f.max, handle, described)
 	f.settleOne(lb, b, err)
 	return err
 }
@@ -276,50 +342,116 @@ func (f *logFlusher) checkpoint(ctx context.Context, k jobKey, handle []byte, de
 // stored, kept for the next try, or dropped (a gap: the resume writes it
 // again). flushMu is held until then, as for a checkpoint, when there is
 // output.
-func (f *logFlusher) takeForEnd(k jobKey) (lb store.LogBatch, settle func(error)) {
+func (f *logFlusher) takeForEnd(k jobKey) (lb store.LogBatch, settle func(error), err error) {
 	f.flushMu.Lock()
-	lb, b := f.takeOne(k)
-	if len(lb.Records) == 0 {
+	lb, b, err := f.takeOne(k)
+	if err != nil {
 		f.flushMu.Unlock()
-		return lb, func(error) {}
+		return lb, nil, err
+	}
+	if len(lb.Records) == 0 {
+		f.settleOne(lb, b, nil)
+		f.flushMu.Unlock()
+		return lb, func(error) {}, nil
 	}
 	return lb, func(err error) {
 		f.settleOne(lb, b, err)
 		f.flushMu.Unlock()
-	}
+	}, nil
 }
 
-// takeOne empties k's buffer into a batch that carries, as After, the
-// highest record number the database acknowledged before it. b is nil when
-// the runner has ended.
-func (f *logFlusher) takeOne(k jobKey) (store.LogBatch, *jobBuf) {
+// takeOne empties k's buffer, and its spill file before it, into a batch
+// that carries, as After, the highest record number the database
+// acknowledged before it. b is nil when the runner has ended. Until
+// settleOne, b spills nothing more. The bytes read back from the file are
+// counted in the budget (past its limit if need be: they are one runner's
+// at a time, as flushMu is held), until they settle.
+func (f *logFlusher) takeOne(k jobKey) (store.LogBatch, *jobBuf, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	lb := store.LogBatch{JobID: k.ID, Lease: k.Lease, Generation: f.generation}
 	b := f.bufs[k]
-	if b != nil {
-		var n int
-		lb.After = b.stored
-		lb.Records, n = b.take()
-		f.count(b, -n)
+	if b == nil {
+		return lb, nil, nil
 	}
-	return lb, b
+	var spilled []store.LogRecord
+	if b.spill != nil {
+		var err error
+		if spilled, err = b.spill.readAll(); err != nil {
+			return lb, nil, err
+		}
+	}
+	var n int
+	lb.After = b.stored
+	lb.Records, n = b.take()
+	f.count(b, -n)
+	f.budget.force(int64(recordBytes(spilled)))
+	lb.Records = append(spilled, lb.Records...)
+	if len(lb.Records) > 0 {
+		// Sent now, so never grown by a later write (see jobBuf.seq).
+		b.sent = max(b.sent, lb.Records[len(lb.Records)-1].Seq)
+	}
+	b.taking = true
+	return lb, b, nil
 }
 
 // settleOne records what became of a batch takeOne made: stored, kept for
 // the next try, or (a gap: the job is resumed, which writes it again)
-// dropped.
+// dropped. Its bytes leave the budget unless kept.
 func (f *logFlusher) settleOne(lb store.LogBatch, b *jobBuf, err error) {
-	switch {
-	case b == nil:
-	case errors.Is(err, store.ErrOutputGap):
-	case err != nil:
-		f.putBack([]store.LogBatch{lb})
-	case len(lb.Records) > 0:
-		f.mu.Lock()
-		b.stored = max(b.stored, lb.Records[len(lb.Records)-1].Seq)
-		f.mu.Unlock()
+	if b == nil {
+		return
 	}
+	if err != nil && !errors.Is(err, store.ErrOutputGap) {
+		f.putBack([]store.LogBatch{lb})
+		f.mu.Lock()
+		b.taking = false
+		if f.bufs[jobKey{lb.JobID, lb.Lease}] == b { // not ended meanwhile
+			f.spillHeld(b)
+		}
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b.taking = false
+	f.budget.release(int64(recordBytes(lb.Records)))
+	if err == nil && len(lb.Records) > 0 {
+		b.stored = max(b.stored, lb.Records[len(lb.Records)-1].Seq)
+	}
+}
+
+// spillHeld moves a gated buffer's records to its spill file once they
+// reach holdMax, under mu. On a disk error they stay in memory.
+func (f *logFlusher) spillHeld(b *jobBuf) {
+	if !b.gated || b.taking || b.size < f.holdMax {
+		return
+	}
+	f.spillNow(b)
+}
+
+// spillNow moves a gated buffer's records to its spill file, under mu, and
+// gives their bytes back to the budget. On a disk error they stay in
+// memory.
+func (f *logFlusher) spillNow(b *jobBuf) {
+	if len(b.recs) == 0 {
+		return
+	}
+	if b.spill == nil {
+		sf, err := createSpill(f.spillDir)
+		if err != nil {
+			f.log.Warn("keeping held job output in memory", "err", err)
+			return
+		}
+		b.spill = sf
+	}
+	if err := b.spill.write(b.recs); err != nil {
+		f.log.Warn("keeping held job output in memory", "err", err)
+		return
+	}
+	// Never sent, so no later write may join them: b.sent stays.
+	f.budget.release(int64(b.size))
+	b.recs, b.size = nil, 0
 }
 
 // add buffers p, cut at the stream's cap of limit bytes (one byte past it
@@ -342,30 +474,75 @@ func (b *jobBuf) add(s stream, p []byte, now time.Time, limit int64) []byte {
 // jobWriter is one stream of one runner.
 type jobWriter struct {
 	f      *logFlusher
+	job    context.Context // the runner's: once it ends, writes wait no more
 	key    jobKey
 	stream stream
 }
 
-// Write buffers p for the next flush. Output past the cap is counted but not
-// kept. The database already holds the truncation marker.
+// writeMargin is how long before its caller's deadline a write waiting for
+// the budget gives up waiting and is let in: the plugin's Write call must be
+// answered before it times out.
+const writeMargin = 2 * time.Second
+
+// Write buffers p for the next flush, waiting for room in the budget while
+// the runner lives. Output past the cap is counted but not kept. The
+// database already holds the truncation marker.
 func (w *jobWriter) Write(p []byte) (int, error) {
+	return w.WriteContext(context.Background(), p)
+}
+
+// WriteContext is Write for a caller that can wait only until call's
+// deadline (the plugin's Write call): the wait ends writeMargin before it.
+func (w *jobWriter) WriteContext(call context.Context, p []byte) (int, error) {
 	f := w.f
 	f.bytes[w.stream].Add(float64(len(p)))
+	want, ok := f.admit(w.key, w.stream, len(p))
+	if !ok {
+		return len(p), nil // the runner has ended; late output has nowhere to go
+	}
+	var giveUp time.Time
+	if d, ok := call.Deadline(); ok {
+		giveUp = d.Add(-writeMargin)
+	}
+	if f.budget.acquire(w.job, call, int64(want), giveUp) {
+		f.log.Debug("job output let in past the output budget", "job", w.key.ID, "bytes", want)
+	}
 	now := time.Now() // the receive time each line is stamped with
 	f.mu.Lock()
 	b := f.bufs[w.key]
 	if b == nil {
+		f.budget.release(int64(want))
 		f.mu.Unlock()
-		return len(p), nil // the runner has ended; late output has nowhere to go
+		return len(p), nil
 	}
 	keep := b.add(w.stream, p, now, f.max)
 	b.size += len(keep)
 	b.seen[w.stream] += int64(len(keep))
 	f.count(b, len(keep))
-	full := !b.gated && f.pending >= kickBytes
+	f.budget.release(int64(want - len(keep))) // another write took the cap's room meanwhile
+	f.spillHeld(b)
+	full := !b.gated && f.pending >= f.kickAt
 	f.mu.Unlock()
 	if full {
 		kick(f.kick)
 	}
 	return len(p), nil
+}
+
+// admit returns how many of n bytes written to runner k's stream s are
+// kept under its cap (ok false: the runner has ended). A gated runner
+// whose write would wait spills what it holds first: its held output must
+// not make it, or others, wait for a checkpoint.
+func (f *logFlusher) admit(k jobKey, s stream, n int) (want int, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.bufs[k]
+	if b == nil {
+		return 0, false
+	}
+	want = int(max(0, min(int64(n), f.max+1-b.seen[s])))
+	if b.gated && !b.taking && want > 0 && !f.budget.fits(int64(want)) {
+		f.spillNow(b)
+	}
+	return want, true
 }

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestLogRecordsKeepTheirNumbersAcrossAFailedSend(t *testing.T) {
 	f := newLogFlusher(nil, 1<<20, time.Hour, slog.New(slog.DiscardHandler), func(jobKey) {}, metrics.New())
 	k := jobKey{"j", 1}
 	f.track(k, false)
-	out, errw := f.writer(k, stdoutStream), f.writer(k, stderrStream)
+	out, errw := f.writer(context.Background(), k, stdoutStream), f.writer(context.Background(), k, stderrStream)
 
 	write := func(w *jobWriter, s string) {
 		_, err := w.Write([]byte(s))

@@ -18,7 +18,7 @@ type runtime struct {
 }
 
 func (e *executor) newRuntime() *runtime {
-	return &runtime{e: e, stdout: e.logs.writer(e.j.key, stdoutStream), stderr: e.logs.writer(e.j.key, stderrStream)}
+	return &runtime{e: e, stdout: e.logs.writer(e.j.ctx, e.j.key, stdoutStream), stderr: e.logs.writer(e.j.ctx, e.j.key, stderrStream)}
 }
 
 func (r *runtime) Stdout() io.Writer { return r.stdout }

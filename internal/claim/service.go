@@ -65,6 +65,10 @@ type Config struct {
 	// a job waiting for its final write holds no slot, so waiting a little
 	// for more costs only the end's latency, and saves statements.
 	FinalWindow time.Duration
+	// LogBufferBudget bounds the job output held in memory, all jobs
+	// together (DefaultLogBufferBudget of Capacity). A plugin that writes
+	// faster than its output is stored waits for room.
+	LogBufferBudget int64
 	// SelfFenceAfter stops every job when no heartbeat has succeeded for this
 	// long (config.SelfFenceAfter is stale_job − 2×keepalive − the longest
 	// kill_grace), before the janitor could act on them. Resumable jobs are
@@ -123,6 +127,7 @@ func (c *Config) setDefaults() {
 	defaults.Fill(&c.Keepalive, defaults.Keepalive)
 	defaults.Fill(&c.LogFlush, defaults.LogFlush)
 	defaults.Fill(&c.LogMaxBytes, defaults.LogMaxBytesStream)
+	defaults.Fill(&c.LogBufferBudget, DefaultLogBufferBudget(c.Capacity))
 	defaults.Fill(&c.FinalTimeout, defaults.FinalTimeout)
 	defaults.Fill(&c.CleanupTimeout, defaults.CleanupTimeout)
 	defaults.Fill(&c.BatchMax, DefaultBatchMax)
@@ -329,6 +334,7 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	s.cfg.Liveness = cmp.Or(s.cfg.Liveness, st)
 	s.logs = newLogFlusher(st, cfg.LogMaxBytes, cfg.LogFlush, s.log, s.leaseLost, cfg.Metrics)
 	s.logs.generation = cfg.Holder.Generation
+	s.logs.bound(cfg.LogBufferBudget, cfg.Capacity)
 	s.logs.flushed = cfg.TestSignals.Flushed
 	s.logs.paused = func() bool {
 		select {

@@ -238,6 +238,10 @@ const (
 type Logs struct {
 	MaxBytesPerStream int64    `yaml:"max_bytes_per_stream"` // per job and stream; the rest is dropped with a marker
 	FlushInterval     Duration `yaml:"flush_interval"`       // batching of log writes
+	// BufferBudget bounds the job output the agent holds in memory, all
+	// jobs together, in bytes. 0: sized from agent.capacity
+	// (claim.DefaultLogBufferBudget).
+	BufferBudget int64 `yaml:"buffer_budget"`
 }
 
 // Plugin holds the settings of one plugin binary.

@@ -63,6 +63,7 @@ func (c *Config) rules() []func() []error {
 		c.checkMaxBodyBytes,
 		c.checkTokens,
 		c.checkLogCap,
+		c.checkLogBudget,
 		c.checkPlugins,
 		c.checkCommands,
 	}
@@ -313,6 +314,18 @@ func (c *Config) checkTokens() []error {
 
 func (c *Config) checkLogCap() []error {
 	return atLeastOne("logs.max_bytes_per_stream", c.Logs.MaxBytesPerStream)
+}
+
+// MinLogBufferBudget is the smallest logs.buffer_budget: two of the plugin
+// SDK's output chunks (32 KiB), so one is stored while the next arrives.
+const MinLogBufferBudget = 64 << 10
+
+func (c *Config) checkLogBudget() []error {
+	var p problems
+	if b := c.Logs.BufferBudget; b != 0 && b < MinLogBufferBudget {
+		p.add("logs.buffer_budget: must be at least %d bytes (64 KiB), got %d; leave it out (or 0) to size it from agent.capacity", MinLogBufferBudget, b)
+	}
+	return p
 }
 
 func (c *Config) checkPlugins() []error {

@@ -15,7 +15,7 @@ import (
 // Channels the followers' notifications arrive on. The payload is a job ID.
 const (
 	// LogsChannel is notified when a flush stored output of the job
-	// (queries/log_append.sql).
+	// (queries/log_account.sql).
 	LogsChannel = "tether_logs"
 	// JobEndChannel is notified when the job reached a terminal status
 	// (queries/attempt_end*.sql, job_cancel_queued.sql).

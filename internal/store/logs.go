@@ -46,73 +46,130 @@ type LogRecord struct {
 	Data   []byte
 }
 
-// AppendLogs writes many jobs' output in one fenced statement, capping each
-// stream at maxPerStream bytes per job. It returns the IDs whose lease held.
-// The output of the others was dropped. The jobs' followers are notified
-// (tether_logs) when it commits. Records with a Seq at or below the highest
-// one already stored for their job's lease are skipped. Sending a batch again
-// after its acknowledgement was lost stores nothing twice.
+// AppendLogs writes many jobs' output in one fenced transaction, capping
+// each stream at maxPerStream bytes per job. It returns the IDs whose lease
+// held. The output of the others was dropped. The jobs' followers are
+// notified (tether_logs) when it commits. Records with a Seq at or below the
+// highest one already stored for their job's lease are skipped. Sending a
+// batch again after its acknowledgement was lost stores nothing twice.
 func (s *Store) AppendLogs(ctx context.Context, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
-	return appendLogs(ctx, s.pool, batches, maxPerStream)
+	var held map[string]bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		held, err = appendLogs(ctx, tx, batches, maxPerStream)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return held, nil
 }
 
-type queryer interface {
+// logTx is the transaction a log append runs in (pgx.Tx has it).
+type logTx interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
 }
 
-func appendLogs(ctx context.Context, q queryer, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
+// logColumns are the columns of job_logs a log append fills. The id
+// (bigserial) is given in COPY order, which is write order.
+var logColumns = []string{"job_id", "stream", "at", "attempt", "data"}
+
+// appendLogs stores batches in tx, with the cheapest write that keeps each
+// record's identity: it locks and reads the jobs' active rows
+// (log_lock.sql), plans the rows in Go (planLogs: what is new, what fits
+// under the cap), copies them into job_logs with COPY, and records on the
+// active rows what was stored (log_account.sql). It returns the IDs whose
+// lease held.
+func appendLogs(ctx context.Context, tx logTx, batches []LogBatch, maxPerStream int64) (map[string]bool, error) {
+	states, err := lockLogs(ctx, tx, batches)
+	if err != nil {
+		return nil, fmt.Errorf("appending logs: %w", err)
+	}
+	rows, accounts := planLogs(batches, states, maxPerStream, time.Now())
+	if len(rows) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"job_logs"}, logColumns, pgx.CopyFromRows(rows)); err != nil {
+			return nil, fmt.Errorf("appending logs: copying %d chunks: %w", len(rows), err)
+		}
+	}
+	if err := accountLogs(ctx, tx, accounts); err != nil {
+		return nil, fmt.Errorf("appending logs: %w", err)
+	}
+	held := make(map[string]bool, len(states))
+	for id := range states {
+		held[id] = true
+	}
+	return held, nil
+}
+
+// lockLogs locks the active rows of batches' jobs whose fence holds and
+// reads their log state, by job ID.
+func lockLogs(ctx context.Context, tx logTx, batches []LogBatch) (map[string]logState, error) {
+	generation, err := batchGeneration(batches)
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]string, len(batches))
 	leases := make([]int64, len(batches))
+	for i, b := range batches {
+		ids[i], leases[i] = b.JobID, b.Lease
+	}
+	st := queries.Named("log_lock")
+	rows, err := tx.Query(ctx, st.SQL, st.Args(map[string]any{"job_ids": ids, "leases": leases, "generation": generation})...)
+	if err != nil {
+		return nil, err
+	}
+	states := make(map[string]logState, len(batches))
+	var id string
+	var ls logState
+	_, err = pgx.ForEachRow(rows, []any{&id, &ls.storedSeq, &ls.bytes[0], &ls.bytes[1], &ls.truncated[0], &ls.truncated[1], &ls.attempt}, func() error {
+		states[id] = ls
+		return nil
+	})
+	return states, err
+}
+
+// batchGeneration is the holder generation batches are fenced by: "" when
+// none sets one. One statement carries one holder's output.
+func batchGeneration(batches []LogBatch) (string, error) {
 	generation := ""
 	for _, b := range batches {
 		if b.Generation != "" && generation != "" && b.Generation != generation {
-			return nil, fmt.Errorf("appending logs: one statement carries one holder's output (%s and %s)", generation, b.Generation)
+			return "", fmt.Errorf("one statement carries one holder's output (%s and %s)", generation, b.Generation)
 		}
 		if b.Generation != "" {
 			generation = b.Generation
 		}
 	}
-	var (
-		recJobs    []int64
-		recSeqs    []int64
-		recStreams []string
-		recAts     []time.Time
-		recData    [][]byte
-	)
-	add := func(job int, seq int64, stream string, at time.Time, data []byte) {
-		if len(data) == 0 {
-			return
-		}
-		recJobs = append(recJobs, int64(job+1)) // 1-based, as WITH ORDINALITY counts
-		recSeqs = append(recSeqs, seq)
-		recStreams = append(recStreams, stream)
-		recAts = append(recAts, at)
-		recData = append(recData, data)
+	return generation, nil
+}
+
+// accountLogs records what planLogs stored on the jobs' active rows and
+// notifies their followers.
+func accountLogs(ctx context.Context, tx logTx, accounts []logAccount) error {
+	if len(accounts) == 0 {
+		return nil
 	}
-	now := time.Now()
-	for i, b := range batches {
-		ids[i], leases[i] = b.JobID, b.Lease
-		for _, r := range b.Records {
-			add(i, r.Seq, r.Stream, r.At, r.Data)
-		}
-		add(i, 0, "stdout", now, b.Stdout)
-		add(i, 0, "stderr", now, b.Stderr)
+	n := len(accounts)
+	ids, topSeqs := make([]string, n), make([]int64, n)
+	outKept, errKept := make([]int64, n), make([]int64, n)
+	outCut, errCut, notify := make([]bool, n), make([]bool, n), make([]bool, n)
+	for i, a := range accounts {
+		ids[i], topSeqs[i], notify[i] = a.jobID, a.topSeq, a.rows > 0
+		outKept[i], errKept[i] = a.kept[0], a.kept[1]
+		outCut[i], errCut[i] = a.cut[0], a.cut[1]
 	}
-	st := queries.Named("log_append")
-	rows, err := q.Query(ctx, st.SQL, st.Args(map[string]any{
-		"job_ids": ids, "leases": leases,
-		"rec_jobs": nonNilSlice(recJobs), "rec_seqs": nonNilSlice(recSeqs), "rec_streams": nonNilSlice(recStreams),
-		"rec_ats": nonNilSlice(recAts), "rec_data": nonNilSlice(recData),
-		"max": maxPerStream, "generation": generation,
-	})...)
+	st := queries.Named("log_account")
+	var count int64
+	err := tx.QueryRow(ctx, st.SQL, st.Args(map[string]any{
+		"job_ids": ids, "out_kept": outKept, "err_kept": errKept, "out_cut": outCut, "err_cut": errCut,
+		"top_seqs": topSeqs, "notify": notify,
+	})...).Scan(&count)
 	if err != nil {
-		return nil, fmt.Errorf("appending logs: %w", err)
+		return fmt.Errorf("recording the output stored: %w", err)
 	}
-	held, err := jobIDs(rows, len(batches))
-	if err != nil {
-		return nil, fmt.Errorf("appending logs: %w", err)
-	}
-	return held, nil
+	return nil
 }
 
 // nonNilSlice passes an empty array, not NULL, for no records. unnest of NULL

@@ -288,7 +288,15 @@ type runtimeServer struct {
 	c *GRPCClient
 }
 
-func (s *runtimeServer) Write(_ context.Context, req *pb.WriteRequest) (*pb.WriteResponse, error) {
+// contextWriter is an output stream that may hold a write back (the host's
+// output budget: back-pressure on a plugin that writes faster than its
+// output is stored). It is given the Write call's context, whose deadline
+// is the plugin's: it must answer before that.
+type contextWriter interface {
+	WriteContext(ctx context.Context, p []byte) (int, error)
+}
+
+func (s *runtimeServer) Write(ctx context.Context, req *pb.WriteRequest) (*pb.WriteResponse, error) {
 	rt, err := s.c.runtime(req.GetCallId())
 	if err != nil {
 		return &pb.WriteResponse{Error: errToPB(err)}, nil
@@ -297,7 +305,12 @@ func (s *runtimeServer) Write(_ context.Context, req *pb.WriteRequest) (*pb.Writ
 	if req.GetStream() == pb.Stream_STREAM_STDERR {
 		w = rt.Stderr()
 	}
-	if _, err := w.Write(req.GetData()); err != nil {
+	if cw, ok := w.(contextWriter); ok {
+		_, err = cw.WriteContext(ctx, req.GetData())
+	} else {
+		_, err = w.Write(req.GetData())
+	}
+	if err != nil {
 		return &pb.WriteResponse{Error: errToPB(err)}, nil
 	}
 	return &pb.WriteResponse{}, nil

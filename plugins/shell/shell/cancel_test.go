@@ -2,6 +2,8 @@ package shell
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -422,5 +424,42 @@ func TestEscapedProcessDoesNotHangExecute(t *testing.T) {
 	}
 	if !alive(esc) {
 		t.Errorf("setup: the escaped process %d is not running; the test proved nothing", esc)
+	}
+}
+
+// slowRuntime is a host that holds each stdout write back for delay, as an
+// agent whose output budget is full does.
+type slowRuntime struct {
+	fakeRuntime
+	delay time.Duration
+}
+
+func (s *slowRuntime) Stdout() io.Writer { return slowWriter{&s.fakeRuntime.stdout, s.delay} }
+
+type slowWriter struct {
+	w     io.Writer
+	delay time.Duration
+}
+
+func (s slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	return s.w.Write(p)
+}
+
+// TestSlowHostGetsAllOutput runs a job that fills its stdout pipe and exits
+// while the host takes longer than outputDrainWait to accept each write.
+// Everything still in the pipe when the group ended reaches the host.
+func TestSlowHostGetsAllOutput(t *testing.T) {
+	e := newTestEnv(t)
+	rt := &slowRuntime{delay: outputDrainWait + 200*time.Millisecond}
+	const size = 96 << 10
+	res, err := New().Execute(context.Background(), e.job(t, map[string]any{
+		"script": fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x", size),
+	}), rt)
+	if err != nil || string(res.Output) != `{"exit_code":0}` {
+		t.Fatalf("Execute: %v, %v", res, err)
+	}
+	if got := len(rt.stdout.String()); got != size {
+		t.Errorf("the host got %d bytes of %d", got, size)
 	}
 }

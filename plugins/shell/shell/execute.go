@@ -68,8 +68,9 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 
 	tail := &tailBuffer{}
 	var copiers sync.WaitGroup
-	copiers.Go(func() { p.pump(log, "stdout", out.outR, rt.Stdout(), io.Discard) })
-	copiers.Go(func() { p.pump(log, "stderr", out.errR, rt.Stderr(), tail) })
+	stdout, stderr := &drainReader{f: out.outR}, &drainReader{f: out.errR}
+	copiers.Go(func() { p.pump(log, "stdout", stdout, rt.Stdout(), io.Discard) })
+	copiers.Go(func() { p.pump(log, "stderr", stderr, rt.Stderr(), tail) })
 	exited := make(chan error, 1)
 	go func() { exited <- waitExit(pid) }()
 
@@ -83,7 +84,7 @@ func (p *Plugin) execute(ctx context.Context, r *run, job *plugin.Job, s spec, c
 
 	end := awaitGroup(ctx, log, r, cmd, exited, s.KillGrace)
 
-	p.drain(&copiers, out.outR, out.errR)
+	p.drain(&copiers, stdout, stderr)
 	out.closeReaders()
 
 	// A directory still in use by surviving processes is left to Cleanup,

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,10 +46,15 @@ const (
 	// cleanupKillWait is the same bound inside Cleanup, which has a caller's
 	// deadline to respect.
 	cleanupKillWait = 5 * time.Second
-	// outputDrainWait bounds how long output is drained after the job's
-	// process group is gone. A process that left the group may still hold the
-	// pipes open.
+	// outputDrainWait bounds how long, once the job's process group is
+	// gone, a read of its output waits for data: a process that left the
+	// group may still hold the pipes open. What is in the pipes is read
+	// however long the host takes to accept it (it may hold a write back:
+	// its output budget).
 	outputDrainWait = 2 * time.Second
+	// outputDrainMax bounds the whole drain, for a process that left the
+	// group and keeps writing.
+	outputDrainMax = 60 * time.Second
 )
 
 var (
@@ -301,13 +307,60 @@ func (f *forwarder) Write(b []byte) (int, error) {
 }
 
 // drain waits for the output copiers. A process that escaped the group may
-// hold the pipes open forever, so reads are cut off after outputDrainWait.
-func (p *Plugin) drain(copiers *sync.WaitGroup, readers ...*os.File) {
-	deadline := time.Now().Add(outputDrainWait)
-	for _, f := range readers {
-		_ = f.SetReadDeadline(deadline)
+// hold the pipes open forever, so a read that waits outputDrainWait for
+// data ends the copy, and outputDrainMax ends it whatever.
+func (p *Plugin) drain(copiers *sync.WaitGroup, readers ...*drainReader) {
+	for _, r := range readers {
+		r.startDrain()
 	}
-	copiers.Wait()
+	done := make(chan struct{})
+	go func() {
+		copiers.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(outputDrainMax)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	for _, r := range readers {
+		r.cut()
+	}
+	<-done
+}
+
+// drainReader reads one of the job's output pipes. Once draining, each read
+// waits at most outputDrainWait for data, counted from the read, not from
+// the group's end: time spent handing output to the host never cuts what
+// is still in the pipe.
+type drainReader struct {
+	f        *os.File
+	draining atomic.Bool
+	stopped  atomic.Bool
+}
+
+func (r *drainReader) Read(p []byte) (int, error) {
+	if r.stopped.Load() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	if r.draining.Load() {
+		_ = r.f.SetReadDeadline(time.Now().Add(outputDrainWait))
+	}
+	return r.f.Read(p)
+}
+
+// startDrain bounds the read in progress, if any, and every later one.
+func (r *drainReader) startDrain() {
+	r.draining.Store(true)
+	_ = r.f.SetReadDeadline(time.Now().Add(outputDrainWait))
+}
+
+// cut ends the reads now (outputDrainMax passed).
+func (r *drainReader) cut() {
+	r.stopped.Store(true)
+	_ = r.f.SetReadDeadline(time.Now())
 }
 
 // Cleanup kills whatever is left of the job's process groups: runs of this
