@@ -56,8 +56,14 @@ func (a *app) finish(j api.JobDetail, show bool) error {
 	return &exitError{code: code}
 }
 
-// gaveUp is the exit of a follow that ended before the job did.
-func gaveUp(ctx context.Context, id string, err error) error {
+// gaveUp is the exit of a follow that ended before the job did. A job the
+// server does not know, and the follow never saw, is an error (exit 1), not
+// an unknown outcome: there is nothing to wait for. One that vanished while
+// followed (retention) stays exit 3.
+func gaveUp(ctx context.Context, id string, seen bool, err error) error {
+	if !seen && client.IsNotFound(err) {
+		return &exitError{code: 1, err: err}
+	}
 	if ctx.Err() != nil {
 		return &exitError{code: exitUnknown, err: fmt.Errorf("stopped following; job %s goes on (tether wait %s picks it up again, tether cancel %s stops it)", id, id, id)}
 	}
@@ -82,9 +88,11 @@ type logPrinter struct {
 	stamps               bool
 	attempt              int
 	midLine              bool // the last record was partial: no prefix, no separator
+	seen                 bool // a record was printed
 }
 
 func (p *logPrinter) print(r api.LogLine) error {
+	p.seen = true
 	if p.records != nil {
 		return p.records.Encode(r)
 	}
@@ -134,7 +142,7 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	p := a.followPrinter(split, stamps, statuses)
 	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, p.print)
 	if err != nil {
-		return gaveUp(ctx, id, err)
+		return gaveUp(ctx, id, p.seen, err)
 	}
 	p.endLine() // the job's last line may have had no newline
 	stopStatus()
@@ -208,7 +216,7 @@ printed on stdout.`,
 			defer cancel()
 			j, err := fo.Wait(ctx, args[0], a.printStatus)
 			if err != nil {
-				return gaveUp(ctx, args[0], err)
+				return gaveUp(ctx, args[0], j.ID != "", err)
 			}
 			return a.finish(j, true)
 		},
