@@ -43,9 +43,14 @@ func badRequest(w http.ResponseWriter, field, format string, args ...any) {
 	writeError(w, http.StatusBadRequest, wire.CodeBadRequest, field, fmt.Sprintf(format, args...))
 }
 
-// internalError logs err and answers 500 without database details.
+// internalError logs err and answers 500 without database details, or 503
+// database_unavailable when err says the database cannot be reached.
 func (s *server) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	s.log.ErrorContext(r.Context(), "http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	if databaseUnavailable(err) {
+		unavailable(w)
+		return
+	}
 	writeError(w, http.StatusInternalServerError, wire.CodeInternal, "", "internal error; the agent's log has the details")
 }
 
