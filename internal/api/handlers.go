@@ -519,40 +519,6 @@ func commandHint(c store.CommandStatus) string {
 	return who + ": jobs wait queued; start an agent with this command or check " + plugin + " loaded (tether agents lists each agent's plugins)"
 }
 
-// logs answers a job's output in write order across streams: raw bytes
-// (format=raw, the default) or one JSON record per line (format=jsonl). With
-// follow=true it keeps the response open until the job is finished and
-// every chunk written before that has been sent (jsonl then ends with an end
-// record), the client goes away, or the agent stops. See followJob.
-func (s *server) logs(w http.ResponseWriter, r *http.Request, id string) {
-	p := params{q: r.URL.Query()}
-	stream := p.oneOf("stream", "must be stdout or stderr (or absent for both)", "", "stdout", "stderr")
-	// text: what the OpenAPI description calls raw.
-	format := p.oneOf("format", "must be raw or jsonl", "", "raw", "text", "jsonl")
-	follow := p.bool("follow")
-	after := p.int("after", 0, 0, 1<<62)
-	if p.err != nil {
-		badRequest(w, p.err.Field, "%s", p.err.Msg)
-		return
-	}
-	ctx := r.Context()
-	if _, err := s.opts.Store.JobStatus(ctx, id); err != nil {
-		s.jobError(w, r, id, err)
-		return
-	}
-	var sink logSink = rawSink{w}
-	contentType := "text/plain; charset=utf-8"
-	if format == "jsonl" {
-		sink, contentType = newJSONLSink(w), "application/x-ndjson"
-	}
-	rc := streamHeaders(w, contentType, follow)
-	if follow {
-		followJob(ctx, s, rc, id, after, s.logFeed(id, stream, sink))
-		return
-	}
-	sendPages(ctx, s, id, after, s.logFeed(id, stream, sink))
-}
-
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, wire.Status{Status: "ok"})
 }
