@@ -310,7 +310,7 @@ draining. REASON says why.`,
 				return err
 			}
 			return printList(a, "agents", agents, nil, "NAME\tSTATE\tLIVENESS\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS\tREASON", func(w io.Writer, ag api.Agent) {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\t%s\n", ag.Name, ag.State, orDash(ag.Liveness), ag.ActiveJobs, ag.Capacity,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\t%s\n", ag.Name, agentState(ag), orDash(ag.Liveness), ag.ActiveJobs, ag.Capacity,
 					(time.Duration(ag.SilentFor * float64(time.Second))).Round(time.Second), orDash(ag.Version),
 					orDash(strings.Join(ag.Commands, ",")), orDash(oneLine(ag.Reason)))
 			})
@@ -318,4 +318,13 @@ draining. REASON says why.`,
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "list every agents row: stopped and silent agents too")
 	return cmd
+}
+
+// agentState is the STATE cell: the state, and a drain request the agent
+// has not acted on yet (who asked is in -o json and the console).
+func agentState(ag api.Agent) string {
+	if ag.DrainRequest != nil && ag.State == "running" {
+		return ag.State + " (drain requested)"
+	}
+	return ag.State
 }

@@ -450,9 +450,7 @@ func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]wire.Agent, len(agents)) // never nil: no agents answer []
 	for i, a := range agents {
-		v := fleet.Classify(s.ownTimings(), fleet.SeenOf(a.Seen))
-		a.Liveness, a.Reason, a.Live = string(v.Liveness), v.Reason, v.Counts()
-		out[i] = a.Agent
+		out[i] = s.judged(a)
 	}
 	writeJSON(w, http.StatusOK, wire.AgentList{Agents: out})
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -380,6 +381,8 @@ type AgentListParams struct {
 	// seen to be listed without All (the answering agent's stale_job; the
 	// agent's own when longer).
 	LiveWithin time.Duration
+	// Name, when set, lists only that agent.
+	Name string
 }
 
 // ListAgents returns the agents not stopped and seen within
@@ -388,16 +391,18 @@ type AgentListParams struct {
 // Reason and Live.
 func (s *Store) ListAgents(ctx context.Context, p AgentListParams) ([]Agent, error) {
 	st := queries.Named("agent_list")
-	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"all": p.All, "live_s": p.LiveWithin.Seconds()})...)
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"all": p.All, "live_s": p.LiveWithin.Seconds(), "name": p.Name})...)
 	if err != nil {
 		return nil, fmt.Errorf("listing agents: %w", err)
 	}
 	agents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Agent, error) {
 		var a Agent
 		t := seenScan{a: &a.Seen}
-		err := r.Scan(append([]any{&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
-			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs, &a.UnhealthyPlugins}, t.targets()...)...)
+		var d drainScan
+		err := r.Scan(slices.Concat([]any{&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
+			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs, &a.UnhealthyPlugins}, d.targets(), t.targets())...)
 		t.done()
+		a.DrainRequest = d.request()
 		a.Seen.Name, a.Seen.State, a.Seen.Commands, a.Seen.LastSeen = a.Name, a.State, a.Commands, a.LastSeen
 		a.Seen.SilentFor = secondsDuration(a.SilentFor)
 		return a, err
