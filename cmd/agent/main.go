@@ -143,6 +143,7 @@ prints shell completion scripts.`,
 	root.AddCommand(
 		a.runCmd(),
 		a.migrateCmd(),
+		a.configCmd(),
 		a.submitCmd(),
 		a.getCmd(),
 		a.logsCmd(),
