@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -46,7 +47,11 @@ func badRequest(w http.ResponseWriter, field, format string, args ...any) {
 // internalError logs err and answers 500 without database details, or 503
 // database_unavailable when err says the database cannot be reached.
 func (s *server) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.ErrorContext(r.Context(), "http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	level := slog.LevelError
+	if r.Context().Err() != nil {
+		level = slog.LevelInfo // the client went away: its query was cancelled, nothing failed
+	}
+	s.log.Log(r.Context(), level, "http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	if databaseUnavailable(err) {
 		unavailable(w)
 		return
