@@ -1,7 +1,11 @@
 # syntax=docker/dockerfile:1
 #
-# tether agent image: the agent plus every plugin under plugins/ (today
-# shell; ecs and sparkeks join automatically when their directories exist).
+# tether agent image for Docker builds: the agent, every plugin under
+# plugins/ (shell, ecs, sparkeks) and the health check, on debian:trixie-slim
+# with a shell (for shell jobs), tini and curl. `make image` builds the
+# image deploy/README.md documents without a container engine (static
+# binaries on an empty base, no shell); this file is the alternative for
+# those who build with Docker and want shell jobs in the agent's container.
 #
 #   docker build -t tether:dev --build-arg VERSION=$(git describe --always) .
 #
@@ -28,6 +32,7 @@ RUN set -eu; \
     go build -trimpath \
         -ldflags "-s -w -X github.com/tetherjobs/tether/internal/agent.buildVersion=${VERSION}" \
         -o /out/tether ./cmd/agent; \
+    go build -trimpath -ldflags "-s -w" -o /out/tether-healthcheck ./cmd/tether-healthcheck; \
     for dir in plugins/*/; do \
         name="$(basename "$dir")"; \
         echo "building tether-plugin-$name"; \

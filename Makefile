@@ -18,7 +18,7 @@ RIVERBENCH    := .tether/bin/riverbench-$(RIVER_VERSION)
 # -race needs cgo; the suite must stay well under 20 minutes on 2 cores.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run stop demo-reattach test test-modules vet bench bench-ecs bench-spark bench-liveness bench-fleet bench-ui ui-screenshots proto clean compat kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics
+.PHONY: all build run stop demo-reattach test test-modules vet bench bench-ecs bench-spark bench-liveness bench-fleet bench-ui ui-screenshots proto clean compat kube-apiserver kube-controller-manager spark-operator river-bench soak fuzz check-deploy metrics image
 
 all: build
 
@@ -72,6 +72,17 @@ test-modules:
 		echo "== $$m ($$(awk '$$1 == "go" {print "go " $$2}' $$m/go.mod))"; \
 		(cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./... && GOWORK=off $(GO) vet ./...) || exit 1; \
 	done
+
+## image: the agent's OCI image without a container engine (internal/image):
+## static binaries of the agent, every plugin and the health check, the
+## shipped deploy/tether.yaml, CA certificates, user 10001; written as an OCI
+## image layout to IMAGE_DIR (push it with `crane push`, `skopeo copy
+## oci:.tether/image docker://…` or `podman load`); the go build cache makes
+## a rebuild a link
+IMAGE_DIR     ?= .tether/image
+IMAGE_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+image:
+	$(GO) run ./cmd/mkimage -o $(IMAGE_DIR) -version $(IMAGE_VERSION)
 
 ## check-deploy: promtool checks deploy/prometheus-alerts.yml and runs its
 ## cases, deploy/prometheus-alerts.test.yml (Debian's prometheus package has
@@ -163,9 +174,12 @@ bench: $(RIVERBENCH)
 ## account-wide rate limits on (about 10 minutes); checks that every job
 ## succeeds with no log line lost or doubled, prints API calls/s, task stop →
 ## job end p50/p99, agent RSS and CPU (sizes: TETHER_BENCH_ECS_* variables,
-## see internal/e2e/ecs_bench_test.go)
+## see internal/e2e/ecs_bench_test.go). Then the resume storm: kill -9 of an
+## agent holding 1,000 ECS jobs, another idle: kill → resumed and → log
+## caught up, API calls/s per action against the limits (about 12 minutes;
+## TETHER_BENCH_STORM_* variables, internal/e2e/ecs_storm_bench_test.go)
 bench-ecs:
-	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkECS1000$$' -benchtime 1x -timeout 40m ./internal/e2e/
+	$(GO) test -count=1 -run '^$$' -bench '^(BenchmarkECS1000|BenchmarkECSResumeStorm)$$' -benchtime 1x -timeout 80m ./internal/e2e/
 
 ## bench-spark: 500 Spark SQL jobs on 2 agents through the sparkeks plugin
 ## against kube-apiserver + etcd and the real spark-operator controller

@@ -21,7 +21,8 @@ func TestConfigCheck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pluginDir := t.TempDir()
-	require.NoError(t, bintest.Build(ctx, pluginDir, map[string]string{"shell": "github.com/tetherjobs/tether/plugins/shell"}))
+	require.NoError(t, bintest.Build(ctx, pluginDir, map[string]string{
+		"shell": "github.com/tetherjobs/tether/plugins/shell", "ecs": "github.com/tetherjobs/tether/plugins/ecs"}))
 	write := func(body string) string {
 		p := filepath.Join(t.TempDir(), "tether.yaml")
 		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
@@ -35,7 +36,8 @@ func TestConfigCheck(t *testing.T) {
 	r := c.ok(t, "config", "check", "--config", good)
 	assert.Equal(t, "config "+good+": OK (commands: hello; plugins checked: shell)\n", r.stdout)
 
-	// The shipped deploy/tether.yaml, with its secrets unset.
+	// The shipped deploy/tether.yaml, with its secrets unset: the ECS
+	// plugin checks its settings and calls no AWS API.
 	shipped, err := filepath.Abs("../../deploy/tether.yaml")
 	require.NoError(t, err)
 	c.env["DATABASE_URL"] = ""
@@ -43,7 +45,7 @@ func TestConfigCheck(t *testing.T) {
 	var res configCheckResult
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
 	assert.True(t, res.OK)
-	assert.Equal(t, []string{"shell"}, res.Plugins)
+	assert.Equal(t, []string{"ecs"}, res.Plugins)
 
 	// Every problem of the file and the environment, each naming its key,
 	// and the variable when one set it.

@@ -24,6 +24,9 @@ func (a *app) migrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if _, err := agent.DatabaseSecret(ctx, cfg, a.logger()); err != nil {
+				return err
+			}
 			if cfg.DatabaseURL == "" {
 				return errors.New("database_url is not set: set DATABASE_URL or database_url in the config file")
 			}

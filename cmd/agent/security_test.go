@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/bintest"
+	"github.com/tetherjobs/tether/internal/gobuild"
 	"github.com/tetherjobs/tether/internal/jobstate"
 	"github.com/tetherjobs/tether/internal/pgtest"
 	"github.com/tetherjobs/tether/pkg/api"
@@ -32,7 +33,7 @@ func buildTether(ctx context.Context, t *testing.T, dir string) string {
 	goBin, err := exec.LookPath("go")
 	require.NoError(t, err, "the go tool builds the tether binary")
 	exe := filepath.Join(dir, "tether")
-	out, err := exec.CommandContext(ctx, goBin, "build", "-o", exe, ".").CombinedOutput()
+	out, err := gobuild.Command(ctx, goBin, exe, ".").CombinedOutput()
 	require.NoError(t, err, "building tether: %s", out)
 	return exe
 }

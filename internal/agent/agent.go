@@ -29,6 +29,7 @@ import (
 	"github.com/tetherjobs/tether/internal/claim"
 	"github.com/tetherjobs/tether/internal/config"
 	"github.com/tetherjobs/tether/internal/dbhistory"
+	"github.com/tetherjobs/tether/internal/dbsecret"
 	"github.com/tetherjobs/tether/internal/defaults"
 	"github.com/tetherjobs/tether/internal/drain"
 	"github.com/tetherjobs/tether/internal/janitor"
@@ -102,8 +103,9 @@ type agent struct {
 	closers []func()
 
 	history  *dbhistory.Tracker
-	pool     *pgxpool.Pool // the work pool
-	st       *store.Store  // on the work pool
+	pool     *pgxpool.Pool    // the work pool
+	secret   *dbsecret.Source // database_secret, read again for new connections; nil when unset
+	st       *store.Store     // on the work pool
 	lockConn directConn
 	lock     *nameLock
 
@@ -143,6 +145,10 @@ func newAgent(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
+	secret, err := DatabaseSecret(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("database_url is not set: set DATABASE_URL or database_url in the config file (or use `tether dev`, which starts a private PostgreSQL)")
 	}
@@ -157,7 +163,7 @@ func newAgent(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 	log := logger.With("agent", name)
 	logDumpable(log)
 	return &agent{
-		cfg: cfg, opts: opts, name: name, log: log, logger: logger,
+		cfg: cfg, opts: opts, name: name, log: log, logger: logger, secret: secret,
 		holder:   store.Holder{Name: name, Generation: gen},
 		stopping: make(chan struct{}),
 		metrics:  metrics.New(),
@@ -306,6 +312,9 @@ func (a *agent) startPlugins(ctx context.Context) error {
 	if err := a.cfg.CheckKillGraces(graces); err != nil {
 		return fmt.Errorf("invalid timings with the kill graces the plugins report:\n%w", err)
 	}
+	a.log.Info("drain fits the stop timeout", "stop_timeout", a.cfg.Drain.StopTimeout.Std(),
+		"drain_max", a.cfg.DrainTotal(graces), "shutdown_timeout", a.cfg.Agent.ShutdownTimeout.Std(),
+		"stop_bound", a.cfg.DrainStopBound(graces), "http_shutdown_grace", a.cfg.HTTP.ShutdownGrace.Std())
 	a.metrics.Known(metrics.Agent{
 		Version: Version(), Capacity: a.cfg.Agent.Capacity,
 		Commands: sortedKeys(a.commands), Plugins: sortedKeys(plugins.Infos()),
@@ -606,6 +615,9 @@ func (a *agent) openPool(ctx context.Context, pool string, maxConns int32, what 
 	pc.MinConns = 0
 	pc.MaxConnIdleTime = defaults.ConnMaxIdleTime
 	pc.AfterConnect = afterConnect
+	if a.secret != nil {
+		pc.BeforeConnect = a.secret.BeforeConnect
+	}
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", what, err)

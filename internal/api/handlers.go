@@ -300,11 +300,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	if agent != "" && status != "" && !jobstate.Held(status) {
 		p.fail("agent", "agent lists the jobs an agent holds now (accepted, running, canceling); a %s job has no holder: drop status or agent", status)
 	}
-	since, until := p.time("since"), p.time("until")
-	// A set until is after 1970, so it is after an unset since.
-	if !until.IsZero() && !until.After(since) {
-		p.fail("until", "until (%s) must be later than since (%s)", until.Format(time.RFC3339Nano), since.Format(time.RFC3339Nano))
-	}
+	since, until := p.window()
 	if p.err != nil {
 		badRequest(w, p.err.Field, "%s", p.err.Msg)
 		return

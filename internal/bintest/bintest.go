@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+
+	"github.com/tetherjobs/tether/internal/gobuild"
 )
 
 // Package paths of the test plugins.
@@ -39,7 +41,7 @@ func Build(ctx context.Context, dir string, pkgs map[string]string) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		cmd := exec.CommandContext(ctx, goBin, "build", "-o", PluginPath(dir, name), pkgs[name])
+		cmd := gobuild.Command(ctx, goBin, PluginPath(dir, name), pkgs[name])
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("building plugin %q from %s: %w\n%s", name, pkgs[name], err, strings.TrimSpace(string(out)))

@@ -21,10 +21,10 @@ import (
 	"github.com/tetherjobs/tether/internal/limits"
 )
 
-// ECSStopTimeout is how long ECS waits after SIGTERM before it kills a task
-// (the task definition's stopTimeout, at most 120s on Fargate). The drain
-// must finish inside it.
-const ECSStopTimeout = 120 * time.Second
+// DefaultStopTimeout is drain.stop_timeout's default: the stopTimeout
+// deploy/ecs-task-definition.json sets, the most Fargate allows. ECS waits
+// only 30s when a container sets none.
+const DefaultStopTimeout = 120 * time.Second
 
 // drainWriteBound is what a drain allows, past the longest kill_grace, for
 // the final writes of the jobs it stopped.
@@ -35,6 +35,11 @@ type Config struct {
 	// DatabaseURL is a libpq URL or keyword/value string. Env: DATABASE_URL.
 	// It holds the database password: never printed unredacted.
 	DatabaseURL string `yaml:"database_url" env:"DATABASE_URL" secret:"true"`
+	// DatabaseSecret names an AWS Secrets Manager secret (name or ARN)
+	// holding the database password, the user name and password as JSON
+	// (an RDS-managed secret), or the whole URL. The agent reads it at start
+	// and applies it to DatabaseURL (internal/dbsecret).
+	DatabaseSecret string `yaml:"database_secret"`
 	// DatabaseDirectURL is where the session-bound connections go (the
 	// agent name lock, whose release is a liveness signal, and LISTEN):
 	// PostgreSQL itself, not a transaction pooler. "" means DatabaseURL.
@@ -213,6 +218,13 @@ type Drain struct {
 	// until shutdown_timeout, then release) or "never" (only stop watching;
 	// the janitor releases them).
 	Handoff string `yaml:"handoff"`
+	// StopTimeout is how long the container runtime waits after SIGTERM
+	// before it kills the agent: the ECS container's stopTimeout (30s when
+	// the task definition sets none, at most 120s on Fargate), Kubernetes'
+	// terminationGracePeriodSeconds, `docker stop --time`. The whole drain
+	// must end inside it; Validate checks the sum and the agent logs it at
+	// start. Env: TETHER_DRAIN_STOP_TIMEOUT.
+	StopTimeout Duration `yaml:"stop_timeout"`
 }
 
 // Handoff modes.
@@ -284,7 +296,7 @@ func Default() *Config {
 		},
 		DatabaseConnectTimeout: Duration(defaults.DatabaseConnectTimeout),
 		DatabaseMaxConns:       defaults.DatabaseMaxConns,
-		Drain:                  Drain{Handoff: HandoffImmediate},
+		Drain:                  Drain{Handoff: HandoffImmediate, StopTimeout: Duration(DefaultStopTimeout)},
 		Defaults:               defaultLimits(),
 		Logs: Logs{
 			MaxBytesPerStream: defaults.LogMaxBytesStream,

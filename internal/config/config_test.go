@@ -217,6 +217,8 @@ func TestEnvVarNames(t *testing.T) {
 	want := map[string]string{
 		"database_url":               "DATABASE_URL",
 		"drain.handoff":              "TETHER_DRAIN_HANDOFF",
+		"drain.stop_timeout":         "TETHER_DRAIN_STOP_TIMEOUT",
+		"database_secret":            "TETHER_DATABASE_SECRET",
 		"agent.name":                 "TETHER_AGENT_NAME",
 		"agent.capacity":             "TETHER_AGENT_CAPACITY",
 		"agent.poll_interval":        "TETHER_AGENT_POLL_INTERVAL",
@@ -297,7 +299,8 @@ func TestValidationRules(t *testing.T) {
 		{"offline_after vs stale_job", "agent: {offline_after: 120s}", []string{"agent.offline_after (2m0s) must be less than agent.stale_job (2m0s)"}},
 		{"awol vs stale_job", "agent: {awol_timeout: 119s}", []string{"agent.awol_timeout (1m59s) must be at least agent.stale_job (2m0s)"}},
 		{"clean_interval vs stale_job", "agent: {clean_interval: 121s}", []string{"agent.clean_interval (2m1s) must be at most agent.stale_job (2m0s)"}},
-		{"shutdown vs ECS", "agent: {shutdown_timeout: 120s}", []string{"ECS stops the task 2m0s after SIGTERM (stopTimeout); shutdown_timeout must leave time to hand off and exit"}},
+		{"shutdown vs stop_timeout", "agent: {shutdown_timeout: 120s}", []string{"agent.shutdown_timeout (2m0s) must be less than drain.stop_timeout (2m0s): the container runtime kills the agent 2m0s after SIGTERM"}},
+		{"zero stop_timeout", "drain: {stop_timeout: 0}", []string{`drain.stop_timeout: must be a positive duration such as "5s", got 0s`}},
 		{"listen", `http: {listen: ""}`, []string{"http.listen: must not be empty"}},
 		{"body", "http: {max_body_bytes: 0}", []string{"http.max_body_bytes: must be at least 1"}},
 		{"log cap", "logs: {max_bytes_per_stream: -5}", []string{"logs.max_bytes_per_stream: must be at least 1"}},
@@ -443,16 +446,42 @@ func TestDrainHandoff(t *testing.T) {
 	assert.ErrorContains(t, err, `drain.handoff: must be "immediate", "deadline" or "never", got "later"`)
 }
 
-func TestDrainMustFitECSStopTimeout(t *testing.T) {
+func TestDrainMustFitStopTimeout(t *testing.T) {
 	_, err := Parse([]byte("agent: {shutdown_timeout: 110s}\n"))
-	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m50s) + 12s to stop the last jobs (the longest kill_grace, 0s, + 2s, at least 12s) + http.shutdown_grace (5s) = 2m7s must be less than ECS's 2m0s stopTimeout")
+	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m50s) + 12s to stop the last jobs (the longest kill_grace, 0s, + 2s, at least 12s) + http.shutdown_grace (5s) = 2m7s must be less than drain.stop_timeout (2m0s, the container's stopTimeout)")
 	// A longer kill_grace lengthens the stop bound.
 	_, err = Parse([]byte("agent: {shutdown_timeout: 80s}\nplugins: {shell: {config: {max_kill_grace: 40s}}}\n"))
 	assert.ErrorContains(t, err, "agent.shutdown_timeout (1m20s) + 42s to stop the last jobs (the longest kill_grace, 40s, + 2s, at least 12s) + http.shutdown_grace (5s) = 2m7s must be less than")
 	_, err = Parse([]byte("agent: {shutdown_timeout: 70s}\nplugins: {shell: {config: {max_kill_grace: 40s}}}\n"))
 	assert.NoError(t, err, "70s + 42s + 5s = 117s")
-	_, err = Parse([]byte("agent: {shutdown_timeout: 100s}\n"))
-	assert.NoError(t, err, "the defaults fit: 100s + 12s + 5s = 117s")
+	cfg, err := Parse([]byte("agent: {shutdown_timeout: 100s}\n"))
+	require.NoError(t, err, "the defaults fit: 100s + 12s + 5s = 117s")
+	assert.Equal(t, 117*time.Second, cfg.DrainTotal(nil))
+	assert.Equal(t, Duration(120*time.Second), cfg.Drain.StopTimeout, "the default is the shipped task definition's stopTimeout")
+}
+
+// ECS waits 30s when a container sets no stopTimeout: a config that says so
+// must shorten the drain to fit, and the error says which keys to change.
+func TestDrainStopTimeoutSetting(t *testing.T) {
+	_, err := Load("", func(k string) string { return map[string]string{"TETHER_DRAIN_STOP_TIMEOUT": "30s"}[k] })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "agent.shutdown_timeout (1m40s) must be less than drain.stop_timeout (30s)")
+
+	_, err = Parse([]byte("drain: {stop_timeout: 30s}\nagent: {shutdown_timeout: 15s}\n"))
+	assert.ErrorContains(t, err, "= 32s must be less than drain.stop_timeout (30s, the container's stopTimeout)", "15 + 12 + 5 = 32 ≥ 30")
+	cfg, err := Parse([]byte("drain: {stop_timeout: 30s}\nagent: {shutdown_timeout: 12s}\n"))
+	require.NoError(t, err, "12 + 12 + 5 = 29 < 30")
+	assert.Equal(t, 29*time.Second, cfg.DrainTotal(nil))
+
+	// An EC2 container may stop later than Fargate's 120s: no cap of its own.
+	_, err = Parse([]byte("drain: {stop_timeout: 10m}\nagent: {shutdown_timeout: 9m}\n"))
+	assert.NoError(t, err)
+
+	// The kill graces the plugins report at start enter the same sum.
+	cfg, err = Parse([]byte("drain: {stop_timeout: 60s}\nagent: {shutdown_timeout: 40s}\ncommands: {sh: {plugin: shell}}\n"))
+	require.NoError(t, err, "40 + 12 + 5 = 57 < 60")
+	err = cfg.CheckKillGraces(KillGraces{"shell": 15 * time.Second})
+	assert.ErrorContains(t, err, "agent.shutdown_timeout (40s) + 17s to stop the last jobs (the longest kill_grace, 15s, + 2s, at least 12s) + http.shutdown_grace (5s) = 1m2s must be less than drain.stop_timeout (1m0s")
 }
 
 func TestLifecycleLimitsConfig(t *testing.T) {

@@ -162,7 +162,7 @@ func (c *Config) DrainStopBound(reported KillGraces) time.Duration {
 // agent calls this once its plugins have answered Validate. Each problem
 // names the key and the fix.
 func (c *Config) CheckKillGraces(reported KillGraces) error {
-	return errors.Join(append(c.checkSelfFence(reported), c.checkDrainFitsECS(reported)...)...)
+	return errors.Join(append(c.checkSelfFence(reported), c.checkDrainFitsStop(reported)...)...)
 }
 
 // checkSelfFence requires the self-fence point to be at least 2×keepalive.
@@ -180,18 +180,28 @@ func (c *Config) checkSelfFence(reported KillGraces) []error {
 	return errs
 }
 
-// checkDrainFitsECS requires the whole drain to end inside ECS's
-// stopTimeout.
-func (c *Config) checkDrainFitsECS(reported KillGraces) []error {
-	a := c.Agent
-	if a.ShutdownTimeout >= Duration(ECSStopTimeout) {
-		return []error{fmt.Errorf("agent.shutdown_timeout (%s) must be less than %s: ECS stops the task %s after SIGTERM (stopTimeout); shutdown_timeout must leave time to hand off and exit (default 100s)",
-			a.ShutdownTimeout, ECSStopTimeout, ECSStopTimeout)}
+// DrainTotal is the longest a drain takes from SIGTERM to exit:
+// agent.shutdown_timeout + DrainStopBound + http.shutdown_grace. It must be
+// less than drain.stop_timeout.
+func (c *Config) DrainTotal(reported KillGraces) time.Duration {
+	return c.Agent.ShutdownTimeout.Std() + c.DrainStopBound(reported) + c.HTTP.ShutdownGrace.Std()
+}
+
+// checkDrainFitsStop requires the whole drain to end inside
+// drain.stop_timeout, the container's stop timeout.
+func (c *Config) checkDrainFitsStop(reported KillGraces) []error {
+	a, stop := c.Agent, c.Drain.StopTimeout
+	if stop <= 0 {
+		return nil // checkPositiveDurations reports it
+	}
+	if a.ShutdownTimeout >= stop {
+		return one("agent.shutdown_timeout (%s) must be less than drain.stop_timeout (%s): the container runtime kills the agent %s after SIGTERM; shutdown_timeout must leave time to hand off and exit (default 100s with stop_timeout 120s)",
+			a.ShutdownTimeout, stop, stop)
 	}
 	bound := c.DrainStopBound(reported)
-	if total := a.ShutdownTimeout + Duration(bound) + c.HTTP.ShutdownGrace; total >= Duration(ECSStopTimeout) {
-		return []error{fmt.Errorf("agent.shutdown_timeout (%s) + %s to stop the last jobs (the longest kill_grace, %s, + 2s, at least 12s) + http.shutdown_grace (%s) = %s must be less than ECS's %s stopTimeout, or ECS kills the agent mid-drain; lower one of them",
-			a.ShutdownTimeout, bound, c.LongestKillGrace(reported), c.HTTP.ShutdownGrace, total, ECSStopTimeout)}
+	if total := Duration(c.DrainTotal(reported)); total >= stop {
+		return one("agent.shutdown_timeout (%s) + %s to stop the last jobs (the longest kill_grace, %s, + 2s, at least 12s) + http.shutdown_grace (%s) = %s must be less than drain.stop_timeout (%s, the container's stopTimeout), or the agent is killed mid-drain; lower one of them, or raise the task definition's stopTimeout and drain.stop_timeout with it (at most 120s on Fargate)",
+			a.ShutdownTimeout, bound, c.LongestKillGrace(reported), c.HTTP.ShutdownGrace, total, stop)
 	}
 	return nil
 }

@@ -19,6 +19,8 @@ var (
 	pluginNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	envNameRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$|^\*$`)
 	tokenNameRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$`)
+	// A Secrets Manager secret's name or ARN (the API reference's SecretId).
+	secretIDRe = regexp.MustCompile(`^(arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:)?[A-Za-z0-9/_+=.@-]{1,512}$`)
 	// A pinned binary's sha256sum, as hex.DecodeString reads it.
 	sha256Re = regexp.MustCompile(`^[0-9A-Fa-f]{64}$`)
 )
@@ -54,7 +56,7 @@ func (c *Config) rules() []func() []error {
 		c.checkStaleJobRelations,
 		c.checkCleanupTimeout,
 		func() []error { return c.checkSelfFence(nil) },
-		func() []error { return c.checkDrainFitsECS(nil) },
+		func() []error { return c.checkDrainFitsStop(nil) },
 		c.checkDatabaseURLs,
 		c.checkHTTPListen,
 		c.checkAllowedHosts,
@@ -148,6 +150,7 @@ func (c *Config) checkPositiveDurations() []error {
 		{"http.read_timeout", c.HTTP.ReadTimeout},
 		{"http.write_timeout", c.HTTP.WriteTimeout},
 		{"http.idle_timeout", c.HTTP.IdleTimeout},
+		{"drain.stop_timeout", c.Drain.StopTimeout},
 	} {
 		if d.v <= 0 {
 			p.add("%s: must be a positive duration such as \"5s\", got %s", d.key, d.v)
@@ -251,6 +254,9 @@ func (c *Config) checkDatabaseURLs() []error {
 				p.add("%s: %v", u.key, err)
 			}
 		}
+	}
+	if c.DatabaseSecret != "" && !secretIDRe.MatchString(c.DatabaseSecret) {
+		p.add("database_secret (env TETHER_DATABASE_SECRET): %q is neither a Secrets Manager secret name (up to 512 of A-Za-z0-9/_+=.@-) nor its ARN (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME)", c.DatabaseSecret)
 	}
 	return p
 }

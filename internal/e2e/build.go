@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/tetherjobs/tether/internal/bintest"
+	"github.com/tetherjobs/tether/internal/gobuild"
 )
 
 // Package paths of what the tests run.
@@ -33,7 +34,7 @@ type Binaries struct {
 // dir. It must run inside the tether module (any test's working directory is).
 func Build(ctx context.Context, dir string) (Binaries, error) {
 	b := Binaries{Tether: filepath.Join(dir, "tether"), PluginDir: dir}
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", b.Tether, AgentPackage).CombinedOutput()
+	out, err := gobuild.Command(ctx, "go", b.Tether, AgentPackage).CombinedOutput()
 	if err != nil {
 		return Binaries{}, fmt.Errorf("building tether from %s: %w\n%s", AgentPackage, err, strings.TrimSpace(string(out)))
 	}

@@ -39,7 +39,7 @@ import (
 //     limits (20/s and 10/s), over the run and over any 10 s window.
 //
 // It prints the call rates (and throttled calls), task stop → job terminal
-// latency (the emulator's stoppedAt against the job's finished_at, both this
+// latency (the emulator's executionStoppedAt, its containers' exit, against the job's finished_at, both this
 // machine's wall clock), and the agents' and their plugins' RSS and CPU.
 // Synthetic tasks (image tether.local/synthetic) run no process. Each prints
 // "line <n> of <N> task <id>" once a SYNTH_INTERVAL, N from 60 to 120 spread
@@ -242,7 +242,7 @@ func (r *ecsBench) sample(ended int) {
 	calls, _ := r.em.Calls()
 	stopped := 0
 	for _, t := range r.em.Tasks() {
-		if t.LastStatus == "STOPPED" {
+		if !t.ExecutionStoppedAt.IsZero() { // its containers exited (DEPROVISIONING or STOPPED)
 			stopped++
 		}
 	}
@@ -322,8 +322,8 @@ func (r *ecsBench) check() {
 		if lc.lost+lc.dup+lc.foreign+lc.disorder > 0 {
 			lineProblems = append(lineProblems, fmt.Sprintf("job %s (task %s, %d lines, %d earlier tasks): %s", id, finalID, r.lines[id], len(earlier), lc))
 		}
-		if ti, ok := r.em.Task(final.TaskARN); ok && !ti.StoppedAt.IsZero() && j.FinishedAt != nil {
-			latencies = append(latencies, j.FinishedAt.Sub(ti.StoppedAt))
+		if ti, ok := r.em.Task(final.TaskARN); ok && !ti.ExecutionStoppedAt.IsZero() && j.FinishedAt != nil {
+			latencies = append(latencies, j.FinishedAt.Sub(ti.ExecutionStoppedAt))
 			ph.add(r.rec, ti, "job/"+ecsContainer+"/"+finalID, *j.FinishedAt)
 			for id := range earlier {
 				ph.earlierReads += len(r.rec.readsOf("job/" + ecsContainer + "/" + id))
@@ -598,7 +598,7 @@ type drainPhases struct {
 }
 
 func (p *drainPhases) add(rec *callRecorder, t emulator.TaskInfo, stream string, end time.Time) {
-	seen, ok := rec.seenStopped(t.ARN, t.StoppedAt)
+	seen, ok := rec.seenStopped(t.ARN, t.ExecutionStoppedAt)
 	if !ok {
 		p.unseen++
 		return
@@ -620,7 +620,7 @@ func (p *drainPhases) add(rec *callRecorder, t emulator.TaskInfo, stream string,
 		last = rd.at
 	}
 	p.tails, p.drains = append(p.tails, tails), append(p.drains, drains)
-	p.stopToSeen = append(p.stopToSeen, seen.Sub(t.StoppedAt))
+	p.stopToSeen = append(p.stopToSeen, seen.Sub(t.ExecutionStoppedAt))
 	if first.IsZero() {
 		return
 	}

@@ -167,10 +167,11 @@ func TestConsoleJobLifecycle(t *testing.T) {
 	assert.Empty(t, br.dialogsSeen())
 }
 
-// Cancel and requeue from the job's page, with the API's refusals shown
-// where they belong. A requeue with no reason gets the field error next to
-// the reason, a cancel of a finished job the 409 text, and a time filter the
-// API refuses its error next to the filter.
+// Cancel and requeue from the job's page, offered only where the job's
+// state allows them, with the API's refusals shown where they belong. A
+// requeue with no reason gets the field error next to the reason, a
+// finished job says why it offers no action, and a time filter the API
+// refuses its error next to the filter.
 func TestConsoleCancelAndRequeue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -191,6 +192,9 @@ func TestConsoleCancelAndRequeue(t *testing.T) {
 
 	br.open(base+"/#/jobs/"+long, "job")
 	br.waitJS("running", `document.querySelector('[data-field=status]').textContent.trim() === 'running'`)
+	// A running job offers Cancel only, and says why not Requeue.
+	br.waitJS("requeue not offered while running", `document.querySelector('[data-testid=requeue-form]').hidden && !document.querySelector('[data-testid=cancel-form]').hidden`)
+	assert.Contains(t, br.text(`[data-testid=actions-why]`), "No Requeue: only failed or canceled jobs can be requeued; this one is running.")
 	const reason = "stopped from the console"
 	br.setValue("#cancel-reason", reason)
 	br.click(`button[data-testid=cancel-submit]`)
@@ -226,18 +230,20 @@ func TestConsoleCancelAndRequeue(t *testing.T) {
 	}), h.eventSummary(ctx, long))
 	br.waitJS("requeued in the timeline", `!!document.querySelector('ol[data-testid=job-timeline] li[data-kind=requeued]')`)
 
-	// Cancel of a finished job: the API's 409, word for word.
+	// A finished job offers neither action and says why; the API would
+	// refuse a cancel (409).
 	h.waitTerminal(ctx, []string{done}, 20*time.Second)
 	var conflict apiError
 	require.Equal(t, http.StatusConflict, apiCall(t, ctx, http.MethodPost, base+"/api/v1/jobs/"+done+"/cancel", "", map[string]any{"reason": "too late"}, &conflict))
 	br.open(base+"/#/jobs/"+done, "job")
 	assert.Equal(t, "succeeded", br.text(`[data-field=status]`))
-	br.setValue("#cancel-reason", "too late")
-	br.click(`button[data-testid=cancel-submit]`)
-	br.waitJS("the 409 text", fmt.Sprintf(`(e => e && e.textContent.includes(%s))(document.querySelector('[data-testid=action-error]'))`, jsStr(conflict.Error)))
-	assert.Equal(t, "alert", evalJS[string](br, `document.querySelector('[data-testid=action-error]').getAttribute('role')`))
+	assert.True(t, evalJS[bool](br, `document.querySelector('[data-testid=cancel-form]').hidden && document.querySelector('[data-testid=requeue-form]').hidden`),
+		"no action is offered on a succeeded job")
+	why := br.text(`[data-testid=actions-why]`)
+	assert.Contains(t, why, "No Cancel: the job is succeeded, and a finished job cannot be canceled.")
+	assert.Contains(t, why, "No Requeue: only failed or canceled jobs can be requeued; this one is succeeded.")
 	assert.Equal(t, store.StatusSucceeded, h.job(ctx, done).Status)
-	br.shot("cancel-refused.png")
+	br.shot("actions-finished.png")
 
 	// A time window the API refuses (since after until): its field error.
 	br.open(base+"/#/jobs", "jobs")

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tetherjobs/tether/internal/gobuild"
 )
 
 // OperatorStack is a control plane with the real kubeflow spark-operator
@@ -252,7 +254,7 @@ func buildSparkSubmit(ctx context.Context, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "./internal/kubetest/sparksubmit")
+	cmd := gobuild.Command(ctx, goBin, out, "./internal/kubetest/sparksubmit")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the spark-submit stand-in: %v\n%s", err, b)

@@ -197,15 +197,12 @@ func listStatement(status jobstate.JobStatus, agent string) string {
 	}
 }
 
-// ListJobs returns jobs newest first and the cursor of the next page ("" at the end).
-func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, error) {
-	if p.Limit <= 0 {
-		p.Limit = 50
-	}
+// filterArgs are the named values of p's filters, as the list and count
+// statements read them.
+func filterArgs(p ListParams) map[string]any {
 	args := map[string]any{
 		"status": p.Status, "command": p.Command, "submitter": p.Submitter,
-		"idempotency_key": p.IdempotencyKey, "after": p.After, "limit": p.Limit + 1,
-		"agent": p.Agent,
+		"idempotency_key": p.IdempotencyKey, "after": p.After, "agent": p.Agent,
 	}
 	if !p.Since.IsZero() {
 		args["since"], args["since_id"] = p.Since, uuidV7Floor(p.Since.Add(-IDClockSkew))
@@ -213,6 +210,16 @@ func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, erro
 	if !p.Until.IsZero() {
 		args["until"], args["until_id"] = p.Until, uuidV7Floor(p.Until.Add(IDClockSkew))
 	}
+	return args
+}
+
+// ListJobs returns jobs newest first and the cursor of the next page ("" at the end).
+func (s *Store) ListJobs(ctx context.Context, p ListParams) ([]Job, string, error) {
+	if p.Limit <= 0 {
+		p.Limit = 50
+	}
+	args := filterArgs(p)
+	args["limit"] = p.Limit + 1
 	st := queries.Named(listStatement(p.Status, p.Agent))
 	rows, err := s.pool.Query(ctx, st.SQL, st.Args(args)...)
 	if err != nil {

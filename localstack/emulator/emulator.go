@@ -31,7 +31,8 @@ const (
 	ecsTargetPrefix  = "AmazonEC2ContainerServiceV20141113."
 	logsTargetPrefix = "Logs_20140328."
 
-	// stepDelay separates PROVISIONING, PENDING and RUNNING so pollers can see them.
+	// stepDelay separates PROVISIONING, PENDING, ACTIVATING and RUNNING (and
+	// DEACTIVATING, STOPPING, DEPROVISIONING and STOPPED) so pollers can see them.
 	stepDelay = 20 * time.Millisecond
 	// clientTokenTTL is how long RunTask remembers a clientToken, as in ECS.
 	clientTokenTTL = 24 * time.Hour
@@ -105,6 +106,10 @@ type Options struct {
 	// tasks of every desired status. Without it (as moto does) the two
 	// combine.
 	StartedByOnly bool
+	// DeprovisionDelay is how long a stopped task stays DEPROVISIONING (its
+	// containers exited, their exit codes known, its network interface
+	// being released) before it is STOPPED (at least stepDelay).
+	DeprovisionDelay time.Duration
 	// RateLimits turns on the account-wide token buckets per API action.
 	RateLimits bool
 	// RateLimitFigures replace DefaultRateLimits' figures for the actions
@@ -146,6 +151,7 @@ type Faults struct {
 	InfraStopDelay        time.Duration        `json:"infraStopDelay"`
 	InfraStopGraceful     bool                 `json:"infraStopGraceful"`
 	StartedByOnly         bool                 `json:"startedByOnly"`
+	DeprovisionDelay      time.Duration        `json:"deprovisionDelay"`
 	RateLimits            bool                 `json:"rateLimits"`
 	RateLimitFigures      map[string]RateLimit `json:"rateLimitFigures"`
 	TokenReplayAfterPurge string               `json:"tokenReplayAfterPurge"`
@@ -170,6 +176,7 @@ func (o Options) faults() Faults {
 		InfraStopDelay:        o.InfraStopDelay,
 		InfraStopGraceful:     o.InfraStopGraceful,
 		StartedByOnly:         o.StartedByOnly,
+		DeprovisionDelay:      o.DeprovisionDelay,
 		RateLimits:            o.RateLimits,
 		RateLimitFigures:      o.RateLimitFigures,
 		TokenReplayAfterPurge: o.TokenReplayAfterPurge,
@@ -218,6 +225,7 @@ type Emulator struct {
 	seq      uint64
 	logs     map[string]*logGroup
 	eks      map[string]eksCluster
+	secrets  *secretStore
 	buckets  map[string]*bucket // by operation; nil when rate limits are off
 	calls    map[string]int
 	throttle map[string]int
@@ -248,6 +256,7 @@ func New(opts Options) *Emulator {
 		launches: map[string]int{},
 		logs:     map[string]*logGroup{},
 		eks:      map[string]eksCluster{},
+		secrets:  newSecretStore(),
 		calls:    map[string]int{},
 		throttle: map[string]int{},
 		closing:  make(chan struct{}),
@@ -556,6 +565,9 @@ func (e *Emulator) route(target string) (handler func([]byte) (any, error), serv
 	case strings.HasPrefix(target, logsTargetPrefix):
 		op = strings.TrimPrefix(target, logsTargetPrefix)
 		return e.logsOps()[op], "logs", op
+	case strings.HasPrefix(target, secretsTargetPrefix):
+		op = strings.TrimPrefix(target, secretsTargetPrefix)
+		return e.secretsOps()[op], "secretsmanager", op
 	}
 	return nil, "", ""
 }
@@ -611,7 +623,7 @@ func (e *Emulator) injectFault(r *http.Request, service, op string) (ae *apiErro
 }
 
 // serverErrorType is the error type each service answers HTTP 500 with.
-var serverErrorType = map[string]string{"ecs": "ServerException", "logs": "ServiceUnavailableException", "eks": "ServerException"}
+var serverErrorType = map[string]string{"ecs": "ServerException", "logs": "ServiceUnavailableException", "eks": "ServerException", "secretsmanager": "InternalServiceError"}
 
 // decode parses a request body. An empty body is an empty object.
 func decode(body []byte, v any) error {

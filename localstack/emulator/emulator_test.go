@@ -652,3 +652,90 @@ func TestCloseKillsTaskProcesses(t *testing.T) {
 	require.Less(t, time.Since(began), 5*time.Second)
 	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "Close killed and reaped the process")
 }
+
+// A task passes through every state of the ECS task lifecycle: its exit
+// codes are known once it is DEPROVISIONING, and it is STOPPED only after
+// the deprovision delay (the network interface released).
+func TestTaskLifecycleStates(t *testing.T) {
+	t.Parallel()
+	e := start(t, Options{DeprovisionDelay: 400 * time.Millisecond})
+	ctx := ctxT(t)
+	register(t, ctx, e.ecs, "life", shell("main", "trap 'sleep 0.3; exit 0' TERM; while :; do sleep 0.01; done"))
+	arn := aws.ToString(runOne(t, ctx, e.ecs, &ecs.RunTaskInput{TaskDefinition: aws.String("life")}).TaskArn)
+	var seen []string
+	var deprov types.Task
+	stopSent := false
+	for {
+		out, err := e.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{Tasks: []string{arn}})
+		require.NoError(t, err)
+		tk := out.Tasks[0]
+		status := aws.ToString(tk.LastStatus)
+		if len(seen) == 0 || seen[len(seen)-1] != status {
+			seen = append(seen, status)
+		}
+		if status == "RUNNING" && !stopSent {
+			_, err := e.ecs.StopTask(ctx, &ecs.StopTaskInput{Task: aws.String(arn)})
+			require.NoError(t, err)
+			stopSent = true
+		}
+		if status == "DEPROVISIONING" && deprov.TaskArn == nil {
+			deprov = tk
+		}
+		if status == "STOPPED" {
+			require.True(t, aws.ToTime(tk.StoppedAt).Sub(aws.ToTime(tk.ExecutionStoppedAt)) >= 400*time.Millisecond)
+			break
+		}
+		wait(t, ctx, 2*time.Millisecond)
+	}
+	// The states a poll sees come in the lifecycle's order. Those of a
+	// step (20 ms) a loaded machine's polls may miss; those that last are
+	// always seen.
+	lifecycle := []string{"PROVISIONING", "PENDING", "ACTIVATING", "RUNNING", "DEACTIVATING", "STOPPING", "DEPROVISIONING", "STOPPED"}
+	at := -1
+	for _, st := range seen {
+		i := slices.Index(lifecycle, st)
+		require.Greater(t, i, at, "%s out of the lifecycle's order in %v", st, seen)
+		at = i
+	}
+	for _, st := range []string{"RUNNING", "STOPPING", "DEPROVISIONING", "STOPPED"} {
+		require.Contains(t, seen, st)
+	}
+	require.NotNil(t, deprov.TaskArn, "seen DEPROVISIONING")
+	require.Equal(t, int32(0), aws.ToInt32(deprov.Containers[0].ExitCode), "the exit code is known while DEPROVISIONING")
+	require.Equal(t, "STOPPED", aws.ToString(deprov.Containers[0].LastStatus))
+	require.NotNil(t, deprov.ExecutionStoppedAt)
+	require.Nil(t, deprov.StoppedAt, "not STOPPED yet")
+	require.Equal(t, types.TaskStopCodeUserInitiated, deprov.StopCode)
+}
+
+// A task launched with a capacity provider strategy reports the
+// provider's launch type and its name: FARGATE_SPOT runs on Fargate.
+func TestLaunchTypeFromCapacityProvider(t *testing.T) {
+	t.Parallel()
+	e := start(t, Options{})
+	ctx := ctxT(t)
+	register(t, ctx, e.ecs, "cp", shell("main", "sleep 5"))
+	for _, tc := range []struct {
+		strategy   []types.CapacityProviderStrategyItem
+		launchType types.LaunchType
+		provider   string
+	}{
+		{[]types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("FARGATE_SPOT"), Weight: 1}}, types.LaunchTypeFargate, "FARGATE_SPOT"},
+		{[]types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("FARGATE"), Weight: 1}, {CapacityProvider: aws.String("FARGATE_SPOT"), Weight: 4}}, types.LaunchTypeFargate, "FARGATE_SPOT"},
+		{[]types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("FARGATE"), Base: 1}, {CapacityProvider: aws.String("FARGATE_SPOT"), Weight: 4}}, types.LaunchTypeFargate, "FARGATE"},
+		{[]types.CapacityProviderStrategyItem{{CapacityProvider: aws.String("my-asg-provider"), Weight: 1}}, types.LaunchTypeEc2, "my-asg-provider"},
+	} {
+		tk := runOne(t, ctx, e.ecs, &ecs.RunTaskInput{TaskDefinition: aws.String("cp"), CapacityProviderStrategy: tc.strategy})
+		require.Equal(t, tc.launchType, tk.LaunchType)
+		require.Equal(t, tc.provider, aws.ToString(tk.CapacityProviderName))
+	}
+	tk := runOne(t, ctx, e.ecs, &ecs.RunTaskInput{TaskDefinition: aws.String("cp"), LaunchType: types.LaunchTypeFargate})
+	require.Equal(t, types.LaunchTypeFargate, tk.LaunchType)
+	require.Nil(t, tk.CapacityProviderName)
+
+	_, err := e.ecs.RunTask(ctx, &ecs.RunTaskInput{TaskDefinition: aws.String("cp"), CapacityProviderStrategy: []types.CapacityProviderStrategyItem{
+		{CapacityProvider: aws.String("FARGATE"), Base: 1}, {CapacityProvider: aws.String("FARGATE_SPOT"), Base: 1},
+	}})
+	var ipe *types.InvalidParameterException
+	require.ErrorAs(t, err, &ipe, "a base on one provider at most")
+}

@@ -6,13 +6,16 @@ import (
 )
 
 // Failure reasons a capacity error picks from. RESOURCE:CPU, RESOURCE:MEMORY
-// and AGENT are in the ECS "API failure reasons" page. The Fargate text is
-// the one the re:Post article "ecs-fargate-runtask-capacity" quotes.
+// and AGENT are in the ECS "API failure reasons" page. The Fargate capacity
+// text is the one the re:Post article "ecs-fargate-runtask-capacity"
+// quotes; the Fargate vCPU quota's is in the developer guide's "Service
+// event messages" (the RunTask response's failures point to that page).
 const (
-	ReasonResourceCPU     = "RESOURCE:CPU"
-	ReasonResourceMemory  = "RESOURCE:MEMORY"
-	ReasonAgent           = "AGENT"
-	ReasonFargateCapacity = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
+	ReasonResourceCPU      = "RESOURCE:CPU"
+	ReasonResourceMemory   = "RESOURCE:MEMORY"
+	ReasonAgent            = "AGENT"
+	ReasonFargateCapacity  = "Capacity is unavailable at this time. Please try again later or in a different availability zone"
+	ReasonFargateVCPUQuota = "You’ve reached the limit on the number of vCPUs you can run concurrently"
 )
 
 // Stopped reasons of tasks that fail to start (stopCode TaskFailedToStart),
@@ -32,7 +35,7 @@ const (
 
 // AllCapacityReasons lists every capacity failure reason the emulator knows.
 func AllCapacityReasons() []string {
-	return []string{ReasonResourceCPU, ReasonResourceMemory, ReasonAgent, ReasonFargateCapacity}
+	return []string{ReasonResourceCPU, ReasonResourceMemory, ReasonAgent, ReasonFargateCapacity, ReasonFargateVCPUQuota}
 }
 
 const (
@@ -84,11 +87,15 @@ func (e *Emulator) transientRunTaskError(netConf json.RawMessage) *apiError {
 func (e *Emulator) capacityFailure(clusterName string) failure {
 	reasons := capacityReasons(e.faults.CapacityReasons)
 	f := failure{Reason: reasons[e.rng.IntN(len(reasons))]}
-	if f.Reason != ReasonFargateCapacity {
+	if !fargateReason(f.Reason) {
 		f.Arn = "arn:aws:ecs:" + region + ":" + account + ":container-instance/" + clusterName + "/" + newID()
 	}
 	return f
 }
+
+// fargateReason reports the reasons of Fargate, which has no container
+// instances to name.
+func fargateReason(r string) bool { return r == ReasonFargateCapacity || r == ReasonFargateVCPUQuota }
 
 // capacityReasons is the reasons a capacity error picks from: rs, or
 // RESOURCE:CPU alone when rs is empty.

@@ -295,7 +295,7 @@ func TestCapacityFailureReasons(t *testing.T) {
 		reason := aws.ToString(f.Reason)
 		require.Contains(t, AllCapacityReasons(), reason)
 		seen[reason] = true
-		if reason == ReasonFargateCapacity {
+		if fargateReason(reason) {
 			require.Empty(t, aws.ToString(f.Arn))
 		} else {
 			require.Regexp(t, `^arn:aws:ecs:us-east-1:000000000000:container-instance/default/[0-9a-f]{32}$`, aws.ToString(f.Arn))
@@ -758,9 +758,12 @@ func TestHostileProfile(t *testing.T) {
 	for {
 		out, err := e.ecs.DescribeTasks(ctx, &ecs.DescribeTasksInput{Tasks: []string{arn}})
 		require.NoError(t, err)
-		if len(out.Tasks) == 1 && stopped(out.Tasks[0]) {
+		// Its exit codes are known from DEPROVISIONING on, 30 s before STOPPED.
+		if len(out.Tasks) == 1 && aws.ToString(out.Tasks[0].LastStatus) == "DEPROVISIONING" {
+			require.Equal(t, int32(0), aws.ToInt32(out.Tasks[0].Containers[0].ExitCode))
 			break
 		}
+		require.False(t, len(out.Tasks) == 1 && stopped(out.Tasks[0]), "STOPPED without DEPROVISIONING first")
 		wait(t, ctx, 50*time.Millisecond)
 	}
 	stream := "job/main/" + taskID(arn)

@@ -17,15 +17,17 @@ type TaskInfo struct {
 	LastStatus    string
 	StopCode      string
 	StoppedReason string
-	// CreatedAt is RunTask's launch. StoppedAt is zero until STOPPED.
-	CreatedAt, StartedAt, StoppedAt time.Time
+	// CreatedAt is RunTask's launch. ExecutionStoppedAt is when its
+	// containers had all exited (DEPROVISIONING), StoppedAt when it was
+	// STOPPED; each is zero until then.
+	CreatedAt, StartedAt, ExecutionStoppedAt, StoppedAt time.Time
 }
 
 func (t *task) info() TaskInfo {
 	return TaskInfo{
 		ARN: t.arn, ID: t.id, StartedBy: t.startedBy, LastStatus: t.lastStatus,
 		StopCode: t.stopCode, StoppedReason: t.stoppedReason,
-		CreatedAt: t.createdAt, StartedAt: t.startedAt, StoppedAt: t.stoppedAt,
+		CreatedAt: t.createdAt, StartedAt: t.startedAt, ExecutionStoppedAt: t.executionStoppedAt, StoppedAt: t.stoppedAt,
 	}
 }
 

@@ -25,6 +25,7 @@ const (
 func HostileOptions() Options {
 	return Options{
 		ConsistencyWindow:     3 * time.Second,
+		DeprovisionDelay:      30 * time.Second,
 		LogLag:                1500 * time.Millisecond,
 		RunTaskTransientRate:  0.05,
 		CapacityErrorRate:     0.05,
@@ -91,7 +92,7 @@ func boolSetter(field func(*Options) *bool) func(*Options, string) error {
 
 // capacityAliases are short names for the documented capacity reasons.
 var capacityAliases = map[string][]string{
-	"cpu": {ReasonResourceCPU}, "memory": {ReasonResourceMemory}, "agent": {ReasonAgent}, "fargate": {ReasonFargateCapacity},
+	"cpu": {ReasonResourceCPU}, "memory": {ReasonResourceMemory}, "agent": {ReasonAgent}, "fargate": {ReasonFargateCapacity}, "vcpu": {ReasonFargateVCPUQuota},
 	"all": AllCapacityReasons(),
 }
 
@@ -118,7 +119,7 @@ func settings() []setting {
 		rateSetting("capacity-error-rate", "TETHER_EMULATOR_CAPACITY_ERROR_RATE", "fraction of RunTask slots returned under failures",
 			func(o *Options) *float64 { return &o.CapacityErrorRate }),
 		{flag: "capacity-reasons", env: "TETHER_EMULATOR_CAPACITY_REASONS",
-			usage: "comma-separated failure reasons capacity errors pick from: cpu, memory, agent, fargate, all, or literal reasons (default cpu)",
+			usage: "comma-separated failure reasons capacity errors pick from: cpu, memory, agent, fargate, vcpu, all, or literal reasons (default cpu)",
 			set:   setCapacityReasons},
 		durationSetting("consistency-window", "TETHER_EMULATOR_CONSISTENCY_WINDOW", "a new task is MISSING from DescribeTasks and ListTasks for a random time up to this",
 			func(o *Options) *time.Duration { return &o.ConsistencyWindow }),
@@ -137,6 +138,8 @@ func settings() []setting {
 		{flag: "infra-stop-graceful", env: "TETHER_EMULATOR_INFRA_STOP_GRACEFUL", isBool: true,
 			usage: "every infrastructure stop sends SIGTERM and reports the exit codes (else half lose the host)",
 			set:   boolSetter(func(o *Options) *bool { return &o.InfraStopGraceful })},
+		durationSetting("deprovision-delay", "TETHER_EMULATOR_DEPROVISION_DELAY", "a stopped task stays DEPROVISIONING (exit codes known) this long before STOPPED",
+			func(o *Options) *time.Duration { return &o.DeprovisionDelay }),
 		{flag: "started-by-only", env: "TETHER_EMULATOR_STARTED_BY_ONLY", isBool: true,
 			usage: "ListTasks refuses startedBy with desiredStatus, and lists a startedBy's tasks of every status (the reference read literally)",
 			set:   boolSetter(func(o *Options) *bool { return &o.StartedByOnly })},
@@ -303,6 +306,7 @@ func (o Options) LogValue() slog.Value {
 		slog.Duration("stoppedRetention", o.StoppedRetention),
 		slog.Duration("stopTimeout", o.StopTimeout),
 		slog.Duration("consistencyWindow", o.ConsistencyWindow),
+		slog.Duration("deprovisionDelay", o.DeprovisionDelay),
 		slog.Duration("logLag", o.LogLag),
 		slog.Float64("emptyLogPageRate", o.EmptyLogPageRate),
 		slog.Float64("runTaskTransientRate", o.RunTaskTransientRate),

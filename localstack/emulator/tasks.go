@@ -52,32 +52,36 @@ type container struct {
 }
 
 type task struct {
-	id, arn       string
-	cluster       string
-	clusterArn    string
-	seq           uint64
-	td            *taskDef
-	startedBy     string
-	group         string
-	launchType    string
-	tags          []tag
-	overrides     json.RawMessage
-	cpu, memory   string
-	lastStatus    string
-	desiredStatus string
-	createdAt     time.Time
-	pullStartedAt time.Time
-	pullStoppedAt time.Time
-	startedAt     time.Time
-	stoppingAt    time.Time
-	stoppedAt     time.Time
-	stopCode      string
-	stoppedReason string
-	version       int64
-	containers    []*container
-	failStart     bool
-	failReason    string // its stopped reason, when failStart
-	stopReq       chan struct{}
+	id, arn    string
+	cluster    string
+	clusterArn string
+	seq        uint64
+	td         *taskDef
+	startedBy  string
+	group      string
+	launchType string
+	// capacityProvider is the provider of the request's strategy that ran it.
+	capacityProvider string
+	tags             []tag
+	overrides        json.RawMessage
+	cpu, memory      string
+	lastStatus       string
+	desiredStatus    string
+	createdAt        time.Time
+	pullStartedAt    time.Time
+	pullStoppedAt    time.Time
+	startedAt        time.Time
+	stoppingAt       time.Time
+	// executionStoppedAt is when every container had exited (DEPROVISIONING).
+	executionStoppedAt time.Time
+	stoppedAt          time.Time
+	stopCode           string
+	stoppedReason      string
+	version            int64
+	containers         []*container
+	failStart          bool
+	failReason         string // its stopped reason, when failStart
+	stopReq            chan struct{}
 	// visibleAt is when DescribeTasks and ListTasks start seeing the task.
 	visibleAt time.Time
 	// infra, when set, stops the task that long after it is RUNNING.
@@ -111,6 +115,7 @@ type taskOut struct {
 	StartedBy            string          `json:"startedBy,omitempty"`
 	Group                string          `json:"group,omitempty"`
 	LaunchType           string          `json:"launchType,omitempty"`
+	CapacityProviderName string          `json:"capacityProviderName,omitempty"`
 	Cpu                  string          `json:"cpu,omitempty"`
 	Memory               string          `json:"memory,omitempty"`
 	Version              int64           `json:"version"`
@@ -141,9 +146,9 @@ func (t *task) render(withTags bool) taskOut {
 		LastStatus: t.lastStatus, DesiredStatus: t.desiredStatus,
 		CreatedAt: epoch(t.createdAt), PullStartedAt: epoch(t.pullStartedAt), PullStoppedAt: epoch(t.pullStoppedAt),
 		StartedAt: epoch(t.startedAt), StoppingAt: epoch(t.stoppingAt), StoppedAt: epoch(t.stoppedAt),
-		ExecutionStoppedAt: epoch(t.stoppedAt),
+		ExecutionStoppedAt: epoch(t.executionStoppedAt),
 		StopCode:           t.stopCode, StoppedReason: t.stoppedReason,
-		StartedBy: t.startedBy, Group: t.group, LaunchType: t.launchType,
+		StartedBy: t.startedBy, Group: t.group, LaunchType: t.launchType, CapacityProviderName: t.capacityProvider,
 		Cpu: t.cpu, Memory: t.memory, Version: t.version, Overrides: t.overrides,
 		AvailabilityZone: region + "a", HealthStatus: "UNKNOWN",
 	}
@@ -298,7 +303,7 @@ func (req *runTaskReq) check() (int, overridesReq, error) {
 	case !validClientToken(req.ClientToken):
 		return 0, ov, invalidParam("clientToken must be at most 64 ASCII characters in the range 33-126")
 	}
-	if err := cmp.Or(validateTags(req.Tags), checkLaunchType(req.LaunchType, req.CapacityProviderStrategy)); err != nil {
+	if err := cmp.Or(validateTags(req.Tags), checkLaunchType(req.LaunchType, req.CapacityProviderStrategy), checkStrategy(req.CapacityProviderStrategy)); err != nil {
 		return 0, ov, err
 	}
 	if len(req.Overrides) > 0 {
@@ -307,6 +312,68 @@ func (req *runTaskReq) check() (int, overridesReq, error) {
 		}
 	}
 	return count, ov, nil
+}
+
+// strategyItem is one entry of a RunTask capacityProviderStrategy.
+type strategyItem struct {
+	CapacityProvider string `json:"capacityProvider"`
+	Weight           int    `json:"weight"`
+	Base             int    `json:"base"`
+}
+
+// fargateProviders are the capacity providers of the Fargate launch type
+// (CapacityProviderStrategyItem, ECS API reference); any other provider is
+// an Auto Scaling group's, of the EC2 launch type.
+var fargateProviders = map[string]bool{"FARGATE": true, "FARGATE_SPOT": true}
+
+// launchOf is the launch type a task of the request runs with, and the
+// capacity provider that ran it: the request's launchType (EC2 when it
+// sets neither, the emulator's clusters having no default strategy), or
+// the launch type of the strategy's provider. The provider is the first
+// with a base, else the first of the highest weight.
+func launchOf(req runTaskReq) (launchType, provider string) {
+	var items []strategyItem
+	if req.CapacityProviderStrategy == nil || json.Unmarshal(req.CapacityProviderStrategy, &items) != nil || len(items) == 0 {
+		return cmp.Or(req.LaunchType, "EC2"), ""
+	}
+	pick := items[0]
+	for _, it := range items {
+		if pick.Base == 0 && (it.Base > 0 || it.Weight > pick.Weight) {
+			pick = it
+		}
+	}
+	if fargateProviders[pick.CapacityProvider] {
+		return "FARGATE", pick.CapacityProvider
+	}
+	return "EC2", pick.CapacityProvider
+}
+
+// checkStrategy accepts a capacity provider strategy of 1 to 20 named
+// providers (CapacityProviderStrategyItem: "can contain a maximum of 20"),
+// weights 0-1000, bases 0-100000, a base on one provider at most.
+func checkStrategy(raw json.RawMessage) error {
+	if raw == nil {
+		return nil
+	}
+	var items []strategyItem
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return invalidParam("capacityProviderStrategy: %v", err)
+	}
+	bases := 0
+	for _, it := range items {
+		switch {
+		case it.CapacityProvider == "":
+			return invalidParam("capacityProviderStrategy: capacityProvider can not be blank.")
+		case !inRange(it.Weight, 0, 1000) || !inRange(it.Base, 0, 100000):
+			return invalidParam("capacityProviderStrategy: weight must be 0-1000 and base 0-100000")
+		case it.Base > 0:
+			bases++
+		}
+	}
+	if len(items) == 0 || len(items) > 20 || bases > 1 {
+		return invalidParam("capacityProviderStrategy: want 1 to 20 providers, at most one with a base")
+	}
+	return nil
 }
 
 // checkLaunchType accepts a known launch type, or none, and not beside a
@@ -393,12 +460,13 @@ func (e *Emulator) launchable(req runTaskReq, ov overridesReq) (*taskDef, map[st
 func (e *Emulator) newTask(c *cluster, td *taskDef, req runTaskReq, ov overridesReq, overrideByName map[string]containerOverride, now time.Time) *task {
 	tdCPU, _ := td.raw["cpu"].(string)
 	tdMemory, _ := td.raw["memory"].(string)
+	launchType, provider := launchOf(req)
 	e.seq++
 	id := newID()
 	t := &task{
 		id: id, arn: "arn:aws:ecs:" + region + ":" + account + ":task/" + c.name + "/" + id,
 		cluster: c.name, clusterArn: c.arn, seq: e.seq, td: td,
-		startedBy: req.StartedBy, group: cmp.Or(req.Group, "family:"+td.family), launchType: cmp.Or(req.LaunchType, "EC2"),
+		startedBy: req.StartedBy, group: cmp.Or(req.Group, "family:"+td.family), launchType: launchType, capacityProvider: provider,
 		tags: append([]tag(nil), req.Tags...), overrides: req.Overrides,
 		cpu: cmp.Or(ov.Cpu, tdCPU), memory: cmp.Or(ov.Memory, tdMemory),
 		lastStatus: "PROVISIONING", desiredStatus: "RUNNING", createdAt: now, version: 1,
@@ -495,7 +563,9 @@ func (e *Emulator) setStatus(t *task, f func()) {
 	t.version++
 }
 
-// finish marks the task STOPPED. e.mu must not be held.
+// finish stops the task: DEPROVISIONING once its containers have exited
+// (their exit codes known), STOPPED after the deprovision delay (the
+// network interface released). e.mu must not be held.
 func (e *Emulator) finish(t *task, code, reason string) {
 	e.setStatus(t, func() {
 		now := time.Now()
@@ -505,10 +575,22 @@ func (e *Emulator) finish(t *task, code, reason string) {
 		if t.stoppingAt.IsZero() {
 			t.stoppingAt = now
 		}
-		t.desiredStatus, t.lastStatus, t.stoppedAt = "STOPPED", "STOPPED", now
+		t.desiredStatus, t.lastStatus, t.executionStoppedAt = "STOPPED", "DEPROVISIONING", now
 		for _, c := range t.containers {
 			c.lastStatus = "STOPPED"
 		}
+	})
+	e.mu.Lock()
+	delay := max(stepDelay, e.faults.DeprovisionDelay)
+	e.mu.Unlock()
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-e.closing:
+	}
+	e.setStatus(t, func() {
+		t.lastStatus, t.stoppedAt = "STOPPED", time.Now()
 		e.log.Info("task stopped", "task", t.id, "startedBy", t.startedBy, "stopCode", t.stopCode, "reason", t.stoppedReason)
 	})
 }
@@ -544,6 +626,13 @@ func (e *Emulator) provision(t *task) bool {
 		return false
 	}
 	e.setStatus(t, func() { t.lastStatus, t.pullStartedAt = "PENDING", time.Now() })
+	if !e.pause(t, stepDelay) {
+		e.finish(t, "UserInitiated", "Task stopped before it started")
+		return false
+	}
+	// ACTIVATING: where ECS pulls images and creates the containers, so
+	// where a start fails.
+	e.setStatus(t, func() { t.lastStatus = "ACTIVATING" })
 	if !e.pause(t, stepDelay) {
 		e.finish(t, "UserInitiated", "Task stopped before it started")
 		return false
@@ -588,6 +677,7 @@ type supervisor struct {
 	e        *Emulator
 	t        *task
 	stopping bool
+	deactC   <-chan time.Time // fires when DEACTIVATING is over: SIGTERM
 	killC    <-chan time.Time // fires StopTimeout after SIGTERM
 }
 
@@ -613,6 +703,9 @@ func (s *supervisor) run(exits <-chan exitEvent) {
 		case <-infraC:
 			infraC = nil
 			s.infraStop()
+		case <-s.deactC:
+			s.deactC = nil
+			s.term()
 		case <-s.killC:
 			s.killC = nil
 			s.e.signalAll(t, syscall.SIGKILL)
@@ -623,12 +716,20 @@ func (s *supervisor) run(exits <-chan exitEvent) {
 	}
 }
 
-// beginStop sends SIGTERM once and starts the wait for SIGKILL.
+// beginStop starts stopping the task once: DEACTIVATING for a step, then
+// STOPPING (term).
 func (s *supervisor) beginStop() {
 	if s.stopping {
 		return
 	}
 	s.stopping = true
+	s.e.setStatus(s.t, func() { s.t.lastStatus = "DEACTIVATING" })
+	s.deactC = time.NewTimer(stepDelay).C
+}
+
+// term sends SIGTERM (STOPPING) and starts the wait for SIGKILL.
+func (s *supervisor) term() {
+	s.e.setStatus(s.t, func() { s.t.lastStatus = "STOPPING" })
 	s.e.signalAll(s.t, syscall.SIGTERM)
 	s.killC = time.NewTimer(s.e.opts.StopTimeout).C
 }
@@ -644,6 +745,7 @@ func (s *supervisor) infraStop() {
 	}
 	// The host vanished. Nothing waits for a graceful exit.
 	s.stopping = true
+	s.e.setStatus(s.t, func() { s.t.lastStatus = "STOPPING" })
 	s.e.signalAll(s.t, syscall.SIGKILL)
 }
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tetherjobs/tether/internal/gobuild"
 	"github.com/tetherjobs/tether/localstack/emulator"
 	"github.com/tetherjobs/tether/pkg/plugin"
 	"github.com/tetherjobs/tether/pkg/plugin/plugintest"
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binPath = filepath.Join(dir, "tether-plugin-ecs")
-	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	out, err := gobuild.Command(context.Background(), "go", binPath, ".").CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		panic("building the plugin: " + err.Error() + "\n" + string(out))

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	goplugin "github.com/hashicorp/go-plugin"
 
+	"github.com/tetherjobs/tether/internal/gobuild"
 	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binPath = filepath.Join(dir, "tether-plugin-shell")
-	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	out, err := gobuild.Command(context.Background(), "go", binPath, ".").CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		panic("building the plugin: " + err.Error() + "\n" + string(out))

@@ -18,7 +18,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tetherjobs/tether/internal/gobuild"
 	"github.com/tetherjobs/tether/internal/kubetest"
 	"github.com/tetherjobs/tether/localstack/emulator"
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -55,7 +55,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binPath = filepath.Join(dir, "tether-plugin-sparkeks")
-	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+	if out, err := gobuild.Command(context.Background(), "go", binPath, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
 		return 1
 	}
@@ -451,10 +451,16 @@ type refusingProxy struct {
 
 func startRefusingProxy(t *testing.T, match string) *refusingProxy {
 	t.Helper()
-	target, err := url.Parse(proxy.URL())
+	return startRefusingProxyTo(t, proxy, match)
+}
+
+// startRefusingProxyTo is startRefusingProxy in front of upstream.
+func startRefusingProxyTo(t *testing.T, upstream *kubetest.Proxy, match string) *refusingProxy {
+	t.Helper()
+	target, err := url.Parse(upstream.URL())
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(proxy.CAData()))
+	require.True(t, pool.AppendCertsFromPEM(upstream.CAData()))
 	rp := &httputil.ReverseProxy{
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = target.Host },
 		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
@@ -537,13 +543,28 @@ func TestAuthRefusals(t *testing.T) {
 		_, err = getApp(ctx, name)
 		require.NoError(t, err, "not deleted: the host's Cleanup does that")
 
-		// A Resume whose first read is refused past auth_grace: unknown, not permanent.
-		_, err = connect(t).Resume(ctx, job, plugintest.NewRuntime(stripOutcome(t, rt.Handle())))
+		// A Resume whose first read is refused past auth_grace: unknown, not
+		// permanent, and decided blind (Cleanup looks before deleting).
+		rtResume := plugintest.NewRuntime(stripOutcome(t, rt.Handle()))
+		_, err = connect(t).Resume(ctx, job, rtResume)
 		requireClass(t, err, plugin.OutcomeUnknown)
+		var h map[string]any
+		require.NoError(t, json.Unmarshal(rtResume.Handle(), &h))
+		require.Equal(t, "outcome_unknown", h["outcome"])
+		require.Equal(t, true, h["blind"], "decided blind")
 
-		// The host's Cleanup (with the attempt's handle) deletes it.
+		// The host's Cleanup with the attempt's handle, whose outcome was
+		// decided blind, looks first: the application still runs (and may
+		// complete) within its timeout, so it is not deleted yet.
 		job.Config, _ = json.Marshal(map[string]any{"kubeconfig": proxy.Kubeconfig})
 		job.Handle = rt.Handle()
+		err = connect(t).Cleanup(ctx, job)
+		requireClass(t, err, plugin.Retriable)
+		require.Contains(t, err.Error(), "is RUNNING and may still complete")
+		_, err = getApp(ctx, name)
+		require.NoError(t, err, "not deleted while it may complete")
+		// A Cleanup whose handle was not decided blind (a cancel) deletes it.
+		job.Handle = stripOutcome(t, rt.Handle())
 		require.NoError(t, connect(t).Cleanup(ctx, job))
 		requireGone(t, ctx, name)
 	})
@@ -556,6 +577,7 @@ func stripOutcome(t *testing.T, b []byte) []byte {
 	require.NoError(t, json.Unmarshal(b, &h))
 	delete(h, "outcome")
 	delete(h, "message")
+	delete(h, "blind")
 	out, err := json.Marshal(h)
 	require.NoError(t, err)
 	return out

@@ -3,7 +3,7 @@
 // stops its timers, polls and streams.
 
 import {createApi, getToken, clearToken, isAbort} from './api.js';
-import {h} from './dom.js';
+import {h, timeMode, setTimeMode, refreshTimes} from './dom.js';
 import * as jobs from './jobs.js';
 import * as job from './job.js';
 import * as agents from './agents.js';
@@ -103,6 +103,15 @@ logout.addEventListener('click', () => {
   logout.hidden = true;
   location.hash = '#/login';
 });
+
+// The times' mode applies at once to every time shown; relative ones are
+// rewritten every second.
+const timeSelect = document.getElementById('time-mode');
+timeSelect.value = timeMode();
+timeSelect.addEventListener('change', () => setTimeMode(timeSelect.value));
+setInterval(() => {
+  if (timeMode() === 'relative' && !document.hidden) refreshTimes(document);
+}, 1000);
 
 window.addEventListener('hashchange', render);
 if (!location.hash.startsWith('#/')) history.replaceState(null, '', '#/jobs');

@@ -50,13 +50,71 @@ export function replace(el, ...children) {
   append(el, children);
 }
 
-// timeEl shows an RFC 3339 instant in local time, the ISO value in
+// Times are shown in one of three modes, chosen in the header: utc (the
+// default, as the API and event messages write them), local (with the offset) and
+// relative (to now). Every form carries its zone. The choice is kept in the
+// tab's sessionStorage, like the token: nothing the console stores outlives
+// the tab.
+const TIME_KEY = 'tether.times';
+export const TIME_MODES = ['utc', 'local', 'relative'];
+
+export function timeMode() {
+  try {
+    const m = sessionStorage.getItem(TIME_KEY);
+    return TIME_MODES.includes(m) ? m : 'utc';
+  } catch {
+    return 'utc';
+  }
+}
+
+export function setTimeMode(mode) {
+  try {
+    sessionStorage.setItem(TIME_KEY, mode);
+  } catch {
+    // storage disabled: the choice lasts until the page reloads
+  }
+  refreshTimes(document);
+}
+
+const pad = (n, w = 2) => String(n).padStart(w, '0');
+
+// offsetText is a local offset in minutes east of UTC as "UTC+05:30".
+function offsetText(east) {
+  const sign = east < 0 ? '-' : '+';
+  const abs = Math.abs(east);
+  return `UTC${sign}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
+}
+
+// formatTime writes an RFC 3339 instant in the mode: "2026-12-07 14:25:01
+// UTC", "2026-12-07 15:25:01 UTC+01:00" or "3m12s ago".
+export function formatTime(iso, mode = timeMode()) {
+  const d = new Date(iso);
+  if (!iso || Number.isNaN(d.getTime())) return iso || '';
+  if (mode === 'relative') {
+    const secs = Math.round((Date.now() - d.getTime()) / 1000);
+    return secs >= 0 ? `${duration(secs)} ago` : `in ${duration(-secs)}`;
+  }
+  if (mode === 'local') {
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${offsetText(-d.getTimezoneOffset())}`;
+  }
+  return `${d.toISOString().slice(0, 19).replace('T', ' ')} UTC`;
+}
+
+// timeEl shows an RFC 3339 instant in the chosen mode, the exact value in
 // datetime and title. Empty for no value.
 export function timeEl(iso) {
   if (!iso) return '';
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return iso;
-  return h('time', {datetime: iso, title: iso}, d.toLocaleString());
+  if (Number.isNaN(new Date(iso).getTime())) return iso;
+  return h('time', {datetime: iso, title: iso}, formatTime(iso));
+}
+
+// refreshTimes rewrites every time element under root in the current mode.
+export function refreshTimes(root) {
+  for (const t of root.querySelectorAll('time[datetime]')) {
+    const text = formatTime(t.dateTime);
+    if (t.textContent !== text) t.textContent = text;
+  }
 }
 
 // duration formats seconds the way Go does: 1h2m3s, 4m0s, 2.5s, 0.25s.
@@ -73,6 +131,14 @@ export function duration(seconds) {
   const minutes = Math.floor((rest % 3600) / 60);
   const secs = rest % 60;
   return neg + (hours ? `${hours}h` : '') + `${minutes}m${secs}s`;
+}
+
+// span is the duration from one RFC 3339 instant to another, or to now
+// (then marked "so far"); '' without a start.
+export function span(fromISO, toISO) {
+  if (!fromISO) return '';
+  const d = duration(Math.max(0, between(fromISO, toISO)));
+  return toISO ? d : `${d} so far`;
 }
 
 // between is the seconds from one RFC 3339 instant to another (or now).

@@ -1,20 +1,31 @@
-// Job detail: fields and limits, live log tail, timeline, remote resources
-// and the cancel/requeue actions. The job and its events are re-fetched
-// every 2 s while it is not finished (and once after it finishes).
+// Job detail: what needs attention first (its agent's health, the remote
+// resources), fields and limits, the actions its state allows, attempts,
+// live log tail and timeline. The job, its events and attempts are
+// re-fetched every 2 s while it is not finished (and once after it
+// finishes).
 
 import {query, isAbort} from './api.js';
-import {h, s, replace, timeEl, duration, between, statusBadge, TERMINAL, sleep,
-  field, showFieldError, clearFieldErrors} from './dom.js';
+import {h, s, replace, timeEl, formatTime, timeMode, duration, between, span, statusBadge, TERMINAL, sleep,
+  field, showFieldError, clearFieldErrors, tableWrap, head} from './dom.js';
+import {retriesExhausted} from './reason.js';
 
 const FIELDS = [
   ['status', 'Status'], ['attempt', 'Attempt'], ['command', 'Command'], ['plugin', 'Plugin'],
   ['submitter', 'Submitter'], ['idempotency_key', 'Idempotency key'], ['agent', 'Agent'], ['lease', 'Lease'],
   ['created_at', 'Created'], ['started_at', 'Started'], ['attempt_started_at', 'Attempt started'],
-  ['finished_at', 'Finished'], ['updated_at', 'Updated'], ['run_after', 'Retry due'], ['expires_at', 'Expires'],
+  ['finished_at', 'Finished'], ['queued_for', 'Waited'], ['run_time', 'Ran'],
+  ['updated_at', 'Updated'], ['run_after', 'Retry due'], ['expires_at', 'Expires'],
   ['waiting_for_cleanup', 'Waiting for cleanup'], ['error_class', 'Error class'], ['error', 'Error'],
   ['result', 'Result'], ['context', 'Context'],
 ];
 const TIMES = new Set(['created_at', 'started_at', 'attempt_started_at', 'finished_at', 'updated_at', 'run_after', 'expires_at']);
+// Derived fields: durations wherever a start and an end exist, the error
+// class in words when the retries are used up.
+const DERIVED = {
+  queued_for: (j) => span(j.created_at, j.started_at || (TERMINAL.has(j.status) ? j.finished_at : undefined)),
+  run_time: (j) => span(j.started_at, j.finished_at),
+  error_class: (j) => retriesExhausted(j) || j.error_class || '',
+};
 const LIMITS = ['max_retry', 'retry_backoff', 'retry_backoff_max', 'pending_timeout', 'active_timeout', 'ttl_succeeded', 'ttl_failed'];
 const POLL_MS = 2000;
 // Beyond this many chunks the oldest are dropped, so a chatty job cannot
@@ -32,24 +43,33 @@ export async function mount(ctx) {
   const fields = fieldList();
   const limits = h('tbody', {});
   const resources = h('div', {'data-testid': 'job-resources', class: 'resources'});
+  const resourcesCard = h('section', {class: 'card resources-card', 'aria-labelledby': 'h-resources', hidden: true},
+    h('h2', {id: 'h-resources'}, 'Remote resources'), resources);
+  const health = h('div', {'data-testid': 'agent-health', class: 'agent-health', role: 'alert', hidden: true});
   const timeline = h('ol', {'data-testid': 'job-timeline', class: 'timeline'});
   const chart = h('div', {'data-testid': 'timeline-chart', class: 'chart'});
-  const logs = logView(ctx, base);
+  const attempts = h('tbody', {});
+  const logs = logView(ctx, base, id);
   const actions = actionForms(ctx, base, () => refresh());
   const heading = h('h1', {}, 'Job ', h('span', {class: 'mono'}, id));
 
   ctx.root.append(
     h('p', {class: 'crumbs'}, h('a', {href: '#/jobs'}, '← Jobs')),
     heading,
+    health,
+    resourcesCard,
     h('div', {class: 'job-grid'},
       h('section', {class: 'card', 'aria-labelledby': 'h-fields'}, h('h2', {id: 'h-fields'}, 'Details'), fields.el),
+      h('section', {class: 'card', 'aria-labelledby': 'h-actions'}, h('h2', {id: 'h-actions'}, 'Actions'), actions.el),
       h('section', {class: 'card', 'aria-labelledby': 'h-limits'}, h('h2', {id: 'h-limits'}, 'Limits'),
         h('table', {'data-testid': 'job-limits', class: 'kv'},
-          h('caption', {class: 'visually-hidden'}, 'Limits stamped at submit'), limits)),
-      h('section', {class: 'card', 'aria-labelledby': 'h-actions'}, h('h2', {id: 'h-actions'}, 'Actions'), actions.el)),
+          h('caption', {class: 'visually-hidden'}, 'Limits stamped at submit'), limits))),
+    h('section', {class: 'card', 'aria-labelledby': 'h-attempts'}, h('h2', {id: 'h-attempts'}, 'Attempts'),
+      tableWrap('Attempts', h('table', {'data-testid': 'job-attempts'},
+        h('caption', {class: 'visually-hidden'}, 'Each attempt, one row per agent that held it'),
+        head('Attempt', 'Agent', 'Lease', 'Started', 'Ended', 'Duration', 'Outcome', 'Error'), attempts))),
     h('section', {class: 'card', 'aria-labelledby': 'h-logs'}, h('h2', {id: 'h-logs'}, 'Output'), logs.el),
-    h('section', {class: 'card', 'aria-labelledby': 'h-timeline'}, h('h2', {id: 'h-timeline'}, 'Timeline'), chart, timeline),
-    h('section', {class: 'card', 'aria-labelledby': 'h-resources'}, h('h2', {id: 'h-resources'}, 'Remote resources'), resources));
+    h('section', {class: 'card', 'aria-labelledby': 'h-timeline'}, h('h2', {id: 'h-timeline'}, 'Timeline'), chart, timeline));
 
   let events = [];
   let polling = false;
@@ -57,7 +77,19 @@ export async function mount(ctx) {
   function show(j) {
     fields.update(j);
     replace(limits, LIMITS.map((k) => h('tr', {}, h('th', {scope: 'row'}, k), h('td', {}, String(j.limits?.[k] ?? '')))));
+    resourcesCard.hidden = !(j.resources || []).length;
     renderResources(resources, j.resources || []);
+    actions.show(j);
+  }
+
+  // extras are the attempts and, while an agent holds the job, its health.
+  async function extras(j) {
+    const [list, agents] = await Promise.all([
+      ctx.api.get(`${base}/attempts`, {signal: ctx.signal}),
+      j.agent ? ctx.api.get('/api/v1/agents?all=true', {signal: ctx.signal}) : null,
+    ]);
+    renderAttempts(attempts, list.attempts);
+    renderHealth(health, j, agents ? agents.agents.find((a) => a.name === j.agent) : null);
   }
 
   async function fetchEvents() {
@@ -74,6 +106,7 @@ export async function mount(ctx) {
       const j = await ctx.api.get(base, {signal: ctx.signal});
       show(j);
       await fetchEvents();
+      await extras(j);
       renderChart(chart, events, j);
       ctx.clearError();
       if (!TERMINAL.has(j.status)) {
@@ -106,6 +139,7 @@ export async function mount(ctx) {
 
   show(job);
   await fetchEvents();
+  await extras(job);
   renderChart(chart, events, job);
   logs.start();
   if (!TERMINAL.has(job.status)) poll();
@@ -123,7 +157,7 @@ function fieldList() {
     el,
     update(j) {
       for (const [key, dd] of dds) {
-        const v = j[key];
+        const v = DERIVED[key] ? DERIVED[key](j) : j[key];
         let content;
         if (key === 'status') content = statusBadge(v);
         else if (TIMES.has(key)) content = timeEl(v);
@@ -139,16 +173,21 @@ function fieldList() {
 
 // logView follows the job's NDJSON log, resuming after the last seq when
 // the stream is cut without an end record (agent gone, draining).
-function logView(ctx, base) {
+function logView(ctx, base, id) {
   const out = h('div', {'data-testid': 'job-logs', class: 'logs', tabindex: '0', role: 'log', 'aria-label': 'Job output'});
   const status = h('span', {'data-testid': 'logs-status', 'aria-live': 'polite', class: 'logs-status'}, 'connecting');
-  const toggle = (stream) => {
-    const box = h('input', {type: 'checkbox', id: `logs-${stream}`, checked: true,
-      on: {change: () => out.classList.toggle(`hide-${stream}`, !box.checked)}});
-    return h('span', {class: 'check'}, box, h('label', {for: `logs-${stream}`}, stream));
+  const toggle = (name, label, checked, change) => {
+    const box = h('input', {type: 'checkbox', id: `logs-${name}`, checked, on: {change: () => change(box.checked)}});
+    return h('span', {class: 'check'}, box, h('label', {for: `logs-${name}`}, label));
   };
+  const find = logSearch(out);
   const el = h('div', {},
-    h('div', {class: 'logs-bar'}, toggle('stdout'), toggle('stderr'), h('span', {class: 'muted'}, 'Log: '), status),
+    h('div', {class: 'logs-bar'},
+      toggle('stdout', 'stdout', true, (on) => out.classList.toggle('hide-stdout', !on)),
+      toggle('stderr', 'stderr', true, (on) => out.classList.toggle('hide-stderr', !on)),
+      toggle('times', 'times (when the agent received each line)', false, (on) => out.classList.toggle('show-times', on)),
+      h('span', {class: 'muted'}, 'Log: '), status),
+    h('div', {class: 'logs-bar'}, find.el, downloadButton(ctx, base, id)),
     out);
 
   // Every line of one stored chunk carries the chunk's seq, and a stream can
@@ -164,6 +203,7 @@ function logView(ctx, base) {
   let lastAttempt = null;
   let chunks = 0;
   let running = false;
+  const partial = {stdout: false, stderr: false}; // the stream's last chunk had no newline
 
   function shown(r) {
     if (r.seq === connSeq) connLines++;
@@ -187,8 +227,14 @@ function logView(ctx, base) {
         frag.append(h('div', {'data-testid': 'attempt-sep', class: 'attempt-sep', 'data-attempt': r.attempt}, `attempt ${r.attempt}`));
         lastAttempt = r.attempt;
       }
-      frag.append(h('span', {class: r.partial ? 'log-chunk partial' : 'log-chunk', title: r.time,
-        'data-seq': r.seq, 'data-stream': r.stream, 'data-attempt': r.attempt}, r.line));
+      // The time is the chunk's, when the agent received it (the job's
+      // output carries none); it is drawn before each line's first chunk.
+      const chunk = h('span', {class: r.partial ? 'log-chunk partial' : 'log-chunk', title: `received ${r.time}`,
+        'data-seq': r.seq, 'data-stream': r.stream, 'data-attempt': r.attempt,
+        'data-time': partial[r.stream] ? false : `${formatTime(r.time, timeMode() === 'local' ? 'local' : 'utc')} `}, r.line);
+      partial[r.stream] = r.partial;
+      find.mark(chunk);
+      frag.append(chunk);
       chunks++;
     }
     out.append(frag);
@@ -197,6 +243,7 @@ function logView(ctx, base) {
       out.firstChild.remove();
     }
     if (atBottom) out.scrollTop = out.scrollHeight;
+    find.count();
   }
 
   // read consumes one response; it answers the end record, or null when
@@ -266,6 +313,84 @@ function logView(ctx, base) {
       follow().finally(() => { running = false; });
     },
   };
+}
+
+// logSearch finds text in the lines on the page: every matching chunk is
+// marked, Next / Previous move to one, and lines arriving are matched too.
+function logSearch(out) {
+  const input = h('input', {type: 'search', id: 'logs-search', 'data-testid': 'logs-search', autocomplete: 'off',
+    placeholder: 'text in the output', on: {input: () => run()}});
+  const found = h('span', {'data-testid': 'logs-found', 'aria-live': 'polite', class: 'muted'});
+  const step = (d, label) => h('button', {type: 'button', class: 'small', 'data-testid': `logs-find-${label.toLowerCase()}`,
+    on: {click: () => move(d)}}, label);
+  let needle = '';
+  let current = null;
+
+  const matches = () => [...out.querySelectorAll('.log-chunk.match')];
+  function mark(chunk) {
+    chunk.classList.toggle('match', needle !== '' && chunk.textContent.toLowerCase().includes(needle));
+  }
+  function count() {
+    if (!needle) {
+      found.textContent = '';
+      return;
+    }
+    const m = matches();
+    const at = m.indexOf(current);
+    found.textContent = m.length ? `${at >= 0 ? `${at + 1} of ` : ''}${m.length} matching line${m.length === 1 ? '' : 's'}` : 'no match';
+  }
+  function move(d) {
+    const m = matches();
+    if (!m.length) return;
+    const at = m.indexOf(current);
+    current?.classList.remove('match-current');
+    current = m[at < 0 ? (d > 0 ? 0 : m.length - 1) : (at + d + m.length) % m.length];
+    current.classList.add('match-current');
+    current.scrollIntoView({block: 'nearest'});
+    count();
+  }
+  function run() {
+    needle = input.value.trim().toLowerCase();
+    current?.classList.remove('match-current');
+    current = null;
+    for (const chunk of out.querySelectorAll('.log-chunk')) mark(chunk);
+    if (needle) move(1);
+    count();
+  }
+  return {
+    el: h('span', {class: 'logs-find', role: 'search'},
+      h('label', {for: 'logs-search'}, 'Find in output'), input, step(-1, 'Previous'), step(1, 'Next'), found),
+    mark, count,
+  };
+}
+
+// downloadButton saves the whole stored log (GET .../logs?download=true,
+// with the token, so not a plain link) under the API's file name.
+function downloadButton(ctx, base, id) {
+  const note = h('span', {'data-testid': 'logs-download-status', class: 'muted', 'aria-live': 'polite'});
+  const btn = h('button', {type: 'button', class: 'small', 'data-testid': 'logs-download', on: {click: save}}, 'Download whole log');
+  async function save() {
+    btn.disabled = true;
+    note.textContent = 'downloading…';
+    try {
+      const resp = await ctx.api.open(`${base}/logs?download=true`, {signal: ctx.signal});
+      const name = /filename="([^"]+)"/.exec(resp.headers.get('Content-Disposition') || '')?.[1] || `tether-job-${id}.log`;
+      const blob = await resp.blob();
+      const url = URL.createObjectURL(blob);
+      const a = h('a', {href: url, download: name, hidden: true});
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+      note.textContent = `saved ${name} (${blob.size} bytes)`;
+    } catch (err) {
+      if (isAbort(err) || err.status === 401) return;
+      note.textContent = `download failed: ${err.message}`;
+    } finally {
+      btn.disabled = false;
+    }
+  }
+  return h('span', {}, btn, ' ', note);
 }
 
 function eventMessage(ev) {
@@ -340,6 +465,38 @@ function renderChart(el, events, job) {
       'aria-label': `Phases over ${duration(span / 1000)}`, class: 'chart-svg'}, rects),
     h('ul', {class: 'legend'}, [...totals].map(([ph, secs]) =>
       h('li', {}, h('span', {class: `swatch phase-${ph}`, 'aria-hidden': 'true'}), `${ph} ${duration(secs)}`))));
+}
+
+// renderAttempts fills the attempts table: one row per agent that held an
+// attempt (GET .../attempts), the open one timed so far.
+function renderAttempts(tbody, list) {
+  replace(tbody, list.length ? list.map((a) => h('tr', {'data-attempt': a.attempt, 'data-outcome': a.outcome},
+    h('td', {class: 'num'}, String(a.attempt)),
+    h('td', {}, a.agent || ''),
+    h('td', {class: 'num'}, a.lease ? String(a.lease) : ''),
+    h('td', {}, timeEl(a.started_at)),
+    h('td', {}, a.ended_at ? timeEl(a.ended_at) : 'holding'),
+    h('td', {class: 'num', 'data-col': 'duration'}, span(a.started_at, a.ended_at)),
+    h('td', {'data-col': 'outcome'}, a.outcome),
+    h('td', {'data-col': 'error', class: 'error-text'}, a.error || '')))
+    : h('tr', {}, h('td', {colspan: 8, class: 'muted'}, 'No agent has claimed it yet.')));
+}
+
+// renderHealth says when the agent holding the job is not heartbeating as
+// it should (late, stale, dead: frozen, cut off or gone), by the fleet's
+// rule the agents page shows.
+function renderHealth(el, job, agent) {
+  const ok = !job.agent || TERMINAL.has(job.status) || (agent && (agent.liveness === 'live' || agent.liveness === 'draining'));
+  el.hidden = ok;
+  if (ok) {
+    el.removeAttribute('data-liveness');
+    return;
+  }
+  el.dataset.liveness = agent ? agent.liveness : 'unknown';
+  replace(el, agent
+    ? [h('strong', {}, `Agent ${agent.name} is ${agent.liveness}`), `: ${agent.reason}. Silent for ${duration(agent.silent_seconds)}, last seen `,
+      timeEl(agent.last_seen), '. ', h('a', {href: '#/agents?all=true'}, 'Agents')]
+    : [h('strong', {}, `Agent ${job.agent} is not registered`), ': it holds this job but no agents row names it.']);
 }
 
 function renderResources(el, resources) {
@@ -436,5 +593,27 @@ function actionForms(ctx, base, reload) {
       el.key.value ? {reason: el.reason.value, key: el.key.value} : {reason: el.reason.value}, {signal: ctx.signal}),
     (a) => (a.replayed ? `Already requeued with this key; the job is ${a.job.status}.` : `Requeued; the job is ${a.job.status}.`));
 
-  return {el: h('div', {class: 'actions-box'}, cancel, requeue, ok, error)};
+  const why = h('ul', {'data-testid': 'actions-why', class: 'muted actions-why'});
+  return {
+    el: h('div', {class: 'actions-box'}, cancel, requeue, why, ok, error),
+    // show offers only the actions the job's status allows, and says why
+    // the others are not there.
+    show(j) {
+      const allowed = allowedActions(j.status);
+      cancel.hidden = !allowed.cancel;
+      requeue.hidden = !allowed.requeue;
+      replace(why, allowed.why.map((w) => h('li', {}, w)));
+    },
+  };
+}
+
+// allowedActions is what the API accepts for a job in status st, and why
+// the others are refused (the API's rules: cancel an unfinished job,
+// requeue a failed or canceled one).
+export function allowedActions(st) {
+  const out = {cancel: !TERMINAL.has(st) && st !== 'canceling', requeue: st === 'failed' || st === 'canceled', why: []};
+  if (st === 'canceling') out.why.push('No Cancel: a cancel was already requested; the agent is stopping the job.');
+  else if (!out.cancel) out.why.push(`No Cancel: the job is ${st}, and a finished job cannot be canceled.`);
+  if (!out.requeue) out.why.push(`No Requeue: only failed or canceled jobs can be requeued; this one is ${st}.`);
+  return out;
 }

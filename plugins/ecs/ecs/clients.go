@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 	"golang.org/x/time/rate"
 
 	"github.com/tetherjobs/tether/pkg/plugin"
@@ -134,16 +136,21 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 	if cl, ok := c.m[key]; ok {
 		return cl, nil
 	}
+	limits := map[string]*rate.Limiter{}
+	for api, r := range DefaultAPIRates {
+		limits[api] = rate.NewLimiter(rate.Limit(r), burstOf(r))
+	}
 	opts := []func(*awsconfig.LoadOptions) error{
 		awsconfig.WithRetryer(func() aws.Retryer {
-			return retry.NewStandard(func(o *retry.StandardOptions) {
+			return budgetRetryer{limits: limits, RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = maxAttempts
 				o.MaxBackoff = maxRetryBackoff
 				// No client-side retry quota either. Once spent (a few dozen
 				// failed calls) it fails every retry of every job at once.
 				o.RateLimiter = ratelimit.None
-			})
+			})}
 		}),
+		awsconfig.WithAPIOptions([]func(*middleware.Stack) error{countAttempts}),
 		// An empty region or endpoint sets nothing.
 		awsconfig.WithRegion(region),
 		awsconfig.WithBaseEndpoint(endpoint),
@@ -161,16 +168,56 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 		ecs:     ecs.NewFromConfig(cfg),
 		logs:    cloudwatchlogs.NewFromConfig(cfg),
 		log:     c.log,
-		limits:  map[string]*rate.Limiter{},
+		limits:  limits,
 		tds:     newTDCache(),
 		pollers: map[string]*poller{},
-	}
-	for api, r := range DefaultAPIRates {
-		cl.limits[api] = rate.NewLimiter(rate.Limit(r), burstOf(r))
 	}
 	cl.logBud = newBudget(cl.limits[apiGetLogEvents])
 	c.m[key] = cl
 	return cl, nil
+}
+
+// pacedOperations are the API operations the plugin paces, by their
+// names in APIRates.
+var pacedOperations = map[string]string{
+	"DescribeTasks": apiDescribeTasks, "GetLogEvents": apiGetLogEvents, "RunTask": apiRunTask,
+	"StopTask": apiStopTask, "ListTasks": apiListTasks, "DescribeTaskDefinition": apiDescribeTaskDefinition,
+	"RegisterTaskDefinition": apiRegisterTaskDefinition,
+}
+
+// budgetRetryer is the SDK's retryer with one change: every attempt of a
+// paced operation after its first takes a call from the process's budget,
+// as the first did (its caller waited for it). So the SDK's retries of a
+// throttled or failed call count against api_rates too, and under
+// account-wide throttling the process still makes no more calls than its
+// rates (without it, each call could become maxAttempts of them).
+type budgetRetryer struct {
+	aws.RetryerV2
+	limits map[string]*rate.Limiter
+}
+
+// GetAttemptToken is called by the SDK before each attempt of a call.
+func (r budgetRetryer) GetAttemptToken(ctx context.Context) (func(error) error, error) {
+	n, _ := ctx.Value(attemptsKey{}).(*atomic.Int32)
+	lim := r.limits[pacedOperations[awsmiddleware.GetOperationName(ctx)]]
+	if n != nil && n.Add(1) > 1 && lim != nil {
+		if err := lim.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("waiting for the budget of a retry: %w", err)
+		}
+	}
+	return r.RetryerV2.GetAttemptToken(ctx)
+}
+
+// attemptsKey holds a call's attempt count in its context.
+type attemptsKey struct{}
+
+// countAttempts gives every call a fresh attempt count, before the SDK's
+// retry loop, which budgetRetryer counts in.
+func countAttempts(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("tetherCountAttempts",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			return next.HandleInitialize(context.WithValue(ctx, attemptsKey{}, new(atomic.Int32)), in)
+		}), middleware.Before)
 }
 
 // throttlingCodes are API errors that reject a request without doing it.
@@ -209,41 +256,12 @@ func errorSays(err error, word string, codes ...string) bool {
 	return slices.Contains(codes, errorCode(err)) && strings.Contains(strings.ToLower(errorMessage(err)), word)
 }
 
-// transientRunTask reports RunTask refusals that launched nothing and pass
-// with time, though ECS answers them as client errors:
-//   - ClientException about provisioning capacity — the RunTask API
-//     reference: too many tasks in PROVISIONING in the cluster;
-//   - InvalidParameterException wrapping EC2's RequestLimitExceeded (awsvpc
-//     tasks whose ENI creation EC2 throttled; "API failure reasons", ECS
-//     developer guide);
-//   - ThrottlingException past the SDK's retries.
-//
-// https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_RunTask.html
-// https://docs.aws.amazon.com/AmazonECS/latest/developerguide/api_failures_messages.html
+// transientRunTask reports API errors that refused a call for a cause
+// that passes with time, though ECS may answer them as client errors
+// (throttling; RunTask's capacity and EC2 request limit refusals, see
+// errorRules).
 func transientRunTask(err error) bool {
-	return throttlingCodes[errorCode(err)] || slices.ContainsFunc(transientRefusals, func(x refusal) bool {
-		return errorSays(err, x.word, x.code)
-	})
-}
-
-// refusal is an API error code whose message contains word.
-type refusal struct{ code, word string }
-
-// transientRefusals are the client errors transientRunTask lists above.
-var transientRefusals = []refusal{
-	{"ClientException", "capacity"},
-	{"ClientException", "provisioning"},
-	{"InvalidParameterException", "requestlimitexceeded"},
-}
-
-// capacityFailure reports RunTask failures[] reasons that mean no capacity
-// right now, not a wrong request. The task was not launched and may be on
-// the next try. From "API failure reasons" in the ECS developer guide:
-// RESOURCE:* (CPU, MEMORY, ENI, GPU, PORTS...), AGENT (no agent connected on
-// the chosen instance), and Fargate's "Capacity is unavailable at this time".
-func capacityFailure(reason string) bool {
-	r := strings.ToLower(reason)
-	return strings.HasPrefix(r, "resource:") || r == "agent" || strings.Contains(r, "capacity is unavailable")
+	return runTaskErrorKind(err) == refusalPasses
 }
 
 // classify gives an API error that ended a call its class. A refused request

@@ -69,11 +69,15 @@ func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 	// Every task's first launch is recorded in one checkpoint before the
 	// first RunTask (a 1,000-task job would otherwise write its handle
 	// twice per task while launching).
+	// The handle's frontier says which were never sent to RunTask, so a
+	// late resume launches those instead of taking them for lost.
 	now := time.Now()
 	r.h.StartedAt = now.Unix()
 	for i := range r.h.Tasks {
 		r.h.Tasks[i].Attempts, r.h.Tasks[i].LaunchedAt = 1, now.UnixMilli()
 	}
+	r.h.Unsent = 1
+	r.raiseFrontier(0)
 	if err := r.checkpoint(ctx); err != nil {
 		return nil, err
 	}
@@ -184,7 +188,7 @@ func stopHandled(ctx context.Context, cl *clients, h *Handle, reason string, win
 	for i := range h.Tasks {
 		switch t := &h.Tasks[i]; {
 		case t.ID == "":
-			if t.begun() {
+			if t.begun() && (h.Unsent == 0 || i < h.Unsent) {
 				list = append(list, i) // its RunTask may have answered unseen
 			}
 		case t.Outcome == "":

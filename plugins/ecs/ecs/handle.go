@@ -32,9 +32,15 @@ type Handle struct {
 	TaskDefinitionARN string `json:"td,omitempty"`
 	// ARNPrefix is what every task ARN of the job starts with
 	// ("arn:aws:ecs:<region>:<account>:task/<cluster>/"). Tasks store the rest.
-	ARNPrefix string      `json:"ap,omitempty"`
-	StartedAt int64       `json:"t0,omitempty"` // unix seconds of the first launch; the timeout counts from here across agents
-	Tasks     []TaskState `json:"t"`
+	ARNPrefix string `json:"ap,omitempty"`
+	StartedAt int64  `json:"t0,omitempty"` // unix seconds of the first launch; the timeout counts from here across agents
+	// Unsent is the launch frontier of Execute's first pass: the task
+	// indexes from Unsent up were never sent to RunTask, though their
+	// first launch is recorded. Each is checkpointed here before its
+	// RunTask is sent. 0 means unknown (a handle without it): any index
+	// may have been sent.
+	Unsent int         `json:"f,omitempty"`
+	Tasks  []TaskState `json:"t"`
 }
 
 // TaskState is one task index of the job.

@@ -76,7 +76,8 @@ func TestHostileLastLinesAfterStopAreKept(t *testing.T) {
 }
 
 // Transient RunTask refusals (the provisioning-capacity ClientException,
-// EC2's RequestLimitExceeded) and failures[] capacity reasons are tried
+// EC2's RequestLimitExceeded), failures[] capacity and quota reasons, and
+// reasons the plugin does not know are tried
 // again without using max_fail_count, and the job then succeeds.
 func TestHostileTransientLaunchRefusalsAreRetried(t *testing.T) {
 	t.Parallel()
@@ -87,6 +88,10 @@ func TestHostileTransientLaunchRefusalsAreRetried(t *testing.T) {
 	}{
 		{"transient errors", emulator.Faults{RunTaskTransientRate: 1}, "RunTask refused"},
 		{"capacity failures", emulator.Faults{CapacityErrorRate: 1, CapacityReasons: emulator.AllCapacityReasons()}, "no capacity"},
+		{"the Fargate vCPU quota", emulator.Faults{CapacityErrorRate: 1, CapacityReasons: []string{emulator.ReasonFargateVCPUQuota}}, "no capacity"},
+		// A reason no reference lists is tried again too, bounded by
+		// launch_retry_timeout, not a permanent failure.
+		{"an unknown reason", emulator.Faults{CapacityErrorRate: 1, CapacityReasons: []string{"Something ECS says tomorrow"}}, "a reason the plugin does not know"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -526,4 +531,42 @@ func cleanupRightAfterLaunch(t *testing.T, taskCount int, opts emulator.Options)
 		}
 	}
 	require.Zero(t, running, "no task of the attempt left running once Cleanup returned (after %d retriable answers)", retried)
+}
+
+// ECS releases an awsvpc task's network interface after its containers
+// stopped (DEPROVISIONING), which can take a while before STOPPED. The job
+// ends once the exit codes are known, not after the interface is gone.
+func TestHostileJobEndsWhenExitCodesAreKnown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{DeprovisionDelay: time.Minute})
+	for script, fails := range map[string]bool{"echo done": false, "echo done; exit 3": true} {
+		job := e.job(script, nil)
+		rt := plugintest.NewGatedRuntime(nil)
+		start := time.Now()
+		_, err := Direct(e.p).Execute(context.Background(), job, rt)
+		require.Equal(t, fails, err != nil, "%s: %v; stderr: %s", script, err, rt.StderrString())
+		require.Less(t, time.Since(start), 30*time.Second, "not held until STOPPED")
+		task, ok := e.describe(t, lastHandle(t, rt).arn(0))
+		require.True(t, ok)
+		require.Equal(t, "DEPROVISIONING", aws.ToString(task.LastStatus), "the job ended before ECS released the interface")
+		require.Equal(t, "done\n", rt.StdoutString())
+	}
+}
+
+// A failures[] reason that waiting does not fix (no instance has an
+// attribute the task requires) is a failed launch: it counts against
+// max_fail_count, and past it the job fails for good, without waiting for
+// launch_retry_timeout.
+func TestHostileRunTaskFailureThatDoesNotPassIsAFailedLaunch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{CapacityErrorRate: 1, CapacityReasons: []string{"ATTRIBUTE"}})
+	job := e.job("echo never", map[string]any{"max_fail_count": 2, "launch_retry_timeout": "10m"})
+	rt := plugintest.NewGatedRuntime(nil)
+	start := time.Now()
+	_, err := Direct(e.p).Execute(context.Background(), job, rt)
+	class, msg := plugintest.Error(t, err)
+	require.Equal(t, plugin.Permanent, class, "stderr: %s", rt.StderrString())
+	require.Contains(t, msg, "after 2 launch attempt(s): RunTask failed: ATTRIBUTE")
+	require.Less(t, time.Since(start), time.Minute)
+	require.Zero(t, e.em.Launches(StartedBy(job.ID, 0)))
 }

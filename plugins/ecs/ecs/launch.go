@@ -20,6 +20,7 @@ type launchKind int
 const (
 	firstLaunch    launchKind = iota // never launched in this attempt of the job
 	recordedLaunch                   // a first launch whose counts and launch time are already checkpointed (Execute records all at once)
+	unsentLaunch                     // a recorded first launch whose RunTask was never sent (past the handle's frontier): sent now
 	relaunchFailed                   // its last launch failed: counts against max_fail_count
 	relaunchInfra                    // the infrastructure stopped it: counts against max_infra_relaunches
 	reissue                          // the current launch again, same client token (its answer was lost)
@@ -45,7 +46,8 @@ const (
 // answers with the task that launch started if it got through.
 //
 // RunTask refusals that pass with time (capacity, EC2's request limit,
-// throttling; see transientRunTask and capacityFailure) are tried again
+// throttling, a quota; see classifyRunTaskError and classifyFailure), and
+// refusals of reasons the plugin does not know, are tried again
 // with a backoff for up to launch_retry_timeout without using any budget.
 // Each try launched nothing, so it gets a new client token. A 5xx or a lost
 // answer may have launched the task, so it is tried again with the same
@@ -61,8 +63,11 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 		// resume after a crash anywhere from here reissues this launch (same
 		// client token) instead of starting another. What RunTask answers
 		// need not be. A resume that does not know the ARN reissues the
-		// token and gets the same task back (see eagerARNTasks).
-		if !recorded {
+		// token and gets the same task back (see eagerARNTasks). A launch
+		// Execute recorded is checkpointed again only when it passes the
+		// handle's frontier.
+		if !recorded || r.pastFrontier(i) {
+			r.raiseFrontier(i)
 			if !l.sameToken {
 				t.LaunchedAt = time.Now().UnixMilli()
 			}
@@ -84,6 +89,31 @@ func (r *run) launch(ctx context.Context, i int, kind launchKind) error {
 		}
 		backoff = min(backoff*2, launchBackoffMax)
 	}
+}
+
+// pastFrontier reports whether Execute's launch pass reaches task index i
+// beyond what the stored handle allows for (Handle.Unsent): its RunTask
+// must wait for a checkpoint that moves the frontier on.
+func (r *run) pastFrontier(i int) bool {
+	return r.h.Unsent > 0 && i >= r.storedUnsent
+}
+
+// raiseFrontier moves the handle's frontier past task index i, far enough
+// ahead that the coalesced checkpoints keep it ahead of the launches:
+// about two checkpoint intervals of RunTask calls at the process's rate.
+func (r *run) raiseFrontier(i int) {
+	if r.h.Unsent == 0 {
+		return // unknown: every index may have been sent
+	}
+	step := max(16, int(float64(r.cl.limits[apiRunTask].Limit())*2*checkpointEvery.Seconds()))
+	to := max(r.h.Unsent, min(len(r.h.Tasks), i+1+step))
+	// The indexes it passes may be sent from now on, no earlier: their
+	// launch time is now (stopped_task_retention counts from it).
+	now := time.Now().UnixMilli()
+	for j := r.h.Unsent; j < to; j++ {
+		r.h.Tasks[j].LaunchedAt = now
+	}
+	r.h.Unsent = to
 }
 
 // launchTries is one launch of a task index across its RunTask tries.
@@ -110,11 +140,12 @@ func (l *launchTries) retrySame(why string) {
 	l.sameToken = true
 }
 
-// beginLaunch counts a new launch of task index i (any kind but reissue and
-// recordedLaunch) and notes when the job started.
+// beginLaunch counts a new launch of task index i (any kind but reissue,
+// recordedLaunch and unsentLaunch, whose counts are recorded) and notes when
+// the job started.
 func (r *run) beginLaunch(i int, kind launchKind) *launchTries {
 	t := &r.h.Tasks[i]
-	if kind != reissue && kind != recordedLaunch {
+	if kind != reissue && kind != recordedLaunch && kind != unsentLaunch {
 		t.startLaunch(kind)
 	}
 	r.h.StartedAt = cmp.Or(r.h.StartedAt, time.Now().Unix())
@@ -155,21 +186,26 @@ func (r *run) tryLaunch(ctx context.Context, l *launchTries) (bool, error) {
 	return true, r.launched(ctx, l, out.Tasks[0])
 }
 
-// launchRefused handles a RunTask call that returned an error.
+// launchRefused handles a RunTask call that returned an error, by what
+// classifyRunTaskError makes of it.
 func (r *run) launchRefused(ctx context.Context, l *launchTries, err error) (bool, error) {
 	i := l.i
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		return true, plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: launching task %d: %w", i, ctx.Err()))
-	case errorCode(err) == "ConflictException":
+	}
+	switch runTaskErrorKind(err) {
+	case refusalUnknownOutcome:
 		// The client token already started a task, with other parameters
 		// (the config changed between agents): not ours to judge, nor to
 		// start again.
 		return true, plugin.Errorf(plugin.OutcomeUnknown, "ecs: launching task %d of job %s again with client token %s: %v", i, r.job.ID, l.token, err)
-	case transientRunTask(err):
+	case refusalPasses:
 		l.retryNew("RunTask refused: " + err.Error())
 		return false, nil
-	case clientFault(err):
+	case refusalUnknown:
+		l.retryNew("RunTask refused for a reason the plugin does not know (taken to pass): " + err.Error())
+		return false, nil
+	case refusalWrongRequest:
 		l.t.Outcome, l.t.Reason = outcomeFailed, "RunTask refused: "+err.Error()
 		if cerr := r.checkpoint(ctx); cerr != nil {
 			return true, cerr
@@ -182,12 +218,15 @@ func (r *run) launchRefused(ctx context.Context, l *launchTries, err error) (boo
 	return false, nil
 }
 
-// launchFailed handles a RunTask answer without a task. Failures that are
-// all for lack of capacity are tried again.
+// launchFailed handles a RunTask answer without a task, by what
+// classifyFailure makes of its failures: the gravest decides.
 func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types.Failure) (bool, error) {
 	i, t := l.i, l.t
 	var reasons []string
-	capacity := len(failures) > 0
+	kind := refusalUnknown // no task and no failure: nothing launched, for no reason given
+	if len(failures) > 0 {
+		kind = refusalPasses
+	}
 	for _, f := range failures {
 		reason := aws.ToString(f.Reason)
 		if reason == "MISSING" {
@@ -197,14 +236,18 @@ func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types
 				"ecs: task %d of job %s: launch %d started %s, which ECS no longer knows; its outcome is unknown",
 				i, r.job.ID, t.Attempts, aws.ToString(f.Arn))
 		}
-		capacity = capacity && capacityFailure(reason)
+		kind = graver(kind, classifyFailure(reason))
 		reasons = append(reasons, strings.TrimSpace(reason+" "+aws.ToString(f.Detail)))
 	}
 	if len(reasons) == 0 {
 		reasons = append(reasons, "no task and no failure returned")
 	}
-	if capacity {
+	switch kind {
+	case refusalPasses:
 		l.retryNew("no capacity: " + strings.Join(reasons, "; "))
+		return false, nil
+	case refusalUnknown:
+		l.retryNew("RunTask failed for a reason the plugin does not know (taken to pass): " + strings.Join(reasons, "; "))
 		return false, nil
 	}
 	t.Outcome, t.Reason = outcomeFailed, "RunTask failed: "+strings.Join(reasons, "; ")
@@ -213,12 +256,28 @@ func (r *run) launchFailed(ctx context.Context, l *launchTries, failures []types
 	return true, r.flush(ctx, false)
 }
 
+// graver is the graver of two refusals of one answer: a failed launch over
+// an unknown reason over one that passes.
+func graver(a, b refusal) refusal {
+	rank := map[refusal]int{refusalPasses: 0, refusalUnknown: 1, refusalFailedLaunch: 2}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
 // launched records the task RunTask started and starts following it.
 func (r *run) launched(ctx context.Context, l *launchTries, task types.Task) error {
 	r.h.setARN(l.t, aws.ToString(task.TaskArn))
-	if !l.sameToken {
+	switch {
+	case task.CreatedAt != nil:
+		// When ECS created it: a reissued token may have started it only
+		// now, and the consistency window counts from then.
+		l.t.LaunchedAt = task.CreatedAt.UnixMilli()
+	case !l.sameToken || l.t.LaunchedAt == 0:
 		l.t.LaunchedAt = time.Now().UnixMilli()
 	}
+	r.raiseFrontier(l.i) // goes out with the coalesced checkpoint
 	r.dirty = true
 	if err := r.flush(ctx, len(r.h.Tasks) <= eagerARNTasks); err != nil {
 		return err

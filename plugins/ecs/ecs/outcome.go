@@ -15,6 +15,11 @@ const (
 	outcomeInfra     = "infra" // stopped by the infrastructure: relaunched on its own budget
 )
 
+// stoppedFirst are Task.stopCode values that say a request to stop the task
+// came before its work ended: StopTask's UserInitiated, a service
+// scheduler's ServiceSchedulerInitiated.
+var stoppedFirst = map[string]bool{"UserInitiated": true, "ServiceSchedulerInitiated": true}
+
 // infraStopCodes are Task.stopCode values that mean the infrastructure, not
 // the work, stopped the task (ECS API reference, Task: stopCode; "Amazon
 // ECS stopped task error codes" in the developer guide): a Spot
@@ -26,9 +31,28 @@ var infraStopCodes = map[string]bool{
 }
 
 const (
-	statusStopped = "STOPPED"
-	stopCodeFTS   = "TaskFailedToStart"
+	statusStopped        = "STOPPED"
+	statusDeprovisioning = "DEPROVISIONING"
+	stopCodeFTS          = "TaskFailedToStart"
 )
+
+// ended reports whether a described task's outcome can be read: it is
+// STOPPED, or DEPROVISIONING with every container stopped. The task
+// lifecycle page of the ECS developer guide: DEPROVISIONING is "after the
+// task has stopped but before the task transitions to the STOPPED state"
+// (the awsvpc network interface being detached and deleted, which can take
+// a while), so the containers' exit codes are final by then, and the job
+// need not wait for the interface.
+// https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-lifecycle-explanation.html
+func ended(lastStatus string, containerStatuses []string) bool {
+	switch lastStatus {
+	case statusStopped:
+		return true
+	case statusDeprovisioning:
+		return !slices.ContainsFunc(containerStatuses, func(s string) bool { return s != statusStopped })
+	}
+	return false
+}
 
 // containerResult is what DescribeTasks says about one container.
 type containerResult struct {
@@ -72,6 +96,12 @@ func evaluate(t stoppedTask, essential map[string]bool) (outcome, reason string)
 		return outcomeInfra, r
 	}
 	problems := essentialProblems(t.Containers, essential)
+	if len(problems) == 0 && stoppedFirst[t.StopCode] {
+		// Someone's StopTask (or a service's scheduler) came before the
+		// work ended, as the infrastructure's does above: an exit 0 answers
+		// the SIGTERM. A failed launch, not a success.
+		problems = append(problems, t.StopCode+" stopped the task before it ended (its containers exited 0 after the stop began: the work was cut short)")
+	}
 	if len(problems) == 0 {
 		return outcomeSucceeded, ""
 	}

@@ -78,3 +78,25 @@ func TestEvaluate(t *testing.T) {
 		})
 	}
 }
+
+// A task's outcome is read once it is STOPPED, or DEPROVISIONING with
+// every container stopped (exit codes final), never before.
+func TestEnded(t *testing.T) {
+	for _, tc := range []struct {
+		status     string
+		containers []string
+		want       bool
+	}{
+		{"STOPPED", []string{"STOPPED"}, true},
+		{"STOPPED", []string{"RUNNING"}, true}, // the task says so
+		{"DEPROVISIONING", []string{"STOPPED", "STOPPED"}, true},
+		{"DEPROVISIONING", []string{"STOPPED", "RUNNING"}, false},
+		{"DEPROVISIONING", nil, true},
+		{"STOPPING", []string{"STOPPED"}, false},
+		{"DEACTIVATING", []string{"STOPPED"}, false},
+		{"RUNNING", []string{"STOPPED"}, false},
+		{"ACTIVATING", nil, false},
+	} {
+		require.Equal(t, tc.want, ended(tc.status, tc.containers), "%s %v", tc.status, tc.containers)
+	}
+}

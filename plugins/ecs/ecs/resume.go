@@ -48,7 +48,7 @@ func (r *run) loadHandle() error {
 	if h == nil {
 		h = newHandle(r.job.ID, r.job.Attempt, r.cfg.Cluster, r.cfg.TaskCount)
 	}
-	r.h = h
+	r.h, r.storedUnsent = h, h.Unsent
 	// The tasks are where they were launched, whatever the config says now.
 	r.h.Cluster = cmp.Or(r.h.Cluster, r.cfg.Cluster)
 	// The task count is what was launched. Only a job none of whose tasks
@@ -99,6 +99,12 @@ func (r *run) loadTaskDef(ctx context.Context) error {
 // begun and never listed.
 func (r *run) resumeTask(ctx context.Context, i int) error {
 	t := &r.h.Tasks[i]
+	if r.h.Unsent > 0 && i >= r.h.Unsent {
+		// Execute recorded its launch and never sent the RunTask: nothing
+		// can have run, however long ago that was.
+		r.stderrf("task %d: launch %d was recorded but never sent; sending it", i, t.Attempts)
+		return r.launch(ctx, i, unsentLaunch)
+	}
 	found, err := r.discover(ctx, i)
 	if err != nil {
 		return err

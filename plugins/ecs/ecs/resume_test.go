@@ -2,7 +2,9 @@ package ecs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -345,4 +347,66 @@ func TestResumeRefusesAnotherJobsHandle(t *testing.T) {
 	class, msg := plugintest.Error(t, err)
 	require.Equal(t, plugin.OutcomeUnknown, class)
 	require.Contains(t, msg, "not by this job")
+}
+
+// Execute records every task's first launch before its first RunTask, and
+// a frontier past which no RunTask was sent yet. A resume long after (past
+// stopped_task_retention) launches the indexes past the frontier: they
+// never ran, so nothing can have been purged.
+func TestLateResumeLaunchesWhatExecuteNeverSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{})
+	job := e.job("echo ran", map[string]any{"task_count": 3, "timeout": "0"})
+	cfg := mustConfig(t, string(job.Config), string(job.Context))
+	td, err := resolveTaskDef(context.Background(), mustClients(t, e), cfg)
+	require.NoError(t, err)
+	long := time.Now().Add(-2 * time.Hour)
+	h := newHandle(job.ID, 1, DefaultCluster, 3)
+	h.TaskDefinitionARN, h.StartedAt, h.Unsent = td.ARN, long.Unix(), 1
+	h.Tasks[0] = TaskState{Attempts: 1, ID: "0123456789abcdef0123456789abcdef", Outcome: outcomeSucceeded, Exit: map[string]int32{"app": 0}}
+	for i := 1; i < 3; i++ {
+		h.Tasks[i] = TaskState{Attempts: 1, LaunchedAt: long.UnixMilli()}
+	}
+	h.ARNPrefix = "arn:aws:ecs:us-east-1:000000000000:task/default/"
+	raw, err := h.encode()
+	require.NoError(t, err)
+
+	rt := plugintest.NewGatedRuntime(raw)
+	res, err := Direct(e.p).Resume(context.Background(), job, rt)
+	require.NoError(t, err, "stderr: %s", rt.StderrString())
+	require.Equal(t, "3 ECS task(s) succeeded", res.Message)
+	require.Contains(t, rt.StderrString(), "task 1: launch 1 was recorded but never sent; sending it")
+	for i := 1; i < 3; i++ {
+		require.Equal(t, 1, e.em.Launches(StartedBy(job.ID, i)), "task %d launched once", i)
+	}
+	require.Equal(t, 0, e.em.Launches(StartedBy(job.ID, 0)), "the settled task is not launched")
+	require.Equal(t, 3, lastHandle(t, rt).Unsent, "the frontier passed every index")
+}
+
+// An agent lost in the middle of Execute's launch pass: the handle's
+// frontier is ahead of every RunTask sent and behind the job's end, and a
+// resume launches each task index exactly once.
+func TestResumeMidLaunchPassLaunchesEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, emulator.Options{})
+	const n = 24
+	job := e.job("echo ran", map[string]any{"task_count": n})
+	rates := maps.Clone(testRates)
+	rates[apiRunTask] = 4 // 16 launches ahead at most: the frontier stays behind n
+	job.Config, _ = json.Marshal(map[string]any{"endpoint": e.url, "region": "us-east-1", "api_rates": rates})
+	rt1 := startAndLose(t, Direct(e.p), job, func(rt *plugintest.Runtime) bool { return strings.Contains(rt.StderrString(), "task 2 is") })
+	h := lastHandle(t, rt1)
+	require.Greater(t, h.Unsent, 2)
+	require.Less(t, h.Unsent, n)
+	for i := h.Unsent; i < n; i++ {
+		require.Zero(t, e.em.Launches(StartedBy(job.ID, i)), "task %d past the frontier was not sent", i)
+	}
+
+	rt2 := plugintest.NewGatedRuntime(rt1.Handle())
+	res, err := Direct(e.p).Resume(context.Background(), job, rt2)
+	require.NoError(t, err, "stderr: %s", rt2.StderrString())
+	require.Equal(t, fmt.Sprintf("%d ECS task(s) succeeded", n), res.Message)
+	for i := range n {
+		require.Equal(t, 1, e.em.Launches(StartedBy(job.ID, i)), "task %d launched once", i)
+	}
 }

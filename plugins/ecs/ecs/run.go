@@ -61,9 +61,11 @@ type run struct {
 	ticket *ticket // the run's one outstanding log read, if any
 	tprio  int
 
-	dirty     bool // the handle changed since the last checkpoint
-	lastCkpt  time.Time
-	pollFails int
+	dirty bool // the handle changed since the last checkpoint
+	// storedUnsent is Handle.Unsent as last checkpointed.
+	storedUnsent int
+	lastCkpt     time.Time
+	pollFails    int
 	// fatal is set when the agent refuses the job's checkpoints or output
 	// (its lease is gone). Watching on could only repeat the failure, and
 	// the tasks are left to whoever holds the job now.
@@ -154,7 +156,7 @@ func (r *run) checkpoint(ctx context.Context) error {
 		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: checkpointing job %s: %w", r.job.ID, err))
 		return r.fatal
 	}
-	r.dirty, r.lastCkpt = false, time.Now()
+	r.dirty, r.lastCkpt, r.storedUnsent = false, time.Now(), r.h.Unsent
 	return nil
 }
 
@@ -299,7 +301,7 @@ func (r *run) onSeen(i int, v seen, now time.Time) {
 	if !t.Seen {
 		t.Seen, r.dirty = true, true
 	}
-	if aws.ToString(v.task.LastStatus) == statusStopped {
+	if taskEnded(v.task) {
 		task := v.task
 		r.tasks[i].stoppedAt, r.tasks[i].final = now, &task
 		r.sub.unwatch(r.h.taskARN(t))
@@ -398,7 +400,16 @@ func (r *run) fail(ctx context.Context, msg string) error {
 	return plugin.Errorf(plugin.Permanent, "ecs: %s", msg)
 }
 
-// settle turns task i's STOPPED task into its outcome.
+// taskEnded reports whether the task's outcome can be read (ended).
+func taskEnded(task types.Task) bool {
+	var cs []string
+	for _, c := range task.Containers {
+		cs = append(cs, aws.ToString(c.LastStatus))
+	}
+	return ended(aws.ToString(task.LastStatus), cs)
+}
+
+// settle turns task i's ended task into its outcome.
 func (r *run) settle(i int, task types.Task) {
 	t := &r.h.Tasks[i]
 	st := stoppedTask{StopCode: string(task.StopCode), StoppedReason: aws.ToString(task.StoppedReason)}

@@ -201,3 +201,129 @@ func driverInterrupted(p *corev1.Pod) string {
 	}
 	return ""
 }
+
+// blindAction is what Cleanup does with the application of an attempt
+// whose outcome was decided blind (Handle.Blind: the API server refused the
+// plugin past auth_grace, so the job ended outcome_unknown while the
+// application ran on).
+type blindAction int
+
+const (
+	// blindDelete deletes it as any Cleanup does: it is gone (or the name
+	// is another's now), being deleted, failed, or past its job's timeout.
+	blindDelete blindAction = iota
+	// blindKeep leaves it alone: it COMPLETED, so the query ran to its
+	// end. It is the evidence of the job's success, which a requeue of the
+	// job records by adopting it (decideExisting) without running the
+	// query again; spark-operator deletes it time_to_live after its end.
+	blindKeep
+	// blindWait leaves it alone for now and fails Cleanup retriably (the
+	// host's queue retries it with backoff): it still runs and may
+	// complete.
+	blindWait
+)
+
+// decideBlindCleanup is blindAction for the attempt's application (found:
+// it exists and is the attempt's; st its status) at now, given its job's
+// deadline (its creation plus timeout; zero: no timeout), and why.
+func decideBlindCleanup(found bool, st appStatus, now, deadline time.Time) (blindAction, string) {
+	switch ph := phaseOf(st.State); {
+	case !found:
+		return blindDelete, "it no longer exists"
+	case st.Deleting:
+		return blindDelete, "it is being deleted"
+	case ph == phaseSucceeded:
+		return blindKeep, "it completed"
+	case ph == phaseFailed:
+		return blindDelete, "it ended " + st.State
+	case !deadline.IsZero() && !now.Before(deadline):
+		return blindDelete, "it is " + cmp.Or(st.State, "new") + " past its job's timeout"
+	}
+	return blindWait, "it is " + cmp.Or(st.State, "new") + " and may still complete"
+}
+
+// sight is what the plugin sees of a job's application when it decides
+// the job's outcome.
+type sight struct {
+	State        string // status.applicationState.state
+	ErrorMessage string // status.applicationState.errorMessage
+	// Interrupted: the driver pod was seen deleted or evicted while it
+	// ran, or was gone from the API server when its application ended
+	// FAILED (Handle.Interrupted).
+	Interrupted bool
+	// Stuck: decideStuck (startup_timeout passed in a startup state, and
+	// neither the application nor its driver pod ever got past startup).
+	Stuck bool
+	// UnknownTooLong: the application has been UNKNOWN for unknown_grace.
+	UnknownTooLong bool
+	// TimedOut: the job's timeout passed (and the application is not in a
+	// terminal state).
+	TimedOut bool
+	// Gone: the submitted application no longer exists (a GET's 404).
+	Gone bool
+	// Blind: the API server refused the plugin for auth_grace; nothing
+	// else is known.
+	Blind bool
+}
+
+// rule names the row of the outcome table (README.md, "Outcomes") that
+// decided.
+type rule string
+
+const (
+	ruleRunning        rule = "running"
+	ruleBlind          rule = "blind"
+	ruleGone           rule = "gone"
+	ruleCompleted      rule = "completed"
+	ruleDriverVanished rule = "driver pod not found"
+	ruleInterrupted    rule = "driver interrupted"
+	ruleFailed         rule = "failed"
+	ruleTimedOut       rule = "timed out"
+	ruleStuck          rule = "stuck"
+	ruleUnknown        rule = "unknown too long"
+)
+
+// decision is the job's outcome for a sight.
+type decision struct {
+	Rule    rule
+	Outcome string            // "" (follow on), succeeded, failed, outcome_unknown
+	Class   plugin.ErrorClass // the job's error class; "" when it goes on or succeeded
+	// Delete: the plugin deletes the application (and its ConfigMap).
+	Delete bool
+}
+
+// decideOutcome is the job's outcome for what the plugin sees. In order:
+// nothing seen (blind) or the application gone is outcome_unknown; a
+// terminal state decides (COMPLETED succeeded; FAILED failed permanently,
+// unless its driver was stopped from outside: outcome_unknown;
+// SUBMISSION_FAILED failed retriably: failedOutcome, failedClass); then
+// the job's timeout and startup_timeout fail it permanently and delete the
+// application; then UNKNOWN past unknown_grace is outcome_unknown;
+// anything else goes on.
+func decideOutcome(s sight) decision {
+	unknown := decision{Outcome: outcomeUnknown, Class: plugin.OutcomeUnknown}
+	ph := phaseOf(s.State)
+	switch {
+	case s.Blind:
+		unknown.Rule = ruleBlind
+	case s.Gone:
+		unknown.Rule = ruleGone
+	case ph == phaseSucceeded:
+		return decision{Rule: ruleCompleted, Outcome: outcomeSucceeded}
+	case ph == phaseFailed && failedOutcome(s.State, s.ErrorMessage, "") == outcomeUnknown:
+		unknown.Rule = ruleDriverVanished
+	case ph == phaseFailed && s.Interrupted && failedOutcome(s.State, s.ErrorMessage, "interrupted") == outcomeUnknown:
+		unknown.Rule = ruleInterrupted
+	case ph == phaseFailed:
+		return decision{Rule: ruleFailed, Outcome: outcomeFailed, Class: failedClass(s.State)}
+	case s.TimedOut:
+		return decision{Rule: ruleTimedOut, Outcome: outcomeFailed, Class: plugin.Permanent, Delete: true}
+	case s.Stuck:
+		return decision{Rule: ruleStuck, Outcome: outcomeFailed, Class: plugin.Permanent, Delete: true}
+	case ph == phaseUnknown && s.UnknownTooLong:
+		unknown.Rule = ruleUnknown
+	default:
+		return decision{Rule: ruleRunning}
+	}
+	return unknown
+}

@@ -241,3 +241,38 @@ func TestEKSTransportDropsARefusedToken(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, get())
 	assert.Equal(t, tok, src.token)
 }
+
+func TestDecideBlindCleanup(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	later, earlier := now.Add(time.Minute), now.Add(-time.Minute)
+	for _, tc := range []struct {
+		name     string
+		found    bool
+		st       appStatus
+		deadline time.Time
+		want     blindAction
+	}{
+		{"gone", false, appStatus{}, later, blindDelete},
+		{"being deleted", true, appStatus{State: stateRunning, Deleting: true}, later, blindDelete},
+		// The query ran to its end: the evidence of the job's success.
+		{"completed", true, appStatus{State: stateCompleted}, later, blindKeep},
+		{"completed past the timeout", true, appStatus{State: stateCompleted}, earlier, blindKeep},
+		{"failed", true, appStatus{State: stateFailed}, later, blindDelete},
+		{"submission failed", true, appStatus{State: stateSubmissionFailed}, later, blindDelete},
+		// Still running: it may complete, until its timeout.
+		{"running", true, appStatus{State: stateRunning}, later, blindWait},
+		{"succeeding", true, appStatus{State: stateSucceeding}, later, blindWait},
+		{"submitted", true, appStatus{State: stateSubmitted}, later, blindWait},
+		{"unknown", true, appStatus{State: stateUnknown}, later, blindWait},
+		{"new", true, appStatus{}, later, blindWait},
+		{"running, no timeout", true, appStatus{State: stateRunning}, time.Time{}, blindWait},
+		{"running past the timeout", true, appStatus{State: stateRunning}, earlier, blindDelete},
+		{"running at the timeout", true, appStatus{State: stateRunning}, now, blindDelete},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := decideBlindCleanup(tc.found, tc.st, now, tc.deadline)
+			assert.Equal(t, tc.want, got, "%s", why)
+			assert.NotEmpty(t, why)
+		})
+	}
+}

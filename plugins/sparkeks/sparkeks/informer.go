@@ -59,8 +59,11 @@ import (
 // A job calls appWatchers.subscribe(clients, namespace, name, every). The
 // first subscriber of a (clients, namespace) starts its watcher, the others
 // share it, and when the last one leaves the watcher lingers (watchLinger)
-// before it stops, so the churn of jobs ending and starting does not
-// restart it (a restart costs a LIST of every tether application).
+// before it stops, so jobs that come in bursts with idle gaps between them
+// do not restart it (a restart costs a LIST of every tether application of
+// the namespace, finished ones included). An idle watcher costs its two
+// open watches, re-opened every 5-10 minutes from their resource version
+// (no LIST), and its cache, which holds slim copies (slim.go).
 //
 // # What the cache says, and what it does not
 //
@@ -101,7 +104,7 @@ import (
 const (
 	// watchLinger is how long a watcher nobody subscribes to any more
 	// keeps running, in case another job comes.
-	watchLinger = 30 * time.Second
+	watchLinger = time.Hour
 
 	// Labels spark-operator puts on the pods it creates.
 	labelSparkRole       = "spark-role"
@@ -121,6 +124,10 @@ type appWatchers struct {
 	// log, when set, gets a line when a watcher starts, stops, or its
 	// informers start or stop failing.
 	log *slog.Logger
+	// keepWhole caches objects as listed, less their managed fields,
+	// instead of their slim copies (slim.go): the memory benchmark's
+	// baseline.
+	keepWhole bool
 
 	mu sync.Mutex
 	m  map[watcherKey]*appWatcher
@@ -258,8 +265,12 @@ func newAppWatcher(ws *appWatchers, cl *clients, namespace string) *appWatcher {
 		i cache.SharedIndexInformer
 		h *healthTracker
 		n func(any) string
-	}{{w.apps, w.appHealth, objectName}, {w.pods, w.podHealth, podAppName}} {
-		_ = inf.i.SetTransform(stripManagedFields)
+		t cache.TransformFunc
+	}{{w.apps, w.appHealth, objectName, slimApp}, {w.pods, w.podHealth, podAppName, slimPod}} {
+		if ws.keepWhole {
+			inf.t = stripManagedFields
+		}
+		_ = inf.i.SetTransform(inf.t)
 		// The reflector reports a failed list-and-watch (never with a nil
 		// err): besides the requests' own errors, failures inside a stream
 		// (a decoding error, a broken connection).
@@ -691,11 +702,11 @@ func podAppName(obj any) string {
 	return cmp.Or(m.GetLabels()[labelOperatorAppName], strings.TrimSuffix(m.GetName(), "-driver"))
 }
 
-// stripManagedFields drops what the cache never needs (and is most of a
-// small object's size). An object without managed fields is left untouched:
-// even removing an absent key writes its map, and client-go's fake clients
-// deliver watch objects whose maps their tracker still reads (a data race
-// under -race in TestResume).
+// stripManagedFields drops the managed fields and keeps the rest (the
+// memory benchmark's baseline, appWatchers.keepWhole). An object without
+// managed fields is left untouched: even removing an absent key writes its
+// map, and client-go's fake clients deliver watch objects whose maps their
+// tracker still reads.
 func stripManagedFields(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil && len(m.GetManagedFields()) > 0 {
 		m.SetManagedFields(nil)

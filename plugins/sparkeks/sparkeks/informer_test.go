@@ -343,9 +343,10 @@ func TestInformer(t *testing.T) {
 
 		// A copy. Changing it changes nothing in the cache.
 		app, _ := one.app()
-		app.SetLabels(nil)
+		state := statusOf(app).State
+		require.NoError(t, unstructured.SetNestedField(app.Object, "CHANGED", "status", "applicationState", "state"))
 		app, _ = one.app()
-		require.Equal(t, managedByTether, app.GetLabels()[labelManagedBy])
+		require.Equal(t, state, statusOf(app).State)
 
 		require.Equal(t, appReqs, rc.informer(appsPathOf(ns)), "no new SparkApplications request")
 		require.Equal(t, podReqs, rc.informer(podsPathOf(ns)), "no new pods request")

@@ -330,7 +330,7 @@ func TestRefusedListWatch(t *testing.T) {
 		assert.Equal(t, plugin.OutcomeUnknown, class)
 		assert.Contains(t, msg, "auth_grace 200ms")
 		assert.Contains(t, msg, "keeps running")
-		// Left running. The host's Cleanup deletes it.
+		// Left running. The host's Cleanup looks at it again before deleting it.
 		_, err := e.dyn.Tracker().Get(GVR, "spark", AppName(job.ID))
 		assert.NoError(t, err)
 	})

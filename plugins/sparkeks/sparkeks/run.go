@@ -207,8 +207,8 @@ func (r *run) fail(ctx context.Context, what string, err error) error {
 	case r.h.Submitted && apiRefused(err):
 		// The application exists and runs on. Only this agent's access is
 		// refused. Its outcome is unknown, and the host's Cleanup (durable,
-		// retried) deletes it later.
-		return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; SparkApplication %s keeps running, its outcome is unknown (the agent's Cleanup deletes it)", what, err, r.ref())
+		// retried) looks at it again before deleting it.
+		return r.decideBlind(ctx, fmt.Sprintf("%s: %v; SparkApplication %s keeps running, its outcome is unknown (the agent's Cleanup looks at it again, and deletes it unless it completed)", what, err, r.ref()))
 	case apierrors.IsNotFound(err):
 		return plugin.Errorf(plugin.Permanent, "sparkeks: %s: %v (is the SparkApplication CRD installed, and does namespace %q exist?)", what, err, r.cfg.Namespace)
 	default:
@@ -551,7 +551,11 @@ func (r *run) failRead(ctx context.Context, what string, err error) error {
 	if errors.As(err, &pe) {
 		return err
 	}
-	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s: %v; the SparkApplication, if it exists, keeps running and its outcome is unknown (the agent's Cleanup deletes it)", what, err)
+	msg := fmt.Sprintf("%s: %v; the SparkApplication, if it exists, keeps running and its outcome is unknown (the agent's Cleanup looks at it again, and deletes it unless it completed)", what, err)
+	if apiRefused(err) {
+		return r.decideBlind(ctx, msg)
+	}
+	return plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
 }
 
 // gone ends a job whose submitted application no longer exists. Whether it
@@ -793,8 +797,15 @@ func goneConfirmDelay(poll time.Duration) time.Duration {
 // Cleanup (durable, retried) deletes it later. what is what was refused.
 func (r *run) lostTrack(ctx context.Context, what string, err error, refused time.Duration) error {
 	r.stopLogs()
-	msg := fmt.Sprintf("lost track of SparkApplication %s: the API server refused %s for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup deletes it)",
-		r.ref(), what, refused.Round(time.Millisecond), r.cfg.AuthGrace, err)
+	return r.decideBlind(ctx, fmt.Sprintf("lost track of SparkApplication %s: the API server refused %s for %s (auth_grace %s): %v; it keeps running and its outcome is unknown (the agent's Cleanup looks at it again, and deletes it unless it completed)",
+		r.ref(), what, refused.Round(time.Millisecond), r.cfg.AuthGrace, err))
+}
+
+// decideBlind ends the job outcome_unknown for msg, marked blind in the
+// handle: decided by losing sight of the application, which may run on and
+// complete. A Resume follows it again instead of reporting this, and
+// Cleanup looks at it before deleting anything (lookBeforeDeleting).
+func (r *run) decideBlind(ctx context.Context, msg string) error {
 	r.h.Blind = true
 	r.recordOutcome(ctx, outcomeUnknown, msg)
 	r.notef("%s", msg)
@@ -958,40 +969,41 @@ func (r *run) recordDriverGone(ctx context.Context, s *appSubscription) {
 	}
 }
 
-// outcome ends the job when the application's state decides it: succeeded,
-// failed, stuck before RUNNING, or UNKNOWN for unknown_grace.
+// outcome ends the job when the application's state decides it
+// (decideOutcome): succeeded, failed, stuck before RUNNING, or UNKNOWN for
+// unknown_grace.
 func (r *run) outcome(ctx context.Context, st appStatus, s *appSubscription) (bool, *plugin.Result, error) {
-	ph := phaseOf(st.State)
 	if st.State == stateFailed && st.ErrorMessage != driverPodNotFound {
 		r.recordDriverGone(ctx, s)
 	}
-	switch {
-	case ph == phaseSucceeded:
+	d := decideOutcome(sight{
+		State: st.State, ErrorMessage: st.ErrorMessage, Interrupted: r.h.Interrupted != "",
+		Stuck:          decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout),
+		UnknownTooLong: r.h.UnknownSince != nil && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace,
+	})
+	var msg string
+	switch d.Rule {
+	case ruleRunning:
+		return false, nil, nil
+	case ruleCompleted:
 		r.end(ctx, outcomeSucceeded, "")
 		return true, r.result(), nil
-	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage, "") == outcomeUnknown:
-		msg := fmt.Sprintf("SparkApplication %s %s: %s: the driver pod vanished (deleted, or lost with its node), possibly after the query finished; the outcome is unknown",
-			r.ref(), st.State, st.ErrorMessage)
-		r.end(ctx, outcomeUnknown, msg)
-		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
-	case ph == phaseFailed && failedOutcome(st.State, st.ErrorMessage, r.h.Interrupted) == outcomeUnknown:
-		msg := fmt.Sprintf("SparkApplication %s %s: %s: %s, possibly after it did some or all of the query; the outcome is unknown",
-			r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"), r.h.Interrupted)
-		r.end(ctx, outcomeUnknown, msg)
-		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
-	case ph == phaseFailed:
-		msg := fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"))
-		r.end(ctx, outcomeFailed, msg)
-		return true, nil, plugin.Errorf(failedClass(st.State), "sparkeks: %s", msg)
-	case decideStuck(st.State, r.h.EverRunning, r.h.CreatedAt, time.Now(), r.cfg.StartupTimeout):
+	case ruleStuck:
 		return true, nil, r.stuck(ctx, st, s)
-	case ph == phaseUnknown && time.Since(*r.h.UnknownSince) >= r.cfg.UnknownGrace:
-		msg := fmt.Sprintf("SparkApplication %s has been in state UNKNOWN for %s (unknown_grace %s): spark-operator lost track of its driver; the outcome is unknown",
+	case ruleDriverVanished:
+		msg = fmt.Sprintf("SparkApplication %s %s: %s: the driver pod vanished (deleted, or lost with its node), possibly after the query finished; the outcome is unknown",
+			r.ref(), st.State, st.ErrorMessage)
+	case ruleInterrupted:
+		msg = fmt.Sprintf("SparkApplication %s %s: %s: %s, possibly after it did some or all of the query; the outcome is unknown",
+			r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"), r.h.Interrupted)
+	case ruleUnknown:
+		msg = fmt.Sprintf("SparkApplication %s has been in state UNKNOWN for %s (unknown_grace %s): spark-operator lost track of its driver; the outcome is unknown",
 			r.ref(), time.Since(*r.h.UnknownSince).Round(time.Second), r.cfg.UnknownGrace)
-		r.end(ctx, outcomeUnknown, msg)
-		return true, nil, plugin.Errorf(plugin.OutcomeUnknown, "sparkeks: %s", msg)
+	default: // ruleFailed
+		msg = fmt.Sprintf("SparkApplication %s %s: %s", r.ref(), st.State, cmp.Or(st.ErrorMessage, "no error message"))
 	}
-	return false, nil, nil
+	r.end(ctx, d.Outcome, msg)
+	return true, nil, plugin.Errorf(d.Class, "sparkeks: %s", msg)
 }
 
 // end records the job's outcome once the driver's log is drained.

@@ -96,7 +96,8 @@ func (p *Plugin) Resume(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 // included). Without one (nothing was checkpointed), only an application
 // whose tether.dev/job-attempt label is job.Attempt. Both missing is
 // success. A transient failure is Retriable (the host's cleanup queue
-// retries it).
+// retries it). An attempt whose outcome was decided blind is looked at
+// first (lookBeforeDeleting).
 func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	cfg, err := parseJob(job)
 	if err != nil {
@@ -112,10 +113,17 @@ func (p *Plugin) Cleanup(ctx context.Context, job *plugin.Job) error {
 	}
 	namespace, uid := cfg.Namespace, ""
 	if len(job.Handle) > 0 {
-		if h, err := decodeHandle(job.Handle); err != nil {
+		h, err := decodeHandle(job.Handle)
+		switch {
+		case err != nil:
 			// Fall back to the attempt label, which is as safe.
 			p.log.Warn("cleanup: unreadable handle; deleting by the attempt label", "job", job.ID, "err", err)
-		} else {
+		case h.Blind:
+			if keep, err := p.lookBeforeDeleting(ctx, cl, cfg, job, h); keep || err != nil {
+				return err
+			}
+		}
+		if err == nil {
 			namespace, uid = cmp.Or(h.Namespace, namespace), h.UID
 		}
 	}
