@@ -1,7 +1,8 @@
 -- Register this process under its name with a fresh generation, announcing
 -- its commands, plugins and timings (schema v15: other agents judge it and
 -- route submits by them). Returns the generation the name had before (''
--- for a new name).
+-- for a new name). A drain request was for the process before: the new one
+-- starts without it.
 WITH prev AS (
     SELECT generation FROM agents WHERE name = @name
 ), up AS (
@@ -17,7 +18,8 @@ WITH prev AS (
         plugins = excluded.plugins, command_specs = excluded.command_specs,
         keepalive = excluded.keepalive, dead_after = excluded.dead_after,
         stale_job = excluded.stale_job, self_fence_after = excluded.self_fence_after,
-        state = 'running', started_at = now(), last_seen = now()
+        state = 'running', started_at = now(), last_seen = now(),
+        drain_requested_at = NULL, drain_requested_by = '', drain_reason = ''
     RETURNING name
 )
 SELECT coalesce((SELECT generation FROM prev), '') FROM up;

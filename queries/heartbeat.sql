@@ -12,14 +12,16 @@
 -- retention deleted it: register again). Without the row no lease is
 -- returned, so the caller must not read the answer as every lease lost.
 -- The last two columns are the server's WAL position and timeline
--- (internal/dbhistory), the same on every row.
+-- (internal/dbhistory), the same on every row; the third says an operator
+-- asked this agent to drain (agent_drain_request.sql), read from the row the
+-- statement renews anyway.
 --
 -- Run with JIT off (store.QueryHot): every agent runs it every keepalive, and
 -- its estimate grows with the active rows while it reads one agent's.
 WITH ag AS (
     UPDATE agents SET last_seen = now()
     WHERE name = @name AND generation = @generation
-    RETURNING name
+    RETURNING name, drain_requested_at IS NOT NULL AS drain
 ), held AS (
     SELECT * FROM unnest(@job_ids::text[], @leases::bigint[]) AS t(job_id, lease)
 ), mine AS (
@@ -35,6 +37,7 @@ WITH ag AS (
 )
 SELECT EXISTS (SELECT 1 FROM ag),
        EXISTS (SELECT 1 FROM agents WHERE name = @name), -- by the primary key
-       m.job_id, m.lease, m.status, m.orphan, w.lsn, w.timeline
+       m.job_id, m.lease, m.status, m.orphan, w.lsn, w.timeline,
+       coalesce((SELECT drain FROM ag), false)
 FROM w
 LEFT JOIN mine m ON true;

@@ -18,12 +18,16 @@ import (
 // kind, agent and message. Rows are printed as they come (a followed
 // timeline cannot be aligned afterwards), so columns have fixed widths.
 type timeline struct {
-	w    io.Writer
-	prev time.Time
-	rows int
+	w         io.Writer
+	noHeaders bool
+	prev      time.Time
+	rows      int
 }
 
 func (t *timeline) header() {
+	if t.noHeaders {
+		return
+	}
 	fmt.Fprintf(t.w, "%-24s %8s  %-16s %-14s %s\n", "TIME", "+", "KIND", "AGENT", "MESSAGE")
 }
 
@@ -34,9 +38,9 @@ func (t *timeline) row(e api.Event) error {
 	}
 	t.prev = e.At
 	t.rows++
-	row := fmt.Sprintf("%-24s %8s  %-16s %-14s %s", e.At.Local().Format("2006-01-02T15:04:05.000"), delta, e.Kind, orDash(e.Agent), strings.TrimSpace(e.Message))
-	_, err := fmt.Fprintln(t.w, strings.TrimRight(row, " "))
-	return err
+	prefix := fmt.Sprintf("%-24s %8s  %-16s %-14s ", e.At.Local().Format("2006-01-02T15:04:05.000"), delta, e.Kind, orDash(e.Agent))
+	// A multi-line message keeps to the MESSAGE column.
+	return hangingLines(t.w, prefix, strings.TrimLeft(e.Message, " \t\r\n"))
 }
 
 // fmtDelta renders a duration between events: milliseconds below a second,
@@ -116,7 +120,7 @@ func (a *app) printEvents(ctx context.Context, fo *client.Failover, id string) e
 	if a.machine() {
 		return emitList(a, "events", evs, nil)
 	}
-	t := &timeline{w: a.stdout}
+	t := &timeline{w: a.stdout, noHeaders: a.noHeaders}
 	t.header()
 	for _, e := range evs {
 		if err := t.row(e); err != nil {
@@ -129,19 +133,20 @@ func (a *app) printEvents(ctx context.Context, fo *client.Failover, id string) e
 // followEvents prints the job's events as they happen until it ends, then
 // its outcome on stderr, and returns the outcome as the exit code.
 func (a *app) followEvents(ctx context.Context, fo *client.Failover, id string) error {
-	t := &timeline{w: a.stdout}
+	t := &timeline{w: a.stdout, noHeaders: a.noHeaders}
 	emit := t.row
 	if a.machine() {
 		emit = func(e api.Event) error { return a.emit(e) }
 	} else {
 		t.header()
 	}
-	if _, err := fo.FollowEvents(ctx, id, 0, emit); err != nil {
-		return gaveUp(ctx, id, err)
+	seen := false
+	if _, err := fo.FollowEvents(ctx, id, 0, func(e api.Event) error { seen = true; return emit(e) }); err != nil {
+		return gaveUp(ctx, id, seen, err)
 	}
 	j, err := fo.Get(ctx, id)
 	if err != nil {
-		return gaveUp(ctx, id, err)
+		return gaveUp(ctx, id, true, err)
 	}
 	return a.finish(j, false)
 }
@@ -184,6 +189,6 @@ func (a *app) runCleanups(ctx context.Context, limit int, after string, all bool
 	}
 	return printList(a, "cleanups", list, &next, "JOB\tCOMMAND\tPLUGIN\tREASON\tATTEMPTS\tNEXT\tCLAIMED BY\tLAST ERROR", func(w io.Writer, cl api.Cleanup) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cl.JobID, cl.Command, cl.Plugin, cl.Reason, cl.Attempts,
-			fmtTime(&cl.NextAt), orDash(cl.ClaimedBy), orDash(cl.LastError))
+			fmtTime(&cl.NextAt), orDash(cl.ClaimedBy), orDash(oneLine(cl.LastError)))
 	})
 }

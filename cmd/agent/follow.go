@@ -56,8 +56,14 @@ func (a *app) finish(j api.JobDetail, show bool) error {
 	return &exitError{code: code}
 }
 
-// gaveUp is the exit of a follow that ended before the job did.
-func gaveUp(ctx context.Context, id string, err error) error {
+// gaveUp is the exit of a follow that ended before the job did. A job the
+// server does not know, and the follow never saw, is an error (exit 1), not
+// an unknown outcome: there is nothing to wait for. One that vanished while
+// followed (retention) stays exit 3.
+func gaveUp(ctx context.Context, id string, seen bool, err error) error {
+	if !seen && client.IsNotFound(err) {
+		return &exitError{code: 1, err: err}
+	}
 	if ctx.Err() != nil {
 		return &exitError{code: exitUnknown, err: fmt.Errorf("stopped following; job %s goes on (tether wait %s picks it up again, tether cancel %s stops it)", id, id, id)}
 	}
@@ -82,9 +88,11 @@ type logPrinter struct {
 	stamps               bool
 	attempt              int
 	midLine              bool // the last record was partial: no prefix, no separator
+	seen                 bool // a record was printed
 }
 
 func (p *logPrinter) print(r api.LogLine) error {
+	p.seen = true
 	if p.records != nil {
 		return p.records.Encode(r)
 	}
@@ -121,7 +129,7 @@ func (p *logPrinter) endLine() {
 // followJob follows a job's output across agents until it ends and returns
 // the exit of its outcome. split sends the job's stderr to stderr (else both
 // streams go to stdout). statuses prints status changes on stderr meanwhile.
-func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, statuses bool) error {
+func (a *app) followJob(ctx context.Context, id string, q client.LogQuery, split, stamps, statuses bool) error {
 	fo, err := a.failover()
 	if err != nil {
 		return fail(true, err)
@@ -132,9 +140,9 @@ func (a *app) followJob(ctx context.Context, id, stream string, split, stamps, s
 	}
 	defer stopStatus()
 	p := a.followPrinter(split, stamps, statuses)
-	end, err := fo.FollowLogs(ctx, id, client.LogQuery{Stream: stream}, p.print)
+	end, err := fo.FollowLogs(ctx, id, q, p.print)
 	if err != nil {
-		return gaveUp(ctx, id, err)
+		return gaveUp(ctx, id, p.seen, err)
 	}
 	p.endLine() // the job's last line may have had no newline
 	stopStatus()
@@ -208,7 +216,7 @@ printed on stdout.`,
 			defer cancel()
 			j, err := fo.Wait(ctx, args[0], a.printStatus)
 			if err != nil {
-				return gaveUp(ctx, args[0], err)
+				return gaveUp(ctx, args[0], j.ID != "", err)
 			}
 			return a.finish(j, true)
 		},
@@ -234,19 +242,27 @@ func checkFollowTimeout(follow bool, d time.Duration) error {
 	return checkWaitTimeout(d)
 }
 
+// logsFlags are logs' flags.
+type logsFlags struct {
+	follow  bool
+	stream  string
+	stamps  bool
+	timeout time.Duration
+	tail    int
+	since   string
+}
+
 func (a *app) logsCmd() *cobra.Command {
-	var (
-		follow  bool
-		stream  string
-		stamps  bool
-		timeout time.Duration
-	)
+	var lf logsFlags
 	cmd := &cobra.Command{
 		Use:   "logs <id>",
 		Short: "Print a job's output (both streams, in write order, unless --stream)",
 		Long: `Print a job's output: both streams in the order the job wrote them, unless
 --stream picks one. A line "── attempt N ──" on stderr separates attempts;
---stamps prefixes each line with its time, stream and attempt.
+--stamps prefixes each line with its time, stream and attempt. --tail N
+prints the last N lines only, --since the output received from a time on
+(an RFC 3339 time, or a duration ago by the database's clock); the server
+sends only those.
 
 With -f it follows the output until the job ends, reconnecting (to the next
 --server, or the same one after a restart) and resuming after the last line
@@ -257,46 +273,67 @@ is 0 once the output was printed.
 
 -o json or jsonl prints each line as a JSON record on stdout:
 {"seq","attempt","stream","time","line","partial"}.`,
+		Example: `  tether logs "$id" --tail 20 -f
+  tether logs "$id" --since 10m --stream stderr
+  tether logs "$id" --since 2026-12-01T09:00:00Z`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkLogsFlags(stream, follow, timeout); err != nil {
+			q, err := a.logQuery(lf)
+			if err != nil {
 				return err
 			}
-			if follow {
-				ctx, cancel := waitTimeout(cmd.Context(), timeout)
+			if lf.follow {
+				ctx, cancel := waitTimeout(cmd.Context(), lf.timeout)
 				defer cancel()
-				return a.followJob(ctx, args[0], stream, false, stamps, false)
+				return a.followJob(ctx, args[0], q, false, lf.stamps, false)
 			}
-			return a.printLogs(cmd.Context(), args[0], stream, stamps)
+			return a.printLogs(cmd.Context(), args[0], q, lf.stamps)
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVarP(&follow, "follow", "f", false, "keep printing output until the job ends; the exit code is its outcome")
-	f.StringVar(&stream, "stream", "", "only stdout or stderr")
-	f.BoolVar(&stamps, "stamps", false, "prefix each line with its time, stream and attempt")
-	f.DurationVar(&timeout, "wait-timeout", 0, "with -f: give up (exit 3) after this long; 0 follows as long as the job runs")
+	f.BoolVarP(&lf.follow, "follow", "f", false, "keep printing output until the job ends; the exit code is its outcome")
+	f.StringVar(&lf.stream, "stream", "", "only stdout or stderr")
+	f.BoolVar(&lf.stamps, "stamps", false, "prefix each line with its time, stream and attempt")
+	f.DurationVar(&lf.timeout, "wait-timeout", 0, "with -f: give up (exit 3) after this long; 0 follows as long as the job runs")
+	f.IntVar(&lf.tail, "tail", -1, "only the last N lines (-1: all)")
+	f.StringVar(&lf.since, "since", "", "only output received at or after this time (RFC 3339) or within this long (10m, 2h)")
 	return cmd
 }
 
-func (a *app) checkLogsFlags(stream string, follow bool, timeout time.Duration) error {
-	if !slices.Contains([]string{"", "stdout", "stderr"}, stream) {
-		return fmt.Errorf("--stream must be stdout or stderr, got %q", stream)
+// logQuery checks logs' flags and returns the query they make.
+func (a *app) logQuery(lf logsFlags) (client.LogQuery, error) {
+	q := client.LogQuery{Stream: lf.stream}
+	if !slices.Contains([]string{"", "stdout", "stderr"}, lf.stream) {
+		return q, fmt.Errorf("--stream must be stdout or stderr, got %q", lf.stream)
 	}
 	if a.output == outYAML {
-		return errors.New("--output yaml: logs are a stream of records; use -o jsonl")
+		return q, errors.New("--output yaml: logs are a stream of records; use -o jsonl")
 	}
-	return checkFollowTimeout(follow, timeout)
+	if lf.tail == 0 || lf.tail < -1 || lf.tail > api.MaxLogTail {
+		return q, fmt.Errorf("--tail must be a number of lines from 1 to %d, or -1 for all, got %d", api.MaxLogTail, lf.tail)
+	}
+	q.Tail = max(lf.tail, 0)
+	if d, err := time.ParseDuration(lf.since); err == nil && d > 0 {
+		q.SinceAgo = d
+	} else if lf.since != "" {
+		t, err := time.Parse(time.RFC3339Nano, lf.since)
+		if err != nil {
+			return q, fmt.Errorf("--since must be an RFC 3339 time such as 2026-12-01T09:00:00Z or a duration ago such as 10m, got %q", lf.since)
+		}
+		q.Since = t
+	}
+	return q, checkFollowTimeout(lf.follow, lf.timeout)
 }
 
-// printLogs prints the job's output written so far.
-func (a *app) printLogs(ctx context.Context, id, stream string, stamps bool) error {
+// printLogs prints the job's output written so far that q selects.
+func (a *app) printLogs(ctx context.Context, id string, q client.LogQuery, stamps bool) error {
 	fo, err := a.failover()
 	if err != nil {
 		return err
 	}
 	p := a.followPrinter(false, stamps, false)
 	err = fo.Do(ctx, func(ctx context.Context, c *client.Client) error {
-		_, err := c.LogRecords(ctx, id, client.LogQuery{Stream: stream}, p.print)
+		_, err := c.LogRecords(ctx, id, q, p.print)
 		return err
 	})
 	if err == nil && p.midLine {

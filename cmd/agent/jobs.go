@@ -60,7 +60,15 @@ func (a *app) getCmd() *cobra.Command {
 // without a value are left out.
 func (a *app) printJob(j api.JobDetail) error {
 	tw := a.table()
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) {
+		// A multi-line value (an error, a plugin's message) keeps to the
+		// value column: its further lines have an empty key cell.
+		key := k + ":"
+		for _, l := range messageLines(v) {
+			fmt.Fprintf(tw, "%s\t%s\n", key, l)
+			key = ""
+		}
+	}
 	opt := func(k, v string) {
 		if v != "" {
 			row(k, v)
@@ -211,6 +219,7 @@ func (a *app) jobsCmd() *cobra.Command {
 	f.StringVar(&o.Command, "command", "", "only jobs of this command")
 	f.StringVar(&o.Submitter, "submitter", "", "only jobs of this submitter")
 	f.StringVar(&o.IdempotencyKey, "key", "", "only jobs submitted with this idempotency key")
+	f.StringVar(&o.Agent, "agent", "", "only the jobs this agent holds now")
 	f.StringVar(&since, "since", "", "only jobs created at or after this time (RFC 3339, or a duration ago such as 2h)")
 	f.StringVar(&until, "until", "", "only jobs created before this time (RFC 3339, or a duration ago such as 30m)")
 	f.IntVar(&o.Limit, "limit", 50, "jobs per page (1-1000)")
@@ -231,9 +240,10 @@ func (a *app) runJobs(ctx context.Context, o client.ListOptions, all bool, since
 	if err != nil {
 		return err
 	}
-	return printList(a, "jobs", jobs, &next, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tCREATED", func(w io.Writer, j api.Job) {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Command, j.Status, j.Attempt,
-			orDash(j.Submitter), orDash(j.Agent), fmtTime(&j.CreatedAt))
+	now := time.Now()
+	return printList(a, "jobs", jobs, &next, "ID\tCOMMAND\tSTATUS\tATTEMPT\tSUBMITTER\tAGENT\tAGE\tDURATION", func(w io.Writer, j api.Job) {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.ID, j.Command, j.Status, j.Attempt,
+			orDash(j.Submitter), orDash(j.Agent), humanDuration(now.Sub(j.CreatedAt)), jobDuration(j, now))
 	})
 }
 
@@ -300,12 +310,21 @@ draining. REASON says why.`,
 				return err
 			}
 			return printList(a, "agents", agents, nil, "NAME\tSTATE\tLIVENESS\tACTIVE\tCAPACITY\tLAST SEEN\tVERSION\tCOMMANDS\tREASON", func(w io.Writer, ag api.Agent) {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\t%s\n", ag.Name, ag.State, orDash(ag.Liveness), ag.ActiveJobs, ag.Capacity,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s ago\t%s\t%s\t%s\n", ag.Name, agentState(ag), orDash(ag.Liveness), ag.ActiveJobs, ag.Capacity,
 					(time.Duration(ag.SilentFor * float64(time.Second))).Round(time.Second), orDash(ag.Version),
-					orDash(strings.Join(ag.Commands, ",")), orDash(ag.Reason))
+					orDash(strings.Join(ag.Commands, ",")), orDash(oneLine(ag.Reason)))
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "list every agents row: stopped and silent agents too")
 	return cmd
+}
+
+// agentState is the STATE cell: the state, and a drain request the agent
+// has not acted on yet (who asked is in -o json and the console).
+func agentState(ag api.Agent) string {
+	if ag.DrainRequest != nil && ag.State == "running" {
+		return ag.State + " (drain requested)"
+	}
+	return ag.State
 }

@@ -75,6 +75,7 @@ type app struct {
 	logLevel   string
 	logFormat  string
 	output     string
+	noHeaders  bool
 }
 
 // syncWriter serialises writes from the log-following goroutines and the
@@ -137,10 +138,12 @@ prints shell completion scripts.`,
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error (env TETHER_LOG_LEVEL)")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json (env TETHER_LOG_FORMAT)")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table, json, jsonl or yaml (machine output goes to stdout alone)")
+	f.BoolVar(&a.noHeaders, "no-headers", false, "tables without their header line")
 
 	root.AddCommand(
 		a.runCmd(),
 		a.migrateCmd(),
+		a.configCmd(),
 		a.submitCmd(),
 		a.getCmd(),
 		a.logsCmd(),
@@ -148,6 +151,7 @@ prints shell completion scripts.`,
 		a.requeueCmd(),
 		a.jobsCmd(),
 		a.agentsCmd(),
+		a.agentCmd(),
 		a.commandsCmd(),
 		a.waitCmd(),
 		a.eventsCmd(),

@@ -68,7 +68,9 @@ func printList[T any](a *app, key string, items []T, next *string, header string
 		return emitList(a, key, items, next)
 	}
 	tw := a.table()
-	fmt.Fprintln(tw, header)
+	if !a.noHeaders {
+		fmt.Fprintln(tw, header)
+	}
 	for _, it := range items {
 		row(tw, it)
 	}

@@ -183,7 +183,7 @@ func fail(wait bool, err error) error {
 // waitForJob prints status changes, streams the job's output across agent
 // restarts and losses, and returns an exitError carrying the job's outcome.
 func (a *app) waitForJob(ctx context.Context, id string, stamps bool) error {
-	return a.followJob(ctx, id, "", true, stamps, true)
+	return a.followJob(ctx, id, client.LogQuery{}, true, stamps, true)
 }
 
 // describeStatus describes the status of a job that has not ended.

@@ -525,11 +525,18 @@ func unhealthyError(bad map[string]error, commands map[string]claim.Command) err
 	return errors.Join(errs...)
 }
 
-// wait runs until ctx ends (then drains) or a service fails, and returns
-// why the agent stops (nil after a drain).
+// wait runs until ctx ends or a drain is requested through the database
+// (then drains) or a service fails, and returns why the agent stops (nil
+// after a drain).
 func (a *agent) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
+		a.drain(ctx)
+		a.stopRun()
+		return a.claims.Wait()
+	case <-a.svc.DrainRequested():
+		// As on SIGTERM: an operator asked for it through the database.
+		a.log.Info("drain requested through the database (tether agent drain): draining")
 		a.drain(ctx)
 		a.stopRun()
 		return a.claims.Wait()

@@ -134,6 +134,7 @@ func New(opts Options) http.Handler {
 	mux.Handle("GET /api/v1/jobs/counts", auth(s.jobCounts))
 	mux.Handle("GET /api/v1/jobs/{id}/events", auth(withJob(s.events)))
 	mux.Handle("GET /api/v1/agents", auth(s.agents))
+	mux.Handle("POST /api/v1/agents/{name}/drain", post(s.drainAgent))
 	mux.Handle("GET /api/v1/commands", auth(s.commands))
 	mux.Handle("GET /api/v1/cleanups", auth(s.cleanups))
 	mux.Handle("GET /api/v1/openapi.json", auth(s.openAPIHandler()))

@@ -219,11 +219,13 @@ func followJob[T any](ctx context.Context, s *server, rc *http.ResponseControlle
 	}
 }
 
-// logFeed is the feed of a job's log chunks of stream ("" for both).
-func (s *server) logFeed(id, stream string, sink logSink) feed[store.LogChunk] {
+// logFeed is the feed of the log chunks q selects (its After and Limit
+// aside), a page at a time.
+func (s *server) logFeed(q store.LogQuery, sink logSink) feed[store.LogChunk] {
 	return feed[store.LogChunk]{what: "job logs", poll: s.opts.FollowPollInterval, page: logPageSize,
 		read: func(ctx context.Context, after int64) ([]store.LogChunk, error) {
-			return s.opts.Store.Logs(ctx, id, stream, after, logPageSize)
+			q.After, q.Limit = after, logPageSize
+			return s.opts.Store.LogPage(ctx, q)
 		},
 		send: sink.chunk, seq: func(c store.LogChunk) int64 { return c.Seq }, end: sink.end}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -43,9 +44,18 @@ func badRequest(w http.ResponseWriter, field, format string, args ...any) {
 	writeError(w, http.StatusBadRequest, wire.CodeBadRequest, field, fmt.Sprintf(format, args...))
 }
 
-// internalError logs err and answers 500 without database details.
+// internalError logs err and answers 500 without database details, or 503
+// database_unavailable when err says the database cannot be reached.
 func (s *server) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.ErrorContext(r.Context(), "http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	level := slog.LevelError
+	if r.Context().Err() != nil {
+		level = slog.LevelInfo // the client went away: its query was cancelled, nothing failed
+	}
+	s.log.Log(r.Context(), level, "http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	if databaseUnavailable(err) {
+		unavailable(w)
+		return
+	}
 	writeError(w, http.StatusInternalServerError, wire.CodeInternal, "", "internal error; the agent's log has the details")
 }
 
@@ -441,9 +451,7 @@ func (s *server) agents(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]wire.Agent, len(agents)) // never nil: no agents answer []
 	for i, a := range agents {
-		v := fleet.Classify(s.ownTimings(), fleet.SeenOf(a.Seen))
-		a.Liveness, a.Reason, a.Live = string(v.Liveness), v.Reason, v.Counts()
-		out[i] = a.Agent
+		out[i] = s.judged(a)
 	}
 	writeJSON(w, http.StatusOK, wire.AgentList{Agents: out})
 }
@@ -508,40 +516,6 @@ func commandHint(c store.CommandStatus) string {
 		who += " (only draining agents announce it: " + strings.Join(c.Draining, ", ") + ")"
 	}
 	return who + ": jobs wait queued; start an agent with this command or check " + plugin + " loaded (tether agents lists each agent's plugins)"
-}
-
-// logs answers a job's output in write order across streams: raw bytes
-// (format=raw, the default) or one JSON record per line (format=jsonl). With
-// follow=true it keeps the response open until the job is finished and
-// every chunk written before that has been sent (jsonl then ends with an end
-// record), the client goes away, or the agent stops. See followJob.
-func (s *server) logs(w http.ResponseWriter, r *http.Request, id string) {
-	p := params{q: r.URL.Query()}
-	stream := p.oneOf("stream", "must be stdout or stderr (or absent for both)", "", "stdout", "stderr")
-	// text: what the OpenAPI description calls raw.
-	format := p.oneOf("format", "must be raw or jsonl", "", "raw", "text", "jsonl")
-	follow := p.bool("follow")
-	after := p.int("after", 0, 0, 1<<62)
-	if p.err != nil {
-		badRequest(w, p.err.Field, "%s", p.err.Msg)
-		return
-	}
-	ctx := r.Context()
-	if _, err := s.opts.Store.JobStatus(ctx, id); err != nil {
-		s.jobError(w, r, id, err)
-		return
-	}
-	var sink logSink = rawSink{w}
-	contentType := "text/plain; charset=utf-8"
-	if format == "jsonl" {
-		sink, contentType = newJSONLSink(w), "application/x-ndjson"
-	}
-	rc := streamHeaders(w, contentType, follow)
-	if follow {
-		followJob(ctx, s, rc, id, after, s.logFeed(id, stream, sink))
-		return
-	}
-	sendPages(ctx, s, id, after, s.logFeed(id, stream, sink))
 }
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -69,3 +69,17 @@ func (p *params) time(name string) time.Time {
 	}
 	return t
 }
+
+// timeOrAgo reads an optional RFC 3339 timestamp or a positive duration
+// (10m, 2h) meaning that long ago. Absent is the zero time and 0.
+func (p *params) timeOrAgo(name string) (time.Time, time.Duration) {
+	v := p.q.Get(name)
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return time.Time{}, d
+	}
+	if _, err := time.Parse(time.RFC3339Nano, v); v != "" && err != nil {
+		p.fail(name, "%s must be an RFC 3339 time such as 2026-12-01T09:00:00Z or a duration ago such as 10m, got %q", name, v)
+		return time.Time{}, 0
+	}
+	return p.time(name), 0
+}

@@ -42,6 +42,9 @@ func (s *Service) heartbeat(ctx context.Context) {
 		s.supersededOnce.Do(func() { close(s.superseded) })
 		return
 	}
+	if res.DrainRequested {
+		s.drainOnce.Do(func() { close(s.drainRequested) })
+	}
 	// A database that lost its history answers for what it remembers. The
 	// reconcile, not this answer, decides about the leases (it may give a
 	// lost one back).
@@ -266,3 +269,9 @@ func (s *Service) selfFence() {
 	default:
 	}
 }
+
+// DrainRequested is closed once a heartbeat finds that an operator asked
+// this agent to drain (tether agent drain). The agent then drains as on
+// SIGTERM: the request rides on the heartbeat, one statement per agent per
+// keepalive however many agents there are.
+func (s *Service) DrainRequested() <-chan struct{} { return s.drainRequested }

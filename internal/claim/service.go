@@ -172,6 +172,10 @@ type Service struct {
 	wg             sync.WaitGroup
 	superseded     chan struct{}
 	supersededOnce sync.Once
+	// drainRequested is closed once a heartbeat reads an operator's drain
+	// request (store.HeartbeatResult.DrainRequested).
+	drainRequested chan struct{}
+	drainOnce      sync.Once
 
 	// beats is when the last successful heartbeat was sent.
 	beats *beatClock
@@ -307,19 +311,20 @@ func New(st *store.Store, plugins Plugins, cfg Config) *Service {
 	slices.Sort(resumable)
 	resumable = slices.Compact(resumable) // commands may share a plugin
 	s := &Service{
-		cfg:        cfg,
-		store:      st,
-		plugins:    plugins,
-		log:        cfg.Logger.With("agent", cfg.Holder.Name),
-		commands:   cmds,
-		resumable:  resumable,
-		jobs:       map[jobKey]*runningJob{},
-		beats:      newBeatClock(time.Now()),
-		quit:       make(chan struct{}),
-		wake:       make(chan struct{}, 1),
-		changed:    make(chan struct{}, 1),
-		beat:       make(chan struct{}, 1),
-		superseded: make(chan struct{}),
+		cfg:            cfg,
+		store:          st,
+		plugins:        plugins,
+		log:            cfg.Logger.With("agent", cfg.Holder.Name),
+		commands:       cmds,
+		resumable:      resumable,
+		jobs:           map[jobKey]*runningJob{},
+		beats:          newBeatClock(time.Now()),
+		quit:           make(chan struct{}),
+		wake:           make(chan struct{}, 1),
+		changed:        make(chan struct{}, 1),
+		beat:           make(chan struct{}, 1),
+		superseded:     make(chan struct{}),
+		drainRequested: make(chan struct{}),
 
 		orphanReports:  make(chan []store.Lease, 1),
 		historyChanges: make(chan dbhistory.Event, 1),

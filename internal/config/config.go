@@ -338,7 +338,8 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if err := applyEnv(cfg, getenv); err != nil {
 		return nil, err
 	}
-	return cfg.completed()
+	cfg, err := cfg.completed()
+	return cfg, NameEnv(err, EnvSet(getenv))
 }
 
 // Parse decodes YAML onto the defaults without environment overrides and

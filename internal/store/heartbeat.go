@@ -35,6 +35,9 @@ type HeartbeatResult struct {
 	// Position is where the server's history was when it answered
 	// (dbhistory.Position). A failover or lost commits show in it.
 	Position dbhistory.Position
+	// DrainRequested says an operator asked this agent to drain
+	// (RequestDrain). It drains as on SIGTERM.
+	DrainRequested bool
 }
 
 // Lease is one job an agent believes it holds.
@@ -65,7 +68,7 @@ func (s *Store) Heartbeat(ctx context.Context, h Holder, leases []Lease) (Heartb
 	var id, status *string
 	var lease *int64
 	var orphan *bool
-	_, err = pgx.ForEachRow(rows, []any{&res.Registered, &named, &id, &lease, &status, &orphan, &lsn, &timeline}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&res.Registered, &named, &id, &lease, &status, &orphan, &lsn, &timeline, &res.DrainRequested}, func() error {
 		switch {
 		case id == nil:
 		case *orphan:

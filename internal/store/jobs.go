@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -298,13 +299,41 @@ func (s *Store) Events(ctx context.Context, jobID string, after int64, limit int
 // Logs returns up to limit chunks of a job's output after seq, in write
 // order. stream "" means both.
 func (s *Store) Logs(ctx context.Context, jobID, stream string, after int64, limit int) ([]LogChunk, error) {
-	if limit <= 0 {
-		limit = 1000
+	return s.LogPage(ctx, LogQuery{JobID: jobID, Stream: stream, After: after, Limit: limit})
+}
+
+// LogQuery selects chunks of one job's output.
+type LogQuery struct {
+	JobID  string
+	Stream string    // "stdout", "stderr" or "" for both
+	After  int64     // only chunks with a larger seq
+	Since  time.Time // only chunks received at or after it; zero: any
+	Limit  int       // chunks at most; 0 means 1000
+}
+
+func (q LogQuery) args() map[string]any {
+	var since *time.Time
+	if !q.Since.IsZero() {
+		since = &q.Since
 	}
-	st := queries.Named("job_logs")
-	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"job": jobID, "stream": stream, "after": after, "lim": limit})...)
+	return map[string]any{"job": q.JobID, "stream": q.Stream, "after": q.After, "since": since, "lim": cmp.Or(max(q.Limit, 0), 1000)}
+}
+
+// LogPage returns the first chunks q selects, in write order.
+func (s *Store) LogPage(ctx context.Context, q LogQuery) ([]LogChunk, error) {
+	return s.logChunks(ctx, "job_logs", q)
+}
+
+// LogTail returns the last chunks q selects, in write order.
+func (s *Store) LogTail(ctx context.Context, q LogQuery) ([]LogChunk, error) {
+	return s.logChunks(ctx, "job_logs_tail", q)
+}
+
+func (s *Store) logChunks(ctx context.Context, query string, q LogQuery) ([]LogChunk, error) {
+	st := queries.Named(query)
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(q.args())...)
 	if err != nil {
-		return nil, fmt.Errorf("reading logs of %s: %w", jobID, err)
+		return nil, fmt.Errorf("reading logs of %s: %w", q.JobID, err)
 	}
 	chunks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LogChunk, error) {
 		var c LogChunk
@@ -312,7 +341,7 @@ func (s *Store) Logs(ctx context.Context, jobID, stream string, after int64, lim
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading logs of %s: %w", jobID, err)
+		return nil, fmt.Errorf("reading logs of %s: %w", q.JobID, err)
 	}
 	return chunks, nil
 }
@@ -359,6 +388,8 @@ type AgentListParams struct {
 	// seen to be listed without All (the answering agent's stale_job; the
 	// agent's own when longer).
 	LiveWithin time.Duration
+	// Name, when set, lists only that agent.
+	Name string
 }
 
 // ListAgents returns the agents not stopped and seen within
@@ -367,16 +398,18 @@ type AgentListParams struct {
 // Reason and Live.
 func (s *Store) ListAgents(ctx context.Context, p AgentListParams) ([]Agent, error) {
 	st := queries.Named("agent_list")
-	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"all": p.All, "live_s": p.LiveWithin.Seconds()})...)
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args(map[string]any{"all": p.All, "live_s": p.LiveWithin.Seconds(), "name": p.Name})...)
 	if err != nil {
 		return nil, fmt.Errorf("listing agents: %w", err)
 	}
 	agents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Agent, error) {
 		var a Agent
 		t := seenScan{a: &a.Seen}
-		err := r.Scan(append([]any{&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
-			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs, &a.UnhealthyPlugins}, t.targets()...)...)
+		var d drainScan
+		err := r.Scan(slices.Concat([]any{&a.Name, &a.Generation, &a.StartedAt, &a.LastSeen, &a.SilentFor,
+			&a.State, &a.Version, &a.Capacity, &a.Commands, &a.Plugins, &a.ActiveJobs, &a.UnhealthyPlugins}, d.targets(), t.targets())...)
 		t.done()
+		a.DrainRequest = d.request()
 		a.Seen.Name, a.Seen.State, a.Seen.Commands, a.Seen.LastSeen = a.Name, a.State, a.Commands, a.LastSeen
 		a.Seen.SilentFor = secondsDuration(a.SilentFor)
 		return a, err
@@ -385,4 +418,13 @@ func (s *Store) ListAgents(ctx context.Context, p AgentListParams) ([]Agent, err
 		return nil, fmt.Errorf("listing agents: %w", err)
 	}
 	return agents, nil
+}
+
+// Now returns the database's clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, queries.Get("db_now")).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("reading the database clock: %w", err)
+	}
+	return now, nil
 }

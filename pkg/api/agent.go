@@ -31,6 +31,33 @@ type Agent struct {
 	// Live says it counts among the live agents of its commands: live,
 	// draining or late.
 	Live bool `json:"live"`
+	// DrainRequest is an operator's request that it drain (POST
+	// /api/v1/agents/{name}/drain), nil when none was made. The agent
+	// drains at its next heartbeat, as on SIGTERM, and its state becomes
+	// draining.
+	DrainRequest *DrainRequest `json:"drain_request,omitempty"`
+}
+
+// DrainRequest is who asked an agent to drain, when and why.
+type DrainRequest struct {
+	At     time.Time `json:"at"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// DrainAgentRequest is the body of POST /api/v1/agents/{name}/drain. By
+// is who asks; with tokens the token's name is used instead.
+type DrainAgentRequest struct {
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}
+
+// DrainAgentResponse is the answer of POST /api/v1/agents/{name}/drain.
+// Requested is false when an earlier request stands (Agent.DrainRequest
+// is that one).
+type DrainAgentResponse struct {
+	Agent     Agent `json:"agent"`
+	Requested bool  `json:"requested"`
 }
 
 // The liveness values of Agent.Liveness.

@@ -32,6 +32,9 @@ const (
 	// CodeForbiddenHost is for a Host the agent does not answer to (421).
 	CodeForbiddenHost = "forbidden_host"
 	CodeInternal      = "internal"
+	// CodeDatabaseUnavailable is for a request the agent could not serve
+	// because the database could not be reached (503, with Retry-After).
+	CodeDatabaseUnavailable = "database_unavailable"
 )
 
 // Status is the answer of /healthz and /readyz.

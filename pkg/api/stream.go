@@ -64,3 +64,6 @@ type EventRecord struct {
 func (r EventRecord) EndRecord() StreamEnd {
 	return StreamEnd{End: r.End, Status: r.Status, Attempt: r.Attempt}
 }
+
+// MaxLogTail is the most lines GET /api/v1/jobs/{id}/logs?tail= asks for.
+const MaxLogTail = 100000

@@ -304,6 +304,15 @@ func (c *Client) ListAgents(ctx context.Context, all bool) ([]api.Agent, error) 
 	return l.Agents, err
 }
 
+// DrainAgent asks a running agent to drain through the database, as SIGTERM
+// does (POST /api/v1/agents/{name}/drain). The answer's Requested is false
+// when an earlier request stands.
+func (c *Client) DrainAgent(ctx context.Context, name string, req api.DrainAgentRequest) (api.DrainAgentResponse, error) {
+	var out api.DrainAgentResponse
+	_, err := c.call(ctx, http.MethodPost, "/api/v1/agents/"+url.PathEscape(name)+"/drain", nil, req, &out)
+	return out, err
+}
+
 // Commands lists every command the server's config knows or an agent
 // announces: who serves it, what is queued, and a hint when nobody does.
 func (c *Client) Commands(ctx context.Context) ([]api.Command, error) {

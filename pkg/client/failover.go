@@ -130,12 +130,17 @@ func (r *retrier) follow(ctx context.Context, read func(*Client) (api.StreamEnd,
 
 // FollowLogs follows a job's output until its end record, calling fn once
 // per line in write order across reconnects, and returns the end record.
-// q.After is where it starts. q.Follow is implied.
+// q.After is where it starts. q.Follow is implied. q.Tail and q.Since
+// select where it starts too: once a line was passed on, a reconnect asks
+// for what comes after it alone.
 func (f *Failover) FollowLogs(ctx context.Context, id string, q LogQuery, fn func(api.LogLine) error) (api.StreamEnd, error) {
 	r := &retrier{f: f}
 	q.Follow = true
 	cur := &logCursor{done: q.After}
 	return r.follow(ctx, func(c *Client) (api.StreamEnd, error) {
+		if cur.started() {
+			q.Tail, q.Since, q.SinceAgo = 0, time.Time{}, 0
+		}
 		q.After = cur.reconnect()
 		return c.LogRecords(ctx, id, q, func(rec api.LogLine) error {
 			if !cur.admit(rec.Seq) {
@@ -210,6 +215,9 @@ type logCursor struct {
 	done, cur int64
 	n, skip   int
 }
+
+// started reports whether a record was passed on.
+func (c *logCursor) started() bool { return c.cur != 0 }
 
 // reconnect returns the after= of the next request.
 func (c *logCursor) reconnect() int64 {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/tetherjobs/tether/pkg/api"
 )
@@ -22,6 +23,29 @@ type LogQuery struct {
 	Stream string // "stdout", "stderr" or "" for both, in write order
 	After  int64  // only records with a larger seq
 	Follow bool   // keep the stream open until the job is finished
+	// Tail, when above 0, keeps only the last Tail lines (of those the
+	// other fields select); a follow goes on from there.
+	Tail int
+	// Since keeps the output received at or after it; SinceAgo, when above
+	// 0, the output received within that long before the database's now.
+	Since    time.Time
+	SinceAgo time.Duration
+}
+
+// values adds q's filters to v.
+func (q LogQuery) values(v url.Values) {
+	set(v, "stream", q.Stream)
+	if q.Follow {
+		v.Set("follow", "true")
+	}
+	setPositive(v, "after", q.After)
+	setPositive(v, "tail", int64(q.Tail))
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if q.SinceAgo > 0 {
+		v.Set("since", q.SinceAgo.String())
+	}
 }
 
 // LogRecords reads a job's output as records over one connection, calling fn
@@ -29,11 +53,7 @@ type LogQuery struct {
 // stream, or ErrStreamCut if a followed stream ended without one.
 func (c *Client) LogRecords(ctx context.Context, id string, q LogQuery, fn func(api.LogLine) error) (api.StreamEnd, error) {
 	v := url.Values{"format": {"jsonl"}}
-	set(v, "stream", q.Stream)
-	if q.Follow {
-		v.Set("follow", "true")
-	}
-	setPositive(v, "after", q.After)
+	q.values(v)
 	return records(ctx, c, jobPath(id, "/logs"), v, q.Follow, "reading logs of "+id, func(r api.LogRecord) error { return fn(r.LogLine) })
 }
 
