@@ -64,6 +64,7 @@ func TestImage(t *testing.T) {
 		assert.Equal(t, uid, headers[name].Gid, name)
 	}
 	assert.Equal(t, int64(0o1777), headers["tmp"].Mode, "/tmp is world-writable and sticky")
+	addDevNull(t, root)
 
 	t.Run("version", func(t *testing.T) {
 		out, err := runEntrypoint(ctx, root, cf.Config, "version")
@@ -153,6 +154,24 @@ func assertStatic(t *testing.T, path string) {
 // as the image's user, with the image's environment and working directory.
 // As root, the process takes that uid and gid; otherwise the image's user is
 // mapped to this process's in a new user namespace.
+// addDevNull gives the unpacked root the /dev/null a container runtime
+// mounts (go-plugin starts plugins with it as stdin). /proc is left out:
+// the agent must find its plugins without it (from its absolute argv[0]).
+func addDevNull(t *testing.T, root string) {
+	t.Helper()
+	dev := filepath.Join(root, "dev")
+	require.NoError(t, os.MkdirAll(dev, 0o755))
+	null := filepath.Join(dev, "null")
+	if os.Getuid() == 0 {
+		const devNull = 1<<8 | 3 // character device 1:3
+		require.NoError(t, syscall.Mknod(null, syscall.S_IFCHR|0o666, devNull))
+		require.NoError(t, os.Chmod(null, 0o666))
+		return
+	}
+	// Without root, an empty file reads as /dev/null does (EOF at once).
+	require.NoError(t, os.WriteFile(null, nil, 0o666))
+}
+
 func runEntrypoint(ctx context.Context, root string, c v1.Config, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

@@ -706,11 +706,10 @@ func startPlugins(ctx context.Context, cfg *config.Config, log *slog.Logger, met
 func newPluginManager(cfg *config.Config, log *slog.Logger, met *metrics.Metrics) (*pluginhost.Manager, string, error) {
 	dir := cfg.PluginDir
 	if dir == "" {
-		exe, err := os.Executable()
-		if err != nil {
+		var err error
+		if dir, err = executableDir(os.Executable, os.Args[0]); err != nil {
 			return nil, "", fmt.Errorf("finding the plugin directory (set plugin_dir): %w", err)
 		}
-		dir = filepath.Dir(exe)
 	}
 	pcs := make(map[string]pluginhost.PluginConfig, len(cfg.Plugins))
 	for name, p := range cfg.Plugins {
@@ -825,4 +824,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	out := slices.AppendSeq(make([]string, 0, len(m)), maps.Keys(m))
 	slices.Sort(out)
 	return out
+}
+
+// executableDir is the directory of the running executable. Where
+// /proc/self/exe cannot be read (a sandbox or chroot without /proc), an
+// absolute argv[0], as a container's entrypoint gives, says it as well.
+func executableDir(executable func() (string, error), argv0 string) (string, error) {
+	exe, err := executable()
+	if err == nil {
+		return filepath.Dir(exe), nil
+	}
+	if filepath.IsAbs(argv0) {
+		return filepath.Dir(argv0), nil
+	}
+	return "", err
 }
