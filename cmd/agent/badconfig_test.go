@@ -93,7 +93,7 @@ var badConfigs = []badConfig{
 	{name: "awol vs stale_job", yaml: "agent:\n  awol_timeout: 119s\n", want: []string{"agent.awol_timeout (1m59s) must be at least agent.stale_job (2m0s)"}},
 	{name: "clean_interval vs stale_job", yaml: "agent:\n  clean_interval: 121s\n", want: []string{"agent.clean_interval (2m1s) must be at most agent.stale_job (2m0s)"}},
 	{name: "cleanup vs stale_job", yaml: "agent:\n  cleanup_timeout: 120s\n", want: []string{"agent.cleanup_timeout (120s) must be less than agent.stale_job (120s)"}},
-	{name: "shutdown vs ECS", yaml: "agent:\n  shutdown_timeout: 120s\n", want: []string{"agent.shutdown_timeout (2m0s) must be less than 2m0s"}},
+	{name: "shutdown vs ECS", yaml: "agent:\n  shutdown_timeout: 120s\n", want: []string{"agent.shutdown_timeout (2m0s) must be less than drain.stop_timeout (2m0s)"}},
 	{name: "kill grace vs self-fence", yaml: "plugins:\n  shell:\n    config: {max_kill_grace: 101s}\n", want: []string{"agent.stale_job (120s) − 2×agent.keepalive (10s) − longest kill_grace (plugins.shell.config.max_kill_grace 101s)"}},
 	{name: "kill grace not a duration", yaml: "plugins:\n  shell:\n    config: {max_kill_grace: soon}\n", want: []string{`plugins.shell.config.max_kill_grace: "soon" is not a duration`}},
 	{name: "backoff max below backoff", yaml: "defaults:\n  retry_backoff_max: 1s\n", want: []string{"defaults.retry_backoff_max (env TETHER_DEFAULT_RETRY_BACKOFF_MAX): (1s) must be at least retry_backoff"}},
