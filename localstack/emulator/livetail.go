@@ -385,3 +385,11 @@ func (o *liveWriter) write(typ, msgType, typeHeader string, v any) {
 		http.NewResponseController(o.w).Flush()
 	}
 }
+
+// SetLiveTail replaces the live tail knobs; open sessions take them at
+// their next update.
+func (e *Emulator) SetLiveTail(l LiveTail) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults.LiveTail = l
+}
