@@ -39,9 +39,9 @@ import (
 const (
 	// liveMaxPrefixes is StartLiveTail's limit on logStreamNamePrefixes.
 	liveMaxPrefixes = 100
-	// liveMaxSessions bounds one process's sessions per log group (the
-	// account's concurrent session quota is shared by every agent).
-	liveMaxSessions = 3
+	// MaxLiveTailSessions bounds live_tail_sessions: the account's 15
+	// concurrent sessions are shared by every agent (and by people).
+	MaxLiveTailSessions = 5
 	// liveRenewAfter replaces a session before CloudWatch ends it (3 h),
 	// overlapping the two so no line is lost.
 	liveRenewAfter = 2*time.Hour + 50*time.Minute
@@ -131,12 +131,14 @@ func noHostPrefix(s *middleware.Stack) error {
 		}), middleware.Before)
 }
 
-func (t *tails) group(arn string) *groupTail {
+// group is the process's tail of a log group. k (live_tail_sessions) is
+// fixed by the first job that asks.
+func (t *tails) group(arn string, k int) *groupTail {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.groups[arn]
 	if g == nil {
-		g = newGroupTail(t.logs, t.log, arn)
+		g = newGroupTail(t.logs, t.log, arn, k)
 		t.groups[arn] = g
 	}
 	return g
@@ -147,6 +149,7 @@ type groupTail struct {
 	logs *cloudwatchlogs.Client
 	log  *slog.Logger
 	arn  string
+	k    int // sessions (slots), each a share of the task IDs
 
 	mu      sync.Mutex
 	dirs    map[string]int // wanted stream-name prefixes, by how many runs want each
@@ -190,8 +193,8 @@ type held struct {
 	lossy  bool
 }
 
-func newGroupTail(logs *cloudwatchlogs.Client, log *slog.Logger, arn string) *groupTail {
-	return &groupTail{logs: logs, log: log, arn: arn, dirs: map[string]int{},
+func newGroupTail(logs *cloudwatchlogs.Client, log *slog.Logger, arn string, k int) *groupTail {
+	return &groupTail{logs: logs, log: log, arn: arn, k: max(1, k), dirs: map[string]int{},
 		subs: map[string]*inbox{}, held: map[string]*held{}, kick: make(chan struct{}, 1)}
 }
 
@@ -202,7 +205,7 @@ func (g *groupTail) want(dir string) {
 	defer g.mu.Unlock()
 	g.dirs[dir]++
 	if g.dirs[dir] == 1 && !slices.ContainsFunc(g.slots, func(s *slot) bool { return slices.Contains(s.prefixes, dir) }) {
-		g.slots = assignPrefix(g.slots, dir, liveMaxPrefixes, liveMaxSessions)
+		g.slots = assignDir(g.slots, dir, g.k, liveMaxPrefixes)
 	}
 	g.idle = time.Time{}
 	if !g.running {
@@ -231,21 +234,37 @@ func (g *groupTail) poke() {
 	}
 }
 
-// assignPrefix puts a new prefix into the first slot with room, else a
-// new slot, keeping the others as they are (a changed slot's session is
-// replaced). Past maxSlots the prefix is not covered: its streams are
-// polled.
-func assignPrefix(slots []*slot, p string, maxPer, maxSlots int) []*slot {
-	for _, s := range slots {
-		if len(s.prefixes) < maxPer {
-			s.prefixes = append(slices.Clone(s.prefixes), p)
+// hexDigits are the first characters of ECS task IDs (32 hex digits).
+const hexDigits = "0123456789abcdef"
+
+// assignDir adds a stream-name prefix to k slots (sessions). With k = 1
+// the one slot takes it whole. With more, each slot takes the prefix
+// followed by its share of the task ID's first hex digit, so each session
+// carries about 1/k of the group's lines (a session sends 500 a second at
+// most and samples above). A slot's earlier prefixes stay; the slot's
+// session is replaced. A prefix that does not fit (100 per session) is not
+// covered: its streams are polled.
+func assignDir(slots []*slot, dir string, k, maxPer int) []*slot {
+	for len(slots) < k {
+		slots = append(slots, &slot{since: map[string]time.Time{}})
+	}
+	add := make([][]string, k)
+	if k == 1 {
+		add[0] = []string{dir}
+	} else {
+		for i, h := range hexDigits {
+			add[i%k] = append(add[i%k], dir+string(h))
+		}
+	}
+	for i, s := range slots {
+		if len(s.prefixes)+len(add[i]) > maxPer {
 			return slots
 		}
 	}
-	if len(slots) >= maxSlots {
-		return slots
+	for i, s := range slots {
+		s.prefixes = append(slices.Clone(s.prefixes), add[i]...)
 	}
-	return append(slots, &slot{prefixes: []string{p}, since: map[string]time.Time{}})
+	return slots
 }
 
 // coveredSince is since when the prefix of name has been covered without
@@ -267,11 +286,20 @@ func (g *groupTail) coveredSince(name string) time.Time {
 func (g *groupTail) state(dir string) (covered, refused bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.coveredSince(dir).IsZero() {
-		return true, false
+	covered, found := true, false
+	for _, s := range g.slots {
+		for _, p := range s.prefixes {
+			if !strings.HasPrefix(p, dir) {
+				continue
+			}
+			found = true
+			if s.since[p].IsZero() {
+				covered = false
+				refused = refused || (s.refused && s.cur == nil && s.next == nil && time.Now().Before(s.retryAt))
+			}
+		}
 	}
-	s := g.slotOf(dir)
-	return false, s == nil || (s.refused && s.cur == nil && s.next == nil && time.Now().Before(s.retryAt))
+	return found && covered, !found || refused
 }
 
 // subscribe follows stream name for a run. It reports whether the stream

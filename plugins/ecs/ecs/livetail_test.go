@@ -27,21 +27,32 @@ func prefixesOf(slots []*slot) [][]string {
 	return out
 }
 
-// Prefixes fill the first slot with room, then new slots up to the
-// process's session limit; past it a prefix is left to polling.
-func TestAssignPrefix(t *testing.T) {
-	var slots []*slot
-	for _, p := range []string{"a/", "b/", "c/", "d/", "e/", "f/", "g/"} {
-		slots = assignPrefix(slots, p, 2, 3)
+// One session takes each prefix whole; k sessions split each by the task
+// ID's first hex digit; a prefix that does not fit is left to polling.
+func TestAssignDir(t *testing.T) {
+	var one []*slot
+	for _, p := range []string{"a/", "b/", "c/"} {
+		one = assignDir(one, p, 1, 2)
 	}
-	require.Equal(t, [][]string{{"a/", "b/"}, {"c/", "d/"}, {"e/", "f/"}}, prefixesOf(slots))
+	require.Equal(t, [][]string{{"a/", "b/"}}, prefixesOf(one), "c/ does not fit")
+
+	three := assignDir(nil, "job/app/", 3, 100)
+	require.Equal(t, [][]string{
+		{"job/app/0", "job/app/3", "job/app/6", "job/app/9", "job/app/c", "job/app/f"},
+		{"job/app/1", "job/app/4", "job/app/7", "job/app/a", "job/app/d"},
+		{"job/app/2", "job/app/5", "job/app/8", "job/app/b", "job/app/e"},
+	}, prefixesOf(three))
 	// A slot's earlier prefixes list is never changed in place: the session
 	// serving it holds it.
-	held := slots[0].prefixes
-	slots = []*slot{{prefixes: held[:1:2]}}
-	slots = assignPrefix(slots, "x/", 2, 3)
-	require.Equal(t, []string{"a/", "x/"}, slots[0].prefixes)
-	require.Equal(t, []string{"a/", "b/"}, held)
+	held := three[0].prefixes
+	three = assignDir(three, "x/", 3, 100)
+	require.Len(t, three[0].prefixes, 12)
+	require.Len(t, held, 6)
+	// Every task ID falls in exactly one slot.
+	g := &groupTail{slots: three}
+	for _, h := range hexDigits {
+		require.NotNil(t, g.slotOf("job/app/"+string(h)+"123"))
+	}
 }
 
 // Two overlapping sessions send the same lines; each passes once, and two
@@ -74,8 +85,8 @@ func TestGroupARN(t *testing.T) {
 // A stream is live only if its prefix was covered since before its launch
 // began, nothing was copied yet, and lines held for it are complete.
 func TestSubscribeLiveness(t *testing.T) {
-	g := newGroupTail(nil, nil, "arn")
-	g.slots = assignPrefix(nil, "job/app/", 100, 3)
+	g := newGroupTail(nil, nil, "arn", 1)
+	g.slots = assignDir(nil, "job/app/", 1, 100)
 	box := newInbox()
 	now := time.Now()
 	require.False(t, g.subscribe("job/app/1", now, true, box), "not covered")
@@ -102,23 +113,30 @@ func waitFile(path string) string {
 }
 
 // A running task's lines reach the job while it runs, through the live
-// tail alone: no GetLogEvents call, every line once.
+// tail alone: no GetLogEvents call, every line once. With 3 sessions each
+// takes a third of the task IDs.
 func TestLiveTailFollowsRunningOutput(t *testing.T) {
 	t.Parallel()
-	e := liveEnv(t, emulator.Options{})
-	gate := filepath.Join(t.TempDir(), "go")
-	job := e.job(waitFile(gate), nil)
-	rt := plugintest.NewGatedRuntime(nil)
-	call := runAsync(func() (*plugin.Result, error) { return Direct(e.p).Execute(context.Background(), job, rt) })
-	require.Eventually(t, func() bool { return strings.Contains(rt.StdoutString(), "first\n") }, 15*time.Second, 10*time.Millisecond)
-	require.NotContains(t, rt.StdoutString(), "second")
-	require.NoError(t, os.WriteFile(gate, nil, 0o600))
-	call.wait(t, 20*time.Second)
-	require.NoError(t, call.err, "stderr: %s", rt.StderrString())
-	require.Equal(t, "first\nsecond\n", rt.StdoutString())
-	calls, _ := e.em.Calls()
-	require.Zero(t, calls["GetLogEvents"], "a live stream needs no GetLogEvents")
-	require.Positive(t, calls["StartLiveTail"])
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprintf("sessions=%d", k), func(t *testing.T) {
+			t.Parallel()
+			e := liveEnv(t, emulator.Options{})
+			gate := filepath.Join(t.TempDir(), "go")
+			job := e.job(waitFile(gate), map[string]any{"live_tail_sessions": k})
+			rt := plugintest.NewGatedRuntime(nil)
+			call := runAsync(func() (*plugin.Result, error) { return Direct(e.p).Execute(context.Background(), job, rt) })
+			require.Eventually(t, func() bool { return strings.Contains(rt.StdoutString(), "first\n") }, 15*time.Second, 10*time.Millisecond)
+			require.NotContains(t, rt.StdoutString(), "second")
+			require.NoError(t, os.WriteFile(gate, nil, 0o600))
+			call.wait(t, 20*time.Second)
+			require.NoError(t, call.err, "stderr: %s", rt.StderrString())
+			require.Equal(t, "first\nsecond\n", rt.StdoutString())
+			calls, _ := e.em.Calls()
+			require.Zero(t, calls["GetLogEvents"], "a live stream needs no GetLogEvents")
+			require.GreaterOrEqual(t, calls["StartLiveTail"], k)
+			require.Equal(t, k, e.em.LiveTailSessions())
+		})
+	}
 }
 
 // A session that fails mid-job leaves its streams to GetLogEvents from

@@ -36,7 +36,7 @@ func (r *run) liveGroup(c tdContainer) (*groupTail, string) {
 	if arn == "" {
 		return nil, ""
 	}
-	return r.cl.tails.group(arn), c.LogPrefix + "/" + c.Name + "/"
+	return r.cl.tails.group(arn, r.cfg.LiveTailSessions), c.LogPrefix + "/" + c.Name + "/"
 }
 
 // wantLive asks the group tails for the run's stream prefixes (once).
