@@ -41,6 +41,9 @@ type LiveTail struct {
 	// ErrorRate is the chance per second that a session ends with
 	// SessionStreamingException.
 	ErrorRate float64 `json:"errorRate"`
+	// Refuse answers every StartLiveTail with this error code (HTTP 400),
+	// e.g. AccessDeniedException for a caller without logs:StartLiveTail.
+	Refuse string `json:"refuse"`
 }
 
 func (l LiveTail) sessions() int { return cmp0(l.Sessions, DefaultLiveTailSessions) }
@@ -166,6 +169,9 @@ func (e *Emulator) openLiveTail(body []byte) (*liveSession, *apiError) {
 			return nil, err.(*apiError)
 		}
 		s.groups = append(s.groups, name)
+	}
+	if code := e.faults.LiveTail.Refuse; code != "" {
+		return nil, errf(code, "StartLiveTail refused (emulator setting)")
 	}
 	if e.liveSessions >= e.faults.LiveTail.sessions() {
 		return nil, errf("LimitExceededException", "You have reached the maximum number of concurrent Live Tail sessions (%d)", e.faults.LiveTail.sessions())

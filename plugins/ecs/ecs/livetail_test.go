@@ -2,6 +2,7 @@ package ecs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -114,15 +115,22 @@ func waitFile(path string) string {
 
 // A running task's lines reach the job while it runs, through the live
 // tail alone: no GetLogEvents call, every line once. With 3 sessions each
-// takes a third of the task IDs.
+// takes a third of the task IDs. The region may come from the environment
+// (AWS_REGION, as pass_env gives it) rather than the config.
 func TestLiveTailFollowsRunningOutput(t *testing.T) {
 	t.Parallel()
-	for _, k := range []int{1, 3} {
-		t.Run(fmt.Sprintf("sessions=%d", k), func(t *testing.T) {
+	for _, c := range []struct {
+		k         int
+		envRegion bool
+	}{{1, false}, {3, false}, {1, true}} {
+		t.Run(fmt.Sprintf("sessions=%d,envRegion=%v", c.k, c.envRegion), func(t *testing.T) {
 			t.Parallel()
 			e := liveEnv(t, emulator.Options{})
 			gate := filepath.Join(t.TempDir(), "go")
-			job := e.job(waitFile(gate), map[string]any{"live_tail_sessions": k})
+			job := e.job(waitFile(gate), map[string]any{"live_tail_sessions": c.k})
+			if c.envRegion {
+				job.Config, _ = json.Marshal(map[string]any{"endpoint": e.url, "api_rates": testRates})
+			}
 			rt := plugintest.NewGatedRuntime(nil)
 			call := runAsync(func() (*plugin.Result, error) { return Direct(e.p).Execute(context.Background(), job, rt) })
 			require.Eventually(t, func() bool { return strings.Contains(rt.StdoutString(), "first\n") }, 15*time.Second, 10*time.Millisecond)
@@ -133,8 +141,8 @@ func TestLiveTailFollowsRunningOutput(t *testing.T) {
 			require.Equal(t, "first\nsecond\n", rt.StdoutString())
 			calls, _ := e.em.Calls()
 			require.Zero(t, calls["GetLogEvents"], "a live stream needs no GetLogEvents")
-			require.GreaterOrEqual(t, calls["StartLiveTail"], k)
-			require.Equal(t, k, e.em.LiveTailSessions())
+			require.GreaterOrEqual(t, calls["StartLiveTail"], c.k)
+			require.Equal(t, c.k, e.em.LiveTailSessions())
 		})
 	}
 }
@@ -167,25 +175,21 @@ func TestLiveTailGapIsFilledByGetLogEvents(t *testing.T) {
 	require.Positive(t, calls["GetLogEvents"])
 }
 
-// StartLiveTail refused (the account's sessions are all in use): the job
-// is polled as before.
+// StartLiveTail refused (a role without logs:StartLiveTail): the job is
+// polled as before, without waiting for a session.
 func TestLiveTailRefusedFallsBackToPolling(t *testing.T) {
 	t.Parallel()
-	e := liveEnv(t, emulator.Options{LiveTail: emulator.LiveTail{Sessions: 1}})
+	e := liveEnv(t, emulator.Options{LiveTail: emulator.LiveTail{Refuse: "AccessDeniedException"}})
 	ctx := context.Background()
-	out, err := e.logsClient().StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{LogGroupIdentifiers: []string{"arn:aws:logs:us-east-1:000000000000:log-group:/tether/test"}})
-	require.NoError(t, err)
-	defer out.GetStream().Close()
-	require.Eventually(t, func() bool { return e.em.LiveTailSessions() == 1 }, 5*time.Second, 10*time.Millisecond)
-
 	job := e.job("i=1; while [ $i -le 30 ]; do echo line-$i; i=$((i+1)); done", nil)
 	rt := plugintest.NewGatedRuntime(nil)
-	_, err = Direct(e.p).Execute(ctx, job, rt)
+	_, err := Direct(e.p).Execute(ctx, job, rt)
 	require.NoError(t, err, "stderr: %s", rt.StderrString())
 	require.Len(t, lines(rt.StdoutString()), 30)
 	calls, _ := e.em.Calls()
 	require.Positive(t, calls["GetLogEvents"])
-	require.GreaterOrEqual(t, calls["StartLiveTail"], 2, "the plugin asked and was refused")
+	require.Positive(t, calls["StartLiveTail"], "the plugin asked and was refused")
+	require.Zero(t, e.em.LiveTailSessions())
 }
 
 // liveEnv is newEnv with the jobs' log group in place, as it is before

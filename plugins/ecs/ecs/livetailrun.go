@@ -29,7 +29,7 @@ func newRunLive() runLive {
 // container, nil when its output is polled: live_tail is off, the stream
 // is in another region, or the task definition ARN gives no account.
 func (r *run) liveGroup(c tdContainer) (*groupTail, string) {
-	if !r.cfg.LiveTail || (c.LogRegion != "" && c.LogRegion != r.cfg.Region) {
+	if !r.cfg.LiveTail || (c.LogRegion != "" && c.LogRegion != r.cl.logs.Options().Region) {
 		return nil, ""
 	}
 	arn := groupARN(r.td.ARN, c.LogGroup)
