@@ -1,13 +1,17 @@
 package emulator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	cwltypes "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 	"github.com/aws/smithy-go"
@@ -27,10 +31,17 @@ func noHostPrefix(o *cloudwatchlogs.Options) {
 	})
 }
 
-func liveEnv(t *testing.T, opts Options) (*env, *cloudwatchlogs.Client) {
+// liveEnv starts an emulator and returns a client for StartLiveTail.
+// Each session needs a client of its own: the SDK's event stream decoder
+// is one per client and two streams on it race (go test -race shows it).
+func liveEnv(t *testing.T, opts Options) (*env, func() *cloudwatchlogs.Client) {
 	e := start(t, opts)
-	cl := cloudwatchlogs.NewFromConfig(clientConfig(1), func(o *cloudwatchlogs.Options) { o.BaseEndpoint = aws.String(e.url) }, noHostPrefix)
-	return e, cl
+	return e, func() *cloudwatchlogs.Client {
+		return cloudwatchlogs.NewFromConfig(clientConfig(1), func(o *cloudwatchlogs.Options) {
+			o.BaseEndpoint = aws.String(e.url)
+			o.HTTPClient = ownBody{awshttp.NewBuildableClient()}
+		}, noHostPrefix)
+	}
 }
 
 func putLines(t *testing.T, ctx context.Context, c *cloudwatchlogs.Client, group, stream string, from, n int) {
@@ -81,11 +92,11 @@ func updates(t *testing.T, ctx context.Context, es *cloudwatchlogs.StartLiveTail
 // The SDK's own client reads the session: sessionStart, then updates with
 // exactly the events ingested after the start, in the named streams only.
 func TestLiveTailWireProtocol(t *testing.T) {
-	e, cl := liveEnv(t, Options{})
+	e, client := liveEnv(t, Options{})
 	ctx := ctxT(t)
 	makeStreams(t, ctx, e.logs, "g", "a", "b")
 	putLines(t, ctx, e.logs, "g", "a", 0, 3) // before the session: not sent
-	out, err := cl.StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{
+	out, err := client().StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{
 		LogGroupIdentifiers: []string{logGroupArn("g")}, LogStreamNames: []string{"a"},
 	})
 	require.NoError(t, err)
@@ -111,10 +122,10 @@ func TestLiveTailWireProtocol(t *testing.T) {
 
 // More than 500 events in a second come sampled down to 500.
 func TestLiveTailSamples(t *testing.T) {
-	e, cl := liveEnv(t, Options{})
+	e, client := liveEnv(t, Options{})
 	ctx := ctxT(t)
 	makeStreams(t, ctx, e.logs, "g", "job/c/1")
-	out, err := cl.StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{
+	out, err := client().StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{
 		LogGroupIdentifiers: []string{logGroupArn("g")}, LogStreamNamePrefixes: []string{"job/"},
 	})
 	require.NoError(t, err)
@@ -129,7 +140,7 @@ func TestLiveTailSamples(t *testing.T) {
 
 // Requests the reference refuses, and the account's session limit.
 func TestLiveTailRefusals(t *testing.T) {
-	e, cl := liveEnv(t, Options{LiveTail: LiveTail{Sessions: 1}})
+	e, client := liveEnv(t, Options{LiveTail: LiveTail{Sessions: 1}})
 	ctx := ctxT(t)
 	makeStreams(t, ctx, e.logs, "g", "a")
 	arn := logGroupArn("g")
@@ -144,13 +155,13 @@ func TestLiveTailRefusals(t *testing.T) {
 		"InvalidParameterException/a name, not an ARN": {LogGroupIdentifiers: []string{"g"}},
 		"ResourceNotFoundException/no such group":      {LogGroupIdentifiers: []string{logGroupArn("nope")}},
 	} {
-		_, err := cl.StartLiveTail(ctx, in)
+		_, err := client().StartLiveTail(ctx, in)
 		require.Equal(t, name[:len(errorCodeOf(err))], errorCodeOf(err), "%s: %v", name, err)
 	}
-	out, err := cl.StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{LogGroupIdentifiers: []string{arn}})
+	out, err := client().StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{LogGroupIdentifiers: []string{arn}})
 	require.NoError(t, err)
 	_ = nextEvent(t, ctx, out.GetStream())
-	_, err = cl.StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{LogGroupIdentifiers: []string{arn}})
+	_, err = client().StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{LogGroupIdentifiers: []string{arn}})
 	require.Equal(t, "LimitExceededException", errorCodeOf(err), "%v", err)
 	require.NoError(t, out.GetStream().Close())
 	require.Eventually(t, func() bool { return e.em.LiveTailSessions() == 0 }, 5*time.Second, 10*time.Millisecond)
@@ -167,10 +178,10 @@ func TestLiveTailEnds(t *testing.T) {
 		{LiveTail{Duration: 1500 * time.Millisecond}, "SessionTimeoutException"},
 		{LiveTail{ErrorRate: 1}, "SessionStreamingException"},
 	} {
-		e, cl := liveEnv(t, Options{LiveTail: c.lt})
+		e, client := liveEnv(t, Options{LiveTail: c.lt})
 		ctx := ctxT(t)
 		makeStreams(t, ctx, e.logs, "g", "a")
-		out, err := cl.StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{LogGroupIdentifiers: []string{logGroupArn("g")}})
+		out, err := client().StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{LogGroupIdentifiers: []string{logGroupArn("g")}})
 		require.NoError(t, err)
 		es := out.GetStream()
 		for range es.Events() {
@@ -186,4 +197,22 @@ func errorCodeOf(err error) string {
 		return ae.ErrorCode()
 	}
 	return ""
+}
+
+// ownBody gives the transport its own copy of the request body: smithy-go
+// closes the body as Do returns, which can race the transport's last read
+// of it and close the connection under the streaming answer (the ECS
+// plugin does the same).
+type ownBody struct{ c cloudwatchlogs.HTTPClient }
+
+func (o ownBody) Do(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	return o.c.Do(req)
 }

@@ -1,9 +1,12 @@
 package ecs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -425,7 +428,9 @@ func (g *groupTail) run(ctx context.Context, s *slot, ss *session) {
 	// A client of its own: the SDK's event stream decoder is one per client
 	// and not safe for two streams at once (sessions overlap when one
 	// replaces another), and the session holds its own connection.
-	logs := cloudwatchlogs.New(g.logs.Options(), func(o *cloudwatchlogs.Options) { o.HTTPClient = awshttp.NewBuildableClient() })
+	logs := cloudwatchlogs.New(g.logs.Options(), func(o *cloudwatchlogs.Options) {
+		o.HTTPClient = ownBody{awshttp.NewBuildableClient()}
+	})
 	out, err := logs.StartLiveTail(ctx, &cloudwatchlogs.StartLiveTailInput{
 		LogGroupIdentifiers:   []string{g.arn},
 		LogStreamNamePrefixes: ss.prefixes,
@@ -628,4 +633,25 @@ func groupARN(tdARN, group string) string {
 		return ""
 	}
 	return "arn:" + f[1] + ":logs:" + f[3] + ":" + f[4] + ":log-group:" + group
+}
+
+// ownBody hands the HTTP transport its own copy of a request's body.
+// smithy-go closes the body it built as soon as the client's Do returns,
+// while Go's transport may still read it once more (to find its end); that
+// read fails, and the transport closes the connection, under a response
+// still streaming. It ended live tail sessions at random just after
+// sessionStart.
+type ownBody struct{ c cloudwatchlogs.HTTPClient }
+
+func (o ownBody) Do(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reading the request body: %w", err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	return o.c.Do(req)
 }
