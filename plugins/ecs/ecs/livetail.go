@@ -69,6 +69,9 @@ const (
 	// per stream, for a run about to subscribe.
 	liveHoldFor = 30 * time.Second
 	liveHoldMax = 1000
+	// liveGoneFor remembers streams whose held lines expired, so a run
+	// subscribing later is not taken as live.
+	liveGoneFor = 10 * time.Minute
 )
 
 // liveNote is what a group tail hands a run about one stream: lines, or a
@@ -157,10 +160,11 @@ type groupTail struct {
 	mu      sync.Mutex
 	dirs    map[string]int // wanted stream-name prefixes, by how many runs want each
 	slots   []*slot
-	subs    map[string]*inbox // by stream name
-	held    map[string]*held  // lines of streams nobody follows yet
-	idle    time.Time         // since when no prefix is wanted
-	running bool              // the manager goroutine runs
+	subs    map[string]*inbox    // by stream name
+	held    map[string]*held     // lines of streams nobody follows yet
+	gone    map[string]time.Time // streams whose held lines expired, when
+	idle    time.Time            // since when no prefix is wanted
+	running bool                 // the manager goroutine runs
 	kick    chan struct{}
 	noted   string // the last refusal logged
 	sid     int
@@ -198,7 +202,7 @@ type held struct {
 
 func newGroupTail(logs *cloudwatchlogs.Client, log *slog.Logger, arn string, k int) *groupTail {
 	return &groupTail{logs: logs, log: log, arn: arn, k: max(1, k), dirs: map[string]int{},
-		subs: map[string]*inbox{}, held: map[string]*held{}, kick: make(chan struct{}, 1)}
+		subs: map[string]*inbox{}, held: map[string]*held{}, gone: map[string]time.Time{}, kick: make(chan struct{}, 1)}
 }
 
 // want adds a stream-name prefix for a run. It returns at once; the
@@ -311,10 +315,11 @@ func (g *groupTail) state(dir string) (covered, refused bool) {
 func (g *groupTail) subscribe(name string, launch time.Time, fresh bool, box *inbox) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	// Lines held for a stream are kept liveHoldFor from their arrival,
-	// which is after the launch began.
+	// Lines held for a stream are kept liveHoldFor from their arrival; a
+	// stream whose held lines expired is not live.
 	since := g.coveredSince(name)
-	live := fresh && !since.IsZero() && since.Before(launch) && time.Since(launch) < liveHoldFor
+	_, expired := g.gone[name]
+	live := fresh && !since.IsZero() && since.Before(launch) && !expired
 	h := g.held[name]
 	delete(g.held, name)
 	if !live {
@@ -527,6 +532,12 @@ func (g *groupTail) expireHeld(now time.Time) {
 	for name, h := range g.held {
 		if now.Sub(h.first) > liveHoldFor {
 			delete(g.held, name)
+			g.gone[name] = now
+		}
+	}
+	for name, at := range g.gone {
+		if now.Sub(at) > liveGoneFor {
+			delete(g.gone, name)
 		}
 	}
 }

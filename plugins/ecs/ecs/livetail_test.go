@@ -102,9 +102,13 @@ func TestSubscribeLiveness(t *testing.T) {
 		g.hold("job/app/6", []types.OutputLogEvent{{}}, now)
 	}
 	require.False(t, g.subscribe("job/app/6", now.Add(time.Millisecond), true, box), "more held than kept")
+	g.hold("job/app/7", []types.OutputLogEvent{{}}, now)
+	g.expireHeld(now.Add(liveHoldFor + time.Second))
+	require.False(t, g.subscribe("job/app/7", now.Add(time.Millisecond), true, box), "held lines expired")
+	require.True(t, g.subscribe("job/app/8", now.Add(-time.Hour).Add(2*time.Hour), true, box), "a late subscriber is live if nothing was dropped")
 	// A gap ends every followed stream of the slot.
 	g.gap(g.slots[0], "why")
-	require.Equal(t, []liveNote{{stream: "job/app/5", gap: "why"}}, box.take())
+	require.ElementsMatch(t, []liveNote{{stream: "job/app/5", gap: "why"}, {stream: "job/app/8", gap: "why"}}, box.take())
 }
 
 // waitFile is a script that logs "first", waits for path to exist, and
