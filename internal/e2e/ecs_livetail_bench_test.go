@@ -126,8 +126,10 @@ func (r *ecsBench) addFollowFigures(f *followFigures, id string) {
 	}
 	f.jobs++
 	f.reads += len(r.rec.readsOf(stream))
-	if ti, ok := r.em.Task(arn); ok && !ti.StoppedAt.IsZero() {
-		f.stopToEnd = append(f.stopToEnd, j.FinishedAt.Sub(ti.StoppedAt))
+	// The task's end is when its containers had all exited (it is STOPPED
+	// only after DEPROVISIONING), as in the run's own stop → terminal.
+	if ti, ok := r.em.Task(arn); ok && !ti.ExecutionStoppedAt.IsZero() {
+		f.stopToEnd = append(f.stopToEnd, j.FinishedAt.Sub(ti.ExecutionStoppedAt))
 	}
 	var after int64
 	for {
