@@ -173,7 +173,8 @@ bench: $(RIVERBENCH)
 ## bench-ecs: 1,000 ECS jobs on 2 agents against the hostile emulator with its
 ## account-wide rate limits on (about 10 minutes); checks that every job
 ## succeeds with no log line lost or doubled, prints API calls/s, task stop →
-## job end p50/p99, agent RSS and CPU (sizes: TETHER_BENCH_ECS_* variables,
+## job end p50/p99, output lag and stop → end for live tail against polling
+## (half the jobs each), agent RSS and CPU (sizes: TETHER_BENCH_ECS_* variables,
 ## see internal/e2e/ecs_bench_test.go). Then the resume storm: kill -9 of an
 ## agent holding 1,000 ECS jobs, another idle: kill → resumed and → log
 ## caught up, API calls/s per action against the limits (about 12 minutes;

@@ -212,12 +212,11 @@ func (r *ecsBench) run() {
 	r.lines = map[string]int{}
 	contexts := make([]json.RawMessage, cfg.jobs)
 	for i := range contexts {
-		c, err := json.Marshal(map[string]any{"container_overrides": []any{map[string]any{
-			"name": ecsContainer, "environment": map[string]string{"SYNTH_LINES": strconv.Itoa(cfg.lines(i))},
-		}}})
+		c, err := json.Marshal(r.jobContext(i))
 		require.NoError(b, err)
 		contexts[i] = c
 	}
+	r.createLogGroup()
 	r.em.ResetCalls()
 	r.startClock()
 	for i, c := range contexts {
@@ -369,6 +368,7 @@ func (r *ecsBench) check() {
 	fmt.Fprintf(&rep, "task stop → job terminal: p50 %s, p99 %s, max %s (%d jobs)\n",
 		p50.Round(time.Millisecond), p99.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies))
 	ph.report(&rep, calls["GetLogEvents"])
+	r.liveTailReport(&rep, elapsed)
 	benchTimeline(&rep, r.samples, r.began, 30*time.Second)
 	var aggRSS, aggHWM int64
 	var aggCPU time.Duration

@@ -119,7 +119,9 @@ type Options struct {
 	// TokenReplayAfterPurge is what a clientToken replay returns once the
 	// token's tasks are gone: TokenReplayMissing (default) or TokenReplayRelaunch.
 	TokenReplayAfterPurge string
-	Logger                *slog.Logger
+	// LiveTail are the StartLiveTail limits and faults (livetail.go).
+	LiveTail LiveTail
+	Logger   *slog.Logger
 	// Seed makes fault injection reproducible. 0 picks a random seed.
 	Seed int64
 }
@@ -155,6 +157,7 @@ type Faults struct {
 	RateLimits            bool                 `json:"rateLimits"`
 	RateLimitFigures      map[string]RateLimit `json:"rateLimitFigures"`
 	TokenReplayAfterPurge string               `json:"tokenReplayAfterPurge"`
+	LiveTail              LiveTail             `json:"liveTail"`
 }
 
 func (o Options) faults() Faults {
@@ -180,6 +183,7 @@ func (o Options) faults() Faults {
 		RateLimits:            o.RateLimits,
 		RateLimitFigures:      o.RateLimitFigures,
 		TokenReplayAfterPurge: o.TokenReplayAfterPurge,
+		LiveTail:              o.LiveTail,
 	}
 }
 
@@ -232,6 +236,8 @@ type Emulator struct {
 	// emptyPages counts the empty log pages served, so each one's token
 	// differs from the last.
 	emptyPages int
+	// liveSessions counts the open StartLiveTail sessions (livetail.go).
+	liveSessions int
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -529,6 +535,10 @@ func (e *Emulator) handleAWS(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
 	if err != nil {
 		writeAPIError(w, errf("SerializationException", "reading body: %v", err))
+		return
+	}
+	if target == logsTargetPrefix+liveTailOp {
+		e.serveLiveTail(w, r, body) // an event stream, not one JSON answer
 		return
 	}
 	handler, service, op := e.route(target)

@@ -391,3 +391,27 @@ func (e *Emulator) describeLogStreams(req struct {
 		NextToken  string      `json:"nextToken,omitempty"`
 	}{page, next}, nil
 }
+
+// LoggedEvent is one stored log event, for tests and benchmarks: its
+// timestamp (when the container wrote it) and when readers see it.
+type LoggedEvent struct {
+	Timestamp time.Time
+	Visible   time.Time
+	Message   string
+}
+
+// LogEvents returns a stream's events, visible or not, nil when it does
+// not exist.
+func (e *Emulator) LogEvents(group, stream string) []LoggedEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, err := e.stream(group, stream)
+	if err != nil {
+		return nil
+	}
+	out := make([]LoggedEvent, 0, len(s.events))
+	for _, ev := range s.events {
+		out = append(out, LoggedEvent{Timestamp: time.UnixMilli(ev.ts), Visible: ev.visible, Message: ev.msg})
+	}
+	return out
+}

@@ -75,6 +75,7 @@ type clients struct {
 	limits map[string]*rate.Limiter
 	tds    *tdCache
 	logBud *budget
+	tails  *tails // live tails by log group (livetail.go)
 
 	mu      sync.Mutex
 	pollers map[string]*poller
@@ -173,6 +174,7 @@ func (c *clientCache) get(ctx context.Context, region, endpoint string) (*client
 		pollers: map[string]*poller{},
 	}
 	cl.logBud = newBudget(cl.limits[apiGetLogEvents])
+	cl.tails = newTails(cl.logs, cfg.BaseEndpoint != nil, c.log)
 	c.m[key] = cl
 	return cl, nil
 }

@@ -58,7 +58,7 @@ const (
 var configKeys = []string{
 	"api_rates", "cluster", "consistency_window", "container_overrides", "cpu",
 	"endpoint", "execution_role_arn", "launch_retry_timeout", "launch_type",
-	"log_drain_timeout", "log_settle", "log_stream_wait", "max_fail_count", "max_infra_relaunches",
+	"live_tail", "live_tail_sessions", "log_drain_timeout", "log_settle", "log_stream_wait", "max_fail_count", "max_infra_relaunches",
 	"memory", "network_configuration", "poll_interval", "region",
 	"stopped_task_retention", "tags", "task_count", "task_definition",
 	"task_definition_template", "task_role_arn", "timeout",
@@ -96,6 +96,12 @@ type Config struct {
 	LogDrainTimeout      time.Duration
 	LogStreamWait        time.Duration
 	StoppedTaskRetention time.Duration
+	// LiveTail follows running tasks' output with StartLiveTail
+	// (livetail.go); false polls it with GetLogEvents.
+	LiveTail bool
+	// LiveTailSessions is how many sessions per log group (each a share
+	// of the task IDs) the process holds.
+	LiveTailSessions int
 	// APIRates are the process's calls per second per API (api_rates).
 	// Missing entries take DefaultAPIRates.
 	APIRates map[string]float64
@@ -160,6 +166,8 @@ func decodeConfig(rawConfig, rawContext json.RawMessage) (Config, error) {
 		LogDrainTimeout:      DefaultLogDrainTimeout,
 		LogStreamWait:        DefaultLogStreamWait,
 		StoppedTaskRetention: DefaultStoppedTaskRetention,
+		LiveTail:             true,
+		LiveTailSessions:     1,
 	}
 	if err := decodeFields("", merged, c.fields()); err != nil {
 		return Config{}, err
@@ -232,6 +240,8 @@ func (c *Config) fields() []field {
 		{"execution_role_arn", set(&c.ExecutionRoleARN, dec.String)},
 		{"launch_retry_timeout", set(&c.LaunchRetryTimeout, duration(true))},
 		{"launch_type", set(&c.LaunchType, oneOf("EC2", "FARGATE", "EXTERNAL", "MANAGED_INSTANCES"))},
+		{"live_tail", set(&c.LiveTail, dec.Bool)},
+		{"live_tail_sessions", set(&c.LiveTailSessions, intIn(1, MaxLiveTailSessions))},
 		{"log_drain_timeout", set(&c.LogDrainTimeout, duration(false))},
 		{"log_settle", set(&c.LogSettle, duration(true))},
 		{"log_stream_wait", set(&c.LogStreamWait, duration(false))},

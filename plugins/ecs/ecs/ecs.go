@@ -66,6 +66,7 @@ func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 	defer func() { r.stopOnError(ctx, err) }()
 	r.start()
 	fmt.Fprintf(rt.Stderr(), "ecs: cluster %s, task definition %s, %d task(s)\n", r.cfg.Cluster, r.td.ARN, r.cfg.TaskCount)
+	r.awaitLive(ctx)
 	// Every task's first launch is recorded in one checkpoint before the
 	// first RunTask (a 1,000-task job would otherwise write its handle
 	// twice per task while launching).
@@ -82,6 +83,7 @@ func (p *Plugin) Execute(ctx context.Context, job *plugin.Job, rt plugin.Runtime
 		return nil, err
 	}
 	for i := range r.h.Tasks {
+		r.launching(i)
 		if err := r.launch(ctx, i, recordedLaunch); err != nil {
 			return nil, err
 		}

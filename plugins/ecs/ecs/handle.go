@@ -64,10 +64,13 @@ type TaskState struct {
 func (t TaskState) begun() bool { return t.Attempts > 0 || t.Infra > 0 }
 
 // LogCursor is how far one container's awslogs stream has been copied to
-// the job's output: the nextForwardToken after the last event written, and
-// that event's timestamp (to start again by time if the token expired).
+// the job's output: the nextForwardToken after the last event read, the
+// number of events after it the live tail copied already (a read from the
+// token skips them), and the last event's timestamp (to start again by
+// time if the token expired).
 type LogCursor struct {
 	Token string `json:"k,omitempty"`
+	Live  int    `json:"n,omitempty"`
 	Last  int64  `json:"ts,omitempty"` // milliseconds
 }
 

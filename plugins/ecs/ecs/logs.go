@@ -57,6 +57,11 @@ type stream struct {
 	byTime   bool      // the token expired: read on from the last timestamp
 	drains   int       // reads since the task was seen stopped
 	drainAt  time.Time // the first of them
+
+	// live: the live tail copies the stream's lines (livetail.go), and no
+	// GetLogEvents is needed. tail is the group tail it is followed by.
+	live bool
+	tail *groupTail
 }
 
 // planLogs requests the run's next log read when one is due and returns
@@ -101,7 +106,7 @@ func (r *run) nextStream(now time.Time) (*stream, int, time.Time) {
 			continue
 		}
 		for _, s := range tr.streams {
-			if s.done {
+			if s.done || s.live {
 				continue
 			}
 			prio, due, ok := r.streamDue(tr, t, s)
@@ -142,6 +147,7 @@ func later(a, b time.Time) time.Time {
 // drained reports whether task i's logs are in (or given up on).
 func (r *run) drained(i int, now time.Time) bool {
 	tr := &r.tasks[i]
+	r.liveSettled(tr, now)
 	if allDone(tr.streams) {
 		return true
 	}
@@ -263,7 +269,7 @@ func (r *run) logReadFailed(ctx context.Context, s *stream, cur *LogCursor, prio
 		s.nextTail = now.Add(r.cfg.PollInterval)
 	case cur.Token != "" && errorSays(err, "token", "InvalidParameterException"):
 		// Tokens expire (24 h). Read on by time from the last line copied.
-		s.byTime = true
+		s.byTime, cur.Live = true, 0
 		r.stderrf("task %d: the log position in %s expired; reading on from the last line's time (lines logged in that same millisecond may be missing)", s.task, s.name)
 	case throttlingCodes[code]:
 		s.retryAt = now.Add(logThrottleRetry)
@@ -276,8 +282,13 @@ func (r *run) logReadFailed(ctx context.Context, s *stream, cur *LogCursor, prio
 // stream's cursor on.
 func (r *run) logRead(t *TaskState, s *stream, cur *LogCursor, prio int, now time.Time, out *cloudwatchlogs.GetLogEventsOutput) {
 	s.retryAt = time.Time{}
-	if err := r.writeEvents(t, s, out.Events); err != nil {
-		r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: writing the log of task %d: %w", s.task, err))
+	// The first cur.Live events after the cursor are copied already (by
+	// the live tail).
+	events := out.Events
+	skip := min(cur.Live, len(events))
+	cur.Live -= skip
+	if err := r.writeEvents(t, s, events[skip:]); err != nil {
+		r.failWrite(s, err)
 		return
 	}
 	atEnd, moved := advance(s, cur, out)
@@ -295,6 +306,11 @@ func (r *run) logRead(t *TaskState, s *stream, cur *LogCursor, prio int, now tim
 	default:
 		s.nextTail = now.Add(r.cfg.PollInterval)
 	}
+}
+
+// failWrite ends the run: the agent refuses its output (its lease is gone).
+func (r *run) failWrite(s *stream, err error) {
+	r.fatal = plugin.WithClass(plugin.Retriable, fmt.Errorf("ecs: writing the log of task %d: %w", s.task, err))
 }
 
 // advance moves the cursor past what a read returned. It reports whether

@@ -60,6 +60,7 @@ type run struct {
 	tasks  []taskRun
 	ticket *ticket // the run's one outstanding log read, if any
 	tprio  int
+	live   runLive // the live tails it follows (livetailrun.go)
 
 	dirty bool // the handle changed since the last checkpoint
 	// storedUnsent is Handle.Unsent as last checkpointed.
@@ -92,7 +93,7 @@ func (p *Plugin) newRun(ctx context.Context, job *plugin.Job, rt plugin.Runtime)
 		return nil, err
 	}
 	cl.setRates(cfg.APIRates)
-	return &run{p: p, job: job, rt: rt, cfg: cfg, cl: cl}, nil
+	return &run{p: p, job: job, rt: rt, cfg: cfg, cl: cl, live: newRunLive()}, nil
 }
 
 func (r *run) stderrf(format string, args ...any) {
@@ -118,6 +119,7 @@ func (r *run) close() {
 		r.sub.close()
 	}
 	r.dropTicket()
+	r.closeLive()
 }
 
 // track starts following task i's current launch. The poller describes it
@@ -125,6 +127,7 @@ func (r *run) close() {
 func (r *run) track(i int) {
 	t := &r.h.Tasks[i]
 	arn := r.h.taskARN(t)
+	r.unfollowLive(i)
 	r.tasks[i] = taskRun{}
 	logged := r.td.logged()
 	if len(t.Logs) != len(logged) {
@@ -138,6 +141,7 @@ func (r *run) track(i int) {
 			name: c.LogPrefix + "/" + c.Name + "/" + taskID(arn),
 		})
 	}
+	r.followLive(i)
 	r.sub.watch(arn)
 }
 
@@ -202,6 +206,8 @@ func (r *run) watch(ctx context.Context) (*plugin.Result, error) {
 		case <-r.ticketReady():
 			r.ticket = nil
 			r.readLog(ctx)
+		case <-r.live.box.ready:
+			r.onLive()
 		case <-timer.C:
 		}
 	}
@@ -232,6 +238,7 @@ func (r *run) nextWait(now, deadline time.Time) time.Duration {
 		wake = earliest(wake, r.lastCkpt.Add(checkpointEvery))
 	}
 	wake = earliest(wake, deadline)
+	wake = earliest(wake, r.liveWake(now))
 	if wake.IsZero() {
 		return time.Hour
 	}
@@ -378,12 +385,14 @@ func (r *run) relaunchOrFail(ctx context.Context, i int) (bool, error) {
 			return false, r.fail(ctx, fmt.Sprintf("task %d failed after %d launch attempt(s): %s", i, t.Attempts, t.Reason))
 		}
 		r.stderrf("task %d failed on launch %d of %d; launching it again", i, t.Attempts, r.cfg.MaxFailCount)
+		r.launching(i)
 		return false, r.launch(ctx, i, relaunchFailed)
 	case outcomeInfra:
 		if t.Infra >= r.cfg.MaxInfraRelaunches {
 			return false, r.fail(ctx, fmt.Sprintf("task %d was stopped by the infrastructure %d time(s), the last: %s", i, t.Infra+1, t.Reason))
 		}
 		r.stderrf("task %d was stopped by the infrastructure (%s); relaunch %d of %d", i, t.Reason, t.Infra+1, r.cfg.MaxInfraRelaunches)
+		r.launching(i)
 		return false, r.launch(ctx, i, relaunchInfra)
 	}
 	return false, nil
