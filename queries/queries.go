@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -58,7 +59,15 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+	// Compatible marks an expand-only migration (its file has a line
+	// CompatibleMarker): agents that do not know it run on a schema that
+	// has it, so a rolling upgrade can apply it while older agents run and
+	// restart. It is recorded apart from the others (migrate_record_compatible.sql).
+	Compatible bool
 }
+
+// CompatibleMarker is the line that marks a migration Compatible.
+const CompatibleMarker = "-- tether: compatible with agents that do not know this migration"
 
 // Migrations returns the schema migrations in version order. Files are named
 // NNNN_description.sql.
@@ -78,7 +87,8 @@ func Migrations() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading migration %s: %w", name, err)
 		}
-		out = append(out, Migration{Version: v, Name: strings.TrimSuffix(name, ".sql"), SQL: string(b)})
+		compatible := slices.Contains(strings.Split(string(b), "\n"), CompatibleMarker)
+		out = append(out, Migration{Version: v, Name: strings.TrimSuffix(name, ".sql"), SQL: string(b), Compatible: compatible})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i := range out {

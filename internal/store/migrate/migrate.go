@@ -85,21 +85,24 @@ func Run(ctx context.Context, db DB, o Options) (applied []int, err error) {
 	if err := waitForLock(ctx, tx, o); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, queries.Get("migrate_create_table")); err != nil {
-		return nil, fmt.Errorf("migrating: creating tether_schema_migrations: %w", err)
+	for _, name := range []string{"migrate_create_table", "migrate_create_compatible_table"} {
+		if _, err := tx.Exec(ctx, queries.Get(name)); err != nil {
+			return nil, fmt.Errorf("migrating: creating the schema version tables (%s): %w", name, err)
+		}
 	}
-	var current int
-	if err := tx.QueryRow(ctx, queries.Get("migrate_current")).Scan(&current); err != nil {
-		return nil, fmt.Errorf("migrating: reading schema version: %w", err)
+	current, pending, err := readPlan(ctx, tx, migrations, true)
+	if err != nil {
+		return nil, err
 	}
-	if current > len(migrations) {
-		return nil, &TooNewError{Database: current, Known: len(migrations)}
-	}
-	for _, m := range migrations[current:] {
+	for _, m := range pending {
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("applying migration %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, queries.Get("migrate_record"), m.Version, m.Name); err != nil {
+		record := "migrate_record"
+		if m.Compatible {
+			record = "migrate_record_compatible"
+		}
+		if _, err := tx.Exec(ctx, queries.Get(record), m.Version, m.Name); err != nil {
 			return nil, fmt.Errorf("recording migration %s: %w", m.Name, err)
 		}
 		applied = append(applied, m.Version)
@@ -185,22 +188,52 @@ func Status(ctx context.Context, db DB) (current int, pending []int, err error) 
 	if err != nil {
 		return 0, nil, err
 	}
-	var exists bool
+	var exists, withCompatible bool
 	if err := db.QueryRow(ctx, queries.Get("migrate_table_exists")).Scan(&exists); err != nil {
 		return 0, nil, fmt.Errorf("reading schema version: %w", err)
 	}
+	if err := db.QueryRow(ctx, queries.Get("migrate_compatible_table_exists")).Scan(&withCompatible); err != nil {
+		return 0, nil, fmt.Errorf("reading schema version: %w", err)
+	}
+	todo := migrations
 	if exists {
-		if err := db.QueryRow(ctx, queries.Get("migrate_current")).Scan(&current); err != nil {
-			return 0, nil, fmt.Errorf("reading schema version: %w", err)
-		}
+		current, todo, err = readPlan(ctx, db, migrations, withCompatible)
 	}
-	if current > len(migrations) {
-		return current, nil, &TooNewError{Database: current, Known: len(migrations)}
-	}
-	for _, m := range migrations[current:] {
+	for _, m := range todo {
 		pending = append(pending, m.Version)
 	}
-	return current, pending, nil
+	return current, pending, err
+}
+
+// readPlan reads the versions recorded in the database (the compatible
+// ones only when that table exists) and returns plan's answer.
+func readPlan(ctx context.Context, db DB, known []queries.Migration, withCompatible bool) (int, []queries.Migration, error) {
+	var breaking, compatible int
+	if err := db.QueryRow(ctx, queries.Get("migrate_current")).Scan(&breaking); err != nil {
+		return 0, nil, fmt.Errorf("migrating: reading schema version: %w", err)
+	}
+	if withCompatible {
+		if err := db.QueryRow(ctx, queries.Get("migrate_current_compatible")).Scan(&compatible); err != nil {
+			return 0, nil, fmt.Errorf("migrating: reading schema version (compatible migrations): %w", err)
+		}
+	}
+	return plan(known, breaking, compatible)
+}
+
+// plan decides from the highest versions recorded (breaking: in
+// tether_schema_migrations; compatible: the compatible migrations') what
+// the schema's version is and which known migrations to apply. A database
+// whose breaking version is beyond the known ones is too new; one that is
+// ahead only by compatible migrations is run on as it is.
+func plan(known []queries.Migration, breaking, compatible int) (current int, pending []queries.Migration, err error) {
+	current = max(breaking, compatible)
+	if breaking > len(known) {
+		return current, nil, &TooNewError{Database: breaking, Known: len(known)}
+	}
+	if current >= len(known) {
+		return current, nil, nil
+	}
+	return current, known[current:], nil
 }
 
 // IsTooNew reports whether err says the database is newer than this binary.

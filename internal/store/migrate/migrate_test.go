@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tetherjobs/tether/internal/pgtest"
@@ -75,9 +76,18 @@ func TestFreshApplyThenNoop(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, applied, "second run applies nothing")
 
+	require.Equal(t, len(want), recorded(ctx, t, pool))
+}
+
+// recorded counts the migrations the database records, in both tables.
+func recorded(ctx context.Context, t *testing.T, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) int {
+	t.Helper()
 	var n int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM tether_schema_migrations").Scan(&n))
-	require.Equal(t, len(want), n)
+	require.NoError(t, db.QueryRow(ctx, `SELECT (SELECT count(*) FROM tether_schema_migrations)
+		+ (SELECT count(*) FROM tether_schema_compatible_migrations)`).Scan(&n))
+	return n
 }
 
 func TestConcurrentMigrators(t *testing.T) {
@@ -116,9 +126,34 @@ func TestConcurrentMigrators(t *testing.T) {
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	var n int
-	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM tether_schema_migrations").Scan(&n))
-	require.Equal(t, len(want), n)
+	require.Equal(t, len(want), recorded(ctx, t, conn))
+}
+
+// A database ahead of this binary only by compatible migrations (a newer
+// agent's, during a rolling upgrade) is run on as it is; the compatible
+// migrations are recorded apart, where an older agent does not read them.
+func TestRunsOnNewerCompatibleMigrations(t *testing.T) {
+	ctx := ctxT(t)
+	pool := pgtest.DB(t)
+	known, err := queries.Migrations()
+	require.NoError(t, err)
+	for _, m := range known {
+		var table string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT CASE
+			WHEN EXISTS (SELECT FROM tether_schema_migrations WHERE version = $1) THEN 'breaking'
+			WHEN EXISTS (SELECT FROM tether_schema_compatible_migrations WHERE version = $1) THEN 'compatible' END`, m.Version).Scan(&table))
+		assert.Equal(t, map[bool]string{true: "compatible", false: "breaking"}[m.Compatible], table, m.Name)
+	}
+	_, err = pool.Exec(ctx, "INSERT INTO tether_schema_compatible_migrations (version, name) VALUES ($1, 'from_the_future')", len(known)+1)
+	require.NoError(t, err)
+
+	applied, err := migrate.Migrate(ctx, pool, nil)
+	require.NoError(t, err)
+	assert.Empty(t, applied)
+	cur, pending, err := migrate.Status(ctx, pool)
+	require.NoError(t, err)
+	assert.Equal(t, len(known)+1, cur)
+	assert.Empty(t, pending)
 }
 
 func TestRefusesNewerDatabase(t *testing.T) {
