@@ -72,10 +72,14 @@ func (r *invRound) failover(ctx context.Context, lose bool) {
 	r.lastFailover = time.Now()
 	oldPort := r.cluster.Port()
 	if lose {
+		// The standby is asynchronous: from the moment its shutdown
+		// begins, commits the primary acknowledges may never reach it
+		// (its WAL receiver can stop before they stream), so the loss
+		// window opens here, not when the shutdown returns.
+		from := time.Now()
 		if err := r.standby.StopServer(ctx); err != nil {
 			r.t.Fatalf("stopping the standby: %v", err)
 		}
-		from := time.Now()
 		d := time.Duration(500+r.rng.IntN(2000)) * time.Millisecond
 		r.logf("failover (%s): standby stopped; the primary commits alone for %s", kind, d)
 		sleep(ctx, d)
