@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -167,6 +168,11 @@ func failedClass(state string) plugin.ErrorClass {
 	return plugin.Permanent
 }
 
+// submitFailedPrefix opens the errorMessage spark-operator v2.5.2 records
+// when spark-submit failed ("failed to submit spark application: …"); the
+// application keeps it when it moves from SUBMISSION_FAILED to FAILED.
+const submitFailedPrefix = "failed to submit spark application"
+
 // failedOutcome is the job's outcome of an application that ended FAILED or
 // SUBMISSION_FAILED: failed, except when the driver was stopped from
 // outside. That is a driver pod that vanished ("driver pod not found"), or
@@ -302,6 +308,12 @@ type decision struct {
 // anything else goes on.
 func decideOutcome(s sight) decision {
 	unknown := decision{Outcome: outcomeUnknown, Class: plugin.OutcomeUnknown}
+	if s.State == stateFailed && strings.HasPrefix(s.ErrorMessage, submitFailedPrefix) {
+		// The operator moves SUBMISSION_FAILED on to FAILED under
+		// restartPolicy Never; a plugin that looks only then sees FAILED,
+		// but no driver ever ran.
+		s.State = stateSubmissionFailed
+	}
 	ph := phaseOf(s.State)
 	switch {
 	case s.Blind:

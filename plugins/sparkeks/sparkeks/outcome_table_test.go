@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tetherjobs/tether/pkg/plugin"
 )
 
 // knownStates are every application state of spark-operator v2.5.2
@@ -144,4 +146,18 @@ func rowStates(t *testing.T, cell string) []string {
 	}
 	require.NotEmpty(t, named, "cell %q names no state", cell)
 	return named
+}
+
+// An application seen only once it moved from SUBMISSION_FAILED to FAILED
+// (restartPolicy Never) ran no driver: retriable, as SUBMISSION_FAILED is,
+// even when the plugin noted no driver pod.
+func TestFailedAfterFailedSubmissionIsRetriable(t *testing.T) {
+	for _, interrupted := range []bool{false, true} {
+		d := decideOutcome(sight{State: stateFailed, Interrupted: interrupted,
+			ErrorMessage: "failed to submit spark application: failed to run spark-submit: exceeded quota"})
+		assert.Equal(t, outcomeFailed, d.Outcome)
+		assert.Equal(t, plugin.Retriable, d.Class, "interrupted=%v", interrupted)
+	}
+	d := decideOutcome(sight{State: stateFailed, ErrorMessage: "driver container failed"})
+	assert.Equal(t, plugin.Permanent, d.Class)
 }
