@@ -26,7 +26,7 @@ func TestJobReadersShareTheColumnList(t *testing.T) {
 	if !strings.HasPrefix(cols, "j.id, ") {
 		t.Fatalf("job_columns starts %q, want the job's id first", cols[:min(len(cols), 20)])
 	}
-	for _, name := range []string{"job_get", "job_list", "job_list_live", "job_list_agent"} {
+	for _, name := range []string{"job_get", "job_list", "job_list_live"} {
 		if !strings.Contains(Get(name), "SELECT "+cols+"\nFROM ") {
 			t.Errorf("%s.sql does not select {{job_columns}}", name)
 		}

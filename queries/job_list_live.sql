@@ -2,10 +2,14 @@
 -- which no index of jobs names (schema v12: a status change among those is
 -- a HOT update): every live job has its active_jobs row, so the list walks
 -- active_jobs' primary key newest first and reads each job by its own.
+-- With @agent (any status or none) it lists the jobs that agent holds now
+-- (accepted, running or canceling under its lease): queued and ended jobs
+-- have no holder; jobs keep no record of past holders but their events.
 SELECT {{job_columns}}
 FROM active_jobs a
 JOIN jobs j ON j.id = a.job_id
-WHERE j.status = @status::text
+WHERE (@status::text = '' OR j.status = @status)
+  AND (@agent::text = '' OR a.agent_name = @agent)
   AND (@command::text = '' OR j.command = @command)
   AND (@submitter::text = '' OR j.submitter = @submitter)
   AND (@idempotency_key::text = '' OR j.idempotency_key = @idempotency_key)

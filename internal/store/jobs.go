@@ -113,7 +113,7 @@ func (s *Store) Submit(ctx context.Context, p SubmitParams) (Job, bool, error) {
 }
 
 // scanJob reads one row of queries/fragments/job_columns.sql, the columns
-// job_get, job_list, job_list_live and job_list_agent select.
+// job_get, job_list and job_list_live select.
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
 	var backoff, backoffMax, pending, active, ttlOK, ttlFailed float64
@@ -181,16 +181,13 @@ func uuidV7Floor(t time.Time) string {
 	return h[:8] + "-" + h[8:] + "-0000-0000-000000000000"
 }
 
-// listStatement is the list query for a status filter. The live statuses,
-// which no index of jobs names (so that a job's claim and running write are
-// HOT updates), are listed through active_jobs. Every other filter is listed
-// through jobs' own indexes.
+// listStatement is the list query for a status and agent filter. The live
+// statuses, which no index of jobs names (so that a job's claim and running
+// write are HOT updates), and an agent's held jobs are listed through
+// active_jobs. Every other filter is listed through jobs' own indexes.
 func listStatement(status jobstate.JobStatus, agent string) string {
-	if agent != "" {
-		return "job_list_agent"
-	}
-	switch status {
-	case StatusQueued, StatusAccepted, StatusRunning:
+	switch {
+	case agent != "", status == StatusQueued, status == StatusAccepted, status == StatusRunning:
 		return "job_list_live"
 	default:
 		return "job_list"

@@ -195,11 +195,11 @@ func Status(ctx context.Context, db DB) (current int, pending []int, err error) 
 	if err := db.QueryRow(ctx, queries.Get("migrate_compatible_table_exists")).Scan(&withCompatible); err != nil {
 		return 0, nil, fmt.Errorf("reading schema version: %w", err)
 	}
-	todo := migrations
+	remaining := migrations
 	if exists {
-		current, todo, err = readPlan(ctx, db, migrations, withCompatible)
+		current, remaining, err = readPlan(ctx, db, migrations, withCompatible)
 	}
-	for _, m := range todo {
+	for _, m := range remaining {
 		pending = append(pending, m.Version)
 	}
 	return current, pending, err
