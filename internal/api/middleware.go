@@ -117,10 +117,10 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		level := slog.LevelInfo
 		switch {
 		case rec.status >= 500 && r.Context().Err() == nil:
+			// A 500 whose client went away mid-request (a follower
+			// stopped polling) is a cancelled query, not a failure: it is
+			// logged as any other request below.
 			level = slog.LevelError
-		case rec.status >= 500:
-			// The client went away mid-request (a follower stopped
-			// polling): its query was cancelled, not failed.
 		case probePaths[r.URL.Path]:
 			level = slog.LevelDebug // probes every few seconds would drown the log
 		case s.opts.QuietRequests:
